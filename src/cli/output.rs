@@ -1,0 +1,66 @@
+//! Output helpers shared by the commands: stdout writing, JSON, human sizes.
+
+use super::CliError;
+use std::io::Write;
+
+/// Writes `text` to stdout; a closed pipe becomes a quiet [`CliError`] the caller ignores.
+pub fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(io_error)
+}
+
+/// Writes raw bytes to stdout.
+#[allow(dead_code)]
+pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .map_err(io_error)
+}
+
+/// Prints one JSON document followed by a newline.
+pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
+    let mut s = serde_json::to_string_pretty(value).map_err(|e| CliError(e.to_string()))?;
+    s.push('\n');
+    print(&s)
+}
+
+const BROKEN_PIPE: &str = "\u{0}broken pipe";
+
+fn io_error(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        CliError(BROKEN_PIPE.to_string())
+    } else {
+        CliError(format!("cannot write to stdout: {e}"))
+    }
+}
+
+/// Whether the error is the quiet broken-pipe marker.
+pub fn is_broken_pipe(e: &CliError) -> bool {
+    e.0 == BROKEN_PIPE
+}
+
+/// A byte count for people: `812 B`, `1.5 KiB`, `3.2 GiB`; exact when `exact`.
+#[allow(dead_code)]
+pub fn human_bytes(n: u64, exact: bool) -> String {
+    if exact || n < 1024 {
+        return format!("{n} B");
+    }
+    let units = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = n as f64 / 1024.0;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", units[i])
+}
+
+/// Lowercase hex of a SHA-256 digest of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}

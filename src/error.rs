@@ -1,0 +1,304 @@
+//! The one error type of the library: a kind saying what went wrong, plus where.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Result alias used throughout modelzip.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong. Each kind carries the numbers a user needs to understand it;
+/// the location (file, entry, record, line, byte offset) lives in [`Location`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An operating-system I/O failure.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// A dtype number that is not one of Paddle's element types.
+    #[error("unknown dtype number {0}")]
+    UnknownDType(i64),
+    /// A dtype name that is not one of Paddle's element types.
+    #[error("unknown dtype name {0:?}")]
+    UnknownDTypeName(String),
+    /// The input ends before a field it declares.
+    #[error("truncated {what}: needs {needed} bytes, {available} remain")]
+    Truncated {
+        /// The field being read.
+        what: &'static str,
+        /// Bytes the field needs.
+        needed: u64,
+        /// Bytes left in the input.
+        available: u64,
+    },
+    /// Bytes follow the last record where none are allowed.
+    #[error("{count} unexpected bytes after the record")]
+    TrailingBytes {
+        /// How many bytes follow.
+        count: u64,
+    },
+    /// A version word other than 0.
+    #[error("unsupported {what} {value} (only 0 is defined)")]
+    BadVersion {
+        /// Which version word.
+        what: &'static str,
+        /// The value found.
+        value: u32,
+    },
+    /// The TensorDesc size is negative or larger than what remains.
+    #[error("invalid TensorDesc size {size} ({remaining} bytes remain)")]
+    BadDescSize {
+        /// The declared size.
+        size: i64,
+        /// The bytes left after the size field.
+        remaining: u64,
+    },
+    /// The TensorDesc protobuf is malformed or incomplete.
+    #[error("invalid TensorDesc: {0}")]
+    BadTensorDesc(String),
+    /// A dimension below zero.
+    #[error("negative dimension {value} at index {index}")]
+    NegativeDim {
+        /// Position of the dimension.
+        index: usize,
+        /// Its value.
+        value: i64,
+    },
+    /// Element count or byte count does not fit in 64 bits / memory.
+    #[error("size overflow: {0}")]
+    SizeOverflow(String),
+    /// The LoD offsets are not a valid level-of-detail table.
+    #[error("invalid LoD: {0}")]
+    BadLod(String),
+    /// A typed view was asked of data whose address is not aligned for the type.
+    #[error(
+        "tensor data at address {address:#x} is not aligned to {align} bytes for {ty}; use the copying accessor"
+    )]
+    Misaligned {
+        /// The requested Rust type.
+        ty: &'static str,
+        /// Its alignment.
+        align: usize,
+        /// The data's address.
+        address: usize,
+    },
+    /// A typed view was asked with a Rust type that does not match the dtype.
+    #[error("tensor has dtype {actual}, not {expected}")]
+    DTypeMismatch {
+        /// The dtype the caller asked for.
+        expected: &'static str,
+        /// The tensor's dtype.
+        actual: &'static str,
+    },
+    /// Tensor data does not match dtype × dims.
+    #[error("tensor data has {actual} bytes, dtype and dims need {expected}")]
+    DataLength {
+        /// Bytes needed.
+        expected: u64,
+        /// Bytes given.
+        actual: u64,
+    },
+    /// The zip container is malformed or unsupported.
+    #[error("bad zip: {0}")]
+    Zip(String),
+    /// A tag name breaks one of the naming rules.
+    #[error("invalid tag name {name:?}: {rule}")]
+    InvalidTagName {
+        /// The offending name.
+        name: String,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
+    /// No tag of that name (ignoring ASCII case).
+    #[error("no tag {0:?} in the archive")]
+    TagNotFound(String),
+    /// A tag that already exists (ignoring ASCII case).
+    #[error("tag {0:?} already exists")]
+    TagExists(String),
+    /// No parameter of that name.
+    #[error("no parameter {0:?} in tag {1:?}")]
+    ParamNotFound(String, String),
+    /// A text file line that does not follow its grammar.
+    #[error("{0}")]
+    Syntax(String),
+    /// A required entry is absent.
+    #[error("missing entry {0:?}")]
+    MissingEntry(String),
+    /// An entry name that could escape a directory or is otherwise unsafe.
+    #[error("unsafe entry name {name:?}: {why}")]
+    UnsafeName {
+        /// The name.
+        name: String,
+        /// Why it is refused.
+        why: &'static str,
+    },
+    /// A size or count over a configured limit.
+    #[error("{what} of {size} exceeds the limit of {limit}")]
+    LimitExceeded {
+        /// What was measured.
+        what: &'static str,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Another process holds the archive's write lock.
+    #[error(
+        "archive is locked by another process (a writer is running); retry later or wait for it"
+    )]
+    Locked,
+    /// A stored checksum does not match the data.
+    #[error("checksum mismatch: {0}")]
+    Checksum(String),
+    /// A graph that cannot be decoded, encoded or converted.
+    #[error("graph: {0}")]
+    Graph(String),
+    /// A caller-supplied value that makes no sense.
+    #[error("{0}")]
+    InvalidInput(String),
+}
+
+/// Where an error happened: any of file, entry, record, line and byte offset.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file on disk.
+    pub file: Option<PathBuf>,
+    /// The zip entry.
+    pub entry: Option<String>,
+    /// The record index inside a tensor file.
+    pub record: Option<usize>,
+    /// The 1-based line of a text file.
+    pub line: Option<usize>,
+    /// The byte offset inside the file or entry.
+    pub offset: Option<u64>,
+}
+
+impl Location {
+    fn is_empty(&self) -> bool {
+        *self == Location::default()
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(file) = &self.file {
+            parts.push(format!("file {}", file.display()));
+        }
+        if let Some(entry) = &self.entry {
+            parts.push(format!("entry {entry}"));
+        }
+        if let Some(record) = self.record {
+            parts.push(format!("record {record}"));
+        }
+        if let Some(line) = self.line {
+            parts.push(format!("line {line}"));
+        }
+        if let Some(offset) = self.offset {
+            parts.push(format!("byte {offset}"));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// The modelzip error: a [`ErrorKind`] and the [`Location`] it happened at.
+/// Boxed so that `Result<T, Error>` stays one pointer wide on the happy path.
+#[derive(Debug)]
+pub struct Error(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    kind: ErrorKind,
+    location: Location,
+}
+
+impl Error {
+    /// An error of this kind with no location yet.
+    pub fn new(kind: ErrorKind) -> Self {
+        Error(Box::new(Inner {
+            kind,
+            location: Location::default(),
+        }))
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0.kind
+    }
+
+    /// Where it went wrong.
+    pub fn location(&self) -> &Location {
+        &self.0.location
+    }
+
+    /// Records the file, unless one is already set.
+    pub fn in_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.0
+            .location
+            .file
+            .get_or_insert_with(|| path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Records the zip entry, unless one is already set.
+    pub fn in_entry(mut self, entry: impl Into<String>) -> Self {
+        self.0.location.entry.get_or_insert_with(|| entry.into());
+        self
+    }
+
+    /// Records the record index, unless one is already set.
+    pub fn in_record(mut self, record: usize) -> Self {
+        self.0.location.record.get_or_insert(record);
+        self
+    }
+
+    /// Records the 1-based line, unless one is already set.
+    pub fn at_line(mut self, line: usize) -> Self {
+        self.0.location.line.get_or_insert(line);
+        self
+    }
+
+    /// Records the byte offset, unless one is already set.
+    pub fn at_offset(mut self, offset: u64) -> Self {
+        self.0.location.offset.get_or_insert(offset);
+        self
+    }
+
+    /// Adds `base` to the byte offset (for an error found inside a sub-slice).
+    pub fn shift_offset(mut self, base: u64) -> Self {
+        if let Some(o) = self.0.location.offset.as_mut() {
+            *o = o.saturating_add(base);
+        }
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.location.is_empty() {
+            write!(f, "{}", self.0.kind)
+        } else {
+            write!(f, "{} ({})", self.0.kind, self.0.location)
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0.kind {
+            ErrorKind::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Self {
+        Error::new(kind)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::new(ErrorKind::Io(e))
+    }
+}

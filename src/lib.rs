@@ -1,0 +1,32 @@
+//! # modelzip
+//!
+//! Zip-based, multi-tag model archives. One zip file holds several versions
+//! ("tags") of a model — FP32 and INT8 variants, checkpoints after 1,000 and 5,000
+//! steps — each with its graph, parameters, optimizer state and training
+//! configuration. Tensors are stored in PaddlePaddle's LoDTensor binary layout, so
+//! Paddle models move in and out byte for byte.
+//!
+//! The building blocks:
+//! - [`DType`], [`Tensor`] and the zero-copy [`TensorView`];
+//! - [`tensor::codec`]: the LoDTensor record codec, byte-exact with Paddle.
+//!
+//! ```
+//! use modelzip::{Tensor, tensor};
+//!
+//! let t = Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0])?;
+//! let mut bytes = Vec::new();
+//! tensor::encode_tensor(&t.view(), &mut bytes)?;
+//! let back = tensor::decode_tensor(&bytes)?;       // borrows `bytes`, no copy
+//! assert_eq!(back.dims(), &[2, 2]);
+//! assert_eq!(back.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod paddle_proto;
+pub mod tensor;
+
+pub use error::{Error, ErrorKind, Location, Result};
+pub use tensor::{DType, Lod, Tensor, TensorView};

@@ -1,0 +1,395 @@
+//! The Paddle LoDTensor record codec, byte-exact with the files Paddle's `save`,
+//! `save_combine` and `save_inference_model` write.
+//!
+//! ```text
+//! u32 version = 0 | u64 lod_level | lod_level × (u64 nbytes, nbytes/8 × u64 offset)
+//! u32 tensor version = 0 | i32 desc_size | TensorDesc protobuf | data
+//! ```
+//! Decoding is strict where Paddle is loose, and never allocates from a length the
+//! input declares before checking it against the bytes that remain.
+
+use super::dtype::DType;
+use super::view::{Lod, TensorView, data_len};
+use crate::error::{Error, ErrorKind, Result};
+use std::io::Write;
+
+/// `VarType.TensorDesc` of schemas/paddle/framework.proto, with `data_type` kept
+/// optional so that a missing required field is detected rather than read as BOOL.
+/// Its encoding is the one Paddle writes: field 1, then each dim as its own field 2.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TensorDescWire {
+    #[prost(int32, optional, tag = "1")]
+    data_type: Option<i32>,
+    #[prost(int64, repeated, packed = "false", tag = "2")]
+    dims: Vec<i64>,
+}
+
+/// One decoded record of a tensor file, with where it lies in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Position of the record in the file, from 0.
+    pub index: usize,
+    /// Byte offset of the record's first byte.
+    pub offset: u64,
+    /// Total bytes of the record (header and data).
+    pub length: u64,
+    /// Byte offset of the record's raw data.
+    pub data_offset: u64,
+    /// The tensor, borrowing its data from the input.
+    pub tensor: TensorView<'a>,
+}
+
+/// A bounds-checked reader over a byte slice that reports absolute offsets.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn remaining(&self) -> u64 {
+        (self.bytes.len() - self.pos) as u64
+    }
+
+    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8]> {
+        let available = self.remaining();
+        if n > available {
+            return Err(Error::new(ErrorKind::Truncated {
+                what,
+                needed: n,
+                available,
+            })
+            .at_offset(self.pos as u64));
+        }
+        // n <= remaining, which fits in usize.
+        let n = n as usize;
+        let out = self.bytes.get(self.pos..self.pos + n).unwrap_or_default();
+        self.pos += n;
+        Ok(out)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+/// Decodes the one record of a standalone tensor file; bytes after it are an error.
+pub fn decode_tensor(bytes: &[u8]) -> Result<TensorView<'_>> {
+    let rec = decode_record_at(bytes, 0, 0)?;
+    let end = rec.offset + rec.length;
+    if end != bytes.len() as u64 {
+        return Err(Error::new(ErrorKind::TrailingBytes {
+            count: bytes.len() as u64 - end,
+        })
+        .in_record(0)
+        .at_offset(end));
+    }
+    Ok(rec.tensor)
+}
+
+/// Decodes every record of a combined file (`save_combine`, `.pdiparams`).
+/// An empty input holds no records.
+pub fn decode_combined(bytes: &[u8]) -> Result<Vec<Record<'_>>> {
+    records(bytes).collect()
+}
+
+/// Iterates over the records of a combined file, stopping after the first error.
+pub fn records(bytes: &[u8]) -> Records<'_> {
+    Records {
+        bytes,
+        pos: 0,
+        index: 0,
+        failed: false,
+    }
+}
+
+/// Iterator returned by [`records`].
+pub struct Records<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    index: usize,
+    failed: bool,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.bytes.len() {
+            return None;
+        }
+        match decode_record_at(self.bytes, self.pos, self.index) {
+            Ok(rec) => {
+                self.pos += rec.length as usize;
+                self.index += 1;
+                Some(Ok(rec))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Decodes the record that starts at byte `start` of `bytes`, numbering it `index`.
+/// Errors carry the record index and the absolute byte offset of the bad field.
+pub fn decode_record_at(bytes: &[u8], start: usize, index: usize) -> Result<Record<'_>> {
+    let mut c = Cursor { bytes, pos: start };
+    decode_fields(&mut c, start, index).map_err(|e| e.in_record(index))
+}
+
+fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<Record<'a>> {
+    let at = c.pos as u64;
+    let version = c.u32("version")?;
+    if version != 0 {
+        return Err(Error::new(ErrorKind::BadVersion {
+            what: "LoDTensor version",
+            value: version,
+        })
+        .at_offset(at));
+    }
+    let at = c.pos as u64;
+    let lod_level = c.u64("lod_level")?;
+    // Each level takes at least its 8-byte size word: refuse a count the input cannot hold.
+    if lod_level > c.remaining() / 8 {
+        return Err(Error::new(ErrorKind::Truncated {
+            what: "LoD levels",
+            needed: lod_level.saturating_mul(8),
+            available: c.remaining(),
+        })
+        .at_offset(at));
+    }
+    let mut lod: Lod = Vec::with_capacity(lod_level as usize);
+    for _ in 0..lod_level {
+        let at = c.pos as u64;
+        let nbytes = c.u64("LoD level size")?;
+        if nbytes % 8 != 0 {
+            return Err(Error::new(ErrorKind::BadLod(format!(
+                "level size {nbytes} is not a multiple of 8"
+            )))
+            .at_offset(at));
+        }
+        let raw = c.take(nbytes, "LoD offsets")?;
+        lod.push(
+            raw.chunks_exact(8)
+                .map(|b| {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    u64::from_le_bytes(a)
+                })
+                .collect(),
+        );
+    }
+    let lod_end = c.pos as u64;
+    let at = c.pos as u64;
+    let tversion = c.u32("tensor version")?;
+    if tversion != 0 {
+        return Err(Error::new(ErrorKind::BadVersion {
+            what: "tensor version",
+            value: tversion,
+        })
+        .at_offset(at));
+    }
+    let at = c.pos as u64;
+    let size_word = c.u32("TensorDesc size")?;
+    let desc_size = i64::from(size_word as i32);
+    if desc_size < 0 || desc_size as u64 > c.remaining() {
+        return Err(Error::new(ErrorKind::BadDescSize {
+            size: desc_size,
+            remaining: c.remaining(),
+        })
+        .at_offset(at));
+    }
+    let desc_at = c.pos as u64;
+    let desc_bytes = c.take(desc_size as u64, "TensorDesc")?;
+    let (dtype, dims) = decode_desc(desc_bytes).map_err(|e| e.at_offset(desc_at))?;
+    check_lod(&lod, &dims).map_err(|e| e.at_offset(lod_end))?;
+    let data_offset = c.pos as u64;
+    let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at))?;
+    let data = c.take(n, "tensor data")?;
+    let tensor = TensorView::new(dtype, dims, lod, data).map_err(|e| e.at_offset(data_offset))?;
+    Ok(Record {
+        index,
+        offset: start as u64,
+        length: c.pos as u64 - start as u64,
+        data_offset,
+        tensor,
+    })
+}
+
+fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {
+    let desc = <TensorDescWire as prost::Message>::decode(bytes)
+        .map_err(|e| ErrorKind::BadTensorDesc(format!("protobuf does not decode: {e}")))?;
+    let code = desc
+        .data_type
+        .ok_or_else(|| ErrorKind::BadTensorDesc("required field data_type is missing".into()))?;
+    let dtype = DType::from_code(code.into())?;
+    let dims = desc
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(index, &value)| {
+            u64::try_from(value).map_err(|_| ErrorKind::NegativeDim { index, value }.into())
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    Ok((dtype, dims))
+}
+
+/// Checks a LoD against the tensor's dims: every level starts at 0 and never
+/// decreases, each level ends at the next level's last index, and the last level
+/// ends at dims[0].
+pub fn check_lod(lod: &Lod, dims: &[u64]) -> Result<()> {
+    for (l, level) in lod.iter().enumerate() {
+        if level.first() != Some(&0) {
+            return Err(ErrorKind::BadLod(format!("level {l} does not start at 0")).into());
+        }
+        if let Some(i) = level.windows(2).position(|w| w[1] < w[0]) {
+            return Err(ErrorKind::BadLod(format!(
+                "level {l} decreases at position {} ({} then {})",
+                i + 1,
+                level[i],
+                level[i + 1]
+            ))
+            .into());
+        }
+        let last = *level.last().unwrap_or(&0);
+        match lod.get(l + 1) {
+            Some(next) => {
+                let want = (next.len() as u64).saturating_sub(1);
+                if last != want {
+                    return Err(ErrorKind::BadLod(format!(
+                        "level {l} ends at {last}, but level {} has {want} sequences",
+                        l + 1
+                    ))
+                    .into());
+                }
+            }
+            None => match dims.first() {
+                Some(&rows) if rows == last => {}
+                Some(&rows) => {
+                    return Err(ErrorKind::BadLod(format!(
+                        "last level ends at {last}, but dims[0] is {rows}"
+                    ))
+                    .into());
+                }
+                None => {
+                    return Err(
+                        ErrorKind::BadLod("a 0-D tensor cannot have LoD levels".into()).into(),
+                    );
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of a record before its data: versions, LoD and TensorDesc.
+pub fn encode_header(tensor: &TensorView<'_>) -> Vec<u8> {
+    let desc = TensorDescWire {
+        data_type: Some(tensor.dtype().code()),
+        dims: tensor.dims().iter().map(|&d| d as i64).collect(),
+    };
+    let desc = prost::Message::encode_to_vec(&desc);
+    let lod_bytes: usize = tensor.lod().iter().map(|l| 8 + 8 * l.len()).sum();
+    let mut out = Vec::with_capacity(4 + 8 + lod_bytes + 8 + desc.len());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(tensor.lod().len() as u64).to_le_bytes());
+    for level in tensor.lod() {
+        out.extend_from_slice(&(8 * level.len() as u64).to_le_bytes());
+        for o in level {
+            out.extend_from_slice(&o.to_le_bytes());
+        }
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(desc.len() as i32).to_le_bytes());
+    out.extend_from_slice(&desc);
+    out
+}
+
+/// Total encoded size of a record.
+pub fn encoded_len(tensor: &TensorView<'_>) -> u64 {
+    encode_header(tensor).len() as u64 + tensor.data().len() as u64
+}
+
+/// Writes one record; returns the bytes written.
+pub fn encode_tensor<W: Write + ?Sized>(
+    tensor: &TensorView<'_>,
+    w: &mut W,
+) -> std::io::Result<u64> {
+    let header = encode_header(tensor);
+    w.write_all(&header)?;
+    w.write_all(tensor.data())?;
+    Ok(header.len() as u64 + tensor.data().len() as u64)
+}
+
+/// Writes records back to back, as `save_combine` does; returns the bytes written.
+pub fn encode_combined<'a, W: Write + ?Sized>(
+    tensors: impl IntoIterator<Item = &'a TensorView<'a>>,
+    w: &mut W,
+) -> std::io::Result<u64> {
+    let mut total = 0;
+    for t in tensors {
+        total += encode_tensor(t, w)?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    /// The example of FORMAT.md: float32 [5,2] with lod [[0,2,5]].
+    fn example() -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&24u64.to_le_bytes());
+        for o in [0u64, 2, 5] {
+            b.extend_from_slice(&o.to_le_bytes());
+        }
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&6i32.to_le_bytes());
+        b.extend_from_slice(&[0x08, 0x05, 0x10, 0x05, 0x10, 0x02]);
+        for i in 0..10 {
+            b.extend_from_slice(&(i as f32).to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn decodes_the_format_example_and_reencodes_it() {
+        let bytes = example();
+        let rec = decode_record_at(&bytes, 0, 0).unwrap();
+        assert_eq!(rec.data_offset, 0x3a);
+        let t = rec.tensor;
+        assert_eq!(t.dtype(), DType::Fp32);
+        assert_eq!(t.dims(), &[5, 2]);
+        assert_eq!(t.lod(), &vec![vec![0, 2, 5]]);
+        let mut out = Vec::new();
+        encode_tensor(&t, &mut out).unwrap();
+        assert_eq!(out, bytes);
+    }
+
+    #[test]
+    fn packed_dims_are_accepted() {
+        let t = Tensor::from_slice(vec![2, 3], &[0i32; 6]).unwrap();
+        let mut b = Vec::new();
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        let desc = [0x08, 0x02, 0x12, 0x02, 0x02, 0x03];
+        b.extend_from_slice(&(desc.len() as i32).to_le_bytes());
+        b.extend_from_slice(&desc);
+        b.extend_from_slice(t.data());
+        assert_eq!(decode_tensor(&b).unwrap(), t.view());
+    }
+}

@@ -1,0 +1,364 @@
+//! Tensors: the borrowed zero-copy [`TensorView`] and the owned [`Tensor`].
+
+use super::dtype::DType;
+use crate::error::{ErrorKind, Result};
+
+/// Level-of-detail offsets: one `Vec<u64>` of offsets per level (Paddle's LoD).
+pub type Lod = Vec<Vec<u64>>;
+
+/// A Rust type that is the in-memory element of one dtype.
+pub trait Element: bytemuck::Pod {
+    /// The dtype whose elements this type holds.
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:expr),* $(,)?) => { $(impl Element for $t { const DTYPE: DType = $d; })* };
+}
+element! {
+    i16 => DType::Int16, i32 => DType::Int32, i64 => DType::Int64,
+    half::f16 => DType::Fp16, f32 => DType::Fp32, f64 => DType::Fp64,
+    u8 => DType::Uint8, i8 => DType::Int8, half::bf16 => DType::Bf16,
+    u16 => DType::Uint16, u32 => DType::Uint32, u64 => DType::Uint64,
+}
+
+/// Number of elements of `dims` (1 for 0-D), or an overflow error.
+pub fn element_count(dims: &[u64]) -> Result<u64> {
+    dims.iter().try_fold(1u64, |acc, &d| {
+        acc.checked_mul(d).ok_or_else(|| {
+            ErrorKind::SizeOverflow(format!("element count of dims {dims:?} exceeds 2^64")).into()
+        })
+    })
+}
+
+/// Bytes of data for `dtype` × `dims`, or an overflow error.
+pub fn data_len(dtype: DType, dims: &[u64]) -> Result<u64> {
+    element_count(dims)?
+        .checked_mul(dtype.size() as u64)
+        .ok_or_else(|| {
+            ErrorKind::SizeOverflow(format!("byte count of {dtype} dims {dims:?} exceeds 2^64"))
+                .into()
+        })
+}
+
+/// A tensor whose data borrows from elsewhere (a memory map, a file buffer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorView<'a> {
+    dtype: DType,
+    dims: Vec<u64>,
+    lod: Lod,
+    data: &'a [u8],
+}
+
+impl<'a> TensorView<'a> {
+    /// A view over `data`, which must hold exactly dtype × dims bytes.
+    pub fn new(dtype: DType, dims: Vec<u64>, lod: Lod, data: &'a [u8]) -> Result<Self> {
+        let expected = data_len(dtype, &dims)?;
+        if expected != data.len() as u64 {
+            return Err(ErrorKind::DataLength {
+                expected,
+                actual: data.len() as u64,
+            }
+            .into());
+        }
+        Ok(TensorView {
+            dtype,
+            dims,
+            lod,
+            data,
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape; empty for a 0-D tensor.
+    pub fn dims(&self) -> &[u64] {
+        &self.dims
+    }
+
+    /// The LoD levels; empty when the tensor has none.
+    pub fn lod(&self) -> &Lod {
+        &self.lod
+    }
+
+    /// The raw little-endian element bytes.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        (self.data.len() / self.dtype.size()) as u64
+    }
+
+    /// The data as `&[T]`, without copying. Fails when `T` is not the dtype's
+    /// element type or when the data is not aligned for `T` (use [`Self::to_vec`]).
+    pub fn as_slice<T: Element>(&self) -> Result<&'a [T]> {
+        self.check_type::<T>()?;
+        if cfg!(target_endian = "big") {
+            return Err(ErrorKind::InvalidInput(
+                "zero-copy typed access needs a little-endian host; use to_vec".into(),
+            )
+            .into());
+        }
+        bytemuck::try_cast_slice(self.data).map_err(|_| {
+            ErrorKind::Misaligned {
+                ty: std::any::type_name::<T>(),
+                align: std::mem::align_of::<T>(),
+                address: self.data.as_ptr() as usize,
+            }
+            .into()
+        })
+    }
+
+    /// The data copied into a `Vec<T>`, whatever its alignment.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_type::<T>()?;
+        Ok(self
+            .data
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(|c| {
+                let mut v: T = bytemuck::pod_read_unaligned(c);
+                if cfg!(target_endian = "big") {
+                    bytemuck::bytes_of_mut(&mut v).reverse();
+                }
+                v
+            })
+            .collect())
+    }
+
+    /// The values converted to f32: for FP16, BF16, FP32, FP64 and the FP8 types.
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        let d = self.data;
+        let two = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
+        Ok(match self.dtype {
+            DType::Fp16 => d
+                .chunks_exact(2)
+                .map(|c| half::f16::from_bits(two(c)).to_f32())
+                .collect(),
+            DType::Bf16 => d
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_bits(two(c)).to_f32())
+                .collect(),
+            DType::Fp32 => d
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            DType::Fp64 => d
+                .chunks_exact(8)
+                .map(|c| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(c);
+                    f64::from_le_bytes(b) as f32
+                })
+                .collect(),
+            DType::Fp8E4m3fn => d.iter().map(|&b| fp8_e4m3fn_to_f32(b)).collect(),
+            DType::Fp8E5m2 => d
+                .iter()
+                .map(|&b| half::f16::from_bits(u16::from(b) << 8).to_f32())
+                .collect(),
+            other => {
+                return Err(ErrorKind::DTypeMismatch {
+                    expected: "a floating-point dtype",
+                    actual: other.name(),
+                }
+                .into());
+            }
+        })
+    }
+
+    /// An owned copy.
+    pub fn to_owned(&self) -> Tensor {
+        Tensor {
+            dtype: self.dtype,
+            dims: self.dims.clone(),
+            lod: self.lod.clone(),
+            data: self.data.to_vec(),
+        }
+    }
+
+    fn check_type<T: Element>(&self) -> Result<()> {
+        if T::DTYPE == self.dtype {
+            Ok(())
+        } else {
+            Err(ErrorKind::DTypeMismatch {
+                expected: T::DTYPE.name(),
+                actual: self.dtype.name(),
+            }
+            .into())
+        }
+    }
+}
+
+/// FP8 E4M3FN (no infinities; 0x7f/0xff are NaN) to f32.
+fn fp8_e4m3fn_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((b >> 3) & 0x0f);
+    let man = f32::from(b & 0x07);
+    if exp == 0x0f && (b & 0x07) == 0x07 {
+        return f32::NAN;
+    }
+    if exp == 0 {
+        sign * man / 8.0 * 2f32.powi(-6)
+    } else {
+        sign * (1.0 + man / 8.0) * 2f32.powi(exp - 7)
+    }
+}
+
+/// A tensor that owns its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tensor {
+    dtype: DType,
+    dims: Vec<u64>,
+    lod: Lod,
+    data: Vec<u8>,
+}
+
+impl Tensor {
+    /// A tensor from raw little-endian bytes, which must hold exactly dtype × dims.
+    pub fn from_bytes(dtype: DType, dims: Vec<u64>, data: Vec<u8>) -> Result<Self> {
+        TensorView::new(dtype, dims.clone(), Vec::new(), &data)?;
+        Ok(Tensor {
+            dtype,
+            dims,
+            lod: Vec::new(),
+            data,
+        })
+    }
+
+    /// A tensor from typed values.
+    pub fn from_slice<T: Element>(dims: Vec<u64>, values: &[T]) -> Result<Self> {
+        let mut data = Vec::with_capacity(std::mem::size_of_val(values));
+        for v in values {
+            let mut b = bytemuck::bytes_of(v).to_vec();
+            if cfg!(target_endian = "big") {
+                b.reverse();
+            }
+            data.extend_from_slice(&b);
+        }
+        Tensor::from_bytes(T::DTYPE, dims, data)
+    }
+
+    /// The same tensor with LoD levels attached (checked against dims).
+    pub fn with_lod(mut self, lod: Lod) -> Result<Self> {
+        super::codec::check_lod(&lod, &self.dims)?;
+        self.lod = lod;
+        Ok(self)
+    }
+
+    /// A zero-copy view of this tensor.
+    pub fn view(&self) -> TensorView<'_> {
+        TensorView {
+            dtype: self.dtype,
+            dims: self.dims.clone(),
+            lod: self.lod.clone(),
+            data: &self.data,
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn dims(&self) -> &[u64] {
+        &self.dims
+    }
+
+    /// The LoD levels.
+    pub fn lod(&self) -> &Lod {
+        &self.lod
+    }
+
+    /// The raw little-endian data bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Consumes the tensor, returning its data bytes.
+    pub fn into_data(self) -> Vec<u8> {
+        self.data
+    }
+}
+
+impl From<TensorView<'_>> for Tensor {
+    fn from(v: TensorView<'_>) -> Self {
+        v.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_access_checks_type_and_alignment() {
+        let t = Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let v = t.view();
+        assert_eq!(v.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+        assert!(matches!(
+            v.as_slice::<i32>().unwrap_err().kind(),
+            ErrorKind::DTypeMismatch { .. }
+        ));
+        // Misaligned: an 8-aligned buffer viewed from byte 1 is never 4-aligned.
+        let mut words = [0u64; 3];
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        buf[1..17].copy_from_slice(t.data());
+        let mis = TensorView::new(DType::Fp32, vec![4], vec![], &buf[1..17]).unwrap();
+        assert!(matches!(
+            mis.as_slice::<f32>().unwrap_err().kind(),
+            ErrorKind::Misaligned { align: 4, .. }
+        ));
+        assert_eq!(mis.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn half_types_convert_to_f32() {
+        let h = Tensor::from_slice(
+            vec![2],
+            &[half::f16::from_f32(1.5), half::f16::from_f32(-2.0)],
+        )
+        .unwrap();
+        assert_eq!(h.view().to_f32_vec().unwrap(), vec![1.5, -2.0]);
+        let b = Tensor::from_slice(vec![1], &[half::bf16::from_f32(3.0)]).unwrap();
+        assert_eq!(b.view().to_f32_vec().unwrap(), vec![3.0]);
+        let f8 = Tensor::from_bytes(DType::Fp8E4m3fn, vec![3], vec![0x38, 0xb8, 0x01]).unwrap();
+        assert_eq!(
+            f8.view().to_f32_vec().unwrap(),
+            vec![1.0, -1.0, 2f32.powi(-9)]
+        );
+        let i = Tensor::from_slice(vec![1], &[1i32]).unwrap();
+        assert!(i.view().to_f32_vec().is_err());
+    }
+
+    #[test]
+    fn length_must_match_dims() {
+        assert!(matches!(
+            Tensor::from_bytes(DType::Fp32, vec![3], vec![0; 8])
+                .unwrap_err()
+                .kind(),
+            ErrorKind::DataLength {
+                expected: 12,
+                actual: 8
+            }
+        ));
+        assert_eq!(
+            Tensor::from_bytes(DType::Fp32, vec![], vec![0; 4])
+                .unwrap()
+                .view()
+                .numel(),
+            1
+        );
+        assert_eq!(
+            Tensor::from_bytes(DType::Fp32, vec![3, 0], vec![])
+                .unwrap()
+                .view()
+                .numel(),
+            0
+        );
+    }
+}
