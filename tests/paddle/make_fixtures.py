@@ -20,6 +20,7 @@ import hashlib
 import json
 import shutil
 import sys
+import tempfile
 import traceback
 import warnings
 
@@ -133,7 +134,7 @@ def fill(t, name, raw):
         vt = getattr(VT, name, None)
         if vt is None:
             raise RuntimeError(
-                "paddle.base.core.VarDesc.VarType has no member %s in Paddle %s" % (name, PV)
+                "paddle.base.core.VarDesc.VarType has no member %s (Paddle %s)" % (name, PV)
             )
         t._set_dims(list(raw.shape))
         ptr = t._mutable_data(PLACE, vt)
@@ -147,7 +148,7 @@ def fill(t, name, raw):
         vt = getattr(VT, name, None)
         if vt is None:
             raise RuntimeError(
-                "paddle.base.core.VarDesc.VarType has no member %s in Paddle %s" % (name, PV)
+                "paddle.base.core.VarDesc.VarType has no member %s (Paddle %s)" % (name, PV)
             )
         # numpy uint16 means BF16 to Tensor.set(); uint32/uint64 are refused by
         # Tensor.set(). DLPack imports the true unsigned dtype.
@@ -223,7 +224,7 @@ class Fixtures:
         with paddle.static.scope_guard(scope):
             vt = getattr(VT, dtype, None)
             if vt is None:
-                raise RuntimeError("paddle.base.core.VarDesc.VarType has no member %s" % dtype)
+                raise RuntimeError("paddle.base.core.VarDesc.VarType has no member %s (Paddle %s)" % (dtype, PV))
             v = prog.global_block().create_var(
                 name=var_name, shape=list(raw.shape), dtype=vt, persistable=True,
                 lod_level=len(lod or []))
@@ -337,8 +338,22 @@ class Fixtures:
             ("empty_0", "FP32", np.zeros((0, 3), dtype="<f4"), None),
         ]
         self._combined("combined.pdiparams", vars_)
+        # one variable per dtype (names d00_<dtype>...), to find save_combine's dtype coverage
+        vars2 = [("d%02d_%s" % (DTYPES[dt][0], dt.lower()), dt, sample(dt, (3,)), None) for dt in DTYPES]
+        self._combined("combined_dtypes.pdiparams", vars2)
 
     def _combined(self, fname, vars_, drop_on_fail=True):
+        ok = []
+        for name, dtype, raw, lod in vars_:
+            try:
+                getattr(VT, dtype)
+                fill(DenseTensor(), dtype, raw)
+                ok.append((name, dtype, raw, lod))
+            except Exception as e:  # noqa: BLE001
+                self.skipped.append({"what": "save_combine var %s %s dims=%s (%s)" % (name, dtype, list(raw.shape), fname),
+                                     "dtype": dtype, "dtype_code": DTYPES[dtype][0],
+                                     "writer": "save_combine", "exception": exc_text(e)})
+        vars_ = ok
         scope = core.Scope()
         prog = paddle.static.Program()
         with paddle.static.scope_guard(scope):
@@ -362,11 +377,11 @@ class Fixtures:
                 bad = []
                 for name, dtype, raw, lod in vars_:
                     try:
-                        paddle.static.save_vars(self.exe, dirname="/tmp", main_program=prog,
+                        paddle.static.save_vars(self.exe, dirname=tempfile.mkdtemp(), main_program=prog,
                                                 vars=[prog.global_block().var(name)], filename="_probe_combine")
                     except Exception as e2:  # noqa: BLE001
                         bad.append(name)
-                        self.skipped.append({"what": "save_combine var %s %s dims=%s" % (name, dtype, list(raw.shape)),
+                        self.skipped.append({"what": "save_combine var %s %s dims=%s (%s)" % (name, dtype, list(raw.shape), fname),
                                              "dtype": dtype, "dtype_code": DTYPES[dtype][0],
                                              "writer": "save_combine", "exception": exc_text(e2)})
                 print("  combined failed (%s); dropping %s" % (exc_text(e)[:120], bad))
@@ -431,13 +446,16 @@ class Fixtures:
             pfiles = []
             if persist_dir:
                 d = os.path.join(self.out, persist_dir)
-                paddle.static.save_persistables(self.exe, d, main_program=test_prog)
+                # (paddle.static has no save_persistables in 2.6/3.x; this is what the
+                # old fluid.io.save_persistables did: one `save` op per persistable var)
+                paddle.static.save_vars(self.exe, dirname=d, main_program=test_prog,
+                                        predicate=paddle.static.is_persistable)
                 for f in sorted(os.listdir(d)):
                     p = os.path.join(d, f)
                     if f not in recs:
                         raise RuntimeError("unexpected persistable file %s" % f)
                     e = {"path": self.rel(p), "kind": "single", "writer": "save_op",
-                         "writer_api": "paddle.static.save_persistables (legacy `save` op per var)",
+                         "writer_api": "paddle.static.save_vars(predicate=is_persistable) (legacy `save` op per var)",
                          "size": os.path.getsize(p), "records": [recs[f]]}
                     self.files.append(e)
                     pfiles.append(e["path"])
@@ -518,10 +536,10 @@ class Fixtures:
             p = os.path.join(d, "unmapped_%s.bin" % name.lower())
             SAVE_DENSE(t, p)
             self.notes.append(
-                "%s(VarType(%d)) with _mutable_data: no exception; ptr=%s, tensor dtype became %s; %s wrote %s "
-                "(%d bytes: header claims dtype RAW=17, dims [2,3], and NO data bytes). A strict decoder must "
-                "reject dtype 17." % (SAVE_DENSE_API.split('.')[-1], code, hex(ptr), t._dtype(),
-                                      SAVE_DENSE_API, self.rel(p), os.path.getsize(p), ))
+                "VarType(%d) (%s) via DenseTensor._mutable_data: no exception; ptr=%s, tensor dtype became %s; "
+                "%s then wrote %s (%d bytes: header claims dtype RAW=17, dims [2,3], and NO data bytes). "
+                "A strict decoder must reject dtype 17." % (code, name, hex(ptr), t._dtype(), SAVE_DENSE_API,
+                                                             self.rel(p), os.path.getsize(p)))
             print("  quirk", self.rel(p))
 
     def _writable(self, name):
