@@ -27,6 +27,7 @@
 pub mod error;
 pub mod paddle_proto;
 pub mod tensor;
+pub mod variants;
 
 pub use error::{Error, ErrorKind, Location, Result};
 pub use tensor::{DType, Lod, Tensor, TensorView};
