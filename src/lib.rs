@@ -25,8 +25,10 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod graph;
 pub mod paddle_proto;
 pub mod tensor;
 
 pub use error::{Error, ErrorKind, Location, Result};
+pub use graph::{Graph, GraphFormat, TrainingConfig};
 pub use tensor::{DType, Lod, Tensor, TensorView};
