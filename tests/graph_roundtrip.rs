@@ -567,3 +567,41 @@ mod synthetic {
         );
     }
 }
+
+#[test]
+fn packed_repeated_fields_are_accepted() {
+    use modelzip::graph::AttrValue;
+    // attrs { name "a" type INTS ints [1, 2] packed }, in op { type "t" }, in block 0.
+    let attr = [0x0a, 0x01, b'a', 0x10, 0x03, 0x32, 0x02, 0x01, 0x02];
+    let mut op = vec![0x1a, 0x01, b't', 0x22, attr.len() as u8];
+    op.extend_from_slice(&attr);
+    let mut block = vec![
+        0x08,
+        0x00,
+        0x10,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0x01,
+        0x22,
+        op.len() as u8,
+    ];
+    block.extend_from_slice(&op);
+    let mut bytes = vec![0x0a, block.len() as u8];
+    bytes.extend_from_slice(&block);
+    let g = Graph::from_programdesc(&bytes).unwrap();
+    assert_eq!(g.blocks[0].parent_idx, -1);
+    assert_eq!(
+        g.blocks[0].ops[0].get_attr("a"),
+        Some(&AttrValue::Ints(vec![1, 2]))
+    );
+    // Written back the way Paddle writes proto2 repeated fields: unpacked.
+    let out = g.to_programdesc().unwrap();
+    assert!(out.windows(4).any(|w| w == [0x30, 0x01, 0x30, 0x02]));
+}

@@ -19,7 +19,7 @@ const MAX_TEXT_ITEMS: usize = 8;
 
 /// A listing for people: per block, the variables (kind, dtype, shape, flags) and the
 /// operations in order as `type(inputs) -> outputs  attrs`. Long strings and lists
-/// (such as `op_callstack`) are abbreviated; use [`json`] for everything.
+/// (such as `op_callstack`) are abbreviated; use [`json()`] for everything.
 pub fn text(g: &Graph) -> String {
     let mut out = String::new();
     let version = g
