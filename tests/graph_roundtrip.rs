@@ -605,3 +605,20 @@ fn packed_repeated_fields_are_accepted() {
     let out = g.to_programdesc().unwrap();
     assert!(out.windows(4).any(|w| w == [0x30, 0x01, 0x30, 0x02]));
 }
+
+#[test]
+fn sniff_tells_the_formats_apart() {
+    let pd = std::fs::read(fixtures()[0].clone()).unwrap();
+    let fb = Graph::from_programdesc(&pd)
+        .unwrap()
+        .to_flatbuffers()
+        .unwrap();
+    assert_eq!(GraphFormat::sniff(&pd), Some(GraphFormat::ProgramDesc));
+    assert_eq!(GraphFormat::sniff(&fb), Some(GraphFormat::FlatBuffers));
+    assert_eq!(GraphFormat::sniff(b"PK\x03\x04"), None);
+    assert_eq!(
+        GraphFormat::from_file_name("graph.fb"),
+        Some(GraphFormat::FlatBuffers)
+    );
+    assert_eq!(GraphFormat::ProgramDesc.file_name(), "graph.pdmodel");
+}

@@ -22,12 +22,15 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// Largest graph.fb accepted.
 pub const MAX_GRAPH_FB_BYTES: usize = 1 << 31;
 
-/// The verifier limits used for every graph.fb and trainingConfig.fb read.
-pub fn verifier_options() -> VerifierOptions {
+/// The verifier limits used for every graph.fb and trainingConfig.fb read of `len`
+/// bytes. The apparent size (what the object graph expands to, counting shared objects
+/// each time) is held to 16 times the input, at least 16 MiB, so a small file whose
+/// offsets all point at one big string cannot make the reader allocate gigabytes.
+pub fn verifier_options(len: usize) -> VerifierOptions {
     VerifierOptions {
         max_depth: 32,
         max_tables: 10_000_000,
-        max_apparent_size: 1 << 31,
+        max_apparent_size: len.saturating_mul(16).clamp(16 << 20, 1 << 31),
         ignore_missing_null_terminator: false,
     }
 }
@@ -66,7 +69,7 @@ where
             .into());
         }
     }
-    ::flatbuffers::root_with_opts::<T>(&verifier_options(), bytes)
+    ::flatbuffers::root_with_opts::<T>(&verifier_options(bytes.len()), bytes)
         .map_err(|e| gerr(format!("{what}: FlatBuffers verification failed: {e}")))
 }
 
@@ -954,6 +957,34 @@ mod tests {
                 ..Default::default()
             },
         )
+    }
+
+    #[test]
+    fn shared_strings_cannot_amplify() {
+        // 20,000 references to one 100 KB string: a 180 KB file that expands to 2 GB.
+        let bytes = build(
+            1,
+            |_| None,
+            |fbb| {
+                let big = fbb.create_shared_string(&"x".repeat(100_000));
+                let refs = fbb.create_vector(&vec![big; 20_000]);
+                let op_type = Some(fbb.create_string("t"));
+                Some(fbg::Operation::create(
+                    fbb,
+                    &fbg::OperationArgs {
+                        op_type,
+                        inputs: Some(refs),
+                        ..Default::default()
+                    },
+                ))
+            },
+        );
+        assert!(bytes.len() < 200_000);
+        let e = decode(&bytes).unwrap_err().to_string();
+        assert!(
+            e.contains("verification failed") && e.contains("pparent"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -56,6 +56,19 @@ impl GraphFormat {
         }
     }
 
+    /// Guesses the format of graph bytes: FlatBuffers when bytes 4..8 are graph.fb's
+    /// identifier `MZGF`, otherwise ProgramDesc when the bytes start with the tag of
+    /// `ProgramDesc.blocks` (field 1, length-delimited); `None` for anything else.
+    pub fn sniff(bytes: &[u8]) -> Option<GraphFormat> {
+        if bytes.get(4..8) == Some(flatbuffers::IDENTIFIER.as_bytes()) {
+            Some(GraphFormat::FlatBuffers)
+        } else if bytes.first() == Some(&0x0a) {
+            Some(GraphFormat::ProgramDesc)
+        } else {
+            None
+        }
+    }
+
     /// The format of an entry file name, if it is one of the two.
     pub fn from_file_name(name: &str) -> Option<GraphFormat> {
         match name {

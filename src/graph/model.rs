@@ -9,7 +9,8 @@
 use crate::tensor::DType;
 
 /// A whole program: nested blocks of variables and operations.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// `Graph::default()` is [`Graph::new`]: one empty main block.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Graph {
     /// The blocks; block 0 is the main (global) block.
     pub blocks: Vec<Block>,
@@ -539,7 +540,14 @@ impl Graph {
     }
 
     /// Block 0, the main block, if the graph has one.
+    /// (Decoded graphs always have one.)
     pub fn main_block(&self) -> Option<&Block> {
         self.blocks.first()
+    }
+}
+
+impl Default for Graph {
+    fn default() -> Graph {
+        Graph::new()
     }
 }

@@ -69,32 +69,41 @@ pub(crate) fn decode_dynamic(bytes: &[u8]) -> Result<DynamicMessage> {
 
 /// Fails on the first proto2 required field that is absent, naming its path.
 fn check_required(msg: &DynamicMessage, path: &str) -> Result<()> {
+    match missing_required(msg) {
+        Some(rest) => Err(gerr(format!("{path}{rest}"))),
+        None => Ok(()),
+    }
+}
+
+/// The path (from `msg`) to the first absent required field and the complaint, if any.
+/// The path is built only on the way back from a failure.
+fn missing_required(msg: &DynamicMessage) -> Option<String> {
     for field in msg.descriptor().fields() {
-        if field.cardinality() == Cardinality::Required && !msg.has_field(&field) {
-            return Err(gerr(format!(
-                "{path}: required field {} is missing",
-                field.name()
-            )));
-        }
         if !msg.has_field(&field) {
+            if field.cardinality() == Cardinality::Required {
+                return Some(format!(": required field {} is missing", field.name()));
+            }
             continue;
         }
         match msg.get_field(&field) {
             Cow::Borrowed(Value::Message(m)) => {
-                check_required(m, &format!("{path}.{}", field.name()))?
+                if let Some(rest) = missing_required(m) {
+                    return Some(format!(".{}{rest}", field.name()));
+                }
             }
             Cow::Borrowed(Value::List(items)) => {
                 for (i, item) in items.iter().enumerate() {
-                    if let Value::Message(m) = item {
-                        let label = label_of(m);
-                        check_required(m, &format!("{path}.{}[{i}]{label}", field.name()))?;
+                    if let Value::Message(m) = item
+                        && let Some(rest) = missing_required(m)
+                    {
+                        return Some(format!(".{}[{i}]{}{rest}", field.name(), label_of(m)));
                     }
                 }
             }
             _ => {}
         }
     }
-    Ok(())
+    None
 }
 
 /// ` (name)` for messages with a name or type string, to make paths readable.
