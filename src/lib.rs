@@ -8,7 +8,10 @@
 //!
 //! The building blocks:
 //! - [`DType`], [`Tensor`] and the zero-copy [`TensorView`];
-//! - [`tensor::codec`]: the LoDTensor record codec, byte-exact with Paddle.
+//! - [`tensor::codec`]: the LoDTensor record codec, byte-exact with Paddle;
+//! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
+//!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
+//! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
 //!
 //! ```
 //! use modelzip::{Tensor, tensor};
@@ -25,9 +28,11 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod graph;
 pub mod paddle_proto;
 pub mod tensor;
 pub mod variants;
 
 pub use error::{Error, ErrorKind, Location, Result};
+pub use graph::{Graph, GraphFormat, TrainingConfig};
 pub use tensor::{DType, Lod, Tensor, TensorView};

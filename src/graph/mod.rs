@@ -1,0 +1,119 @@
+//! Graphs: one model ([`Graph`]) and its two encodings, graph.fb and graph.pdmodel.
+//!
+//! ```
+//! use modelzip::graph::{AttrValue, Graph, GraphFormat, Op, Var};
+//! use modelzip::DType;
+//!
+//! let mut g = Graph::new();
+//! let main = &mut g.blocks[0];
+//! main.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
+//! main.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
+//! main.vars.push(Var::variable("y", DType::Fp32, vec![-1, 2]));
+//! main.ops.push(
+//!     Op::new("mm", "matmul_v2")
+//!         .input("X", &["x"])
+//!         .input("Y", &["w"])
+//!         .output("Out", &["y"])
+//!         .attr("trans_x", AttrValue::Bool(false)),
+//! );
+//! let fb = g.to_flatbuffers()?;
+//! assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb)?, g);
+//! let pd = g.to_programdesc()?;
+//! assert_eq!(Graph::decode(GraphFormat::ProgramDesc, &pd)?, g);
+//! # Ok::<(), modelzip::Error>(())
+//! ```
+
+pub mod dump;
+pub mod flatbuffers;
+mod generated;
+pub mod model;
+pub mod programdesc;
+pub mod training_config;
+
+pub use model::{
+    Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc, Var,
+    VarKind, VarTypeExtra,
+};
+pub use training_config::{HyperParam, Regularization, TrainingConfig};
+
+use crate::error::Result;
+
+/// The two ways a graph is stored in an archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GraphFormat {
+    /// `graph.fb`: modelzip's FlatBuffers schema (schemas/graph.fbs).
+    FlatBuffers,
+    /// `graph.pdmodel`: a Paddle ProgramDesc protobuf.
+    ProgramDesc,
+}
+
+impl GraphFormat {
+    /// The entry file name inside a tag (`graph.fb` or `graph.pdmodel`).
+    pub fn file_name(self) -> &'static str {
+        match self {
+            GraphFormat::FlatBuffers => "graph.fb",
+            GraphFormat::ProgramDesc => "graph.pdmodel",
+        }
+    }
+
+    /// Guesses the format of graph bytes: FlatBuffers when bytes 4..8 are graph.fb's
+    /// identifier `MZGF`, otherwise ProgramDesc when the bytes start with the tag of
+    /// `ProgramDesc.blocks` (field 1, length-delimited); `None` for anything else.
+    pub fn sniff(bytes: &[u8]) -> Option<GraphFormat> {
+        if bytes.get(4..8) == Some(flatbuffers::IDENTIFIER.as_bytes()) {
+            Some(GraphFormat::FlatBuffers)
+        } else if bytes.first() == Some(&0x0a) {
+            Some(GraphFormat::ProgramDesc)
+        } else {
+            None
+        }
+    }
+
+    /// The format of an entry file name, if it is one of the two.
+    pub fn from_file_name(name: &str) -> Option<GraphFormat> {
+        match name {
+            "graph.fb" => Some(GraphFormat::FlatBuffers),
+            "graph.pdmodel" => Some(GraphFormat::ProgramDesc),
+            _ => None,
+        }
+    }
+}
+
+impl Graph {
+    /// Decodes Paddle `.pdmodel` (ProgramDesc protobuf) bytes, checking required fields
+    /// and enum values.
+    pub fn from_programdesc(bytes: &[u8]) -> Result<Graph> {
+        programdesc::decode(bytes)
+    }
+
+    /// Encodes the graph as Paddle `.pdmodel` bytes.
+    pub fn to_programdesc(&self) -> Result<Vec<u8>> {
+        programdesc::encode(self)
+    }
+
+    /// Decodes graph.fb bytes (verified with the FlatBuffers verifier first).
+    pub fn from_flatbuffers(bytes: &[u8]) -> Result<Graph> {
+        flatbuffers::decode(bytes)
+    }
+
+    /// Encodes the graph as graph.fb bytes.
+    pub fn to_flatbuffers(&self) -> Result<Vec<u8>> {
+        flatbuffers::encode(self)
+    }
+
+    /// Decodes bytes in either format.
+    pub fn decode(format: GraphFormat, bytes: &[u8]) -> Result<Graph> {
+        match format {
+            GraphFormat::FlatBuffers => Graph::from_flatbuffers(bytes),
+            GraphFormat::ProgramDesc => Graph::from_programdesc(bytes),
+        }
+    }
+
+    /// Encodes the graph in either format.
+    pub fn encode(&self, format: GraphFormat) -> Result<Vec<u8>> {
+        match format {
+            GraphFormat::FlatBuffers => self.to_flatbuffers(),
+            GraphFormat::ProgramDesc => self.to_programdesc(),
+        }
+    }
+}

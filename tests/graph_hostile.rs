@@ -1,0 +1,200 @@
+//! Malformed graph.fb and graph.pdmodel bytes give errors, never panics.
+
+use modelzip::graph::Graph;
+use modelzip::paddle_proto as pb;
+use proptest::prelude::*;
+use prost::Message;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/paddle")
+        .join(name);
+    std::fs::read(p).unwrap()
+}
+
+fn pd_err(bytes: &[u8]) -> String {
+    Graph::from_programdesc(bytes).unwrap_err().to_string()
+}
+
+fn fb_err(bytes: &[u8]) -> String {
+    Graph::from_flatbuffers(bytes).unwrap_err().to_string()
+}
+
+fn program() -> pb::ProgramDesc {
+    pb::ProgramDesc::decode(fixture("2.6.2/mlp.pdmodel").as_slice()).unwrap()
+}
+
+#[test]
+fn programdesc_garbage_and_truncation() {
+    assert!(pd_err(b"").contains("no blocks"));
+    assert!(pd_err(b"\xff\xff\xff\xff").contains("invalid ProgramDesc"));
+    let bytes = fixture("3.3.1/conv.pdmodel");
+    for cut in (1..bytes.len()).step_by(13) {
+        // Some prefixes end on a field boundary and are valid messages; none may panic.
+        let _ = Graph::from_programdesc(&bytes[..cut]);
+    }
+    assert!(Graph::from_programdesc(&bytes[..bytes.len() - 1]).is_err());
+}
+
+#[test]
+fn programdesc_unknown_enum_values_are_named() {
+    let mut p = program();
+    let name = p.blocks[0].vars[1].name.clone();
+    p.blocks[0].vars[1].r#type.r#type = 99;
+    let e = pd_err(&p.encode_to_vec());
+    assert!(
+        e.contains("block 0") && e.contains(&name) && e.contains("VarType.Type value 99"),
+        "{e}"
+    );
+
+    let mut p = program();
+    let v = &mut p.blocks[0].vars[1];
+    let name = v.name.clone();
+    if let Some(d) = v.r#type.dense_tensor.as_mut() {
+        d.tensor.data_type = 77;
+    }
+    let e = pd_err(&p.encode_to_vec());
+    assert!(e.contains(&name) && e.contains("77"), "{e}");
+
+    let mut p = program();
+    let op = &mut p.blocks[0].ops[1];
+    let op_type = op.r#type.clone();
+    op.attrs[0].r#type = 42;
+    let attr = op.attrs[0].name.clone();
+    let e = pd_err(&p.encode_to_vec());
+    assert!(
+        e.contains(&format!("op 1 ({op_type})"))
+            && e.contains(&attr)
+            && e.contains("AttrType value 42"),
+        "{e}"
+    );
+
+    let mut p = program();
+    p.blocks[0].ops[0].attrs.push(pb::op_desc::Attr {
+        name: "s".into(),
+        r#type: 16,
+        scalar: Some(pb::Scalar {
+            r#type: 9,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    assert!(pd_err(&p.encode_to_vec()).contains("Scalar.Type value 9"));
+
+    let mut p = program();
+    p.blocks[0].vars[0].r#type.tuple = Some(pb::var_type::Tuple {
+        element_type: vec![5, 1000],
+    });
+    assert!(pd_err(&p.encode_to_vec()).contains("1000"));
+}
+
+#[test]
+fn programdesc_missing_required_fields_are_named() {
+    // A block with parent_idx but no idx.
+    let e = pd_err(&[0x0a, 0x02, 0x10, 0x00]);
+    assert!(e.contains("required field idx"), "{e}");
+    // An op with no type: blocks[0] { idx 0 parent_idx 0 ops { } }.
+    let e = pd_err(&[0x0a, 0x06, 0x08, 0x00, 0x10, 0x00, 0x22, 0x00]);
+    assert!(
+        e.contains("ops[0]") && e.contains("required field type"),
+        "{e}"
+    );
+    // A var whose TensorDesc has no data_type: vars { name "v" type { type 7 dense_tensor { tensor { } } } }.
+    let var = [
+        0x0a, 0x01, b'v', 0x12, 0x06, 0x08, 0x07, 0x1a, 0x02, 0x0a, 0x00,
+    ];
+    let mut block = vec![0x08, 0x00, 0x10, 0x00, 0x1a, var.len() as u8];
+    block.extend_from_slice(&var);
+    let mut bytes = vec![0x0a, block.len() as u8];
+    bytes.extend_from_slice(&block);
+    let e = pd_err(&bytes);
+    assert!(
+        e.contains("vars[0] (\"v\")") && e.contains("data_type"),
+        "{e}"
+    );
+    // An INT attribute without its value.
+    let mut p = program();
+    p.blocks[0].ops[0].attrs[0] = pb::op_desc::Attr {
+        name: "col".into(),
+        r#type: 0,
+        ..Default::default()
+    };
+    assert!(pd_err(&p.encode_to_vec()).contains("value field i is missing"));
+    // A value in a field its type does not use.
+    let mut p = program();
+    p.blocks[0].ops[0].attrs[0].s = Some("x".into());
+    assert!(pd_err(&p.encode_to_vec()).contains("field s is set"));
+}
+
+#[test]
+fn flatbuffers_garbage_identifier_truncation_and_offsets() {
+    let g = Graph::from_programdesc(&fixture("2.6.2/conv.pdmodel")).unwrap();
+    let fb = g.to_flatbuffers().unwrap();
+    assert!(fb_err(b"").contains("truncated"));
+    assert!(fb_err(b"abc").contains("truncated"));
+    assert!(fb_err(&fixture("2.6.2/conv.pdmodel")).contains("identifier"));
+    let mut wrong = fb.clone();
+    wrong[4..8].copy_from_slice(b"MZTC");
+    assert!(fb_err(&wrong).contains("identifier"));
+    for cut in (8..fb.len()).step_by(17) {
+        assert!(Graph::from_flatbuffers(&fb[..cut]).is_err(), "prefix {cut}");
+    }
+    // Root offset pointing outside the buffer.
+    let mut bad = fb.clone();
+    bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(fb_err(&bad).contains("verification"));
+    let mut bad = fb.clone();
+    bad[0..4].copy_from_slice(&((fb.len() as u32) - 2).to_le_bytes());
+    assert!(Graph::from_flatbuffers(&bad).is_err());
+}
+
+fn mutate(bytes: &[u8], edits: &[(usize, u8)], keep_prefix: usize) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for &(pos, val) in edits {
+        if out.len() > keep_prefix {
+            let i = keep_prefix + pos % (out.len() - keep_prefix);
+            out[i] = val;
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = Graph::from_programdesc(&bytes);
+        let _ = Graph::from_flatbuffers(&bytes);
+        let _ = modelzip::TrainingConfig::decode(&bytes);
+        let _ = modelzip::graph::dump::pbtxt(&bytes);
+        let mut with_id = bytes.clone();
+        if with_id.len() >= 8 {
+            with_id[4..8].copy_from_slice(b"MZGF");
+            let _ = Graph::from_flatbuffers(&with_id);
+            with_id[4..8].copy_from_slice(b"MZTC");
+            let _ = modelzip::TrainingConfig::decode(&with_id);
+        }
+    }
+
+    #[test]
+    fn mutated_programdesc_never_panics(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8)) {
+        let bytes = mutate(&fixture("2.6.2/mlp.pdmodel"), &edits, 0);
+        if let Ok(g) = Graph::from_programdesc(&bytes) {
+            // Whatever decodes must encode in both formats and read back equal.
+            let fb = g.to_flatbuffers().unwrap();
+            prop_assert_eq!(Graph::from_flatbuffers(&fb).unwrap(), g.clone());
+            prop_assert!(g.to_programdesc().is_ok());
+        }
+    }
+
+    #[test]
+    fn mutated_flatbuffers_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8)) {
+        let g = Graph::from_programdesc(&fixture("3.3.1/mlp.pdmodel")).unwrap();
+        let bytes = mutate(&g.to_flatbuffers().unwrap(), &edits, 8);
+        if let Ok(g) = Graph::from_flatbuffers(&bytes) {
+            let _ = g.to_programdesc();
+            let _ = modelzip::graph::dump::text(&g);
+        }
+    }
+}
