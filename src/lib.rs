@@ -24,9 +24,15 @@
 
 #![warn(missing_docs)]
 
+pub mod archive;
 pub mod error;
 pub mod paddle_proto;
 pub mod tensor;
 
+pub use archive::{
+    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, GraphEncoding, OpenOptions,
+    ParamEntry, Problem, Tag, TagBuilder, TagWriter, TensorData, TensorKind, TensorLocation,
+    UpdaterEntry, VerifyReport, WriteOptions, append_tag, compact, prune, remove_tag,
+};
 pub use error::{Error, ErrorKind, Location, Result};
 pub use tensor::{DType, Lod, Tensor, TensorView};
