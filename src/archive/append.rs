@@ -47,6 +47,7 @@ impl std::fmt::Debug for Appender {
 /// Takes the lock, rolls back any unfinished append and opens the archive.
 pub(crate) fn open_locked(path: &Path, opts: &WriteOptions) -> Result<(WriteLock, Archive)> {
     let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
+    super::durable::remove_stale_temps(path);
     journal::recover(path)?;
     let base = Archive::open_unrecovered(path, OpenOptions::default())?;
     Ok((lock, base))

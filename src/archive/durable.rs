@@ -28,6 +28,39 @@ pub(crate) fn fsync_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Random characters tempfile puts between our prefix and suffix.
+const TEMP_RAND_LEN: usize = 6;
+
+fn temp_prefix(target: &Path) -> String {
+    let stem = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(".{stem}.")
+}
+
+/// Deletes temp files a killed writer of `target` left behind. Only call with the write
+/// lock held: then no other writer of this archive is writing one.
+pub(crate) fn remove_stale_temps(target: &Path) {
+    let prefix = temp_prefix(target);
+    let Ok(rd) = std::fs::read_dir(parent_dir(target)) else {
+        return;
+    };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stale = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".tmp"))
+            .is_some_and(|mid| {
+                mid.len() == TEMP_RAND_LEN && mid.bytes().all(|b| b.is_ascii_alphanumeric())
+            });
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// A new file being written beside `target`; removed on drop unless committed.
 pub(crate) struct TempTarget {
     target: PathBuf,
@@ -38,12 +71,9 @@ impl TempTarget {
     /// Creates the temp file in the target's directory (so the rename is atomic).
     pub fn create(target: &Path) -> Result<TempTarget> {
         let dir = parent_dir(target);
-        let stem = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
         let temp = tempfile::Builder::new()
-            .prefix(&format!(".{stem}."))
+            .prefix(&temp_prefix(target))
+            .rand_bytes(TEMP_RAND_LEN)
             .suffix(".tmp")
             .tempfile_in(&dir)
             .map_err(|e| Error::from(e).in_file(&dir))?;

@@ -614,6 +614,14 @@ impl ArchiveWriter {
     pub fn create_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Self> {
         let path = path.as_ref();
         let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
+        super::durable::remove_stale_temps(path);
+        // A journal belongs to the file being replaced: settle it before the rename, so it
+        // can never be replayed onto the new archive.
+        if path.exists() {
+            super::journal::recover(path)?;
+        } else {
+            super::journal::remove(path)?;
+        }
         let temp = TempTarget::create(path)?;
         let sink: Box<dyn Write> = Box::new(temp.writer()?);
         Ok(ArchiveWriter {
