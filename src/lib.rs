@@ -27,12 +27,18 @@
 
 #![warn(missing_docs)]
 
+pub mod archive;
 pub mod error;
 pub mod graph;
 pub mod paddle_proto;
 pub mod tensor;
 pub mod variants;
 
+pub use archive::{
+    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, GraphEncoding, OpenOptions,
+    ParamEntry, Problem, Tag, TagBuilder, TagWriter, TensorData, TensorKind, TensorLocation,
+    UpdaterEntry, VerifyReport, WriteOptions, append_tag, compact, prune, remove_tag,
+};
 pub use error::{Error, ErrorKind, Location, Result};
 pub use graph::{Graph, GraphFormat, TrainingConfig};
 pub use tensor::{DType, Lod, Tensor, TensorView};

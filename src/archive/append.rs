@@ -1,0 +1,199 @@
+//! Adding tags to an existing archive, in place (with a rollback journal) or by rewriting.
+
+use super::durable::TempTarget;
+use super::fault::Budgeted;
+use super::journal;
+use super::lock::WriteLock;
+use super::reader::{Archive, OpenOptions, TAGS_TXT};
+use super::writer::{Session, TagBuilder, TagWriter, WriteOptions};
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// How a tag is added to an existing archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AppendMode {
+    /// Write the new entries over the old central directory (saved in a journal first);
+    /// the old directory and tags.txt stay behind as dead bytes until a compaction.
+    #[default]
+    InPlace,
+    /// Copy the archive to a temp file with the new tag and rename it over the original.
+    Rewrite,
+}
+
+enum Target {
+    InPlace { file: File },
+    Rewrite { temp: TempTarget },
+}
+
+/// Adds tags to an existing archive; [`Appender::finish`] makes them visible, dropping it
+/// unfinished leaves the archive as it was.
+pub struct Appender {
+    session: Option<Session>,
+    target: Option<Target>,
+    path: PathBuf,
+    _lock: WriteLock,
+}
+
+impl std::fmt::Debug for Appender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Appender")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// Takes the lock, rolls back any unfinished append and opens the archive.
+pub(crate) fn open_locked(path: &Path, opts: &WriteOptions) -> Result<(WriteLock, Archive)> {
+    let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
+    super::durable::remove_stale_temps(path);
+    journal::recover(path)?;
+    let base = Archive::open_unrecovered(path, OpenOptions::default())?;
+    Ok((lock, base))
+}
+
+impl Appender {
+    /// Opens the archive at `path` for appending with default options.
+    pub fn open(path: impl AsRef<Path>, mode: AppendMode) -> Result<Appender> {
+        Self::open_with(path, mode, &WriteOptions::default())
+    }
+
+    /// Opens the archive at `path` for appending.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        mode: AppendMode,
+        opts: &WriteOptions,
+    ) -> Result<Appender> {
+        let path = path.as_ref();
+        let (lock, base) = open_locked(path, opts)?;
+        let (session, target) = match mode {
+            AppendMode::Rewrite => {
+                let temp = TempTarget::create(path)?;
+                let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
+                for e in &base.directory().entries {
+                    if e.name != TAGS_TXT {
+                        s.copy_entry(&base, e, &e.name)?;
+                    }
+                }
+                s.adopt_base(base);
+                (s, Target::Rewrite { temp })
+            }
+            AppendMode::InPlace => {
+                let original_len = base.len_bytes();
+                let cd_offset = base.directory().cd_offset;
+                let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
+                if let Err(e) = journal::write(path, original_len, cd_offset, saved) {
+                    // The archive is untouched; a torn journal would be discarded anyway.
+                    let _ = journal::remove(path);
+                    return Err(e);
+                }
+                let opened = (|| -> std::io::Result<(File, File)> {
+                    let file = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(path)?;
+                    let mut w = file.try_clone()?;
+                    w.seek(SeekFrom::Start(cd_offset))?;
+                    Ok((file, w))
+                })();
+                let (file, w) = match opened {
+                    Ok(fw) => fw,
+                    Err(e) => {
+                        let _ = journal::remove(path);
+                        return Err(Error::from(e).in_file(path));
+                    }
+                };
+                let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
+                let mut s = Session::new(Box::new(sink), cd_offset, opts.clone());
+                s.out.entries = base
+                    .directory()
+                    .entries
+                    .iter()
+                    .filter(|e| e.name != TAGS_TXT)
+                    .cloned()
+                    .collect();
+                s.adopt_base(base);
+                (s, Target::InPlace { file })
+            }
+        };
+        Ok(Appender {
+            session: Some(session),
+            target: Some(target),
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    fn session(&mut self) -> Result<&mut Session> {
+        self.session.as_mut().ok_or_else(|| {
+            crate::ErrorKind::InvalidInput("appender already finished".into()).into()
+        })
+    }
+
+    /// Starts writing a new tag (its name must not exist yet, ignoring case).
+    pub fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
+        self.session()?.begin_tag(name)
+    }
+
+    /// Writes a whole tag held in memory.
+    pub fn add_tag(&mut self, tag: TagBuilder) -> Result<()> {
+        let w = self.session()?.begin_tag(tag.name())?;
+        tag.write_to(w)
+    }
+
+    /// Writes the new tags.txt and central directory and makes the append durable.
+    pub fn finish(mut self) -> Result<()> {
+        let path = self.path.clone();
+        self.finish_inner().map_err(|e| e.in_file(&path))
+    }
+
+    fn finish_inner(&mut self) -> Result<()> {
+        let Some(mut session) = self.session.take() else {
+            return Ok(());
+        };
+        let fsync = session.opts.fsync;
+        // Unmap the old file before its length changes.
+        drop(session.take_base());
+        let (sink, end) = session.finish()?;
+        drop(sink);
+        match self.target.take() {
+            Some(Target::Rewrite { temp }) => temp.commit(fsync),
+            Some(Target::InPlace { file }) => {
+                let done = file
+                    .set_len(end)
+                    .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
+                drop(file);
+                if let Err(e) = done {
+                    let _ = journal::recover(&self.path);
+                    return Err(e.into());
+                }
+                journal::remove(&self.path)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        drop(self.session.take());
+        if let Some(Target::InPlace { file }) = self.target.take() {
+            drop(file);
+            // Best effort: if this fails the journal stays and the next open rolls back.
+            let _ = journal::recover(&self.path);
+        }
+    }
+}
+
+/// Adds `tag` to the archive at `path`.
+pub fn append_tag(
+    path: impl AsRef<Path>,
+    tag: TagBuilder,
+    mode: AppendMode,
+    opts: &WriteOptions,
+) -> Result<()> {
+    let mut a = Appender::open_with(path, mode, opts)?;
+    a.add_tag(tag)?;
+    a.finish()
+}

@@ -1,0 +1,788 @@
+//! The zip container, just the subset modelzip needs: parsing end records, the central
+//! directory and local headers with every size checked, and writing entries sequentially.
+//!
+//! Writing is our own rather than `zip::ZipWriter` so that the exact local-header bytes
+//! are known before they are written (the payload-alignment padding depends on them), the
+//! output is one forward-only `Write` (so a failing sink can be injected in tests), and an
+//! in-place append re-emits the old central directory from what the reader parsed.
+
+use super::entry_name::check_entry_name;
+use crate::error::{Error, ErrorKind, Result};
+use std::collections::HashMap;
+use std::io::Write;
+
+const SIG_LOCAL: u32 = 0x0403_4b50;
+const SIG_CENTRAL: u32 = 0x0201_4b50;
+const SIG_EOCD: u32 = 0x0605_4b50;
+const SIG_EOCD64: u32 = 0x0606_4b50;
+const SIG_LOCATOR64: u32 = 0x0706_4b50;
+const ZIP64_EXTRA: u16 = 0x0001;
+/// The extra-field id of Android's zipalign padding (data: u16 alignment, then zeros).
+/// Readers that do not know it skip it, as the zip spec requires.
+pub const ALIGN_EXTRA: u16 = 0xd935;
+/// Alignment of tensor raw data in the file.
+pub const DATA_ALIGN: u64 = 64;
+const FLAG_ENCRYPTED: u16 = 0x0001;
+const FLAG_DESCRIPTOR: u16 = 0x0008;
+const FLAG_UTF8: u16 = 0x0800;
+const U32_MAX: u64 = 0xffff_ffff;
+
+/// Compression method: stored.
+pub const METHOD_STORED: u16 = 0;
+/// Compression method: deflate.
+pub const METHOD_DEFLATED: u16 = 8;
+
+/// One entry, as parsed from the central directory (and checked against its local header).
+#[derive(Debug, Clone)]
+pub struct ZipEntry {
+    /// Entry name (UTF-8, checked safe).
+    pub name: String,
+    /// Compression method.
+    pub method: u16,
+    /// General-purpose flags.
+    pub flags: u16,
+    /// CRC-32 of the uncompressed data.
+    pub crc32: u32,
+    /// Size of the stored bytes.
+    pub compressed_size: u64,
+    /// Size after decompression.
+    pub uncompressed_size: u64,
+    /// Offset of the local header.
+    pub header_offset: u64,
+    /// Offset of the first data byte (after the local header).
+    pub data_offset: u64,
+    /// DOS modification time.
+    pub dos_time: u16,
+    /// DOS modification date.
+    pub dos_date: u16,
+    /// Version made by (high byte: host system).
+    pub version_made_by: u16,
+    /// External attributes (Unix mode in the high 16 bits).
+    pub external_attrs: u32,
+    /// Internal attributes.
+    pub internal_attrs: u16,
+    /// Central-directory extra fields other than Zip64.
+    pub cd_extra: Vec<u8>,
+    /// Entry comment.
+    pub comment: Vec<u8>,
+}
+
+impl ZipEntry {
+    /// One past the last data byte.
+    pub fn data_end(&self) -> u64 {
+        self.data_offset.saturating_add(self.compressed_size)
+    }
+
+    /// Bytes of the file this entry occupies (local header, data, descriptor).
+    pub fn footprint(&self) -> u64 {
+        let descriptor = if self.flags & FLAG_DESCRIPTOR != 0 {
+            16
+        } else {
+            0
+        };
+        (self.data_end() - self.header_offset).saturating_add(descriptor)
+    }
+}
+
+/// The parsed central directory.
+#[derive(Debug, Clone)]
+pub struct Directory {
+    /// Entries in central-directory order.
+    pub entries: Vec<ZipEntry>,
+    /// Name -> position in `entries`.
+    pub index: HashMap<String, usize>,
+    /// Offset of the central directory; everything from here to EOF is end records.
+    pub cd_offset: u64,
+    /// Archive comment.
+    pub comment: Vec<u8>,
+}
+
+fn zip_err(msg: impl Into<String>, offset: u64) -> Error {
+    Error::new(ErrorKind::Zip(msg.into())).at_offset(offset)
+}
+
+/// Bounds-checked little-endian reads from the whole file.
+struct At<'a>(&'a [u8]);
+
+impl<'a> At<'a> {
+    fn slice(&self, offset: u64, len: u64, what: &str) -> Result<&'a [u8]> {
+        let end = offset.checked_add(len);
+        match end {
+            Some(end) if end <= self.0.len() as u64 => Ok(&self.0[offset as usize..end as usize]),
+            _ => Err(zip_err(
+                format!(
+                    "{what} at byte {offset} ({len} bytes) runs past the end of the file ({} bytes)",
+                    self.0.len()
+                ),
+                offset,
+            )),
+        }
+    }
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Finds the end-of-central-directory record: the last signature whose comment length
+/// reaches exactly to the end of the file.
+fn find_eocd(bytes: &[u8]) -> Result<usize> {
+    let len = bytes.len();
+    if len < 22 {
+        return Err(zip_err(
+            format!("file of {len} bytes is too short to be a zip archive"),
+            0,
+        ));
+    }
+    let lowest = len.saturating_sub(22 + 0xffff);
+    let mut pos = len - 22;
+    loop {
+        if u32_at(bytes, pos) == SIG_EOCD && pos + 22 + usize::from(u16_at(bytes, pos + 20)) == len
+        {
+            return Ok(pos);
+        }
+        if pos == lowest {
+            break;
+        }
+        pos -= 1;
+    }
+    Err(zip_err(
+        "no end-of-central-directory record (not a zip archive, or truncated)",
+        len as u64,
+    ))
+}
+
+/// Parses the end records and the central directory, checks every entry's name, its
+/// local header and that no two entries overlap each other or the central directory.
+pub fn parse(bytes: &[u8]) -> Result<Directory> {
+    let at = At(bytes);
+    let eocd = find_eocd(bytes)?;
+    let e = &bytes[eocd..eocd + 22];
+    let disk = u16_at(e, 4);
+    let disk_cd = u16_at(e, 6);
+    let mut count = u64::from(u16_at(e, 10));
+    let mut cd_size = u64::from(u32_at(e, 12));
+    let mut cd_offset = u64::from(u32_at(e, 16));
+    let comment = bytes[eocd + 22..].to_vec();
+    let mut cd_end = eocd as u64;
+    if disk != 0 || disk_cd != 0 {
+        return Err(zip_err(
+            "multi-disk archives are not supported",
+            eocd as u64,
+        ));
+    }
+    if eocd >= 20 && u32_at(bytes, eocd - 20) == SIG_LOCATOR64 {
+        let loc = &bytes[eocd - 20..eocd];
+        let z64_offset = u64_at(loc, 8);
+        if u32_at(loc, 4) != 0 || u32_at(loc, 16) > 1 {
+            return Err(zip_err(
+                "multi-disk archives are not supported",
+                eocd as u64 - 20,
+            ));
+        }
+        let rec = at.slice(z64_offset, 56, "zip64 end record")?;
+        if u32_at(rec, 0) != SIG_EOCD64 {
+            return Err(zip_err("bad zip64 end record signature", z64_offset));
+        }
+        if z64_offset
+            .checked_add(56)
+            .is_none_or(|e| e > eocd as u64 - 20)
+        {
+            return Err(zip_err("zip64 end record overlaps the locator", z64_offset));
+        }
+        if u32_at(rec, 16) != 0 || u32_at(rec, 20) != 0 {
+            return Err(zip_err("multi-disk archives are not supported", z64_offset));
+        }
+        count = u64_at(rec, 32);
+        cd_size = u64_at(rec, 40);
+        cd_offset = u64_at(rec, 48);
+        cd_end = z64_offset;
+    }
+    if cd_offset.checked_add(cd_size) != Some(cd_end) {
+        return Err(zip_err(
+            format!(
+                "central directory at byte {cd_offset} of {cd_size} bytes does not end where the end record starts (byte {cd_end})"
+            ),
+            cd_offset,
+        ));
+    }
+    let cd = at.slice(cd_offset, cd_size, "central directory")?;
+    if count > cd_size / 46 {
+        return Err(zip_err(
+            format!("{count} entries cannot fit in a central directory of {cd_size} bytes"),
+            cd_offset,
+        ));
+    }
+    let mut entries: Vec<ZipEntry> = Vec::with_capacity(count as usize);
+    let mut index = HashMap::with_capacity(count as usize);
+    let mut pos = 0usize;
+    for _ in 0..count {
+        let abs = cd_offset + pos as u64;
+        let entry = parse_central(cd, &mut pos).map_err(|e| e.at_offset(abs))?;
+        if index.insert(entry.name.clone(), entries.len()).is_some() {
+            return Err(
+                zip_err(format!("entry name {:?} appears twice", entry.name), abs)
+                    .in_entry(entry.name),
+            );
+        }
+        entries.push(entry);
+    }
+    if pos as u64 != cd_size {
+        return Err(zip_err(
+            format!(
+                "{} unexpected bytes after the last central directory record",
+                cd_size - pos as u64
+            ),
+            cd_offset + pos as u64,
+        ));
+    }
+    for entry in &mut entries {
+        check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
+    }
+    check_overlaps(&entries, cd_offset)?;
+    Ok(Directory {
+        entries,
+        index,
+        cd_offset,
+        comment,
+    })
+}
+
+fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
+    let rest = cd.len() - *pos;
+    if rest < 46 {
+        return Err(zip_err("truncated central directory record", 0));
+    }
+    let r = &cd[*pos..*pos + 46];
+    if u32_at(r, 0) != SIG_CENTRAL {
+        return Err(zip_err("bad central directory record signature", 0));
+    }
+    let n = usize::from(u16_at(r, 28));
+    let m = usize::from(u16_at(r, 30));
+    let k = usize::from(u16_at(r, 32));
+    if 46 + n + m + k > rest {
+        return Err(zip_err(
+            "central directory record runs past the directory",
+            0,
+        ));
+    }
+    let name_raw = &cd[*pos + 46..*pos + 46 + n];
+    let extra = &cd[*pos + 46 + n..*pos + 46 + n + m];
+    let comment = cd[*pos + 46 + n + m..*pos + 46 + n + m + k].to_vec();
+    *pos += 46 + n + m + k;
+    let name = std::str::from_utf8(name_raw)
+        .map_err(|_| {
+            zip_err(
+                format!(
+                    "entry name {:?} is not UTF-8",
+                    name_raw.escape_ascii().to_string()
+                ),
+                0,
+            )
+        })?
+        .to_string();
+    check_entry_name(&name).map_err(|e| e.in_entry(name.clone()))?;
+    let flags = u16_at(r, 8);
+    let version_made_by = u16_at(r, 4);
+    let external_attrs = u32_at(r, 38);
+    if flags & FLAG_ENCRYPTED != 0 {
+        return Err(zip_err("encrypted entries are not supported", 0).in_entry(name));
+    }
+    if version_made_by >> 8 == 3 && (external_attrs >> 16) & 0o170000 == 0o120000 {
+        return Err(Error::new(ErrorKind::UnsafeName {
+            name: name.clone(),
+            why: "symbolic link entry",
+        })
+        .in_entry(name));
+    }
+    let mut compressed_size = u64::from(u32_at(r, 20));
+    let mut uncompressed_size = u64::from(u32_at(r, 24));
+    let mut header_offset = u64::from(u32_at(r, 42));
+    let mut cd_extra = Vec::new();
+    for (id, data) in extra_fields(extra).map_err(|e| e.in_entry(name.clone()))? {
+        if id == ZIP64_EXTRA {
+            let mut p = 0;
+            let mut next = |v: &mut u64| -> Result<()> {
+                if *v == U32_MAX {
+                    let b = data.get(p..p + 8).ok_or_else(|| {
+                        zip_err("zip64 extra field is too short", 0).in_entry(name.clone())
+                    })?;
+                    *v = u64_at(b, 0);
+                    p += 8;
+                }
+                Ok(())
+            };
+            next(&mut uncompressed_size)?;
+            next(&mut compressed_size)?;
+            next(&mut header_offset)?;
+        } else {
+            cd_extra.extend_from_slice(&id.to_le_bytes());
+            cd_extra.extend_from_slice(&(data.len() as u16).to_le_bytes());
+            cd_extra.extend_from_slice(data);
+        }
+    }
+    Ok(ZipEntry {
+        name,
+        method: u16_at(r, 10),
+        flags,
+        crc32: u32_at(r, 16),
+        compressed_size,
+        uncompressed_size,
+        header_offset,
+        data_offset: 0,
+        dos_time: u16_at(r, 12),
+        dos_date: u16_at(r, 14),
+        version_made_by,
+        external_attrs,
+        internal_attrs: u16_at(r, 36),
+        cd_extra,
+        comment,
+    })
+}
+
+/// Splits an extra-field block into (id, data) pairs.
+fn extra_fields(mut b: &[u8]) -> Result<Vec<(u16, &[u8])>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 4 {
+            return Err(zip_err("truncated extra field", 0));
+        }
+        let id = u16_at(b, 0);
+        let len = usize::from(u16_at(b, 2));
+        let data = b
+            .get(4..4 + len)
+            .ok_or_else(|| zip_err("extra field runs past its block", 0))?;
+        out.push((id, data));
+        b = &b[4 + len..];
+    }
+    Ok(out)
+}
+
+fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
+    let off = e.header_offset;
+    if off.checked_add(30).is_none_or(|end| end > cd_offset) {
+        return Err(zip_err(
+            format!(
+                "local header at byte {off} lies past the central directory (byte {cd_offset})"
+            ),
+            off,
+        ));
+    }
+    let h = at.slice(off, 30, "local header")?;
+    if u32_at(h, 0) != SIG_LOCAL {
+        return Err(zip_err(
+            format!("no local header signature at byte {off}"),
+            off,
+        ));
+    }
+    let n = u64::from(u16_at(h, 26));
+    let m = u64::from(u16_at(h, 28));
+    let name = at.slice(off + 30, n, "local header name")?;
+    if name != e.name.as_bytes() {
+        return Err(zip_err(
+            format!(
+                "local header name {:?} differs from the central directory",
+                name.escape_ascii().to_string()
+            ),
+            off,
+        ));
+    }
+    let method = u16_at(h, 8);
+    if method != e.method {
+        return Err(zip_err(
+            format!(
+                "local header method {method} differs from the central directory's {}",
+                e.method
+            ),
+            off,
+        ));
+    }
+    let extra = at.slice(off + 30 + n, m, "local extra field")?;
+    let flags = u16_at(h, 6);
+    if flags & FLAG_DESCRIPTOR == 0 && e.flags & FLAG_DESCRIPTOR == 0 {
+        let crc = u32_at(h, 14);
+        let mut csize = u64::from(u32_at(h, 18));
+        let mut usize_ = u64::from(u32_at(h, 22));
+        let zip64 = if csize == U32_MAX || usize_ == U32_MAX {
+            extra_fields(extra)?
+                .into_iter()
+                .find(|(id, d)| *id == ZIP64_EXTRA && d.len() >= 16)
+        } else {
+            None
+        };
+        if let Some((_, d)) = zip64 {
+            usize_ = u64_at(d, 0);
+            csize = u64_at(d, 8);
+        }
+        if crc != e.crc32 || csize != e.compressed_size || usize_ != e.uncompressed_size {
+            return Err(zip_err(
+                format!(
+                    "local header (crc {crc:08x}, sizes {csize}/{usize_}) differs from the central directory (crc {:08x}, sizes {}/{})",
+                    e.crc32, e.compressed_size, e.uncompressed_size
+                ),
+                off,
+            ));
+        }
+    }
+    if e.method == METHOD_STORED && e.compressed_size != e.uncompressed_size {
+        return Err(zip_err(
+            format!(
+                "stored entry has compressed size {} but uncompressed size {}",
+                e.compressed_size, e.uncompressed_size
+            ),
+            off,
+        ));
+    }
+    e.data_offset = off + 30 + n + m;
+    match e.data_offset.checked_add(e.compressed_size) {
+        Some(end) if end <= cd_offset => Ok(()),
+        _ => Err(zip_err(
+            format!(
+                "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
+                e.compressed_size, e.data_offset
+            ),
+            e.data_offset,
+        )),
+    }
+}
+
+fn check_overlaps(entries: &[ZipEntry], cd_offset: u64) -> Result<()> {
+    let mut order: Vec<&ZipEntry> = entries.iter().collect();
+    order.sort_by_key(|e| e.header_offset);
+    for w in order.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let a_end = if a.flags & FLAG_DESCRIPTOR != 0 {
+            a.data_end().saturating_add(12)
+        } else {
+            a.data_end()
+        };
+        if a_end > b.header_offset {
+            return Err(zip_err(
+                format!(
+                    "entries {:?} (bytes {}..{}) and {:?} (from byte {}) overlap",
+                    a.name, a.header_offset, a_end, b.name, b.header_offset
+                ),
+                b.header_offset,
+            )
+            .in_entry(b.name.clone()));
+        }
+    }
+    let _ = cd_offset;
+    Ok(())
+}
+
+/// Writes a zip archive front to back: local headers and data as entries are added,
+/// then the central directory and end records. Positions are relative to the file start
+/// (`start` is where the writer begins, non-zero for an in-place append).
+pub struct ZipOut<W: Write> {
+    w: W,
+    pos: u64,
+    /// Entries that go into the central directory, in order.
+    pub entries: Vec<ZipEntry>,
+    dos_time: u16,
+    dos_date: u16,
+}
+
+impl<W: Write> ZipOut<W> {
+    /// A writer whose first byte lands at file offset `start`.
+    pub fn new(w: W, start: u64) -> Self {
+        let (dos_date, dos_time) = super::time::dos_now();
+        ZipOut {
+            w,
+            pos: start,
+            entries: Vec::new(),
+            dos_time,
+            dos_date,
+        }
+    }
+
+    fn put(&mut self, b: &[u8]) -> Result<()> {
+        self.w.write_all(b)?;
+        self.pos += b.len() as u64;
+        Ok(())
+    }
+
+    /// Writes a local header and `data` (already compressed when `method` is deflate).
+    /// With `align_after = Some(h)`, pads the local extra field so that the byte `h`
+    /// bytes into the data lies at a multiple of [`DATA_ALIGN`]. `template` supplies the
+    /// metadata of a copied entry (time, attributes, comment).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_entry(
+        &mut self,
+        name: &str,
+        method: u16,
+        crc32: u32,
+        uncompressed_size: u64,
+        data: &[&[u8]],
+        align_after: Option<u64>,
+        template: Option<&ZipEntry>,
+    ) -> Result<ZipEntry> {
+        let compressed_size: u64 = data.iter().map(|d| d.len() as u64).sum();
+        let zip64 = compressed_size >= U32_MAX || uncompressed_size >= U32_MAX;
+        let header_offset = self.pos;
+        let mut extra = Vec::new();
+        if zip64 {
+            extra.extend_from_slice(&ZIP64_EXTRA.to_le_bytes());
+            extra.extend_from_slice(&16u16.to_le_bytes());
+            extra.extend_from_slice(&uncompressed_size.to_le_bytes());
+            extra.extend_from_slice(&compressed_size.to_le_bytes());
+        }
+        if let Some(h) = align_after {
+            let base = header_offset + 30 + name.len() as u64 + extra.len() as u64 + 6 + h;
+            let pad = (DATA_ALIGN - base % DATA_ALIGN) % DATA_ALIGN;
+            extra.extend_from_slice(&ALIGN_EXTRA.to_le_bytes());
+            extra.extend_from_slice(&(2 + pad as u16).to_le_bytes());
+            extra.extend_from_slice(&(DATA_ALIGN as u16).to_le_bytes());
+            extra.resize(extra.len() + pad as usize, 0);
+        }
+        if 30 + name.len() + extra.len() > usize::from(u16::MAX) {
+            return Err(ErrorKind::InvalidInput(format!("entry name {name:?} is too long")).into());
+        }
+        let mut h = Vec::with_capacity(30 + name.len() + extra.len());
+        h.extend_from_slice(&SIG_LOCAL.to_le_bytes());
+        h.extend_from_slice(&(if zip64 { 45u16 } else { 20u16 }).to_le_bytes());
+        h.extend_from_slice(&FLAG_UTF8.to_le_bytes());
+        h.extend_from_slice(&method.to_le_bytes());
+        let (t, d) = template.map_or((self.dos_time, self.dos_date), |e| (e.dos_time, e.dos_date));
+        h.extend_from_slice(&t.to_le_bytes());
+        h.extend_from_slice(&d.to_le_bytes());
+        h.extend_from_slice(&crc32.to_le_bytes());
+        let (c32, u32_) = if zip64 {
+            (U32_MAX as u32, U32_MAX as u32)
+        } else {
+            (compressed_size as u32, uncompressed_size as u32)
+        };
+        h.extend_from_slice(&c32.to_le_bytes());
+        h.extend_from_slice(&u32_.to_le_bytes());
+        h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+        h.extend_from_slice(name.as_bytes());
+        h.extend_from_slice(&extra);
+        self.put(&h)?;
+        let data_offset = self.pos;
+        for part in data {
+            self.put(part)?;
+        }
+        let entry = ZipEntry {
+            name: name.to_string(),
+            method,
+            flags: FLAG_UTF8,
+            crc32,
+            compressed_size,
+            uncompressed_size,
+            header_offset,
+            data_offset,
+            dos_time: t,
+            dos_date: d,
+            version_made_by: template.map_or(0x031e, |e| e.version_made_by),
+            external_attrs: template.map_or(0o100644 << 16, |e| e.external_attrs),
+            internal_attrs: template.map_or(0, |e| e.internal_attrs),
+            cd_extra: template.map_or_else(Vec::new, |e| e.cd_extra.clone()),
+            comment: template.map_or_else(Vec::new, |e| e.comment.clone()),
+        };
+        self.entries.push(entry.clone());
+        Ok(entry)
+    }
+
+    /// Writes an entry from uncompressed bytes: stored, or deflated when `deflate`.
+    pub fn write_bytes(&mut self, name: &str, bytes: &[u8], deflate: bool) -> Result<ZipEntry> {
+        let crc = crc32fast::hash(bytes);
+        if deflate {
+            let mut enc =
+                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+            enc.write_all(bytes)?;
+            let z = enc.finish()?;
+            self.write_entry(
+                name,
+                METHOD_DEFLATED,
+                crc,
+                bytes.len() as u64,
+                &[&z],
+                None,
+                None,
+            )
+        } else {
+            self.write_entry(
+                name,
+                METHOD_STORED,
+                crc,
+                bytes.len() as u64,
+                &[bytes],
+                None,
+                None,
+            )
+        }
+    }
+
+    /// Writes the central directory and end records; returns the sink and the end offset.
+    pub fn finish(mut self, comment: &[u8]) -> Result<(W, u64)> {
+        let cd_offset = self.pos;
+        let entries = std::mem::take(&mut self.entries);
+        let mut buf = Vec::with_capacity(64 * 1024);
+        for e in &entries {
+            write_central(&mut buf, e);
+            if buf.len() >= 64 * 1024 {
+                self.put(&buf)?;
+                buf.clear();
+            }
+        }
+        self.put(&buf)?;
+        let cd_size = self.pos - cd_offset;
+        let count = entries.len() as u64;
+        let mut end = Vec::new();
+        let zip64 = count >= 0xffff || cd_size >= U32_MAX || cd_offset >= U32_MAX;
+        if zip64 {
+            let z64_offset = self.pos;
+            end.extend_from_slice(&SIG_EOCD64.to_le_bytes());
+            end.extend_from_slice(&44u64.to_le_bytes());
+            end.extend_from_slice(&45u16.to_le_bytes());
+            end.extend_from_slice(&45u16.to_le_bytes());
+            end.extend_from_slice(&0u32.to_le_bytes());
+            end.extend_from_slice(&0u32.to_le_bytes());
+            end.extend_from_slice(&count.to_le_bytes());
+            end.extend_from_slice(&count.to_le_bytes());
+            end.extend_from_slice(&cd_size.to_le_bytes());
+            end.extend_from_slice(&cd_offset.to_le_bytes());
+            end.extend_from_slice(&SIG_LOCATOR64.to_le_bytes());
+            end.extend_from_slice(&0u32.to_le_bytes());
+            end.extend_from_slice(&z64_offset.to_le_bytes());
+            end.extend_from_slice(&1u32.to_le_bytes());
+        }
+        let comment = &comment[..comment.len().min(0xffff)];
+        end.extend_from_slice(&SIG_EOCD.to_le_bytes());
+        end.extend_from_slice(&0u16.to_le_bytes());
+        end.extend_from_slice(&0u16.to_le_bytes());
+        let c16 = count.min(0xffff) as u16;
+        end.extend_from_slice(&c16.to_le_bytes());
+        end.extend_from_slice(&c16.to_le_bytes());
+        end.extend_from_slice(&(cd_size.min(U32_MAX) as u32).to_le_bytes());
+        end.extend_from_slice(&(cd_offset.min(U32_MAX) as u32).to_le_bytes());
+        end.extend_from_slice(&(comment.len() as u16).to_le_bytes());
+        end.extend_from_slice(comment);
+        self.put(&end)?;
+        self.w.flush()?;
+        Ok((self.w, self.pos))
+    }
+}
+
+fn write_central(buf: &mut Vec<u8>, e: &ZipEntry) {
+    let mut z64 = Vec::new();
+    let usize_ = if e.uncompressed_size >= U32_MAX {
+        z64.extend_from_slice(&e.uncompressed_size.to_le_bytes());
+        U32_MAX as u32
+    } else {
+        e.uncompressed_size as u32
+    };
+    let csize = if e.compressed_size >= U32_MAX {
+        z64.extend_from_slice(&e.compressed_size.to_le_bytes());
+        U32_MAX as u32
+    } else {
+        e.compressed_size as u32
+    };
+    let offset = if e.header_offset >= U32_MAX {
+        z64.extend_from_slice(&e.header_offset.to_le_bytes());
+        U32_MAX as u32
+    } else {
+        e.header_offset as u32
+    };
+    let mut extra = Vec::new();
+    if !z64.is_empty() {
+        extra.extend_from_slice(&ZIP64_EXTRA.to_le_bytes());
+        extra.extend_from_slice(&(z64.len() as u16).to_le_bytes());
+        extra.extend_from_slice(&z64);
+    }
+    let room = 0xffff - extra.len();
+    if e.cd_extra.len() <= room {
+        extra.extend_from_slice(&e.cd_extra);
+    }
+    let needed: u16 = if z64.is_empty() { 20 } else { 45 };
+    buf.extend_from_slice(&SIG_CENTRAL.to_le_bytes());
+    buf.extend_from_slice(
+        &(e.version_made_by & 0xff00 | (e.version_made_by & 0xff).max(needed)).to_le_bytes(),
+    );
+    buf.extend_from_slice(&needed.to_le_bytes());
+    buf.extend_from_slice(&e.flags.to_le_bytes());
+    buf.extend_from_slice(&e.method.to_le_bytes());
+    buf.extend_from_slice(&e.dos_time.to_le_bytes());
+    buf.extend_from_slice(&e.dos_date.to_le_bytes());
+    buf.extend_from_slice(&e.crc32.to_le_bytes());
+    buf.extend_from_slice(&csize.to_le_bytes());
+    buf.extend_from_slice(&usize_.to_le_bytes());
+    buf.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
+    buf.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+    buf.extend_from_slice(&(e.comment.len().min(0xffff) as u16).to_le_bytes());
+    buf.extend_from_slice(&0u16.to_le_bytes());
+    buf.extend_from_slice(&e.internal_attrs.to_le_bytes());
+    buf.extend_from_slice(&e.external_attrs.to_le_bytes());
+    buf.extend_from_slice(&offset.to_le_bytes());
+    buf.extend_from_slice(e.name.as_bytes());
+    buf.extend_from_slice(&extra);
+    buf.extend_from_slice(&e.comment[..e.comment.len().min(0xffff)]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_alignment() {
+        let mut out = ZipOut::new(Vec::new(), 0);
+        out.write_bytes("a.txt", b"hello hello hello", true)
+            .unwrap();
+        let e = out
+            .write_entry(
+                "t/params/0.lodtensor",
+                0,
+                crc32fast::hash(b"xyzw"),
+                4,
+                &[b"xy", b"zw"],
+                Some(2),
+                None,
+            )
+            .unwrap();
+        assert_eq!((e.data_offset + 2) % 64, 0);
+        let (bytes, end) = out.finish(b"").unwrap();
+        assert_eq!(end, bytes.len() as u64);
+        let dir = parse(&bytes).unwrap();
+        assert_eq!(dir.entries.len(), 2);
+        let e = &dir.entries[dir.index["t/params/0.lodtensor"]];
+        assert_eq!(
+            &bytes[e.data_offset as usize..e.data_end() as usize],
+            b"xyzw"
+        );
+    }
+
+    #[test]
+    fn hostile_headers_are_refused() {
+        let mut out = ZipOut::new(Vec::new(), 0);
+        out.write_bytes("a", b"abc", false).unwrap();
+        let (good, _) = out.finish(b"").unwrap();
+        // Truncation anywhere must error, never panic.
+        for cut in 0..good.len() {
+            let _ = parse(&good[..cut]);
+        }
+        // Any single-byte corruption must error or parse, never panic.
+        for i in 0..good.len() {
+            let mut b = good.clone();
+            b[i] ^= 0xff;
+            let _ = parse(&b);
+        }
+        // Local name differing from the central directory.
+        let mut b = good.clone();
+        b[30] = b'b';
+        assert!(
+            parse(&b)
+                .unwrap_err()
+                .to_string()
+                .contains("local header name")
+        );
+    }
+}

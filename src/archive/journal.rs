@@ -1,0 +1,148 @@
+//! The rollback journal of an in-place append, `<archive>.journal`.
+//!
+//! An in-place append writes over the archive's old end (central directory and end
+//! records) before it writes the new ones, so the bytes it overwrites are saved first:
+//!
+//! ```text
+//! magic         8 bytes  "MZJRNL01"
+//! original_len  u64 LE   archive length before the append
+//! offset        u64 LE   where the saved bytes go back (the old central directory offset)
+//! saved_len     u64 LE   = original_len - offset
+//! saved         saved_len bytes: the archive's bytes offset..original_len
+//! checksum      32 bytes SHA-256 of everything above
+//! ```
+//!
+//! The journal is written and fsynced (and its directory fsynced) before the archive is
+//! touched, and deleted after the finished archive is fsynced. Whoever finds a journal,
+//! holding the write lock, rolls back: a valid one is replayed (saved bytes written back,
+//! file truncated to `original_len`, fsynced) and deleted; one with a bad checksum was cut
+//! short while being written, before the archive was touched, and is just deleted.
+
+use super::durable::fsync_dir;
+use super::fault::Budgeted;
+use super::lock::sidecar;
+use crate::error::{Error, ErrorKind, Result};
+use sha2::Digest;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"MZJRNL01";
+const HEADER: usize = 8 + 24;
+/// Largest journal read back (the saved region is one central directory).
+const MAX_JOURNAL: u64 = 4 << 30;
+
+/// Path of the journal of the archive at `path`.
+pub(crate) fn journal_path(path: &Path) -> PathBuf {
+    sidecar(path, ".journal")
+}
+
+/// Writes and fsyncs the journal saving `saved` (the archive's bytes from `offset` to
+/// `original_len`). Must complete before the archive is modified.
+pub(crate) fn write(path: &Path, original_len: u64, offset: u64, saved: &[u8]) -> Result<()> {
+    let jp = journal_path(path);
+    let mut head = Vec::with_capacity(HEADER);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&original_len.to_le_bytes());
+    head.extend_from_slice(&offset.to_le_bytes());
+    head.extend_from_slice(&(saved.len() as u64).to_le_bytes());
+    let mut h = sha2::Sha256::new();
+    h.update(&head);
+    h.update(saved);
+    let sum = h.finalize();
+    let file = File::create(&jp).map_err(|e| Error::from(e).in_file(&jp))?;
+    let mut w = BufWriter::new(Budgeted(file));
+    let res = (|| -> std::io::Result<File> {
+        w.write_all(&head)?;
+        w.write_all(saved)?;
+        w.write_all(&sum)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?.0;
+        f.sync_all()?;
+        Ok(f)
+    })();
+    res.map_err(|e| Error::from(e).in_file(&jp))?;
+    fsync_dir(&jp)
+}
+
+/// Deletes the journal after a finished append and fsyncs the directory.
+pub(crate) fn remove(path: &Path) -> Result<()> {
+    let jp = journal_path(path);
+    match std::fs::remove_file(&jp) {
+        Ok(()) => fsync_dir(&jp),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::from(e).in_file(&jp)),
+    }
+}
+
+/// A decoded, checksum-verified journal.
+struct Journal {
+    original_len: u64,
+    offset: u64,
+    saved: Vec<u8>,
+}
+
+fn read_journal(jp: &Path) -> Result<Option<Journal>> {
+    let mut f = File::open(jp).map_err(|e| Error::from(e).in_file(jp))?;
+    let len = f.metadata()?.len();
+    if len > MAX_JOURNAL {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "journal size",
+            size: len,
+            limit: MAX_JOURNAL,
+        })
+        .in_file(jp));
+    }
+    let mut b = Vec::with_capacity(len as usize);
+    f.read_to_end(&mut b)?;
+    if b.len() < HEADER + 32 || &b[..8] != MAGIC {
+        return Ok(None);
+    }
+    let (body, sum) = b.split_at(b.len() - 32);
+    if sha2::Sha256::digest(body).as_slice() != sum {
+        return Ok(None);
+    }
+    let word = |i: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&body[i..i + 8]);
+        u64::from_le_bytes(a)
+    };
+    let (original_len, offset, saved_len) = (word(8), word(16), word(24));
+    if saved_len != (body.len() - HEADER) as u64
+        || offset.checked_add(saved_len) != Some(original_len)
+    {
+        return Ok(None);
+    }
+    Ok(Some(Journal {
+        original_len,
+        offset,
+        saved: body[HEADER..].to_vec(),
+    }))
+}
+
+/// Rolls back an unfinished in-place append of the archive at `path`, if its journal is
+/// there; the caller holds the write lock. Returns true when bytes were restored.
+pub(crate) fn recover(path: &Path) -> Result<bool> {
+    let jp = journal_path(path);
+    if !jp.exists() {
+        return Ok(false);
+    }
+    let Some(j) = read_journal(&jp)? else {
+        // Cut short while being written: the archive was not touched yet.
+        remove(path)?;
+        return Ok(false);
+    };
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::from(e).in_file(path))?;
+    let res = (|| -> std::io::Result<()> {
+        let mut w = Budgeted(&file);
+        w.seek(SeekFrom::Start(j.offset))?;
+        w.write_all(&j.saved)?;
+        file.set_len(j.original_len)?;
+        file.sync_all()
+    })();
+    res.map_err(|e| Error::from(e).in_file(path))?;
+    remove(path)?;
+    Ok(true)
+}

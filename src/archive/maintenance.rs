@@ -1,0 +1,263 @@
+//! Removing tags, pruning old ones and compacting: atomic rewrites that never lose a
+//! tensor a kept tag references.
+
+use super::append::open_locked;
+use super::durable::TempTarget;
+use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
+use super::text::{self, ParamRef};
+use super::writer::{Session, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+/// Sizes before and after a compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactReport {
+    /// File size before.
+    pub before: u64,
+    /// File size after.
+    pub after: u64,
+}
+
+/// Removes tag `name` (ASCII case ignored). Files of it that other tags reference move
+/// into the oldest such tag.
+pub fn remove_tag(path: impl AsRef<Path>, name: &str) -> Result<()> {
+    remove_tag_with(path, name, &WriteOptions::default())
+}
+
+/// [`remove_tag`] with options.
+pub fn remove_tag_with(path: impl AsRef<Path>, name: &str, opts: &WriteOptions) -> Result<()> {
+    let path = path.as_ref();
+    rewrite(path, opts, |a| {
+        a.canonical_tag(name)
+            .map(|t| vec![t.to_string()])
+            .ok_or_else(|| ErrorKind::TagNotFound(name.to_string()).into())
+    })
+    .map(|_| ())
+}
+
+/// Keeps the newest `keep_newest` tags and removes the others; returns the removed names.
+pub fn prune(path: impl AsRef<Path>, keep_newest: usize) -> Result<Vec<String>> {
+    prune_with(path, keep_newest, &WriteOptions::default())
+}
+
+/// [`prune`] with options.
+pub fn prune_with(
+    path: impl AsRef<Path>,
+    keep_newest: usize,
+    opts: &WriteOptions,
+) -> Result<Vec<String>> {
+    let path = path.as_ref();
+    let mut removed = Vec::new();
+    rewrite(path, opts, |a| {
+        let n = a.tags().len().saturating_sub(keep_newest);
+        removed = a.tags()[..n].to_vec();
+        Ok(removed.clone())
+    })?;
+    Ok(removed)
+}
+
+/// Rewrites the archive without the dead bytes in-place appends leave behind.
+pub fn compact(path: impl AsRef<Path>) -> Result<CompactReport> {
+    compact_with(path, &WriteOptions::default())
+}
+
+/// [`compact`] with options.
+pub fn compact_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<CompactReport> {
+    rewrite(path.as_ref(), opts, |_| Ok(Vec::new()))
+}
+
+/// Rewrites the archive without the tags `choose` returns (canonical names).
+fn rewrite(
+    path: &Path,
+    opts: &WriteOptions,
+    choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
+) -> Result<CompactReport> {
+    let run = || -> Result<CompactReport> {
+        let (_lock, base) = open_locked(path, opts)?;
+        let removed = choose(&base)?;
+        let before = base.len_bytes();
+        let plan = Plan::make(&base, &removed)?;
+        let temp = TempTarget::create(path)?;
+        let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
+        let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        for e in &base.directory().entries {
+            if e.name == TAGS_TXT {
+                continue;
+            }
+            if let Some((top, _)) = e.name.split_once('/')
+                && removed_set.contains(top)
+            {
+                continue;
+            }
+            match plan.replaced.get(&e.name) {
+                Some(bytes) => {
+                    s.write_text(&e.name, bytes)?;
+                }
+                None => s.copy_entry(&base, e, &e.name)?,
+            }
+        }
+        for (from, to) in &plan.copies {
+            let e = base.entry(from).ok_or_else(|| {
+                Error::new(ErrorKind::MissingEntry(from.clone())).in_entry(from.clone())
+            })?;
+            s.copy_entry(&base, e, to)?;
+        }
+        s.tags = plan.kept;
+        s.comment = base.directory().comment.clone();
+        drop(base);
+        let (sink, after) = s.finish()?;
+        drop(sink);
+        temp.commit(opts.fsync)?;
+        Ok(CompactReport { before, after })
+    };
+    run().map_err(|e| e.in_file(path))
+}
+
+/// What a rewrite changes: files re-homed from removed tags into kept ones, and the
+/// text files of kept tags rewritten to match.
+struct Plan {
+    kept: Vec<String>,
+    /// (source entry, new entry) of each re-homed tensor file.
+    copies: Vec<(String, String)>,
+    /// New content of existing entries (params.txt, updater.txt, sha256sums.txt).
+    replaced: HashMap<String, Vec<u8>>,
+}
+
+type FileKey = (String, TensorKind, u64);
+
+impl Plan {
+    fn make(base: &Archive, removed: &[String]) -> Result<Plan> {
+        let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        let kept: Vec<String> = base
+            .tags()
+            .iter()
+            .filter(|t| !removed_set.contains(t.as_str()))
+            .cloned()
+            .collect();
+        let mut plan = Plan {
+            kept: kept.clone(),
+            copies: Vec::new(),
+            replaced: HashMap::new(),
+        };
+        if removed.is_empty() {
+            return Ok(plan);
+        }
+        let tags = kept
+            .iter()
+            .map(|t| base.tag(t))
+            .collect::<Result<Vec<_>>>()?;
+        // New homes, oldest referencing kept tag first.
+        let mut moves: HashMap<FileKey, (String, u64)> = HashMap::new();
+        let mut next: HashMap<(String, TensorKind), u64> = HashMap::new();
+        let mut added_files: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for tag in &tags {
+            let locs = tag
+                .params()
+                .iter()
+                .map(|p| &p.location)
+                .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+            for loc in locs {
+                if !removed_set.contains(loc.tag.as_str()) {
+                    continue;
+                }
+                let key = (loc.tag.clone(), loc.kind, loc.index);
+                if moves.contains_key(&key) {
+                    continue;
+                }
+                let owner = tag.name().to_string();
+                let n = next
+                    .entry((owner.clone(), loc.kind))
+                    .or_insert_with(|| first_free_index(base, &owner, loc.kind));
+                let index = *n;
+                *n += 1;
+                let rel = format!("{}/{index}.lodtensor", loc.kind.dir());
+                let to = format!("{owner}/{rel}");
+                let hash = sha256_hex(&base.entry_bytes(&loc.entry)?);
+                added_files
+                    .entry(owner.clone())
+                    .or_default()
+                    .push((hash, rel));
+                plan.copies.push((loc.entry.clone(), to));
+                moves.insert(key, (owner, index));
+            }
+        }
+        for tag in &tags {
+            let me = tag.name();
+            let new_ref = |loc: &TensorLocation| -> ParamRef {
+                let (owner, index) = moves
+                    .get(&(loc.tag.clone(), loc.kind, loc.index))
+                    .cloned()
+                    .unwrap_or_else(|| (loc.tag.clone(), loc.index));
+                ParamRef {
+                    tag: (owner != me).then_some(owner),
+                    index,
+                }
+            };
+            let touched = |locs: &mut dyn Iterator<Item = &TensorLocation>| {
+                locs.filter(|l| removed_set.contains(l.tag.as_str()))
+                    .count()
+                    > 0
+            };
+            let mut changed: Vec<(String, Vec<u8>)> = Vec::new();
+            if touched(&mut tag.params().iter().map(|p| &p.location)) {
+                let rows: Vec<(String, Vec<ParamRef>)> = tag
+                    .params()
+                    .iter()
+                    .map(|p| (p.name.clone(), vec![new_ref(&p.location)]))
+                    .collect();
+                let txt = text::render_table(rows.iter().map(|(n, r)| (n.as_str(), r.as_slice())));
+                changed.push(("params.txt".into(), txt.into_bytes()));
+            }
+            if touched(&mut tag.updater().iter().flat_map(|u| u.arrays.iter())) {
+                let rows: Vec<(String, Vec<ParamRef>)> = tag
+                    .updater()
+                    .iter()
+                    .map(|u| (u.name.clone(), u.arrays.iter().map(new_ref).collect()))
+                    .collect();
+                let txt = text::render_table(rows.iter().map(|(n, r)| (n.as_str(), r.as_slice())));
+                changed.push(("updater.txt".into(), txt.into_bytes()));
+            }
+            let new_files = added_files.remove(me).unwrap_or_default();
+            if changed.is_empty() && new_files.is_empty() {
+                continue;
+            }
+            let sums_name = format!("{me}/sha256sums.txt");
+            let mut sums = match base.entry(&sums_name) {
+                Some(_) => Some(text::parse_sums(
+                    &base.entry_bytes(&sums_name)?,
+                    &sums_name,
+                )?),
+                None => None,
+            };
+            for (rel, bytes) in changed {
+                if let Some(sums) = sums.as_mut() {
+                    let h = sha256_hex(&bytes);
+                    match sums.iter_mut().find(|(_, p)| *p == rel) {
+                        Some(row) => row.0 = h,
+                        None => sums.push((h, rel.clone())),
+                    }
+                }
+                plan.replaced.insert(format!("{me}/{rel}"), bytes);
+            }
+            if let Some(mut sums) = sums {
+                sums.extend(new_files);
+                plan.replaced
+                    .insert(sums_name, text::render_sums(&sums).into_bytes());
+            }
+        }
+        Ok(plan)
+    }
+}
+
+/// One past the highest own file number of `tag` of that kind.
+fn first_free_index(base: &Archive, tag: &str, kind: TensorKind) -> u64 {
+    let prefix = format!("{tag}/{}/", kind.dir());
+    base.entry_names()
+        .filter_map(|n| n.strip_prefix(&prefix))
+        .filter_map(|r| r.strip_suffix(".lodtensor"))
+        .filter_map(|n| text::parse_index(n).ok())
+        .map(|n| n.saturating_add(1))
+        .max()
+        .unwrap_or(0)
+}

@@ -1,0 +1,817 @@
+//! Reading archives: [`Archive`] over a memory map or a buffer, and one [`Tag`] of it.
+
+use super::container::{self, Directory, METHOD_DEFLATED, METHOD_STORED, ZipEntry};
+use super::journal;
+use super::lock::sidecar;
+use super::text::{self, ParamRef};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::{Tensor, TensorView, decode_tensor};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Name of the tag list entry.
+pub const TAGS_TXT: &str = "tags.txt";
+
+/// Limits applied while reading an archive.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Largest size a deflated entry may inflate to (default 4 GiB).
+    pub max_inflated_size: u64,
+    /// Largest tags.txt accepted (default 16 MiB).
+    pub max_tags_txt_size: u64,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            max_inflated_size: 4 << 30,
+            max_tags_txt_size: 16 << 20,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The default limits.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the largest size a deflated entry may inflate to.
+    pub fn max_inflated_size(mut self, limit: u64) -> Self {
+        self.max_inflated_size = limit;
+        self
+    }
+
+    /// Opens the archive at `path` with these limits (see [`Archive::open`]).
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Archive> {
+        let path = path.as_ref();
+        let jpath = sidecar(path, ".journal");
+        if jpath.exists() {
+            recover_for_reader(path)?;
+        }
+        match Archive::open_unrecovered(path, self.clone()) {
+            Ok(a) => Ok(a),
+            // A writer may have started an in-place append after the check above.
+            Err(e) if jpath.exists() => {
+                recover_for_reader(path).map_err(|_| e)?;
+                Archive::open_unrecovered(path, self.clone())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads a whole archive from `r` into memory (see [`Archive::from_reader`]).
+    pub fn from_reader<R: Read + Seek>(&self, mut r: R) -> Result<Archive> {
+        let len = r.seek(SeekFrom::End(0))?;
+        r.seek(SeekFrom::Start(0))?;
+        let len = usize::try_from(len).map_err(|_| {
+            Error::new(ErrorKind::LimitExceeded {
+                what: "archive size",
+                size: len,
+                limit: usize::MAX as u64,
+            })
+        })?;
+        // u64 words so that tensor data keeps up to 8-byte alignment in memory.
+        let mut words = vec![0u64; len.div_ceil(8)];
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        r.read_exact(&mut buf[..len])?;
+        Archive::from_backing(Backing::Owned(words, len), None, self.clone())
+    }
+}
+
+/// Takes the write lock and rolls back an unfinished in-place append.
+fn recover_for_reader(path: &Path) -> Result<()> {
+    let unfinished = || {
+        Error::new(ErrorKind::InvalidInput(
+            "archive has an unfinished append; open it writable once to roll back".into(),
+        ))
+        .in_file(path)
+    };
+    let _lock = super::lock::WriteLock::acquire(path, true).map_err(|_| unfinished())?;
+    journal::recover(path).map_err(|_| unfinished())?;
+    Ok(())
+}
+
+enum Backing {
+    Map(memmap2::Mmap),
+    Owned(Vec<u64>, usize),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Owned(w, len) => &bytemuck::cast_slice(w)[..*len],
+        }
+    }
+}
+
+/// An open archive: its central directory and tag list, with tensors read on demand.
+pub struct Archive {
+    backing: Backing,
+    dir: Directory,
+    tags: Vec<String>,
+    path: Option<PathBuf>,
+    opts: OpenOptions,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive")
+            .field("path", &self.path)
+            .field("tags", &self.tags)
+            .field("entries", &self.dir.entries.len())
+            .finish()
+    }
+}
+
+/// Which graph encoding a tag holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphEncoding {
+    /// `graph.fb`: the FlatBuffers graph schema.
+    FlatBuffers,
+    /// `graph.pdmodel`: a Paddle ProgramDesc protobuf.
+    ProgramDesc,
+}
+
+impl GraphEncoding {
+    /// The file name inside a tag directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            GraphEncoding::FlatBuffers => "graph.fb",
+            GraphEncoding::ProgramDesc => "graph.pdmodel",
+        }
+    }
+}
+
+/// Whether a tensor file is a parameter or updater state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TensorKind {
+    /// `<tag>/params/N.lodtensor`.
+    Params,
+    /// `<tag>/updater/N.lodtensor`.
+    Updater,
+}
+
+impl TensorKind {
+    /// The directory name inside a tag.
+    pub fn dir(self) -> &'static str {
+        match self {
+            TensorKind::Params => "params",
+            TensorKind::Updater => "updater",
+        }
+    }
+}
+
+/// Where a tensor lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorLocation {
+    /// The owning tag, spelled as in tags.txt.
+    pub tag: String,
+    /// Params or updater.
+    pub kind: TensorKind,
+    /// The file number.
+    pub index: u64,
+    /// The full zip entry name.
+    pub entry: String,
+    /// True when the file is owned by a tag other than the one that lists it.
+    pub shared: bool,
+}
+
+/// One line of params.txt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamEntry {
+    /// Parameter name (decoded).
+    pub name: String,
+    /// Its tensor file.
+    pub location: TensorLocation,
+}
+
+/// One line of updater.txt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdaterEntry {
+    /// Parameter name (decoded).
+    pub name: String,
+    /// Its state arrays, in order.
+    pub arrays: Vec<TensorLocation>,
+}
+
+/// A tensor read from an archive: borrowed from the map when stored, else owned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorData<'a> {
+    /// Zero-copy view into the archive's bytes.
+    Mapped(TensorView<'a>),
+    /// Decompressed copy.
+    Owned(Tensor),
+}
+
+impl TensorData<'_> {
+    /// A view of the tensor.
+    pub fn view(&self) -> TensorView<'_> {
+        match self {
+            TensorData::Mapped(v) => v.clone(),
+            TensorData::Owned(t) => t.view(),
+        }
+    }
+
+    /// True when the data is borrowed from the archive without copying.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, TensorData::Mapped(_))
+    }
+}
+
+/// One integrity problem found by [`Archive::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The entry concerned, if any.
+    pub entry: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Result of [`Archive::verify`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Every problem found; empty when the archive is sound.
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    /// True when no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    fn push(&mut self, entry: Option<&str>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            entry: entry.map(str::to_string),
+            message: message.into(),
+        });
+    }
+}
+
+impl Archive {
+    /// Opens the archive at `path` by memory-mapping it, parsing only the central
+    /// directory, the local headers and tags.txt. If a rollback journal of an unfinished
+    /// in-place append lies beside it, the append is rolled back first (this needs write
+    /// access to the archive and its directory).
+    pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
+        OpenOptions::default().open(path)
+    }
+
+    /// Reads a whole archive from `r` into memory.
+    pub fn from_reader<R: Read + Seek>(r: R) -> Result<Archive> {
+        OpenOptions::default().from_reader(r)
+    }
+
+    /// Opens without looking for a journal (the caller holds the lock and recovered).
+    pub(crate) fn open_unrecovered(path: &Path, opts: OpenOptions) -> Result<Archive> {
+        let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(path))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::from(e).in_file(path))?
+            .len();
+        let backing = if len == 0 {
+            Backing::Owned(Vec::new(), 0)
+        } else {
+            // Safety: the map is read-only and private to this value. modelzip writers never
+            // change bytes of live entries in place: they write new files and rename them over
+            // the archive, or (in-place append) write past the old central directory, whose
+            // bytes are parsed into owned structures here and never read from the map again.
+            // Another program truncating or rewriting the file while it is mapped is outside
+            // what this library can guard against (reads could then fault).
+            let map =
+                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).in_file(path))?;
+            Backing::Map(map)
+        };
+        Archive::from_backing(backing, Some(path.to_path_buf()), opts)
+    }
+
+    fn from_backing(backing: Backing, path: Option<PathBuf>, opts: OpenOptions) -> Result<Archive> {
+        let with_path = |e: Error| match &path {
+            Some(p) => e.in_file(p),
+            None => e,
+        };
+        let dir = container::parse(backing.bytes()).map_err(with_path)?;
+        let mut a = Archive {
+            backing,
+            dir,
+            tags: Vec::new(),
+            path: path.clone(),
+            opts,
+        };
+        let tags_entry = a.entry(TAGS_TXT).ok_or_else(|| {
+            with_path(Error::new(ErrorKind::MissingEntry(TAGS_TXT.into())).in_entry(TAGS_TXT))
+        })?;
+        if tags_entry.uncompressed_size > a.opts.max_tags_txt_size {
+            return Err(with_path(
+                Error::new(ErrorKind::LimitExceeded {
+                    what: "tags.txt size",
+                    size: tags_entry.uncompressed_size,
+                    limit: a.opts.max_tags_txt_size,
+                })
+                .in_entry(TAGS_TXT),
+            ));
+        }
+        let tags = {
+            let bytes = a.entry_bytes(TAGS_TXT).map_err(with_path)?;
+            text::parse_tags_txt(&bytes).map_err(with_path)?
+        };
+        a.tags = tags;
+        Ok(a)
+    }
+
+    /// The path the archive was opened from, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Tag names, oldest first, spelled as in tags.txt.
+    pub fn tags(&self) -> &[String] {
+        &self.tags
+    }
+
+    /// The tag loaded when none is named: the last line of tags.txt.
+    pub fn default_tag(&self) -> Option<&str> {
+        self.tags.last().map(String::as_str)
+    }
+
+    /// The tags.txt spelling of `name`, compared ignoring ASCII case.
+    pub fn canonical_tag(&self, name: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .find(|t| t.eq_ignore_ascii_case(name))
+            .map(String::as_str)
+    }
+
+    /// The tag named `name` (ASCII case ignored), with its params.txt and updater.txt parsed.
+    pub fn tag(&self, name: &str) -> Result<Tag<'_>> {
+        let canon = self
+            .canonical_tag(name)
+            .ok_or_else(|| self.located(Error::new(ErrorKind::TagNotFound(name.to_string()))))?;
+        Tag::load(self, canon).map_err(|e| self.located(e))
+    }
+
+    /// The default (newest) tag.
+    pub fn latest(&self) -> Result<Tag<'_>> {
+        match self.default_tag() {
+            Some(t) => self.tag(t),
+            None => Err(self.located(Error::new(ErrorKind::InvalidInput(
+                "the archive has no tags".into(),
+            )))),
+        }
+    }
+
+    /// Every entry name, in central-directory order.
+    pub fn entry_names(&self) -> impl Iterator<Item = &str> {
+        self.dir.entries.iter().map(|e| e.name.as_str())
+    }
+
+    /// True when the archive has an entry of exactly this name.
+    pub fn has_entry(&self, name: &str) -> bool {
+        self.dir.index.contains_key(name)
+    }
+
+    pub(crate) fn entry(&self, name: &str) -> Option<&ZipEntry> {
+        self.dir
+            .index
+            .get(name)
+            .and_then(|&i| self.dir.entries.get(i))
+    }
+
+    pub(crate) fn directory(&self) -> &Directory {
+        &self.dir
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
+    /// The raw (possibly compressed) bytes of an entry, as stored.
+    pub(crate) fn raw_data(&self, e: &ZipEntry) -> &[u8] {
+        // parse() checked data_offset..data_end lies inside the file.
+        self.bytes()
+            .get(e.data_offset as usize..e.data_end() as usize)
+            .unwrap_or_default()
+    }
+
+    fn located(&self, e: Error) -> Error {
+        match &self.path {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
+    }
+
+    /// An entry's content: borrowed from the map when stored, inflated (within the
+    /// configured size limit, CRC checked) when deflated.
+    pub fn entry_bytes(&self, name: &str) -> Result<Cow<'_, [u8]>> {
+        let e = self.entry(name).ok_or_else(|| {
+            self.located(Error::new(ErrorKind::MissingEntry(name.to_string())).in_entry(name))
+        })?;
+        self.read_entry(e)
+            .map_err(|err| self.located(err.in_entry(name)))
+    }
+
+    pub(crate) fn read_entry(&self, e: &ZipEntry) -> Result<Cow<'_, [u8]>> {
+        let raw = self.raw_data(e);
+        match e.method {
+            METHOD_STORED => Ok(Cow::Borrowed(raw)),
+            METHOD_DEFLATED => {
+                let limit = self.opts.max_inflated_size;
+                if e.uncompressed_size > limit {
+                    return Err(Error::new(ErrorKind::LimitExceeded {
+                        what: "inflated entry size",
+                        size: e.uncompressed_size,
+                        limit,
+                    }));
+                }
+                let cap = e.uncompressed_size.min(1 << 20) as usize;
+                let mut out = Vec::with_capacity(cap);
+                flate2::read::DeflateDecoder::new(raw)
+                    .take(e.uncompressed_size.saturating_add(1))
+                    .read_to_end(&mut out)
+                    .map_err(|err| {
+                        Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
+                            .at_offset(e.data_offset)
+                    })?;
+                if out.len() as u64 != e.uncompressed_size {
+                    return Err(Error::new(ErrorKind::Zip(format!(
+                        "entry inflates to {}{} bytes, the directory says {}",
+                        out.len(),
+                        if out.len() as u64 > e.uncompressed_size {
+                            "+"
+                        } else {
+                            ""
+                        },
+                        e.uncompressed_size
+                    )))
+                    .at_offset(e.data_offset));
+                }
+                let crc = crc32fast::hash(&out);
+                if crc != e.crc32 {
+                    return Err(Error::new(ErrorKind::Checksum(format!(
+                        "CRC-32 {crc:08x}, the directory says {:08x}",
+                        e.crc32
+                    )))
+                    .at_offset(e.data_offset));
+                }
+                Ok(Cow::Owned(out))
+            }
+            m => Err(Error::new(ErrorKind::Zip(format!(
+                "unsupported compression method {m}"
+            )))
+            .at_offset(e.header_offset)),
+        }
+    }
+
+    /// Size of the archive file in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// Bytes no live entry or the central directory uses (left by in-place appends);
+    /// a compaction would drop them.
+    pub fn dead_bytes(&self) -> u64 {
+        let live: u64 = self.dir.entries.iter().map(ZipEntry::footprint).sum();
+        let end = self.len_bytes().saturating_sub(self.dir.cd_offset);
+        self.len_bytes().saturating_sub(live.saturating_add(end))
+    }
+
+    /// Checks everything: CRCs, every listed tag's tables and refs, that every tensor
+    /// decodes with dtype × dims bytes, sha256sums.txt manifests, files under unlisted tag
+    /// directories and listed tags with no files.
+    pub fn verify(&self) -> VerifyReport {
+        let mut r = VerifyReport::default();
+        for e in &self.dir.entries {
+            if e.method == METHOD_STORED {
+                let crc = crc32fast::hash(self.raw_data(e));
+                if crc != e.crc32 {
+                    r.push(
+                        Some(&e.name),
+                        format!("CRC-32 is {crc:08x}, the directory says {:08x}", e.crc32),
+                    );
+                }
+            } else if let Err(err) = self.read_entry(e) {
+                r.push(Some(&e.name), err.to_string());
+            }
+        }
+        let mut dirs_seen: HashMap<&str, bool> = HashMap::new();
+        for e in &self.dir.entries {
+            if let Some((top, _)) = e.name.split_once('/') {
+                dirs_seen.entry(top).or_insert(false);
+            }
+        }
+        for t in &self.tags {
+            if let Some(seen) = dirs_seen.get_mut(t.as_str()) {
+                *seen = true;
+            } else {
+                r.push(
+                    None,
+                    format!("tag {t:?} is listed in tags.txt but has no files"),
+                );
+            }
+        }
+        let mut unlisted: Vec<&str> = dirs_seen
+            .iter()
+            .filter(|(_, listed)| !**listed)
+            .map(|(d, _)| *d)
+            .collect();
+        unlisted.sort();
+        for d in unlisted {
+            r.push(
+                Some(d),
+                format!("files under {d}/, which is not a tag listed in tags.txt"),
+            );
+        }
+        for t in &self.tags {
+            self.verify_tag(t, &mut r);
+        }
+        r
+    }
+
+    fn verify_tag(&self, t: &str, r: &mut VerifyReport) {
+        let prefix = format!("{t}/");
+        if self.entry(&format!("{t}/params.txt")).is_none() && self.has_prefix(&prefix) {
+            r.push(None, format!("tag {t:?} has no params.txt"));
+        }
+        match self.tag(t) {
+            Ok(tag) => {
+                if let Err(e) = tag.graph() {
+                    r.push(None, e.to_string());
+                }
+                if let Ok(Some(m)) = tag.metadata()
+                    && serde_json::from_slice::<serde_json::Value>(&m).is_err()
+                {
+                    r.push(Some(&format!("{t}/metadata.json")), "not valid JSON");
+                }
+            }
+            Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
+        }
+        let own: Vec<&ZipEntry> = self
+            .dir
+            .entries
+            .iter()
+            .filter(|e| e.name.starts_with(&prefix))
+            .collect();
+        for e in &own {
+            let rel = &e.name[prefix.len()..];
+            let is_tensor = (rel.starts_with("params/") || rel.starts_with("updater/"))
+                && rel.ends_with(".lodtensor");
+            if is_tensor {
+                match self.read_entry(e) {
+                    Ok(b) => {
+                        if let Err(err) = decode_tensor(&b) {
+                            r.push(Some(&e.name), err.to_string());
+                        }
+                    }
+                    Err(err) => r.push(Some(&e.name), err.to_string()),
+                }
+            }
+        }
+        let sums_name = format!("{t}/sha256sums.txt");
+        let Some(sums_entry) = self.entry(&sums_name) else {
+            return;
+        };
+        let sums = match self
+            .read_entry(sums_entry)
+            .and_then(|b| text::parse_sums(&b, &sums_name))
+        {
+            Ok(s) => s,
+            Err(e) => {
+                r.push(Some(&sums_name), e.to_string());
+                return;
+            }
+        };
+        let mut listed = std::collections::HashSet::new();
+        for (hex, rel) in &sums {
+            let name = format!("{prefix}{rel}");
+            listed.insert(name.clone());
+            match self.entry(&name) {
+                None => r.push(Some(&sums_name), format!("lists {rel:?}, which is missing")),
+                Some(e) => match self.read_entry(e) {
+                    Ok(b) => {
+                        let got = sha256_hex(&b);
+                        if &got != hex {
+                            r.push(
+                                Some(&name),
+                                format!("SHA-256 is {got}, sha256sums.txt says {hex}"),
+                            );
+                        }
+                    }
+                    Err(err) => r.push(Some(&name), err.to_string()),
+                },
+            }
+        }
+        for e in own {
+            if e.name != sums_name && !e.name.ends_with('/') && !listed.contains(&e.name) {
+                r.push(Some(&e.name), "not listed in the tag's sha256sums.txt");
+            }
+        }
+    }
+
+    fn has_prefix(&self, prefix: &str) -> bool {
+        self.dir.entries.iter().any(|e| e.name.starts_with(prefix))
+    }
+
+    /// Resolves one ref of the table `table_entry` (line `line`) of tag `own`.
+    fn resolve(
+        &self,
+        own: &str,
+        r: &ParamRef,
+        kind: TensorKind,
+        table_entry: &str,
+        line: usize,
+    ) -> Result<TensorLocation> {
+        let tag = match &r.tag {
+            None => own,
+            Some(t) => self.canonical_tag(t).ok_or_else(|| {
+                Error::new(ErrorKind::Syntax(format!(
+                    "reference {r} names tag {t:?}, which tags.txt does not list"
+                )))
+                .in_entry(table_entry)
+                .at_line(line)
+            })?,
+        };
+        let entry = format!("{tag}/{}/{}.lodtensor", kind.dir(), r.index);
+        if !self.has_entry(&entry) {
+            return Err(Error::new(ErrorKind::MissingEntry(entry))
+                .in_entry(table_entry)
+                .at_line(line));
+        }
+        Ok(TensorLocation {
+            tag: tag.to_string(),
+            kind,
+            index: r.index,
+            entry,
+            shared: tag != own,
+        })
+    }
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// One tag of an open archive, with its tables parsed.
+#[derive(Debug)]
+pub struct Tag<'a> {
+    archive: &'a Archive,
+    name: &'a str,
+    params: Vec<ParamEntry>,
+    updater: Vec<UpdaterEntry>,
+    by_name: HashMap<String, usize>,
+}
+
+impl<'a> Tag<'a> {
+    fn load(archive: &'a Archive, name: &'a str) -> Result<Tag<'a>> {
+        let mut params = Vec::new();
+        let pname = format!("{name}/params.txt");
+        if archive.has_entry(&pname) {
+            let bytes = archive.entry_bytes(&pname)?;
+            for l in text::parse_table(&bytes, &pname, false)? {
+                let location =
+                    archive.resolve(name, &l.refs[0], TensorKind::Params, &pname, l.line)?;
+                params.push(ParamEntry {
+                    name: l.name,
+                    location,
+                });
+            }
+        }
+        let mut updater = Vec::new();
+        let uname = format!("{name}/updater.txt");
+        if archive.has_entry(&uname) {
+            let bytes = archive.entry_bytes(&uname)?;
+            for l in text::parse_table(&bytes, &uname, true)? {
+                let arrays = l
+                    .refs
+                    .iter()
+                    .map(|r| archive.resolve(name, r, TensorKind::Updater, &uname, l.line))
+                    .collect::<Result<Vec<_>>>()?;
+                updater.push(UpdaterEntry {
+                    name: l.name,
+                    arrays,
+                });
+            }
+        }
+        let by_name = params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        Ok(Tag {
+            archive,
+            name,
+            params,
+            updater,
+            by_name,
+        })
+    }
+
+    /// The tag's name, spelled as in tags.txt.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The archive this tag belongs to.
+    pub fn archive(&self) -> &'a Archive {
+        self.archive
+    }
+
+    fn optional(&self, file: &str) -> Result<Option<Cow<'a, [u8]>>> {
+        let name = format!("{}/{file}", self.name);
+        if self.archive.has_entry(&name) {
+            self.archive.entry_bytes(&name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The graph and its encoding, if the tag has one; both encodings present is an error.
+    pub fn graph(&self) -> Result<Option<(GraphEncoding, Cow<'a, [u8]>)>> {
+        let fb = format!("{}/graph.fb", self.name);
+        let pd = format!("{}/graph.pdmodel", self.name);
+        match (self.archive.has_entry(&fb), self.archive.has_entry(&pd)) {
+            (true, true) => Err(self.archive.located(
+                Error::new(ErrorKind::InvalidInput(format!(
+                    "tag {:?} has both graph.fb and graph.pdmodel; at most one is allowed",
+                    self.name
+                )))
+                .in_entry(pd),
+            )),
+            (true, false) => Ok(Some((
+                GraphEncoding::FlatBuffers,
+                self.archive.entry_bytes(&fb)?,
+            ))),
+            (false, true) => Ok(Some((
+                GraphEncoding::ProgramDesc,
+                self.archive.entry_bytes(&pd)?,
+            ))),
+            (false, false) => Ok(None),
+        }
+    }
+
+    /// The parameters, in params.txt order.
+    pub fn params(&self) -> &[ParamEntry] {
+        &self.params
+    }
+
+    /// The parameter `name`'s tensor.
+    pub fn param(&self, name: &str) -> Result<TensorData<'a>> {
+        let i = self.by_name.get(name).ok_or_else(|| {
+            self.archive.located(Error::new(ErrorKind::ParamNotFound(
+                name.to_string(),
+                self.name.to_string(),
+            )))
+        })?;
+        self.tensor(&self.params[*i].location)
+    }
+
+    /// The updater state, in updater.txt order.
+    pub fn updater(&self) -> &[UpdaterEntry] {
+        &self.updater
+    }
+
+    /// Reads the tensor at `loc`: zero-copy when the entry is stored.
+    pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'a>> {
+        let archive = self.archive;
+        let bytes = archive.entry_bytes(&loc.entry)?;
+        let located = |e: Error| archive.located(e.in_entry(loc.entry.clone()));
+        match bytes {
+            Cow::Borrowed(b) => decode_tensor(b).map(TensorData::Mapped).map_err(located),
+            Cow::Owned(v) => decode_tensor(&v)
+                .map(|t| TensorData::Owned(t.to_owned()))
+                .map_err(located),
+        }
+    }
+
+    /// `<tag>/trainingConfig.fb`, raw.
+    pub fn training_config(&self) -> Result<Option<Cow<'a, [u8]>>> {
+        self.optional("trainingConfig.fb")
+    }
+
+    /// `<tag>/metadata.json`, raw.
+    pub fn metadata(&self) -> Result<Option<Cow<'a, [u8]>>> {
+        self.optional("metadata.json")
+    }
+
+    /// Every zip entry under `<tag>/`.
+    pub fn own_entries(&self) -> Vec<&'a str> {
+        let prefix = format!("{}/", self.name);
+        self.archive
+            .dir
+            .entries
+            .iter()
+            .filter(|e| e.name.starts_with(&prefix))
+            .map(|e| e.name.as_str())
+            .collect()
+    }
+}

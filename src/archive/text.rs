@@ -1,0 +1,415 @@
+//! The text files of an archive: tags.txt, params.txt, updater.txt and sha256sums.txt.
+
+use super::tag_name::validate_tag_name;
+use crate::error::{Error, ErrorKind, Result};
+use std::collections::HashSet;
+use std::fmt;
+
+/// Longest line accepted in tags.txt, in bytes.
+pub const MAX_TAGS_LINE: usize = 64 * 1024;
+/// Longest line accepted in params.txt / updater.txt / sha256sums.txt, in bytes.
+pub const MAX_TABLE_LINE: usize = 1024 * 1024;
+
+/// A reference to a tensor file: `N` (this tag) or `TAG/N` (another tag).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ParamRef {
+    /// The owning tag as written, or `None` for the tag holding the table.
+    pub tag: Option<String>,
+    /// The file number.
+    pub index: u64,
+}
+
+impl ParamRef {
+    /// Parses `N` or `TAG/N`: N is a decimal u64 without sign or leading zeros.
+    pub fn parse(s: &str) -> std::result::Result<ParamRef, String> {
+        let (tag, num) = match s.split_once('/') {
+            Some((t, n)) => {
+                validate_tag_name(t).map_err(|e| format!("bad tag in reference {s:?}: {e}"))?;
+                (Some(t.to_string()), n)
+            }
+            None => (None, s),
+        };
+        let index = parse_index(num).map_err(|why| format!("bad reference {s:?}: {why}"))?;
+        Ok(ParamRef { tag, index })
+    }
+}
+
+impl fmt::Display for ParamRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tag {
+            Some(t) => write!(f, "{t}/{}", self.index),
+            None => write!(f, "{}", self.index),
+        }
+    }
+}
+
+/// Parses a file number: decimal digits, no sign, no leading zeros, fits in u64.
+pub fn parse_index(s: &str) -> std::result::Result<u64, &'static str> {
+    if s.is_empty() {
+        return Err("the number is missing");
+    }
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("the number must be decimal digits only");
+    }
+    if s.len() > 1 && s.starts_with('0') {
+        return Err("the number has a leading zero");
+    }
+    s.parse::<u64>()
+        .map_err(|_| "the number does not fit in 64 bits")
+}
+
+/// Escapes a parameter name: `%`, space, bytes below 0x20 and 0x7F become `%XX`.
+pub fn escape_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '%' || c == ' ' || (c as u32) < 0x20 || c as u32 == 0x7f {
+            out.push_str(&format!("%{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` (either case) escapes; any other `%` is an error.
+pub fn unescape_name(s: &str) -> std::result::Result<String, String> {
+    if !s.contains('%') {
+        return Ok(s.to_string());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).ok_or_else(|| {
+                format!("'%' at byte {i} of {s:?} is not followed by two hex digits")
+            })?;
+            let v = std::str::from_utf8(hex)
+                .ok()
+                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    format!("'%' at byte {i} of {s:?} is not followed by two hex digits")
+                })?;
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} decodes to bytes that are not UTF-8"))
+}
+
+/// Splits text into (1-based line number, line) pairs, accepting `\n` and `\r\n`,
+/// skipping blank lines and refusing lines longer than `max_line` bytes.
+fn lines<'t>(
+    text: &'t str,
+    entry: &str,
+    max_line: usize,
+) -> impl Iterator<Item = Result<(usize, &'t str)>> {
+    let entry = entry.to_string();
+    let mut offset = 0u64;
+    text.split('\n').enumerate().filter_map(move |(i, raw)| {
+        let at = offset;
+        offset += raw.len() as u64 + 1;
+        if raw.len() > max_line {
+            return Some(Err(Error::new(ErrorKind::LimitExceeded {
+                what: "line length",
+                size: raw.len() as u64,
+                limit: max_line as u64,
+            })
+            .in_entry(entry.clone())
+            .at_line(i + 1)
+            .at_offset(at)));
+        }
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if line.trim().is_empty() {
+            None
+        } else {
+            Some(Ok((i + 1, line)))
+        }
+    })
+}
+
+fn utf8<'t>(bytes: &'t [u8], entry: &str) -> Result<&'t str> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        Error::new(ErrorKind::Syntax("text is not valid UTF-8".into()))
+            .in_entry(entry)
+            .at_offset(e.valid_up_to() as u64)
+    })
+}
+
+fn syntax(msg: String, entry: &str, line: usize) -> Error {
+    Error::new(ErrorKind::Syntax(msg))
+        .in_entry(entry)
+        .at_line(line)
+}
+
+/// Parses tags.txt: valid tag names, no two equal ignoring ASCII case, at least one.
+pub fn parse_tags_txt(bytes: &[u8]) -> Result<Vec<String>> {
+    const ENTRY: &str = "tags.txt";
+    let text = utf8(bytes, ENTRY)?;
+    let mut tags: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    for item in lines(text, ENTRY, MAX_TAGS_LINE) {
+        let (n, line) = item?;
+        validate_tag_name(line).map_err(|e| e.in_entry(ENTRY).at_line(n))?;
+        if !seen.insert(line.to_ascii_lowercase()) {
+            return Err(syntax(
+                format!("tag {line:?} is listed twice (tags ignore ASCII case)"),
+                ENTRY,
+                n,
+            ));
+        }
+        tags.push(line.to_string());
+    }
+    Ok(tags)
+}
+
+/// Renders tags.txt.
+pub fn render_tags_txt(tags: &[String]) -> String {
+    let mut s = String::new();
+    for t in tags {
+        s.push_str(t);
+        s.push('\n');
+    }
+    s
+}
+
+/// One parsed line of params.txt / updater.txt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableLine {
+    /// The decoded name.
+    pub name: String,
+    /// The refs (exactly one for params.txt, one or more for updater.txt).
+    pub refs: Vec<ParamRef>,
+    /// The 1-based line number.
+    pub line: usize,
+}
+
+/// Parses params.txt (`updater == false`: exactly one ref per line) or updater.txt
+/// (one or more refs). Names must be unique; `entry` names the file in errors.
+pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<TableLine>> {
+    let text = utf8(bytes, entry)?;
+    let mut out = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    for item in lines(text, entry, MAX_TABLE_LINE) {
+        let (n, line) = item?;
+        let mut fields = line.split(' ');
+        let raw_name = fields.next().unwrap_or("");
+        let refs_raw: Vec<&str> = fields.collect();
+        if raw_name.is_empty() || refs_raw.iter().any(|r| r.is_empty()) {
+            return Err(syntax(
+                "fields must be separated by exactly one space, with no leading or trailing space"
+                    .into(),
+                entry,
+                n,
+            ));
+        }
+        if !updater && refs_raw.len() != 1 {
+            return Err(syntax(
+                format!("expected `name ref`, found {} fields", refs_raw.len() + 1),
+                entry,
+                n,
+            ));
+        }
+        if updater && refs_raw.is_empty() {
+            return Err(syntax(
+                "expected `name ref [ref ...]`, found only a name".into(),
+                entry,
+                n,
+            ));
+        }
+        let name = unescape_name(raw_name).map_err(|m| syntax(m, entry, n))?;
+        if name.is_empty() {
+            return Err(syntax("empty name".into(), entry, n));
+        }
+        let refs = refs_raw
+            .iter()
+            .map(|r| ParamRef::parse(r).map_err(|m| syntax(m, entry, n)))
+            .collect::<Result<Vec<_>>>()?;
+        if !seen.insert(name.clone()) {
+            return Err(syntax(format!("name {name:?} appears twice"), entry, n));
+        }
+        out.push(TableLine {
+            name,
+            refs,
+            line: n,
+        });
+    }
+    Ok(out)
+}
+
+/// Renders params.txt / updater.txt lines.
+pub fn render_table<'r>(rows: impl IntoIterator<Item = (&'r str, &'r [ParamRef])>) -> String {
+    let mut s = String::new();
+    for (name, refs) in rows {
+        s.push_str(&escape_name(name));
+        for r in refs {
+            s.push(' ');
+            s.push_str(&r.to_string());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Parses sha256sums.txt: `<64 hex>  <path>` (or `<hex> *<path>`) per line.
+pub fn parse_sums(bytes: &[u8], entry: &str) -> Result<Vec<(String, String)>> {
+    let text = utf8(bytes, entry)?;
+    let mut out = Vec::new();
+    for item in lines(text, entry, MAX_TABLE_LINE) {
+        let (n, line) = item?;
+        let (hex, rest) = line
+            .split_once(' ')
+            .ok_or_else(|| syntax("expected `<sha256>  <path>`".into(), entry, n))?;
+        let path = rest
+            .strip_prefix(' ')
+            .or_else(|| rest.strip_prefix('*'))
+            .ok_or_else(|| syntax("expected two spaces between hash and path".into(), entry, n))?;
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(syntax("the hash is not 64 hex digits".into(), entry, n));
+        }
+        if path.is_empty() {
+            return Err(syntax("empty path".into(), entry, n));
+        }
+        out.push((hex.to_ascii_lowercase(), path.to_string()));
+    }
+    Ok(out)
+}
+
+/// Renders sha256sums.txt lines.
+pub fn render_sums(rows: &[(String, String)]) -> String {
+    let mut s = String::new();
+    for (hex, path) in rows {
+        s.push_str(hex);
+        s.push_str("  ");
+        s.push_str(path);
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_round_trip() {
+        for n in [
+            "plain",
+            "my param%",
+            "a\tb\nc\x7f",
+            "my/param/name",
+            "&MyParam*",
+            "ü ñ",
+        ] {
+            let e = escape_name(n);
+            assert!(!e.contains(' ') && !e.contains('\n'));
+            assert_eq!(unescape_name(&e).unwrap(), n);
+        }
+        assert_eq!(escape_name("my param%"), "my%20param%25");
+        assert_eq!(unescape_name("a%2fb%2F").unwrap(), "a/b/");
+        for bad in ["%", "%2", "%zz", "a%g0", "%FF"] {
+            assert!(unescape_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refs_parse() {
+        assert_eq!(
+            ParamRef::parse("0").unwrap(),
+            ParamRef {
+                tag: None,
+                index: 0
+            }
+        );
+        assert_eq!(
+            ParamRef::parse("fp32/17").unwrap(),
+            ParamRef {
+                tag: Some("fp32".into()),
+                index: 17
+            }
+        );
+        assert_eq!(
+            ParamRef::parse("18446744073709551615").unwrap().index,
+            u64::MAX
+        );
+        for bad in [
+            "",
+            "01",
+            "+1",
+            "-1",
+            "1.0",
+            "a/",
+            "/1",
+            "a/b/1",
+            "..//1",
+            "18446744073709551616",
+            " 1",
+            "con/1",
+        ] {
+            assert!(ParamRef::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tags_txt_rules() {
+        assert_eq!(parse_tags_txt(b"a\r\n\nB\n\n").unwrap(), vec!["a", "B"]);
+        let e = parse_tags_txt(b"fp32\nFP32\n").unwrap_err();
+        assert_eq!(e.location().line, Some(2));
+        assert_eq!(e.location().entry.as_deref(), Some("tags.txt"));
+        let e = parse_tags_txt(b"ok\nbad name\n").unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::InvalidTagName { .. }));
+        assert_eq!(e.location().line, Some(2));
+        let long = format!("a\n{}\n", "b".repeat(MAX_TAGS_LINE + 1));
+        assert!(matches!(
+            parse_tags_txt(long.as_bytes()).unwrap_err().kind(),
+            ErrorKind::LimitExceeded { .. }
+        ));
+        assert!(parse_tags_txt(b"\xff\n").is_err());
+    }
+
+    #[test]
+    fn tables_parse_and_name_lines() {
+        let t = parse_table(
+            b"conv1.w 0\nconv1.b shared/3\r\nmy%20param%25 1\n",
+            "t/params.txt",
+            false,
+        )
+        .unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[2].name, "my param%");
+        assert_eq!(t[1].refs[0].tag.as_deref(), Some("shared"));
+        for (bad, line) in [
+            (&b"a 0\nb\n"[..], 2),
+            (b"a 0 1\n", 1),
+            (b"a  0\n", 1),
+            (b"a 0\na 1\n", 2),
+            (b"%41%4 0\n", 1),
+            (b"a 00\n", 1),
+            (b" 0\n", 1),
+        ] {
+            let e = parse_table(bad, "t/params.txt", false).unwrap_err();
+            assert_eq!(e.location().line, Some(line), "{bad:?}");
+            assert_eq!(e.location().entry.as_deref(), Some("t/params.txt"));
+        }
+        let u = parse_table(b"w 0 1\nb other/2 3\n", "t/updater.txt", true).unwrap();
+        assert_eq!(u[0].refs.len(), 2);
+        assert!(parse_table(b"w\n", "t/updater.txt", true).is_err());
+        let rendered = render_table(t.iter().map(|l| (l.name.as_str(), l.refs.as_slice())));
+        assert_eq!(rendered, "conv1.w 0\nconv1.b shared/3\nmy%20param%25 1\n");
+    }
+
+    #[test]
+    fn sums_parse() {
+        let h = "a".repeat(64);
+        let s = render_sums(&[(h.clone(), "params/0.lodtensor".into())]);
+        assert_eq!(
+            parse_sums(s.as_bytes(), "x").unwrap()[0].1,
+            "params/0.lodtensor"
+        );
+        assert!(parse_sums(b"abc  x\n", "x").is_err());
+    }
+}

@@ -1,0 +1,654 @@
+//! Writing archives: [`ArchiveWriter`] for new files, [`TagWriter`] for one tag's entries,
+//! [`TagBuilder`] for a tag held in memory, and the session all write paths share.
+
+use super::container::{METHOD_STORED, ZipEntry, ZipOut};
+use super::durable::TempTarget;
+use super::entry_name::check_entry_name;
+use super::lock::WriteLock;
+use super::reader::{Archive, GraphEncoding, TAGS_TXT, TensorKind, sha256_hex};
+use super::tag_name::validate_tag_name;
+use super::text::{self, ParamRef};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::codec::{decode_record_at, encode_header};
+use crate::tensor::{Tensor, TensorView};
+use sha2::Digest;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Options of every write operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Wait for another writer to finish instead of failing with [`ErrorKind::Locked`].
+    pub wait_for_lock: bool,
+    /// fsync files and directories so a finished write survives power loss (default true).
+    pub fsync: bool,
+    /// Deflate the text entries (tags.txt, params.txt, ...); tensors are always stored.
+    pub deflate_text: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            wait_for_lock: false,
+            fsync: true,
+            deflate_text: true,
+        }
+    }
+}
+
+/// A tensor file already in the output (or in the archive being appended to).
+struct Candidate {
+    tag: String,
+    index: u64,
+    /// SHA-256 of the record, known for files written in this session.
+    sha: Option<[u8; 32]>,
+    /// The entry in the base archive, compared byte for byte on a prefilter match.
+    base_entry: Option<String>,
+}
+
+/// Finds tensors already stored: prefilter by (kind, length, CRC-32), then SHA-256 or bytes.
+#[derive(Default)]
+struct Dedup {
+    map: HashMap<(TensorKind, u64, u32), Vec<Candidate>>,
+}
+
+impl Dedup {
+    fn find(
+        &self,
+        base: Option<&Archive>,
+        key: (TensorKind, u64, u32),
+        sha: &[u8; 32],
+        parts: &[&[u8]],
+    ) -> Option<(String, u64)> {
+        for c in self.map.get(&key)? {
+            let same = match (&c.sha, &c.base_entry, base) {
+                (Some(s), _, _) => s == sha,
+                (None, Some(entry), Some(base)) => base
+                    .entry_bytes(entry)
+                    .map(|b| {
+                        let mut rest: &[u8] = &b;
+                        parts.iter().all(|p| {
+                            let ok = rest.len() >= p.len() && &rest[..p.len()] == *p;
+                            rest = rest.get(p.len()..).unwrap_or_default();
+                            ok
+                        }) && rest.is_empty()
+                    })
+                    .unwrap_or(false),
+                _ => false,
+            };
+            if same {
+                return Some((c.tag.clone(), c.index));
+            }
+        }
+        None
+    }
+
+    fn insert(&mut self, key: (TensorKind, u64, u32), c: Candidate) {
+        self.map.entry(key).or_default().push(c);
+    }
+
+    fn forget_tag(&mut self, tag: &str) {
+        for v in self.map.values_mut() {
+            v.retain(|c| c.tag != tag);
+        }
+    }
+}
+
+/// The state every write path shares: the zip output, the tag list, the dedup index.
+pub(crate) struct Session {
+    pub out: ZipOut<Box<dyn Write>>,
+    pub tags: Vec<String>,
+    pub opts: WriteOptions,
+    pub comment: Vec<u8>,
+    dedup: Dedup,
+    base: Option<Archive>,
+}
+
+impl Session {
+    /// A session writing `sink`, whose first byte lands at file offset `start`.
+    pub fn new(sink: Box<dyn Write>, start: u64, opts: WriteOptions) -> Session {
+        Session {
+            out: ZipOut::new(sink, start),
+            tags: Vec::new(),
+            opts,
+            comment: Vec::new(),
+            dedup: Dedup::default(),
+            base: None,
+        }
+    }
+
+    /// Makes the tensor files of `base`'s listed tags dedup candidates, keeps its tags and
+    /// comment, and keeps `base` for byte comparisons.
+    pub fn adopt_base(&mut self, base: Archive) {
+        for t in base.tags() {
+            let prefix = format!("{t}/");
+            for e in &base.directory().entries {
+                let Some(rel) = e.name.strip_prefix(&prefix) else {
+                    continue;
+                };
+                for kind in [TensorKind::Params, TensorKind::Updater] {
+                    let Some(n) = rel
+                        .strip_prefix(kind.dir())
+                        .and_then(|r| r.strip_prefix('/'))
+                        .and_then(|r| r.strip_suffix(".lodtensor"))
+                        .and_then(|n| text::parse_index(n).ok())
+                    else {
+                        continue;
+                    };
+                    self.dedup.insert(
+                        (kind, e.uncompressed_size, e.crc32),
+                        Candidate {
+                            tag: t.clone(),
+                            index: n,
+                            sha: None,
+                            base_entry: Some(e.name.clone()),
+                        },
+                    );
+                }
+            }
+        }
+        self.tags = base.tags().to_vec();
+        self.comment = base.directory().comment.clone();
+        self.base = Some(base);
+    }
+
+    /// Takes the base archive out (to unmap it before the file is changed).
+    pub fn take_base(&mut self) -> Option<Archive> {
+        self.base.take()
+    }
+
+    /// Starts writing tag `name`.
+    pub fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
+        validate_tag_name(name)?;
+        if let Some(t) = self.tags.iter().find(|t| t.eq_ignore_ascii_case(name)) {
+            return Err(ErrorKind::TagExists(t.clone()).into());
+        }
+        let lower = format!("{}/", name.to_ascii_lowercase());
+        if let Some(e) = self
+            .out
+            .entries
+            .iter()
+            .find(|e| e.name.to_ascii_lowercase().starts_with(&lower))
+        {
+            return Err(ErrorKind::InvalidInput(format!(
+                "entry {:?} already exists under the directory of new tag {name:?}",
+                e.name
+            ))
+            .into());
+        }
+        let first_entry = self.out.entries.len();
+        Ok(TagWriter {
+            s: self,
+            name: name.to_string(),
+            first_entry,
+            params: Vec::new(),
+            updater: Vec::new(),
+            param_names: HashSet::new(),
+            updater_names: HashSet::new(),
+            next: [0, 0],
+            sums: Vec::new(),
+            used: HashSet::new(),
+            metadata: false,
+            done: false,
+        })
+    }
+
+    /// Writes a text entry, deflated when the options say so.
+    pub fn write_text(&mut self, name: &str, bytes: &[u8]) -> Result<ZipEntry> {
+        let deflate = self.opts.deflate_text;
+        self.out.write_bytes(name, bytes, deflate)
+    }
+
+    /// Copies `e` of `base` raw (no recompression) as `new_name`, re-aligning stored tensors.
+    pub fn copy_entry(&mut self, base: &Archive, e: &ZipEntry, new_name: &str) -> Result<()> {
+        let raw = base.raw_data(e);
+        let align = if e.method == METHOD_STORED && new_name.ends_with(".lodtensor") {
+            decode_record_at(raw, 0, 0).ok().map(|r| r.data_offset)
+        } else {
+            None
+        };
+        self.out
+            .write_entry(
+                new_name,
+                e.method,
+                e.crc32,
+                e.uncompressed_size,
+                &[raw],
+                align,
+                Some(e),
+            )
+            .map_err(|err| err.in_entry(new_name))?;
+        Ok(())
+    }
+
+    /// Writes tags.txt, the central directory and the end records.
+    pub fn finish(mut self) -> Result<(Box<dyn Write>, u64)> {
+        let tags = text::render_tags_txt(&self.tags);
+        self.write_text(TAGS_TXT, tags.as_bytes())?;
+        let comment = std::mem::take(&mut self.comment);
+        self.out.finish(&comment)
+    }
+}
+
+/// File names a tag writer produces itself.
+const RESERVED: [&str; 8] = [
+    "params.txt",
+    "updater.txt",
+    "sha256sums.txt",
+    "metadata.json",
+    "trainingConfig.fb",
+    "graph.fb",
+    "graph.pdmodel",
+    "params/",
+];
+
+/// Writes one tag's entries as they are added (tensors are not kept in memory).
+/// Dropping it without [`TagWriter::finish`] leaves the tag out of the archive.
+pub struct TagWriter<'s> {
+    s: &'s mut Session,
+    name: String,
+    first_entry: usize,
+    params: Vec<(String, ParamRef)>,
+    updater: Vec<(String, Vec<ParamRef>)>,
+    param_names: HashSet<String>,
+    updater_names: HashSet<String>,
+    next: [u64; 2],
+    sums: Vec<(String, String)>,
+    used: HashSet<String>,
+    metadata: bool,
+    done: bool,
+}
+
+impl std::fmt::Debug for TagWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TagWriter")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl TagWriter<'_> {
+    /// The tag being written.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn claim(&mut self, rel: &str) -> Result<String> {
+        if !self.used.insert(rel.to_string()) {
+            return Err(
+                ErrorKind::InvalidInput(format!("tag {:?} already has {rel}", self.name)).into(),
+            );
+        }
+        Ok(format!("{}/{rel}", self.name))
+    }
+
+    fn put_file(&mut self, rel: &str, bytes: &[u8], text: bool) -> Result<()> {
+        let full = self.claim(rel)?;
+        if text {
+            self.s.write_text(&full, bytes)?;
+        } else {
+            self.s.out.write_entry(
+                &full,
+                METHOD_STORED,
+                crc32fast::hash(bytes),
+                bytes.len() as u64,
+                &[bytes],
+                None,
+                None,
+            )?;
+        }
+        self.sums.push((sha256_hex(bytes), rel.to_string()));
+        Ok(())
+    }
+
+    /// Adds the graph (at most one, in either encoding).
+    pub fn graph(&mut self, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
+        if self.used.contains("graph.fb") || self.used.contains("graph.pdmodel") {
+            return Err(ErrorKind::InvalidInput(format!(
+                "tag {:?} already has a graph",
+                self.name
+            ))
+            .into());
+        }
+        self.put_file(enc.file_name(), bytes, false)
+    }
+
+    fn add_tensor(&mut self, kind: TensorKind, t: &TensorView<'_>) -> Result<ParamRef> {
+        let header = encode_header(t);
+        let len = header.len() as u64 + t.data().len() as u64;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        crc.update(t.data());
+        let crc = crc.finalize();
+        let mut h = sha2::Sha256::new();
+        h.update(&header);
+        h.update(t.data());
+        let sha: [u8; 32] = h.finalize().into();
+        let key = (kind, len, crc);
+        let parts: [&[u8]; 2] = [&header, t.data()];
+        if let Some((tag, index)) = self.s.dedup.find(self.s.base.as_ref(), key, &sha, &parts) {
+            let tag = if tag == self.name { None } else { Some(tag) };
+            return Ok(ParamRef { tag, index });
+        }
+        let slot = match kind {
+            TensorKind::Params => 0,
+            TensorKind::Updater => 1,
+        };
+        let index = self.next[slot];
+        self.next[slot] += 1;
+        let rel = format!("{}/{index}.lodtensor", kind.dir());
+        let full = self.claim(&rel)?;
+        self.s.out.write_entry(
+            &full,
+            METHOD_STORED,
+            crc,
+            len,
+            &parts,
+            Some(header.len() as u64),
+            None,
+        )?;
+        self.s.dedup.insert(
+            key,
+            Candidate {
+                tag: self.name.clone(),
+                index,
+                sha: Some(sha),
+                base_entry: None,
+            },
+        );
+        let hex: String = sha.iter().map(|b| format!("{b:02x}")).collect();
+        self.sums.push((hex, rel));
+        Ok(ParamRef { tag: None, index })
+    }
+
+    /// Adds parameter `name` (unique, non-empty); an identical tensor already in the
+    /// archive is referenced instead of stored again.
+    pub fn param(&mut self, name: &str, t: &TensorView<'_>) -> Result<()> {
+        if name.is_empty() {
+            return Err(ErrorKind::InvalidInput("parameter names must not be empty".into()).into());
+        }
+        if self.param_names.contains(name) {
+            return Err(ErrorKind::InvalidInput(format!(
+                "parameter {name:?} is added twice to tag {:?}",
+                self.name
+            ))
+            .into());
+        }
+        let r = self.add_tensor(TensorKind::Params, t)?;
+        self.param_names.insert(name.to_string());
+        self.params.push((name.to_string(), r));
+        Ok(())
+    }
+
+    /// Adds the updater state arrays of parameter `name` (one or more, in order).
+    pub fn updater(&mut self, name: &str, arrays: &[TensorView<'_>]) -> Result<()> {
+        if name.is_empty() || arrays.is_empty() {
+            return Err(ErrorKind::InvalidInput(
+                "updater entries need a non-empty name and at least one array".into(),
+            )
+            .into());
+        }
+        if self.updater_names.contains(name) {
+            return Err(ErrorKind::InvalidInput(format!(
+                "updater state of {name:?} is added twice to tag {:?}",
+                self.name
+            ))
+            .into());
+        }
+        let refs = arrays
+            .iter()
+            .map(|a| self.add_tensor(TensorKind::Updater, a))
+            .collect::<Result<Vec<_>>>()?;
+        self.updater_names.insert(name.to_string());
+        self.updater.push((name.to_string(), refs));
+        Ok(())
+    }
+
+    /// Adds `trainingConfig.fb` (raw bytes).
+    pub fn training_config(&mut self, bytes: &[u8]) -> Result<()> {
+        self.put_file("trainingConfig.fb", bytes, false)
+    }
+
+    /// Adds `metadata.json`: a JSON object; a `"created"` key (RFC 3339 UTC, now) is
+    /// added when absent.
+    pub fn metadata(&mut self, json: &[u8]) -> Result<()> {
+        let with = with_created(Some(json))?;
+        self.put_file("metadata.json", &with, true)?;
+        self.metadata = true;
+        Ok(())
+    }
+
+    /// Adds an entry of the caller's own under the tag directory (kept by every copy).
+    pub fn extra_entry(&mut self, rel_name: &str, bytes: &[u8]) -> Result<()> {
+        check_entry_name(rel_name)?;
+        if rel_name.ends_with('/')
+            || RESERVED.contains(&rel_name)
+            || rel_name.starts_with("params/")
+            || rel_name.starts_with("updater/")
+        {
+            return Err(ErrorKind::InvalidInput(format!(
+                "{rel_name:?} is reserved for modelzip's own files"
+            ))
+            .into());
+        }
+        self.put_file(rel_name, bytes, false)
+    }
+
+    /// Writes params.txt, updater.txt, metadata.json (if not given) and sha256sums.txt,
+    /// and lists the tag as the newest.
+    pub fn finish(mut self) -> Result<()> {
+        let params = text::render_table(
+            self.params
+                .iter()
+                .map(|(n, r)| (n.as_str(), std::slice::from_ref(r))),
+        );
+        self.put_file("params.txt", params.as_bytes(), true)?;
+        if !self.updater.is_empty() {
+            let upd =
+                text::render_table(self.updater.iter().map(|(n, r)| (n.as_str(), r.as_slice())));
+            self.put_file("updater.txt", upd.as_bytes(), true)?;
+        }
+        if !self.metadata {
+            let m = with_created(None)?;
+            self.put_file("metadata.json", &m, true)?;
+        }
+        let sums = text::render_sums(&self.sums);
+        let full = format!("{}/sha256sums.txt", self.name);
+        self.s.write_text(&full, sums.as_bytes())?;
+        self.s.tags.push(self.name.clone());
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for TagWriter<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // Leave the tag's bytes as dead space: out of the directory and the dedup index.
+            self.s.out.entries.truncate(self.first_entry);
+            self.s.dedup.forget_tag(&self.name);
+        }
+    }
+}
+
+/// `json` (a JSON object) with a `"created"` key added if absent, or `{"created": now}`.
+fn with_created(json: Option<&[u8]>) -> Result<Vec<u8>> {
+    let now = super::time::rfc3339(std::time::SystemTime::now());
+    let Some(b) = json else {
+        return Ok(format!("{{\"created\":\"{now}\"}}\n").into_bytes());
+    };
+    let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| {
+        Error::new(ErrorKind::InvalidInput(format!(
+            "metadata is not valid JSON: {e}"
+        )))
+    })?;
+    let Some(obj) = v.as_object() else {
+        return Err(ErrorKind::InvalidInput("metadata must be a JSON object".into()).into());
+    };
+    if obj.contains_key("created") {
+        return Ok(b.to_vec());
+    }
+    // Insert textually after the opening brace, keeping the caller's bytes and key order.
+    let brace = b.iter().position(|&c| c == b'{').unwrap_or(0);
+    let sep = if obj.is_empty() { "" } else { "," };
+    let mut out = Vec::with_capacity(b.len() + 40);
+    out.extend_from_slice(&b[..=brace.min(b.len().saturating_sub(1))]);
+    out.extend_from_slice(format!("\"created\":\"{now}\"{sep}").as_bytes());
+    out.extend_from_slice(b.get(brace + 1..).unwrap_or_default());
+    Ok(out)
+}
+
+/// A tag held in memory, written in one call by [`ArchiveWriter::add_tag`] or
+/// [`append_tag`](super::append_tag).
+#[derive(Debug, Clone, Default)]
+pub struct TagBuilder {
+    name: String,
+    graph: Option<(GraphEncoding, Vec<u8>)>,
+    params: Vec<(String, Tensor)>,
+    updater: Vec<(String, Vec<Tensor>)>,
+    training_config: Option<Vec<u8>>,
+    metadata: Option<Vec<u8>>,
+    extra: Vec<(String, Vec<u8>)>,
+}
+
+impl TagBuilder {
+    /// An empty tag named `name` (checked when written).
+    pub fn new(name: impl Into<String>) -> Self {
+        TagBuilder {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The tag's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the graph.
+    pub fn graph(mut self, enc: GraphEncoding, bytes: impl Into<Vec<u8>>) -> Self {
+        self.graph = Some((enc, bytes.into()));
+        self
+    }
+
+    /// Adds a parameter.
+    pub fn param(mut self, name: impl Into<String>, t: Tensor) -> Self {
+        self.params.push((name.into(), t));
+        self
+    }
+
+    /// Adds the updater state arrays of a parameter.
+    pub fn updater(mut self, name: impl Into<String>, arrays: Vec<Tensor>) -> Self {
+        self.updater.push((name.into(), arrays));
+        self
+    }
+
+    /// Sets trainingConfig.fb.
+    pub fn training_config(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.training_config = Some(bytes.into());
+        self
+    }
+
+    /// Sets metadata.json (a JSON object).
+    pub fn metadata(mut self, json: impl Into<Vec<u8>>) -> Self {
+        self.metadata = Some(json.into());
+        self
+    }
+
+    /// Adds an entry of the caller's own under the tag directory.
+    pub fn extra_entry(mut self, rel_name: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        self.extra.push((rel_name.into(), bytes.into()));
+        self
+    }
+
+    /// Writes everything through `w` and finishes the tag.
+    pub fn write_to(&self, mut w: TagWriter<'_>) -> Result<()> {
+        if let Some((enc, g)) = &self.graph {
+            w.graph(*enc, g)?;
+        }
+        for (n, t) in &self.params {
+            w.param(n, &t.view())?;
+        }
+        for (n, ts) in &self.updater {
+            let views: Vec<TensorView<'_>> = ts.iter().map(Tensor::view).collect();
+            w.updater(n, &views)?;
+        }
+        if let Some(c) = &self.training_config {
+            w.training_config(c)?;
+        }
+        if let Some(m) = &self.metadata {
+            w.metadata(m)?;
+        }
+        for (n, b) in &self.extra {
+            w.extra_entry(n, b)?;
+        }
+        w.finish()
+    }
+}
+
+/// Writes a new archive to a temp file beside `path` and renames it into place on
+/// [`ArchiveWriter::finish`]; dropped unfinished, it removes the temp file.
+pub struct ArchiveWriter {
+    session: Session,
+    temp: TempTarget,
+    path: PathBuf,
+    _lock: WriteLock,
+}
+
+impl std::fmt::Debug for ArchiveWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchiveWriter")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ArchiveWriter {
+    /// Starts a new archive at `path` (replacing any file there when finished).
+    pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        Self::create_with(path, &WriteOptions::default())
+    }
+
+    /// [`ArchiveWriter::create`] with options.
+    pub fn create_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Self> {
+        let path = path.as_ref();
+        let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
+        super::durable::remove_stale_temps(path);
+        // A journal belongs to the file being replaced: settle it before the rename, so it
+        // can never be replayed onto the new archive.
+        if path.exists() {
+            super::journal::recover(path)?;
+        } else {
+            super::journal::remove(path)?;
+        }
+        let temp = TempTarget::create(path)?;
+        let sink: Box<dyn Write> = Box::new(temp.writer()?);
+        Ok(ArchiveWriter {
+            session: Session::new(sink, 0, opts.clone()),
+            temp,
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// Starts writing a tag; tensors go to the file as they are added.
+    pub fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
+        self.session.begin_tag(name)
+    }
+
+    /// Writes a whole tag held in memory.
+    pub fn add_tag(&mut self, tag: TagBuilder) -> Result<()> {
+        let w = self.session.begin_tag(&tag.name)?;
+        tag.write_to(w)
+    }
+
+    /// Writes tags.txt and the central directory, then fsyncs and renames into place.
+    pub fn finish(self) -> Result<()> {
+        let path = self.path;
+        let fsync = self.session.opts.fsync;
+        let (sink, _) = self.session.finish().map_err(|e| e.in_file(&path))?;
+        drop(sink);
+        self.temp.commit(fsync)
+    }
+}

@@ -1,0 +1,288 @@
+//! Crash safety: writes that fail after every possible number of bytes (a full disk), and
+//! writer processes killed with SIGKILL at random moments.
+
+#[path = "support/archive.rs"]
+mod support;
+
+use modelzip::archive::fault::{bytes_written, set_write_budget};
+use modelzip::{
+    AppendMode, Archive, ArchiveWriter, Result, TagBuilder, Tensor, WriteOptions, append_tag,
+    compact, prune,
+};
+use std::path::{Path, PathBuf};
+use support::*;
+
+/// Evenly spread budgets over `0..=total`, plus every small value (the journal phase).
+fn budgets(total: u64, count: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..10).collect();
+    v.extend((0..count).map(|i| i * total / count));
+    v.push(total.saturating_sub(1));
+    v.push(total);
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Base archive: two tags, the second appended in place (so compaction has dead bytes).
+fn base(dir: &Path) -> PathBuf {
+    let p = dir.join("base.zip");
+    let mut w = ArchiveWriter::create(&p).unwrap();
+    w.add_tag(sample_tag("a", 1)).unwrap();
+    w.finish().unwrap();
+    append_tag(
+        &p,
+        sample_tag("b", 2),
+        AppendMode::InPlace,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    p
+}
+
+/// Runs `op` on fresh copies of the base archive with write budgets across its whole
+/// byte range; after each, the archive must open (rolling back as needed) with the old
+/// tags or old + new, verify clean, hold the same data, and leave no stray files.
+fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) -> usize {
+    let root = tempfile::tempdir().unwrap();
+    let base = base(root.path());
+    let reference = {
+        let a = Archive::open(&base).unwrap();
+        (dump(&a.tag("a").unwrap()), dump(&a.tag("b").unwrap()))
+    };
+    let old: Vec<String> = vec!["a".into(), "b".into()];
+    let mut with_new = old.clone();
+    with_new.extend(new_tag.map(String::from));
+    // Measure the bytes a successful run writes.
+    let total = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(None);
+        op(&p).unwrap();
+        bytes_written()
+    };
+    let list = budgets(total, 70);
+    let mut failures = 0;
+    for &n in &list {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(Some(n));
+        let res = op(&p);
+        set_write_budget(None);
+        if res.is_err() {
+            failures += 1;
+        }
+        let a = Archive::open(&p).unwrap_or_else(|e| panic!("{name} budget {n}: {e}"));
+        assert!(
+            a.tags() == old.as_slice() || a.tags() == with_new.as_slice(),
+            "{name} budget {n}: tags {:?}",
+            a.tags()
+        );
+        if res.is_ok() {
+            assert_eq!(a.tags(), with_new.as_slice(), "{name} budget {n}");
+        }
+        let r = a.verify();
+        assert!(r.is_ok(), "{name} budget {n}: {:?}", r.problems);
+        assert_eq!(dump(&a.tag("a").unwrap()), reference.0, "{name} budget {n}");
+        assert_eq!(dump(&a.tag("b").unwrap()), reference.1, "{name} budget {n}");
+        drop(a);
+        let stray = stray_files(d.path(), &p);
+        assert!(stray.is_empty(), "{name} budget {n}: stray files {stray:?}");
+    }
+    assert!(
+        failures > list.len() / 2,
+        "{name}: only {failures} runs failed"
+    );
+    list.len()
+}
+
+#[test]
+fn in_place_append_survives_a_full_disk_at_every_offset() {
+    let n = sweep("in-place", Some("c"), |p| {
+        append_tag(
+            p,
+            sample_tag("c", 3),
+            AppendMode::InPlace,
+            &WriteOptions::default(),
+        )
+    });
+    assert!(n >= 70);
+}
+
+#[test]
+fn rewrite_append_survives_a_full_disk_at_every_offset() {
+    let n = sweep("rewrite", Some("c"), |p| {
+        append_tag(
+            p,
+            sample_tag("c", 3),
+            AppendMode::Rewrite,
+            &WriteOptions::default(),
+        )
+    });
+    assert!(n >= 70);
+}
+
+#[test]
+fn compaction_survives_a_full_disk_at_every_offset() {
+    let n = sweep("compact", None, |p| compact(p).map(|_| ()));
+    assert!(n >= 70);
+}
+
+// ---- SIGKILL ------------------------------------------------------------------------
+
+const CHILD_ENV: &str = "MODELZIP_CRASH_CHILD";
+const NONCE_ENV: &str = "MODELZIP_CRASH_NONCE";
+
+fn seed_of(tag: &str) -> u64 {
+    let (k, i) = tag[1..].split_once('-').unwrap();
+    k.parse::<u64>().unwrap() * 100_000 + i.parse::<u64>().unwrap()
+}
+
+fn child_tag(name: &str) -> TagBuilder {
+    let s = seed_of(name);
+    TagBuilder::new(name)
+        .param("w", Tensor::from_slice(vec![64], &values(s, 64)).unwrap())
+        .param(
+            "shared",
+            Tensor::from_slice(vec![64], &values(7, 64)).unwrap(),
+        )
+        .updater(
+            "w",
+            vec![Tensor::from_slice(vec![64], &values(s + 1, 64)).unwrap()],
+        )
+}
+
+fn check_tag(a: &Archive, name: &str) {
+    let t = a.tag(name).unwrap();
+    let s = seed_of(name);
+    assert_eq!(
+        t.param("w").unwrap().view().to_vec::<f32>().unwrap(),
+        values(s, 64),
+        "{name}"
+    );
+    assert_eq!(
+        t.param("shared").unwrap().view().to_vec::<f32>().unwrap(),
+        values(7, 64)
+    );
+    let u = t.tensor(&t.updater()[0].arrays[0]).unwrap();
+    assert_eq!(u.view().to_vec::<f32>().unwrap(), values(s + 1, 64));
+}
+
+/// The child: appends (in place or by rewrite), prunes and compacts until killed.
+/// A no-op unless started by `sigkill_at_random_moments`.
+#[test]
+fn crash_child_entry() {
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let nonce: u64 = std::env::var(NONCE_ENV).unwrap().parse().unwrap();
+    let opts = WriteOptions {
+        wait_for_lock: true,
+        ..Default::default()
+    };
+    for i in 0.. {
+        let name = format!("c{nonce}-{i}");
+        let mode = if i % 3 == 2 {
+            AppendMode::Rewrite
+        } else {
+            AppendMode::InPlace
+        };
+        append_tag(&path, child_tag(&name), mode, &opts).unwrap();
+        if i % 5 == 4 {
+            compact(&path).unwrap();
+        }
+        if Archive::open(&path).unwrap().tags().len() > 30 {
+            prune(&path, 20).unwrap();
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn sigkill_at_random_moments() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("model.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    w.add_tag(child_tag("c0-0")).unwrap();
+    w.finish().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut prev: Vec<String> = vec!["c0-0".into()];
+    let started = Instant::now();
+    let mut changes = 0;
+    let mut journals = 0;
+    for kill in 1..=200u64 {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "crash_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &path)
+            .env(NONCE_ENV, kill.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % 60));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        if modelzip_journal(&path).exists() {
+            journals += 1;
+        }
+        let a = Archive::open(&path).unwrap_or_else(|e| panic!("after kill {kill}: {e}"));
+        assert!(!modelzip_journal(&path).exists(), "journal left after open");
+        let tags = a.tags().to_vec();
+        // Old tags (less the oldest ones a prune removed), then only new ones, in order.
+        let kept: Vec<&String> = tags.iter().filter(|t| prev.contains(t)).collect();
+        let pruned = prev.len() - kept.len();
+        assert_eq!(
+            kept,
+            prev[pruned..].iter().collect::<Vec<_>>(),
+            "kill {kill}"
+        );
+        assert!(
+            tags[..kept.len()].iter().all(|t| prev.contains(t)),
+            "kill {kill}: {tags:?}"
+        );
+        for t in &tags[kept.len()..] {
+            assert!(
+                seed_of(t) / 100_000 == kill,
+                "kill {kill}: unexpected tag {t}"
+            );
+        }
+        for t in &tags {
+            check_tag(&a, t);
+        }
+        if tags != prev {
+            changes += 1;
+        }
+        if kill % 20 == 0 {
+            let r = a.verify();
+            assert!(r.is_ok(), "kill {kill}: {:?}", r.problems);
+        }
+        let temps = stray_files(d.path(), &path);
+        assert!(temps.len() <= 1, "kill {kill}: {temps:?}");
+        prev = tags;
+    }
+    eprintln!("{changes} runs changed the tags, {journals} left a journal to roll back");
+    assert!(
+        changes > 20,
+        "the child made progress in only {changes} runs"
+    );
+    assert!(journals > 0, "no kill landed inside an in-place append");
+    assert!(started.elapsed() < Duration::from_secs(120));
+}
+
+fn modelzip_journal(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".journal");
+    PathBuf::from(s)
+}
