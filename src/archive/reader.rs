@@ -374,6 +374,11 @@ impl Archive {
         self.dir.index.contains_key(name)
     }
 
+    /// Bytes an entry's data takes in the file as stored (its compressed size).
+    pub fn entry_stored_size(&self, name: &str) -> Option<u64> {
+        self.entry(name).map(|e| e.compressed_size)
+    }
+
     pub(crate) fn entry(&self, name: &str) -> Option<&ZipEntry> {
         self.dir
             .index

@@ -4,8 +4,19 @@
 //! table or as one JSON document. Exit codes: 0 success, 1 a negative answer
 //! (e.g. `verify` found problems), 2 an error (bad input, I/O, usage).
 
+mod cat;
+mod common;
+mod compact;
+mod extract;
 mod output;
+mod pack;
+mod progress;
+mod prune;
+mod rm;
+mod show;
+mod tags;
 mod tensor;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -20,6 +31,15 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    Tags(tags::Args),
+    Show(show::Args),
+    Cat(cat::Args),
+    Pack(pack::Args),
+    Rm(rm::Args),
+    Prune(prune::Args),
+    Compact(compact::Args),
+    Verify(verify::Args),
+    Extract(extract::Args),
     Tensor(tensor::Args),
 }
 
@@ -27,7 +47,6 @@ enum Command {
 pub enum Outcome {
     /// Everything is fine: exit 0.
     Success,
-    #[allow(dead_code)]
     /// A negative answer (problems found, differences found): exit 1.
     Negative,
 }
@@ -53,6 +72,15 @@ pub fn run() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Tags(a) => tags::run(a),
+        Command::Show(a) => show::run(a),
+        Command::Cat(a) => cat::run(a),
+        Command::Pack(a) => pack::run(a),
+        Command::Rm(a) => rm::run(a),
+        Command::Prune(a) => prune::run(a),
+        Command::Compact(a) => compact::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Extract(a) => extract::run(a),
         Command::Tensor(a) => tensor::run(a),
     };
     match result {

@@ -1,0 +1,149 @@
+//! `modelzip cat`: one tensor's values.
+
+use super::common::{open, pick_tag};
+use super::output::{print, print_bytes, print_json};
+use super::{CliError, Outcome};
+use modelzip::{DType, TensorView};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// Print one parameter's values: a readable summary by default, every value with
+/// `--json`, or exactly the raw little-endian data bytes with `--raw`.
+///
+/// Example:
+///   modelzip cat model.zip fc_0.w_0 --tag fp32
+///   modelzip cat model.zip fc_0.w_0 --raw > w.bin
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The archive.
+    archive: PathBuf,
+    /// The parameter name, as in params.txt.
+    param: String,
+    /// The tag (ignoring case); default: the newest.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Write the raw data bytes to stdout.
+    #[arg(long, conflicts_with = "json")]
+    raw: bool,
+    /// Print one JSON document with every value.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let archive = open(&args.archive)?;
+    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let data = tag
+        .param(&args.param)
+        .map_err(|e| CliError(e.to_string()))?;
+    let t = data.view();
+    if args.raw {
+        return print_bytes(t.data()).map(|_| Outcome::Success);
+    }
+    let values = values(&t);
+    if args.json {
+        let doc = json!({
+            "tag": tag.name(),
+            "name": args.param,
+            "dtype": t.dtype().name(),
+            "dtype_code": t.dtype().code(),
+            "dims": t.dims(),
+            "lod": t.lod(),
+            "values": values,
+        });
+        return print_json(&doc).map(|_| Outcome::Success);
+    }
+    let mut out = format!(
+        "{} (tag {}): {} {:?}, {} elements",
+        args.param,
+        tag.name(),
+        t.dtype(),
+        t.dims(),
+        values.len()
+    );
+    if !t.lod().is_empty() {
+        out.push_str(&format!(", lod {:?}", t.lod()));
+    }
+    out.push('\n');
+    let nums: Vec<f64> = values.iter().filter_map(Value::as_f64).collect();
+    if !nums.is_empty() && nums.len() == values.len() {
+        let min = nums.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = nums.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = nums.iter().sum::<f64>() / nums.len() as f64;
+        let f = |x: f64| (x as f32).to_string();
+        let (min, max, mean) = (f(min), f(max), f(mean));
+        out.push_str(&format!("min {min}  max {max}  mean {mean}\n"));
+    }
+    let shown: Vec<String> = values.iter().take(16).map(Value::to_string).collect();
+    let more = if values.len() > 16 { ", ..." } else { "" };
+    out.push_str(&format!("[{}{more}]\n", shown.join(", ")));
+    print(&out).map(|_| Outcome::Success)
+}
+
+/// Every element as a JSON value: numbers, booleans, `[re, im]` pairs; NaN and
+/// infinities become strings.
+fn values(t: &TensorView<'_>) -> Vec<Value> {
+    let d = t.data();
+    let float = |x: f64| {
+        if x.is_finite() {
+            json!(x)
+        } else {
+            json!(x.to_string())
+        }
+    };
+    // Through f32's shortest decimal form, so 0.1f32 prints as 0.1, not 0.10000000149.
+    let float32 = |x: f32| {
+        if x.is_finite() {
+            json!(x.to_string().parse::<f64>().unwrap_or(f64::from(x)))
+        } else {
+            json!(x.to_string())
+        }
+    };
+    let le = |c: &[u8]| {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(b)
+    };
+    let signed = |c: &[u8]| {
+        let bits = 64 - 8 * c.len() as u32;
+        ((le(c) << bits) as i64) >> bits
+    };
+    match t.dtype() {
+        DType::Bool => d.iter().map(|&b| json!(b != 0)).collect(),
+        DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => d
+            .chunks_exact(t.dtype().size())
+            .map(|c| json!(signed(c)))
+            .collect(),
+        DType::Uint8 | DType::Uint16 | DType::Uint32 | DType::Uint64 | DType::SizeT => d
+            .chunks_exact(t.dtype().size())
+            .map(|c| json!(le(c)))
+            .collect(),
+        DType::Complex64 => d
+            .chunks_exact(8)
+            .map(|c| {
+                let re = f32::from_bits(le(&c[..4]) as u32);
+                let im = f32::from_bits(le(&c[4..]) as u32);
+                json!([float32(re), float32(im)])
+            })
+            .collect(),
+        DType::Complex128 => d
+            .chunks_exact(16)
+            .map(|c| {
+                let re = f64::from_bits(le(&c[..8]));
+                let im = f64::from_bits(le(&c[8..]));
+                json!([float(re), float(im)])
+            })
+            .collect(),
+        DType::Fp64 => d
+            .chunks_exact(8)
+            .map(|c| float(f64::from_bits(le(c))))
+            .collect(),
+        _ => t
+            .to_f32_vec()
+            .unwrap_or_default()
+            .into_iter()
+            .map(float32)
+            .collect(),
+    }
+}

@@ -1,0 +1,159 @@
+//! `modelzip tags`: the tag listing.
+
+use super::common::open;
+use super::output::{human_bytes, print, print_json};
+use super::{CliError, Outcome};
+use modelzip::DType;
+use modelzip::archive::{Archive, GraphEncoding, Tag};
+use serde_json::{Value, json};
+use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
+
+/// List the tags of an archive, oldest first; the default (newest) is marked.
+///
+/// Per tag: params, updater arrays, bytes stored in the tag itself, bytes it uses
+/// from other tags, graph encoding, dtypes, created time.
+///
+/// Example:
+///   modelzip tags model.zip
+///   modelzip tags model.zip --json
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The archive.
+    archive: PathBuf,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Exact byte counts instead of human-readable sizes.
+    #[arg(long)]
+    bytes: bool,
+}
+
+/// What the listing says of one tag.
+struct TagRow {
+    name: String,
+    params: usize,
+    updater_arrays: usize,
+    own_bytes: u64,
+    shared_bytes: u64,
+    graph: Option<&'static str>,
+    dtypes: Vec<DType>,
+    created: Option<String>,
+}
+
+fn row(archive: &Archive, tag: &Tag<'_>) -> Result<TagRow, CliError> {
+    let own_bytes = tag
+        .own_entries()
+        .iter()
+        .map(|e| archive.entry_stored_size(e).unwrap_or(0))
+        .sum();
+    let mut shared = HashSet::new();
+    let mut dtypes = BTreeSet::new();
+    let locations = tag
+        .params()
+        .iter()
+        .map(|p| &p.location)
+        .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+    for loc in locations {
+        if loc.shared {
+            shared.insert(loc.entry.clone());
+        }
+        let t = tag.tensor(loc).map_err(|e| CliError(e.to_string()))?;
+        dtypes.insert(t.view().dtype());
+    }
+    let shared_bytes = shared
+        .iter()
+        .map(|e| archive.entry_stored_size(e).unwrap_or(0))
+        .sum();
+    let graph = tag
+        .graph()
+        .map_err(|e| CliError(e.to_string()))?
+        .map(|(g, _)| match g {
+            GraphEncoding::FlatBuffers => "flatbuffers",
+            GraphEncoding::ProgramDesc => "programdesc",
+        });
+    let created = tag
+        .metadata()
+        .map_err(|e| CliError(e.to_string()))?
+        .and_then(|m| serde_json::from_slice::<Value>(&m).ok())
+        .and_then(|v| {
+            v.get("created")
+                .and_then(|c| c.as_str())
+                .map(str::to_string)
+        });
+    Ok(TagRow {
+        name: tag.name().to_string(),
+        params: tag.params().len(),
+        updater_arrays: tag.updater().iter().map(|u| u.arrays.len()).sum(),
+        own_bytes,
+        shared_bytes,
+        graph,
+        dtypes: dtypes.into_iter().collect(),
+        created,
+    })
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let archive = open(&args.archive)?;
+    let mut rows = Vec::new();
+    for name in archive.tags() {
+        let tag = archive.tag(name).map_err(|e| CliError(e.to_string()))?;
+        rows.push(row(&archive, &tag)?);
+    }
+    let default = archive.default_tag().map(str::to_string);
+    if args.json {
+        let tags: Vec<Value> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                json!({
+                    "name": r.name,
+                    "position": i,
+                    "params": r.params,
+                    "updater_arrays": r.updater_arrays,
+                    "own_bytes": r.own_bytes,
+                    "shared_bytes": r.shared_bytes,
+                    "graph": r.graph,
+                    "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+                    "created": r.created,
+                })
+            })
+            .collect();
+        let doc = json!({
+            "archive": args.archive.display().to_string(),
+            "default": default,
+            "tags": tags,
+        });
+        return print_json(&doc).map(|_| Outcome::Success);
+    }
+    let mut out = format!(
+        "  {:<24} {:>7} {:>8} {:>11} {:>11} {:<12} {:<20} {}\n",
+        "tag", "params", "updater", "own", "shared", "graph", "dtypes", "created"
+    );
+    for r in &rows {
+        let mark = if Some(&r.name) == default.as_ref() {
+            "*"
+        } else {
+            " "
+        };
+        let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
+        out.push_str(&format!(
+            "{mark} {:<24} {:>7} {:>8} {:>11} {:>11} {:<12} {:<20} {}\n",
+            r.name,
+            r.params,
+            r.updater_arrays,
+            human_bytes(r.own_bytes, args.bytes),
+            human_bytes(r.shared_bytes, args.bytes),
+            r.graph.unwrap_or("-"),
+            dtypes.join(","),
+            r.created.as_deref().unwrap_or("-"),
+        ));
+    }
+    if rows.is_empty() {
+        out.push_str("(no tags)\n");
+    } else {
+        out.push_str("* default (newest) tag\n");
+    }
+    print(&out).map(|_| Outcome::Success)
+}

@@ -1,0 +1,69 @@
+//! `modelzip verify`: check everything.
+
+use super::common::open;
+use super::output::{print, print_json};
+use super::{CliError, Outcome};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// Check an archive: structure, references, CRC32, SHA-256 manifests, and that
+/// every tensor decodes with a byte count matching dtype × dims.
+///
+/// Exit status: 0 clean, 1 problems found (each listed), 2 could not run.
+///
+/// Example:
+///   modelzip verify model.zip
+///   modelzip verify model.zip --json
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The archive.
+    archive: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let archive = open(&args.archive)?;
+    let report = archive.verify();
+    let ok = report.problems.is_empty();
+    if args.json {
+        let problems: Vec<_> = report
+            .problems
+            .iter()
+            .map(|p| json!({"entry": p.entry, "message": p.message}))
+            .collect();
+        let doc = json!({
+            "archive": args.archive.display().to_string(),
+            "ok": ok,
+            "tags": archive.tags().len(),
+            "problems": problems,
+        });
+        print_json(&doc)?;
+    } else if ok {
+        print(&format!(
+            "{}: ok ({} tags)\n",
+            args.archive.display(),
+            archive.tags().len()
+        ))?;
+    } else {
+        let mut out = format!(
+            "{}: {} problem(s)\n",
+            args.archive.display(),
+            report.problems.len()
+        );
+        for p in &report.problems {
+            match &p.entry {
+                Some(e) => out.push_str(&format!("  {e}: {}\n", p.message)),
+                None => out.push_str(&format!("  {}\n", p.message)),
+            }
+        }
+        print(&out)?;
+    }
+    Ok(if ok {
+        Outcome::Success
+    } else {
+        Outcome::Negative
+    })
+}
