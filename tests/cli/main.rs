@@ -1,4 +1,8 @@
 //! CLI tests: the real `modelzip` binary, run in temporary directories.
 
+mod archive;
 mod harness;
+#[allow(dead_code)]
+#[path = "../support/archive.rs"]
+mod support;
 mod tensor;

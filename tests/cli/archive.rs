@@ -1,0 +1,349 @@
+//! The archive commands through the real binary: pack, tags, show, cat, verify,
+//! rm, prune, compact, extract.
+
+use super::harness::{expect_error, fixture, json_of, modelzip};
+use modelzip::Tensor;
+use modelzip::archive::{ArchiveWriter, TagBuilder, WriteLock};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn persistables(version: &str) -> PathBuf {
+    fixture(&format!("paddle/{version}/mlp_persistables"))
+}
+
+fn manifest_sha(version: &str, file: &str) -> String {
+    let m: Value = serde_json::from_slice(
+        &std::fs::read(fixture(&format!("paddle/{version}/manifest.json"))).unwrap(),
+    )
+    .unwrap();
+    m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == format!("mlp_persistables/{file}"))
+        .map(|f| f["records"][0]["data_sha256"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("{file} not in manifest"))
+}
+
+fn pack(archive: &Path, tag: &str, dir: &Path, extra: &[&str]) {
+    modelzip()
+        .arg("pack")
+        .arg(archive)
+        .arg(dir)
+        .args(["--tag", tag])
+        .args(extra)
+        .assert()
+        .success();
+}
+
+fn tags_json(archive: &Path) -> Value {
+    json_of(modelzip().arg("tags").arg(archive).arg("--json"))
+}
+
+fn tag_names(archive: &Path) -> Vec<String> {
+    tags_json(archive)["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn pack_append_rewrite_and_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let model = fixture("paddle/3.3.1/mlp.pdmodel");
+    pack(
+        &a,
+        "fp32",
+        &persistables("3.3.1"),
+        &["--graph", model.to_str().unwrap()],
+    );
+    pack(&a, "Again", &persistables("3.3.1"), &[]);
+    pack(&a, "v26", &persistables("2.6.2"), &["--rewrite"]);
+    let doc = tags_json(&a);
+    assert_eq!(doc["archive"], a.display().to_string());
+    assert_eq!(doc["default"], "v26");
+    let tags = doc["tags"].as_array().unwrap();
+    assert_eq!(tag_names(&a), ["fp32", "Again", "v26"]);
+    for (i, t) in tags.iter().enumerate() {
+        assert_eq!(t["position"], i);
+        assert_eq!(t["params"], 4);
+        assert_eq!(t["updater_arrays"], 0);
+        assert_eq!(t["dtypes"], serde_json::json!(["FP32"]));
+        assert!(t["created"].as_str().unwrap().ends_with('Z'));
+    }
+    assert_eq!(tags[0]["graph"], "programdesc");
+    assert_eq!(tags[1]["graph"], Value::Null);
+    assert_eq!(tags[0]["shared_bytes"], 0);
+    // The second tag stores the same tensors: it owns only its text files.
+    let first = tags[0]["own_bytes"].as_u64().unwrap();
+    let second = tags[1]["own_bytes"].as_u64().unwrap();
+    assert!(tags[1]["shared_bytes"].as_u64().unwrap() >= 948 - 4 * 30);
+    assert!(second < first / 4, "{second} vs {first}");
+    // Tags are not case sensitive on lookup.
+    let show = json_of(
+        modelzip()
+            .arg("show")
+            .arg(&a)
+            .args(["--tag", "AGAIN", "--json"]),
+    );
+    assert_eq!(show["tag"], "Again");
+    super::support::external_tools_accept(&a);
+}
+
+#[test]
+fn show_json_names_entries_sharing_and_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    pack(&a, "a", &persistables("3.3.1"), &[]);
+    pack(&a, "b", &persistables("3.3.1"), &[]);
+    let doc = json_of(modelzip().arg("show").arg(&a).arg("--json"));
+    assert_eq!(doc["tag"], "b");
+    assert_eq!(doc["updater"], serde_json::json!([]));
+    let params = doc["params"].as_array().unwrap();
+    let names: Vec<&str> = params.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"]);
+    for p in params {
+        let name = p["name"].as_str().unwrap();
+        assert_eq!(p["dtype"], "FP32");
+        assert_eq!(p["dtype_code"], 5);
+        assert_eq!(p["lod"], serde_json::json!([]));
+        assert_eq!(p["shared_from"], "a");
+        assert!(p["entry"].as_str().unwrap().starts_with("a/params/"));
+        assert_eq!(p["data_sha256"], manifest_sha("3.3.1", name));
+    }
+    let own = json_of(
+        modelzip()
+            .arg("show")
+            .arg(&a)
+            .args(["--tag", "a", "--json"]),
+    );
+    assert_eq!(own["params"][1]["dims"], serde_json::json!([8, 16]));
+    assert_eq!(own["params"][1]["shared_from"], Value::Null);
+}
+
+#[test]
+fn cat_raw_is_exactly_the_data_bytes() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    pack(&a, "t", &persistables("2.6.2"), &[]);
+    let out = modelzip()
+        .arg("cat")
+        .arg(&a)
+        .args(["fc_0.w_0", "--raw"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len(), 8 * 16 * 4);
+    let hex: String = sha2::Sha256::digest(&out.stdout)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(hex, manifest_sha("2.6.2", "fc_0.w_0"));
+    let doc = json_of(modelzip().arg("cat").arg(&a).args(["fc_1.b_0", "--json"]));
+    assert_eq!(doc["values"].as_array().unwrap().len(), 4);
+    assert_eq!(doc["dims"], serde_json::json!([4]));
+    let line = expect_error(modelzip().arg("cat").arg(&a).arg("no_such_param"));
+    assert!(line.contains("no_such_param"), "{line}");
+}
+
+#[test]
+fn verify_is_clean_then_finds_a_flipped_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    pack(&a, "t", &persistables("3.3.1"), &[]);
+    let doc = json_of(modelzip().arg("verify").arg(&a).arg("--json"));
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["problems"], serde_json::json!([]));
+    // Flip one byte in the middle of fc_0.w_0's data (the largest tensor).
+    let mut bytes = std::fs::read(&a).unwrap();
+    let at = bytes
+        .windows(4)
+        .position(|w| w == [0x08, 0x05, 0x10, 0x08])
+        .expect("the [8,16] desc")
+        + 100;
+    bytes[at] ^= 0xff;
+    std::fs::write(&a, &bytes).unwrap();
+    let out = modelzip()
+        .arg("verify")
+        .arg(&a)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], false);
+    let problems = doc["problems"].as_array().unwrap();
+    assert!(!problems.is_empty());
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["entry"] == "t/params/1.lodtensor"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn rm_prune_compact_keep_everything_kept_tags_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    pack(&a, "one", &persistables("3.3.1"), &[]);
+    pack(&a, "two", &persistables("3.3.1"), &[]);
+    pack(&a, "three", &persistables("3.3.1"), &[]);
+    modelzip().arg("rm").arg(&a).arg("ONE").assert().success();
+    assert_eq!(tag_names(&a), ["two", "three"]);
+    modelzip()
+        .arg("prune")
+        .arg(&a)
+        .args(["--keep", "1"])
+        .assert()
+        .success();
+    assert_eq!(tag_names(&a), ["three"]);
+    modelzip().arg("compact").arg(&a).assert().success();
+    let doc = json_of(modelzip().arg("show").arg(&a).arg("--json"));
+    for p in doc["params"].as_array().unwrap() {
+        assert_eq!(p["shared_from"], Value::Null);
+        assert_eq!(
+            p["data_sha256"],
+            manifest_sha("3.3.1", p["name"].as_str().unwrap())
+        );
+    }
+    modelzip().arg("verify").arg(&a).assert().success();
+    let line = expect_error(modelzip().arg("rm").arg(&a).arg("one"));
+    assert!(line.contains("one"), "{line}");
+    super::support::external_tools_accept(&a);
+}
+
+#[test]
+fn a_second_writer_fails_fast_or_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    pack(&a, "one", &persistables("3.3.1"), &[]);
+    let lock = WriteLock::acquire(&a, false).unwrap();
+    let line = expect_error(
+        modelzip()
+            .arg("pack")
+            .arg(&a)
+            .arg(persistables("3.3.1"))
+            .args(["--tag", "two"]),
+    );
+    assert!(line.contains("locked by another process"), "{line}");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        drop(lock);
+    });
+    pack(&a, "two", &persistables("3.3.1"), &["--wait"]);
+    release.join().unwrap();
+    assert_eq!(tag_names(&a), ["one", "two"]);
+}
+
+#[test]
+fn extract_writes_a_persistables_dir_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let model = fixture("paddle/3.3.1/mlp.pdmodel");
+    pack(
+        &a,
+        "t",
+        &persistables("3.3.1"),
+        &["--graph", model.to_str().unwrap()],
+    );
+    let out = dir.path().join("out");
+    modelzip()
+        .arg("extract")
+        .arg(&a)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    for f in ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(persistables("3.3.1").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(out.join("__model__")).unwrap(),
+        std::fs::read(&model).unwrap()
+    );
+    let line = expect_error(modelzip().arg("extract").arg(&a).arg("--out").arg(&out));
+    assert!(line.contains("--force"), "{line}");
+    modelzip()
+        .arg("extract")
+        .arg(&a)
+        .arg("--out")
+        .arg(&out)
+        .arg("--force")
+        .assert()
+        .success();
+}
+
+#[cfg(unix)]
+#[test]
+fn extract_never_follows_symlinks_or_leaves_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+    let mut w = ArchiveWriter::create(&a).unwrap();
+    w.add_tag(TagBuilder::new("t").param("sub/w", t.clone()))
+        .unwrap();
+    w.add_tag(TagBuilder::new("evil").param("../escape", t.clone()))
+        .unwrap();
+    w.add_tag(TagBuilder::new("abs").param("/etc/x", t))
+        .unwrap();
+    w.finish().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("sub")).unwrap();
+    let line = expect_error(
+        modelzip()
+            .arg("extract")
+            .arg(&a)
+            .args(["--tag", "t", "--out"])
+            .arg(&out),
+    );
+    assert!(line.contains("symlink"), "{line}");
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
+    for tag in ["evil", "abs"] {
+        let line = expect_error(
+            modelzip()
+                .arg("extract")
+                .arg(&a)
+                .args(["--tag", tag, "--out"])
+                .arg(&out),
+        );
+        assert!(line.contains("refusing"), "{line}");
+    }
+    assert!(!dir.path().join("escape").exists());
+}
+
+#[test]
+fn bad_archives_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = expect_error(modelzip().arg("tags").arg(dir.path().join("missing.zip")));
+    assert!(line.contains("missing.zip"), "{line}");
+    let junk = dir.path().join("junk.zip");
+    std::fs::write(&junk, b"this is not a zip file at all").unwrap();
+    for cmd in ["tags", "show", "verify"] {
+        let line = expect_error(modelzip().arg(cmd).arg(&junk));
+        assert!(line.contains("junk.zip"), "{cmd}: {line}");
+    }
+    let a = dir.path().join("m.zip");
+    pack(&a, "t", &persistables("3.3.1"), &[]);
+    let line = expect_error(modelzip().arg("show").arg(&a).args(["--tag", "nope"]));
+    assert!(line.contains("nope"), "{line}");
+    let line = expect_error(
+        modelzip()
+            .arg("pack")
+            .arg(&a)
+            .arg(persistables("3.3.1"))
+            .args(["--tag", "bad/name"]),
+    );
+    assert!(line.contains("bad/name"), "{line}");
+}
