@@ -2,7 +2,6 @@
 
 mod archive;
 mod harness;
-#[allow(dead_code)]
 #[path = "../support/archive.rs"]
 mod support;
 mod tensor;
