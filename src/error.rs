@@ -152,6 +152,9 @@ pub enum ErrorKind {
     /// A graph that cannot be decoded, encoded or converted.
     #[error("graph: {0}")]
     Graph(String),
+    /// An asynchronous checkpoint save failed.
+    #[error("asynchronous save failed: {0}")]
+    AsyncSave(String),
     /// A caller-supplied value that makes no sense.
     #[error("{0}")]
     InvalidInput(String),

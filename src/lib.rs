@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+pub mod checkpoint;
 pub mod error;
 pub mod graph;
 pub mod paddle_proto;

@@ -57,6 +57,22 @@ pub fn prune_with(
     Ok(removed)
 }
 
+/// Removes, in one atomic rewrite, the tags `choose` picks (canonical names) from the
+/// archive as it is under the write lock; returns the names removed. Retention
+/// policies use this to drop several checkpoints at the cost of one rewrite.
+pub fn remove_tags_where(
+    path: impl AsRef<Path>,
+    opts: &WriteOptions,
+    choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
+) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    rewrite(path.as_ref(), opts, |a| {
+        removed = choose(a)?;
+        Ok(removed.clone())
+    })?;
+    Ok(removed)
+}
+
 /// Rewrites the archive without the dead bytes in-place appends leave behind.
 pub fn compact(path: impl AsRef<Path>) -> Result<CompactReport> {
     compact_with(path, &WriteOptions::default())

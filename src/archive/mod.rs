@@ -25,6 +25,7 @@ pub use entry_name::check_entry_name;
 pub use lock::WriteLock;
 pub use maintenance::{
     CompactReport, compact, compact_with, prune, prune_with, remove_tag, remove_tag_with,
+    remove_tags_where,
 };
 pub use reader::{
     Archive, GraphEncoding, OpenOptions, ParamEntry, Problem, TAGS_TXT, Tag, TensorData,

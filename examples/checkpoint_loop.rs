@@ -1,0 +1,180 @@
+//! A simulated training loop: 20 steps of a small model with Adam state, saved every
+//! step into one archive with "keep the last 3 + the best 1 by loss", then resumed
+//! from the latest checkpoint.
+//!
+//! `cargo run --example checkpoint_loop [ARCHIVE]`
+//!
+//! The embedding table is frozen, so every checkpoint shares one copy of it; the other
+//! parameters and their Adam moments change every step.
+
+use modelzip::checkpoint::{
+    Checkpoint, CheckpointOptions, Checkpointer, Goal, KeepBest, Retention,
+};
+use modelzip::{Tensor, TrainingConfig};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// What the loop left behind, for the caller (and the test that runs it) to check.
+pub struct Outcome {
+    /// Tags in the archive after the loop.
+    pub tags: Vec<String>,
+    /// Tags the policy should have kept.
+    pub expected_tags: Vec<String>,
+    /// Whether the resumed state equals the last in-memory state bit for bit.
+    pub resumed_identical: bool,
+    /// Bytes of tensor entries in the archive.
+    pub tensor_bytes: u64,
+    /// Bytes the kept checkpoints' distinct tensors take (what sharing predicts).
+    pub predicted_tensor_bytes: u64,
+    /// Problems `verify` found.
+    pub problems: usize,
+}
+
+fn loss_at(step: u64) -> f64 {
+    // Falls, then rises after step 12: the best checkpoint is not among the last 3.
+    let s = step as f64;
+    (s - 12.0).powi(2) / 100.0 + 0.5
+}
+
+/// Deterministic pseudo-random values.
+fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn state_at(step: u64) -> Result<Checkpoint, modelzip::Error> {
+    let mut c = Checkpoint::new(step);
+    let shapes: [(&str, Vec<u64>); 3] = [
+        ("embedding.w", vec![64, 16]),
+        ("fc.w", vec![16, 8]),
+        ("fc.b", vec![8]),
+    ];
+    for (i, (name, dims)) in shapes.iter().enumerate() {
+        let n = dims.iter().product::<u64>() as usize;
+        // The embedding is frozen: the same values at every step.
+        let seed = if *name == "embedding.w" {
+            1
+        } else {
+            step * 10 + i as u64
+        };
+        c.params.push((
+            name.to_string(),
+            Tensor::from_slice(dims.clone(), &values(seed, n))?,
+        ));
+        if *name != "embedding.w" {
+            let m = Tensor::from_slice(dims.clone(), &values(seed + 1000, n))?;
+            let v = Tensor::from_slice(dims.clone(), &values(seed + 2000, n))?;
+            c.updater.push((name.to_string(), vec![m, v]));
+        }
+    }
+    let mut tc = TrainingConfig::adam(1e-3, 0.9, 0.999, 1e-8);
+    tc.iteration = step as i64;
+    c.training_config = Some(tc);
+    c.metrics.insert("loss".into(), loss_at(step));
+    Ok(c)
+}
+
+/// Runs the loop into `archive` and reports what it left.
+pub fn run(archive: &Path) -> Result<Outcome, Box<dyn std::error::Error>> {
+    let opts = CheckpointOptions {
+        retention: Retention {
+            keep_last: Some(3),
+            keep_best: Some(KeepBest {
+                metric: "loss".into(),
+                count: 1,
+                goal: Goal::Min,
+            }),
+            ..Retention::default()
+        },
+        ..CheckpointOptions::default()
+    };
+    let mut ckpt = Checkpointer::open(archive, opts)?;
+    let mut last = Checkpoint::default();
+    for step in 1..=20u64 {
+        let state = state_at(step)?;
+        last = state.clone();
+        // The save runs on a background thread while the next step "trains".
+        ckpt.save_async(state)?;
+    }
+    ckpt.wait()?;
+    let tags = ckpt.tags()?;
+    let expected_tags: Vec<String> = [12u64, 18, 19, 20]
+        .iter()
+        .map(|s| format!("step-{s:09}"))
+        .collect();
+
+    // Resume.
+    let resumed = ckpt.latest()?.ok_or("no checkpoint to resume from")?;
+    let resumed_identical = resumed == last;
+
+    // What sharing predicts: each distinct tensor of the kept checkpoints once.
+    let mut distinct = HashSet::new();
+    let mut predicted_tensor_bytes = 0u64;
+    for tag in &tags {
+        let c = ckpt.restore(tag)?;
+        let tensors = c
+            .params
+            .iter()
+            .map(|(_, t)| t)
+            .chain(c.updater.iter().flat_map(|(_, a)| a.iter()));
+        for t in tensors {
+            let mut bytes = Vec::new();
+            modelzip::tensor::encode_tensor(&t.view(), &mut bytes)?;
+            if distinct.insert(bytes.clone()) {
+                predicted_tensor_bytes += bytes.len() as u64;
+            }
+        }
+    }
+    let a = modelzip::archive::Archive::open(archive)?;
+    let tensor_bytes = a
+        .entry_names()
+        .filter(|n| n.ends_with(".lodtensor"))
+        .filter_map(|n| a.entry_stored_size(n))
+        .sum();
+    let problems = a.verify().problems.len();
+    Ok(Outcome {
+        tags,
+        expected_tags,
+        resumed_identical,
+        tensor_bytes,
+        predicted_tensor_bytes,
+        problems,
+    })
+}
+
+#[allow(dead_code)]
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let tmp;
+    let archive = match std::env::args().nth(1) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().join("checkpoints.zip")
+        }
+    };
+    let out = run(&archive)?;
+    println!("archive: {}", archive.display());
+    println!("kept tags: {}", out.tags.join(", "));
+    println!("policy expects: {}", out.expected_tags.join(", "));
+    println!("resumed bit-identical: {}", out.resumed_identical);
+    println!(
+        "tensor bytes: {} stored, {} predicted by sharing",
+        out.tensor_bytes, out.predicted_tensor_bytes
+    );
+    println!("verify problems: {}", out.problems);
+    let ok = out.tags == out.expected_tags
+        && out.resumed_identical
+        && out.tensor_bytes == out.predicted_tensor_bytes
+        && out.problems == 0;
+    if !ok {
+        return Err("the checkpoint loop did not end as its policy says".into());
+    }
+    Ok(())
+}

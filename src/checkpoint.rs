@@ -1,0 +1,493 @@
+//! The training-loop API: versioned checkpoints in one archive, with retention
+//! policies, automatic sharing of unchanged tensors, and asynchronous saves.
+//!
+//! ```
+//! use modelzip::checkpoint::{Checkpoint, CheckpointOptions, Checkpointer, Retention};
+//! use modelzip::Tensor;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let opts = CheckpointOptions {
+//!     retention: Retention { keep_last: Some(2), ..Retention::default() },
+//!     ..CheckpointOptions::default()
+//! };
+//! let mut ckpt = Checkpointer::open(dir.path().join("run.zip"), opts)?;
+//! for step in [100, 200, 300] {
+//!     let w = Tensor::from_slice(vec![2], &[step as f32, 1.0])?;
+//!     let mut c = Checkpoint::new(step);
+//!     c.params.push(("w".into(), w));
+//!     c.metrics.insert("loss".into(), 1.0 / step as f64);
+//!     ckpt.save(&c)?;
+//! }
+//! assert_eq!(ckpt.tags()?, ["step-000000200", "step-000000300"]);
+//! let resumed = ckpt.latest()?.expect("a checkpoint");
+//! assert_eq!(resumed.step, 300);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **How long a save blocks.** [`Checkpointer::save`] returns when the new tag is
+//! durable on disk (written, fsynced, and the retention policy applied). Its cost is
+//! proportional to the new checkpoint (an in-place append), plus one rewrite of the
+//! archive when the policy removes tags or dead bytes pass the compaction threshold.
+//! [`Checkpointer::save_async`] takes ownership of the tensors (a move, no copy) and
+//! blocks only while the previous asynchronous save is still running; the write itself
+//! happens on a background thread.
+
+use crate::archive::{self, AppendMode, Appender, Archive, ArchiveWriter, TagWriter, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::TrainingConfig;
+use crate::tensor::{Tensor, TensorView};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Everything needed to resume training at one step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Checkpoint {
+    /// The training step; names the tag through [`CheckpointOptions::pattern`].
+    pub step: u64,
+    /// Parameters in order.
+    pub params: Vec<(String, Tensor)>,
+    /// Updater (optimizer) state: for each parameter, its state arrays in the order
+    /// the training config names them (adam: m, v).
+    pub updater: Vec<(String, Vec<Tensor>)>,
+    /// The training configuration (updater, hyper-parameters, counters).
+    pub training_config: Option<TrainingConfig>,
+    /// Metrics at this step (loss, accuracy ...), used by [`KeepBest`].
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl Checkpoint {
+    /// An empty checkpoint for `step`.
+    pub fn new(step: u64) -> Checkpoint {
+        Checkpoint {
+            step,
+            ..Checkpoint::default()
+        }
+    }
+}
+
+/// Whether smaller or larger values of a metric are better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// Smaller is better (loss).
+    Min,
+    /// Larger is better (accuracy).
+    Max,
+}
+
+/// Keep the best `count` checkpoints by `metric`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeepBest {
+    /// The metric name in [`Checkpoint::metrics`].
+    pub metric: String,
+    /// How many to keep.
+    pub count: usize,
+    /// Which direction is better.
+    pub goal: Goal,
+}
+
+/// Which checkpoints to keep. The policies combine: a checkpoint is kept when any
+/// policy keeps it, and the newest tag is always kept so training can resume.
+/// With no policy set, every checkpoint is kept.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Retention {
+    /// Keep the last N checkpoints.
+    pub keep_last: Option<usize>,
+    /// Keep every checkpoint whose step is a multiple of K.
+    pub keep_every: Option<u64>,
+    /// Keep the best M by a metric.
+    pub keep_best: Option<KeepBest>,
+}
+
+impl Retention {
+    fn is_unset(&self) -> bool {
+        self.keep_last.is_none() && self.keep_every.is_none() && self.keep_best.is_none()
+    }
+}
+
+/// How a [`Checkpointer`] names, keeps and writes checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointOptions {
+    /// Tag name pattern: `{step}` or `{step:0N}` (zero-padded to N digits) is replaced
+    /// by the step. Default `step-{step:09}`, so names sort like steps.
+    pub pattern: String,
+    /// Which checkpoints to keep.
+    pub retention: Retention,
+    /// Compact when dead bytes (left by in-place appends) exceed this fraction of the
+    /// file. Default 0.5.
+    pub compact_dead_fraction: f64,
+    /// Locking and durability of the writes.
+    pub write: WriteOptions,
+}
+
+impl Default for CheckpointOptions {
+    fn default() -> Self {
+        CheckpointOptions {
+            pattern: "step-{step:09}".to_string(),
+            retention: Retention::default(),
+            compact_dead_fraction: 0.5,
+            write: WriteOptions::default(),
+        }
+    }
+}
+
+/// What a save did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SaveReport {
+    /// The tag written.
+    pub tag: String,
+    /// Tags the retention policy removed.
+    pub removed: Vec<String>,
+    /// Whether the archive was compacted.
+    pub compacted: bool,
+}
+
+type Slot = Arc<(Mutex<Option<Result<SaveReport, String>>>, Condvar)>;
+
+/// A handle on an asynchronous save.
+#[derive(Debug, Clone)]
+pub struct SaveHandle {
+    slot: Slot,
+}
+
+impl SaveHandle {
+    /// Waits for the save to finish and returns its report or its error.
+    pub fn wait(&self) -> Result<SaveReport> {
+        let (lock, cv) = &*self.slot;
+        let mut guard = lock
+            .lock()
+            .map_err(|_| ErrorKind::AsyncSave("the save thread panicked".into()))?;
+        while guard.is_none() {
+            guard = cv
+                .wait(guard)
+                .map_err(|_| ErrorKind::AsyncSave("the save thread panicked".into()))?;
+        }
+        match guard.as_ref() {
+            Some(Ok(r)) => Ok(r.clone()),
+            Some(Err(e)) => Err(ErrorKind::AsyncSave(e.clone()).into()),
+            None => Err(ErrorKind::AsyncSave("no result".into()).into()),
+        }
+    }
+
+    /// Whether the save has finished (successfully or not).
+    pub fn is_done(&self) -> bool {
+        self.slot.0.lock().map(|g| g.is_some()).unwrap_or(true)
+    }
+}
+
+/// Saves and restores checkpoints of one training run in one archive.
+#[derive(Debug)]
+pub struct Checkpointer {
+    path: PathBuf,
+    opts: CheckpointOptions,
+    pending: Option<(JoinHandle<()>, SaveHandle)>,
+}
+
+impl Checkpointer {
+    /// A checkpointer for the archive at `path`; the file is created by the first save.
+    pub fn open(path: impl AsRef<Path>, opts: CheckpointOptions) -> Result<Checkpointer> {
+        tag_for(&opts.pattern, 0)?;
+        Ok(Checkpointer {
+            path: path.as_ref().to_path_buf(),
+            opts,
+            pending: None,
+        })
+    }
+
+    /// The archive path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Saves a checkpoint, applies the retention policy, and returns when it is durable.
+    /// Waits for a pending asynchronous save first, and fails with its error if it failed.
+    pub fn save(&mut self, ckpt: &Checkpoint) -> Result<SaveReport> {
+        self.wait()?;
+        save_now(&self.path, &self.opts, ckpt)
+    }
+
+    /// Saves on a background thread. Waits for the previous asynchronous save (and
+    /// fails with its error if it failed), then returns at once.
+    pub fn save_async(&mut self, ckpt: Checkpoint) -> Result<SaveHandle> {
+        self.wait()?;
+        let slot: Slot = Arc::new((Mutex::new(None), Condvar::new()));
+        let handle = SaveHandle { slot: slot.clone() };
+        let (path, opts) = (self.path.clone(), self.opts.clone());
+        let thread = std::thread::Builder::new()
+            .name("modelzip-save".into())
+            .spawn(move || {
+                let result = save_now(&path, &opts, &ckpt).map_err(|e| e.to_string());
+                let (lock, cv) = &*slot;
+                if let Ok(mut g) = lock.lock() {
+                    *g = Some(result);
+                }
+                cv.notify_all();
+            })
+            .map_err(Error::from)?;
+        self.pending = Some((thread, handle.clone()));
+        Ok(handle)
+    }
+
+    /// Waits for the pending asynchronous save, if any; returns its report, or its error.
+    pub fn wait(&mut self) -> Result<Option<SaveReport>> {
+        match self.pending.take() {
+            None => Ok(None),
+            Some((thread, handle)) => {
+                let joined = thread.join();
+                let report = handle.wait()?;
+                if joined.is_err() {
+                    return Err(ErrorKind::AsyncSave("the save thread panicked".into()).into());
+                }
+                Ok(Some(report))
+            }
+        }
+    }
+
+    /// The checkpoint tags in the archive, oldest first (none before the first save).
+    pub fn tags(&self) -> Result<Vec<String>> {
+        if !self.path.exists() {
+            return Ok(Vec::new());
+        }
+        Ok(Archive::open(&self.path)?.tags().to_vec())
+    }
+
+    /// The newest checkpoint, or `None` when nothing was saved yet.
+    pub fn latest(&self) -> Result<Option<Checkpoint>> {
+        if !self.path.exists() {
+            return Ok(None);
+        }
+        let archive = Archive::open(&self.path)?;
+        match archive.default_tag() {
+            None => Ok(None),
+            Some(t) => restore_from(&archive, t).map(Some),
+        }
+    }
+
+    /// The checkpoint stored under `tag` (ignoring ASCII case).
+    pub fn restore(&self, tag: &str) -> Result<Checkpoint> {
+        let archive = Archive::open(&self.path)?;
+        restore_from(&archive, tag)
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        // Never lose a save in flight: wait for it (its error stays on its handle).
+        if let Some((thread, _)) = self.pending.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The tag name for `step` under `pattern`.
+pub fn tag_for(pattern: &str, step: u64) -> Result<String> {
+    let bad = || {
+        Error::new(ErrorKind::InvalidInput(format!(
+            "tag pattern {pattern:?} must contain {{step}} or {{step:0N}}"
+        )))
+    };
+    let start = pattern.find("{step").ok_or_else(bad)?;
+    let end = start + pattern[start..].find('}').ok_or_else(bad)?;
+    let spec = &pattern[start + 5..end];
+    let digits = match spec {
+        "" => format!("{step}"),
+        s => {
+            let width: usize = s
+                .strip_prefix(":0")
+                .and_then(|w| w.parse().ok())
+                .filter(|w| *w <= 20)
+                .ok_or_else(bad)?;
+            format!("{step:0width$}")
+        }
+    };
+    let name = format!("{}{digits}{}", &pattern[..start], &pattern[end + 1..]);
+    archive::validate_tag_name(&name)?;
+    Ok(name)
+}
+
+fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint) -> Result<()> {
+    for (name, t) in &ckpt.params {
+        w.param(name, &t.view())?;
+    }
+    for (name, arrays) in &ckpt.updater {
+        let views: Vec<TensorView<'_>> = arrays.iter().map(Tensor::view).collect();
+        w.updater(name, &views)?;
+    }
+    if let Some(tc) = &ckpt.training_config {
+        w.training_config(&tc.encode()?)?;
+    }
+    let meta = json!({"step": ckpt.step, "metrics": ckpt.metrics});
+    w.metadata(meta.to_string().as_bytes())
+}
+
+fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<SaveReport> {
+    let tag = tag_for(&opts.pattern, ckpt.step)?;
+    if path.exists() {
+        let mut app = Appender::open_with(path, AppendMode::InPlace, &opts.write)?;
+        let mut w = app.begin_tag(&tag)?;
+        write_tag(&mut w, ckpt)?;
+        w.finish()?;
+        app.finish()?;
+    } else {
+        let mut writer = ArchiveWriter::create_with(path, &opts.write)?;
+        let mut w = writer.begin_tag(&tag)?;
+        write_tag(&mut w, ckpt)?;
+        w.finish()?;
+        writer.finish()?;
+    }
+    let mut report = SaveReport {
+        tag,
+        removed: Vec::new(),
+        compacted: false,
+    };
+    if !opts.retention.is_unset() {
+        let snapshot = Archive::open(path)?;
+        let doomed = to_remove(&snapshot, &opts.retention)?;
+        drop(snapshot);
+        if !doomed.is_empty() {
+            report.removed = archive::remove_tags_where(path, &opts.write, |a| {
+                Ok(doomed
+                    .iter()
+                    .filter_map(|t| a.canonical_tag(t).map(str::to_string))
+                    .collect())
+            })?;
+            // The removal rewrote the archive: no dead bytes remain.
+            return Ok(report);
+        }
+    }
+    let a = Archive::open(path)?;
+    let dead = a.dead_bytes() as f64;
+    let len = a.len_bytes().max(1) as f64;
+    drop(a);
+    if dead / len > opts.compact_dead_fraction {
+        archive::compact_with(path, &opts.write)?;
+        report.compacted = true;
+    }
+    Ok(report)
+}
+
+/// Step and metrics of a tag written by a checkpointer (None for other tags).
+fn step_and_metrics(archive: &Archive, tag: &str) -> Result<Option<(u64, BTreeMap<String, f64>)>> {
+    let t = archive.tag(tag)?;
+    let Some(meta) = t.metadata()? else {
+        return Ok(None);
+    };
+    let v: Value = match serde_json::from_slice(&meta) {
+        Ok(v) => v,
+        Err(_) => return Ok(None),
+    };
+    let Some(step) = v.get("step").and_then(Value::as_u64) else {
+        return Ok(None);
+    };
+    let metrics = v
+        .get("metrics")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, x)| x.as_f64().map(|f| (k.clone(), f)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Some((step, metrics)))
+}
+
+/// The checkpoint tags the policy drops. Tags not written by a checkpointer and the
+/// newest tag are never dropped.
+fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
+    let mut ckpts: Vec<(String, u64, BTreeMap<String, f64>)> = Vec::new();
+    for tag in archive.tags() {
+        if let Some((step, metrics)) = step_and_metrics(archive, tag)? {
+            ckpts.push((tag.clone(), step, metrics));
+        }
+    }
+    let newest = archive.default_tag().map(str::to_string);
+    let mut keep: Vec<bool> = ckpts
+        .iter()
+        .map(|(t, _, _)| Some(t) == newest.as_ref())
+        .collect();
+    if let Some(n) = policy.keep_last {
+        let from = ckpts.len().saturating_sub(n);
+        keep.iter_mut().skip(from).for_each(|k| *k = true);
+    }
+    if let Some(k) = policy.keep_every.filter(|k| *k > 0) {
+        for (i, (_, step, _)) in ckpts.iter().enumerate() {
+            if step % k == 0 {
+                keep[i] = true;
+            }
+        }
+    }
+    if let Some(best) = &policy.keep_best {
+        let mut scored: Vec<(usize, f64)> = ckpts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, _, m))| m.get(&best.metric).map(|v| (i, *v)))
+            .filter(|(_, v)| !v.is_nan())
+            .collect();
+        scored.sort_by(|a, b| {
+            let ord = a.1.total_cmp(&b.1);
+            match best.goal {
+                Goal::Min => ord,
+                Goal::Max => ord.reverse(),
+            }
+        });
+        for (i, _) in scored.into_iter().take(best.count) {
+            keep[i] = true;
+        }
+    }
+    Ok(ckpts
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| !k)
+        .map(|((t, _, _), _)| t)
+        .collect())
+}
+
+fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
+    let t = archive.tag(tag)?;
+    let (step, metrics) = step_and_metrics(archive, tag)?.unwrap_or_default();
+    let params = t
+        .params()
+        .iter()
+        .map(|p| Ok((p.name.clone(), t.tensor(&p.location)?.view().to_owned())))
+        .collect::<Result<Vec<_>>>()?;
+    let updater = t
+        .updater()
+        .iter()
+        .map(|u| {
+            let arrays = u
+                .arrays
+                .iter()
+                .map(|loc| Ok(t.tensor(loc)?.view().to_owned()))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((u.name.clone(), arrays))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let training_config = match t.training_config()? {
+        Some(bytes) => Some(TrainingConfig::decode(&bytes)?),
+        None => None,
+    };
+    Ok(Checkpoint {
+        step,
+        params,
+        updater,
+        training_config,
+        metrics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_names_follow_the_pattern() {
+        assert_eq!(tag_for("step-{step:09}", 1000).unwrap(), "step-000001000");
+        assert_eq!(tag_for("ckpt{step}", 7).unwrap(), "ckpt7");
+        assert_eq!(tag_for("e{step:03}.final", 5).unwrap(), "e005.final");
+        assert!(tag_for("no-step", 1).is_err());
+        assert!(tag_for("{step:x}", 1).is_err());
+        assert!(tag_for("bad/{step}", 1).is_err());
+    }
+}
