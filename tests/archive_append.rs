@@ -216,3 +216,44 @@ fn appends_after_inplace_and_many_cycles_stay_valid() {
     drop(a);
     all_checks(dir.path(), &path);
 }
+
+fn journal_of(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".journal");
+    PathBuf::from(s)
+}
+
+#[test]
+fn journals_are_replayed_or_discarded_on_open() {
+    let (dir, path) = tmp_with(&[("a", 1)]);
+    let original = std::fs::read(&path).unwrap();
+    // A torn journal (bad checksum) is discarded; the archive was never touched.
+    std::fs::write(journal_of(&path), b"MZJRNL01 torn").unwrap();
+    assert_eq!(Archive::open(&path).unwrap().tags(), &["a"]);
+    assert!(!journal_of(&path).exists());
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    // A valid journal of an append cut short is replayed: simulate by keeping the journal
+    // of a finished append (a kill right before its deletion) and checking the rollback.
+    let ap = Appender::open(&path, AppendMode::InPlace).unwrap();
+    let journal = std::fs::read(journal_of(&path)).unwrap();
+    let mut ap = ap;
+    ap.add_tag(sample_tag("b", 2)).unwrap();
+    ap.finish().unwrap();
+    assert_eq!(Archive::open(&path).unwrap().tags(), &["a", "b"]);
+    std::fs::write(journal_of(&path), &journal).unwrap();
+    let a = Archive::open(&path).unwrap();
+    assert_eq!(a.tags(), &["a"]);
+    drop(a);
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    assert!(stray_files(dir.path(), &path).is_empty());
+}
+
+#[test]
+fn reader_in_the_appending_process_gets_locked_not_a_deadlock() {
+    let (_d, path) = tmp_with(&[("a", 1)]);
+    let ap = Appender::open(&path, AppendMode::InPlace).unwrap();
+    let e = Archive::open(&path).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Locked), "{e}");
+    drop(ap);
+    assert_eq!(Archive::open(&path).unwrap().tags(), &["a"]);
+}

@@ -5,8 +5,25 @@
 //! The lock file is never deleted: deleting it would let two writers lock two inodes.
 
 use crate::error::{Error, ErrorKind, Result};
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Lock files held by this process: a reader that would wait for one of them would wait
+/// for itself (flock excludes other descriptors of the same process too).
+static HELD: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn held_set<R>(f: impl FnOnce(&mut HashSet<PathBuf>) -> R) -> R {
+    let mut g = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    f(g.get_or_insert_with(HashSet::new))
+}
+
+fn lock_key(path: &Path) -> PathBuf {
+    let lock_path = sidecar(path, ".lock");
+    std::fs::canonicalize(&lock_path).unwrap_or(lock_path)
+}
 
 /// Path of an archive's sidecar file with `suffix` appended (`.lock`, `.journal`).
 pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
@@ -15,10 +32,20 @@ pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// How long a non-waiting writer retries before reporting [`ErrorKind::Locked`].
+const BRIEF_HOLD: Duration = Duration::from_millis(250);
+
 /// A held write lock; released when dropped.
 #[derive(Debug)]
 pub struct WriteLock {
     _file: File,
+    key: PathBuf,
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        held_set(|s| s.remove(&self.key));
+    }
 }
 
 impl WriteLock {
@@ -36,14 +63,44 @@ impl WriteLock {
             file.lock()
                 .map_err(|e| Error::from(e).in_file(&lock_path))?;
         } else {
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
-                    return Err(Error::new(ErrorKind::Locked).in_file(path));
+            // A lock seen held only briefly may be a copy of a descriptor that a child
+            // process of a multi-threaded program holds between fork and exec: retry a little
+            // before reporting another writer.
+            let start = Instant::now();
+            loop {
+                match file.try_lock() {
+                    Ok(()) => break,
+                    Err(TryLockError::WouldBlock) if start.elapsed() < BRIEF_HOLD => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(TryLockError::WouldBlock) => {
+                        return Err(Error::new(ErrorKind::Locked).in_file(path));
+                    }
+                    Err(TryLockError::Error(e)) => {
+                        return Err(Error::from(e).in_file(&lock_path));
+                    }
                 }
-                Err(TryLockError::Error(e)) => return Err(Error::from(e).in_file(&lock_path)),
             }
         }
-        Ok(WriteLock { _file: file })
+        let key = lock_key(path);
+        held_set(|s| s.insert(key.clone()));
+        Ok(WriteLock { _file: file, key })
+    }
+
+    /// Takes the lock for a reader that must roll back a journal: fails at once if this
+    /// process holds it, and waits at most `timeout` for another process.
+    pub(crate) fn acquire_for_recovery(path: &Path, timeout: Duration) -> Result<WriteLock> {
+        if held_set(|s| s.contains(&lock_key(path))) {
+            return Err(Error::new(ErrorKind::Locked).in_file(path));
+        }
+        let start = Instant::now();
+        loop {
+            match WriteLock::acquire(path, false) {
+                Err(e) if matches!(e.kind(), ErrorKind::Locked) && start.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
     }
 }

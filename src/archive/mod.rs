@@ -3,6 +3,28 @@
 //! See FORMAT.md for the layout. [`Archive`] reads (zero-copy over a memory map),
 //! [`ArchiveWriter`] writes a new archive atomically, [`Appender`] / [`append_tag`] add
 //! tags to an existing one, and [`remove_tag`], [`prune`] and [`compact`] rewrite it.
+//!
+//! ```
+//! use modelzip::{AppendMode, Archive, ArchiveWriter, TagBuilder, Tensor, WriteOptions};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("model.zip");
+//! let w = Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0])?;
+//! let mut writer = ArchiveWriter::create(&path)?;
+//! writer.add_tag(TagBuilder::new("fp32").param("fc.w", w.clone()))?;
+//! writer.finish()?;
+//! // The same tensor in a new tag is stored once and referenced.
+//! let step2 = TagBuilder::new("step-2").param("fc.w", w);
+//! modelzip::append_tag(&path, step2, AppendMode::InPlace, &WriteOptions::default())?;
+//!
+//! let archive = Archive::open(&path)?;
+//! assert_eq!(archive.tags(), &["fp32", "step-2"]);
+//! let tag = archive.latest()?;
+//! let data = tag.param("fc.w")?;            // zero-copy from the memory map
+//! assert_eq!(data.view().as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+//! assert!(archive.verify().is_ok());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod append;
 mod container;

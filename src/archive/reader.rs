@@ -81,16 +81,26 @@ impl OpenOptions {
     }
 }
 
-/// Takes the write lock and rolls back an unfinished in-place append.
+/// How long a reader waits for a running in-place append before giving up.
+const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Takes the write lock (waiting for a running append to finish) and rolls back an
+/// unfinished in-place append.
 fn recover_for_reader(path: &Path) -> Result<()> {
-    let unfinished = || {
-        Error::new(ErrorKind::InvalidInput(
-            "archive has an unfinished append; open it writable once to roll back".into(),
-        ))
+    let unfinished = |why: &str| {
+        Error::new(ErrorKind::InvalidInput(format!(
+            "archive has an unfinished append; open it writable once to roll back ({why})"
+        )))
         .in_file(path)
     };
-    let _lock = super::lock::WriteLock::acquire(path, true).map_err(|_| unfinished())?;
-    journal::recover(path).map_err(|_| unfinished())?;
+    let _lock = match super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT) {
+        Ok(l) => l,
+        Err(e) if matches!(e.kind(), ErrorKind::Locked) => {
+            return Err(Error::new(ErrorKind::Locked).in_file(path));
+        }
+        Err(e) => return Err(unfinished(&e.to_string())),
+    };
+    journal::recover(path).map_err(|e| unfinished(&e.to_string()))?;
     Ok(())
 }
 

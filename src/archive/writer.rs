@@ -652,3 +652,24 @@ impl ArchiveWriter {
         self.temp.commit(fsync)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_is_merged_into_caller_metadata() {
+        let m = with_created(Some(b" { } ")).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&m).unwrap();
+        assert!(v["created"].is_string());
+        let m = with_created(Some(br#"{"b": 1, "a": 2}"#)).unwrap();
+        let text = String::from_utf8(m).unwrap();
+        assert!(text.starts_with("{\"created\":\"") && text.ends_with(r#""b": 1, "a": 2}"#));
+        assert_eq!(
+            with_created(Some(br#"{"created":"x"}"#)).unwrap(),
+            br#"{"created":"x"}"#
+        );
+        assert!(with_created(Some(b"[1]")).is_err());
+        assert!(with_created(Some(b"{")).is_err());
+    }
+}
