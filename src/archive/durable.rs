@@ -71,10 +71,23 @@ impl TempTarget {
     /// Creates the temp file in the target's directory (so the rename is atomic).
     pub fn create(target: &Path) -> Result<TempTarget> {
         let dir = parent_dir(target);
-        let temp = tempfile::Builder::new()
-            .prefix(&temp_prefix(target))
+        let prefix = temp_prefix(target);
+        let mut builder = tempfile::Builder::new();
+        builder
+            .prefix(&prefix)
             .rand_bytes(TEMP_RAND_LEN)
-            .suffix(".tmp")
+            .suffix(".tmp");
+        // A replaced archive keeps its mode; a new one gets 0666 less the umask, like
+        // any file a program creates (tempfile's default 0600 would hide it from others).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(target)
+                .map(|m| m.permissions().mode() & 0o7777)
+                .unwrap_or(0o666);
+            builder.permissions(std::fs::Permissions::from_mode(mode));
+        }
+        let temp = builder
             .tempfile_in(&dir)
             .map_err(|e| Error::from(e).in_file(&dir))?;
         Ok(TempTarget {

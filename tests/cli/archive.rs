@@ -347,3 +347,17 @@ fn bad_archives_are_one_line_errors() {
     );
     assert!(line.contains("bad/name"), "{line}");
 }
+
+#[cfg(unix)]
+#[test]
+fn rewrites_keep_the_archive_file_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    pack(&a, "one", &persistables("3.3.1"), &[]);
+    std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o640)).unwrap();
+    pack(&a, "two", &persistables("3.3.1"), &["--rewrite"]);
+    modelzip().arg("compact").arg(&a).assert().success();
+    let mode = std::fs::metadata(&a).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o640);
+}
