@@ -137,24 +137,8 @@ impl std::fmt::Debug for Archive {
     }
 }
 
-/// Which graph encoding a tag holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GraphEncoding {
-    /// `graph.fb`: the FlatBuffers graph schema.
-    FlatBuffers,
-    /// `graph.pdmodel`: a Paddle ProgramDesc protobuf.
-    ProgramDesc,
-}
-
-impl GraphEncoding {
-    /// The file name inside a tag directory.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            GraphEncoding::FlatBuffers => "graph.fb",
-            GraphEncoding::ProgramDesc => "graph.pdmodel",
-        }
-    }
-}
+/// Which graph encoding a tag holds: the graph module's [`GraphFormat`](crate::graph::GraphFormat).
+pub use crate::graph::GraphFormat as GraphEncoding;
 
 /// Whether a tensor file is a parameter or updater state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
