@@ -6,7 +6,7 @@ use super::{CliError, Outcome};
 use modelzip::DType;
 use modelzip::archive::{Archive, GraphEncoding, Tag};
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 
 /// List the tags of an archive, oldest first; the default (newest) is marked.
@@ -42,12 +42,7 @@ struct TagRow {
     created: Option<String>,
 }
 
-fn row(archive: &Archive, tag: &Tag<'_>) -> Result<TagRow, CliError> {
-    let own_bytes = tag
-        .own_entries()
-        .iter()
-        .map(|e| archive.entry_stored_size(e).unwrap_or(0))
-        .sum();
+fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
     let mut shared = HashSet::new();
     let mut dtypes = BTreeSet::new();
     let locations = tag
@@ -96,10 +91,18 @@ fn row(archive: &Archive, tag: &Tag<'_>) -> Result<TagRow, CliError> {
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
+    // Stored bytes under each top-level directory, in one pass over the entries.
+    let mut own: HashMap<&str, u64> = HashMap::new();
+    for name in archive.entry_names() {
+        if let Some((dir, _)) = name.split_once('/') {
+            *own.entry(dir).or_default() += archive.entry_stored_size(name).unwrap_or(0);
+        }
+    }
     let mut rows = Vec::new();
     for name in archive.tags() {
         let tag = archive.tag(name).map_err(|e| CliError(e.to_string()))?;
-        rows.push(row(&archive, &tag)?);
+        let own_bytes = own.get(tag.name()).copied().unwrap_or(0);
+        rows.push(row(&archive, &tag, own_bytes)?);
     }
     let default = archive.default_tag().map(str::to_string);
     if args.json {
