@@ -30,6 +30,7 @@
 pub mod archive;
 pub mod error;
 pub mod graph;
+pub mod interop;
 pub mod paddle_proto;
 pub mod tensor;
 pub mod variants;
