@@ -385,6 +385,14 @@ fn export_errors_no_graph_missing_param_existing_files() {
     assert_eq!(std::fs::read(&p).unwrap(), params);
     assert_eq!(std::fs::read(&m).unwrap(), model);
     assert!(r.unused.is_empty());
+    let e = export_inference_model(
+        &a.tag("good").unwrap(),
+        &dir.path().join("no/such/x"),
+        &export_opts(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("does not exist") && e.contains("such"), "{e}");
     // A prefix with a dot keeps it: out.v1.pdmodel.
     let (m1, p1) = paddle::export_paths(&dir.path().join("out.v1"));
     assert!(m1.ends_with("out.v1.pdmodel") && p1.ends_with("out.v1.pdiparams"));

@@ -563,6 +563,13 @@ pub fn export_inference_model(
 ) -> Result<ExportReport> {
     let p = prepare(tag)?;
     let (model_path, params_path) = export_paths(prefix);
+    let dir = parent_dir(&model_path);
+    if !dir.is_dir() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "the output directory does not exist".into(),
+        ))
+        .in_file(&dir));
+    }
     if !opts.overwrite {
         for path in [&model_path, &params_path] {
             if path.exists() {
@@ -585,10 +592,6 @@ pub fn export_inference_model(
         return Err(e);
     }
     if opts.fsync {
-        let dir = match model_path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
         std::fs::File::open(&dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::from(e).in_file(&dir))?;
@@ -605,6 +608,14 @@ pub fn export_inference_model(
     })
 }
 
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
 fn file_len(temp: &Path, target: &Path) -> Result<u64> {
     std::fs::metadata(temp)
         .map(|m| m.len())
@@ -617,10 +628,7 @@ fn write_temp(
     fsync: bool,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<tempfile::NamedTempFile> {
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = parent_dir(target);
     let stem = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
