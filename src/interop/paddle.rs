@@ -155,10 +155,12 @@ pub fn persistable_vars(graph: &Graph) -> Result<Vec<&Var>> {
         vars.push(v);
     }
     vars.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-    if let Some(w) = vars.windows(2).find(|w| w[0].name == w[1].name) {
-        return Err(
-            ErrorKind::Graph(format!("block 0 declares variable {:?} twice", w[0].name)).into(),
-        );
+    let dup = vars.windows(2).find_map(|w| match w {
+        [a, b] if a.name == b.name => Some(a.name.as_str()),
+        _ => None,
+    });
+    if let Some(name) = dup {
+        return Err(ErrorKind::Graph(format!("block 0 declares variable {name:?} twice")).into());
     }
     Ok(vars)
 }
@@ -238,6 +240,48 @@ pub fn inference_params<'a>(
         .collect()
 }
 
+/// Where a new tag goes: a new archive or an existing one.
+enum Target {
+    New(ArchiveWriter),
+    Add(Appender),
+}
+
+impl Target {
+    /// Opens the archive at `path` for adding, or starts creating it when absent.
+    fn open(path: &Path, opts: &ImportOptions) -> Result<(Target, bool)> {
+        let exists = path
+            .try_exists()
+            .map_err(|e| Error::from(e).in_file(path))?;
+        if !exists {
+            let w = ArchiveWriter::create_with(path, &opts.write)?;
+            // Checked again under the write lock: another writer may have created the
+            // archive since, and finishing would replace it.
+            if !path
+                .try_exists()
+                .map_err(|e| Error::from(e).in_file(path))?
+            {
+                return Ok((Target::New(w), true));
+            }
+        }
+        let a = Appender::open_with(path, opts.mode, &opts.write)?;
+        Ok((Target::Add(a), false))
+    }
+
+    fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
+        match self {
+            Target::New(w) => w.begin_tag(name),
+            Target::Add(a) => a.begin_tag(name),
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self {
+            Target::New(w) => w.finish(),
+            Target::Add(a) => a.finish(),
+        }
+    }
+}
+
 /// Writes one new tag: creates the archive, or adds to it as `opts.mode` says.
 /// Returns whether the archive was created.
 fn write_tag(
@@ -246,24 +290,13 @@ fn write_tag(
     opts: &ImportOptions,
     fill: impl FnOnce(&mut TagWriter<'_>) -> Result<()>,
 ) -> Result<bool> {
-    let exists = archive
-        .try_exists()
-        .map_err(|e| Error::from(e).in_file(archive))?;
     let run = || -> Result<bool> {
-        if exists {
-            let mut a = Appender::open_with(archive, opts.mode, &opts.write)?;
-            let mut w = a.begin_tag(tag)?;
-            fill(&mut w)?;
-            w.finish()?;
-            a.finish()?;
-        } else {
-            let mut a = ArchiveWriter::create_with(archive, &opts.write)?;
-            let mut w = a.begin_tag(tag)?;
-            fill(&mut w)?;
-            w.finish()?;
-            a.finish()?;
-        }
-        Ok(!exists)
+        let (mut target, created) = Target::open(archive, opts)?;
+        let mut w = target.begin_tag(tag)?;
+        fill(&mut w)?;
+        w.finish()?;
+        target.finish()?;
+        Ok(created)
     };
     run().map_err(|e| e.in_file(archive))
 }
@@ -660,4 +693,77 @@ fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Res
         temp.persist_noclobber(target).map(|_| ())
     };
     done.map_err(|e| Error::from(e.error).in_file(target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::VarKind;
+
+    fn graph(vars: Vec<Var>) -> Graph {
+        let mut g = Graph::new();
+        g.blocks[0].vars = vars;
+        g
+    }
+
+    fn holder(name: &str, ty: i32) -> Var {
+        Var {
+            kind: VarKind::Other(ty),
+            dtype: None,
+            persistable: Some(true),
+            ..Var::new(name, VarKind::Other(ty), DType::Fp32, vec![])
+        }
+    }
+
+    #[test]
+    fn persistables_are_sorted_by_bytes_and_skip_feed_fetch_and_temporaries() {
+        let g = graph(vec![
+            Var::constant("a_2", DType::Fp32, vec![1]),
+            holder("feed", 9),
+            Var::variable("tmp", DType::Fp32, vec![-1]),
+            Var::parameter("a_10", DType::Fp32, vec![1]),
+            holder("fetch", 10),
+            Var::constant("Beta", DType::Int64, vec![]),
+            holder("raw", 17),
+        ]);
+        let names: Vec<&str> = persistable_vars(&g)
+            .unwrap()
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names, ["Beta", "a_10", "a_2"]);
+    }
+
+    #[test]
+    fn unsupported_persistable_types_and_duplicates_are_errors() {
+        let e = persistable_vars(&graph(vec![holder("rows", 8)])).unwrap_err();
+        assert!(
+            e.to_string().contains("\"rows\" has type SELECTED_ROWS"),
+            "{e}"
+        );
+        let c = Var::constant("w", DType::Fp32, vec![2]);
+        let e = persistable_vars(&graph(vec![c.clone(), c])).unwrap_err();
+        assert!(e.to_string().contains("\"w\" twice"), "{e}");
+    }
+
+    #[test]
+    fn declared_dims_minus_one_match_any_extent() {
+        let v = Var::constant("w", DType::Fp32, vec![-1, 4]);
+        let data = [0u8; 32];
+        let ok = TensorView::new(DType::Fp32, vec![2, 4], Vec::new(), &data).unwrap();
+        assert!(check_declared(&v, &ok, "t").is_ok());
+        let bad = TensorView::new(DType::Fp32, vec![4, 2], Vec::new(), &data).unwrap();
+        assert!(check_declared(&v, &bad, "t").is_err());
+        let rank = TensorView::new(DType::Fp32, vec![8], Vec::new(), &data).unwrap();
+        assert!(check_declared(&v, &rank, "t").is_err());
+    }
+
+    #[test]
+    fn variable_names_cannot_leave_the_directory() {
+        let d = Path::new("dir");
+        assert_eq!(var_file(d, "a/b").unwrap(), Path::new("dir/a/b"));
+        for bad in ["", "../x", "/etc/passwd", "a/../../b", ".", "a\0b"] {
+            assert!(var_file(d, bad).is_err(), "{bad:?}");
+        }
+    }
 }
