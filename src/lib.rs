@@ -12,6 +12,8 @@
 //! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
 //!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
+//! - [`interop::paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and
+//!   persistables directories in and out of archive tags, byte for byte.
 //!
 //! ```
 //! use modelzip::{Tensor, tensor};
