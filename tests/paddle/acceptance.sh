@@ -87,7 +87,7 @@ done
   echo "Written by \`tests/paddle/acceptance.sh\` (not part of \`cargo test\`)."
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- modelzip: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests || echo ' (+ uncommitted changes)'), release build"
+  echo "- modelzip: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests ':!tests/paddle/last_run.md' || echo ' (+ uncommitted changes)'), release build"
   echo "- Paddle versions: ${versions[*]:-none}"
   echo "- tolerance: max abs diff ≤ $tol against the committed \`*.output.npy\` (computed by that Paddle version from its own export)"
   echo "- steps per model: \`import-paddle\` → \`convert --to flatbuffers\` → \`export-paddle\` (from graph.fb) → \`convert --to programdesc\` → \`export-paddle\`; each export run with \`paddle.static.load_inference_model\` on the CPU (\`tests/paddle/run_exported.py\`)"
