@@ -12,6 +12,8 @@
 //! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
 //!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
+//! - [`interop::paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and
+//!   persistables directories in and out of archive tags, byte for byte.
 //!
 //! ```
 //! use modelzip::{Tensor, tensor};
@@ -31,6 +33,7 @@ pub mod archive;
 pub mod checkpoint;
 pub mod error;
 pub mod graph;
+pub mod interop;
 pub mod paddle_proto;
 pub mod tensor;
 pub mod variants;

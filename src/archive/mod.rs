@@ -2,7 +2,8 @@
 //!
 //! See FORMAT.md for the layout. [`Archive`] reads (zero-copy over a memory map),
 //! [`ArchiveWriter`] writes a new archive atomically, [`Appender`] / [`append_tag`] add
-//! tags to an existing one, and [`remove_tag`], [`prune`] and [`compact`] rewrite it.
+//! tags to an existing one, and [`remove_tag`], [`prune`], [`compact`] and
+//! [`convert_graph`] rewrite it.
 //!
 //! ```
 //! use modelzip::{AppendMode, Archive, ArchiveWriter, TagBuilder, Tensor, WriteOptions};
@@ -36,6 +37,7 @@ mod journal;
 mod lock;
 mod maintenance;
 mod reader;
+mod regraph;
 pub mod tag_name;
 pub mod text;
 mod time;
@@ -53,6 +55,7 @@ pub use reader::{
     Archive, GraphEncoding, OpenOptions, ParamEntry, Problem, TAGS_TXT, Tag, TensorData,
     TensorKind, TensorLocation, UpdaterEntry, VerifyReport,
 };
+pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 pub use tag_name::{TagName, validate_tag_name};
 pub use text::ParamRef;
 pub use time::rfc3339;

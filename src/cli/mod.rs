@@ -7,7 +7,11 @@
 mod cat;
 mod common;
 mod compact;
+mod convert;
+mod export_paddle;
 mod extract;
+mod graph;
+mod import_paddle;
 mod output;
 mod pack;
 mod progress;
@@ -41,6 +45,10 @@ enum Command {
     Verify(verify::Args),
     Extract(extract::Args),
     Tensor(tensor::Args),
+    Graph(graph::Args),
+    Convert(convert::Args),
+    ImportPaddle(import_paddle::Args),
+    ExportPaddle(export_paddle::Args),
 }
 
 /// What a command ended with, short of an error.
@@ -82,6 +90,10 @@ pub fn run() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Tensor(a) => tensor::run(a),
+        Command::Graph(a) => graph::run(a),
+        Command::Convert(a) => convert::run(a),
+        Command::ImportPaddle(a) => import_paddle::run(a),
+        Command::ExportPaddle(a) => export_paddle::run(a),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

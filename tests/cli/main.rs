@@ -2,6 +2,7 @@
 
 mod archive;
 mod harness;
+mod paddle;
 #[path = "../support/archive.rs"]
 mod support;
 mod tensor;

@@ -1,0 +1,105 @@
+//! `modelzip export-paddle`: a tag as PREFIX.pdmodel + PREFIX.pdiparams.
+
+use super::common::{open, pick_tag};
+use super::output::{print, print_json};
+use super::{CliError, Outcome};
+use modelzip::interop::paddle::{self, ExportOptions};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// Export a tag as a Paddle inference model: PREFIX.pdmodel (the tag's graph.pdmodel,
+/// or its graph.fb converted to ProgramDesc) and PREFIX.pdiparams (the parameters of
+/// the program's persistable variables in name order, as save_combine writes them),
+/// which paddle.static.load_inference_model(PREFIX, exe) loads. A tag imported from
+/// Paddle comes out byte for byte. Both files are written to temp files and renamed
+/// into place; existing files are refused unless --force.
+///
+/// Example:
+///   modelzip export-paddle model.zip --tag fp32 --out export/inference
+///   modelzip export-paddle model.zip --out inference --force --json
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The archive.
+    archive: PathBuf,
+    /// The tag (ignoring case); default: the newest.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Output prefix: writes PREFIX.pdmodel and PREFIX.pdiparams.
+    #[arg(long, value_name = "PREFIX")]
+    out: PathBuf,
+    /// Replace existing files.
+    #[arg(long)]
+    force: bool,
+    /// Print one JSON document instead of a summary.
+    #[arg(long)]
+    json: bool,
+    /// Print nothing on success.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let archive = open(&args.archive)?;
+    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    if !args.force {
+        let (m, p) = paddle::export_paths(&args.out);
+        for path in [m, p] {
+            if path.exists() {
+                return Err(CliError(format!(
+                    "cannot export: {} already exists (pass --force to replace it)",
+                    path.display()
+                )));
+            }
+        }
+    }
+    let opts = ExportOptions {
+        overwrite: args.force,
+        ..ExportOptions::default()
+    };
+    let r = paddle::export_inference_model(&tag, &args.out, &opts).map_err(|e| {
+        CliError(format!(
+            "cannot export tag {:?} of {}: {e}",
+            tag.name(),
+            args.archive.display()
+        ))
+    })?;
+    if args.json {
+        return print_json(&json!({
+            "tag": r.tag,
+            "pdmodel": r.model_path.display().to_string(),
+            "pdiparams": r.params_path.display().to_string(),
+            "pdmodel_bytes": r.model_bytes,
+            "pdiparams_bytes": r.params_bytes,
+            "graph_converted": r.graph_converted,
+            "params": r.params,
+            "unused_params": r.unused,
+        }))
+        .map(|_| Outcome::Success);
+    }
+    if !args.quiet {
+        let mut out = format!(
+            "tag {}: {} ({} bytes{}), {} ({} bytes, {} param(s))\n",
+            r.tag,
+            r.model_path.display(),
+            r.model_bytes,
+            if r.graph_converted {
+                ", converted from graph.fb"
+            } else {
+                ""
+            },
+            r.params_path.display(),
+            r.params_bytes,
+            r.params.len()
+        );
+        if !r.unused.is_empty() {
+            out.push_str(&format!(
+                "not exported ({} param(s) the program does not use): {}\n",
+                r.unused.len(),
+                r.unused.join(", ")
+            ));
+        }
+        print(&out)?;
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,101 @@
+//! `modelzip graph`: print a tag's graph as text, JSON or protobuf text format.
+
+use super::common::{open, pick_tag};
+use super::output::{print, print_json};
+use super::{CliError, Outcome};
+use modelzip::Graph;
+use modelzip::archive::GraphEncoding;
+use modelzip::graph::dump;
+use serde_json::json;
+use std::path::PathBuf;
+
+/// Print a tag's graph (graph.pdmodel or graph.fb): a readable listing of variables
+/// and operations per block (text), the whole graph as one JSON document (json), or
+/// the ProgramDesc in protobuf text format (pbtxt; a graph.fb tag is converted to
+/// ProgramDesc first).
+///
+/// Example:
+///   modelzip graph model.zip
+///   modelzip graph model.zip --tag fp32 --format json
+///   modelzip graph model.zip --format pbtxt > program.pbtxt
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The archive.
+    archive: PathBuf,
+    /// The tag (ignoring case); default: the newest.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// A listing for people (long values abbreviated).
+    Text,
+    /// One JSON document (docs/CLI.md, docs/GRAPH.md).
+    Json,
+    /// Protobuf text format of the ProgramDesc.
+    Pbtxt,
+}
+
+/// `programdesc` / `flatbuffers`: the names `convert --to` takes.
+pub fn encoding_name(enc: GraphEncoding) -> &'static str {
+    match enc {
+        GraphEncoding::ProgramDesc => "programdesc",
+        GraphEncoding::FlatBuffers => "flatbuffers",
+    }
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let archive = open(&args.archive)?;
+    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let name = tag.name().to_string();
+    let (enc, bytes) = tag
+        .graph()
+        .map_err(|e| CliError(format!("cannot read the graph of tag {name:?}: {e}")))?
+        .ok_or_else(|| {
+            CliError(format!(
+                "tag {name:?} has no graph (no graph.pdmodel or graph.fb) (file {})",
+                args.archive.display()
+            ))
+        })?;
+    let entry = format!("{name}/{}", enc.file_name());
+    let bad = |e: modelzip::Error| CliError(format!("cannot decode {entry}: {e}"));
+    let graph = match enc {
+        GraphEncoding::ProgramDesc => Graph::from_programdesc(&bytes),
+        GraphEncoding::FlatBuffers => Graph::from_flatbuffers(&bytes),
+    }
+    .map_err(bad)?;
+    match args.format {
+        Format::Text => print(&format!(
+            "tag {name}: {} ({} bytes)\n{}",
+            enc.file_name(),
+            bytes.len(),
+            dump::text(&graph)
+        ))?,
+        Format::Json => print_json(&json!({
+            "tag": name,
+            "entry": entry,
+            "encoding": encoding_name(enc),
+            "bytes": bytes.len(),
+            "graph": dump::json(&graph),
+        }))?,
+        Format::Pbtxt => {
+            let pd = match enc {
+                GraphEncoding::ProgramDesc => bytes.into_owned(),
+                GraphEncoding::FlatBuffers => graph
+                    .to_programdesc()
+                    .map_err(|e| CliError(format!("cannot convert {entry} to ProgramDesc: {e}")))?,
+            };
+            let mut text = dump::pbtxt(&pd).map_err(bad)?;
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            print(&text)?
+        }
+    }
+    Ok(Outcome::Success)
+}

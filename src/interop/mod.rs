@@ -1,0 +1,9 @@
+//! Moving models between modelzip archives and other frameworks' files.
+//!
+//! - [`paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and persistables
+//!   directories in, `.pdmodel` + `.pdiparams` out, byte for byte.
+//!
+//! Converting a tag's graph between `graph.pdmodel` and `graph.fb` inside an archive is
+//! [`crate::archive::convert_graph`].
+
+pub mod paddle;

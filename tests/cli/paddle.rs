@@ -1,0 +1,330 @@
+//! The Paddle and graph commands through the real binary: import-paddle, export-paddle,
+//! convert, graph.
+
+use super::harness::{expect_error, fixture, json_of, modelzip};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const VERSIONS: [&str; 2] = ["2.6.2", "3.3.1"];
+const MODELS: [&str; 2] = ["mlp", "conv"];
+
+fn paddle(version: &str, file: &str) -> PathBuf {
+    fixture(&format!("paddle/{version}/{file}"))
+}
+
+fn import(archive: &Path, tag: &str, version: &str, model: &str) -> Value {
+    json_of(
+        modelzip()
+            .arg("import-paddle")
+            .arg(archive)
+            .args(["--tag", tag])
+            .arg(paddle(version, &format!("{model}.pdmodel")))
+            .arg(paddle(version, &format!("{model}.pdiparams")))
+            .arg("--json"),
+    )
+}
+
+fn export(archive: &Path, tag: &str, prefix: &Path) -> Value {
+    json_of(
+        modelzip()
+            .arg("export-paddle")
+            .arg(archive)
+            .args(["--tag", tag, "--out"])
+            .arg(prefix)
+            .arg("--json"),
+    )
+}
+
+fn convert(archive: &Path, tag: &str, to: &str) -> Value {
+    json_of(
+        modelzip()
+            .arg("convert")
+            .arg(archive)
+            .args(["--tag", tag, "--to", to, "--json"]),
+    )
+}
+
+/// `prefix` + `.` + `e` (a prefix like `fb-mlp-2.6.2` has no extension to replace).
+fn ext(prefix: &Path, e: &str) -> PathBuf {
+    PathBuf::from(format!("{}.{e}", prefix.display()))
+}
+
+fn same_file(a: impl AsRef<Path>, b: impl AsRef<Path>) {
+    let (a, b) = (a.as_ref(), b.as_ref());
+    assert!(
+        std::fs::read(a).unwrap() == std::fs::read(b).unwrap(),
+        "{} and {} differ",
+        a.display(),
+        b.display()
+    );
+}
+
+#[test]
+fn import_convert_export_round_trips_every_fixture_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let mut first = true;
+    for v in VERSIONS {
+        for m in MODELS {
+            let tag = format!("{m}-{v}");
+            let r = import(&zip, &tag, v, m);
+            assert_eq!(r["tag"], tag.as_str());
+            assert_eq!(r["created"], first);
+            first = false;
+            let pdmodel = paddle(v, &format!("{m}.pdmodel"));
+            let pdiparams = paddle(v, &format!("{m}.pdiparams"));
+            assert_eq!(r["graph_bytes"], std::fs::metadata(&pdmodel).unwrap().len());
+            let names: Vec<&str> = r["params"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            let mut sorted = names.clone();
+            sorted.sort();
+            assert_eq!(names, sorted);
+
+            let out = dir.path().join(format!("direct-{tag}"));
+            let e = export(&zip, &tag, &out);
+            assert_eq!(e["graph_converted"], false);
+            same_file(e["pdmodel"].as_str().unwrap(), &pdmodel);
+            same_file(e["pdiparams"].as_str().unwrap(), &pdiparams);
+
+            let c = convert(&zip, &tag, "flatbuffers");
+            assert_eq!(c["from"], "programdesc");
+            assert_eq!(c["to"], "flatbuffers");
+            assert_eq!(c["changed"], true);
+            let out = dir.path().join(format!("fb-{tag}"));
+            let e = export(&zip, &tag, &out);
+            assert_eq!(e["graph_converted"], true);
+            same_file(ext(&out, "pdmodel"), &pdmodel);
+            same_file(ext(&out, "pdiparams"), &pdiparams);
+
+            let c = convert(&zip, &tag, "programdesc");
+            assert_eq!(c["changed"], true);
+            let c = convert(&zip, &tag, "programdesc");
+            assert_eq!(c["changed"], false);
+            let out = dir.path().join(format!("back-{tag}"));
+            export(&zip, &tag, &out);
+            same_file(ext(&out, "pdmodel"), &pdmodel);
+            same_file(ext(&out, "pdiparams"), &pdiparams);
+        }
+    }
+    modelzip().arg("verify").arg(&zip).assert().success();
+}
+
+#[test]
+fn import_dir_with_and_without_model_and_text_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let persist = paddle("3.3.1", "mlp_persistables");
+    import(&zip, "combined", "3.3.1", "mlp");
+    let r = json_of(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "dir", "--dir"])
+            .arg(&persist)
+            .arg("--model")
+            .arg(paddle("3.3.1", "mlp.pdmodel"))
+            .args(["--rewrite", "--json"]),
+    );
+    for p in r["params"].as_array().unwrap() {
+        assert_eq!(p["shared_from"], "combined", "{p}");
+    }
+    let out = modelzip()
+        .arg("import-paddle")
+        .arg(&zip)
+        .args(["--tag", "bare", "--dir"])
+        .arg(&persist)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("added tag bare"), "{text}");
+    assert!(text.contains("no graph, 4 param(s), 4 shared"), "{text}");
+    let e = expect_error(
+        modelzip()
+            .arg("export-paddle")
+            .arg(&zip)
+            .arg("--out")
+            .arg(dir.path().join("x")),
+    );
+    assert!(e.contains("no graph"), "{e}");
+    let e = expect_error(modelzip().arg("convert").arg(&zip).args([
+        "--tag",
+        "bare",
+        "--to",
+        "flatbuffers",
+    ]));
+    assert!(e.contains("no graph"), "{e}");
+    let e = expect_error(modelzip().arg("graph").arg(&zip));
+    assert!(e.contains("no graph"), "{e}");
+}
+
+#[test]
+fn import_errors_are_one_line_and_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let e = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "t"])
+            .arg(paddle("3.3.1", "mlp.pdmodel"))
+            .arg(paddle("3.3.1", "conv.pdiparams")),
+    );
+    assert!(e.contains("8 record(s)"), "{e}");
+    assert!(e.contains("conv.pdiparams"), "{e}");
+    assert!(!zip.exists());
+    let persist = dir.path().join("p");
+    std::fs::create_dir(&persist).unwrap();
+    std::fs::copy(
+        paddle("3.3.1", "mlp_persistables/fc_0.b_0"),
+        persist.join("fc_0.b_0"),
+    )
+    .unwrap();
+    let e = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "t", "--dir"])
+            .arg(&persist)
+            .arg("--model")
+            .arg(paddle("3.3.1", "mlp.pdmodel")),
+    );
+    assert!(e.contains("\"fc_0.w_0\"") && e.contains("no file"), "{e}");
+    // Neither a model pair nor a directory.
+    let e = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "t"]),
+    );
+    assert!(e.contains("--dir"), "{e}");
+    // A model without its params is a usage error.
+    let out = modelzip()
+        .arg("import-paddle")
+        .arg(&zip)
+        .args(["--tag", "t"])
+        .arg(paddle("3.3.1", "mlp.pdmodel"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // A duplicate tag.
+    import(&zip, "t", "3.3.1", "mlp");
+    let e = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "T"])
+            .arg(paddle("3.3.1", "mlp.pdmodel"))
+            .arg(paddle("3.3.1", "mlp.pdiparams")),
+    );
+    assert!(e.contains("already exists"), "{e}");
+}
+
+#[test]
+fn export_refuses_to_overwrite_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    import(&zip, "t", "2.6.2", "conv");
+    let prefix = dir.path().join("inference");
+    std::fs::write(ext(&prefix, "pdmodel"), b"mine").unwrap();
+    let e = expect_error(
+        modelzip()
+            .arg("export-paddle")
+            .arg(&zip)
+            .arg("--out")
+            .arg(&prefix),
+    );
+    assert!(e.contains("already exists") && e.contains("--force"), "{e}");
+    assert_eq!(std::fs::read(ext(&prefix, "pdmodel")).unwrap(), b"mine");
+    assert!(!ext(&prefix, "pdiparams").exists());
+    let out = modelzip()
+        .arg("export-paddle")
+        .arg(&zip)
+        .arg("--out")
+        .arg(&prefix)
+        .arg("--force")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("8 param(s)"), "{text}");
+    same_file(ext(&prefix, "pdmodel"), paddle("2.6.2", "conv.pdmodel"));
+    same_file(ext(&prefix, "pdiparams"), paddle("2.6.2", "conv.pdiparams"));
+}
+
+#[test]
+fn graph_prints_text_json_and_pbtxt_for_both_encodings() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    import(&zip, "pd", "3.3.1", "mlp");
+    import(&zip, "fb", "3.3.1", "mlp");
+    convert(&zip, "fb", "flatbuffers");
+
+    let out = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "pd"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("tag pd: graph.pdmodel (6246 bytes)"),
+        "{text}"
+    );
+    assert!(text.contains("var fc_0.w_0"), "{text}");
+    assert!(text.contains("mul(X=[x] Y=[fc_0.w_0])"), "{text}");
+
+    let pd = json_of(
+        modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", "pd", "--format", "json"]),
+    );
+    let fb = json_of(modelzip().arg("graph").arg(&zip).args(["--format", "json"]));
+    assert_eq!(pd["tag"], "pd");
+    assert_eq!(pd["entry"], "pd/graph.pdmodel");
+    assert_eq!(pd["encoding"], "programdesc");
+    assert_eq!(fb["tag"], "fb");
+    assert_eq!(fb["encoding"], "flatbuffers");
+    assert_eq!(pd["graph"], fb["graph"], "the same graph in both encodings");
+    assert_eq!(pd["graph"]["version"], 3003001);
+    let vars = pd["graph"]["blocks"][0]["vars"].as_array().unwrap();
+    assert!(
+        vars.iter()
+            .any(|v| v["name"] == "fc_0.w_0" && v["persistable"] == true)
+    );
+
+    let pbtxt = |tag: &str| {
+        let out = modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", tag, "--format", "pbtxt"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let a = pbtxt("pd");
+    assert!(a.contains("blocks"), "{a}");
+    assert!(a.contains("\"fc_0.w_0\""), "{a}");
+    assert_eq!(a, pbtxt("fb"));
+
+    let e = expect_error(modelzip().arg("graph").arg(&zip).args(["--tag", "nope"]));
+    assert!(e.contains("nope"), "{e}");
+}
+
+#[test]
+fn help_has_examples() {
+    for cmd in ["graph", "convert", "import-paddle", "export-paddle"] {
+        let out = modelzip().args([cmd, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("Example:"), "{cmd}: {text}");
+        assert!(text.contains(&format!("modelzip {cmd} ")), "{cmd}: {text}");
+    }
+}
