@@ -4,14 +4,17 @@
 //! table or as one JSON document. Exit codes: 0 success, 1 a negative answer
 //! (e.g. `verify` found problems), 2 an error (bad input, I/O, usage).
 
+mod cast;
 mod cat;
 mod common;
 mod compact;
+mod diff;
 mod extract;
 mod output;
 mod pack;
 mod progress;
 mod prune;
+mod quantize;
 mod rm;
 mod show;
 mod tags;
@@ -41,6 +44,9 @@ enum Command {
     Verify(verify::Args),
     Extract(extract::Args),
     Tensor(tensor::Args),
+    Quantize(quantize::Args),
+    Cast(cast::Args),
+    Diff(diff::Args),
 }
 
 /// What a command ended with, short of an error.
@@ -82,6 +88,9 @@ pub fn run() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Tensor(a) => tensor::run(a),
+        Command::Quantize(a) => quantize::run(a),
+        Command::Cast(a) => cast::run(a),
+        Command::Diff(a) => diff::run(a),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
