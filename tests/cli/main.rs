@@ -5,3 +5,4 @@ mod harness;
 #[path = "../support/archive.rs"]
 mod support;
 mod tensor;
+mod variants;
