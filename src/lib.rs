@@ -12,6 +12,7 @@
 //! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
 //!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
+//! - [`variants`]: INT8 / FP16 / BF16 tags derived from a float tag, and tag diffs.
 //!
 //! ```
 //! use modelzip::{Tensor, tensor};

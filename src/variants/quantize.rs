@@ -233,7 +233,9 @@ fn build(archive: &Archive, from_tag: &str, options: &QuantizeOptions) -> Result
             None => quantize_math::per_tensor(&values),
         };
         let scale_dims = vec![q.scales.len() as u64];
-        let qt = Tensor::from_slice(dims.clone(), &q.values)?;
+        let qt = Tensor::from_slice(dims.clone(), &q.values)?
+            .with_lod(view.lod().clone())
+            .map_err(|e| e.in_entry(p.location.entry.clone()))?;
         let st = Tensor::from_slice(scale_dims.clone(), &q.scales)?;
         out.push((
             p.name.clone(),
