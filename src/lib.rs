@@ -14,6 +14,7 @@
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
 //! - [`interop::paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and
 //!   persistables directories in and out of archive tags, byte for byte.
+//! - [`variants`]: INT8 / FP16 / BF16 tags derived from a float tag, and tag diffs.
 //!
 //! ```
 //! use modelzip::{Tensor, tensor};

@@ -4,10 +4,12 @@
 //! table or as one JSON document. Exit codes: 0 success, 1 a negative answer
 //! (e.g. `verify` found problems), 2 an error (bad input, I/O, usage).
 
+mod cast;
 mod cat;
 mod common;
 mod compact;
 mod convert;
+mod diff;
 mod export_paddle;
 mod extract;
 mod graph;
@@ -16,6 +18,7 @@ mod output;
 mod pack;
 mod progress;
 mod prune;
+mod quantize;
 mod rm;
 mod show;
 mod tags;
@@ -49,6 +52,9 @@ enum Command {
     Convert(convert::Args),
     ImportPaddle(import_paddle::Args),
     ExportPaddle(export_paddle::Args),
+    Quantize(quantize::Args),
+    Cast(cast::Args),
+    Diff(diff::Args),
 }
 
 /// What a command ended with, short of an error.
@@ -94,6 +100,9 @@ pub fn run() -> ExitCode {
         Command::Convert(a) => convert::run(a),
         Command::ImportPaddle(a) => import_paddle::run(a),
         Command::ExportPaddle(a) => export_paddle::run(a),
+        Command::Quantize(a) => quantize::run(a),
+        Command::Cast(a) => cast::run(a),
+        Command::Diff(a) => diff::run(a),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

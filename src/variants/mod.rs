@@ -1,3 +1,211 @@
-//! Derived variants of a tag: INT8 quantization and FP16/BF16 casts.
+//! Derived variants of a tag: INT8 quantization and FP16/BF16 casts, and tag diffs.
+//!
+//! [`quantize`] and [`cast`] read a float tag, derive new tensors, rewrite the graph so
+//! that it converts the stored values back to FP32 before use (Paddle runs the result
+//! unchanged), and append the variant as a new tag in place. Parameters the variant does
+//! not change are written as they are, so the archive writer's dedup turns them into
+//! references to the source tag's files: they cost no bytes. [`diff_tags`] compares two
+//! tags parameter by parameter.
+//!
+//! ```no_run
+//! use modelzip::variants::{QuantizeOptions, quantize, cast};
+//! use modelzip::{DType, WriteOptions};
+//!
+//! let opts = WriteOptions::default();
+//! let int8 = quantize("model.zip", "fp32", "int8",
+//!                     &QuantizeOptions { per_channel: true }, &opts)?;
+//! println!("{} params quantized", int8.changed().count());
+//! cast("model.zip", "fp32", "fp16", DType::Fp16, &opts)?;
+//! # Ok::<(), modelzip::Error>(())
+//! ```
 
+mod cast;
+mod diff;
+mod quantize;
 pub mod quantize_math;
+mod rewrite;
+
+pub use cast::cast;
+pub use diff::{GraphChange, ParamDiff, TagDiff, diff_tags};
+pub use quantize::{QuantizeOptions, quantize};
+
+use crate::archive::{AppendMode, Appender, Archive, GraphEncoding, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::{DType, Tensor};
+use std::path::Path;
+
+/// What a variant did to one parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamChange {
+    /// Quantized to INT8; `axis` is the channel axis (per channel) or `None` (per tensor),
+    /// `scale` names the FP32 parameter holding the scales.
+    Quantized {
+        /// The per-channel axis, `None` for per-tensor.
+        axis: Option<usize>,
+        /// The scale parameter's name (`<name>@scale`).
+        scale: String,
+    },
+    /// The scales of the quantized parameter `of`.
+    Scale {
+        /// The quantized parameter.
+        of: String,
+    },
+    /// Cast from `from` to the variant's dtype.
+    Cast {
+        /// The source dtype.
+        from: DType,
+    },
+    /// Written as it was (and so shared with the source tag).
+    Unchanged,
+}
+
+/// One parameter of a variant tag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantParam {
+    /// Parameter name.
+    pub name: String,
+    /// Its dtype in the new tag.
+    pub dtype: DType,
+    /// Its dims.
+    pub dims: Vec<u64>,
+    /// What happened to it.
+    pub change: ParamChange,
+    /// True when its tensor file is owned by another tag (no bytes of its own).
+    pub shared: bool,
+    /// Bytes its own tensor file takes (0 when shared).
+    pub stored_bytes: u64,
+}
+
+/// What [`quantize`] or [`cast`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantReport {
+    /// The new tag, spelled as in tags.txt.
+    pub tag: String,
+    /// The tag it was derived from, spelled as in tags.txt.
+    pub source_tag: String,
+    /// The graph's encoding, if the source tag has a graph (rewritten in the same encoding).
+    pub graph: Option<GraphEncoding>,
+    /// Every parameter of the new tag, in params.txt order.
+    pub params: Vec<VariantParam>,
+}
+
+impl VariantReport {
+    /// The parameters that were quantized or cast.
+    pub fn changed(&self) -> impl Iterator<Item = &VariantParam> {
+        self.params.iter().filter(|p| {
+            matches!(
+                p.change,
+                ParamChange::Quantized { .. } | ParamChange::Cast { .. }
+            )
+        })
+    }
+
+    /// Bytes of tensor files the new tag owns.
+    pub fn stored_bytes(&self) -> u64 {
+        self.params.iter().map(|p| p.stored_bytes).sum()
+    }
+}
+
+/// A variant computed in memory, ready to append.
+struct Variant {
+    source_tag: String,
+    graph: Option<(GraphEncoding, Vec<u8>)>,
+    params: Vec<(String, Tensor, ParamChange)>,
+    metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Checks the new tag's name and that it does not exist yet, before any work is done.
+fn check_new_tag(archive: &Archive, new_tag: &str) -> Result<()> {
+    crate::archive::validate_tag_name(new_tag)?;
+    if let Some(t) = archive.canonical_tag(new_tag) {
+        return Err(ErrorKind::TagExists(t.to_string()).into());
+    }
+    Ok(())
+}
+
+/// The source tag's metadata.json keys that belong to users (everything but the keys
+/// modelzip writes itself), to carry over into the variant.
+fn user_metadata(
+    tag: &crate::archive::Tag<'_>,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(bytes) = tag.metadata()? else {
+        return Ok(serde_json::Map::new());
+    };
+    let entry = format!("{}/metadata.json", tag.name());
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::new(ErrorKind::InvalidInput(format!(
+            "metadata.json is not valid JSON: {e}"
+        )))
+        .in_entry(entry.clone())
+    })?;
+    let serde_json::Value::Object(mut m) = v else {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "metadata.json is not a JSON object".into(),
+        ))
+        .in_entry(entry));
+    };
+    for k in ["created", "quantization", "cast"] {
+        m.remove(k);
+    }
+    Ok(m)
+}
+
+/// Appends `v` as tag `new_tag` in place, then reads it back to report sharing.
+fn append_variant(
+    path: &Path,
+    new_tag: &str,
+    v: Variant,
+    opts: &WriteOptions,
+) -> Result<VariantReport> {
+    let located = |e: Error| e.in_file(path);
+    let mut app = Appender::open_with(path, AppendMode::InPlace, opts)?;
+    {
+        let mut w = app.begin_tag(new_tag).map_err(located)?;
+        if let Some((enc, bytes)) = &v.graph {
+            w.graph(*enc, bytes).map_err(located)?;
+        }
+        for (name, t, _) in &v.params {
+            w.param(name, &t.view()).map_err(located)?;
+        }
+        let meta = serde_json::to_vec(&serde_json::Value::Object(v.metadata.clone()))
+            .map_err(|e| ErrorKind::InvalidInput(format!("cannot render metadata.json: {e}")))?;
+        w.metadata(&meta).map_err(located)?;
+        w.finish().map_err(located)?;
+    }
+    app.finish()?;
+
+    let archive = Archive::open(path)?;
+    let tag = archive.tag(new_tag)?;
+    let mut params = Vec::with_capacity(v.params.len());
+    for ((name, t, change), entry) in v.params.into_iter().zip(tag.params()) {
+        let shared = entry.location.shared;
+        let stored_bytes = if shared {
+            0
+        } else {
+            archive
+                .entry_stored_size(&entry.location.entry)
+                .unwrap_or(0)
+        };
+        params.push(VariantParam {
+            name,
+            dtype: t.dtype(),
+            dims: t.dims().to_vec(),
+            change,
+            shared,
+            stored_bytes,
+        });
+    }
+    Ok(VariantReport {
+        tag: tag.name().to_string(),
+        source_tag: v.source_tag,
+        graph: v.graph.map(|(e, _)| e),
+        params,
+    })
+}
+
+fn graph_format(enc: GraphEncoding) -> crate::graph::GraphFormat {
+    match enc {
+        GraphEncoding::FlatBuffers => crate::graph::GraphFormat::FlatBuffers,
+        GraphEncoding::ProgramDesc => crate::graph::GraphFormat::ProgramDesc,
+    }
+}

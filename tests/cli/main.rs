@@ -6,3 +6,4 @@ mod paddle;
 #[path = "../support/archive.rs"]
 mod support;
 mod tensor;
+mod variants;

@@ -1,0 +1,121 @@
+//! `cast`: an FP16 or BF16 tag derived from a float tag, with a graph that casts the
+//! parameters back to FP32 before use.
+
+use super::rewrite::{Conversion, insert_conversions};
+use super::{
+    ParamChange, Variant, VariantReport, append_variant, check_new_tag, graph_format, user_metadata,
+};
+use crate::archive::{Archive, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::Graph;
+use crate::tensor::{DType, Tensor};
+use serde_json::json;
+use std::path::Path;
+
+/// Derives tag `new_tag`, with every FP32 parameter stored as `dtype` (FP16 or BF16,
+/// rounded to nearest, ties to even, by the `half` crate), from tag `from_tag` of the
+/// archive at `path`, and appends it in place.
+///
+/// Parameters of other dtypes are written unchanged and so shared with the source tag.
+/// The graph (if any) gets one `cast` op (`dtype` → FP32) per cast parameter that is a
+/// variable of block 0, inserted after the feed ops, and every op that used the parameter
+/// reads `<name>@cast` instead, so the model still computes in FP32. The graph is written
+/// in the source tag's encoding. metadata.json records
+/// `"cast": {"dtype": "FP16", "source_tag": ...}`. Updater state and the training config
+/// are not carried over.
+pub fn cast(
+    path: impl AsRef<Path>,
+    from_tag: &str,
+    new_tag: &str,
+    dtype: DType,
+    write: &WriteOptions,
+) -> Result<VariantReport> {
+    let path = path.as_ref();
+    if !matches!(dtype, DType::Fp16 | DType::Bf16) {
+        return Err(ErrorKind::InvalidInput(format!(
+            "cast makes FP16 or BF16 variants, not {}",
+            dtype.name()
+        ))
+        .into());
+    }
+    let variant = {
+        let archive = Archive::open(path)?;
+        check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
+        build(&archive, from_tag, dtype).map_err(|e| e.in_file(path))?
+    };
+    append_variant(path, new_tag, variant, write)
+}
+
+/// `values` converted to `dtype` (FP16 or BF16), round to nearest even.
+fn convert(dims: Vec<u64>, values: &[f32], dtype: DType) -> Result<Tensor> {
+    if dtype == DType::Bf16 {
+        let v: Vec<half::bf16> = values.iter().map(|&x| half::bf16::from_f32(x)).collect();
+        Tensor::from_slice(dims, &v)
+    } else {
+        let v: Vec<half::f16> = values.iter().map(|&x| half::f16::from_f32(x)).collect();
+        Tensor::from_slice(dims, &v)
+    }
+}
+
+fn build(archive: &Archive, from_tag: &str, dtype: DType) -> Result<Variant> {
+    let tag = archive.tag(from_tag)?;
+    let graph = match tag.graph()? {
+        Some((enc, bytes)) => {
+            let entry = format!("{}/{}", tag.name(), enc.file_name());
+            let g = Graph::decode(graph_format(enc), &bytes).map_err(|e| e.in_entry(entry))?;
+            Some((enc, g))
+        }
+        None => None,
+    };
+    let in_graph = |name: &str| {
+        graph.as_ref().is_some_and(|(_, g)| {
+            g.main_block()
+                .is_some_and(|b| b.vars.iter().any(|v| v.name == name))
+        })
+    };
+    let mut out = Vec::with_capacity(tag.params().len());
+    let mut convs = Vec::new();
+    for p in tag.params() {
+        let data = tag.tensor(&p.location)?;
+        let view = data.view();
+        if view.dtype() != DType::Fp32 {
+            out.push((p.name.clone(), view.to_owned(), ParamChange::Unchanged));
+            continue;
+        }
+        let located = |e: Error| e.in_entry(p.location.entry.clone());
+        let values = view.to_f32_vec().map_err(located)?;
+        let t = convert(view.dims().to_vec(), &values, dtype)?
+            .with_lod(view.lod().clone())
+            .map_err(located)?;
+        out.push((p.name.clone(), t, ParamChange::Cast { from: DType::Fp32 }));
+        if in_graph(&p.name) {
+            convs.push(Conversion {
+                param: p.name.clone(),
+                stored: dtype,
+                scale: None,
+            });
+        }
+    }
+    let graph = match graph {
+        Some((enc, mut g)) => {
+            let entry = format!("{}/{}", tag.name(), enc.file_name());
+            insert_conversions(&mut g, &convs).map_err(|e| e.in_entry(entry.clone()))?;
+            Some((
+                enc,
+                g.encode(graph_format(enc)).map_err(|e| e.in_entry(entry))?,
+            ))
+        }
+        None => None,
+    };
+    let mut metadata = user_metadata(&tag)?;
+    metadata.insert(
+        "cast".into(),
+        json!({"dtype": dtype.name(), "source_tag": tag.name()}),
+    );
+    Ok(Variant {
+        source_tag: tag.name().to_string(),
+        graph,
+        params: out,
+        metadata,
+    })
+}

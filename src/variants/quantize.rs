@@ -1,0 +1,345 @@
+//! `quantize`: an INT8 tag derived from a float tag (symmetric, per tensor or per
+//! output channel), with a graph that dequantizes the weights before use.
+
+use super::quantize_math::{self, Quantized};
+use super::rewrite::{Conversion, insert_conversions};
+use super::{
+    ParamChange, Variant, VariantReport, append_variant, check_new_tag, graph_format, user_metadata,
+};
+use crate::archive::{Archive, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{AttrValue, Graph, Op};
+use crate::tensor::{DType, Tensor};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// Options of [`quantize`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuantizeOptions {
+    /// One scale per output channel instead of one per tensor.
+    pub per_channel: bool,
+}
+
+/// Where a weight's output channels are, as the consuming op says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChannelAxis {
+    /// A fixed axis (conv filters: 0, transposed conv filters: 1).
+    Fixed(usize),
+    /// Counted from the end (matmul / mul / fc: the last axis, or the one before it
+    /// when the weight is transposed).
+    FromEnd(usize),
+}
+
+impl ChannelAxis {
+    fn resolve(self, rank: usize) -> Option<usize> {
+        match self {
+            ChannelAxis::Fixed(a) => (a < rank).then_some(a),
+            ChannelAxis::FromEnd(k) => rank.checked_sub(k + 1),
+        }
+    }
+}
+
+fn attr_true(op: &Op, name: &str) -> bool {
+    matches!(op.get_attr(name), Some(AttrValue::Bool(true)))
+}
+
+/// The weight slot of a matmul/conv-style op and where its output channels are.
+fn weight_slot(op: &Op) -> Option<(&'static str, ChannelAxis)> {
+    Some(match op.op_type.as_str() {
+        "mul" => ("Y", ChannelAxis::FromEnd(0)),
+        "matmul" => (
+            "Y",
+            ChannelAxis::FromEnd(usize::from(attr_true(op, "transpose_Y"))),
+        ),
+        "matmul_v2" => (
+            "Y",
+            ChannelAxis::FromEnd(usize::from(attr_true(op, "trans_y"))),
+        ),
+        "fc" => ("W", ChannelAxis::FromEnd(0)),
+        "conv2d" | "depthwise_conv2d" | "conv3d" | "fused_conv2d" | "conv2d_fusion" => {
+            ("Filter", ChannelAxis::Fixed(0))
+        }
+        "conv2d_transpose" | "depthwise_conv2d_transpose" | "conv3d_transpose" => {
+            ("Filter", ChannelAxis::Fixed(1))
+        }
+        _ => return None,
+    })
+}
+
+/// The weights the graph feeds to matmul/conv-style ops, with their channel axis, in
+/// first-use order. A weight some op writes is left alone; a weight two ops read with
+/// different channel axes is quantized per tensor.
+fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
+    let written: HashSet<&str> = graph
+        .blocks
+        .iter()
+        .flat_map(|b| &b.ops)
+        .flat_map(|op| &op.outputs)
+        .flat_map(|s| s.args.iter().map(String::as_str))
+        .collect();
+    let mut order: Vec<String> = Vec::new();
+    let mut axes: HashMap<String, Option<ChannelAxis>> = HashMap::new();
+    for op in graph.blocks.iter().flat_map(|b| &b.ops) {
+        let Some((slot, axis)) = weight_slot(op) else {
+            continue;
+        };
+        for s in op.inputs.iter().filter(|s| s.name == slot) {
+            for arg in &s.args {
+                if written.contains(arg.as_str()) {
+                    continue;
+                }
+                match axes.get_mut(arg) {
+                    Some(prev) => {
+                        if *prev != Some(axis) {
+                            *prev = None;
+                        }
+                    }
+                    None => {
+                        axes.insert(arg.clone(), Some(axis));
+                        order.push(arg.clone());
+                    }
+                }
+            }
+        }
+    }
+    order
+        .into_iter()
+        .map(|n| {
+            let a = axes.get(&n).copied().flatten();
+            (n, a)
+        })
+        .collect()
+}
+
+/// Derives INT8 tag `new_tag` from float tag `from_tag` of the archive at `path` and
+/// appends it in place.
+///
+/// Which parameters: with a graph, the FP32 parameters of rank ≥ 2 that matmul/conv-style
+/// ops read as weights (`Y` of `mul`/`matmul`/`matmul_v2`, `W` of `fc`, `Filter` of
+/// `conv2d`/`depthwise_conv2d`/`conv3d`/`conv2d_transpose`/...); without a graph, every
+/// float (FP16, BF16, FP32, FP64) parameter of rank ≥ 2. Each is stored as INT8 under its
+/// name, with its FP32 scales as `<name>@scale` (dims `[1]` per tensor, `[C]` per
+/// channel); real value ≈ q × scale. The channel axis is the weight's output axis: 0 for
+/// conv filters, 1 for transposed-conv filters, the last axis for matmul/mul/fc weights
+/// (the one before it when `trans_y`/`transpose_Y`); without a graph, the last axis of a
+/// rank-2 tensor and axis 0 otherwise.
+///
+/// Every other parameter is written unchanged and so shared with the source tag. The
+/// graph (if any) gets, per weight, `cast` (INT8 → FP32) and `elementwise_mul` by the
+/// scale inserted after the feed ops, and its users read `<name>@dequant`; it is written
+/// in the source tag's encoding. metadata.json records the scheme under
+/// `"quantization"`. Updater state and the training config are not carried over.
+pub fn quantize(
+    path: impl AsRef<Path>,
+    from_tag: &str,
+    new_tag: &str,
+    options: &QuantizeOptions,
+    write: &WriteOptions,
+) -> Result<VariantReport> {
+    let path = path.as_ref();
+    let variant = {
+        let archive = Archive::open(path)?;
+        check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
+        build(&archive, from_tag, options).map_err(|e| e.in_file(path))?
+    };
+    append_variant(path, new_tag, variant, write)
+}
+
+fn build(archive: &Archive, from_tag: &str, options: &QuantizeOptions) -> Result<Variant> {
+    let tag = archive.tag(from_tag)?;
+    let graph = match tag.graph()? {
+        Some((enc, bytes)) => {
+            let entry = format!("{}/{}", tag.name(), enc.file_name());
+            let g = Graph::decode(graph_format(enc), &bytes).map_err(|e| e.in_entry(entry))?;
+            Some((enc, g))
+        }
+        None => None,
+    };
+    let params: HashMap<&str, usize> = tag
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i))
+        .collect();
+
+    // Which parameters to quantize, and along which axis (before knowing their rank).
+    let mut chosen: HashMap<String, Option<ChannelAxis>> = HashMap::new();
+    if let Some((_, g)) = &graph {
+        for (name, axis) in graph_weights(g) {
+            if let Some(&i) = params.get(name.as_str()) {
+                let t = tag.tensor(&tag.params()[i].location)?;
+                let v = t.view();
+                if v.dtype() == DType::Fp32 && v.dims().len() >= 2 {
+                    chosen.insert(name, axis);
+                }
+            }
+        }
+    } else {
+        for p in tag.params() {
+            let t = tag.tensor(&p.location)?;
+            let v = t.view();
+            let float = matches!(
+                v.dtype(),
+                DType::Fp16 | DType::Bf16 | DType::Fp32 | DType::Fp64
+            );
+            if float && v.dims().len() >= 2 {
+                let axis = if v.dims().len() == 2 {
+                    ChannelAxis::FromEnd(0)
+                } else {
+                    ChannelAxis::Fixed(0)
+                };
+                chosen.insert(p.name.clone(), Some(axis));
+            }
+        }
+    }
+
+    let mut out = Vec::with_capacity(tag.params().len() + chosen.len());
+    let mut convs = Vec::new();
+    let mut recorded = serde_json::Map::new();
+    for p in tag.params() {
+        let data = tag.tensor(&p.location)?;
+        let view = data.view();
+        let Some(axis_rule) = chosen.get(&p.name) else {
+            out.push((p.name.clone(), view.to_owned(), ParamChange::Unchanged));
+            continue;
+        };
+        let dims = view.dims().to_vec();
+        let scale_name = format!("{}@scale", p.name);
+        if params.contains_key(scale_name.as_str()) {
+            return Err(Error::new(ErrorKind::InvalidInput(format!(
+                "cannot quantize {:?}: tag {:?} already has a parameter {scale_name:?}",
+                p.name,
+                tag.name()
+            ))));
+        }
+        let values = view
+            .to_f32_vec()
+            .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+        let axis = if options.per_channel {
+            axis_rule.and_then(|a| a.resolve(dims.len()))
+        } else {
+            None
+        };
+        let q: Quantized = match axis {
+            Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidInput(format!(
+                    "cannot quantize {:?} along axis {a}: dims {dims:?} do not match its {} values",
+                    p.name,
+                    values.len()
+                )))
+                .in_entry(p.location.entry.clone())
+            })?,
+            None => quantize_math::per_tensor(&values),
+        };
+        let scale_dims = vec![q.scales.len() as u64];
+        let qt = Tensor::from_slice(dims.clone(), &q.values)?
+            .with_lod(view.lod().clone())
+            .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+        let st = Tensor::from_slice(scale_dims.clone(), &q.scales)?;
+        out.push((
+            p.name.clone(),
+            qt,
+            ParamChange::Quantized {
+                axis,
+                scale: scale_name.clone(),
+            },
+        ));
+        out.push((
+            scale_name.clone(),
+            st,
+            ParamChange::Scale { of: p.name.clone() },
+        ));
+        let mul_axis = axis.map_or(Ok(-1), i32::try_from).map_err(|_| {
+            Error::new(ErrorKind::InvalidInput(format!(
+                "axis of {:?} too large",
+                p.name
+            )))
+        })?;
+        convs.push(Conversion {
+            param: p.name.clone(),
+            stored: DType::Int8,
+            scale: Some((scale_name.clone(), scale_dims, mul_axis)),
+        });
+        recorded.insert(p.name.clone(), json!({"axis": axis, "scale": scale_name}));
+    }
+
+    let graph = match graph {
+        Some((enc, mut g)) => {
+            let entry = format!("{}/{}", tag.name(), enc.file_name());
+            insert_conversions(&mut g, &convs).map_err(|e| e.in_entry(entry.clone()))?;
+            Some((
+                enc,
+                g.encode(graph_format(enc)).map_err(|e| e.in_entry(entry))?,
+            ))
+        }
+        None => None,
+    };
+    let mut metadata = user_metadata(&tag)?;
+    metadata.insert(
+        "quantization".into(),
+        json!({
+            "scheme": "symmetric-int8",
+            "per_channel": options.per_channel,
+            "source_tag": tag.name(),
+            "params": recorded,
+        }),
+    );
+    Ok(Variant {
+        source_tag: tag.name().to_string(),
+        graph,
+        params: out,
+        metadata,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Var;
+
+    #[test]
+    fn weight_slots_and_axes() {
+        let mut g = Graph::new();
+        let b = &mut g.blocks[0];
+        b.vars.push(Var::constant("w", DType::Fp32, vec![4, 3]));
+        b.ops.push(
+            Op::new("", "matmul_v2")
+                .input("X", &["x"])
+                .input("Y", &["w"])
+                .attr("trans_y", AttrValue::Bool(true))
+                .output("Out", &["y"]),
+        );
+        b.ops.push(
+            Op::new("", "conv2d")
+                .input("Filter", &["f"])
+                .input("Input", &["y"])
+                .output("Output", &["z"]),
+        );
+        b.ops.push(
+            Op::new("", "conv2d_transpose")
+                .input("Filter", &["ft"])
+                .output("Output", &["z2"]),
+        );
+        b.ops.push(
+            Op::new("", "elementwise_add")
+                .input("X", &["z"])
+                .input("Y", &["bias"])
+                .output("Out", &["o"]),
+        );
+        b.ops
+            .push(Op::new("", "mul").input("Y", &["o"]).output("Out", &["p"]));
+        let w = graph_weights(&g);
+        assert_eq!(
+            w,
+            vec![
+                ("w".to_string(), Some(ChannelAxis::FromEnd(1))),
+                ("f".to_string(), Some(ChannelAxis::Fixed(0))),
+                ("ft".to_string(), Some(ChannelAxis::Fixed(1))),
+            ]
+        );
+        assert_eq!(ChannelAxis::FromEnd(1).resolve(2), Some(0));
+        assert_eq!(ChannelAxis::FromEnd(0).resolve(2), Some(1));
+        assert_eq!(ChannelAxis::Fixed(1).resolve(1), None);
+    }
+}

@@ -1,0 +1,195 @@
+//! The variant commands through the real binary: quantize, cast, diff.
+
+use super::harness::{expect_error, fixture, json_of, modelzip};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// An archive with tag fp32: the 3.3.1 mlp fixture's persistables and graph.
+fn mlp_archive(dir: &Path) -> PathBuf {
+    let a = dir.join("m.zip");
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(fixture("paddle/3.3.1/mlp_persistables"))
+        .args(["--tag", "fp32", "--graph"])
+        .arg(fixture("paddle/3.3.1/mlp.pdmodel"))
+        .args(["-q", "--wait"])
+        .assert()
+        .success();
+    a
+}
+
+fn param<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {doc}"))
+}
+
+#[test]
+fn quantize_json_describes_the_new_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = mlp_archive(dir.path());
+    let doc = json_of(modelzip().arg("quantize").arg(&a).args([
+        "--from",
+        "FP32",
+        "--tag",
+        "int8",
+        "--per-channel",
+        "--json",
+        "--wait",
+    ]));
+    assert_eq!(doc["tag"], "int8");
+    assert_eq!(doc["source_tag"], "fp32");
+    assert_eq!(doc["graph"], "graph.pdmodel");
+    assert_eq!(doc["changed"], 2);
+    assert_eq!(doc["shared"], 2);
+    assert_eq!(doc["params"].as_array().unwrap().len(), 6);
+    let w = param(&doc, "fc_0.w_0");
+    assert_eq!(w["change"], "quantized");
+    assert_eq!(w["dtype"], "INT8");
+    assert_eq!(w["axis"], 1);
+    assert_eq!(w["scale"], "fc_0.w_0@scale");
+    assert_eq!(w["shared"], false);
+    let s = param(&doc, "fc_0.w_0@scale");
+    assert_eq!(s["change"], "scale");
+    assert_eq!(s["of"], "fc_0.w_0");
+    assert_eq!(s["dims"], serde_json::json!([16]));
+    let b = param(&doc, "fc_0.b_0");
+    assert_eq!(b["change"], "unchanged");
+    assert_eq!(b["shared"], true);
+    assert_eq!(b["stored_bytes"], 0);
+    let stored: u64 = doc["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["stored_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(doc["stored_bytes"].as_u64(), Some(stored));
+    // The tag is there and newest; show agrees on sharing.
+    let show = json_of(modelzip().arg("show").arg(&a).arg("--json"));
+    assert_eq!(show["tag"], "int8");
+    assert_eq!(param(&show, "fc_0.b_0")["shared_from"], "fp32");
+    modelzip().arg("verify").arg(&a).assert().success();
+}
+
+#[test]
+fn cast_json_and_human_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = mlp_archive(dir.path());
+    let doc = json_of(modelzip().arg("cast").arg(&a).args([
+        "--from", "fp32", "--tag", "bf16", "--dtype", "bf16", "--json", "--wait",
+    ]));
+    assert_eq!(doc["changed"], 4);
+    let w = param(&doc, "fc_1.w_0");
+    assert_eq!(w["change"], "cast");
+    assert_eq!(w["from"], "FP32");
+    assert_eq!(w["dtype"], "BF16");
+    let out = modelzip()
+        .arg("cast")
+        .arg(&a)
+        .args([
+            "--from", "fp32", "--tag", "fp16", "--dtype", "fp16", "--wait",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("added tag fp16 from fp32: 4 param(s) cast"),
+        "{text}"
+    );
+}
+
+#[test]
+fn diff_json_and_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = mlp_archive(dir.path());
+    modelzip()
+        .arg("quantize")
+        .arg(&a)
+        .args(["--from", "fp32", "--tag", "int8", "-q", "--wait"])
+        .assert()
+        .success();
+    let doc = json_of(
+        modelzip()
+            .arg("diff")
+            .arg(&a)
+            .args(["fp32", "int8", "--json"]),
+    );
+    assert_eq!(doc["tag_a"], "fp32");
+    assert_eq!(doc["tag_b"], "int8");
+    assert_eq!(doc["identical"], false);
+    assert_eq!(doc["graph"], "changed");
+    assert_eq!(
+        doc["added"],
+        serde_json::json!(["fc_0.w_0@scale", "fc_1.w_0@scale"])
+    );
+    assert_eq!(doc["removed"], serde_json::json!([]));
+    assert_eq!(doc["shared"], serde_json::json!(["fc_0.b_0", "fc_1.b_0"]));
+    assert_eq!(doc["copied"], serde_json::json!([]));
+    let changed = doc["changed"].as_array().unwrap();
+    assert_eq!(changed.len(), 2);
+    for c in changed {
+        assert_eq!(c["dtype_a"], "FP32");
+        assert_eq!(c["dtype_b"], "INT8");
+        assert_eq!(c["dequantized"], true);
+        assert_eq!(c["dims_a"], c["dims_b"]);
+        let abs = c["max_abs_diff"].as_f64().unwrap();
+        let rel = c["max_rel_diff"].as_f64().unwrap();
+        assert!(abs > 0.0 && rel > 0.0 && rel < 0.01, "{c}");
+    }
+    // --exit-code: 1 when they differ, 0 when identical; without it, 0 either way.
+    modelzip()
+        .arg("diff")
+        .arg(&a)
+        .args(["fp32", "int8", "--exit-code"])
+        .assert()
+        .code(1);
+    modelzip()
+        .arg("diff")
+        .arg(&a)
+        .args(["fp32", "int8"])
+        .assert()
+        .success();
+    let same =
+        json_of(
+            modelzip()
+                .arg("diff")
+                .arg(&a)
+                .args(["int8", "INT8", "--json", "--exit-code"]),
+        );
+    assert_eq!(same["identical"], true);
+    assert_eq!(same["graph"], "same");
+}
+
+#[test]
+fn errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = mlp_archive(dir.path());
+    let e = expect_error(
+        modelzip()
+            .arg("quantize")
+            .arg(&a)
+            .args(["--from", "nope", "--tag", "x"]),
+    );
+    assert!(e.contains("no tag \"nope\""), "{e}");
+    let e = expect_error(
+        modelzip()
+            .arg("cast")
+            .arg(&a)
+            .args(["--from", "fp32", "--tag", "FP32", "--dtype", "fp16"]),
+    );
+    assert!(e.contains("already exists"), "{e}");
+    let e = expect_error(modelzip().arg("diff").arg(&a).args(["fp32", "missing"]));
+    assert!(e.contains("missing"), "{e}");
+    let e = expect_error(
+        modelzip()
+            .arg("diff")
+            .arg(dir.path().join("none.zip"))
+            .args(["a", "b"]),
+    );
+    assert!(e.contains("cannot open"), "{e}");
+}

@@ -1,0 +1,461 @@
+//! Variants through the library: quantize (with and without a graph, both graph
+//! encodings), cast, and diff, on the real Paddle fixture models and synthetic tags.
+
+use modelzip::graph::{AttrValue, Graph, GraphFormat};
+use modelzip::tensor::decode_combined;
+use modelzip::variants::{
+    GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, diff_tags, quantize,
+};
+use modelzip::{
+    Archive, ArchiveWriter, DType, ErrorKind, GraphEncoding, TagBuilder, Tensor, WriteOptions,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/paddle")
+        .join(rel)
+}
+
+fn fast() -> WriteOptions {
+    // Waiting for the lock: another test's child process can hold it for a moment
+    // between fork and exec (the descriptor is close-on-exec, not close-on-fork).
+    WriteOptions {
+        fsync: false,
+        wait_for_lock: true,
+        ..WriteOptions::default()
+    }
+}
+
+/// A tag from a fixture `.pdmodel` + `.pdiparams`: the combined file's records are block
+/// 0's persistable variables except feed/fetch, sorted by byte value.
+fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphEncoding) -> TagBuilder {
+    let pd = std::fs::read(fixture(&format!("{version}/{model}.pdmodel"))).unwrap();
+    let graph = Graph::from_programdesc(&pd).unwrap();
+    let mut names: Vec<&str> = graph.blocks[0]
+        .vars
+        .iter()
+        .filter(|v| v.is_persistable() && v.name != "feed" && v.name != "fetch")
+        .map(|v| v.name.as_str())
+        .collect();
+    names.sort();
+    let params = std::fs::read(fixture(&format!("{version}/{model}.pdiparams"))).unwrap();
+    let records = decode_combined(&params).unwrap();
+    assert_eq!(records.len(), names.len());
+    let bytes = match enc {
+        GraphEncoding::ProgramDesc => pd.clone(),
+        GraphEncoding::FlatBuffers => graph.to_flatbuffers().unwrap(),
+    };
+    let mut tag = TagBuilder::new(name).graph(enc, bytes);
+    for (n, r) in names.iter().zip(records) {
+        tag = tag.param(*n, r.tensor.to_owned());
+    }
+    tag
+}
+
+fn archive_with(dir: &Path, tag: TagBuilder) -> PathBuf {
+    let path = dir.join("m.zip");
+    let mut w = ArchiveWriter::create_with(&path, &fast()).unwrap();
+    w.add_tag(tag).unwrap();
+    w.finish().unwrap();
+    path
+}
+
+fn quantized_names(r: &VariantReport) -> Vec<(String, Option<usize>)> {
+    r.params
+        .iter()
+        .filter_map(|p| match &p.change {
+            ParamChange::Quantized { axis, .. } => Some((p.name.clone(), *axis)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn f32s(archive: &Archive, tag: &str, name: &str) -> Vec<f32> {
+    let t = archive.tag(tag).unwrap();
+    let d = t.param(name).unwrap();
+    d.view().to_f32_vec().unwrap()
+}
+
+fn metadata(archive: &Archive, tag: &str) -> serde_json::Value {
+    let t = archive.tag(tag).unwrap();
+    serde_json::from_slice(&t.metadata().unwrap().unwrap()).unwrap()
+}
+
+fn new_graph(archive: &Archive, tag: &str) -> (GraphEncoding, Graph) {
+    let t = archive.tag(tag).unwrap();
+    let (enc, bytes) = t.graph().unwrap().unwrap();
+    let fmt = match enc {
+        GraphEncoding::ProgramDesc => GraphFormat::ProgramDesc,
+        GraphEncoding::FlatBuffers => GraphFormat::FlatBuffers,
+    };
+    (enc, Graph::decode(fmt, &bytes).unwrap())
+}
+
+#[test]
+fn quantize_mlp_with_graph_per_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive_with(
+        dir.path(),
+        fixture_tag("fp32", "3.3.1", "mlp", GraphEncoding::ProgramDesc),
+    );
+    let r = quantize(&path, "FP32", "int8", &QuantizeOptions::default(), &fast()).unwrap();
+    assert_eq!(r.tag, "int8");
+    assert_eq!(r.source_tag, "fp32");
+    assert_eq!(
+        quantized_names(&r),
+        [
+            ("fc_0.w_0".to_string(), None),
+            ("fc_1.w_0".to_string(), None)
+        ]
+    );
+    // Biases are untouched: references to fp32's files, no bytes of their own.
+    for p in &r.params {
+        if p.name.ends_with(".b_0") {
+            assert_eq!(p.change, ParamChange::Unchanged);
+            assert!(p.shared, "{} should be shared", p.name);
+            assert_eq!(p.stored_bytes, 0);
+        }
+        if let ParamChange::Scale { of } = &p.change {
+            assert_eq!(p.name, format!("{of}@scale"));
+            assert_eq!(p.dims, [1]);
+            assert_eq!(p.dtype, DType::Fp32);
+        }
+    }
+    let archive = Archive::open(&path).unwrap();
+    let int8 = archive.tag("int8").unwrap();
+    let names: Vec<_> = int8.params().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "fc_0.b_0",
+            "fc_0.w_0",
+            "fc_0.w_0@scale",
+            "fc_1.b_0",
+            "fc_1.w_0",
+            "fc_1.w_0@scale"
+        ]
+    );
+    for p in int8.params() {
+        assert_eq!(p.location.shared, p.name.ends_with(".b_0"), "{}", p.name);
+    }
+    // INT8 data is a quarter of the FP32 data.
+    for w in ["fc_0.w_0", "fc_1.w_0"] {
+        let a = archive.tag("fp32").unwrap().param(w).unwrap();
+        let q = int8.param(w).unwrap();
+        assert_eq!(q.view().dtype(), DType::Int8);
+        assert_eq!(q.view().dims(), a.view().dims());
+        assert_eq!(q.view().data().len() * 4, a.view().data().len());
+        // Dequantized values are within half a step of the originals.
+        let scale = f32s(&archive, "int8", &format!("{w}@scale"))[0];
+        let orig = a.view().to_f32_vec().unwrap();
+        let qv = q.view().to_vec::<i8>().unwrap();
+        for (x, &qi) in orig.iter().zip(&qv) {
+            assert!((x - f32::from(qi) * scale).abs() <= scale / 2.0 + 1e-7);
+        }
+    }
+    // The own bytes of the new tag: INT8 weights and scales, nothing else.
+    let weights: u64 = ["fc_0.w_0", "fc_1.w_0"]
+        .iter()
+        .map(|w| {
+            (archive
+                .tag("fp32")
+                .unwrap()
+                .param(w)
+                .unwrap()
+                .view()
+                .data()
+                .len()
+                / 4) as u64
+        })
+        .sum();
+    assert!(r.stored_bytes() >= weights && r.stored_bytes() < weights + 400);
+
+    let m = metadata(&archive, "int8");
+    assert!(m["created"].is_string());
+    let q = &m["quantization"];
+    assert_eq!(q["scheme"], "symmetric-int8");
+    assert_eq!(q["per_channel"], false);
+    assert_eq!(q["source_tag"], "fp32");
+    assert_eq!(q["params"]["fc_0.w_0"]["axis"], serde_json::Value::Null);
+    assert_eq!(q["params"]["fc_1.w_0"]["scale"], "fc_1.w_0@scale");
+
+    // The graph dequantizes before the muls.
+    let (enc, g) = new_graph(&archive, "int8");
+    assert_eq!(enc, GraphEncoding::ProgramDesc);
+    let b = &g.blocks[0];
+    let types: Vec<_> = b.ops.iter().map(|o| o.op_type.as_str()).collect();
+    assert_eq!(
+        &types[..6],
+        [
+            "feed",
+            "cast",
+            "elementwise_mul",
+            "cast",
+            "elementwise_mul",
+            "mul"
+        ]
+    );
+    let cast_op = &b.ops[1];
+    assert_eq!(cast_op.get_attr("in_dtype"), Some(&AttrValue::Int(21)));
+    assert_eq!(cast_op.get_attr("out_dtype"), Some(&AttrValue::Int(5)));
+    assert_eq!(b.ops[2].get_attr("axis"), Some(&AttrValue::Int(-1)));
+    let muls: Vec<_> = b.ops.iter().filter(|o| o.op_type == "mul").collect();
+    assert_eq!(
+        muls[0].inputs.iter().find(|s| s.name == "Y").unwrap().args,
+        ["fc_0.w_0@dequant"]
+    );
+    assert_eq!(
+        muls[1].inputs.iter().find(|s| s.name == "Y").unwrap().args,
+        ["fc_1.w_0@dequant"]
+    );
+    let var = |n: &str| b.vars.iter().find(|v| v.name == n).unwrap();
+    assert_eq!(var("fc_0.w_0").dtype, Some(DType::Int8));
+    assert!(var("fc_0.w_0@scale").is_persistable());
+    assert_eq!(var("fc_0.w_0@scale").shape, [1]);
+    assert!(!var("fc_0.w_0@dequant").is_persistable());
+    assert!(archive.verify().is_ok());
+}
+
+#[test]
+fn quantize_conv_per_channel_axes_and_graph_fb() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive_with(
+        dir.path(),
+        fixture_tag("fp32", "2.6.2", "conv", GraphEncoding::FlatBuffers),
+    );
+    let opts = QuantizeOptions { per_channel: true };
+    let r = quantize(&path, "fp32", "int8", &opts, &fast()).unwrap();
+    assert_eq!(
+        quantized_names(&r),
+        [
+            ("conv2d_0.w_0".to_string(), Some(0)),
+            ("fc_2.w_0".to_string(), Some(1))
+        ]
+    );
+    let scale_dims: BTreeMap<_, _> = r
+        .params
+        .iter()
+        .filter(|p| matches!(p.change, ParamChange::Scale { .. }))
+        .map(|p| (p.name.clone(), p.dims.clone()))
+        .collect();
+    assert_eq!(scale_dims["conv2d_0.w_0@scale"], [4]);
+    assert_eq!(scale_dims["fc_2.w_0@scale"], [5]);
+    // Batch norm and biases are shared.
+    let shared: Vec<_> = r
+        .params
+        .iter()
+        .filter(|p| p.shared)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(shared.len(), 6, "{shared:?}");
+    let archive = Archive::open(&path).unwrap();
+    let (enc, g) = new_graph(&archive, "int8");
+    assert_eq!(enc, GraphEncoding::FlatBuffers);
+    let b = &g.blocks[0];
+    let conv = b.ops.iter().find(|o| o.op_type == "conv2d").unwrap();
+    assert_eq!(
+        conv.inputs
+            .iter()
+            .find(|s| s.name == "Filter")
+            .unwrap()
+            .args,
+        ["conv2d_0.w_0@dequant"]
+    );
+    let axes: Vec<_> = b
+        .ops
+        .iter()
+        .filter(|o| o.op_type == "elementwise_mul")
+        .map(|o| o.get_attr("axis").cloned())
+        .collect();
+    assert_eq!(axes, [Some(AttrValue::Int(0)), Some(AttrValue::Int(1))]);
+    // The graph re-encodes to ProgramDesc too.
+    let pd = g.to_programdesc().unwrap();
+    assert_eq!(Graph::from_programdesc(&pd).unwrap(), g);
+    // Per-channel dequantization is within half a step of each channel's scale.
+    let orig = f32s(&archive, "fp32", "conv2d_0.w_0");
+    let scales = f32s(&archive, "int8", "conv2d_0.w_0@scale");
+    let q = archive.tag("int8").unwrap().param("conv2d_0.w_0").unwrap();
+    let qv = q.view().to_vec::<i8>().unwrap();
+    for (i, (x, &qi)) in orig.iter().zip(&qv).enumerate() {
+        let s = scales[i / 27];
+        assert!((x - f32::from(qi) * s).abs() <= s / 2.0 + 1e-7);
+    }
+    assert_eq!(
+        metadata(&archive, "int8")["quantization"]["params"]["conv2d_0.w_0"]["axis"],
+        0
+    );
+}
+
+#[test]
+fn quantize_without_graph_takes_float_params_of_rank_two_or_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let w: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+    let f: Vec<f32> = (0..54).map(|i| (i as f32 * 0.7).sin()).collect();
+    let tag = TagBuilder::new("base")
+        .param("w", Tensor::from_slice(vec![4, 3], &w).unwrap())
+        .param("f", Tensor::from_slice(vec![2, 3, 3, 3], &f).unwrap())
+        .param(
+            "b",
+            Tensor::from_slice(vec![3], &[1.0f32, 2.0, 3.0]).unwrap(),
+        )
+        .param(
+            "ids",
+            Tensor::from_slice(vec![2, 2], &[1i64, 2, 3, 4]).unwrap(),
+        )
+        .metadata(br#"{"description":"kept","created":"2020-01-01T00:00:00Z"}"#.to_vec());
+    let path = archive_with(dir.path(), tag);
+    let opts = QuantizeOptions { per_channel: true };
+    let r = quantize(&path, "base", "q", &opts, &fast()).unwrap();
+    assert_eq!(r.graph, None);
+    assert_eq!(
+        quantized_names(&r),
+        [("w".to_string(), Some(1)), ("f".to_string(), Some(0))]
+    );
+    let archive = Archive::open(&path).unwrap();
+    let m = metadata(&archive, "q");
+    assert_eq!(m["description"], "kept");
+    assert_ne!(m["created"], "2020-01-01T00:00:00Z");
+    assert_eq!(m["quantization"]["per_channel"], true);
+    let q = archive.tag("q").unwrap();
+    for p in q.params() {
+        assert_eq!(p.location.shared, p.name == "b" || p.name == "ids");
+    }
+    assert!(q.graph().unwrap().is_none());
+}
+
+#[test]
+fn cast_values_are_half_conversions_and_graph_casts_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive_with(
+        dir.path(),
+        fixture_tag("fp32", "3.3.1", "conv", GraphEncoding::ProgramDesc),
+    );
+    let r16 = cast(&path, "fp32", "fp16", DType::Fp16, &fast()).unwrap();
+    let rb = cast(&path, "fp32", "bf16", DType::Bf16, &fast()).unwrap();
+    assert_eq!(r16.changed().count(), r16.params.len());
+    assert!(
+        rb.params
+            .iter()
+            .all(|p| p.dtype == DType::Bf16 && !p.shared)
+    );
+    let archive = Archive::open(&path).unwrap();
+    let src = archive.tag("fp32").unwrap();
+    for p in src.params() {
+        let orig = src.param(&p.name).unwrap().view().to_f32_vec().unwrap();
+        let h = archive.tag("fp16").unwrap().param(&p.name).unwrap();
+        let want: Vec<half::f16> = orig.iter().map(|&x| half::f16::from_f32(x)).collect();
+        assert_eq!(h.view().to_vec::<half::f16>().unwrap(), want);
+        let b = archive.tag("bf16").unwrap().param(&p.name).unwrap();
+        let want: Vec<half::bf16> = orig.iter().map(|&x| half::bf16::from_f32(x)).collect();
+        assert_eq!(b.view().to_vec::<half::bf16>().unwrap(), want);
+    }
+    assert_eq!(metadata(&archive, "fp16")["cast"]["dtype"], "FP16");
+    assert_eq!(metadata(&archive, "bf16")["cast"]["source_tag"], "fp32");
+    let (_, g) = new_graph(&archive, "bf16");
+    let b = &g.blocks[0];
+    let casts: Vec<_> = b.ops.iter().filter(|o| o.op_type == "cast").collect();
+    assert_eq!(casts.len(), src.params().len());
+    assert!(
+        casts
+            .iter()
+            .all(|c| c.get_attr("in_dtype") == Some(&AttrValue::Int(22)))
+    );
+    // batch_norm reads and writes its running statistics through the FP32 copies.
+    let bn = b.ops.iter().find(|o| o.op_type == "batch_norm").unwrap();
+    for slot in bn.inputs.iter().chain(&bn.outputs) {
+        for a in &slot.args {
+            assert!(
+                !a.starts_with("batch_norm_0.w_") || a.ends_with("@cast"),
+                "{a}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cast_shares_non_fp32_params() {
+    let dir = tempfile::tempdir().unwrap();
+    let tag = TagBuilder::new("base")
+        .param(
+            "w",
+            Tensor::from_slice(vec![2], &[0.1f32, 70000.0]).unwrap(),
+        )
+        .param("ids", Tensor::from_slice(vec![2], &[1i64, 2]).unwrap());
+    let path = archive_with(dir.path(), tag);
+    let r = cast(&path, "base", "half", DType::Fp16, &fast()).unwrap();
+    assert_eq!(r.params[1].change, ParamChange::Unchanged);
+    assert!(r.params[1].shared);
+    let archive = Archive::open(&path).unwrap();
+    let v = f32s(&archive, "half", "w");
+    assert_eq!(v[1], f32::INFINITY); // beyond FP16's range, as half converts it
+}
+
+#[test]
+fn refusals_say_what_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let tag = TagBuilder::new("base")
+        .param(
+            "w",
+            Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0]).unwrap(),
+        )
+        .param("w@scale", Tensor::from_slice(vec![1], &[1.0f32]).unwrap());
+    let path = archive_with(dir.path(), tag);
+    let q = QuantizeOptions::default();
+    let e = quantize(&path, "base", "BASE", &q, &fast()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::TagExists(_)), "{e}");
+    let e = quantize(&path, "nope", "x", &q, &fast()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::TagNotFound(_)), "{e}");
+    let e = quantize(&path, "base", "x", &q, &fast()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("already has a parameter \"w@scale\""),
+        "{e}"
+    );
+    let e = quantize(&path, "base", "bad/name", &q, &fast()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::InvalidTagName { .. }), "{e}");
+    let e = cast(&path, "base", "x", DType::Int8, &fast()).unwrap_err();
+    assert!(e.to_string().contains("FP16 or BF16"), "{e}");
+    // Nothing was added.
+    assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
+}
+
+#[test]
+fn diff_reports_shared_changed_and_dequantized_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive_with(
+        dir.path(),
+        fixture_tag("fp32", "3.3.1", "mlp", GraphEncoding::ProgramDesc),
+    );
+    quantize(
+        &path,
+        "fp32",
+        "int8",
+        &QuantizeOptions { per_channel: true },
+        &fast(),
+    )
+    .unwrap();
+    let archive = Archive::open(&path).unwrap();
+    let d = diff_tags(&archive, "fp32", "int8").unwrap();
+    assert_eq!(d.graph, GraphChange::Changed);
+    assert_eq!(d.added, ["fc_0.w_0@scale", "fc_1.w_0@scale"]);
+    assert!(d.removed.is_empty());
+    assert_eq!(d.shared, ["fc_0.b_0", "fc_1.b_0"]);
+    assert_eq!(d.changed.len(), 2);
+    for c in &d.changed {
+        assert!(c.dequantized);
+        let scales = f32s(&archive, "int8", &format!("{}@scale", c.name));
+        let max_scale = scales.iter().fold(0f32, |m, &s| m.max(s));
+        let abs = c.max_abs_diff.unwrap();
+        assert!(
+            abs > 0.0 && abs <= f64::from(max_scale) / 2.0 + 1e-7,
+            "{c:?}"
+        );
+        assert!(c.max_rel_diff.unwrap() < 0.01);
+    }
+    assert!(!d.is_identical());
+    let same = diff_tags(&archive, "int8", "INT8").unwrap();
+    assert!(same.is_identical());
+    assert_eq!(same.shared.len(), 6);
+}
