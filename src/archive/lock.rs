@@ -44,6 +44,10 @@ pub struct WriteLock {
 
 impl Drop for WriteLock {
     fn drop(&mut self) {
+        // Unlock explicitly rather than by closing: a child process forked by another
+        // thread may hold a copy of this descriptor until it execs, and a flock lives as
+        // long as any copy is open. LOCK_UN releases it for every copy at once.
+        let _ = self._file.unlock();
         held_set(|s| s.remove(&self.key));
     }
 }
