@@ -61,6 +61,30 @@ pub(crate) fn remove_stale_temps(target: &Path) {
     }
 }
 
+/// Creates `.<name>.XXXXXX.tmp` in `target`'s directory (so a rename over `target` is
+/// atomic). A replaced file keeps its mode; a new one gets 0666 less the umask, like any
+/// file a program creates (tempfile's default 0600 would hide it from other users).
+pub(crate) fn new_temp_beside(target: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = parent_dir(target);
+    let prefix = temp_prefix(target);
+    let mut builder = tempfile::Builder::new();
+    builder
+        .prefix(&prefix)
+        .rand_bytes(TEMP_RAND_LEN)
+        .suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(target)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o666);
+        builder.permissions(std::fs::Permissions::from_mode(mode));
+    }
+    builder
+        .tempfile_in(&dir)
+        .map_err(|e| Error::from(e).in_file(&dir))
+}
+
 /// A new file being written beside `target`; removed on drop unless committed.
 pub(crate) struct TempTarget {
     target: PathBuf,
@@ -70,26 +94,7 @@ pub(crate) struct TempTarget {
 impl TempTarget {
     /// Creates the temp file in the target's directory (so the rename is atomic).
     pub fn create(target: &Path) -> Result<TempTarget> {
-        let dir = parent_dir(target);
-        let prefix = temp_prefix(target);
-        let mut builder = tempfile::Builder::new();
-        builder
-            .prefix(&prefix)
-            .rand_bytes(TEMP_RAND_LEN)
-            .suffix(".tmp");
-        // A replaced archive keeps its mode; a new one gets 0666 less the umask, like
-        // any file a program creates (tempfile's default 0600 would hide it from others).
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(target)
-                .map(|m| m.permissions().mode() & 0o7777)
-                .unwrap_or(0o666);
-            builder.permissions(std::fs::Permissions::from_mode(mode));
-        }
-        let temp = builder
-            .tempfile_in(&dir)
-            .map_err(|e| Error::from(e).in_file(&dir))?;
+        let temp = new_temp_beside(target)?;
         Ok(TempTarget {
             target: target.to_path_buf(),
             temp,

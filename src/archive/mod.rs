@@ -30,6 +30,7 @@
 mod append;
 mod container;
 mod durable;
+pub(crate) use durable::{new_temp_beside, parent_dir};
 pub mod entry_name;
 #[doc(hidden)]
 pub mod fault;

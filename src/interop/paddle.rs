@@ -596,7 +596,7 @@ pub fn export_inference_model(
 ) -> Result<ExportReport> {
     let p = prepare(tag)?;
     let (model_path, params_path) = export_paths(prefix);
-    let dir = parent_dir(&model_path);
+    let dir = crate::archive::parent_dir(&model_path);
     if !dir.is_dir() {
         return Err(Error::new(ErrorKind::InvalidInput(
             "the output directory does not exist".into(),
@@ -641,14 +641,6 @@ pub fn export_inference_model(
     })
 }
 
-/// The directory holding `path` (`.` for a bare file name).
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
 fn file_len(temp: &Path, target: &Path) -> Result<u64> {
     std::fs::metadata(temp)
         .map(|m| m.len())
@@ -661,16 +653,7 @@ fn write_temp(
     fsync: bool,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<tempfile::NamedTempFile> {
-    let dir = parent_dir(target);
-    let stem = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = tempfile::Builder::new()
-        .prefix(&format!(".{stem}."))
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(|e| Error::from(e).in_file(&dir))?;
+    let temp = crate::archive::new_temp_beside(target)?;
     let written = (|| -> std::io::Result<()> {
         let f = temp.as_file().try_clone()?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, Budgeted(f));
