@@ -8,7 +8,7 @@
 
 use super::entry_name::check_entry_name;
 use crate::error::{Error, ErrorKind, Result};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io::Write;
 
 const SIG_LOCAL: u32 = 0x0403_4b50;
@@ -90,7 +90,7 @@ pub struct Directory {
     /// Entries in central-directory order.
     pub entries: Vec<ZipEntry>,
     /// Name -> position in `entries`.
-    pub index: HashMap<String, usize>,
+    pub index: FxHashMap<String, usize>,
     /// Offset of the central directory; everything from here to EOF is end records.
     pub cd_offset: u64,
     /// Archive comment.
@@ -222,7 +222,7 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
         ));
     }
     let mut entries: Vec<ZipEntry> = Vec::with_capacity(count as usize);
-    let mut index = HashMap::with_capacity(count as usize);
+    let mut index = FxHashMap::with_capacity_and_hasher(count as usize, Default::default());
     let mut pos = 0usize;
     for _ in 0..count {
         let abs = cd_offset + pos as u64;

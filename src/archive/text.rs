@@ -2,7 +2,7 @@
 
 use super::tag_name::validate_tag_name;
 use crate::error::{Error, ErrorKind, Result};
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 use std::fmt;
 
 /// Longest line accepted in tags.txt, in bytes.
@@ -151,7 +151,7 @@ pub fn parse_tags_txt(bytes: &[u8]) -> Result<Vec<String>> {
     const ENTRY: &str = "tags.txt";
     let text = utf8(bytes, ENTRY)?;
     let mut tags: Vec<String> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen: FxHashSet<String> = FxHashSet::default();
     for item in lines(text, ENTRY, MAX_TAGS_LINE) {
         let (n, line) = item?;
         validate_tag_name(line).map_err(|e| e.in_entry(ENTRY).at_line(n))?;
@@ -193,7 +193,7 @@ pub struct TableLine {
 pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<TableLine>> {
     let text = utf8(bytes, entry)?;
     let mut out = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen: FxHashSet<String> = FxHashSet::default();
     for item in lines(text, entry, MAX_TABLE_LINE) {
         let (n, line) = item?;
         let mut fields = line.split(' ');
