@@ -106,6 +106,12 @@ fn st_view(t: &Tensor) -> Res<safetensors::tensor::TensorView<'_>> {
     )?)
 }
 
+/// Writes back dirty pages between timed writes, so one repetition's writeback does not
+/// throttle the next (untimed).
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 fn write_archive(path: &Path, tag: &str, tensors: &[(String, Tensor)], fsync: bool) -> Res<()> {
     let mut w = ArchiveWriter::create_with(path, &opts(fsync))?;
     let mut t = w.begin_tag(tag)?;
@@ -197,10 +203,12 @@ fn save(a: &Args) -> Res<()> {
     let stp = dir.join("save.safetensors");
     for _ in 0..a.reps {
         if a.only.as_deref() != Some("st") {
+            settle();
             mz.push(timed(|| write_archive(&mzp, "t", &tensors, a.fsync))?.0);
             std::fs::remove_file(&mzp)?;
         }
         if a.only.as_deref() != Some("mz") {
+            settle();
             st.push(timed(|| write_st(&stp, &tensors, a.fsync))?.0);
             std::fs::remove_file(&stp)?;
         }
@@ -231,7 +239,7 @@ fn load(a: &Args) -> Res<()> {
                 let tag = ar.latest()?;
                 let mut owned: Vec<(String, Tensor)> = Vec::with_capacity(tag.params().len());
                 for p in tag.params() {
-                    owned.push((p.name.clone(), tag.tensor(&p.location)?.view().to_owned()));
+                    owned.push((p.name.clone(), tag.tensor_owned(&p.location)?));
                 }
                 Ok(owned)
             })?;
@@ -312,8 +320,10 @@ fn append(a: &Args) -> Res<()> {
     drop(f);
     let (mut ap, mut fr) = (Vec::new(), Vec::new());
     for _ in 0..a.reps {
+        settle();
         fr.push(timed(|| write_archive(&fresh, "ckpt", &tensors, a.fsync))?.0);
         std::fs::remove_file(&fresh)?;
+        settle();
         ap.push(
             timed(|| {
                 let mut ap = Appender::open_with(&base, AppendMode::InPlace, &opts(a.fsync))?;

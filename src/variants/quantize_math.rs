@@ -18,7 +18,11 @@ fn quantize_one(x: f32, scale: f32) -> i8 {
 }
 
 fn scale_of(max_abs: f32) -> f32 {
-    if max_abs.is_finite() { max_abs / 127.0 } else { 0.0 }
+    if max_abs.is_finite() {
+        max_abs / 127.0
+    } else {
+        0.0
+    }
 }
 
 /// Quantizes `values` with one scale for the whole tensor: scale = max|x| / 127.
