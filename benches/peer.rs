@@ -380,8 +380,8 @@ fn tags_standin(a: &Args) -> Res<()> {
     Ok(())
 }
 
-/// P6: decode a Paddle combined parameter file into memory (read + zero-copy decode), and
-/// the same with every record copied into an owned tensor.
+/// P6: decode a Paddle combined parameter file: mapped (zero-copy), read into memory +
+/// zero-copy decode, and the same with every record copied into an owned tensor.
 fn read_pdiparams(a: &Args) -> Res<()> {
     let path = PathBuf::from(&a.pos[1]);
     let (mut read, mut owned, mut mapped) = (Vec::new(), Vec::new(), Vec::new());
@@ -394,7 +394,7 @@ fn read_pdiparams(a: &Args) -> Res<()> {
             Ok(tensor::decode_combined(&map)?.len())
         })?;
         mapped.push(secs);
-        records = n;
+        assert_eq!(records.max(n), n);
         let (secs, n) = timed(|| {
             let buf = std::fs::read(&path)?;
             let recs = tensor::decode_combined(&buf)?;

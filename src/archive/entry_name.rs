@@ -18,10 +18,15 @@ pub fn check_entry_name(name: &str) -> Result<()> {
     // Plain byte loops rather than str::contains/split: this runs for every entry when an
     // archive is opened, and memchr's setup dominated on short names (perf, 100k entries).
     let b = name.as_bytes();
-    if b.iter().any(|&c| c == 0) {
+    let (mut nul, mut backslash) = (false, false);
+    for &c in b {
+        nul |= c == 0;
+        backslash |= c == b'\\';
+    }
+    if nul {
         return fail("contains NUL");
     }
-    if b.iter().any(|&c| c == b'\\') {
+    if backslash {
         return fail("contains a backslash");
     }
     if b[0] == b'/' {
