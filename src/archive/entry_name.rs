@@ -15,27 +15,32 @@ pub fn check_entry_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return fail("empty name");
     }
-    // One pass over the bytes: this runs for every entry of the central directory.
-    if let Some(b) = name.bytes().find(|&b| b == 0 || b == b'\\') {
-        return fail(if b == 0 {
-            "contains NUL"
-        } else {
-            "contains a backslash"
-        });
+    // Plain byte loops rather than str::contains/split: this runs for every entry when an
+    // archive is opened, and memchr's setup dominated on short names (perf, 100k entries).
+    let b = name.as_bytes();
+    let (mut nul, mut backslash) = (false, false);
+    for &c in b {
+        nul |= c == 0;
+        backslash |= c == b'\\';
     }
-    if name.starts_with('/') {
+    if nul {
+        return fail("contains NUL");
+    }
+    if backslash {
+        return fail("contains a backslash");
+    }
+    if b[0] == b'/' {
         return fail("absolute path");
     }
-    let b = name.as_bytes();
     if b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':' {
         return fail("starts with a drive letter");
     }
-    let body = name.strip_suffix('/').unwrap_or(name);
-    for part in body.split('/') {
+    let body = b.strip_suffix(b"/").unwrap_or(b);
+    for part in body.split(|&c| c == b'/') {
         match part {
-            "" => return fail("empty path component"),
-            "." => return fail("'.' path component"),
-            ".." => return fail("'..' path component"),
+            b"" => return fail("empty path component"),
+            b"." => return fail("'.' path component"),
+            b".." => return fail("'..' path component"),
             _ => {}
         }
     }

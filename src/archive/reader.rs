@@ -105,14 +105,15 @@ fn recover_for_reader(path: &Path) -> Result<()> {
 }
 
 enum Backing {
-    Map(memmap2::Mmap),
+    /// The map and the file it maps (read with `pread` by [`Tag::tensor_owned`]).
+    Map(memmap2::Mmap, std::fs::File),
     Owned(Vec<u64>, usize),
 }
 
 impl Backing {
     fn bytes(&self) -> &[u8] {
         match self {
-            Backing::Map(m) => m,
+            Backing::Map(m, _) => m,
             Backing::Owned(w, len) => &bytemuck::cast_slice(w)[..*len],
         }
     }
@@ -278,7 +279,7 @@ impl Archive {
             // what this library can guard against (reads could then fault).
             let map =
                 unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).in_file(path))?;
-            Backing::Map(map)
+            Backing::Map(map, file)
         };
         Archive::from_backing(backing, Some(path.to_path_buf()), opts)
     }
@@ -795,6 +796,35 @@ impl<'a> Tag<'a> {
                 .map(|t| TensorData::Owned(t.to_owned()))
                 .map_err(located),
         }
+    }
+
+    /// Reads the tensor at `loc` into owned memory. From a memory-mapped archive the data
+    /// is read from the file (`pread`) rather than copied out of the map, so loading a whole
+    /// tag costs its tensor bytes once in resident memory, not twice (copy + mapped pages).
+    pub fn tensor_owned(&self, loc: &TensorLocation) -> Result<Tensor> {
+        let archive = self.archive;
+        let view = match self.tensor(loc)? {
+            TensorData::Owned(t) => return Ok(t),
+            TensorData::Mapped(v) => v,
+        };
+        #[cfg(unix)]
+        if let Backing::Map(map, file) = &archive.backing {
+            use std::os::unix::fs::FileExt;
+            // Decoding touched only the record header; the data's file offset is its
+            // distance from the start of the map.
+            let offset = (view.data().as_ptr() as usize - map.as_ptr() as usize) as u64;
+            let mut data = vec![0u8; view.data().len()];
+            file.read_exact_at(&mut data, offset).map_err(|e| {
+                archive.located(Error::from(e).in_entry(loc.entry.clone()).at_offset(offset))
+            })?;
+            let t = Tensor::from_bytes(view.dtype(), view.dims().to_vec(), data)?;
+            return if view.lod().is_empty() {
+                Ok(t)
+            } else {
+                t.with_lod(view.lod().clone())
+            };
+        }
+        Ok(view.to_owned())
     }
 
     /// `<tag>/trainingConfig.fb`, raw.

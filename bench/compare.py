@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""modelzip against its peers, on the same data, in one run.
+
+    python3 bench/compare.py --quick     # ~1/16-size data, a few minutes
+    python3 bench/compare.py --full      # the sizes of docs/BENCHMARKS.md
+
+Builds the release `modelzip` binary and the `peer` bench binary (benches/peer.rs), makes
+the data sets under --data (default /work/benchdata, outside the repository), creates a
+Python venv with safetensors + numpy if missing (--venv, default /work/venvs/bench), runs
+every measurement and prints one table of figures, peer figures and ratios. Figures are
+medians of --reps repetitions, modelzip and its peer alternating within one process where
+possible, so a ratio comes from one run on the same data. Nothing here asserts a duration.
+
+Data sets (full / quick):
+  L    200 FP32 tensors, 1 GiB / 64 MiB          L16  the same 200 tensors at 1/16 the bytes
+  M    100 / 10 tags x 1,000 small params        P    Paddle .pdiparams of 256 / 32 MiB
+  B    a 2 GiB / 128 MiB archive, to which a 100 MiB / 6.25 MiB checkpoint C is appended
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PADDLE_PY = Path("/work/venvs/paddle3/bin/python")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, env=None, capture=True):
+    r = subprocess.run([str(c) for c in cmd], cwd=REPO, env=env, text=True,
+                       stdout=subprocess.PIPE if capture else None)
+    if r.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(map(str, cmd))} failed with exit code {r.returncode}")
+    return r.stdout
+
+
+def json_lines(out):
+    return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+
+
+def one(out):
+    return json_lines(out)[-1]
+
+
+def rusage_run(cmd, env=None):
+    """Runs cmd as a child; returns (wall seconds, peak RSS in bytes, stdout)."""
+    t = time.perf_counter()
+    p = subprocess.Popen([str(c) for c in cmd], cwd=REPO, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(map(str, cmd))} failed ({p.returncode})")
+    return wall, ru.ru_maxrss * 1024, out
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def build():
+    log("building release binary and peer bench ...")
+    run(["cargo", "build", "--release", "--quiet"], capture=False)
+    out = run(["cargo", "bench", "--bench", "peer", "--no-run", "--message-format=json",
+               "--quiet"])
+    exe = None
+    for l in out.splitlines():
+        try:
+            m = json.loads(l)
+        except ValueError:
+            continue
+        if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "peer" \
+                and m.get("executable"):
+            exe = m["executable"]
+    if not exe:
+        sys.exit("compare.py: could not find the peer bench executable")
+    return REPO / "target/release/modelzip", Path(exe)
+
+
+def ensure_venv(venv):
+    py = venv / "bin/python"
+    ok = py.exists() and subprocess.run(
+        [py, "-c", "import safetensors, numpy"], capture_output=True).returncode == 0
+    if not ok:
+        log(f"creating {venv} with safetensors + numpy ...")
+        run([sys.executable, "-m", "venv", venv])
+        run([py, "-m", "pip", "install", "-q", "safetensors", "numpy"], capture=False)
+    return py
+
+
+PY_ST_LOAD = """
+import json, sys, time
+from safetensors.numpy import load_file
+secs = []
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter(); d = load_file(sys.argv[1]); secs.append(time.perf_counter() - t)
+    del d
+print(json.dumps({"secs": secs}))
+"""
+
+PY_ST_SAVE = """
+import json, os, sys, time
+from safetensors.numpy import load_file, save_file
+d = load_file(sys.argv[1]); out = sys.argv[2]; fsync = sys.argv[4] == "1"
+secs = []
+for _ in range(int(sys.argv[3])):
+    os.system("sync")
+    t = time.perf_counter()
+    save_file(d, out)
+    if fsync:
+        fd = os.open(out, os.O_RDONLY); os.fsync(fd); os.close(fd)
+        fd = os.open(os.path.dirname(out), os.O_RDONLY); os.fsync(fd); os.close(fd)
+    secs.append(time.perf_counter() - t)
+    os.remove(out)
+print(json.dumps({"secs": secs}))
+"""
+
+PY_ZIP_NAMES = "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).namelist()"
+
+PY_ZIP_INPROC = """
+import json, sys, time, zipfile
+secs = []
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter(); n = len(zipfile.ZipFile(sys.argv[1]).namelist())
+    secs.append(time.perf_counter() - t)
+print(json.dumps({"secs": secs, "names": n}))
+"""
+
+PY_ZIP_READ = """
+import json, sys, time, zipfile
+secs = []
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter()
+    z = zipfile.ZipFile(sys.argv[1])
+    d = {n: z.read(n) for n in z.namelist() if n.endswith(".lodtensor")}
+    secs.append(time.perf_counter() - t)
+    del d
+print(json.dumps({"secs": secs}))
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="small data (default)")
+    g.add_argument("--full", action="store_true", help="the documented sizes")
+    ap.add_argument("--data", default="/work/benchdata", type=Path)
+    ap.add_argument("--venv", default="/work/venvs/bench", type=Path)
+    ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3 full, 5 quick)")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--json", type=Path, help="also write every raw figure here")
+    a = ap.parse_args()
+    full = a.full
+    reps = a.reps or (3 if full else 5)
+    div = "" if full else "/16"
+    sizes = dict(L="L" + div, L16="L16" + div, C="C100" + div, B="B2G" + div,
+                 m_tags=100 if full else 10, p_mib=256 if full else 32)
+
+    data = a.data
+    data.mkdir(parents=True, exist_ok=True)
+    need = (7 if full else 1) << 30
+    free = shutil.disk_usage(data).free
+    if free < need * 1.5:
+        sys.exit(f"compare.py: {data} has {free >> 20} MiB free, needs {need * 1.5 / 2**20:.0f}")
+    mz_bin, peer = build()
+    py = ensure_venv(a.venv)
+    R = {"mode": "full" if full else "quick", "reps": reps}
+
+    def f(name):
+        return data / name
+
+    log("making data sets ...")
+    run([peer, "gen-archive", sizes["L"], f("L.mz")])
+    run([peer, "gen-st", sizes["L"], f("L.safetensors")])
+    run([peer, "gen-archive", sizes["L16"], f("L16.mz")])
+    run([peer, "gen-m", f("M.mz"), sizes["m_tags"], 1000])
+    run([peer, "gen-archive", sizes["B"], f("B.mz"), "--tag", "base", "--salt", "5"])
+    have_paddle = PADDLE_PY.exists()
+    penv = dict(os.environ, FLAGS_enable_pir_api="0", GLOG_minloglevel="2")
+    if have_paddle:
+        run([PADDLE_PY, "bench/paddle_params.py", "make", f("P"), sizes["p_mib"]], env=penv)
+
+    log("physical limits ...")
+    R["physical"] = one(run([peer, "physical", f("L.mz")]))
+
+    log("P1 load a tag into owned memory ...")
+    R["load"] = one(run([peer, "load", f("L.mz"), f("L.safetensors"), "--reps", reps]))
+    R["py_st_load"] = one(run([py, "-c", PY_ST_LOAD, f("L.safetensors"), reps]))
+    R["py_zip_read"] = one(run([py, "-c", PY_ZIP_READ, f("L.mz"), reps]))
+
+    log("P2 open + view ...")
+    vreps = str(max(20, reps))
+    R["view_L"] = one(run([peer, "view", f("L.mz"), "--reps", vreps]))
+    R["view_L16"] = one(run([peer, "view", f("L16.mz"), "--reps", vreps]))
+    R["view_M"] = one(run([peer, "view", f("M.mz"), "--reps", vreps]))
+
+    log("P3 save ...")
+    R["save"] = one(run([peer, "save", sizes["L"], data, "--reps", reps]))
+    R["save_fsync"] = one(run([peer, "save", sizes["L"], data, "--reps", reps, "--fsync"]))
+    R["py_st_save"] = one(run([py, "-c", PY_ST_SAVE, f("L.safetensors"),
+                               f("py.safetensors"), reps, "0"]))
+
+    log("P4 append ...")
+    R["append"] = one(run([peer, "append", f("B.mz"), sizes["C"], data, "--reps", reps]))
+    R["append_fsync"] = one(run([peer, "append", f("B.mz"), sizes["C"], data, "--reps", reps,
+                                 "--fsync"]))
+
+    log("P5 tags on M ...")
+    tags_cmd = [mz_bin, "tags", f("M.mz")]
+    has_tags = subprocess.run([mz_bin, "tags", "--help"], capture_output=True).returncode == 0
+    R["tags_is_standin"] = not has_tags
+    if not has_tags:
+        tags_cmd = [peer, "tags-standin", f("M.mz")]
+    preps = max(10, reps)
+    rusage_run(tags_cmd)  # warm
+    R["tags_proc"] = [rusage_run(tags_cmd)[0] for _ in range(preps)]
+    R["py_zip_proc"] = [rusage_run([sys.executable, "-c", PY_ZIP_NAMES, f("M.mz")])[0]
+                        for _ in range(preps)]
+    R["py_zip_inproc"] = one(run([sys.executable, "-c", PY_ZIP_INPROC, f("M.mz"), preps]))
+    R["m_entries"] = R["view_M"]["entries"]
+
+    if have_paddle:
+        log("P6 Paddle .pdiparams ...")
+        R["pd_mz"] = one(run([peer, "read-pdiparams", f("P.pdiparams"), "--reps", reps]))
+        R["pd_paddle"] = one(run([PADDLE_PY, "bench/paddle_params.py", "load", f("P"), reps],
+                                 env=penv))
+
+    log("P7 peak RSS ...")
+    rss = {}
+    for k, cmd in {
+        "save_mz": [peer, "save", sizes["L"], data, "--only", "mz"],
+        "save_st": [peer, "save", sizes["L"], data, "--only", "st"],
+        "load_mz": [peer, "load", f("L.mz"), f("L.safetensors"), "--only", "mz"],
+        "load_st": [peer, "load", f("L.mz"), f("L.safetensors"), "--only", "st"],
+    }.items():
+        rss[k] = rusage_run(cmd)[1]
+    R["rss"] = rss
+    R["tensor_bytes"] = R["load"]["bytes"]
+
+    report(R)
+    if a.json:
+        a.json.write_text(json.dumps(R, indent=1))
+    if not a.keep:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def report(R):
+    rows = []  # (id, what, modelzip, peer name, peer, ratio, target, met)
+
+    def ms(s):
+        return f"{s * 1e3:.1f} ms" if s < 10 else f"{s:.2f} s"
+
+    def row(pid, what, mz, peer_name, peer, target, ok, ratio=None):
+        if ratio is None and isinstance(mz, float) and isinstance(peer, float) and peer:
+            ratio = f"{mz / peer:.2f}x"
+        rows.append((pid, what, ms(mz) if isinstance(mz, float) else mz, peer_name,
+                     ms(peer) if isinstance(peer, float) else peer, ratio or "", target,
+                     "yes" if ok else "NO"))
+
+    gib = R["tensor_bytes"] / 2**30
+    ld = R["load"]
+    mz, st = med(ld["mz"]), med(ld["st"])
+    row("P1", f"load tag ({gib:.2f} GiB, 200 tensors) to owned memory", mz,
+        "safetensors crate (fs::read+deserialize)", st, "<= 1.0x", mz <= st)
+    row("", "", "", "Python safetensors.numpy.load_file", med(R["py_st_load"]["secs"]), "", True,
+        f"{mz / med(R['py_st_load']['secs']):.2f}x")
+    row("", "", "", "Python zipfile read of every tensor", med(R["py_zip_read"]["secs"]), "",
+        True, f"{mz / med(R['py_zip_read']['secs']):.2f}x")
+
+    vl, v16, vm = (med(R[k]["secs"]) for k in ("view_L", "view_L16", "view_M"))
+    nl, nm = R["view_L"]["tensors"], R["view_M"]["tensors"]
+    row("P2", f"open + view {nl} tensors, L vs L/16", vl, "same on L/16", v16, "< 2x",
+        vl / v16 < 2)
+    per_k = vl / nl * 1000
+    row("P2", "  per 1,000 tensors (L)", per_k, "", "", "< 1 ms", per_k < 1e-3, "")
+    row("P2", f"  open M ({R['m_entries']} entries) + view one tag of {nm}", vm, "", "",
+        "< 1 ms per 1,000 entries", vm / R["m_entries"] * 1000 < 1e-3,
+        f"{vm / R['m_entries'] * 1e6:.2f} ms/1k entries")
+
+    for k, label in (("save", "no fsync"), ("save_fsync", "fsync")):
+        s = R[k]
+        mz, st = med(s["mz"]), med(s["st"])
+        row("P3", f"save tag + SHA-256 manifest ({label})", mz,
+            f"safetensors serialize_to_file ({label})", st, "<= 1.3x", mz <= 1.3 * st)
+    pys = med(R["py_st_save"]["secs"])
+    row("", "", "", "Python safetensors save_file (no fsync)", pys, "", True,
+        f"{med(R['save']['mz']) / pys:.2f}x")
+
+    for k, label in (("append", "no fsync"), ("append_fsync", "fsync")):
+        s = R[k]
+        a_, f_ = med(s["append"]), med(s["fresh"])
+        row("P4", f"append {s['bytes'] / 2**20:.0f} MiB in place to "
+            f"{s['base_bytes'] / 2**30:.2f} GiB ({label})", a_, "same to a fresh archive", f_,
+            "<= 1.3x", a_ <= 1.3 * f_)
+
+    t, p = med(R["tags_proc"]), med(R["py_zip_proc"])
+    name = "peer tags-standin (stand-in)" if R["tags_is_standin"] else "modelzip tags"
+    row("P5", f"{name} on M, whole process", t, "python3 zipfile namelist, whole process", p,
+        "< 100 ms and <= 0.2x", t < 0.1 and t <= 0.2 * p)
+    row("", "", "", "  zipfile namelist in-process only", med(R["py_zip_inproc"]["secs"]), "",
+        True, f"{t / med(R['py_zip_inproc']['secs']):.2f}x")
+
+    if "pd_mz" in R:
+        mz, mo, pd = med(R["pd_mz"]["read"]), med(R["pd_mz"]["owned"]), med(R["pd_paddle"]["secs"])
+        row("P6", f"read .pdiparams ({R['pd_mz']['records']} records), read + decode", mz,
+            "paddle.static.load_inference_model", pd, "<= 0.5x", mz <= 0.5 * pd)
+        row("", "  + copy every record to an owned Tensor", mo, "", "", "", True,
+            f"{mo / pd:.2f}x")
+        mm = med(R["pd_mz"]["mapped"])
+        row("", "  mmap + zero-copy decode (no copy)", mm, "", "", "", True, f"{mm / pd:.4f}x")
+
+    tb = R["tensor_bytes"]
+    lim = tb + (64 << 20)
+    for k, label in (("save", "save"), ("load", "load")):
+        m, s = R["rss"][k + "_mz"], R["rss"][k + "_st"]
+        row("P7", f"peak RSS of {label} (tensors {tb / 2**20:.0f} MiB)", f"{m / 2**20:.0f} MiB",
+            "safetensors crate", f"{s / 2**20:.0f} MiB", f"<= {lim / 2**20:.0f} MiB", m <= lim,
+            f"{m / s:.2f}x")
+
+    ph = R["physical"]
+    head = ("", "figure", "modelzip", "peer", "peer figure", "ratio", "target", "met")
+    print(f"\nmode: {R['mode']}, medians of {R['reps']} reps; machine: {platform.node()}, "
+          f"{os.cpu_count()} CPUs; memcpy {ph['memcpy_gbps']} GB/s, "
+          f"page-cache read {ph['read_gbps']} GB/s, SHA-256 (sha2, SHA-NI) {ph['sha256_gbps']} "
+          f"GB/s, CRC-32 {ph['crc32_gbps']} GB/s\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    L = tb
+    print(f"\nphysical floor for L: memcpy {L / (float(ph['memcpy_gbps']) * 1e9) * 1e3:.0f} ms, "
+          f"page-cache read {L / (float(ph['read_gbps']) * 1e9) * 1e3:.0f} ms, "
+          f"SHA-256 of every byte {L / (float(ph['sha256_gbps']) * 1e9) * 1e3:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
