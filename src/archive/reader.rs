@@ -21,13 +21,23 @@ pub struct OpenOptions {
     pub max_inflated_size: u64,
     /// Largest tags.txt accepted (default 16 MiB).
     pub max_tags_txt_size: u64,
+    /// Largest ratio of inflated to compressed size accepted for an entry that inflates
+    /// to more than [`INFLATE_RATIO_FREE`] bytes (default 100, as Apache POI's zip-bomb
+    /// guard; `u64::MAX` turns the check off). Deflate reaches about 1032:1 on zeros, so
+    /// without it a 4 MiB entry could make a reader allocate 4 GiB.
+    pub max_inflate_ratio: u64,
 }
+
+/// Entries that inflate to at most this many bytes (16 MiB) are not held to
+/// [`OpenOptions::max_inflate_ratio`].
+pub const INFLATE_RATIO_FREE: u64 = 16 << 20;
 
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             max_inflated_size: 4 << 30,
             max_tags_txt_size: 16 << 20,
+            max_inflate_ratio: 100,
         }
     }
 }
@@ -41,6 +51,12 @@ impl OpenOptions {
     /// Sets the largest size a deflated entry may inflate to.
     pub fn max_inflated_size(mut self, limit: u64) -> Self {
         self.max_inflated_size = limit;
+        self
+    }
+
+    /// Sets the largest inflated-to-compressed size ratio (see the field).
+    pub fn max_inflate_ratio(mut self, ratio: u64) -> Self {
+        self.max_inflate_ratio = ratio;
         self
     }
 
@@ -440,6 +456,17 @@ impl Archive {
                         what: "inflated entry size",
                         size: e.uncompressed_size,
                         limit,
+                    }));
+                }
+                let ratio_cap = e
+                    .compressed_size
+                    .saturating_mul(self.opts.max_inflate_ratio)
+                    .max(INFLATE_RATIO_FREE);
+                if e.uncompressed_size > ratio_cap {
+                    return Err(Error::new(ErrorKind::LimitExceeded {
+                        what: "inflated entry size (compression ratio)",
+                        size: e.uncompressed_size,
+                        limit: ratio_cap,
                     }));
                 }
                 let cap = e.uncompressed_size.min(1 << 20) as usize;
