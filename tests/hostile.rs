@@ -66,12 +66,7 @@ fn read_tag(tag: &Tag<'_>) -> Result<(), Error> {
 fn library_outcome(path: &Path, command: &str) -> Result<Vec<String>, Error> {
     let a = Archive::open(path)?;
     match command.split_whitespace().next().unwrap() {
-        "verify" => Ok(a
-            .verify()
-            .problems
-            .into_iter()
-            .map(|p| p.message)
-            .collect()),
+        "verify" => Ok(a.verify().problems.into_iter().map(|p| p.message).collect()),
         "tags" => {
             for t in a.tags() {
                 read_tag(&a.tag(t)?)?;
@@ -361,8 +356,17 @@ fn a_journal_left_by_a_killed_writer_is_rolled_back_on_open() {
     let journal = d.path().join(format!("{file}.journal"));
     assert!(journal.exists());
     // The CLI (a reader) rolls back: the old tag is there, the half-written one is not.
-    let out = modelzip().arg("tags").arg(&path).arg("--json").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = modelzip()
+        .arg("tags")
+        .arg(&path)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["tags"]
         .as_array()
@@ -373,8 +377,16 @@ fn a_journal_left_by_a_killed_writer_is_rolled_back_on_open() {
     assert_eq!(names, ["a"]);
     assert!(!journal.exists(), "the journal was not removed");
     let out = modelzip().arg("verify").arg(&path).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.tags(), ["a"]);
-    assert_eq!(a.dead_bytes(), 0, "the file was truncated back to its old length");
+    assert_eq!(
+        a.dead_bytes(),
+        0,
+        "the file was truncated back to its old length"
+    );
 }

@@ -64,17 +64,36 @@ impl OpenOptions {
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Archive> {
         let path = path.as_ref();
         let jpath = sidecar(path, ".journal");
-        if jpath.exists() {
-            recover_for_reader(path)?;
-        }
-        match Archive::open_unrecovered(path, self.clone()) {
-            Ok(a) => Ok(a),
-            // A writer may have started an in-place append after the check above.
-            Err(e) if jpath.exists() => {
-                recover_for_reader(path).map_err(|_| e)?;
-                Archive::open_unrecovered(path, self.clone())
+        let mut attempt = 0;
+        loop {
+            if jpath.exists() {
+                recover_for_reader(path)?;
             }
-            Err(e) => Err(e),
+            let before = FileStamp::of(path);
+            let opened = Archive::open_unrecovered(path, self.clone());
+            attempt += 1;
+            // A writer may have started an in-place append after the check above. Parsed
+            // while its journal exists, the bytes may be torn (any parse error) or be the
+            // new end of an append not yet durable (which a rollback would truncate under
+            // the map): wait for the writer and read again. A parse error while the file
+            // changed, or while another process holds the write lock, is retried too; a
+            // file that is not changing is answered as it is.
+            match opened {
+                Ok(a) if !jpath.exists() || attempt >= 4 * MAX_OPEN_ATTEMPTS => return Ok(a),
+                Err(e) if attempt >= MAX_OPEN_ATTEMPTS => return Err(e),
+                Ok(_) => {}
+                Err(e) if jpath.exists() => {
+                    recover_for_reader(path).map_err(|_| e)?;
+                }
+                Err(e) => {
+                    if FileStamp::of(path) == before {
+                        if !super::lock::held_by_another_process(path) {
+                            return Err(e);
+                        }
+                        wait_for_writer(path);
+                    }
+                }
+            }
         }
     }
 
@@ -95,6 +114,30 @@ impl OpenOptions {
         r.read_exact(&mut buf[..len])?;
         Archive::from_backing(Backing::Owned(words, len), None, self.clone())
     }
+}
+
+/// How often [`OpenOptions::open`] reads an archive that changes while it is read.
+const MAX_OPEN_ATTEMPTS: u32 = 5;
+
+/// What identifies a version of a file: length, modification time, inode.
+#[derive(PartialEq, Eq)]
+struct FileStamp(Option<(u64, Option<std::time::SystemTime>, u64)>);
+
+impl FileStamp {
+    fn of(path: &Path) -> FileStamp {
+        FileStamp(std::fs::metadata(path).ok().map(|m| {
+            #[cfg(unix)]
+            let ino = std::os::unix::fs::MetadataExt::ino(&m);
+            #[cfg(not(unix))]
+            let ino = 0;
+            (m.len(), m.modified().ok(), ino)
+        }))
+    }
+}
+
+/// Waits (at most [`RECOVERY_WAIT`]) for another process's writer to release the lock.
+fn wait_for_writer(path: &Path) {
+    let _ = super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT);
 }
 
 /// How long a reader waits for a running in-place append before giving up.
