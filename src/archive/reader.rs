@@ -182,6 +182,11 @@ pub struct Archive {
     backing: Backing,
     dir: Directory,
     tags: Vec<String>,
+    /// Lowercased tag name -> position in `tags` (lookups ignore ASCII case).
+    tag_index: HashMap<String, usize>,
+    /// Top-level directory -> its entries' positions in the central directory, so that
+    /// per-tag work does not scan every entry once per tag.
+    by_dir: HashMap<String, Vec<usize>>,
     path: Option<PathBuf>,
     opts: OpenOptions,
 }
@@ -364,10 +369,18 @@ impl Archive {
             None => e,
         };
         let dir = container::parse(backing.bytes()).map_err(with_path)?;
+        let mut by_dir: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, e) in dir.entries.iter().enumerate() {
+            if let Some((top, _)) = e.name.split_once('/') {
+                by_dir.entry(top.to_string()).or_default().push(i);
+            }
+        }
         let mut a = Archive {
             backing,
             dir,
             tags: Vec::new(),
+            tag_index: HashMap::new(),
+            by_dir,
             path: path.clone(),
             opts,
         };
@@ -388,6 +401,11 @@ impl Archive {
             let bytes = a.entry_bytes(TAGS_TXT).map_err(with_path)?;
             text::parse_tags_txt(&bytes).map_err(with_path)?
         };
+        a.tag_index = tags
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_ascii_lowercase(), i))
+            .collect();
         a.tags = tags;
         Ok(a)
     }
@@ -409,10 +427,19 @@ impl Archive {
 
     /// The tags.txt spelling of `name`, compared ignoring ASCII case.
     pub fn canonical_tag(&self, name: &str) -> Option<&str> {
-        self.tags
-            .iter()
-            .find(|t| t.eq_ignore_ascii_case(name))
+        self.tag_index
+            .get(&name.to_ascii_lowercase())
+            .and_then(|&i| self.tags.get(i))
             .map(String::as_str)
+    }
+
+    /// The entries under the top-level directory `dir`, in central-directory order.
+    fn entries_under<'s>(&'s self, dir: &str) -> impl Iterator<Item = &'s ZipEntry> + 's {
+        self.by_dir
+            .get(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.dir.entries.get(i))
     }
 
     /// The tag named `name` (ASCII case ignored), with its params.txt and updater.txt parsed.
@@ -618,7 +645,9 @@ impl Archive {
 
     fn verify_tag(&self, t: &str, r: &mut VerifyReport) {
         let prefix = format!("{t}/");
-        if self.entry(&format!("{t}/params.txt")).is_none() && self.has_prefix(&prefix) {
+        if self.entry(&format!("{t}/params.txt")).is_none()
+            && self.entries_under(t).next().is_some()
+        {
             r.push(None, format!("tag {t:?} has no params.txt"));
         }
         match self.tag(t) {
@@ -634,12 +663,7 @@ impl Archive {
             }
             Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
         }
-        let own: Vec<&ZipEntry> = self
-            .dir
-            .entries
-            .iter()
-            .filter(|e| e.name.starts_with(&prefix))
-            .collect();
+        let own: Vec<&ZipEntry> = self.entries_under(t).collect();
         for e in &own {
             let rel = &e.name[prefix.len()..];
             let is_tensor = (rel.starts_with("params/") || rel.starts_with("updater/"))
@@ -694,10 +718,6 @@ impl Archive {
                 r.push(Some(&e.name), "not listed in the tag's sha256sums.txt");
             }
         }
-    }
-
-    fn has_prefix(&self, prefix: &str) -> bool {
-        self.dir.entries.iter().any(|e| e.name.starts_with(prefix))
     }
 
     /// Resolves one ref of the table `table_entry` (line `line`) of tag `own`.
@@ -890,12 +910,8 @@ impl<'a> Tag<'a> {
 
     /// Every zip entry under `<tag>/`.
     pub fn own_entries(&self) -> Vec<&'a str> {
-        let prefix = format!("{}/", self.name);
         self.archive
-            .dir
-            .entries
-            .iter()
-            .filter(|e| e.name.starts_with(&prefix))
+            .entries_under(self.name)
             .map(|e| e.name.as_str())
             .collect()
     }

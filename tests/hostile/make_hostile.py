@@ -439,6 +439,12 @@ def text_attacks():
          build([E("tags.txt", b"t\n"), E("t/params.txt", names, deflate=True),
                 E("t/params/0.lodtensor", GOOD_TENSOR)]),
          "tags --json", None, exit_code=0, stdout='"params": 1000000')
+    # 100,000 tags (213 KB): every per-tag lookup must be constant time, or `tags` and
+    # `verify` take minutes.
+    many = b"".join(b"t%d\n" % i for i in range(100_000))
+    emit("tags-txt-100k-tags.zip",
+         build([E("tags.txt", many, deflate=True)] + base_entries()[1:]),
+         "tags --json", None, exit_code=0, stdout='"name": "t99999"')
     emit("graph-both-encodings.zip",
          build(base_entries(extra=[E("t/graph.fb", b"x"), E("t/graph.pdmodel", b"")])), "tags",
          "at most one is allowed", kind="InvalidInput")
