@@ -390,3 +390,36 @@ fn a_journal_left_by_a_killed_writer_is_rolled_back_on_open() {
         "the file was truncated back to its old length"
     );
 }
+
+#[test]
+fn a_journal_of_another_archive_is_never_replayed() {
+    // Regression: the journal was replayed onto whatever file had the archive's name.
+    let file = "journal-of-another-archive.zip";
+    let rows = manifest();
+    let row = &rows.iter().find(|(f, _)| f == file).unwrap().1;
+    let (d, path) = stage(file, row);
+    let journal = d.path().join(format!("{file}.journal"));
+    let original = std::fs::read(&path).unwrap();
+    let e = Archive::open(&path).unwrap_err();
+    assert!(e.to_string().contains("move the journal away"), "{e}");
+    // Writers that add to it refuse too; nothing was changed.
+    let out = modelzip()
+        .args(["rm"])
+        .arg(&path)
+        .arg("x")
+        .output()
+        .unwrap();
+    assert!(one_line_error(&out).unwrap().contains("does not belong"));
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    assert!(journal.exists());
+    // Moved away, the archive opens as it is.
+    std::fs::rename(&journal, d.path().join("saved.journal")).unwrap();
+    assert_eq!(Archive::open(&path).unwrap().tags(), ["x"]);
+    // A writer replacing the file drops a journal that is not its own.
+    std::fs::rename(d.path().join("saved.journal"), &journal).unwrap();
+    let mut w = modelzip::ArchiveWriter::create(&path).unwrap();
+    w.add_tag(modelzip::TagBuilder::new("y")).unwrap();
+    w.finish().unwrap();
+    assert!(!journal.exists());
+    assert_eq!(Archive::open(&path).unwrap().tags(), ["y"]);
+}

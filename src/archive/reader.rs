@@ -159,7 +159,11 @@ fn recover_for_reader(path: &Path) -> Result<()> {
         }
         Err(e) => return Err(unfinished(&e.to_string())),
     };
-    journal::recover(path).map_err(|e| unfinished(&e.to_string()))?;
+    journal::recover(path).map_err(|e| match e.kind() {
+        // A journal that does not belong to the archive says so itself.
+        ErrorKind::InvalidInput(_) => e,
+        _ => unfinished(&e.to_string()),
+    })?;
     Ok(())
 }
 

@@ -619,7 +619,15 @@ impl ArchiveWriter {
         // A journal belongs to the file being replaced: settle it before the rename, so it
         // can never be replayed onto the new archive.
         if path.exists() {
-            super::journal::recover(path)?;
+            match super::journal::recover(path) {
+                // A journal of some other file: this one is replaced anyway.
+                Err(e) if matches!(e.kind(), ErrorKind::InvalidInput(_)) => {
+                    super::journal::remove(path)?
+                }
+                other => {
+                    other?;
+                }
+            }
         } else {
             super::journal::remove(path)?;
         }

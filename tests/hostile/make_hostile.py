@@ -485,6 +485,13 @@ def journal_cases():
     killed = old[:cd_offset] + partial[: len(partial) - 30]
     emit("journal-left-by-killed-writer.zip", killed, "tags --json", None, exit_code=0,
          stdout='"name": "a"', extra_files={".journal": journal})
+    # The archive was replaced (say, restored from a backup) after the append was killed:
+    # the journal must not be replayed onto it.
+    other = build([E("tags.txt", b"x\n"), E("x/params.txt", b"v 0\n"),
+                   E("x/params/0.lodtensor", tensor(dims=(8,), data=bytes(32))),
+                   E("x/notes.txt", b"a longer file, so that the old offset lands inside it")])
+    emit("journal-of-another-archive.zip", other, "tags", "does not belong to this archive",
+         kind="InvalidInput", extra_files={".journal": journal})
     # A journal cut short while being written (bad checksum): the archive was not touched.
     emit("journal-torn-archive-untouched.zip", old, "tags --json", None, exit_code=0,
          stdout='"name": "a"', extra_files={".journal": journal[:-40]})
