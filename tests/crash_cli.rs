@@ -312,7 +312,7 @@ fn harness(kills: u64, seed: u64, params: usize, floats: usize) -> Totals {
         // Kill at a random moment of a typical run of this operation (or a little past its
         // end, so that some runs finish and the archive grows). Its first run, and
         // every fourth, runs to the end to learn (again) how long a run takes.
-        let calibrate = !typical.contains_key(op.name) || n % 4 == 0;
+        let calibrate = !typical.contains_key(op.name) || n.is_multiple_of(4);
         let span = typical
             .get(op.name)
             .map_or(1, |t| t.as_micros() as u64)
