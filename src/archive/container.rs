@@ -226,7 +226,14 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
     let mut pos = 0usize;
     for _ in 0..count {
         let abs = cd_offset + pos as u64;
-        let entry = parse_central(cd, &mut pos).map_err(|e| e.at_offset(abs))?;
+        // Offsets inside the record are relative to it.
+        let entry = parse_central(cd, &mut pos).map_err(|e| {
+            if e.location().offset.is_some() {
+                e.shift_offset(abs)
+            } else {
+                e.at_offset(abs)
+            }
+        })?;
         if index.insert(entry.name.clone(), entries.len()).is_some() {
             return Err(
                 zip_err(format!("entry name {:?} appears twice", entry.name), abs)

@@ -119,6 +119,82 @@ fn read_journal(jp: &Path) -> Result<Option<Journal>> {
     }))
 }
 
+/// Whether the journal was written for this file: an interrupted append leaves the bytes
+/// before `offset` untouched, so the entries the saved central directory lists (the first
+/// 1024 are checked) must have their local headers there, with the same name, CRC and
+/// sizes, and the saved end record must place the directory at `offset`. Replaying a
+/// journal onto a different file (say, one restored from a backup after the crash) would
+/// corrupt it.
+fn belongs_to(file: &File, j: &Journal) -> std::io::Result<bool> {
+    const SIG_CENTRAL: u32 = 0x0201_4b50;
+    const SIG_LOCAL: u32 = 0x0403_4b50;
+    const SIG_EOCD: u32 = 0x0605_4b50;
+    const FLAG_DESCRIPTOR: u16 = 0x0008;
+    let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    if file.metadata()?.len() < j.offset {
+        return Ok(false);
+    }
+    let s = &j.saved;
+    // The end record without a comment, as modelzip writes it, places the directory.
+    if s.len() >= 22 {
+        let e = &s[s.len() - 22..];
+        if u32_at(e, 0) == SIG_EOCD && u16_at(e, 20) == 0 {
+            let cd = u32_at(e, 16);
+            if cd != u32::MAX && u64::from(cd) != j.offset {
+                return Ok(false);
+            }
+        }
+    }
+    let mut pos = 0usize;
+    let mut checked = 0;
+    while checked < 1024 && s.len() >= pos + 46 && u32_at(s, pos) == SIG_CENTRAL {
+        let r = &s[pos..];
+        let (n, m, k) = (
+            usize::from(u16_at(r, 28)),
+            usize::from(u16_at(r, 30)),
+            usize::from(u16_at(r, 32)),
+        );
+        let Some(name) = r.get(46..46 + n) else {
+            return Ok(false);
+        };
+        pos += 46 + n + m + k;
+        let header = u32_at(r, 42);
+        if header == u32::MAX {
+            continue; // behind a Zip64 extra field
+        }
+        let header = u64::from(header);
+        if header.saturating_add(30 + n as u64) > j.offset {
+            return Ok(false);
+        }
+        let mut local = vec![0u8; 30 + n];
+        let mut f = file;
+        f.seek(SeekFrom::Start(header))?;
+        f.read_exact(&mut local)?;
+        if u32_at(&local, 0) != SIG_LOCAL
+            || usize::from(u16_at(&local, 26)) != n
+            || &local[30..] != name
+        {
+            return Ok(false);
+        }
+        let plain = u16_at(&local, 6) & FLAG_DESCRIPTOR == 0 && u16_at(r, 8) & FLAG_DESCRIPTOR == 0;
+        // Sizes may sit in Zip64 extra fields (0xffffffff here), in either header.
+        let sizes_known = [
+            u32_at(r, 20),
+            u32_at(r, 24),
+            u32_at(&local, 18),
+            u32_at(&local, 22),
+        ]
+        .iter()
+        .all(|&v| v != u32::MAX);
+        if plain && (local[14..18] != r[16..20] || sizes_known && local[18..26] != r[20..28]) {
+            return Ok(false);
+        }
+        checked += 1;
+    }
+    Ok(checked > 0 || (s.len() >= 4 && u32_at(s, 0) == SIG_EOCD))
+}
+
 /// Rolls back an unfinished in-place append of the archive at `path`, if its journal is
 /// there; the caller holds the write lock. Returns true when bytes were restored.
 pub(crate) fn recover(path: &Path) -> Result<bool> {
@@ -132,9 +208,19 @@ pub(crate) fn recover(path: &Path) -> Result<bool> {
         return Ok(false);
     };
     let file = OpenOptions::new()
+        .read(true)
         .write(true)
         .open(path)
         .map_err(|e| Error::from(e).in_file(path))?;
+    if !belongs_to(&file, &j).map_err(|e| Error::from(e).in_file(path))? {
+        return Err(Error::new(ErrorKind::InvalidInput(format!(
+            "the rollback journal {} does not belong to this archive (the central directory \
+             it saved does not match the archive's entries): the archive was replaced after \
+             an append was interrupted; move the journal away to open it",
+            jp.display()
+        )))
+        .in_file(path));
+    }
     let res = (|| -> std::io::Result<()> {
         let mut w = Budgeted(&file);
         w.seek(SeekFrom::Start(j.offset))?;

@@ -108,3 +108,19 @@ impl WriteLock {
         }
     }
 }
+
+/// True when a process other than this one holds the write lock of the archive at
+/// `path` (probed without creating the lock file; false when it cannot be probed).
+pub(crate) fn held_by_another_process(path: &Path) -> bool {
+    if held_set(|s| s.contains(&lock_key(path))) {
+        return false;
+    }
+    let Ok(file) = File::open(sidecar(path, ".lock")) else {
+        return false;
+    };
+    match file.try_lock() {
+        Ok(()) => false,
+        Err(TryLockError::WouldBlock) => true,
+        Err(TryLockError::Error(_)) => false,
+    }
+}

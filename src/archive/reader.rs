@@ -21,13 +21,23 @@ pub struct OpenOptions {
     pub max_inflated_size: u64,
     /// Largest tags.txt accepted (default 16 MiB).
     pub max_tags_txt_size: u64,
+    /// Largest ratio of inflated to compressed size accepted for an entry that inflates
+    /// to more than [`INFLATE_RATIO_FREE`] bytes (default 100, as Apache POI's zip-bomb
+    /// guard; `u64::MAX` turns the check off). Deflate reaches about 1032:1 on zeros, so
+    /// without it a 4 MiB entry could make a reader allocate 4 GiB.
+    pub max_inflate_ratio: u64,
 }
+
+/// Entries that inflate to at most this many bytes (16 MiB) are not held to
+/// [`OpenOptions::max_inflate_ratio`].
+pub const INFLATE_RATIO_FREE: u64 = 16 << 20;
 
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             max_inflated_size: 4 << 30,
             max_tags_txt_size: 16 << 20,
+            max_inflate_ratio: 100,
         }
     }
 }
@@ -44,21 +54,46 @@ impl OpenOptions {
         self
     }
 
+    /// Sets the largest inflated-to-compressed size ratio (see the field).
+    pub fn max_inflate_ratio(mut self, ratio: u64) -> Self {
+        self.max_inflate_ratio = ratio;
+        self
+    }
+
     /// Opens the archive at `path` with these limits (see [`Archive::open`]).
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Archive> {
         let path = path.as_ref();
         let jpath = sidecar(path, ".journal");
-        if jpath.exists() {
-            recover_for_reader(path)?;
-        }
-        match Archive::open_unrecovered(path, self.clone()) {
-            Ok(a) => Ok(a),
-            // A writer may have started an in-place append after the check above.
-            Err(e) if jpath.exists() => {
-                recover_for_reader(path).map_err(|_| e)?;
-                Archive::open_unrecovered(path, self.clone())
+        let mut attempt = 0;
+        loop {
+            if jpath.exists() {
+                recover_for_reader(path)?;
             }
-            Err(e) => Err(e),
+            let before = FileStamp::of(path);
+            let opened = Archive::open_unrecovered(path, self.clone());
+            attempt += 1;
+            // A writer may have started an in-place append after the check above. Parsed
+            // while its journal exists, the bytes may be torn (any parse error) or be the
+            // new end of an append not yet durable (which a rollback would truncate under
+            // the map): wait for the writer and read again. A parse error while the file
+            // changed, or while another process holds the write lock, is retried too; a
+            // file that is not changing is answered as it is.
+            match opened {
+                Ok(a) if !jpath.exists() || attempt >= 4 * MAX_OPEN_ATTEMPTS => return Ok(a),
+                Err(e) if attempt >= MAX_OPEN_ATTEMPTS => return Err(e),
+                Ok(_) => {}
+                Err(e) if jpath.exists() => {
+                    recover_for_reader(path).map_err(|_| e)?;
+                }
+                Err(e) => {
+                    if FileStamp::of(path) == before {
+                        if !super::lock::held_by_another_process(path) {
+                            return Err(e);
+                        }
+                        wait_for_writer(path);
+                    }
+                }
+            }
         }
     }
 
@@ -81,6 +116,30 @@ impl OpenOptions {
     }
 }
 
+/// How often [`OpenOptions::open`] reads an archive that changes while it is read.
+const MAX_OPEN_ATTEMPTS: u32 = 5;
+
+/// What identifies a version of a file: length, modification time, inode.
+#[derive(PartialEq, Eq)]
+struct FileStamp(Option<(u64, Option<std::time::SystemTime>, u64)>);
+
+impl FileStamp {
+    fn of(path: &Path) -> FileStamp {
+        FileStamp(std::fs::metadata(path).ok().map(|m| {
+            #[cfg(unix)]
+            let ino = std::os::unix::fs::MetadataExt::ino(&m);
+            #[cfg(not(unix))]
+            let ino = 0;
+            (m.len(), m.modified().ok(), ino)
+        }))
+    }
+}
+
+/// Waits (at most [`RECOVERY_WAIT`]) for another process's writer to release the lock.
+fn wait_for_writer(path: &Path) {
+    let _ = super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT);
+}
+
 /// How long a reader waits for a running in-place append before giving up.
 const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -100,7 +159,11 @@ fn recover_for_reader(path: &Path) -> Result<()> {
         }
         Err(e) => return Err(unfinished(&e.to_string())),
     };
-    journal::recover(path).map_err(|e| unfinished(&e.to_string()))?;
+    journal::recover(path).map_err(|e| match e.kind() {
+        // A journal that does not belong to the archive says so itself.
+        ErrorKind::InvalidInput(_) => e,
+        _ => unfinished(&e.to_string()),
+    })?;
     Ok(())
 }
 
@@ -124,6 +187,11 @@ pub struct Archive {
     backing: Backing,
     dir: Directory,
     tags: Vec<String>,
+    /// Lowercased tag name -> position in `tags` (lookups ignore ASCII case).
+    tag_index: HashMap<String, usize>,
+    /// Top-level directory -> its entries' positions in the central directory, so that
+    /// per-tag work does not scan every entry once per tag.
+    by_dir: HashMap<String, Vec<usize>>,
     path: Option<PathBuf>,
     opts: OpenOptions,
 }
@@ -290,10 +358,18 @@ impl Archive {
             None => e,
         };
         let dir = container::parse(backing.bytes()).map_err(with_path)?;
+        let mut by_dir: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, e) in dir.entries.iter().enumerate() {
+            if let Some((top, _)) = e.name.split_once('/') {
+                by_dir.entry(top.to_string()).or_default().push(i);
+            }
+        }
         let mut a = Archive {
             backing,
             dir,
             tags: Vec::new(),
+            tag_index: HashMap::new(),
+            by_dir,
             path: path.clone(),
             opts,
         };
@@ -314,6 +390,11 @@ impl Archive {
             let bytes = a.entry_bytes(TAGS_TXT).map_err(with_path)?;
             text::parse_tags_txt(&bytes).map_err(with_path)?
         };
+        a.tag_index = tags
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_ascii_lowercase(), i))
+            .collect();
         a.tags = tags;
         Ok(a)
     }
@@ -335,10 +416,19 @@ impl Archive {
 
     /// The tags.txt spelling of `name`, compared ignoring ASCII case.
     pub fn canonical_tag(&self, name: &str) -> Option<&str> {
-        self.tags
-            .iter()
-            .find(|t| t.eq_ignore_ascii_case(name))
+        self.tag_index
+            .get(&name.to_ascii_lowercase())
+            .and_then(|&i| self.tags.get(i))
             .map(String::as_str)
+    }
+
+    /// The entries under the top-level directory `dir`, in central-directory order.
+    fn entries_under<'s>(&'s self, dir: &str) -> impl Iterator<Item = &'s ZipEntry> + 's {
+        self.by_dir
+            .get(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.dir.entries.get(i))
     }
 
     /// The tag named `name` (ASCII case ignored), with its params.txt and updater.txt parsed.
@@ -425,6 +515,17 @@ impl Archive {
                         what: "inflated entry size",
                         size: e.uncompressed_size,
                         limit,
+                    }));
+                }
+                let ratio_cap = e
+                    .compressed_size
+                    .saturating_mul(self.opts.max_inflate_ratio)
+                    .max(INFLATE_RATIO_FREE);
+                if e.uncompressed_size > ratio_cap {
+                    return Err(Error::new(ErrorKind::LimitExceeded {
+                        what: "inflated entry size (compression ratio)",
+                        size: e.uncompressed_size,
+                        limit: ratio_cap,
                     }));
                 }
                 let cap = e.uncompressed_size.min(1 << 20) as usize;
@@ -533,7 +634,9 @@ impl Archive {
 
     fn verify_tag(&self, t: &str, r: &mut VerifyReport) {
         let prefix = format!("{t}/");
-        if self.entry(&format!("{t}/params.txt")).is_none() && self.has_prefix(&prefix) {
+        if self.entry(&format!("{t}/params.txt")).is_none()
+            && self.entries_under(t).next().is_some()
+        {
             r.push(None, format!("tag {t:?} has no params.txt"));
         }
         match self.tag(t) {
@@ -549,12 +652,7 @@ impl Archive {
             }
             Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
         }
-        let own: Vec<&ZipEntry> = self
-            .dir
-            .entries
-            .iter()
-            .filter(|e| e.name.starts_with(&prefix))
-            .collect();
+        let own: Vec<&ZipEntry> = self.entries_under(t).collect();
         for e in &own {
             let rel = &e.name[prefix.len()..];
             let is_tensor = (rel.starts_with("params/") || rel.starts_with("updater/"))
@@ -609,10 +707,6 @@ impl Archive {
                 r.push(Some(&e.name), "not listed in the tag's sha256sums.txt");
             }
         }
-    }
-
-    fn has_prefix(&self, prefix: &str) -> bool {
-        self.dir.entries.iter().any(|e| e.name.starts_with(prefix))
     }
 
     /// Resolves one ref of the table `table_entry` (line `line`) of tag `own`.
@@ -839,12 +933,8 @@ impl<'a> Tag<'a> {
 
     /// Every zip entry under `<tag>/`.
     pub fn own_entries(&self) -> Vec<&'a str> {
-        let prefix = format!("{}/", self.name);
         self.archive
-            .dir
-            .entries
-            .iter()
-            .filter(|e| e.name.starts_with(&prefix))
+            .entries_under(self.name)
             .map(|e| e.name.as_str())
             .collect()
     }

@@ -121,31 +121,32 @@ impl Session {
     /// Makes the tensor files of `base`'s listed tags dedup candidates, keeps its tags and
     /// comment, and keeps `base` for byte comparisons.
     pub fn adopt_base(&mut self, base: Archive) {
-        for t in base.tags() {
-            let prefix = format!("{t}/");
-            for e in &base.directory().entries {
-                let Some(rel) = e.name.strip_prefix(&prefix) else {
+        // One pass over the entries (not one per tag: archives may hold many tags).
+        for e in &base.directory().entries {
+            let Some((top, rel)) = e.name.split_once('/') else {
+                continue;
+            };
+            let Some(t) = base.canonical_tag(top).filter(|t| *t == top) else {
+                continue;
+            };
+            for kind in [TensorKind::Params, TensorKind::Updater] {
+                let Some(n) = rel
+                    .strip_prefix(kind.dir())
+                    .and_then(|r| r.strip_prefix('/'))
+                    .and_then(|r| r.strip_suffix(".lodtensor"))
+                    .and_then(|n| text::parse_index(n).ok())
+                else {
                     continue;
                 };
-                for kind in [TensorKind::Params, TensorKind::Updater] {
-                    let Some(n) = rel
-                        .strip_prefix(kind.dir())
-                        .and_then(|r| r.strip_prefix('/'))
-                        .and_then(|r| r.strip_suffix(".lodtensor"))
-                        .and_then(|n| text::parse_index(n).ok())
-                    else {
-                        continue;
-                    };
-                    self.dedup.insert(
-                        (kind, e.uncompressed_size, e.crc32),
-                        Candidate {
-                            tag: t.clone(),
-                            index: n,
-                            sha: None,
-                            base_entry: Some(e.name.clone()),
-                        },
-                    );
-                }
+                self.dedup.insert(
+                    (kind, e.uncompressed_size, e.crc32),
+                    Candidate {
+                        tag: t.to_string(),
+                        index: n,
+                        sha: None,
+                        base_entry: Some(e.name.clone()),
+                    },
+                );
             }
         }
         self.tags = base.tags().to_vec();
@@ -661,7 +662,15 @@ impl ArchiveWriter {
         // A journal belongs to the file being replaced: settle it before the rename, so it
         // can never be replayed onto the new archive.
         if path.exists() {
-            super::journal::recover(path)?;
+            match super::journal::recover(path) {
+                // A journal of some other file: this one is replaced anyway.
+                Err(e) if matches!(e.kind(), ErrorKind::InvalidInput(_)) => {
+                    super::journal::remove(path)?
+                }
+                other => {
+                    other?;
+                }
+            }
         } else {
             super::journal::remove(path)?;
         }

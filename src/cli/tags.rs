@@ -50,9 +50,14 @@ fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliEr
         .iter()
         .map(|p| &p.location)
         .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+    // Many names may refer to one file: decode each file once.
+    let mut decoded = HashSet::new();
     for loc in locations {
         if loc.shared {
             shared.insert(loc.entry.clone());
+        }
+        if !decoded.insert(&loc.entry) {
+            continue;
         }
         let t = tag.tensor(loc).map_err(|e| CliError(e.to_string()))?;
         dtypes.insert(t.view().dtype());

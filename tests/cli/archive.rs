@@ -361,3 +361,102 @@ fn rewrites_keep_the_archive_file_mode() {
     let mode = std::fs::metadata(&a).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o640);
 }
+
+/// Every `extract-*` file of tests/hostile (parameter names with `..`, absolute paths,
+/// backslashes, NUL, drive letters, `.`, empty components, a collision with the graph),
+/// with and without --force, into a target holding a symlink out of it: refused with one
+/// line, and nothing inside or outside the target changes.
+#[cfg(unix)]
+#[test]
+fn extract_refuses_every_hostile_name_and_writes_nothing() {
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&hostile)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("extract-")
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    for file in &files {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("m.zip");
+        std::fs::copy(file, &a).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        // Every hostile archive also has a parameter "ok": a symlink in its place.
+        std::os::unix::fs::symlink(&victim, out.join("ok")).unwrap();
+        let listing = |d: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let before = (listing(dir.path()), listing(&out));
+        for force in [false, true] {
+            let mut cmd = modelzip();
+            cmd.arg("extract").arg(&a).arg("--out").arg(&out);
+            if force {
+                cmd.arg("--force");
+            }
+            let line = expect_error(&mut cmd);
+            assert!(
+                line.contains("refusing to extract") || line.contains("collides"),
+                "{}: {line}",
+                file.display()
+            );
+            assert_eq!(
+                (listing(dir.path()), listing(&out)),
+                before,
+                "{}",
+                file.display()
+            );
+            assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+            assert!(
+                std::fs::symlink_metadata(out.join("ok"))
+                    .unwrap()
+                    .is_symlink()
+            );
+        }
+        assert!(!Path::new("/tmp/modelzip-evil").exists());
+    }
+}
+
+/// With --force, a symlink where a file goes is replaced by the file; its target is
+/// left alone.
+#[cfg(unix)]
+#[test]
+fn extract_force_replaces_a_symlink_without_writing_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+    let mut w = ArchiveWriter::create(&a).unwrap();
+    w.add_tag(TagBuilder::new("t").param("w", t)).unwrap();
+    w.finish().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("w")).unwrap();
+    let line = expect_error(modelzip().arg("extract").arg(&a).arg("--out").arg(&out));
+    assert!(line.contains("--force"), "{line}");
+    modelzip()
+        .arg("extract")
+        .arg(&a)
+        .arg("--out")
+        .arg(&out)
+        .arg("--force")
+        .assert()
+        .success();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    let m = std::fs::symlink_metadata(out.join("w")).unwrap();
+    assert!(m.is_file(), "the symlink was not replaced");
+}
