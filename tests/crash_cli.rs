@@ -71,9 +71,13 @@ fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(String::from).collect()
 }
 
-/// The operations, one entry each. (When `convert` lands: `Op { name: "convert", weight: 2,
-/// when: |t| !t.is_empty(), plan: |p| (words(&format!("convert ARCHIVE --tag {} --to
-/// flatbuffers", p.some_tag())), Expect::Same) }`.)
+/// A Paddle ProgramDesc every packed tag carries, so `convert` has a graph to re-encode.
+const GRAPH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/paddle/3.3.1/mlp.pdmodel"
+);
+
+/// The operations, one entry each.
 const OPS: &[Op] = &[
     Op {
         name: "pack-create",
@@ -81,7 +85,10 @@ const OPS: &[Op] = &[
         when: |t| t.len() >= 3,
         plan: |p| {
             (
-                words(&format!("pack ARCHIVE {} --tag {} -q", p.source, p.new_tag)),
+                words(&format!(
+                    "pack ARCHIVE {} --tag {} --graph {GRAPH} -q",
+                    p.source, p.new_tag
+                )),
                 Expect::Create(p.new_tag.clone(), p.source_hashes.clone()),
             )
         },
@@ -92,7 +99,10 @@ const OPS: &[Op] = &[
         when: |t| t.len() < 6,
         plan: |p| {
             (
-                words(&format!("pack ARCHIVE {} --tag {} -q", p.source, p.new_tag)),
+                words(&format!(
+                    "pack ARCHIVE {} --tag {} --graph {GRAPH} -q",
+                    p.source, p.new_tag
+                )),
                 Expect::Add(p.new_tag.clone(), p.source_hashes.clone()),
             )
         },
@@ -104,7 +114,7 @@ const OPS: &[Op] = &[
         plan: |p| {
             (
                 words(&format!(
-                    "pack ARCHIVE {} --tag {} --rewrite -q",
+                    "pack ARCHIVE {} --tag {} --graph {GRAPH} --rewrite -q",
                     p.source, p.new_tag
                 )),
                 Expect::Add(p.new_tag.clone(), p.source_hashes.clone()),
@@ -130,6 +140,34 @@ const OPS: &[Op] = &[
             (
                 words("prune ARCHIVE --keep 2"),
                 Expect::Remove(p.tags[..p.tags.len() - 2].to_vec()),
+            )
+        },
+    },
+    Op {
+        name: "convert-flatbuffers",
+        weight: 1,
+        when: |t| !t.is_empty(),
+        plan: |p| {
+            (
+                words(&format!(
+                    "convert ARCHIVE --tag {} --to flatbuffers -q",
+                    p.some_tag()
+                )),
+                Expect::Same,
+            )
+        },
+    },
+    Op {
+        name: "convert-programdesc",
+        weight: 1,
+        when: |t| !t.is_empty(),
+        plan: |p| {
+            (
+                words(&format!(
+                    "convert ARCHIVE --tag {} --to programdesc -q",
+                    p.some_tag()
+                )),
+                Expect::Same,
             )
         },
     },
