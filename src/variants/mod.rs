@@ -202,10 +202,3 @@ fn append_variant(
         params,
     })
 }
-
-fn graph_format(enc: GraphEncoding) -> crate::graph::GraphFormat {
-    match enc {
-        GraphEncoding::FlatBuffers => crate::graph::GraphFormat::FlatBuffers,
-        GraphEncoding::ProgramDesc => crate::graph::GraphFormat::ProgramDesc,
-    }
-}

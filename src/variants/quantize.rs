@@ -2,10 +2,8 @@
 //! output channel), with a graph that dequantizes the weights before use.
 
 use super::quantize_math::{self, Quantized};
-use super::rewrite::{Conversion, insert_conversions};
-use super::{
-    ParamChange, Variant, VariantReport, append_variant, check_new_tag, graph_format, user_metadata,
-};
+use super::rewrite::{Conversion, converted};
+use super::{ParamChange, Variant, VariantReport, append_variant, check_new_tag, user_metadata};
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{AttrValue, Graph, Op};
@@ -151,7 +149,7 @@ fn build(archive: &Archive, from_tag: &str, options: &QuantizeOptions) -> Result
     let graph = match tag.graph()? {
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
-            let g = Graph::decode(graph_format(enc), &bytes).map_err(|e| e.in_entry(entry))?;
+            let g = Graph::decode(enc, &bytes).map_err(|e| e.in_entry(entry))?;
             Some((enc, g))
         }
         None => None,
@@ -265,14 +263,7 @@ fn build(archive: &Archive, from_tag: &str, options: &QuantizeOptions) -> Result
     }
 
     let graph = match graph {
-        Some((enc, mut g)) => {
-            let entry = format!("{}/{}", tag.name(), enc.file_name());
-            insert_conversions(&mut g, &convs).map_err(|e| e.in_entry(entry.clone()))?;
-            Some((
-                enc,
-                g.encode(graph_format(enc)).map_err(|e| e.in_entry(entry))?,
-            ))
-        }
+        Some((enc, g)) => Some((enc, converted(tag.name(), enc, g, &convs)?)),
         None => None,
     };
     let mut metadata = user_metadata(&tag)?;

@@ -105,6 +105,19 @@ fn declared(graph: &Graph) -> HashSet<&str> {
 /// Rewrites `graph` for `convs`: changes each parameter's dtype, declares the scale and
 /// temporaries, points every use (inputs and outputs of every op, in every block) at the
 /// converted value, and inserts the conversion ops after the last `feed` op of block 0.
+/// The tag's graph with the conversions inserted, re-encoded as it was stored;
+/// errors name the graph entry.
+pub(crate) fn converted(
+    tag: &str,
+    enc: crate::archive::GraphEncoding,
+    mut graph: Graph,
+    convs: &[Conversion],
+) -> Result<Vec<u8>> {
+    let entry = format!("{tag}/{}", enc.file_name());
+    insert_conversions(&mut graph, convs).map_err(|e| e.in_entry(entry.clone()))?;
+    graph.encode(enc).map_err(|e| e.in_entry(entry))
+}
+
 pub(crate) fn insert_conversions(graph: &mut Graph, convs: &[Conversion]) -> Result<()> {
     if convs.is_empty() {
         return Ok(());
