@@ -8,7 +8,7 @@ use super::reader::{GraphEncoding, TAGS_TXT, sha256_hex};
 use super::text;
 use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{Graph, GraphFormat};
+use crate::graph::Graph;
 use std::path::Path;
 
 /// What [`convert_graph`] (or [`replace_graph`]) did.
@@ -28,13 +28,6 @@ pub struct GraphRewrite {
     pub changed: bool,
 }
 
-fn format_of(enc: GraphEncoding) -> GraphFormat {
-    match enc {
-        GraphEncoding::FlatBuffers => GraphFormat::FlatBuffers,
-        GraphEncoding::ProgramDesc => GraphFormat::ProgramDesc,
-    }
-}
-
 /// Converts tag `tag`'s graph to encoding `to` (decode, re-encode, atomic rewrite of the
 /// archive). A tag whose graph already has that encoding is left alone (`changed` false);
 /// a tag without a graph is an error.
@@ -48,8 +41,8 @@ pub fn convert_graph(
         if from == to {
             return Ok(None);
         }
-        let g = Graph::decode(format_of(from), bytes)?;
-        Ok(Some((to, g.encode(format_of(to))?)))
+        let g = Graph::decode(from, bytes)?;
+        Ok(Some((to, g.encode(to)?)))
     })
 }
 
