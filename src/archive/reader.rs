@@ -767,7 +767,8 @@ pub struct Tag<'a> {
     name: &'a str,
     params: Vec<ParamEntry>,
     updater: Vec<UpdaterEntry>,
-    by_name: rustc_hash::FxHashMap<String, usize>,
+    /// Built on the first lookup by name: listing a tag's params should not pay for it.
+    by_name: std::sync::OnceLock<rustc_hash::FxHashMap<String, usize>>,
 }
 
 impl<'a> Tag<'a> {
@@ -801,11 +802,7 @@ impl<'a> Tag<'a> {
                 });
             }
         }
-        let by_name = params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.name.clone(), i))
-            .collect();
+        let by_name = std::sync::OnceLock::new();
         Ok(Tag {
             archive,
             name,
@@ -865,7 +862,14 @@ impl<'a> Tag<'a> {
 
     /// The parameter `name`'s tensor.
     pub fn param(&self, name: &str) -> Result<TensorData<'a>> {
-        let i = self.by_name.get(name).ok_or_else(|| {
+        let by_name = self.by_name.get_or_init(|| {
+            self.params
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.name.clone(), i))
+                .collect()
+        });
+        let i = by_name.get(name).ok_or_else(|| {
             self.archive.located(Error::new(ErrorKind::ParamNotFound(
                 name.to_string(),
                 self.name.to_string(),

@@ -6,7 +6,8 @@ use super::{CliError, Outcome};
 use modelzip::DType;
 use modelzip::archive::{Archive, GraphEncoding, Tag};
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// List the tags of an archive, oldest first; the default (newest) is marked.
@@ -43,7 +44,7 @@ struct TagRow {
 }
 
 fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
-    let mut shared = HashSet::new();
+    let mut shared = HashSet::default();
     let mut dtypes = BTreeSet::new();
     let locations = tag
         .params()
@@ -51,7 +52,7 @@ fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliEr
         .map(|p| &p.location)
         .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
     // Many names may refer to one file: decode each file once.
-    let mut decoded = HashSet::new();
+    let mut decoded = HashSet::default();
     for loc in locations {
         if loc.shared {
             shared.insert(loc.entry.clone());
@@ -97,7 +98,7 @@ fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliEr
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     // Stored bytes under each top-level directory, in one pass over the entries.
-    let mut own: HashMap<&str, u64> = HashMap::new();
+    let mut own: HashMap<&str, u64> = HashMap::default();
     for name in archive.entry_names() {
         if let Some((dir, _)) = name.split_once('/') {
             *own.entry(dir).or_default() += archive.entry_stored_size(name).unwrap_or(0);
