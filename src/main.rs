@@ -1,5 +1,8 @@
 //! The `modelzip` command-line tool.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     modelzip_cli::run()
 }

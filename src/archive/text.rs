@@ -193,7 +193,6 @@ pub struct TableLine {
 pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<TableLine>> {
     let text = utf8(bytes, entry)?;
     let mut out = Vec::new();
-    let mut seen: FxHashSet<String> = FxHashSet::default();
     for item in lines(text, entry, MAX_TABLE_LINE) {
         let (n, line) = item?;
         let mut fields = line.split(' ');
@@ -229,14 +228,18 @@ pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<Table
             .iter()
             .map(|r| ParamRef::parse(r).map_err(|m| syntax(m, entry, n)))
             .collect::<Result<Vec<_>>>()?;
-        if !seen.insert(name.clone()) {
-            return Err(syntax(format!("name {name:?} appears twice"), entry, n));
-        }
         out.push(TableLine {
             name,
             refs,
             line: n,
         });
+    }
+    // Duplicates by sorting borrowed names: no copy of each name into a set.
+    let mut order: Vec<&TableLine> = out.iter().collect();
+    order.sort_unstable_by(|a, b| a.name.cmp(&b.name).then(a.line.cmp(&b.line)));
+    if let Some(w) = order.windows(2).find(|w| w[0].name == w[1].name) {
+        let (name, n) = (&w[1].name, w[1].line);
+        return Err(syntax(format!("name {name:?} appears twice"), entry, n));
     }
     Ok(out)
 }
