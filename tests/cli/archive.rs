@@ -460,3 +460,43 @@ fn extract_force_replaces_a_symlink_without_writing_through_it() {
     let m = std::fs::symlink_metadata(out.join("w")).unwrap();
     assert!(m.is_file(), "the symlink was not replaced");
 }
+
+#[test]
+fn pack_with_updater_state_shows_arrays_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = persistables("3.3.1");
+    let upd = dir.path().join("adam");
+    for p in ["fc_0.w_0", "fc_1.w_0"] {
+        std::fs::create_dir_all(upd.join(p)).unwrap();
+        // Two state arrays per parameter, named so sorted order is m then v.
+        std::fs::copy(src.join(p), upd.join(p).join("0_m")).unwrap();
+        std::fs::copy(src.join("fc_1.b_0"), upd.join(p).join("1_v")).unwrap();
+    }
+    let a = dir.path().join("m.zip");
+    pack(&a, "step-1", &src, &["--updater", upd.to_str().unwrap()]);
+    let doc = json_of(modelzip().arg("show").arg(&a).arg("--json"));
+    let updater = doc["updater"].as_array().unwrap();
+    assert_eq!(updater.len(), 2);
+    assert_eq!(updater[0]["name"], "fc_0.w_0");
+    let arrays = updater[0]["arrays"].as_array().unwrap();
+    assert_eq!(arrays.len(), 2);
+    assert_eq!(arrays[0]["dims"], serde_json::json!([8, 16]));
+    assert_eq!(arrays[1]["dims"], serde_json::json!([4]));
+    // Identical to params: stored once, as params of this same tag.
+    assert_eq!(arrays[0]["data_sha256"], manifest_sha("3.3.1", "fc_0.w_0"));
+    let tags = tags_json(&a);
+    assert_eq!(tags["tags"][0]["updater_arrays"], 4);
+    let bad = dir.path().join("flat");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::copy(src.join("fc_0.w_0"), bad.join("loose")).unwrap();
+    let line = expect_error(
+        modelzip()
+            .arg("pack")
+            .arg(&a)
+            .arg(&src)
+            .args(["--tag", "step-2", "--updater"])
+            .arg(&bad),
+    );
+    assert!(line.contains("<param>/"), "{line}");
+    assert_eq!(tag_names(&a), ["step-1"]);
+}
