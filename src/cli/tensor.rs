@@ -24,9 +24,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.file.display().to_string();
-    let bytes =
-        std::fs::read(&args.file).map_err(|e| CliError(format!("cannot read {shown}: {e}")))?;
-    let records = codec::decode_combined(&bytes)
+    // Memory-mapped: the data is read only to hash it, never copied.
+    let file = modelzip::tensor::TensorFile::open(&args.file)
+        .map_err(|e| CliError(format!("cannot read {shown}: {}", e.kind())))?;
+    let bytes = file.bytes();
+    let records = codec::decode_combined(bytes)
         .map_err(|e| CliError(format!("cannot decode {shown}: {e}")))?;
     if args.json {
         let recs: Vec<_> = records
