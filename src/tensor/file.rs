@@ -76,6 +76,12 @@ mod tests {
         assert!(range.contains(&data.as_ptr()), "data borrows from the map");
         assert!(f.tensor().is_err(), "two records are not a standalone file");
         std::fs::write(&path, b"").unwrap();
-        assert!(TensorFile::open(&path).unwrap().records().unwrap().is_empty());
+        assert!(
+            TensorFile::open(&path)
+                .unwrap()
+                .records()
+                .unwrap()
+                .is_empty()
+        );
     }
 }
