@@ -185,3 +185,25 @@ fn graph_fb_parameter_without_flag_gets_it_in_programdesc() {
     assert_eq!((v.kind, v.is_parameter), (VarKind::Parameter, Some(true)));
     check_graph_fb(&data);
 }
+
+/// graph_fb: graph.fb accepted a variable of kind OTHER with a `paddle_type` that is no
+/// Paddle `VarType.Type` (here 268435466); converting it wrote a graph.pdmodel that
+/// `Graph::from_programdesc` (and Paddle) refuse. Now graph.fb refuses it as well, and
+/// unknown tuple element types likewise.
+#[test]
+fn graph_fb_unknown_other_var_type_is_refused() {
+    let data = input("graph_fb-unknown-other-var-type.bin");
+    let e = Graph::from_flatbuffers(&data).unwrap_err().to_string();
+    assert!(e.contains("unknown VarType.Type value 268435466"), "{e}");
+
+    let mut g = Graph::new();
+    let mut v = modelzip::graph::Var::variable("t", modelzip::DType::Fp32, vec![]);
+    v.kind = VarKind::Other(18); // TUPLE
+    v.dtype = None;
+    v.extra.tuple = Some(vec![7, 12345]);
+    g.blocks[0].vars.push(v);
+    let e = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tuple: unknown VarType.Type value 12345"), "{e}");
+}

@@ -9,7 +9,7 @@ use ::flatbuffers::{FlatBufferBuilder, ForwardsUOffset, Vector, VerifierOptions,
 use super::generated::graph as fbg;
 use super::model::{
     Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc, Var,
-    VarKind, VarTypeExtra,
+    VarKind, VarTypeExtra, var_type_name,
 };
 use super::programdesc::{gerr, in_where};
 use crate::error::{ErrorKind, Result};
@@ -173,7 +173,17 @@ fn extra_from_fb(x: Option<fbg::VarTypeExtra<'_>>) -> Result<VarTypeExtra> {
             .reader()
             .map(|r| r.iter().map(dense_from_fb).collect::<Result<Vec<_>>>())
             .transpose()?,
-        tuple: x.tuple().map(|t| t.iter().collect()),
+        tuple: x
+            .tuple()
+            .map(|t| {
+                t.iter()
+                    .map(|e| match var_type_name(e) {
+                        Some(_) => Ok(e),
+                        None => Err(gerr(format!("tuple: unknown VarType.Type value {e}"))),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?,
         string: opt_tensor(x.string())?,
         strings: opt_tensor(x.strings())?,
         vocab: opt_tensor(x.vocab())?,
@@ -189,7 +199,12 @@ fn kind_from_fb(k: fbg::VarKind, paddle_type: i32) -> Result<VarKind> {
         fbg::VarKind::VARIABLE => VarKind::Variable,
         fbg::VarKind::PARAMETER => VarKind::Parameter,
         fbg::VarKind::ARRAY => VarKind::Array,
-        fbg::VarKind::OTHER => VarKind::Other(paddle_type),
+        // As in a ProgramDesc, only Paddle's VarType.Type numbers: an unknown one would be
+        // written to a graph.pdmodel that neither Paddle nor modelzip reads.
+        fbg::VarKind::OTHER => match var_type_name(paddle_type) {
+            Some(_) => VarKind::Other(paddle_type),
+            None => return Err(gerr(format!("unknown VarType.Type value {paddle_type}"))),
+        },
         other => return Err(gerr(format!("unknown VarKind value {}", other.0))),
     })
 }
