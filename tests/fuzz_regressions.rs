@@ -207,3 +207,44 @@ fn graph_fb_unknown_other_var_type_is_refused() {
         .to_string();
     assert!(e.contains("tuple: unknown VarType.Type value 12345"), "{e}");
 }
+
+/// graph_pdmodel: a FLOAT attribute holding a signaling NaN (here 0x7fbfff00) was
+/// quieted (0x7fffff00) by the f32 → f64 → f32 conversion of graph.fb, so
+/// `.pdmodel` → graph.fb → `.pdmodel` was not byte for byte. NaN payloads are now kept.
+#[test]
+fn graph_fb_keeps_signaling_nan_float_attributes() {
+    let data = input("graph_pdmodel-signaling-nan-float-attr.bin");
+    let g = Graph::from_programdesc(&data).unwrap();
+    let pd = g.to_programdesc().unwrap();
+    let back = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap()).unwrap();
+    assert_eq!(back.to_programdesc().unwrap(), pd);
+    check_graph_pdmodel(&data);
+
+    use modelzip::graph::{AttrValue, Op};
+    for bits in [
+        0x7fbf_ff00u32,
+        0xff80_0001,
+        0x7fc0_0000,
+        0x7f80_0000,
+        0x8000_0000,
+    ] {
+        let mut g = Graph::new();
+        g.blocks[0].ops.push(
+            Op::new("", "scale")
+                .attr("f", AttrValue::Float(f32::from_bits(bits)))
+                .attr("t", AttrValue::Float(f32::from_bits(bits))),
+        );
+        // A named op keeps FLOAT attributes in the op's t_args, an unnamed one in attrs.
+        let mut named = g.clone();
+        named.blocks[0].ops[0].name = "s".into();
+        for g in [g, named] {
+            let back = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap()).unwrap();
+            for a in &back.blocks[0].ops[0].attrs {
+                let AttrValue::Float(f) = a.value else {
+                    panic!("{a:?}")
+                };
+                assert_eq!(f.to_bits(), bits, "{a:?}");
+            }
+        }
+    }
+}
