@@ -11,7 +11,9 @@
 #   FUZZ_TARGETS    space-separated subset of targets (default: all)
 #   FUZZ_TOOLCHAIN  rustup toolchain (default: nightly)
 #   FUZZ_MAX_LEN    libFuzzer -max_len (default: max(4096, 2 × largest seed))
-#   FUZZ_ARGS       extra libFuzzer flags, e.g. "-dict=fuzz/foo.dict"
+#   FUZZ_ARGS       extra libFuzzer flags, e.g. "-only_ascii=1"
+#
+# A target's dictionary fuzz/dict/<target>.dict, if present, is passed as -dict=.
 set -euo pipefail
 
 secs=${1:-60}
@@ -60,6 +62,8 @@ for t in "${targets[@]}"; do
         max_len=$(( 2 * ${largest:-0} ))
         [ "$max_len" -ge 4096 ] || max_len=4096
     fi
+    dict=()
+    [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="$root/fuzz/dict/$t.dict")
     stamp=$(mktemp)
     log=$logs/$t.log
     echo "== $t: ${secs}s, max_len=$max_len, log $log"
@@ -70,7 +74,7 @@ for t in "${targets[@]}"; do
     (cd "$logs" && cargo "+$toolchain" fuzz run --fuzz-dir "$root/fuzz" "${build_flags[@]}" \
         "$t" "$root/$corpus" -- \
         -max_total_time="$secs" -jobs=1 -workers=1 -rss_limit_mb=2048 \
-        -max_len="$max_len" -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-} \
+        -max_len="$max_len" -timeout=10 -print_final_stats=1 "${dict[@]}" ${FUZZ_ARGS:-} \
         >"$t.log" 2>&1) || status=$?
     rm -f "$logs/fuzz-0.log" # a copy of what libFuzzer already printed to $log
     elapsed=$(( $(date +%s) - start ))

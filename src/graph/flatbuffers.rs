@@ -9,7 +9,7 @@ use ::flatbuffers::{FlatBufferBuilder, ForwardsUOffset, Vector, VerifierOptions,
 use super::generated::graph as fbg;
 use super::model::{
     Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc, Var,
-    VarKind, VarTypeExtra,
+    VarKind, VarTypeExtra, var_type_name,
 };
 use super::programdesc::{gerr, in_where};
 use crate::error::{ErrorKind, Result};
@@ -103,6 +103,28 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
     })
 }
 
+/// An f32 FLOAT attribute as the f64 graph.fb stores, NaN payload included (a plain
+/// conversion may quiet a signaling NaN, and the ProgramDesc would not come back).
+fn widen(x: f32) -> f64 {
+    if !x.is_nan() {
+        return f64::from(x);
+    }
+    let b = u64::from(x.to_bits());
+    f64::from_bits(((b & 0x8000_0000) << 32) | 0x7ff0_0000_0000_0000 | ((b & 0x007f_ffff) << 29))
+}
+
+/// The inverse of [`widen`]: keeps the payload of a NaN that has one in f32's bits.
+fn narrow(x: f64) -> f32 {
+    if x.is_nan() {
+        let b = x.to_bits();
+        let payload = ((b >> 29) & 0x007f_ffff) as u32;
+        if payload != 0 {
+            return f32::from_bits(((b >> 32) as u32 & 0x8000_0000) | 0x7f80_0000 | payload);
+        }
+    }
+    x as f32
+}
+
 fn strings(v: Option<Vector<'_, ForwardsUOffset<&str>>>) -> Vec<String> {
     v.map(|v| v.iter().map(str::to_string).collect())
         .unwrap_or_default()
@@ -173,7 +195,17 @@ fn extra_from_fb(x: Option<fbg::VarTypeExtra<'_>>) -> Result<VarTypeExtra> {
             .reader()
             .map(|r| r.iter().map(dense_from_fb).collect::<Result<Vec<_>>>())
             .transpose()?,
-        tuple: x.tuple().map(|t| t.iter().collect()),
+        tuple: x
+            .tuple()
+            .map(|t| {
+                t.iter()
+                    .map(|e| match var_type_name(e) {
+                        Some(_) => Ok(e),
+                        None => Err(gerr(format!("tuple: unknown VarType.Type value {e}"))),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?,
         string: opt_tensor(x.string())?,
         strings: opt_tensor(x.strings())?,
         vocab: opt_tensor(x.vocab())?,
@@ -189,7 +221,12 @@ fn kind_from_fb(k: fbg::VarKind, paddle_type: i32) -> Result<VarKind> {
         fbg::VarKind::VARIABLE => VarKind::Variable,
         fbg::VarKind::PARAMETER => VarKind::Parameter,
         fbg::VarKind::ARRAY => VarKind::Array,
-        fbg::VarKind::OTHER => VarKind::Other(paddle_type),
+        // As in a ProgramDesc, only Paddle's VarType.Type numbers: an unknown one would be
+        // written to a graph.pdmodel that neither Paddle nor modelzip reads.
+        fbg::VarKind::OTHER => match var_type_name(paddle_type) {
+            Some(_) => VarKind::Other(paddle_type),
+            None => return Err(gerr(format!("unknown VarType.Type value {paddle_type}"))),
+        },
         other => return Err(gerr(format!("unknown VarKind value {}", other.0))),
     })
 }
@@ -248,7 +285,7 @@ fn attribute_from_fb(a: fbg::Attribute<'_>) -> Result<Attr> {
         fbg::AttrType::BLOCK => AttrValue::Block(a.i().ok_or_else(|| missing("i"))?),
         fbg::AttrType::LONG => AttrValue::Long(a.l().ok_or_else(|| missing("l"))?),
         // FLOAT values were widened from f32, so narrowing is exact.
-        fbg::AttrType::FLOAT => AttrValue::Float(a.f().ok_or_else(|| missing("f"))? as f32),
+        fbg::AttrType::FLOAT => AttrValue::Float(narrow(a.f().ok_or_else(|| missing("f"))?)),
         fbg::AttrType::FLOAT64 => AttrValue::Float64(a.f().ok_or_else(|| missing("f"))?),
         fbg::AttrType::BOOLEAN => AttrValue::Bool(a.b().ok_or_else(|| missing("b"))?),
         fbg::AttrType::STRING => AttrValue::String(a.s().ok_or_else(|| missing("s"))?.into()),
@@ -377,7 +414,7 @@ fn op_from_fb(o: fbg::Operation<'_>) -> Result<Op> {
     };
     let next_t = |((name, v), ty): ((String, f64), Option<fbg::AttrType>)| -> Result<Attr> {
         let value = match ty {
-            Some(fbg::AttrType::FLOAT) => AttrValue::Float(v as f32),
+            Some(fbg::AttrType::FLOAT) => AttrValue::Float(narrow(v)),
             Some(fbg::AttrType::FLOAT64) | None => AttrValue::Float64(v),
             Some(x) => {
                 return Err(gerr(format!(
@@ -696,7 +733,7 @@ fn attribute_to_fb<'a>(fbb: &mut Fbb<'a>, a: &Attr) -> Result<WIPOffset<fbg::Att
     match &a.value {
         AttrValue::Int(i) | AttrValue::Block(i) => args.i = Some(*i),
         AttrValue::Long(l) => args.l = Some(*l),
-        AttrValue::Float(f) => args.f = Some(f64::from(*f)),
+        AttrValue::Float(f) => args.f = Some(widen(*f)),
         AttrValue::Float64(f) => args.f = Some(*f),
         AttrValue::Bool(b) => args.b = Some(*b),
         AttrValue::String(s) | AttrValue::Var(s) => args.s = Some(fbb.create_string(s)),
@@ -762,7 +799,7 @@ fn op_to_fb<'a>(fbb: &mut Fbb<'a>, o: &Op) -> Result<WIPOffset<fbg::Operation<'a
             }
             AttrValue::Float(v) => {
                 t_names.push(a.name.clone());
-                t_vals.push(f64::from(*v));
+                t_vals.push(widen(*v));
                 t_types.push(fbg::AttrType::FLOAT);
                 order.push(fbg::ArgGroup::T);
             }

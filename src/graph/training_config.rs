@@ -182,6 +182,11 @@ impl TrainingConfig {
                 root.schema_version()
             )));
         }
+        // The encoder refuses an empty updater name; so does the decoder, or a config read
+        // from an archive could not be written back.
+        if root.updater().is_empty() {
+            return Err(gerr("trainingConfig.fb: the updater name is empty"));
+        }
         let i_names = strings(root.i_arg_names());
         let i_vals: Vec<i64> = root
             .i_args()
