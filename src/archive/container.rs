@@ -8,7 +8,7 @@
 
 use super::entry_name::check_entry_name;
 use crate::error::{Error, ErrorKind, Result};
-use rustc_hash::FxHashMap;
+use std::hash::BuildHasher;
 use std::io::Write;
 
 const SIG_LOCAL: u32 = 0x0403_4b50;
@@ -90,11 +90,52 @@ pub struct Directory {
     /// Entries in central-directory order.
     pub entries: Vec<ZipEntry>,
     /// Name -> position in `entries`.
-    pub index: FxHashMap<String, usize>,
+    pub index: NameIndex,
     /// Offset of the central directory; everything from here to EOF is end records.
     pub cd_offset: u64,
     /// Archive comment.
     pub comment: Vec<u8>,
+}
+
+/// Entry name -> position in the entry list, holding positions only: the names stay in
+/// the entries (one allocation per entry instead of two, docs/BENCHMARKS.md P5).
+#[derive(Debug, Clone, Default)]
+pub struct NameIndex {
+    table: hashbrown::HashTable<usize>,
+}
+
+impl NameIndex {
+    fn with_capacity(n: usize) -> NameIndex {
+        NameIndex {
+            table: hashbrown::HashTable::with_capacity(n),
+        }
+    }
+
+    /// The position of `name` in `entries`, if present.
+    pub fn get(&self, entries: &[ZipEntry], name: &str) -> Option<usize> {
+        let h = rustc_hash::FxBuildHasher.hash_one(name);
+        self.table
+            .find(h, |&i| entries.get(i).is_some_and(|e| e.name == name))
+            .copied()
+    }
+
+    /// Adds entry `i` of `entries`; false (and nothing added) when its name is present.
+    fn insert(&mut self, entries: &[ZipEntry], i: usize) -> bool {
+        let name = entries[i].name.as_str();
+        let hasher = rustc_hash::FxBuildHasher;
+        let h = hasher.hash_one(name);
+        match self.table.entry(
+            h,
+            |&j| entries[j].name == name,
+            |&j| hasher.hash_one(entries[j].name.as_str()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(i);
+                true
+            }
+        }
+    }
 }
 
 fn zip_err(msg: impl Into<String>, offset: u64) -> Error {
@@ -222,7 +263,7 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
         ));
     }
     let mut entries: Vec<ZipEntry> = Vec::with_capacity(count as usize);
-    let mut index = FxHashMap::with_capacity_and_hasher(count as usize, Default::default());
+    let mut index = NameIndex::with_capacity(count as usize);
     let mut pos = 0usize;
     for _ in 0..count {
         let abs = cd_offset + pos as u64;
@@ -234,13 +275,11 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
                 e.at_offset(abs)
             }
         })?;
-        if index.insert(entry.name.clone(), entries.len()).is_some() {
-            return Err(
-                zip_err(format!("entry name {:?} appears twice", entry.name), abs)
-                    .in_entry(entry.name),
-            );
-        }
         entries.push(entry);
+        if !index.insert(&entries, entries.len() - 1) {
+            let name = entries.pop().map(|e| e.name).unwrap_or_default();
+            return Err(zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name));
+        }
     }
     if pos as u64 != cd_size {
         return Err(zip_err(
@@ -760,7 +799,7 @@ mod tests {
         assert_eq!(end, bytes.len() as u64);
         let dir = parse(&bytes).unwrap();
         assert_eq!(dir.entries.len(), 2);
-        let e = &dir.entries[dir.index["t/params/0.lodtensor"]];
+        let e = &dir.entries[dir.index.get(&dir.entries, "t/params/0.lodtensor").unwrap()];
         assert_eq!(
             &bytes[e.data_offset as usize..e.data_end() as usize],
             b"xyzw"

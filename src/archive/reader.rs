@@ -241,6 +241,9 @@ pub struct TensorLocation {
     pub entry: String,
     /// True when the file is owned by a tag other than the one that lists it.
     pub shared: bool,
+    /// Position of `entry` in the central directory it was resolved against: a hint that
+    /// saves a name lookup per tensor, checked against `entry` before use.
+    pub(crate) entry_hint: usize,
 }
 
 /// One line of params.txt.
@@ -456,7 +459,7 @@ impl Archive {
 
     /// True when the archive has an entry of exactly this name.
     pub fn has_entry(&self, name: &str) -> bool {
-        self.dir.index.contains_key(name)
+        self.dir.index.get(&self.dir.entries, name).is_some()
     }
 
     /// Bytes an entry's data takes in the file as stored (its compressed size).
@@ -467,8 +470,21 @@ impl Archive {
     pub(crate) fn entry(&self, name: &str) -> Option<&ZipEntry> {
         self.dir
             .index
-            .get(name)
-            .and_then(|&i| self.dir.entries.get(i))
+            .get(&self.dir.entries, name)
+            .and_then(|i| self.dir.entries.get(i))
+    }
+
+    /// The entry a location names: by its position hint when that still matches, else by name.
+    pub(crate) fn location_entry(&self, loc: &TensorLocation) -> Option<&ZipEntry> {
+        match self.dir.entries.get(loc.entry_hint) {
+            Some(e) if e.name == loc.entry => Some(e),
+            _ => self.entry(&loc.entry),
+        }
+    }
+
+    /// Stored bytes of every entry under the top-level directory `dir` (a tag's own bytes).
+    pub fn stored_bytes_under(&self, dir: &str) -> u64 {
+        self.entries_under(dir).map(|e| e.compressed_size).sum()
     }
 
     pub(crate) fn directory(&self) -> &Directory {
@@ -734,17 +750,18 @@ impl Archive {
         for part in [tag, "/", kind.dir(), "/", &index, ".lodtensor"] {
             entry.push_str(part);
         }
-        if !self.has_entry(&entry) {
+        let Some(entry_hint) = self.dir.index.get(&self.dir.entries, &entry) else {
             return Err(Error::new(ErrorKind::MissingEntry(entry))
                 .in_entry(table_entry)
                 .at_line(line));
-        }
+        };
         Ok(TensorLocation {
             tag: tag.to_string(),
             kind,
             index: r.index,
             entry,
             shared: tag != own,
+            entry_hint,
         })
     }
 }
@@ -886,7 +903,12 @@ impl<'a> Tag<'a> {
     /// Reads the tensor at `loc`: zero-copy when the entry is stored.
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'a>> {
         let archive = self.archive;
-        let bytes = archive.entry_bytes(&loc.entry)?;
+        let bytes = match archive.location_entry(loc) {
+            Some(e) => archive
+                .read_entry(e)
+                .map_err(|err| archive.located(err.in_entry(loc.entry.clone())))?,
+            None => archive.entry_bytes(&loc.entry)?,
+        };
         let located = |e: Error| archive.located(e.in_entry(loc.entry.clone()));
         match bytes {
             Cow::Borrowed(b) => decode_tensor(b).map(TensorData::Mapped).map_err(located),
@@ -933,6 +955,13 @@ impl<'a> Tag<'a> {
     /// `<tag>/metadata.json`, raw.
     pub fn metadata(&self) -> Result<Option<Cow<'a, [u8]>>> {
         self.optional("metadata.json")
+    }
+
+    /// Bytes the file at `loc` takes in the archive as stored (0 if it has none).
+    pub fn stored_size(&self, loc: &TensorLocation) -> u64 {
+        self.archive
+            .location_entry(loc)
+            .map_or(0, |e| e.compressed_size)
     }
 
     /// Every zip entry under `<tag>/`.

@@ -4,8 +4,8 @@ use super::common::open;
 use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::DType;
-use modelzip::archive::{Archive, GraphEncoding, Tag};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use modelzip::archive::{GraphEncoding, Tag};
+use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -43,8 +43,7 @@ struct TagRow {
     created: Option<String>,
 }
 
-fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
-    let mut shared = HashSet::default();
+fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
     let mut dtypes = BTreeSet::new();
     let locations = tag
         .params()
@@ -52,21 +51,18 @@ fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliEr
         .map(|p| &p.location)
         .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
     // Many names may refer to one file: decode each file once.
-    let mut decoded = HashSet::default();
+    let mut decoded: HashSet<&str> = HashSet::default();
+    let mut shared_bytes = 0;
     for loc in locations {
-        if loc.shared {
-            shared.insert(loc.entry.clone());
-        }
         if !decoded.insert(&loc.entry) {
             continue;
+        }
+        if loc.shared {
+            shared_bytes += tag.stored_size(loc);
         }
         let t = tag.tensor(loc).map_err(|e| CliError(e.to_string()))?;
         dtypes.insert(t.view().dtype());
     }
-    let shared_bytes = shared
-        .iter()
-        .map(|e| archive.entry_stored_size(e).unwrap_or(0))
-        .sum();
     let graph = tag
         .graph()
         .map_err(|e| CliError(e.to_string()))?
@@ -97,13 +93,6 @@ fn row(archive: &Archive, tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliEr
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
-    // Stored bytes under each top-level directory, in one pass over the entries.
-    let mut own: HashMap<&str, u64> = HashMap::default();
-    for name in archive.entry_names() {
-        if let Some((dir, _)) = name.split_once('/') {
-            *own.entry(dir).or_default() += archive.entry_stored_size(name).unwrap_or(0);
-        }
-    }
     // Tags are independent: describe them on every core (two threads halve `tags` on
     // an archive of 100 tags x 1,000 params; docs/BENCHMARKS.md, P5).
     let describe = |names: &[String]| -> Result<Vec<TagRow>, CliError> {
@@ -111,8 +100,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             .iter()
             .map(|name| {
                 let tag = archive.tag(name).map_err(|e| CliError(e.to_string()))?;
-                let own_bytes = own.get(tag.name()).copied().unwrap_or(0);
-                row(&archive, &tag, own_bytes)
+                let own_bytes = archive.stored_bytes_under(tag.name());
+                row(&tag, own_bytes)
             })
             .collect()
     };
