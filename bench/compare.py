@@ -7,7 +7,9 @@
 Builds the release `modelzip` binary and the `peer` bench binary (benches/peer.rs), makes
 the data sets under --data (default /work/benchdata, outside the repository), creates a
 Python venv with safetensors + numpy if missing (--venv, default /work/venvs/bench), runs
-every measurement and prints one table of figures, peer figures and ratios. Figures are
+every measurement and prints one table of figures, peer figures and ratios. P6 needs a
+venv with `paddlepaddle` + numpy: --paddle-venv (default $MODELZIP_PADDLE_VENV or
+/work/venvs/paddle3); --with-paddle creates it; without Paddle, P6 is reported as skipped. Figures are
 medians of --reps repetitions, modelzip and its peer alternating within one process where
 possible, so a ratio comes from one run on the same data. Nothing here asserts a duration.
 
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PADDLE_PY = Path("/work/venvs/paddle3/bin/python")
+DEFAULT_PADDLE_VENV = Path("/work/venvs/paddle3")
 
 
 def log(msg):
@@ -86,6 +88,12 @@ def build():
     if not exe:
         sys.exit("compare.py: could not find the peer bench executable")
     return REPO / "target/release/modelzip", Path(exe)
+
+
+def paddle_ok(py):
+    return py.exists() and subprocess.run(
+        [py, "-c", "import paddle"], capture_output=True,
+        env=dict(os.environ, FLAGS_enable_pir_api="0")).returncode == 0
 
 
 def ensure_venv(venv):
@@ -158,6 +166,12 @@ def main():
     ap.add_argument("--data", default="/work/benchdata", type=Path)
     ap.add_argument("--venv", default="/work/venvs/bench", type=Path)
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3 full, 5 quick)")
+    ap.add_argument("--paddle-venv", type=Path,
+                    default=Path(os.environ.get("MODELZIP_PADDLE_VENV", DEFAULT_PADDLE_VENV)),
+                    help="venv with paddlepaddle + numpy for P6 (default $MODELZIP_PADDLE_VENV "
+                         f"or {DEFAULT_PADDLE_VENV}); P6 is skipped when it has no Paddle")
+    ap.add_argument("--with-paddle", action="store_true",
+                    help="create --paddle-venv (pip install paddlepaddle numpy) if missing")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
     ap.add_argument("--json", type=Path, help="also write every raw figure here")
     a = ap.parse_args()
@@ -186,7 +200,15 @@ def main():
     run([peer, "gen-archive", sizes["L16"], f("L16.mz")])
     run([peer, "gen-m", f("M.mz"), sizes["m_tags"], 1000])
     run([peer, "gen-archive", sizes["B"], f("B.mz"), "--tag", "base", "--salt", "5"])
-    have_paddle = PADDLE_PY.exists()
+    PADDLE_PY = a.paddle_venv / "bin/python"
+    have_paddle = paddle_ok(PADDLE_PY)
+    if not have_paddle and a.with_paddle:
+        log(f"creating {a.paddle_venv} with paddlepaddle + numpy ...")
+        run([sys.executable, "-m", "venv", a.paddle_venv])
+        run([PADDLE_PY, "-m", "pip", "install", "-q", "paddlepaddle", "numpy"], capture=False)
+        have_paddle = paddle_ok(PADDLE_PY)
+    if not have_paddle:
+        log(f"P6 skipped: {PADDLE_PY} cannot import paddle (pass --with-paddle to create it)")
     penv = dict(os.environ, FLAGS_enable_pir_api="0", GLOG_minloglevel="2")
     if have_paddle:
         run([PADDLE_PY, "bench/paddle_params.py", "make", f("P"), sizes["p_mib"]], env=penv)
@@ -284,6 +306,11 @@ def report(R):
         vl / v16 < 2)
     per_k = vl / nl * 1000
     row("P2", "  per 1,000 tensors (L)", per_k, "", "", "< 1 ms", per_k < 1e-3, "")
+    if "views" in R["view_L"]:
+        o, v, c = (med(R["view_L"][k]) for k in ("open", "views", "close"))
+        rows.append(("", f"  L phases: open+latest {ms(o)}, views {ms(v)} "
+                     f"({v / nl * 1e6:.3f} ms per 1,000), close {ms(c)}", "", "", "", "", "",
+                     "(info)"))
     row("P2", f"  open M ({R['m_entries']} entries) + view one tag of {nm}", vm, "", "",
         "< 1 ms per 1,000 entries", vm / R["m_entries"] * 1000 < 1e-3,
         f"{vm / R['m_entries'] * 1e6:.2f} ms/1k entries")
@@ -312,13 +339,27 @@ def report(R):
         True, f"{t / med(R['py_zip_inproc']['secs']):.2f}x")
 
     if "pd_mz" in R:
-        mz, mo, pd = med(R["pd_mz"]["read"]), med(R["pd_mz"]["owned"]), med(R["pd_paddle"]["secs"])
-        row("P6", f"read .pdiparams ({R['pd_mz']['records']} records), read + decode", mz,
-            "paddle.static.load_inference_model", pd, "<= 0.5x", mz <= 0.5 * pd)
-        row("", "  + copy every record to an owned Tensor", mo, "", "", "", True,
-            f"{mo / pd:.2f}x")
+        pd = med(R["pd_paddle"]["secs"])
+        n = R["pd_mz"]["records"]
+        mz, mo = med(R["pd_mz"]["read"]), med(R["pd_mz"]["owned"])
         mm = med(R["pd_mz"]["mapped"])
-        row("", "  mmap + zero-copy decode (no copy)", mm, "", "", "", True, f"{mm / pd:.4f}x")
+        if "touched" in R["pd_mz"]:
+            # The library's reading path (TensorFile: mmap + decode), with every 4 KiB page
+            # of every record's data then read, so all bytes are resident and readable.
+            mt = med(R["pd_mz"]["touched"])
+            row("P6", f"read .pdiparams ({n} records): TensorFile + decode + read every page",
+                mt, "paddle.static.load_inference_model", pd, "<= 0.5x", mt <= 0.5 * pd)
+        row("P6" if "touched" not in R["pd_mz"] else "",
+            "  into owned tensors: TensorFile::records_owned (pread)", mo,
+            "" if "touched" in R["pd_mz"] else "paddle.static.load_inference_model",
+            "" if "touched" in R["pd_mz"] else pd, "<= 0.5x", mo <= 0.5 * pd, f"{mo / pd:.2f}x")
+        row("", "  fs::read + decode (borrowed views of the buffer)", mz, "", "", "",
+            mz <= 0.5 * pd, f"{mz / pd:.2f}x")
+        row("", "  TensorFile + decode, data not touched", mm, "", "", "", True,
+            f"{mm / pd:.4f}x")
+    else:
+        rows.append(("P6", "skipped: no Paddle (see --paddle-python / --with-paddle)", "", "",
+                     "", "", "<= 0.5x", "n/a"))
 
     tb = R["tensor_bytes"]
     lim = tb + (64 << 20)
