@@ -2,7 +2,13 @@
 //! step into one archive with "keep the last 3 + the best 1 by loss", then resumed
 //! from the latest checkpoint.
 //!
-//! `cargo run --example checkpoint_loop [ARCHIVE]`
+//! `cargo run --example checkpoint_loop [ARCHIVE] [--step-ms MS]`
+//!
+//! Run it again on the same ARCHIVE after killing it (Ctrl-C, `kill -9`) at any moment:
+//! it resumes from the newest checkpoint the archive holds (a save cut short by the kill
+//! is either complete or absent), checks that the restored state is bit-identical to the
+//! state the loop had at that step, and finishes the remaining steps. `--step-ms` makes
+//! each simulated step take that long, to leave time to kill it.
 //!
 //! The embedding table is frozen, so every checkpoint shares one copy of it; the other
 //! parameters and their Adam moments change every step.
@@ -83,6 +89,19 @@ fn state_at(step: u64) -> Result<Checkpoint, modelzip::Error> {
 
 /// Runs the loop into `archive` and reports what it left.
 pub fn run(archive: &Path) -> Result<Outcome, Box<dyn std::error::Error>> {
+    run_steps(archive, LAST_STEP, std::time::Duration::ZERO)
+}
+
+/// The loop's last step.
+pub const LAST_STEP: u64 = 20;
+
+/// Runs (or resumes) the loop into `archive` up to step `until` (at most [`LAST_STEP`]),
+/// each step taking at least `step_time`, and reports what it left.
+pub fn run_steps(
+    archive: &Path,
+    until: u64,
+    step_time: std::time::Duration,
+) -> Result<Outcome, Box<dyn std::error::Error>> {
     let opts = CheckpointOptions {
         retention: Retention {
             keep_last: Some(3),
@@ -96,8 +115,22 @@ pub fn run(archive: &Path) -> Result<Outcome, Box<dyn std::error::Error>> {
         ..CheckpointOptions::default()
     };
     let mut ckpt = Checkpointer::open(archive, opts)?;
+    // Resume where an earlier run stopped: the newest checkpoint must be exactly the
+    // state the loop had at that step.
     let mut last = Checkpoint::default();
-    for step in 1..=20u64 {
+    let mut first = 1;
+    if let Some(resumed) = ckpt.latest()? {
+        if resumed != state_at(resumed.step)? {
+            return Err(
+                format!("checkpoint of step {} differs from its state", resumed.step).into(),
+            );
+        }
+        first = resumed.step + 1;
+        last = resumed;
+    }
+    let until = until.min(LAST_STEP);
+    for step in first..=until {
+        std::thread::sleep(step_time);
         let state = state_at(step)?;
         last = state.clone();
         // The save runs on a background thread while the next step "trains".
@@ -105,10 +138,18 @@ pub fn run(archive: &Path) -> Result<Outcome, Box<dyn std::error::Error>> {
     }
     ckpt.wait()?;
     let tags = ckpt.tags()?;
-    let expected_tags: Vec<String> = [12u64, 18, 19, 20]
-        .iter()
-        .map(|s| format!("step-{s:09}"))
-        .collect();
+    // Keep the last 3 + the best 1 by loss (step 12, where the loss is lowest), of the
+    // steps run so far.
+    let mut kept: Vec<u64> = (until.saturating_sub(2).max(1)..=until).collect();
+    if until >= 1 {
+        let best = (1..=until)
+            .min_by(|a, b| loss_at(*a).total_cmp(&loss_at(*b)))
+            .unwrap_or(until);
+        if !kept.contains(&best) {
+            kept.insert(0, best);
+        }
+    }
+    let expected_tags: Vec<String> = kept.iter().map(|s| format!("step-{s:09}")).collect();
 
     // Resume.
     let resumed = ckpt.latest()?.ok_or("no checkpoint to resume from")?;
@@ -151,15 +192,32 @@ pub fn run(archive: &Path) -> Result<Outcome, Box<dyn std::error::Error>> {
 
 #[allow(dead_code)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut path = None;
+    let mut step_ms = 0u64;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--step-ms" {
+            step_ms = args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .ok_or("--step-ms needs a number of milliseconds")?;
+        } else {
+            path = Some(std::path::PathBuf::from(a));
+        }
+    }
     let tmp;
-    let archive = match std::env::args().nth(1) {
-        Some(p) => std::path::PathBuf::from(p),
+    let archive = match path {
+        Some(p) => p,
         None => {
             tmp = tempfile::tempdir()?;
             tmp.path().join("checkpoints.zip")
         }
     };
-    let out = run(&archive)?;
+    let out = run_steps(
+        &archive,
+        LAST_STEP,
+        std::time::Duration::from_millis(step_ms),
+    )?;
     println!("archive: {}", archive.display());
     println!("kept tags: {}", out.tags.join(", "));
     println!("policy expects: {}", out.expected_tags.join(", "));

@@ -43,6 +43,38 @@ fn the_example_loop_ends_as_its_policy_says() {
 }
 
 #[test]
+fn the_example_loop_resumes_after_being_stopped_and_ends_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let zero = std::time::Duration::ZERO;
+    // Stopped after step 9, then after step 15: each run resumes from the newest tag.
+    let first = checkpoint_loop::run_steps(&path, 9, zero).unwrap();
+    assert_eq!(
+        first.tags,
+        ["step-000000007", "step-000000008", "step-000000009"]
+    );
+    assert_eq!(first.tags, first.expected_tags);
+    let second = checkpoint_loop::run_steps(&path, 15, zero).unwrap();
+    assert_eq!(
+        second.tags,
+        [
+            "step-000000012",
+            "step-000000013",
+            "step-000000014",
+            "step-000000015"
+        ]
+    );
+    let done = checkpoint_loop::run(&path).unwrap();
+    assert_eq!(done.tags, done.expected_tags);
+    assert!(done.resumed_identical);
+    assert_eq!(done.tensor_bytes, done.predicted_tensor_bytes);
+    assert_eq!(done.problems, 0);
+    // A run on a finished archive has nothing left to do and changes nothing.
+    let again = checkpoint_loop::run(&path).unwrap();
+    assert_eq!(again.tags, done.tags);
+}
+
+#[test]
 fn keep_every_and_keep_best_combine_and_the_newest_is_always_kept() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.zip");
