@@ -117,8 +117,11 @@ mod tests {
         Ticker::new(None, 5).tick();
     }
 
+    /// Every `(done, total)` call a hook received.
+    type Calls = Arc<Mutex<Vec<(u64, u64)>>>;
+
     /// Records every `(done, total)` call of a hook.
-    fn recorder() -> (ProgressHook, Arc<Mutex<Vec<(u64, u64)>>>) {
+    fn recorder() -> (ProgressHook, Calls) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         (
