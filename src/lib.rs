@@ -36,6 +36,7 @@ pub mod error;
 pub mod graph;
 pub mod interop;
 pub mod paddle_proto;
+pub mod progress;
 pub mod tensor;
 pub mod variants;
 

@@ -7,12 +7,28 @@ use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
 use super::text::{self, ParamRef};
 use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::progress::Ticker;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 /// Sizes before and after a compaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactReport {
+    /// File size before.
+    pub before: u64,
+    /// File size after.
+    pub after: u64,
+}
+
+/// What a removal ([`remove_tag_report`], [`prune_report`]) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoveReport {
+    /// The tags removed (canonical names, tags.txt order).
+    pub removed: Vec<String>,
+    /// The tags kept, in tags.txt order.
+    pub kept: Vec<String>,
+    /// Tensor files of removed tags that kept tags referenced, moved into a kept tag.
+    pub rehomed: u64,
     /// File size before.
     pub before: u64,
     /// File size after.
@@ -27,13 +43,20 @@ pub fn remove_tag(path: impl AsRef<Path>, name: &str) -> Result<()> {
 
 /// [`remove_tag`] with options.
 pub fn remove_tag_with(path: impl AsRef<Path>, name: &str, opts: &WriteOptions) -> Result<()> {
-    let path = path.as_ref();
-    rewrite(path, opts, |a| {
+    remove_tag_report(path, name, opts).map(|_| ())
+}
+
+/// [`remove_tag_with`], reporting what was removed and moved.
+pub fn remove_tag_report(
+    path: impl AsRef<Path>,
+    name: &str,
+    opts: &WriteOptions,
+) -> Result<RemoveReport> {
+    rewrite(path.as_ref(), opts, |a| {
         a.canonical_tag(name)
             .map(|t| vec![t.to_string()])
             .ok_or_else(|| ErrorKind::TagNotFound(name.to_string()).into())
     })
-    .map(|_| ())
 }
 
 /// Keeps the newest `keep_newest` tags and removes the others; returns the removed names.
@@ -47,14 +70,19 @@ pub fn prune_with(
     keep_newest: usize,
     opts: &WriteOptions,
 ) -> Result<Vec<String>> {
-    let path = path.as_ref();
-    let mut removed = Vec::new();
-    rewrite(path, opts, |a| {
+    prune_report(path, keep_newest, opts).map(|r| r.removed)
+}
+
+/// [`prune_with`], reporting what was removed, kept and moved.
+pub fn prune_report(
+    path: impl AsRef<Path>,
+    keep_newest: usize,
+    opts: &WriteOptions,
+) -> Result<RemoveReport> {
+    rewrite(path.as_ref(), opts, |a| {
         let n = a.tags().len().saturating_sub(keep_newest);
-        removed = a.tags()[..n].to_vec();
-        Ok(removed.clone())
-    })?;
-    Ok(removed)
+        Ok(a.tags()[..n].to_vec())
+    })
 }
 
 /// Removes, in one atomic rewrite, the tags `choose` picks (canonical names) from the
@@ -65,12 +93,7 @@ pub fn remove_tags_where(
     opts: &WriteOptions,
     choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
 ) -> Result<Vec<String>> {
-    let mut removed = Vec::new();
-    rewrite(path.as_ref(), opts, |a| {
-        removed = choose(a)?;
-        Ok(removed.clone())
-    })?;
-    Ok(removed)
+    rewrite(path.as_ref(), opts, choose).map(|r| r.removed)
 }
 
 /// Rewrites the archive without the dead bytes in-place appends leave behind.
@@ -80,16 +103,20 @@ pub fn compact(path: impl AsRef<Path>) -> Result<CompactReport> {
 
 /// [`compact`] with options.
 pub fn compact_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<CompactReport> {
-    rewrite(path.as_ref(), opts, |_| Ok(Vec::new()))
+    rewrite(path.as_ref(), opts, |_| Ok(Vec::new())).map(|r| CompactReport {
+        before: r.before,
+        after: r.after,
+    })
 }
 
-/// Rewrites the archive without the tags `choose` returns (canonical names).
+/// Rewrites the archive without the tags `choose` returns (canonical names). Progress
+/// counts the old archive's entries and then the re-homed files.
 fn rewrite(
     path: &Path,
     opts: &WriteOptions,
     choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
-) -> Result<CompactReport> {
-    let run = || -> Result<CompactReport> {
+) -> Result<RemoveReport> {
+    let run = || -> Result<RemoveReport> {
         let (_lock, base) = open_locked(path, opts)?;
         let removed = choose(&base)?;
         let before = base.len_bytes();
@@ -97,35 +124,45 @@ fn rewrite(
         let temp = TempTarget::create(path)?;
         let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
         let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        let total = (base.directory().entries.len() + plan.copies.len()) as u64;
+        let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
         for e in &base.directory().entries {
-            if e.name == TAGS_TXT {
-                continue;
-            }
-            if let Some((top, _)) = e.name.split_once('/')
-                && removed_set.contains(top)
-            {
-                continue;
-            }
-            match plan.replaced.get(&e.name) {
-                Some(bytes) => {
-                    s.write_text(&e.name, bytes)?;
+            let dropped = e.name == TAGS_TXT
+                || e.name
+                    .split_once('/')
+                    .is_some_and(|(top, _)| removed_set.contains(top));
+            if !dropped {
+                match plan.replaced.get(&e.name) {
+                    Some(bytes) => {
+                        s.write_text(&e.name, bytes)?;
+                    }
+                    None => s.copy_entry(&base, e, &e.name)?,
                 }
-                None => s.copy_entry(&base, e, &e.name)?,
             }
+            ticker.tick();
         }
         for (from, to) in &plan.copies {
             let e = base.entry(from).ok_or_else(|| {
                 Error::new(ErrorKind::MissingEntry(from.clone())).in_entry(from.clone())
             })?;
             s.copy_entry(&base, e, to)?;
+            ticker.tick();
         }
+        let rehomed = plan.copies.len() as u64;
+        let kept = plan.kept.clone();
         s.tags = plan.kept;
         s.comment = base.directory().comment.clone();
         drop(base);
         let (sink, after) = s.finish()?;
         drop(sink);
         temp.commit(opts.fsync)?;
-        Ok(CompactReport { before, after })
+        Ok(RemoveReport {
+            removed,
+            kept,
+            rehomed,
+            before,
+            after,
+        })
     };
     run().map_err(|e| e.in_file(path))
 }

@@ -49,8 +49,8 @@ pub use container::{ALIGN_EXTRA, DATA_ALIGN};
 pub use entry_name::check_entry_name;
 pub use lock::WriteLock;
 pub use maintenance::{
-    CompactReport, compact, compact_with, prune, prune_with, remove_tag, remove_tag_with,
-    remove_tags_where,
+    CompactReport, RemoveReport, compact, compact_with, prune, prune_report, prune_with,
+    remove_tag, remove_tag_report, remove_tag_with, remove_tags_where,
 };
 pub use reader::{
     Archive, GraphEncoding, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, Problem, TAGS_TXT, Tag,

@@ -600,6 +600,18 @@ impl Archive {
     /// decodes with dtype × dims bytes, sha256sums.txt manifests, files under unlisted tag
     /// directories and listed tags with no files.
     pub fn verify(&self) -> VerifyReport {
+        self.verify_inner(None)
+    }
+
+    /// [`Archive::verify`], reporting progress: a unit is one entry's CRC-32 check, then
+    /// one tag's checks (tables, tensors, manifest).
+    pub fn verify_with_progress(&self, progress: &dyn Fn(u64, u64)) -> VerifyReport {
+        self.verify_inner(Some(progress))
+    }
+
+    fn verify_inner(&self, progress: Option<&dyn Fn(u64, u64)>) -> VerifyReport {
+        let total = (self.dir.entries.len() + self.tags.len()) as u64;
+        let mut ticker = crate::progress::Ticker::new(progress, total);
         let mut r = VerifyReport::default();
         for e in &self.dir.entries {
             if e.method == METHOD_STORED {
@@ -613,6 +625,7 @@ impl Archive {
             } else if let Err(err) = self.read_entry(e) {
                 r.push(Some(&e.name), err.to_string());
             }
+            ticker.tick();
         }
         let mut dirs_seen: HashMap<&str, bool> = HashMap::new();
         for e in &self.dir.entries {
@@ -644,6 +657,7 @@ impl Archive {
         }
         for t in &self.tags {
             self.verify_tag(t, &mut r);
+            ticker.tick();
         }
         r
     }

@@ -25,6 +25,16 @@ pub struct WriteOptions {
     pub fsync: bool,
     /// Deflate the text entries (tags.txt, params.txt, ...); tensors are always stored.
     pub deflate_text: bool,
+    /// Called as the work proceeds (see [`crate::progress`]), by the operations that
+    /// know their total up front: [`remove_tag`](super::remove_tag),
+    /// [`prune`](super::prune), [`compact`](super::compact) and
+    /// [`remove_tags_where`](super::remove_tags_where) count the entries of the old
+    /// archive plus the tensor files re-homed; [`crate::variants::quantize`] and
+    /// [`crate::variants::cast`] count each source parameter twice (derived, then
+    /// written); the [`crate::interop::paddle`] imports count the parameters written.
+    /// [`ArchiveWriter`] and [`Appender`](super::Appender) do not call it: their caller
+    /// knows what it adds. Default `None`.
+    pub progress: Option<crate::progress::ProgressHook>,
 }
 
 impl Default for WriteOptions {
@@ -33,6 +43,7 @@ impl Default for WriteOptions {
             wait_for_lock: false,
             fsync: true,
             deflate_text: true,
+            progress: None,
         }
     }
 }

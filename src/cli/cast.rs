@@ -1,5 +1,6 @@
 //! `modelzip cast`: derive an FP16 or BF16 tag from a float tag.
 
+use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::DType;
 use modelzip::archive::WriteOptions;
@@ -45,14 +46,16 @@ pub struct Args {
     /// Print one JSON document describing the new tag.
     #[arg(long)]
     json: bool,
-    /// Print nothing on success.
+    /// Print nothing on success (and no progress bar).
     #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let progress = Progress::new(args.quiet || args.json, "casting");
     let write = WriteOptions {
         wait_for_lock: args.wait,
+        progress: progress.hook(),
         ..WriteOptions::default()
     };
     let dtype = match args.dtype {
@@ -67,5 +70,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 args.archive.display()
             ))
         })?;
+    progress.finish();
     super::quantize::render(&args.archive, &report, args.json, args.quiet, "cast")
 }

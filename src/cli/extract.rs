@@ -1,10 +1,11 @@
 //! `modelzip extract`: a tag as a Paddle persistables directory.
 
 use super::common::{open, pick_tag};
-use super::output::print;
+use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::archive::GraphEncoding;
 use modelzip::tensor;
+use serde_json::json;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 ///
 /// Example:
 ///   modelzip extract model.zip --tag fp32 --out fp32_params/
+///   modelzip extract model.zip --out latest/ --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -34,8 +36,11 @@ pub struct Args {
     /// Replace existing files.
     #[arg(long)]
     force: bool,
+    /// Print one JSON document: {"archive", "tag", "out", "files"}.
+    #[arg(long)]
+    json: bool,
     /// Print nothing on success.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
 }
 
@@ -114,18 +119,19 @@ fn create_file(path: &Path, force: bool) -> Result<File, CliError> {
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     let tag = pick_tag(&archive, args.tag.as_deref())?;
-    // Check every name and decode every tensor before writing anything.
-    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    // Check every name and decode every tensor before writing anything. Each file:
+    // (path relative to the output, the same with `/` separators, bytes).
+    let mut files: Vec<(PathBuf, String, Vec<u8>)> = Vec::new();
     if let Some((enc, bytes)) = tag.graph().map_err(|e| CliError(e.to_string()))? {
         let name = match enc {
             GraphEncoding::ProgramDesc => "__model__",
             GraphEncoding::FlatBuffers => "graph.fb",
         };
-        files.push((PathBuf::from(name), bytes.into_owned()));
+        files.push((PathBuf::from(name), name.to_string(), bytes.into_owned()));
     }
     for p in tag.params() {
         let rel = safe_relative(&p.name)?;
-        if files.iter().any(|(f, _)| *f == rel) {
+        if files.iter().any(|(f, _, _)| *f == rel) {
             return Err(CliError(format!(
                 "parameter {:?} collides with another file in the output",
                 p.name
@@ -134,14 +140,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         let data = tag.param(&p.name).map_err(|e| CliError(e.to_string()))?;
         let mut bytes = Vec::new();
         tensor::encode_tensor(&data.view(), &mut bytes).map_err(|e| CliError(e.to_string()))?;
-        files.push((rel, bytes));
+        files.push((rel, p.name.clone(), bytes));
     }
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError(format!("cannot create {}: {e}", args.out.display())))?;
     let mut created_files: Vec<PathBuf> = Vec::new();
     let mut created_dirs: Vec<PathBuf> = Vec::new();
     let result = (|| {
-        for (rel, bytes) in &files {
+        for (rel, _, bytes) in &files {
             make_parents(&args.out, rel, &mut created_dirs)?;
             let path = args.out.join(rel);
             let mut f = create_file(&path, args.force)?;
@@ -161,7 +167,15 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }
         return Err(e);
     }
-    if !args.quiet {
+    if args.json {
+        let written: Vec<&str> = files.iter().map(|(_, n, _)| n.as_str()).collect();
+        print_json(&json!({
+            "archive": args.archive.display().to_string(),
+            "tag": tag.name(),
+            "out": args.out.display().to_string(),
+            "files": written,
+        }))?;
+    } else if !args.quiet {
         print(&format!(
             "extracted tag {} ({} files) to {}\n",
             tag.name(),

@@ -1,6 +1,7 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
 use super::output::{print, print_json};
+use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::archive::{AppendMode, WriteOptions};
 use modelzip::interop::paddle::{self, ImportOptions, ImportReport};
@@ -55,12 +56,13 @@ pub struct Args {
     /// Print one JSON document instead of a summary.
     #[arg(long)]
     json: bool,
-    /// Print nothing on success.
+    /// Print nothing on success (and no progress bar).
     #[arg(short, long)]
     quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let progress = Progress::new(args.quiet || args.json, "importing");
     let opts = ImportOptions {
         mode: if args.rewrite {
             AppendMode::Rewrite
@@ -69,6 +71,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         },
         write: WriteOptions {
             wait_for_lock: args.wait,
+            progress: progress.hook(),
             ..WriteOptions::default()
         },
     };
@@ -93,6 +96,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             ));
         }
     };
+    progress.finish();
     if args.json {
         return print_json(&report_json(&shown, &report)).map(|_| Outcome::Success);
     }

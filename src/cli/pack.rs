@@ -1,11 +1,14 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
+use super::common::open;
+use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::archive::{
     AppendMode, Appender, ArchiveWriter, GraphEncoding, TagWriter, WriteOptions,
 };
 use modelzip::tensor;
+use serde_json::json;
 use std::path::{Path, PathBuf};
 
 /// Create ARCHIVE with tag T, or add tag T to an existing ARCHIVE, from a directory
@@ -20,9 +23,13 @@ use std::path::{Path, PathBuf};
 /// the new tag, crash-safe with a rollback journal); --rewrite writes a new file
 /// and renames it over the old one.
 ///
+/// Prints one line on success: the tag, its parameter count and how many of its
+/// tensors are shared with older tags (--json: one JSON document instead).
+///
 /// Example:
 ///   modelzip pack model.zip --tag step-1000 ckpt/params --updater ckpt/adam
 ///   modelzip pack model.zip --tag fp32 model_dir --graph model.pdmodel
+///   modelzip pack model.zip --tag step-2000 ckpt/params --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -48,8 +55,12 @@ pub struct Args {
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]
     wait: bool,
-    /// No progress bar.
-    #[arg(short, long)]
+    /// Print one JSON document: {"archive", "tag", "created", "mode", "params",
+    /// "updater_arrays", "shared", "graph"}.
+    #[arg(long)]
+    json: bool,
+    /// Print nothing on success (and no progress bar).
+    #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
 }
 
@@ -81,6 +92,50 @@ fn tensor_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, CliError> {
     }
     out.sort();
     Ok(out)
+}
+
+/// What `pack` wrote, read back from the archive.
+struct Packed {
+    tag: String,
+    created: bool,
+    mode: &'static str,
+    params: usize,
+    updater_arrays: usize,
+    /// Params and updater arrays stored as references to files of older tags.
+    shared: usize,
+    graph: Option<&'static str>,
+}
+
+/// Reads tag `name` back from the finished archive.
+fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, CliError> {
+    let archive = open(&args.archive)?;
+    let tag = archive
+        .tag(&args.tag)
+        .map_err(|e| CliError(format!("cannot read back {}: {e}", args.archive.display())))?;
+    let arrays = tag.updater().iter().flat_map(|u| u.arrays.iter());
+    let shared = tag
+        .params()
+        .iter()
+        .map(|p| &p.location)
+        .chain(arrays)
+        .filter(|l| l.shared)
+        .count();
+    let graph = tag
+        .graph()
+        .map_err(|e| CliError(e.to_string()))?
+        .map(|(g, _)| match g {
+            GraphEncoding::FlatBuffers => "flatbuffers",
+            GraphEncoding::ProgramDesc => "programdesc",
+        });
+    Ok(Packed {
+        tag: tag.name().to_string(),
+        created,
+        mode,
+        params: tag.params().len(),
+        updater_arrays: tag.updater().iter().map(|u| u.arrays.len()).sum(),
+        shared,
+        graph,
+    })
 }
 
 fn graph_encoding(path: &Path, bytes: &[u8]) -> GraphEncoding {
@@ -151,29 +206,64 @@ fn fill(tag: &mut TagWriter<'_>, args: &Args, progress: &Progress) -> Result<(),
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError(format!("cannot write {shown}: {e}"));
-    let progress = Progress::new(args.quiet, "packing");
+    let progress = Progress::new(args.quiet || args.json, "packing");
     let opts = WriteOptions {
         wait_for_lock: args.wait,
         ..WriteOptions::default()
     };
-    if args.archive.exists() {
-        let mode = if args.rewrite {
-            AppendMode::Rewrite
+    let (created, mode) = if args.archive.exists() {
+        let (mode, name) = if args.rewrite {
+            (AppendMode::Rewrite, "rewrite")
         } else {
-            AppendMode::InPlace
+            (AppendMode::InPlace, "in_place")
         };
         let mut appender = Appender::open_with(&args.archive, mode, &opts).map_err(fail)?;
         let mut tag = appender.begin_tag(&args.tag).map_err(fail)?;
         fill(&mut tag, &args, &progress)?;
         tag.finish().map_err(fail)?;
         appender.finish().map_err(fail)?;
+        (false, name)
     } else {
         let mut writer = ArchiveWriter::create_with(&args.archive, &opts).map_err(fail)?;
         let mut tag = writer.begin_tag(&args.tag).map_err(fail)?;
         fill(&mut tag, &args, &progress)?;
         tag.finish().map_err(fail)?;
         writer.finish().map_err(fail)?;
-    }
+        (true, "new")
+    };
     progress.finish();
+    if args.quiet {
+        return Ok(Outcome::Success);
+    }
+    let p = read_back(&args, created, mode)?;
+    if args.json {
+        print_json(&json!({
+            "archive": shown,
+            "tag": p.tag,
+            "created": p.created,
+            "mode": p.mode,
+            "params": p.params,
+            "updater_arrays": p.updater_arrays,
+            "shared": p.shared,
+            "graph": p.graph,
+        }))?;
+    } else {
+        let updater = if p.updater_arrays > 0 {
+            format!(", {} updater array(s)", p.updater_arrays)
+        } else {
+            String::new()
+        };
+        print(&format!(
+            "{} tag {} in {shown}: {} param(s){updater}, {} shared with older tags\n",
+            if p.created {
+                "created archive with"
+            } else {
+                "added"
+            },
+            p.tag,
+            p.params,
+            p.shared,
+        ))?;
+    }
     Ok(Outcome::Success)
 }

@@ -1,6 +1,7 @@
 //! Progress bars on stderr: only on a terminal, never with `--json` or `-q`.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use modelzip::progress::ProgressHook;
 use std::io::IsTerminal;
 
 /// A progress bar that is hidden unless stderr is a terminal and the user wants it.
@@ -34,10 +35,26 @@ impl Progress {
         }
     }
 
+    /// A library progress hook driving the bar (`None` when the bar is hidden).
+    pub fn hook(&self) -> Option<ProgressHook> {
+        let bar = self.0.clone()?;
+        Some(ProgressHook::new(move |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        }))
+    }
+
     /// Clears the bar.
     pub fn finish(&self) {
         if let Some(b) = &self.0 {
             b.finish_and_clear();
         }
+    }
+}
+
+impl Drop for Progress {
+    /// Clears the bar also when the command fails, so the error line stands alone.
+    fn drop(&mut self) {
+        self.finish();
     }
 }

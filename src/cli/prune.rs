@@ -1,6 +1,8 @@
 //! `modelzip prune`: keep only the newest N tags.
 
-use super::output::print;
+use super::output::{print, print_json};
+use super::progress::Progress;
+use super::rm::{rehomed_note, removal_json};
 use super::{CliError, Outcome};
 use modelzip::archive::{self, WriteOptions};
 use std::path::PathBuf;
@@ -10,6 +12,7 @@ use std::path::PathBuf;
 ///
 /// Example:
 ///   modelzip prune checkpoints.zip --keep 3
+///   modelzip prune checkpoints.zip --keep 3 --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -21,27 +24,37 @@ pub struct Args {
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]
     wait: bool,
-    /// Print nothing on success.
-    #[arg(short, long)]
+    /// Print one JSON document: {"archive", "removed", "kept", "rehomed",
+    /// "before_bytes", "after_bytes"}.
+    #[arg(long)]
+    json: bool,
+    /// Print nothing on success (and no progress bar).
+    #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let progress = Progress::new(args.quiet || args.json, "pruning");
     let opts = WriteOptions {
         wait_for_lock: args.wait,
+        progress: progress.hook(),
         ..WriteOptions::default()
     };
     let keep = usize::try_from(args.keep).unwrap_or(usize::MAX);
-    let removed = archive::prune_with(&args.archive, keep, &opts)
+    let report = archive::prune_report(&args.archive, keep, &opts)
         .map_err(|e| CliError(format!("cannot prune {}: {e}", args.archive.display())))?;
-    if !args.quiet {
-        if removed.is_empty() {
+    progress.finish();
+    if args.json {
+        print_json(&removal_json(&args.archive, &report))?;
+    } else if !args.quiet {
+        if report.removed.is_empty() {
             print("nothing to remove\n")?;
         } else {
             print(&format!(
-                "removed {} tag(s): {}\n",
-                removed.len(),
-                removed.join(", ")
+                "removed {} tag(s): {}{}\n",
+                report.removed.len(),
+                report.removed.join(", "),
+                rehomed_note(&report)
             ))?;
         }
     }

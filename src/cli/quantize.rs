@@ -1,6 +1,7 @@
 //! `modelzip quantize`: derive an INT8 tag from a float tag.
 
 use super::output::{human_bytes, print, print_json};
+use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::archive::WriteOptions;
 use modelzip::variants::{self, ParamChange, QuantizeOptions, VariantReport};
@@ -40,14 +41,16 @@ pub struct Args {
     /// Print one JSON document describing the new tag.
     #[arg(long)]
     json: bool,
-    /// Print nothing on success.
+    /// Print nothing on success (and no progress bar).
     #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let progress = Progress::new(args.quiet || args.json, "quantizing");
     let write = WriteOptions {
         wait_for_lock: args.wait,
+        progress: progress.hook(),
         ..WriteOptions::default()
     };
     let options = QuantizeOptions {
@@ -61,6 +64,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 args.archive.display()
             ))
         })?;
+    progress.finish();
     render(&args.archive, &report, args.json, args.quiet, "quantized")
 }
 

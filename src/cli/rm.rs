@@ -1,9 +1,11 @@
 //! `modelzip rm`: remove a tag.
 
-use super::output::print;
+use super::output::{print, print_json};
+use super::progress::Progress;
 use super::{CliError, Outcome};
-use modelzip::archive::{self, WriteOptions};
-use std::path::PathBuf;
+use modelzip::archive::{self, RemoveReport, WriteOptions};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 
 /// Remove a tag. Files of the removed tag that a kept tag references are moved
 /// into a kept tag and the references rewritten: nothing a kept tag uses is lost.
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 ///
 /// Example:
 ///   modelzip rm model.zip step-1000
+///   modelzip rm model.zip step-1000 --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -21,25 +24,56 @@ pub struct Args {
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]
     wait: bool,
-    /// Print nothing on success.
-    #[arg(short, long)]
+    /// Print one JSON document: {"archive", "removed", "kept", "rehomed",
+    /// "before_bytes", "after_bytes"}.
+    #[arg(long)]
+    json: bool,
+    /// Print nothing on success (and no progress bar).
+    #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let progress = Progress::new(args.quiet || args.json, "removing");
     let opts = WriteOptions {
         wait_for_lock: args.wait,
+        progress: progress.hook(),
         ..WriteOptions::default()
     };
-    archive::remove_tag_with(&args.archive, &args.tag, &opts).map_err(|e| {
+    let report = archive::remove_tag_report(&args.archive, &args.tag, &opts).map_err(|e| {
         CliError(format!(
             "cannot remove {} from {}: {e}",
             args.tag,
             args.archive.display()
         ))
     })?;
-    if !args.quiet {
-        print(&format!("removed tag {}\n", args.tag))?;
+    progress.finish();
+    if args.json {
+        print_json(&removal_json(&args.archive, &report))?;
+    } else if !args.quiet {
+        let name = report.removed.first().unwrap_or(&args.tag);
+        print(&format!("removed tag {name}{}\n", rehomed_note(&report)))?;
     }
     Ok(Outcome::Success)
+}
+
+/// The JSON document of `rm --json` and `prune --json` (documented in docs/CLI.md).
+pub fn removal_json(archive: &Path, r: &RemoveReport) -> Value {
+    json!({
+        "archive": archive.display().to_string(),
+        "removed": r.removed,
+        "kept": r.kept,
+        "rehomed": r.rehomed,
+        "before_bytes": r.before,
+        "after_bytes": r.after,
+    })
+}
+
+/// `" (N file(s) moved into kept tags)"`, or nothing when none moved.
+pub fn rehomed_note(r: &RemoveReport) -> String {
+    if r.rehomed == 0 {
+        String::new()
+    } else {
+        format!(" ({} file(s) moved into kept tags)", r.rehomed)
+    }
 }

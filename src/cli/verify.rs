@@ -2,6 +2,7 @@
 
 use super::common::open;
 use super::output::{print, print_json};
+use super::progress::Progress;
 use super::{CliError, Outcome};
 use serde_json::json;
 use std::path::PathBuf;
@@ -26,7 +27,12 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
-    let report = archive.verify();
+    let progress = Progress::new(args.json, "verifying");
+    let report = match progress.hook() {
+        Some(hook) => archive.verify_with_progress(hook.as_fn()),
+        None => archive.verify(),
+    };
+    progress.finish();
     let ok = report.problems.is_empty();
     if args.json {
         let problems: Vec<_> = report

@@ -37,6 +37,7 @@ use crate::archive::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, Var};
+use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView, decode_combined, decode_tensor, encode_combined};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -55,7 +56,7 @@ const DENSE_TENSOR: i32 = 7;
 pub struct ImportOptions {
     /// How the tag is added when the archive exists (in place by default).
     pub mode: AppendMode,
-    /// Lock waiting, fsync and text compression.
+    /// Lock waiting, fsync, text compression and progress (one unit per parameter written).
     pub write: WriteOptions,
 }
 
@@ -352,10 +353,12 @@ fn store(
     tensors: &[(String, TensorView<'_>)],
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
         w.graph(GraphEncoding::ProgramDesc, model)?;
         for (name, t) in tensors {
             w.param(name, t)?;
+            ticker.tick();
         }
         Ok(())
     })?;
@@ -422,11 +425,13 @@ pub fn import_persistables_dir(
     };
     let Some(model_path) = model_path else {
         let files = dir_files(dir)?;
+        let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
         let created = write_tag(archive, tag, opts, |w| {
             for (name, path) in &files {
                 let bytes = read_file(path)?;
                 let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
                 w.param(name, &t)?;
+                ticker.tick();
             }
             Ok(())
         })?;
@@ -448,6 +453,7 @@ pub fn import_persistables_dir(
         }
         files.push((*v, path));
     }
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
         w.graph(GraphEncoding::ProgramDesc, &model)?;
         for (var, path) in &files {
@@ -455,6 +461,7 @@ pub fn import_persistables_dir(
             let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
             check_declared(var, &t, &format!("file {}", path.display()))?;
             w.param(&var.name, &t)?;
+            ticker.tick();
         }
         Ok(())
     })?;

@@ -2,10 +2,13 @@
 //! parameters back to FP32 before use.
 
 use super::rewrite::{Conversion, converted};
-use super::{ParamChange, Variant, VariantReport, append_variant, check_new_tag, user_metadata};
+use super::{
+    ParamChange, Variant, VariantReport, append_variant, check_new_tag, progress_for, user_metadata,
+};
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
+use crate::progress::Ticker;
 use crate::tensor::{DType, Tensor};
 use serde_json::json;
 use std::path::Path;
@@ -36,12 +39,14 @@ pub fn cast(
         ))
         .into());
     }
+    let mut ticker;
     let variant = {
         let archive = Archive::open(path)?;
         check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
-        build(&archive, from_tag, dtype).map_err(|e| e.in_file(path))?
+        ticker = progress_for(&archive, from_tag, write);
+        build(&archive, from_tag, dtype, &mut ticker).map_err(|e| e.in_file(path))?
     };
-    append_variant(path, new_tag, variant, write)
+    append_variant(path, new_tag, variant, write, &mut ticker)
 }
 
 /// `values` converted to `dtype` (FP16 or BF16), round to nearest even.
@@ -55,7 +60,12 @@ fn convert(dims: Vec<u64>, values: &[f32], dtype: DType) -> Result<Tensor> {
     }
 }
 
-fn build(archive: &Archive, from_tag: &str, dtype: DType) -> Result<Variant> {
+fn build(
+    archive: &Archive,
+    from_tag: &str,
+    dtype: DType,
+    ticker: &mut Ticker<'_>,
+) -> Result<Variant> {
     let tag = archive.tag(from_tag)?;
     let graph = match tag.graph()? {
         Some((enc, bytes)) => {
@@ -74,6 +84,7 @@ fn build(archive: &Archive, from_tag: &str, dtype: DType) -> Result<Variant> {
     let mut out = Vec::with_capacity(tag.params().len());
     let mut convs = Vec::new();
     for p in tag.params() {
+        ticker.tick();
         let data = tag.tensor(&p.location)?;
         let view = data.view();
         if view.dtype() != DType::Fp32 {

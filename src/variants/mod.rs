@@ -31,6 +31,7 @@ pub use quantize::{QuantizeOptions, quantize};
 
 use crate::archive::{AppendMode, Appender, Archive, GraphEncoding, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::progress::Ticker;
 use crate::tensor::{DType, Tensor};
 use std::path::Path;
 
@@ -150,12 +151,20 @@ fn user_metadata(
     Ok(m)
 }
 
+/// The progress of deriving tag `from_tag` of `archive`: each source parameter is one
+/// unit when derived and one when written (scale params are not counted).
+fn progress_for<'a>(archive: &Archive, from_tag: &str, opts: &'a WriteOptions) -> Ticker<'a> {
+    let n = archive.tag(from_tag).map_or(0, |t| t.params().len() as u64);
+    Ticker::from_hook(opts.progress.as_ref(), 2 * n)
+}
+
 /// Appends `v` as tag `new_tag` in place, then reads it back to report sharing.
 fn append_variant(
     path: &Path,
     new_tag: &str,
     v: Variant,
     opts: &WriteOptions,
+    ticker: &mut Ticker<'_>,
 ) -> Result<VariantReport> {
     let located = |e: Error| e.in_file(path);
     let mut app = Appender::open_with(path, AppendMode::InPlace, opts)?;
@@ -164,8 +173,11 @@ fn append_variant(
         if let Some((enc, bytes)) = &v.graph {
             w.graph(*enc, bytes).map_err(located)?;
         }
-        for (name, t, _) in &v.params {
+        for (name, t, change) in &v.params {
             w.param(name, &t.view()).map_err(located)?;
+            if !matches!(change, ParamChange::Scale { .. }) {
+                ticker.tick();
+            }
         }
         let meta = serde_json::to_vec(&serde_json::Value::Object(v.metadata.clone()))
             .map_err(|e| ErrorKind::InvalidInput(format!("cannot render metadata.json: {e}")))?;

@@ -3,10 +3,13 @@
 
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
-use super::{ParamChange, Variant, VariantReport, append_variant, check_new_tag, user_metadata};
+use super::{
+    ParamChange, Variant, VariantReport, append_variant, check_new_tag, progress_for, user_metadata,
+};
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{AttrValue, Graph, Op};
+use crate::progress::Ticker;
 use crate::tensor::{DType, Tensor};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -136,15 +139,22 @@ pub fn quantize(
     write: &WriteOptions,
 ) -> Result<VariantReport> {
     let path = path.as_ref();
+    let mut ticker;
     let variant = {
         let archive = Archive::open(path)?;
         check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
-        build(&archive, from_tag, options).map_err(|e| e.in_file(path))?
+        ticker = progress_for(&archive, from_tag, write);
+        build(&archive, from_tag, options, &mut ticker).map_err(|e| e.in_file(path))?
     };
-    append_variant(path, new_tag, variant, write)
+    append_variant(path, new_tag, variant, write, &mut ticker)
 }
 
-fn build(archive: &Archive, from_tag: &str, options: &QuantizeOptions) -> Result<Variant> {
+fn build(
+    archive: &Archive,
+    from_tag: &str,
+    options: &QuantizeOptions,
+    ticker: &mut Ticker<'_>,
+) -> Result<Variant> {
     let tag = archive.tag(from_tag)?;
     let graph = match tag.graph()? {
         Some((enc, bytes)) => {
@@ -196,6 +206,7 @@ fn build(archive: &Archive, from_tag: &str, options: &QuantizeOptions) -> Result
     let mut convs = Vec::new();
     let mut recorded = serde_json::Map::new();
     for p in tag.params() {
+        ticker.tick();
         let data = tag.tensor(&p.location)?;
         let view = data.view();
         let Some(axis_rule) = chosen.get(&p.name) else {

@@ -3,6 +3,7 @@
 mod archive;
 mod harness;
 mod paddle;
+mod reports;
 #[path = "../support/archive.rs"]
 mod support;
 mod tensor;
