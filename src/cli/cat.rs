@@ -34,9 +34,13 @@ pub struct Args {
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     let tag = pick_tag(&archive, args.tag.as_deref())?;
-    let data = tag
-        .param(&args.param)
-        .map_err(|e| CliError(e.to_string()))?;
+    let data = tag.param(&args.param).map_err(|e| {
+        CliError(format!(
+            "cannot read {} of tag {}: {e}",
+            args.param,
+            tag.name()
+        ))
+    })?;
     let t = data.view();
     if args.raw {
         return print_bytes(t.data()).map(|_| Outcome::Success);

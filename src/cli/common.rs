@@ -15,9 +15,19 @@ pub fn open(path: &Path) -> Result<Archive, CliError> {
 /// The tag named `name`, or the default (newest) tag.
 pub fn pick_tag<'a>(archive: &'a Archive, name: Option<&str>) -> Result<Tag<'a>, CliError> {
     match name {
-        Some(n) => archive.tag(n).map_err(|e| CliError(e.to_string())),
-        None => archive.latest().map_err(|e| CliError(e.to_string())),
+        Some(n) => archive
+            .tag(n)
+            .map_err(|e| CliError(format!("cannot read tag {n}: {e}"))),
+        None => archive.latest().map_err(|e| match archive.default_tag() {
+            Some(t) => CliError(format!("cannot read tag {t} (the newest): {e}")),
+            None => CliError(format!("cannot read the newest tag: {e}")),
+        }),
     }
+}
+
+/// Turns a library error about tag `tag` into `cannot read tag TAG: why`.
+pub fn tag_err(tag: &str) -> impl Fn(modelzip::Error) -> CliError + '_ {
+    move |e| CliError(format!("cannot read tag {tag}: {e}"))
 }
 
 /// The JSON description of a stored tensor (the shape `show --json` documents).

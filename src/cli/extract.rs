@@ -1,6 +1,6 @@
 //! `modelzip extract`: a tag as a Paddle persistables directory.
 
-use super::common::{open, pick_tag};
+use super::common::{open, pick_tag, tag_err};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::archive::GraphEncoding;
@@ -122,7 +122,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // Check every name and decode every tensor before writing anything. Each file:
     // (path relative to the output, the same with `/` separators, bytes).
     let mut files: Vec<(PathBuf, String, Vec<u8>)> = Vec::new();
-    if let Some((enc, bytes)) = tag.graph().map_err(|e| CliError(e.to_string()))? {
+    if let Some((enc, bytes)) = tag.graph().map_err(tag_err(tag.name()))? {
         let name = match enc {
             GraphEncoding::ProgramDesc => "__model__",
             GraphEncoding::FlatBuffers => "graph.fb",
@@ -137,9 +137,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 p.name
             )));
         }
-        let data = tag.param(&p.name).map_err(|e| CliError(e.to_string()))?;
+        let data = tag.param(&p.name).map_err(tag_err(tag.name()))?;
         let mut bytes = Vec::new();
-        tensor::encode_tensor(&data.view(), &mut bytes).map_err(|e| CliError(e.to_string()))?;
+        tensor::encode_tensor(&data.view(), &mut bytes)
+            .map_err(|e| CliError(format!("cannot encode {}: {e}", p.name)))?;
         files.push((rel, p.name.clone(), bytes));
     }
     std::fs::create_dir_all(&args.out)

@@ -122,7 +122,7 @@ fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, C
         .count();
     let graph = tag
         .graph()
-        .map_err(|e| CliError(e.to_string()))?
+        .map_err(|e| CliError(format!("cannot read back tag {}: {e}", tag.name())))?
         .map(|(g, _)| match g {
             GraphEncoding::FlatBuffers => "flatbuffers",
             GraphEncoding::ProgramDesc => "programdesc",
@@ -152,7 +152,7 @@ fn fill(tag: &mut TagWriter<'_>, args: &Args, progress: &Progress) -> Result<(),
         let bytes =
             std::fs::read(g).map_err(|e| CliError(format!("cannot read {}: {e}", g.display())))?;
         tag.graph(graph_encoding(g, &bytes), &bytes)
-            .map_err(|e| CliError(e.to_string()))?;
+            .map_err(|e| CliError(format!("cannot add graph {}: {e}", g.display())))?;
     }
     let params = tensor_files(&args.dir)?;
     progress.set_length(params.len() as u64);

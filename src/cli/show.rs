@@ -1,6 +1,6 @@
 //! `modelzip show`: every param and updater array of a tag.
 
-use super::common::{open, pick_tag, tensor_json};
+use super::common::{open, pick_tag, tag_err, tensor_json};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use serde_json::{Value, json};
@@ -31,16 +31,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let tag = pick_tag(&archive, args.tag.as_deref())?;
     let mut params = Vec::new();
     for p in tag.params() {
-        let data = tag
-            .tensor(&p.location)
-            .map_err(|e| CliError(e.to_string()))?;
+        let data = tag.tensor(&p.location).map_err(tag_err(tag.name()))?;
         params.push(tensor_json(Some(&p.name), &p.location, &data.view()));
     }
     let mut updater = Vec::new();
     for u in tag.updater() {
         let mut arrays = Vec::new();
         for loc in &u.arrays {
-            let data = tag.tensor(loc).map_err(|e| CliError(e.to_string()))?;
+            let data = tag.tensor(loc).map_err(tag_err(tag.name()))?;
             arrays.push(tensor_json(None, loc, &data.view()));
         }
         updater.push(json!({"name": u.name, "arrays": arrays}));

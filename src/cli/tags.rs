@@ -1,6 +1,6 @@
 //! `modelzip tags`: the tag listing.
 
-use super::common::open;
+use super::common::{open, tag_err};
 use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::DType;
@@ -60,19 +60,19 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
         if loc.shared {
             shared_bytes += tag.stored_size(loc);
         }
-        let t = tag.tensor(loc).map_err(|e| CliError(e.to_string()))?;
+        let t = tag.tensor(loc).map_err(tag_err(tag.name()))?;
         dtypes.insert(t.view().dtype());
     }
     let graph = tag
         .graph()
-        .map_err(|e| CliError(e.to_string()))?
+        .map_err(tag_err(tag.name()))?
         .map(|(g, _)| match g {
             GraphEncoding::FlatBuffers => "flatbuffers",
             GraphEncoding::ProgramDesc => "programdesc",
         });
     let created = tag
         .metadata()
-        .map_err(|e| CliError(e.to_string()))?
+        .map_err(tag_err(tag.name()))?
         .and_then(|m| serde_json::from_slice::<Value>(&m).ok())
         .and_then(|v| {
             v.get("created")
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         names
             .iter()
             .map(|name| {
-                let tag = archive.tag(name).map_err(|e| CliError(e.to_string()))?;
+                let tag = archive.tag(name).map_err(tag_err(name))?;
                 let own_bytes = archive.stored_bytes_under(tag.name());
                 row(&tag, own_bytes)
             })

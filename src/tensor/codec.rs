@@ -245,7 +245,7 @@ fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {
 
 /// Checks a LoD against the tensor's dims: every level starts at 0 and never
 /// decreases, each level ends at the next level's last index, and the last level
-/// ends at dims[0].
+/// ends at `dims[0]`.
 pub fn check_lod(lod: &Lod, dims: &[u64]) -> Result<()> {
     for (l, level) in lod.iter().enumerate() {
         if level.first() != Some(&0) {
