@@ -97,4 +97,47 @@ mod tests {
             assert!(check_entry_name(n).is_ok(), "{n:?}");
         }
     }
+
+    /// The obvious, slower statement of the rules, to check the one-pass scan against.
+    fn reference(name: &str) -> std::result::Result<(), &'static str> {
+        let b = name.as_bytes();
+        if name.is_empty() {
+            return Err("empty name");
+        }
+        if name.contains('\0') {
+            return Err("contains NUL");
+        }
+        if name.contains('\\') {
+            return Err("contains a backslash");
+        }
+        if name.starts_with('/') {
+            return Err("absolute path");
+        }
+        if b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':' {
+            return Err("starts with a drive letter");
+        }
+        let body = name.strip_suffix('/').unwrap_or(name);
+        for part in body.split('/') {
+            match part {
+                "" => return Err("empty path component"),
+                "." => return Err("'.' path component"),
+                ".." => return Err("'..' path component"),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn one_pass_scan_agrees_with_the_reference(
+            name in "(C:|/|\\\\|\\x00|)((\\.|\\.\\.|\\.\\.\\.|a|\\.a|a\\.|)/){0,4}(\\.|\\.\\.|a|a\\\\b|)",
+        ) {
+            let got = check_entry_name(&name).map_err(|e| match e.kind() {
+                ErrorKind::UnsafeName { why, .. } => *why,
+                _ => "other",
+            });
+            proptest::prop_assert_eq!(got, reference(&name), "{:?}", name);
+        }
+    }
 }
