@@ -347,14 +347,15 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         let doomed = to_remove(&snapshot, &opts.retention)?;
         drop(snapshot);
         if !doomed.is_empty() {
-            report.removed = archive::remove_tags_where(path, &opts.write, |a| {
+            // In place: the cost is the change, not the archive; the removed checkpoints'
+            // bytes become dead bytes, which the compaction below reclaims in bulk.
+            report.removed = archive::remove_tags_in_place(path, &opts.write, |a| {
                 Ok(doomed
                     .iter()
                     .filter_map(|t| a.canonical_tag(t).map(str::to_string))
                     .collect())
-            })?;
-            // The removal rewrote the archive: no dead bytes remain.
-            return Ok(report);
+            })?
+            .removed;
         }
     }
     let a = Archive::open(path)?;

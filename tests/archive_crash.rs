@@ -5,6 +5,7 @@
 mod support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
+use modelzip::archive::remove_tags_in_place;
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, Result, TagBuilder, Tensor, WriteOptions, append_tag,
     compact, prune,
@@ -129,6 +130,80 @@ fn compaction_survives_a_full_disk_at_every_offset() {
     assert!(n >= 70);
 }
 
+/// In-place removal of tag `a` (whose bias, embedding and half tensors tag `b` shares, so
+/// they must be re-homed into `b`) with write budgets across its whole byte range: the
+/// archive afterwards holds `a` and `b` unchanged, or `b` alone with the same data.
+#[test]
+fn in_place_removal_survives_a_full_disk_at_every_offset() {
+    let root = tempfile::tempdir().unwrap();
+    let base = base(root.path());
+    let (ref_a, ref_b) = {
+        let a = Archive::open(&base).unwrap();
+        (dump(&a.tag("a").unwrap()), dump(&a.tag("b").unwrap()))
+    };
+    let remove_a =
+        |p: &Path| remove_tags_in_place(p, &WriteOptions::default(), |_| Ok(vec!["a".to_string()]));
+    let total = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(None);
+        let r = remove_a(&p).unwrap();
+        assert_eq!(r.removed, ["a"]);
+        assert_eq!(r.kept, ["b"]);
+        assert!(r.rehomed >= 3, "rehomed {}", r.rehomed);
+        let a = Archive::open(&p).unwrap();
+        assert!(
+            a.dead_bytes() > 0,
+            "the removed tag's bytes are dead, not gone"
+        );
+        assert!(a.verify().is_ok());
+        assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
+        drop(a);
+        compact(&p).unwrap();
+        let a = Archive::open(&p).unwrap();
+        assert_eq!(a.dead_bytes(), 0);
+        assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
+        bytes_written()
+    };
+    let list = budgets(total, 70);
+    let mut failures = 0;
+    for &n in &list {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(Some(n));
+        let res = remove_a(&p);
+        set_write_budget(None);
+        let a = Archive::open(&p).unwrap_or_else(|e| panic!("budget {n}: {e}"));
+        match res {
+            Ok(_) => assert_eq!(a.tags(), ["b"], "budget {n}"),
+            Err(_) => {
+                failures += 1;
+                assert!(
+                    a.tags() == ["a", "b"] || a.tags() == ["b"],
+                    "budget {n}: {:?}",
+                    a.tags()
+                );
+            }
+        }
+        if a.tags().len() == 2 {
+            assert_eq!(dump(&a.tag("a").unwrap()), ref_a, "budget {n}");
+        }
+        assert_eq!(dump(&a.tag("b").unwrap()), ref_b, "budget {n}");
+        let r = a.verify();
+        assert!(r.is_ok(), "budget {n}: {:?}", r.problems);
+        drop(a);
+        let stray = stray_files(d.path(), &p);
+        assert!(stray.is_empty(), "budget {n}: stray files {stray:?}");
+    }
+    assert!(
+        list.len() >= 70 && failures > list.len() / 2,
+        "{failures} of {}",
+        list.len()
+    );
+}
+
 // ---- SIGKILL ------------------------------------------------------------------------
 
 const CHILD_ENV: &str = "MODELZIP_CRASH_CHILD";
@@ -169,7 +244,8 @@ fn check_tag(a: &Archive, name: &str) {
     assert_eq!(u.view().to_vec::<f32>().unwrap(), values(s + 1, 64));
 }
 
-/// The child: appends (in place or by rewrite), prunes and compacts until killed.
+/// The child: appends (in place or by rewrite), prunes (by rewrite or in place) and
+/// compacts until killed.
 /// A no-op unless started by `sigkill_at_random_moments`.
 #[test]
 fn crash_child_entry() {
@@ -193,7 +269,15 @@ fn crash_child_entry() {
             compact(&path).unwrap();
         }
         if Archive::open(&path).unwrap().tags().len() > 30 {
-            prune(&path, 20).unwrap();
+            if i % 2 == 0 {
+                prune(&path, 20).unwrap();
+            } else {
+                remove_tags_in_place(&path, &opts, |a| {
+                    let n = a.tags().len().saturating_sub(20);
+                    Ok(a.tags()[..n].to_vec())
+                })
+                .unwrap();
+            }
         }
     }
 }

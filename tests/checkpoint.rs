@@ -74,6 +74,50 @@ fn the_example_loop_resumes_after_being_stopped_and_ends_the_same() {
     assert_eq!(again.tags, done.tags);
 }
 
+/// Retention removes checkpoints in place: over 20 saves of a 64 KiB checkpoint with
+/// keep-last 5, the bytes written stay near one checkpoint per save (plus the occasional
+/// compaction), far below rewriting the 5 kept checkpoints at every save.
+#[test]
+fn retention_removes_in_place_not_by_rewriting_the_archive() {
+    use modelzip::archive::fault::{bytes_written, set_write_budget};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let mut c = Checkpointer::open(
+        &path,
+        with(Retention {
+            keep_last: Some(5),
+            ..Retention::default()
+        }),
+    )
+    .unwrap();
+    let ckpt_bytes = 16384 * 4;
+    let mut total = 0u64;
+    let mut compactions = 0;
+    for step in 1..=20u64 {
+        let mut k = Checkpoint::new(step);
+        let w: Vec<f32> = (0..16384).map(|i| (i as u64 * 31 + step) as f32).collect();
+        k.params
+            .push(("w".into(), Tensor::from_slice(vec![16384], &w).unwrap()));
+        set_write_budget(None);
+        let r = c.save(&k).unwrap();
+        total += bytes_written();
+        compactions += usize::from(r.compacted);
+        if step > 5 {
+            assert_eq!(r.removed.len(), 1, "step {step}");
+        }
+    }
+    assert_eq!(c.tags().unwrap().len(), 5);
+    let a = Archive::open(&path).unwrap();
+    assert!(a.verify().is_ok());
+    // Rewriting the kept checkpoints at every removal would write >= 15 x 5 checkpoints.
+    let rewrite_floor = 15 * 5 * ckpt_bytes;
+    assert!(
+        total < rewrite_floor / 2,
+        "{total} bytes written for 20 saves; rewriting would be >= {rewrite_floor}"
+    );
+    assert!(compactions >= 1, "dead bytes were never compacted");
+}
+
 #[test]
 fn keep_every_and_keep_best_combine_and_the_newest_is_always_kept() {
     let dir = tempfile::tempdir().unwrap();

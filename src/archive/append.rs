@@ -53,6 +53,73 @@ pub(crate) fn open_locked(path: &Path, opts: &WriteOptions) -> Result<(WriteLock
     Ok((lock, base))
 }
 
+/// Starts an in-place session on `base` (the archive at `path`, opened under its write
+/// lock): saves the journal, then positions a writer at the old central directory. The
+/// new central directory lists the old entries `keep` accepts, then whatever the session
+/// writes. Its caller must drop `base` before finishing (the file may shrink).
+pub(crate) fn in_place_session(
+    path: &Path,
+    base: &Archive,
+    opts: &WriteOptions,
+    keep: impl Fn(&super::container::ZipEntry) -> bool,
+) -> Result<(Session, File)> {
+    let original_len = base.len_bytes();
+    let cd_offset = base.directory().cd_offset;
+    let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
+    if let Err(e) = journal::write(path, original_len, cd_offset, saved) {
+        // The archive is untouched; a torn journal would be discarded anyway.
+        let _ = journal::remove(path);
+        return Err(e);
+    }
+    let opened = (|| -> std::io::Result<(File, File)> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let mut w = file.try_clone()?;
+        w.seek(SeekFrom::Start(cd_offset))?;
+        Ok((file, w))
+    })();
+    let (file, w) = match opened {
+        Ok(fw) => fw,
+        Err(e) => {
+            let _ = journal::remove(path);
+            return Err(Error::from(e).in_file(path));
+        }
+    };
+    let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
+    let mut s = Session::new(Box::new(sink), cd_offset, opts.clone());
+    s.out.entries = base
+        .directory()
+        .entries
+        .iter()
+        .filter(|e| keep(e))
+        .cloned()
+        .collect();
+    s.tags = base.tags().to_vec();
+    s.comment = base.directory().comment.clone();
+    Ok((s, file))
+}
+
+/// Finishes an in-place session: writes tags.txt and the central directory, cuts the
+/// file to its new end, fsyncs, and removes the journal (rolling back on failure).
+pub(crate) fn finish_in_place(path: &Path, mut session: Session, file: File) -> Result<u64> {
+    let fsync = session.opts.fsync;
+    drop(session.take_base());
+    let (sink, end) = session.finish()?;
+    drop(sink);
+    let done = file
+        .set_len(end)
+        .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
+    drop(file);
+    if let Err(e) = done {
+        let _ = journal::recover(path);
+        return Err(e.into());
+    }
+    journal::remove(path)?;
+    Ok(end)
+}
+
 impl Appender {
     /// Opens the archive at `path` for appending with default options.
     pub fn open(path: impl AsRef<Path>, mode: AppendMode) -> Result<Appender> {
@@ -80,39 +147,7 @@ impl Appender {
                 (s, Target::Rewrite { temp })
             }
             AppendMode::InPlace => {
-                let original_len = base.len_bytes();
-                let cd_offset = base.directory().cd_offset;
-                let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
-                if let Err(e) = journal::write(path, original_len, cd_offset, saved) {
-                    // The archive is untouched; a torn journal would be discarded anyway.
-                    let _ = journal::remove(path);
-                    return Err(e);
-                }
-                let opened = (|| -> std::io::Result<(File, File)> {
-                    let file = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(path)?;
-                    let mut w = file.try_clone()?;
-                    w.seek(SeekFrom::Start(cd_offset))?;
-                    Ok((file, w))
-                })();
-                let (file, w) = match opened {
-                    Ok(fw) => fw,
-                    Err(e) => {
-                        let _ = journal::remove(path);
-                        return Err(Error::from(e).in_file(path));
-                    }
-                };
-                let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
-                let mut s = Session::new(Box::new(sink), cd_offset, opts.clone());
-                s.out.entries = base
-                    .directory()
-                    .entries
-                    .iter()
-                    .filter(|e| e.name != TAGS_TXT)
-                    .cloned()
-                    .collect();
+                let (mut s, file) = in_place_session(path, &base, opts, |e| e.name != TAGS_TXT)?;
                 s.adopt_base(base);
                 (s, Target::InPlace { file })
             }

@@ -1,7 +1,7 @@
 //! Removing tags, pruning old ones and compacting: atomic rewrites that never lose a
 //! tensor a kept tag references.
 
-use super::append::open_locked;
+use super::append::{finish_in_place, in_place_session, open_locked};
 use super::durable::TempTarget;
 use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
 use super::text::{self, ParamRef};
@@ -94,6 +94,83 @@ pub fn remove_tags_where(
     choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
 ) -> Result<Vec<String>> {
     rewrite(path.as_ref(), opts, choose).map(|r| r.removed)
+}
+
+/// Removes, **in place**, the tags `choose` picks (canonical names): the cost is
+/// proportional to what changes, not to the archive. Files of removed tags that kept tags
+/// reference are copied into a kept tag, the kept tags' tables are rewritten to match,
+/// and a new tags.txt and central directory that no longer list the removed tags' files
+/// are appended under the same rollback journal as an in-place append. The removed
+/// tags' bytes stay in the file as dead bytes until a [`compact`]. Picking nothing
+/// writes nothing.
+pub fn remove_tags_in_place(
+    path: impl AsRef<Path>,
+    opts: &WriteOptions,
+    choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
+) -> Result<RemoveReport> {
+    let path = path.as_ref();
+    let run = || -> Result<RemoveReport> {
+        let (_lock, base) = open_locked(path, opts)?;
+        let removed = choose(&base)?;
+        let before = base.len_bytes();
+        if removed.is_empty() {
+            return Ok(RemoveReport {
+                removed,
+                kept: base.tags().to_vec(),
+                rehomed: 0,
+                before,
+                after: before,
+            });
+        }
+        let plan = Plan::make(&base, &removed)?;
+        let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        let keep = |e: &super::container::ZipEntry| {
+            e.name != TAGS_TXT
+                && !plan.replaced.contains_key(&e.name)
+                && !e
+                    .name
+                    .split_once('/')
+                    .is_some_and(|(top, _)| removed_set.contains(top))
+        };
+        let (mut s, file) = in_place_session(path, &base, opts, keep)?;
+        let written = (|| -> Result<()> {
+            let total = (plan.replaced.len() + plan.copies.len()) as u64;
+            let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
+            let mut replaced: Vec<(&String, &Vec<u8>)> = plan.replaced.iter().collect();
+            replaced.sort();
+            for (name, bytes) in replaced {
+                s.write_text(name, bytes)?;
+                ticker.tick();
+            }
+            for (from, to) in &plan.copies {
+                let e = base.entry(from).ok_or_else(|| {
+                    Error::new(ErrorKind::MissingEntry(from.clone())).in_entry(from.clone())
+                })?;
+                s.copy_entry(&base, e, to)?;
+                ticker.tick();
+            }
+            Ok(())
+        })();
+        let rehomed = plan.copies.len() as u64;
+        // Unmap the old file before its length changes.
+        drop(base);
+        if let Err(e) = written {
+            drop(s);
+            drop(file);
+            let _ = super::journal::recover(path);
+            return Err(e);
+        }
+        s.tags = plan.kept.clone();
+        let after = finish_in_place(path, s, file)?;
+        Ok(RemoveReport {
+            removed,
+            kept: plan.kept,
+            rehomed,
+            before,
+            after,
+        })
+    };
+    run().map_err(|e| e.in_file(path))
 }
 
 /// Rewrites the archive without the dead bytes in-place appends leave behind.

@@ -50,7 +50,7 @@ pub use entry_name::check_entry_name;
 pub use lock::WriteLock;
 pub use maintenance::{
     CompactReport, RemoveReport, compact, compact_with, prune, prune_report, prune_with,
-    remove_tag, remove_tag_report, remove_tag_with, remove_tags_where,
+    remove_tag, remove_tag_report, remove_tag_with, remove_tags_in_place, remove_tags_where,
 };
 pub use reader::{
     Archive, GraphEncoding, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, Problem, TAGS_TXT, Tag,
