@@ -1,7 +1,9 @@
 //! Structured: 1–3 tags (valid names, params with any names, small tensors drawn from a
 //! pool so that equal tensors recur, updater state, optional graph, training config and
 //! metadata) written with ArchiveWriter read back equal; equal tensors are stored once;
-//! verify() passes. Then one more tag is appended in place and everything re-checked.
+//! verify() passes. Then one more tag is appended in place and everything re-checked;
+//! then one tag is removed in place (its files that other tags share re-homed) and the
+//! rest re-checked, before and after a compaction.
 #![no_main]
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -26,6 +28,7 @@ struct Case {
     tags: Vec<TagCase>,
     appended: TagCase,
     deflate_text: bool,
+    remove: usize,
 }
 
 fn tensor(u: &mut Unstructured) -> Result<Tensor> {
@@ -95,7 +98,7 @@ impl<'a> Arbitrary<'a> for Case {
         let mut taken = Vec::new();
         let tags = (0..u.int_in_range(1..=3)?).map(|_| tag(u, &pool, &mut taken)).collect::<Result<_>>()?;
         let appended = tag(u, &pool, &mut taken)?;
-        Ok(Case { tags, appended, deflate_text: u.arbitrary()? })
+        Ok(Case { tags, appended, deflate_text: u.arbitrary()?, remove: u.arbitrary()? })
     }
 }
 
@@ -197,4 +200,13 @@ fuzz_target!(|case: Case| {
     let a = Archive::open(path()).unwrap();
     check(&a, &tags);
     assert!(a.dead_bytes() > 0, "an in-place append leaves the old directory behind");
+    drop(a);
+    let gone = tags.remove(case.remove % tags.len()).name.clone();
+    let r = modelzip::archive::remove_tags_in_place(path(), &opts, |_| Ok(vec![gone.clone()])).unwrap();
+    assert_eq!(r.removed, [gone]);
+    check(&Archive::open(path()).unwrap(), &tags);
+    modelzip::archive::compact_with(path(), &opts).unwrap();
+    let a = Archive::open(path()).unwrap();
+    check(&a, &tags);
+    assert_eq!(a.dead_bytes(), 0);
 });
