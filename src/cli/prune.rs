@@ -8,11 +8,13 @@ use modelzip::archive::{self, WriteOptions};
 use std::path::PathBuf;
 
 /// Remove all but the newest N tags. Files the kept tags reference are kept
-/// (moved into a kept tag where needed).
+/// (moved into a kept tag where needed). The archive is rewritten; with --in-place,
+/// only the changes are appended and the removed tags' bytes stay as dead bytes until
+/// `modelzip compact`. Nothing to remove writes nothing with --in-place.
 ///
 /// Example:
 ///   modelzip prune checkpoints.zip --keep 3
-///   modelzip prune checkpoints.zip --keep 3 --json
+///   modelzip prune checkpoints.zip --keep 3 --in-place --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -21,6 +23,10 @@ pub struct Args {
     /// How many of the newest tags to keep (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
+    /// Remove without rewriting the archive: append the changes in place; the
+    /// removed tags' bytes become dead bytes until `compact`.
+    #[arg(long)]
+    in_place: bool,
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]
     wait: bool,
@@ -41,8 +47,16 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ..WriteOptions::default()
     };
     let keep = usize::try_from(args.keep).unwrap_or(usize::MAX);
-    let report = archive::prune_report(&args.archive, keep, &opts)
-        .map_err(|e| CliError(format!("cannot prune {}: {e}", args.archive.display())))?;
+    let result = if args.in_place {
+        archive::remove_tags_in_place(&args.archive, &opts, |a| {
+            let n = a.tags().len().saturating_sub(keep);
+            Ok(a.tags()[..n].to_vec())
+        })
+    } else {
+        archive::prune_report(&args.archive, keep, &opts)
+    };
+    let report =
+        result.map_err(|e| CliError(format!("cannot prune {}: {e}", args.archive.display())))?;
     progress.finish();
     if args.json {
         print_json(&removal_json(&args.archive, &report))?;

@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 
 /// Remove a tag. Files of the removed tag that a kept tag references are moved
 /// into a kept tag and the references rewritten: nothing a kept tag uses is lost.
-/// The archive is rewritten to a new file and renamed over the old one.
+/// The archive is rewritten to a new file and renamed over the old one; with
+/// --in-place, only the changes are appended (crash-safe, like an in-place append) and
+/// the removed tag's bytes stay as dead bytes until `modelzip compact`.
 ///
 /// Example:
 ///   modelzip rm model.zip step-1000
-///   modelzip rm model.zip step-1000 --json
+///   modelzip rm model.zip step-1000 --in-place --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -21,6 +23,10 @@ pub struct Args {
     archive: PathBuf,
     /// The tag to remove (ignoring case).
     tag: String,
+    /// Remove without rewriting the archive: append the changes in place; the
+    /// removed tag's bytes become dead bytes until `compact`.
+    #[arg(long)]
+    in_place: bool,
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]
     wait: bool,
@@ -40,7 +46,16 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         progress: progress.hook(),
         ..WriteOptions::default()
     };
-    let report = archive::remove_tag_report(&args.archive, &args.tag, &opts).map_err(|e| {
+    let result = if args.in_place {
+        archive::remove_tags_in_place(&args.archive, &opts, |a| {
+            a.canonical_tag(&args.tag)
+                .map(|t| vec![t.to_string()])
+                .ok_or_else(|| modelzip::ErrorKind::TagNotFound(args.tag.clone()).into())
+        })
+    } else {
+        archive::remove_tag_report(&args.archive, &args.tag, &opts)
+    };
+    let report = result.map_err(|e| {
         CliError(format!(
             "cannot remove {} from {}: {e}",
             args.tag,

@@ -407,3 +407,59 @@ fn on_a_terminal_json_and_q_still_hide_the_bar() {
     let doc: Value = serde_json::from_str(&shown).expect("only the JSON document");
     assert_eq!(doc["removed"], json!(["one"]));
 }
+
+#[test]
+fn rm_and_prune_in_place_leave_dead_bytes_that_compact_reclaims() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = three_tags(dir.path());
+    let before = file_size(&a);
+    let doc = json_of(
+        modelzip()
+            .arg("rm")
+            .arg(&a)
+            .args(["ONE", "--in-place", "--json"]),
+    );
+    assert_eq!(doc["removed"], json!(["one"]));
+    assert_eq!(doc["kept"], json!(["two", "three"]));
+    // two and three referenced one's four files: they move into two.
+    assert_eq!(doc["rehomed"], json!(4));
+    assert_eq!(doc["before_bytes"], json!(before));
+    assert_eq!(doc["after_bytes"], json!(file_size(&a)));
+    assert_eq!(tag_names(&a), ["two", "three"]);
+    modelzip().arg("verify").arg(&a).assert().success();
+    // Nothing to prune writes nothing.
+    let doc =
+        json_of(
+            modelzip()
+                .arg("prune")
+                .arg(&a)
+                .args(["--keep", "2", "--in-place", "--json"]),
+        );
+    assert_eq!(doc["removed"], json!([]));
+    assert_eq!(doc["after_bytes"], doc["before_bytes"]);
+    let doc =
+        json_of(
+            modelzip()
+                .arg("prune")
+                .arg(&a)
+                .args(["--keep", "1", "--in-place", "--json"]),
+        );
+    assert_eq!(doc["removed"], json!(["two"]));
+    assert_eq!(tag_names(&a), ["three"]);
+    modelzip().arg("verify").arg(&a).assert().success();
+    // The removed tags' bytes were left behind: compaction drops them.
+    let in_place = file_size(&a);
+    let doc = json_of(modelzip().arg("compact").arg(&a).arg("--json"));
+    assert_eq!(doc["before_bytes"], json!(in_place));
+    assert!(doc["after_bytes"].as_u64().unwrap() < in_place);
+    assert_eq!(tag_names(&a), ["three"]);
+    let shown = json_of(modelzip().arg("show").arg(&a).arg("--json"));
+    let names: Vec<&str> = shown["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, PARAMS);
+    modelzip().arg("verify").arg(&a).assert().success();
+}
