@@ -11,6 +11,7 @@
 mod support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
+use modelzip::archive::remove_tags_in_place;
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, Result, Tensor, WriteOptions, append_tag, compact, prune,
     remove_tag,
@@ -139,6 +140,28 @@ const OPS: &[Op] = &[
         plan: |p| {
             (
                 words("prune ARCHIVE --keep 2"),
+                Expect::Remove(p.tags[..p.tags.len() - 2].to_vec()),
+            )
+        },
+    },
+    Op {
+        name: "rm-in-place",
+        weight: 2,
+        when: |t| t.len() >= 2,
+        plan: |p| {
+            (
+                words(&format!("rm ARCHIVE {} --in-place", p.some_tag())),
+                Expect::Remove(vec![p.some_tag()]),
+            )
+        },
+    },
+    Op {
+        name: "prune-in-place",
+        weight: 2,
+        when: |t| t.len() >= 3,
+        plan: |p| {
+            (
+                words("prune ARCHIVE --keep 2 --in-place"),
                 Expect::Remove(p.tags[..p.tags.len() - 2].to_vec()),
             )
         },
@@ -603,6 +626,9 @@ fn every_write_operation_survives_a_full_disk() {
     });
     points += full_disk_sweep("rm", |p| remove_tag(p, "a"));
     points += full_disk_sweep("prune", |p| prune(p, 1).map(|_| ()));
+    points += full_disk_sweep("rm-in-place", |p| {
+        remove_tags_in_place(p, &WriteOptions::default(), |_| Ok(vec!["a".into()])).map(|_| ())
+    });
     points += full_disk_sweep("compact", |p| compact(p).map(|_| ()));
     eprintln!("full-disk injection: {points} write budgets over 6 operations, 0 failures");
     assert!(points >= 6 * 40);
