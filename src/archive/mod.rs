@@ -34,6 +34,7 @@ pub(crate) use durable::{new_temp_beside, parent_dir};
 pub mod entry_name;
 #[doc(hidden)]
 pub mod fault;
+mod hashing;
 mod journal;
 mod lock;
 mod maintenance;

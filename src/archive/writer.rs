@@ -4,14 +4,14 @@
 use super::container::{METHOD_STORED, ZipEntry, ZipOut};
 use super::durable::TempTarget;
 use super::entry_name::check_entry_name;
+use super::hashing::{HashPool, IN_FLIGHT_LIMIT, Ticket, sha256_parts};
 use super::lock::WriteLock;
-use super::reader::{Archive, GraphEncoding, TAGS_TXT, TensorKind, sha256_hex};
+use super::reader::{Archive, GraphEncoding, TAGS_TXT, TensorKind, hex_digest};
 use super::tag_name::validate_tag_name;
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::codec::{decode_record_at, encode_header};
 use crate::tensor::{Tensor, TensorView};
-use sha2::Digest;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -48,12 +48,30 @@ impl Default for WriteOptions {
     }
 }
 
+/// The SHA-256 of a file written in this session: known, or being computed by the pool.
+#[derive(Clone, Copy)]
+enum Sha {
+    Ready([u8; 32]),
+    Pending(Ticket),
+}
+
+impl Sha {
+    fn get(self, pool: Option<&HashPool>) -> [u8; 32] {
+        match (self, pool) {
+            (Sha::Ready(d), _) => d,
+            (Sha::Pending(t), Some(p)) => p.digest(t),
+            // A ticket only comes from the session's pool, which lives as long as it.
+            (Sha::Pending(_), None) => unreachable!("a pending digest without its pool"),
+        }
+    }
+}
+
 /// A tensor file already in the output (or in the archive being appended to).
 struct Candidate {
     tag: String,
     index: u64,
     /// SHA-256 of the record, known for files written in this session.
-    sha: Option<[u8; 32]>,
+    sha: Option<Sha>,
     /// The entry in the base archive, compared byte for byte on a prefilter match.
     base_entry: Option<String>,
 }
@@ -68,13 +86,14 @@ impl Dedup {
     fn find(
         &self,
         base: Option<&Archive>,
+        pool: Option<&HashPool>,
         key: (TensorKind, u64, u32),
         sha: &[u8; 32],
         parts: &[&[u8]],
     ) -> Option<(String, u64)> {
         for c in self.map.get(&key)? {
             let same = match (&c.sha, &c.base_entry, base) {
-                (Some(s), _, _) => s == sha,
+                (Some(s), _, _) => s.get(pool) == *sha,
                 (None, Some(entry), Some(base)) => base
                     .entry_bytes(entry)
                     .map(|b| {
@@ -114,6 +133,34 @@ pub(crate) struct Session {
     pub comment: Vec<u8>,
     dedup: Dedup,
     base: Option<Archive>,
+    /// Background SHA-256 of tensors; started by the first tensor that uses it.
+    pool: PoolSlot,
+}
+
+/// The session's hash pool, started on first use (or unavailable: no threads).
+enum PoolSlot {
+    NotStarted,
+    Running(HashPool),
+    Unavailable,
+}
+
+impl PoolSlot {
+    fn get(&mut self) -> Option<&mut HashPool> {
+        if let PoolSlot::NotStarted = self {
+            *self = HashPool::start().map_or(PoolSlot::Unavailable, PoolSlot::Running);
+        }
+        match self {
+            PoolSlot::Running(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn as_ref(&self) -> Option<&HashPool> {
+        match self {
+            PoolSlot::Running(p) => Some(p),
+            _ => None,
+        }
+    }
 }
 
 impl Session {
@@ -126,6 +173,7 @@ impl Session {
             comment: Vec::new(),
             dedup: Dedup::default(),
             base: None,
+            pool: PoolSlot::NotStarted,
         }
     }
 
@@ -243,17 +291,9 @@ impl Session {
     }
 }
 
-/// Tensors of at least this many data bytes are hashed on a second thread while written
-/// (below it, starting a thread costs more than it saves).
-const PARALLEL_HASH_MIN: usize = 1 << 20;
-
-/// SHA-256 of the concatenated parts.
-fn sha256(parts: &[&[u8]; 2]) -> [u8; 32] {
-    let mut h = sha2::Sha256::new();
-    h.update(parts[0]);
-    h.update(parts[1]);
-    h.finalize().into()
-}
+/// Tensors of at least this many data bytes are hashed by the session's [`HashPool`]
+/// while later ones are written (below it, the hand-off costs more than it saves).
+const POOL_HASH_MIN: usize = 64 << 10;
 
 /// File names a tag writer produces itself.
 const RESERVED: [&str; 8] = [
@@ -278,7 +318,7 @@ pub struct TagWriter<'s> {
     param_names: HashSet<String>,
     updater_names: HashSet<String>,
     next: [u64; 2],
-    sums: Vec<(String, String)>,
+    sums: Vec<(Sha, String)>,
     used: HashSet<String>,
     metadata: bool,
     done: bool,
@@ -322,7 +362,8 @@ impl TagWriter<'_> {
                 None,
             )?;
         }
-        self.sums.push((sha256_hex(bytes), rel.to_string()));
+        self.sums
+            .push((Sha::Ready(sha256_parts(&[bytes])), rel.to_string()));
         Ok(())
     }
 
@@ -342,39 +383,47 @@ impl TagWriter<'_> {
         let header = encode_header(t);
         let len = header.len() as u64 + t.data().len() as u64;
         let parts: [&[u8]; 2] = [&header, t.data()];
-        // SHA-256 is the slowest step of a save (~1.8 GB/s with SHA-NI here, CRC-32 ~10x
-        // faster), so a large tensor is hashed on a second thread meanwhile. Only a tensor
-        // with a dedup candidate of its kind, length and CRC-32 needs the hash before it is
-        // written; any other is written while the hash is computed.
-        let (key, sha, written) = std::thread::scope(|scope| {
-            let hasher =
-                (t.data().len() >= PARALLEL_HASH_MIN).then(|| scope.spawn(|| sha256(&parts)));
-            let mut crc = crc32fast::Hasher::new();
-            crc.update(&header);
-            crc.update(t.data());
-            let key = (kind, len, crc.finalize());
-            let written = match hasher {
-                Some(_) if !self.s.dedup.map.contains_key(&key) => {
-                    Some(self.write_tensor(key, &parts))
-                }
-                _ => None,
-            };
-            let sha = match hasher {
-                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                None => sha256(&parts),
-            };
-            (key, sha, written)
-        });
-        let (rel, index) = match written {
-            Some(w) => w?,
-            None => {
-                let base = self.s.base.as_ref();
-                if let Some((tag, index)) = self.s.dedup.find(base, key, &sha, &parts) {
-                    let tag = if tag == self.name { None } else { Some(tag) };
-                    return Ok(ParamRef { tag, index });
-                }
-                self.write_tensor(key, &parts)?
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        crc.update(t.data());
+        let key = (kind, len, crc.finalize());
+        // SHA-256 is the slowest step of a save (~1.8 GB/s with SHA-NI, CRC-32 ~15x
+        // faster). Only a tensor with a dedup candidate of its kind, length and CRC-32
+        // needs its digest before it is written; any other is written while it is hashed:
+        // by the pool (a copy, hashed on another core while later tensors are written), or
+        // beside its own write when it is too large to copy.
+        let (sha, (rel, index)) = if self.s.dedup.map.contains_key(&key) {
+            let sha = sha256_parts(&parts);
+            let found = self.s.dedup.find(
+                self.s.base.as_ref(),
+                self.s.pool.as_ref(),
+                key,
+                &sha,
+                &parts,
+            );
+            if let Some((tag, index)) = found {
+                let tag = if tag == self.name { None } else { Some(tag) };
+                return Ok(ParamRef { tag, index });
             }
+            (Sha::Ready(sha), self.write_tensor(key, &parts)?)
+        } else if t.data().len() < POOL_HASH_MIN {
+            (
+                Sha::Ready(sha256_parts(&parts)),
+                self.write_tensor(key, &parts)?,
+            )
+        } else if let Some(pool) = self.s.pool.get().filter(|_| len <= IN_FLIGHT_LIMIT as u64) {
+            let ticket = pool.submit(&parts);
+            (Sha::Pending(ticket), self.write_tensor(key, &parts)?)
+        } else {
+            let (sha, written) = std::thread::scope(|scope| {
+                let hasher = scope.spawn(|| sha256_parts(&parts));
+                let written = self.write_tensor(key, &parts);
+                let sha = hasher
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (sha, written)
+            });
+            (Sha::Ready(sha), written?)
         };
         self.s.dedup.insert(
             key,
@@ -385,8 +434,7 @@ impl TagWriter<'_> {
                 base_entry: None,
             },
         );
-        let hex: String = sha.iter().map(|b| format!("{b:02x}")).collect();
-        self.sums.push((hex, rel));
+        self.sums.push((sha, rel));
         Ok(ParamRef { tag: None, index })
     }
 
@@ -508,7 +556,13 @@ impl TagWriter<'_> {
             let m = with_created(None)?;
             self.put_file("metadata.json", &m, true)?;
         }
-        let sums = text::render_sums(&self.sums);
+        let pool = self.s.pool.as_ref();
+        let sums: Vec<(String, String)> = self
+            .sums
+            .iter()
+            .map(|(sha, rel)| (hex_digest(&sha.get(pool)), rel.clone()))
+            .collect();
+        let sums = text::render_sums(&sums);
         let full = format!("{}/sha256sums.txt", self.name);
         self.s.write_text(&full, sums.as_bytes())?;
         self.s.tags.push(self.name.clone());
@@ -742,14 +796,24 @@ mod parallel_hash_tests {
     use crate::archive::{Archive, ArchiveWriter, WriteOptions};
     use crate::tensor::{DType, Tensor};
 
-    /// Tensors above PARALLEL_HASH_MIN take the threaded path: manifest hashes must be
-    /// right, an identical large tensor must still be stored once, and `tensor_owned`
-    /// must read back the same bytes as the zero-copy view.
+    /// Each way a tensor is hashed (inline below POOL_HASH_MIN, by the pool, beside its
+    /// write above the pool's in-flight bound): manifest hashes must be right, an
+    /// identical tensor must still be stored once, and `tensor_owned` must read back the
+    /// same bytes as the zero-copy view.
     #[test]
     fn large_tensors_hash_dedup_and_read_owned() {
+        for n in [
+            super::POOL_HASH_MIN - 8,
+            super::POOL_HASH_MIN + 64,
+            super::IN_FLIGHT_LIMIT + 64,
+        ] {
+            hash_dedup_and_read_owned(n);
+        }
+    }
+
+    fn hash_dedup_and_read_owned(n: usize) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.mz");
-        let n = super::PARALLEL_HASH_MIN + 64;
         let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
         let big = Tensor::from_bytes(DType::Uint8, vec![n as u64], data).unwrap();
         let opts = WriteOptions {
