@@ -20,8 +20,25 @@ pub(crate) const IN_FLIGHT_LIMIT: usize = 32 << 20;
 /// Workers at most; each is one core's worth of SHA-256.
 const MAX_WORKERS: usize = 4;
 
-/// A digest to be had from the pool.
-pub(crate) type Ticket = u64;
+/// A digest being computed by a [`HashPool`] (or already computed).
+#[derive(Clone)]
+pub(crate) struct Ticket {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Ticket {
+    /// The digest, waiting for it if it is not hashed yet.
+    pub(crate) fn digest(&self) -> [u8; 32] {
+        let mut g = self.shared.lock();
+        loop {
+            if let Some(d) = g.done.get(&self.id) {
+                return *d;
+            }
+            g = self.shared.wait(g);
+        }
+    }
+}
 
 /// SHA-256 of the concatenated parts, on this thread.
 pub(crate) fn sha256_parts(parts: &[&[u8]]) -> [u8; 32] {
@@ -34,8 +51,8 @@ pub(crate) fn sha256_parts(parts: &[&[u8]]) -> [u8; 32] {
 
 #[derive(Default)]
 struct State {
-    queue: VecDeque<(Ticket, Vec<u8>)>,
-    done: HashMap<Ticket, [u8; 32]>,
+    queue: VecDeque<(u64, Vec<u8>)>,
+    done: HashMap<u64, [u8; 32]>,
     /// Bytes of the buffers queued or being hashed.
     in_flight: usize,
     /// Buffers hashed, kept for the next copies (their pages are already faulted in).
@@ -64,7 +81,7 @@ impl Shared {
 pub(crate) struct HashPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    next: Ticket,
+    next: u64,
     limit: usize,
 }
 
@@ -130,21 +147,13 @@ impl HashPool {
         for p in parts {
             buf.extend_from_slice(p);
         }
-        let ticket = self.next;
+        let id = self.next;
         self.next += 1;
-        self.shared.lock().queue.push_back((ticket, buf));
+        self.shared.lock().queue.push_back((id, buf));
         self.shared.changed.notify_all();
-        ticket
-    }
-
-    /// The digest of `ticket`, waiting for it if it is not hashed yet.
-    pub(crate) fn digest(&self, ticket: Ticket) -> [u8; 32] {
-        let mut g = self.shared.lock();
-        loop {
-            if let Some(d) = g.done.get(&ticket) {
-                return *d;
-            }
-            g = self.shared.wait(g);
+        Ticket {
+            shared: Arc::clone(&self.shared),
+            id,
         }
     }
 }
@@ -162,7 +171,7 @@ impl Drop for HashPool {
 fn work(s: &Shared) {
     loop {
         let mut g = s.lock();
-        let (ticket, buf) = loop {
+        let (id, buf) = loop {
             if let Some(job) = g.queue.pop_front() {
                 break job;
             }
@@ -175,7 +184,7 @@ fn work(s: &Shared) {
         let d = sha256_parts(&[&buf]);
         let mut g = s.lock();
         g.in_flight -= buf.len();
-        g.done.insert(ticket, d);
+        g.done.insert(id, d);
         g.free.push(buf);
         drop(g);
         s.changed.notify_all();
@@ -199,11 +208,11 @@ mod tests {
             .collect();
         let tickets: Vec<Ticket> = data.iter().map(|d| pool.submit(&[b"hdr", d])).collect();
         for (d, t) in data.iter().zip(&tickets).rev() {
-            assert_eq!(pool.digest(*t), sha256_parts(&[b"hdr", d]));
+            assert_eq!(t.digest(), sha256_parts(&[b"hdr", d]));
         }
         // One over the in-flight bound goes through alone rather than waiting forever.
         let big = vec![7u8; limit + 5];
         let t = pool.submit(&[&big]);
-        assert_eq!(pool.digest(t), sha256_parts(&[&big]));
+        assert_eq!(t.digest(), sha256_parts(&[&big]));
     }
 }

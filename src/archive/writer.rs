@@ -49,19 +49,17 @@ impl Default for WriteOptions {
 }
 
 /// The SHA-256 of a file written in this session: known, or being computed by the pool.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Sha {
     Ready([u8; 32]),
     Pending(Ticket),
 }
 
 impl Sha {
-    fn get(self, pool: Option<&HashPool>) -> [u8; 32] {
-        match (self, pool) {
-            (Sha::Ready(d), _) => d,
-            (Sha::Pending(t), Some(p)) => p.digest(t),
-            // A ticket only comes from the session's pool, which lives as long as it.
-            (Sha::Pending(_), None) => unreachable!("a pending digest without its pool"),
+    fn get(&self) -> [u8; 32] {
+        match self {
+            Sha::Ready(d) => *d,
+            Sha::Pending(t) => t.digest(),
         }
     }
 }
@@ -86,14 +84,13 @@ impl Dedup {
     fn find(
         &self,
         base: Option<&Archive>,
-        pool: Option<&HashPool>,
         key: (TensorKind, u64, u32),
         sha: &[u8; 32],
         parts: &[&[u8]],
     ) -> Option<(String, u64)> {
         for c in self.map.get(&key)? {
             let same = match (&c.sha, &c.base_entry, base) {
-                (Some(s), _, _) => s.get(pool) == *sha,
+                (Some(s), _, _) => s.get() == *sha,
                 (None, Some(entry), Some(base)) => base
                     .entry_bytes(entry)
                     .map(|b| {
@@ -149,13 +146,6 @@ impl PoolSlot {
         if let PoolSlot::NotStarted = self {
             *self = HashPool::start().map_or(PoolSlot::Unavailable, PoolSlot::Running);
         }
-        match self {
-            PoolSlot::Running(p) => Some(p),
-            _ => None,
-        }
-    }
-
-    fn as_ref(&self) -> Option<&HashPool> {
         match self {
             PoolSlot::Running(p) => Some(p),
             _ => None,
@@ -394,13 +384,7 @@ impl TagWriter<'_> {
         // beside its own write when it is too large to copy.
         let (sha, (rel, index)) = if self.s.dedup.map.contains_key(&key) {
             let sha = sha256_parts(&parts);
-            let found = self.s.dedup.find(
-                self.s.base.as_ref(),
-                self.s.pool.as_ref(),
-                key,
-                &sha,
-                &parts,
-            );
+            let found = self.s.dedup.find(self.s.base.as_ref(), key, &sha, &parts);
             if let Some((tag, index)) = found {
                 let tag = if tag == self.name { None } else { Some(tag) };
                 return Ok(ParamRef { tag, index });
@@ -430,7 +414,7 @@ impl TagWriter<'_> {
             Candidate {
                 tag: self.name.clone(),
                 index,
-                sha: Some(sha),
+                sha: Some(sha.clone()),
                 base_entry: None,
             },
         );
@@ -556,11 +540,10 @@ impl TagWriter<'_> {
             let m = with_created(None)?;
             self.put_file("metadata.json", &m, true)?;
         }
-        let pool = self.s.pool.as_ref();
         let sums: Vec<(String, String)> = self
             .sums
             .iter()
-            .map(|(sha, rel)| (hex_digest(&sha.get(pool)), rel.clone()))
+            .map(|(sha, rel)| (hex_digest(&sha.get()), rel.clone()))
             .collect();
         let sums = text::render_sums(&sums);
         let full = format!("{}/sha256sums.txt", self.name);
