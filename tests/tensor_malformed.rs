@@ -174,10 +174,24 @@ fn huge_lod_level_is_refused_before_allocating() {
     let mut r = Rec::fp32(&[1], 1);
     r.lod_level_override = Some(1 << 60);
     let e = err(&r.bytes());
+    assert!(
+        matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("lod_level 1152921504606846976 is over the limit of 1024")),
+        "{e}"
+    );
+    assert_eq!(e.location().offset, Some(4));
+}
+
+#[test]
+fn more_lod_levels_than_the_bytes_can_hold() {
+    let mut r = Rec::fp32(&[1], 1);
+    r.lod_level_override = Some(1000);
+    let e = err(&r.bytes());
+    // 1000 levels take at least their 8,000 bytes of size words.
     assert!(matches!(
         e.kind(),
         ErrorKind::Truncated {
             what: "LoD levels",
+            needed: 8000,
             ..
         }
     ));
@@ -302,6 +316,8 @@ fn lod_not_starting_at_zero() {
     r.lod = vec![vec![1, 3]];
     let e = err(&r.bytes());
     assert!(matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("start at 0")));
+    // The offset of the bad LoD offset: version 4 + lod_level 8 + level size 8.
+    assert_eq!(e.location().offset, Some(20));
 }
 
 #[test]
@@ -310,6 +326,8 @@ fn lod_that_decreases() {
     r.lod = vec![vec![0, 2, 1, 3]];
     let e = err(&r.bytes());
     assert!(matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("decreases")));
+    // The third offset (1), at 20 + 2 * 8.
+    assert_eq!(e.location().offset, Some(36));
 }
 
 #[test]
@@ -318,6 +336,52 @@ fn lod_last_level_not_ending_at_dims0() {
     r.lod = vec![vec![0, 2]];
     let e = err(&r.bytes());
     assert!(matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("dims[0] is 3")));
+    // The level's last offset.
+    assert_eq!(e.location().offset, Some(28));
+}
+
+#[test]
+fn lod_of_a_tensor_with_no_rows_is_not_held_to_dims0() {
+    // Paddle writes and reads back dims [0, 3] with lod [[0, 2, 5]]: its CheckLoD
+    // compares the last offset with the height only when the height is not 0.
+    let mut r = Rec::fp32(&[0, 3], 0);
+    r.lod = vec![vec![0, 2, 5]];
+    let bytes = r.bytes();
+    let t = tensor::decode_tensor(&bytes).unwrap();
+    assert_eq!(t.lod(), &vec![vec![0, 2, 5]]);
+}
+
+#[test]
+fn lod_level_with_one_offset() {
+    let mut r = Rec::fp32(&[0, 3], 0);
+    r.lod = vec![vec![0]];
+    let e = err(&r.bytes());
+    assert!(
+        matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("level 0 has 1 offset(s)")),
+        "{e}"
+    );
+    assert_eq!(e.location().offset, Some(12));
+}
+
+#[test]
+fn lod_on_a_0d_tensor() {
+    let mut r = Rec::fp32(&[], 1);
+    r.lod = vec![vec![0, 1]];
+    let e = err(&r.bytes());
+    assert!(matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("0-D")));
+    assert_eq!(e.location().offset, Some(4));
+}
+
+#[test]
+fn element_count_overflow_does_not_depend_on_where_the_zero_stands() {
+    for dims in [[0, 1 << 62, 1 << 62], [1 << 62, 1 << 62, 0]] {
+        let r = Rec::fp32(&dims, 0);
+        let e = err(&r.bytes());
+        assert!(
+            matches!(e.kind(), ErrorKind::SizeOverflow(_)),
+            "{dims:?}: {e}"
+        );
+    }
 }
 
 #[test]
@@ -326,6 +390,8 @@ fn lod_levels_that_do_not_nest() {
     r.lod = vec![vec![0, 1, 3], vec![0, 2, 4]];
     let e = err(&r.bytes());
     assert!(matches!(e.kind(), ErrorKind::BadLod(m) if m.contains("level 0 ends at 3")));
+    // Level 0's last offset: 20 + 2 * 8.
+    assert_eq!(e.location().offset, Some(36));
 }
 
 #[test]
@@ -363,6 +429,21 @@ fn combined_file_with_a_truncated_last_record() {
             ..
         }
     ));
+}
+
+#[test]
+fn bytes_after_the_last_record_of_a_combined_file() {
+    let a = Rec::fp32(&[2], 2).bytes();
+    let mut all = a.clone();
+    all.extend_from_slice(&a);
+    all.extend_from_slice(&[0, 0, 0, 0]);
+    let e = tensor::decode_combined(&all).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::TrailingBytes { count: 4 }),
+        "{e}"
+    );
+    assert_eq!(e.location().record, Some(1));
+    assert_eq!(e.location().offset, Some(2 * a.len() as u64));
 }
 
 #[test]

@@ -29,7 +29,8 @@ pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
 
 const BROKEN_PIPE: &str = "\u{0}broken pipe";
 
-fn io_error(e: std::io::Error) -> CliError {
+/// A stdout write error; a closed pipe becomes the quiet marker.
+pub fn io_error(e: std::io::Error) -> CliError {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         CliError(BROKEN_PIPE.to_string())
     } else {

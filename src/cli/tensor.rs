@@ -1,9 +1,10 @@
 //! `modelzip tensor`: decode a standalone LoDTensor file or a combined file.
 
-use super::output::{print, print_json, sha256_hex};
+use super::output::{io_error, sha256_hex};
 use super::{CliError, Outcome};
-use modelzip::tensor::codec;
-use serde_json::json;
+use modelzip::tensor::Lod;
+use modelzip::tensor::codec::{self, Record};
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Decode a Paddle LoDTensor file (one record) or a combined file
@@ -30,47 +31,100 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let bytes = file.bytes();
     let records = codec::decode_combined(bytes)
         .map_err(|e| CliError(format!("cannot decode {shown}: {e}")))?;
+    // Written as it is rendered (no document or table built in memory first): a LoD can
+    // hold millions of offsets.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if args.json {
-        let recs: Vec<_> = records
-            .iter()
-            .map(|r| {
-                json!({
-                    "index": r.index,
-                    "offset": r.offset,
-                    "length": r.length,
-                    "dtype": r.tensor.dtype().name(),
-                    "dtype_code": r.tensor.dtype().code(),
-                    "dims": r.tensor.dims(),
-                    "lod": r.tensor.lod(),
-                    "data_bytes": r.tensor.data().len(),
-                    "data_sha256": sha256_hex(r.tensor.data()),
-                })
-            })
-            .collect();
-        return print_json(&json!({"file": shown, "records": recs})).map(|_| Outcome::Success);
+        let recs: Vec<RecordJson<'_>> = records.iter().map(RecordJson::new).collect();
+        let doc = FileJson {
+            file: &shown,
+            records: recs,
+        };
+        serde_json::to_writer_pretty(&mut out, &doc)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+            .and_then(|()| out.flush())
+            .map_err(io_error)?;
+        return Ok(Outcome::Success);
     }
-    let mut out = format!(
-        "{shown}: {} record(s), {} bytes\n",
-        records.len(),
-        bytes.len()
-    );
-    out.push_str(&format!(
-        "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  {}\n",
-        "index", "offset", "length", "dtype", "dims", "lod", "data", "data sha256"
-    ));
-    for r in &records {
+    write_table(&mut out, &shown, bytes.len(), &records)
+        .and_then(|()| out.flush())
+        .map_err(io_error)?;
+    Ok(Outcome::Success)
+}
+
+/// The `--json` document (shape in docs/CLI.md).
+#[derive(serde::Serialize)]
+struct FileJson<'a> {
+    file: &'a str,
+    records: Vec<RecordJson<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct RecordJson<'a> {
+    index: usize,
+    offset: u64,
+    length: u64,
+    dtype: &'static str,
+    dtype_code: i32,
+    dims: &'a [u64],
+    lod: &'a Lod,
+    data_bytes: usize,
+    data_sha256: String,
+}
+
+impl<'a> RecordJson<'a> {
+    fn new(r: &'a Record<'a>) -> Self {
         let t = &r.tensor;
-        out.push_str(&format!(
-            "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  {}\n",
+        RecordJson {
+            index: r.index,
+            offset: r.offset,
+            length: r.length,
+            dtype: t.dtype().name(),
+            dtype_code: t.dtype().code(),
+            dims: t.dims(),
+            lod: t.lod(),
+            data_bytes: t.data().len(),
+            data_sha256: sha256_hex(t.data()),
+        }
+    }
+}
+
+/// LoDs with more offsets than this are summarized in the table (`--json` has them all).
+const TABLE_LOD_OFFSETS: usize = 16;
+
+fn write_table(
+    out: &mut impl Write,
+    shown: &str,
+    len: usize,
+    records: &[Record<'_>],
+) -> std::io::Result<()> {
+    writeln!(out, "{shown}: {} record(s), {len} bytes", records.len())?;
+    writeln!(
+        out,
+        "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  data sha256",
+        "index", "offset", "length", "dtype", "dims", "lod", "data"
+    )?;
+    for r in records {
+        let t = &r.tensor;
+        let offsets: usize = t.lod().iter().map(Vec::len).sum();
+        let lod = if offsets <= TABLE_LOD_OFFSETS {
+            format!("{:?}", t.lod())
+        } else {
+            format!("{} level(s), {offsets} offsets", t.lod().len())
+        };
+        writeln!(
+            out,
+            "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  {}",
             r.index,
             r.offset,
             r.length,
             format!("{} ({})", t.dtype().name(), t.dtype().code()),
             format!("{:?}", t.dims()),
-            format!("{:?}", t.lod()),
+            lod,
             t.data().len(),
             sha256_hex(t.data())
-        ));
+        )?;
     }
-    print(&out).map(|_| Outcome::Success)
+    Ok(())
 }

@@ -125,6 +125,14 @@ impl<'a> Iterator for Records<'a> {
         if self.failed || self.pos >= self.bytes.len() {
             return None;
         }
+        let rest = (self.bytes.len() - self.pos) as u64;
+        if self.index > 0 && rest < MIN_RECORD_BYTES {
+            // Too few bytes for any record: bytes after the last one, not a record cut short.
+            self.failed = true;
+            return Some(Err(Error::new(ErrorKind::TrailingBytes { count: rest })
+                .in_record(self.index - 1)
+                .at_offset(self.pos as u64)));
+        }
         match decode_record_at(self.bytes, self.pos, self.index) {
             Ok(rec) => {
                 self.pos += rec.length as usize;
@@ -156,39 +164,60 @@ fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<R
         })
         .at_offset(at));
     }
-    let at = c.pos as u64;
+    let lod_at = c.pos as u64;
     let lod_level = c.u64("lod_level")?;
-    // Each level takes at least its 8-byte size word: refuse a count the input cannot hold.
+    if lod_level > MAX_LOD_LEVELS {
+        return Err(Error::new(ErrorKind::BadLod(format!(
+            "lod_level {lod_level} is over the limit of {MAX_LOD_LEVELS} levels"
+        )))
+        .at_offset(lod_at));
+    }
+    // Each level takes at least its 8-byte size word: refuse a count the input cannot
+    // hold before allocating for it.
     if lod_level > c.remaining() / 8 {
         return Err(Error::new(ErrorKind::Truncated {
             what: "LoD levels",
-            needed: lod_level.saturating_mul(8),
+            needed: lod_level * 8,
             available: c.remaining(),
         })
-        .at_offset(at));
+        .at_offset(lod_at));
     }
     let mut lod: Lod = Vec::with_capacity(lod_level as usize);
-    for _ in 0..lod_level {
+    // Where the last offset of the previous level lies, for the error that names it.
+    let mut prev_last_at = 0u64;
+    for l in 0..lod_level as usize {
         let at = c.pos as u64;
         let nbytes = c.u64("LoD level size")?;
         if nbytes % 8 != 0 {
             return Err(Error::new(ErrorKind::BadLod(format!(
-                "level size {nbytes} is not a multiple of 8"
+                "level {l} size {nbytes} is not a multiple of 8"
             )))
             .at_offset(at));
         }
+        if nbytes < 16 {
+            return Err(Error::new(ErrorKind::BadLod(format!(
+                "level {l} has {} offset(s); a level needs at least 2",
+                nbytes / 8
+            )))
+            .at_offset(at));
+        }
+        let first_at = c.pos as u64;
         let raw = c.take(nbytes, "LoD offsets")?;
-        lod.push(
-            raw.chunks_exact(8)
-                .map(|b| {
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(b);
-                    u64::from_le_bytes(a)
-                })
-                .collect(),
-        );
+        let level: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|b| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                u64::from_le_bytes(a)
+            })
+            .collect();
+        check_level(l, &level).map_err(|(i, e)| e.at_offset(first_at + 8 * i as u64))?;
+        if let Some(prev) = lod.last() {
+            check_nesting(l - 1, prev, &level).map_err(|e| e.at_offset(prev_last_at))?;
+        }
+        prev_last_at = first_at + nbytes - 8;
+        lod.push(level);
     }
-    let lod_end = c.pos as u64;
     let at = c.pos as u64;
     let tversion = c.u32("tensor version")?;
     if tversion != 0 {
@@ -211,7 +240,14 @@ fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<R
     let desc_at = c.pos as u64;
     let desc_bytes = c.take(desc_size as u64, "TensorDesc")?;
     let (dtype, dims) = decode_desc(desc_bytes).map_err(|e| e.at_offset(desc_at))?;
-    check_lod(&lod, &dims).map_err(|e| e.at_offset(lod_end))?;
+    if let Some(last) = lod.last() {
+        let at = if dims.is_empty() {
+            lod_at
+        } else {
+            prev_last_at
+        };
+        check_height(lod.len() - 1, last, &dims).map_err(|e| e.at_offset(at))?;
+    }
     let data_offset = c.pos as u64;
     let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at))?;
     let data = c.take(n, "tensor data")?;
@@ -243,52 +279,84 @@ fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {
     Ok((dtype, dims))
 }
 
-/// Checks a LoD against the tensor's dims: every level starts at 0 and never
-/// decreases, each level ends at the next level's last index, and the last level
-/// ends at `dims[0]`.
+/// The most LoD levels a record may declare. Paddle sets no limit, but its models use a
+/// few; a hostile count must not cost a vector per level.
+pub const MAX_LOD_LEVELS: u64 = 1024;
+
+/// The fewest bytes a record takes: versions, lod_level, desc size, a TensorDesc with
+/// just its data_type (2 bytes), no data.
+const MIN_RECORD_BYTES: u64 = 4 + 8 + 4 + 4 + 2;
+
+/// Checks a LoD against the tensor's dims, as Paddle's `CheckLoD` does: every level has at
+/// least 2 offsets, starts at 0 and never decreases; each level ends at the number of
+/// sequences of the level below it; and the last level ends at `dims[0]` — unless
+/// `dims[0]` is 0, which Paddle lets through (it writes and reads back such tensors).
 pub fn check_lod(lod: &Lod, dims: &[u64]) -> Result<()> {
     for (l, level) in lod.iter().enumerate() {
-        if level.first() != Some(&0) {
-            return Err(ErrorKind::BadLod(format!("level {l} does not start at 0")).into());
-        }
-        if let Some(i) = level.windows(2).position(|w| w[1] < w[0]) {
-            return Err(ErrorKind::BadLod(format!(
-                "level {l} decreases at position {} ({} then {})",
-                i + 1,
-                level[i],
-                level[i + 1]
-            ))
-            .into());
-        }
-        let last = *level.last().unwrap_or(&0);
-        match lod.get(l + 1) {
-            Some(next) => {
-                let want = (next.len() as u64).saturating_sub(1);
-                if last != want {
-                    return Err(ErrorKind::BadLod(format!(
-                        "level {l} ends at {last}, but level {} has {want} sequences",
-                        l + 1
-                    ))
-                    .into());
-                }
-            }
-            None => match dims.first() {
-                Some(&rows) if rows == last => {}
-                Some(&rows) => {
-                    return Err(ErrorKind::BadLod(format!(
-                        "last level ends at {last}, but dims[0] is {rows}"
-                    ))
-                    .into());
-                }
-                None => {
-                    return Err(
-                        ErrorKind::BadLod("a 0-D tensor cannot have LoD levels".into()).into(),
-                    );
-                }
-            },
+        check_level(l, level).map_err(|(_, e)| e)?;
+        if let Some(next) = lod.get(l + 1) {
+            check_nesting(l, level, next)?;
         }
     }
+    match lod.last() {
+        Some(last) => check_height(lod.len() - 1, last, dims),
+        None => Ok(()),
+    }
+}
+
+/// One level on its own; the error comes with the index of the offset at fault.
+fn check_level(l: usize, level: &[u64]) -> std::result::Result<(), (usize, Error)> {
+    if level.len() < 2 {
+        let e = ErrorKind::BadLod(format!(
+            "level {l} has {} offset(s); a level needs at least 2",
+            level.len()
+        ));
+        return Err((0, e.into()));
+    }
+    if level[0] != 0 {
+        let e = ErrorKind::BadLod(format!(
+            "level {l} does not start at 0 (it starts at {})",
+            level[0]
+        ));
+        return Err((0, e.into()));
+    }
+    if let Some(i) = level.windows(2).position(|w| w[1] < w[0]) {
+        let e = ErrorKind::BadLod(format!(
+            "level {l} decreases at position {} ({} then {})",
+            i + 1,
+            level[i],
+            level[i + 1]
+        ));
+        return Err((i + 1, e.into()));
+    }
     Ok(())
+}
+
+/// Level `l` must end at the number of sequences of level `l + 1`.
+fn check_nesting(l: usize, level: &[u64], next: &[u64]) -> Result<()> {
+    let last = level.last().copied().unwrap_or(0);
+    let want = (next.len() as u64).saturating_sub(1);
+    if last != want {
+        return Err(ErrorKind::BadLod(format!(
+            "level {l} ends at {last}, but level {} has {want} sequences",
+            l + 1
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The last level (`l`) must end at `dims[0]` when that is not 0; a 0-D tensor has no LoD.
+fn check_height(l: usize, level: &[u64], dims: &[u64]) -> Result<()> {
+    let last = level.last().copied().unwrap_or(0);
+    match dims.first() {
+        None => Err(ErrorKind::BadLod("a 0-D tensor cannot have LoD levels".into()).into()),
+        Some(&rows) if rows == 0 || rows == last => Ok(()),
+        Some(&rows) => Err(ErrorKind::BadLod(format!(
+            "last level ({l}) ends at {last}, but dims[0] is {rows}"
+        ))
+        .into()),
+    }
 }
 
 /// The bytes of a record before its data: versions, LoD and TensorDesc.

@@ -4,7 +4,7 @@
 use super::Tensor;
 use super::codec::{self, Record};
 use super::view::TensorView;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 
 /// A memory-mapped tensor file. Decoding borrows from the map: reading a 256 MiB
@@ -21,10 +21,14 @@ impl TensorFile {
     pub fn open(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
         let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(path))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::from(e).in_file(path))?
-            .len();
+        let meta = file.metadata().map_err(|e| Error::from(e).in_file(path))?;
+        if meta.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidInput(
+                "is a directory, not a tensor file".into(),
+            ))
+            .in_file(path));
+        }
+        let len = meta.len();
         // An empty file cannot be mapped; it holds no records.
         let map = if len == 0 {
             None

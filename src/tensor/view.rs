@@ -6,29 +6,44 @@ use crate::error::{ErrorKind, Result};
 /// Level-of-detail offsets: one `Vec<u64>` of offsets per level (Paddle's LoD).
 pub type Lod = Vec<Vec<u64>>;
 
-/// A Rust type that is the in-memory element of one dtype.
+/// A Rust type that is the in-memory element of a dtype.
 pub trait Element: bytemuck::Pod {
-    /// The dtype whose elements this type holds.
+    /// The dtype a tensor made from these values has ([`Tensor::from_slice`]).
     const DTYPE: DType;
+    /// Other dtypes whose elements this type reads as they are stored: `u8` reads BOOL
+    /// (0 or 1) and the FP8 types (their bit patterns), `u64` reads SIZE_T.
+    const ALSO_READS: &'static [DType] = &[];
 }
 
 macro_rules! element {
-    ($($t:ty => $d:expr),* $(,)?) => { $(impl Element for $t { const DTYPE: DType = $d; })* };
+    ($($t:ty => $d:expr $(, also $($a:expr),+)?);* $(;)?) => { $(
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            $(const ALSO_READS: &'static [DType] = &[$($a),+];)?
+        }
+    )* };
 }
 element! {
-    i16 => DType::Int16, i32 => DType::Int32, i64 => DType::Int64,
-    half::f16 => DType::Fp16, f32 => DType::Fp32, f64 => DType::Fp64,
-    u8 => DType::Uint8, i8 => DType::Int8, half::bf16 => DType::Bf16,
-    u16 => DType::Uint16, u32 => DType::Uint32, u64 => DType::Uint64,
+    i16 => DType::Int16; i32 => DType::Int32; i64 => DType::Int64;
+    half::f16 => DType::Fp16; f32 => DType::Fp32; f64 => DType::Fp64;
+    u8 => DType::Uint8, also DType::Bool, DType::Fp8E4m3fn, DType::Fp8E5m2;
+    i8 => DType::Int8; half::bf16 => DType::Bf16;
+    u16 => DType::Uint16; u32 => DType::Uint32;
+    u64 => DType::Uint64, also DType::SizeT;
+    // COMPLEX64 / COMPLEX128: (real, imaginary) pairs.
+    [f32; 2] => DType::Complex64; [f64; 2] => DType::Complex128;
 }
 
-/// Number of elements of `dims` (1 for 0-D), or an overflow error.
+/// Number of elements of `dims` (1 for 0-D), or an overflow error. The product of the
+/// non-zero dims must fit too, so the answer does not depend on where a 0 stands
+/// (`[0, 2^62, 2^62]` is refused like `[2^62, 2^62, 0]`).
 pub fn element_count(dims: &[u64]) -> Result<u64> {
-    dims.iter().try_fold(1u64, |acc, &d| {
+    let nonzero = dims.iter().filter(|&&d| d != 0).try_fold(1u64, |acc, &d| {
         acc.checked_mul(d).ok_or_else(|| {
-            ErrorKind::SizeOverflow(format!("element count of dims {dims:?} exceeds 2^64")).into()
+            ErrorKind::SizeOverflow(format!("element count of dims {dims:?} exceeds 2^64"))
         })
-    })
+    })?;
+    Ok(if dims.contains(&0) { 0 } else { nonzero })
 }
 
 /// Bytes of data for `dtype` × `dims`, or an overflow error.
@@ -181,7 +196,7 @@ impl<'a> TensorView<'a> {
     }
 
     fn check_type<T: Element>(&self) -> Result<()> {
-        if T::DTYPE == self.dtype {
+        if T::DTYPE == self.dtype || T::ALSO_READS.contains(&self.dtype) {
             Ok(())
         } else {
             Err(ErrorKind::DTypeMismatch {
@@ -294,6 +309,32 @@ impl From<TensorView<'_>> for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_dtype_has_a_typed_reader() {
+        let bytes = |n: usize| (0..n as u8).collect::<Vec<u8>>();
+        let bool_t = Tensor::from_bytes(DType::Bool, vec![2], vec![0, 1]).unwrap();
+        assert_eq!(bool_t.view().to_vec::<u8>().unwrap(), vec![0, 1]);
+        for fp8 in [DType::Fp8E4m3fn, DType::Fp8E5m2] {
+            let t = Tensor::from_bytes(fp8, vec![3], bytes(3)).unwrap();
+            assert_eq!(t.view().to_vec::<u8>().unwrap(), vec![0, 1, 2]);
+        }
+        let size_t =
+            Tensor::from_bytes(DType::SizeT, vec![1], 7u64.to_le_bytes().to_vec()).unwrap();
+        assert_eq!(size_t.view().to_vec::<u64>().unwrap(), vec![7]);
+        let c64: Vec<u8> = [1.0f32, -2.0]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        let c = Tensor::from_bytes(DType::Complex64, vec![1], c64).unwrap();
+        assert_eq!(c.view().to_vec::<[f32; 2]>().unwrap(), vec![[1.0, -2.0]]);
+        let c128: Vec<u8> = [0.5f64, 3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
+        let c = Tensor::from_bytes(DType::Complex128, vec![1], c128).unwrap();
+        assert_eq!(c.view().to_vec::<[f64; 2]>().unwrap(), vec![[0.5, 3.0]]);
+        // A type still refuses the dtypes it does not read.
+        assert!(size_t.view().to_vec::<i64>().is_err());
+        assert!(bool_t.view().to_vec::<i8>().is_err());
+    }
 
     #[test]
     fn typed_access_checks_type_and_alignment() {

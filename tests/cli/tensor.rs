@@ -65,3 +65,46 @@ fn missing_file_is_an_error() {
     let line = expect_error(modelzip().args(["tensor", "/nonexistent/file.bin"]));
     assert!(line.contains("/nonexistent/file.bin"), "{line}");
 }
+
+#[test]
+fn a_directory_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = expect_error(modelzip().arg("tensor").arg(dir.path()));
+    assert!(line.contains("is a directory"), "{line}");
+}
+
+#[test]
+fn bytes_after_a_single_record_are_trailing_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lod.bin");
+    let mut bytes = std::fs::read(fixture("paddle/3.3.1/save_op/lod2_int64")).unwrap();
+    let end = bytes.len();
+    bytes.extend_from_slice(&[0, 0, 0, 0]);
+    std::fs::write(&path, &bytes).unwrap();
+    let line = expect_error(modelzip().arg("tensor").arg(&path));
+    assert!(
+        line.contains("4 unexpected bytes after the record"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("record 0, byte {end}")), "{line}");
+}
+
+#[test]
+fn a_long_lod_is_summarized_in_the_table_and_complete_in_json() {
+    // 40 sequences of one row each: 41 offsets.
+    let offsets: Vec<u64> = (0..=40).collect();
+    let t = modelzip::Tensor::from_slice(vec![40], &[1.0f32; 40])
+        .unwrap()
+        .with_lod(vec![offsets.clone()])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seq.bin");
+    let mut bytes = Vec::new();
+    modelzip::tensor::codec::encode_tensor(&t.view(), &mut bytes).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let out = modelzip().arg("tensor").arg(&path).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("1 level(s), 41 offsets"), "{text}");
+    let got = json_of(modelzip().arg("tensor").arg(&path).arg("--json"));
+    assert_eq!(got["records"][0]["lod"], serde_json::json!([offsets]));
+}
