@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, value_name = "NEW")]
     tag: String,
     /// The dtype of the new tag's float parameters.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     dtype: CastDType,
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]

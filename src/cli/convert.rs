@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long)]
     tag: String,
     /// The target encoding.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     to: Target,
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]

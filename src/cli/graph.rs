@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long)]
     tag: Option<String>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = Format::Text)]
     format: Format,
 }
 

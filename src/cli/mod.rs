@@ -25,7 +25,7 @@ mod tags;
 mod tensor;
 mod verify;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Zip-based, multi-tag model archives with Paddle-compatible tensors.
@@ -80,9 +80,22 @@ pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                // --help, --version, or no command at all: the full text.
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            }
+            let command = std::env::args()
+                .skip(1)
+                .find(|a| !a.starts_with('-'))
+                .filter(|c| Cli::command().find_subcommand(c).is_some());
+            eprintln!(
+                "modelzip: {}",
+                usage_line(&e.render().to_string(), command.as_deref())
+            );
+            return ExitCode::from(2);
         }
     };
     let result = match cli.command {
@@ -112,5 +125,23 @@ pub fn run() -> ExitCode {
             eprintln!("modelzip: {}", msg.replace('\n', " "));
             ExitCode::from(2)
         }
+    }
+}
+
+/// A usage error as one line: clap's message and its indented details (e.g. the possible
+/// values), without the usage block, then where to look for help.
+fn usage_line(rendered: &str, command: Option<&str>) -> String {
+    let mut parts = Vec::new();
+    for line in rendered.lines() {
+        if line.is_empty() {
+            break;
+        }
+        parts.push(line.trim());
+    }
+    let msg = parts.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    match command {
+        Some(c) => format!("usage: {msg} (see 'modelzip {c} --help')"),
+        None => format!("usage: {msg} (see 'modelzip --help')"),
     }
 }

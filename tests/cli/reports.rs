@@ -1,7 +1,7 @@
 //! `--json` of the writing commands (pack, rm, prune, compact, extract), their human
 //! lines, and that progress bars never reach a stderr that is not a terminal.
 
-use super::harness::{fixture, json_of, modelzip};
+use super::harness::{expect_error, fixture, json_of, modelzip};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -462,4 +462,30 @@ fn rm_and_prune_in_place_leave_dead_bytes_that_compact_reclaims() {
         .collect();
     assert_eq!(names, PARAMS);
     modelzip().arg("verify").arg(&a).assert().success();
+}
+
+#[test]
+fn usage_errors_are_one_line_naming_the_command() {
+    let line = expect_error(modelzip().args([
+        "cast", "a.zip", "--from", "x", "--tag", "y", "--dtype", "fp64",
+    ]));
+    assert!(line.contains("invalid value 'fp64'"), "{line}");
+    assert!(line.contains("possible values: fp16, bf16"), "{line}");
+    assert!(line.contains("'modelzip cast --help'"), "{line}");
+    let line = expect_error(modelzip().arg("tags"));
+    assert!(line.contains("<ARCHIVE>"), "{line}");
+    let line = expect_error(modelzip().arg("no-such-command"));
+    assert!(line.contains("unrecognized subcommand"), "{line}");
+    // Value names are not case sensitive.
+    let line = expect_error(modelzip().args([
+        "cast",
+        "/nonexistent/a.zip",
+        "--from",
+        "x",
+        "--tag",
+        "y",
+        "--dtype",
+        "BF16",
+    ]));
+    assert!(!line.contains("usage:"), "{line}");
 }
