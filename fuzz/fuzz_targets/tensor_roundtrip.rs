@@ -9,12 +9,13 @@ use modelzip::{DType, Lod, Tensor};
 #[derive(Debug)]
 struct Case(Tensor);
 
-/// Offsets from 0 to `end` in up to 4 non-decreasing steps (empty sequences allowed).
+/// Offsets from 0 to `end` in 1 to 4 non-decreasing steps (empty sequences allowed; a
+/// level has at least 2 offsets, as Paddle's CheckLoD requires).
 fn level(u: &mut Unstructured, end: u64) -> Result<Vec<u64>> {
-    let seqs = u.int_in_range(if end > 0 { 1 } else { 0 }..=4)?;
+    let seqs = u.int_in_range(1..=4)?;
     let mut cuts = (1..seqs).map(|_| u.int_in_range(0..=end)).collect::<Result<Vec<_>>>()?;
     cuts.sort_unstable();
-    Ok([0].into_iter().chain(cuts).chain((seqs > 0).then_some(end)).collect())
+    Ok([0].into_iter().chain(cuts).chain([end]).collect())
 }
 
 impl<'a> Arbitrary<'a> for Case {
