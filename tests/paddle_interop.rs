@@ -571,3 +571,34 @@ fn export_leaves_both_files_or_neither_on_a_full_disk() {
     }
     assert!(failures > 10, "only {failures} runs failed");
 }
+
+#[test]
+fn a_programdesc_field_framework_proto_lacks_is_kept_and_never_converted_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    // ProgramDesc field 6 (varint 1): not in framework.proto, as a newer Paddle might write.
+    let mut model = read("3.3.1", "mlp.pdmodel");
+    model.extend_from_slice(&[6 << 3, 1]);
+    let model_path = dir.path().join("future.pdmodel");
+    std::fs::write(&model_path, &model).unwrap();
+    import_inference_model_files(
+        &zip,
+        "t",
+        &model_path,
+        &fixture("3.3.1", "mlp.pdiparams"),
+        &opts(),
+    )
+    .unwrap();
+    // Stored byte for byte, unknown field included.
+    let a = Archive::open(&zip).unwrap();
+    let (_, stored) = a.tag("t").unwrap().graph().unwrap().unwrap();
+    assert_eq!(stored.as_ref(), model.as_slice());
+    drop(a);
+    let before = std::fs::read(&zip).unwrap();
+    let e = convert_graph(&zip, "t", GraphEncoding::FlatBuffers, &no_fsync())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ProgramDesc: field number 6"), "{e}");
+    assert!(e.contains("t/graph.pdmodel"), "{e}");
+    assert_eq!(std::fs::read(&zip).unwrap(), before);
+}

@@ -41,6 +41,15 @@ pub fn convert_graph(
         if from == to {
             return Ok(None);
         }
+        if from == GraphEncoding::ProgramDesc
+            && let Some(path) = crate::graph::programdesc::unknown_field(bytes)?
+        {
+            return Err(ErrorKind::Graph(format!(
+                "{path} is not in framework.proto (written by another Paddle version?); \
+                 converting would lose it, so the graph stays a ProgramDesc"
+            ))
+            .into());
+        }
         let g = Graph::decode(from, bytes)?;
         Ok(Some((to, g.encode(to)?)))
     })

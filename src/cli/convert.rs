@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 /// Convert a tag's graph between Paddle ProgramDesc (graph.pdmodel) and modelzip's
 /// FlatBuffers schema (graph.fb). The conversion is lossless: converting back gives
-/// the original ProgramDesc. The archive is rewritten to a new file and renamed over
+/// the original ProgramDesc. A ProgramDesc holding a protobuf field framework.proto does
+/// not declare (from another Paddle version) is refused rather than converted without
+/// it. The archive is rewritten to a new file and renamed over
 /// the old one (crash-safe; this also drops dead bytes, like compact). A tag already
 /// in the target encoding is left alone.
 ///

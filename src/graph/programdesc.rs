@@ -106,6 +106,42 @@ fn missing_required(msg: &DynamicMessage) -> Option<String> {
     None
 }
 
+/// The path to the first protobuf field of a `.pdmodel` that framework.proto does not
+/// declare (a newer or older Paddle's field), if any. Such a field is kept in
+/// graph.pdmodel (stored byte for byte) but cannot survive a conversion.
+pub fn unknown_field(bytes: &[u8]) -> Result<Option<String>> {
+    Ok(first_unknown(&decode_dynamic(bytes)?).map(|p| format!("ProgramDesc{p}")))
+}
+
+fn first_unknown(msg: &DynamicMessage) -> Option<String> {
+    if let Some(f) = msg.unknown_fields().next() {
+        return Some(format!(": field number {}", f.number()));
+    }
+    for field in msg.descriptor().fields() {
+        if !msg.has_field(&field) {
+            continue;
+        }
+        match msg.get_field(&field) {
+            Cow::Borrowed(Value::Message(m)) => {
+                if let Some(rest) = first_unknown(m) {
+                    return Some(format!(".{}{rest}", field.name()));
+                }
+            }
+            Cow::Borrowed(Value::List(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Value::Message(m) = item
+                        && let Some(rest) = first_unknown(m)
+                    {
+                        return Some(format!(".{}[{i}]{}{rest}", field.name(), label_of(m)));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// ` (name)` for messages with a name or type string, to make paths readable.
 fn label_of(m: &DynamicMessage) -> String {
     for key in ["name", "type", "parameter", "op_name"] {

@@ -380,6 +380,8 @@ pub fn import_inference_model_files(
     let model = read_file(model_path)?;
     let params = read_file(params_path)?;
     let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(model_path))?;
+    // A program that cannot say which variables it loads is the model file's fault.
+    persistable_vars(&graph).map_err(|e| e.in_file(model_path))?;
     let tensors = inference_params(&graph, &params).map_err(|e| e.in_file(params_path))?;
     store(archive, tag, &model, &tensors, opts)
 }
