@@ -312,8 +312,9 @@ fn bombs_and_huge_dims_keep_the_cli_within_64_mib_over_the_input_size() {
         let input_kib = std::fs::metadata(&path).unwrap().len() / 1024;
         for sub in ["tags", "show", "verify"] {
             let (code, kib) = peak_rss_kib(&[sub.as_ref(), path.as_os_str()]);
+            // 0 where the command never reads the bomb (`show` and metadata.json).
             assert!(
-                matches!(code, Some(1) | Some(2)),
+                matches!(code, Some(0) | Some(1) | Some(2)),
                 "{file} {sub}: exit {code:?}"
             );
             assert!(

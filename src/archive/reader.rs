@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::{Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// Name of the tag list entry.
@@ -525,61 +525,83 @@ impl Archive {
         match e.method {
             METHOD_STORED => Ok(Cow::Borrowed(raw)),
             METHOD_DEFLATED => {
-                let limit = self.opts.max_inflated_size;
-                if e.uncompressed_size > limit {
-                    return Err(Error::new(ErrorKind::LimitExceeded {
-                        what: "inflated entry size",
-                        size: e.uncompressed_size,
-                        limit,
-                    }));
-                }
-                let ratio_cap = e
-                    .compressed_size
-                    .saturating_mul(self.opts.max_inflate_ratio)
-                    .max(INFLATE_RATIO_FREE);
-                if e.uncompressed_size > ratio_cap {
-                    return Err(Error::new(ErrorKind::LimitExceeded {
-                        what: "inflated entry size (compression ratio)",
-                        size: e.uncompressed_size,
-                        limit: ratio_cap,
-                    }));
-                }
                 let cap = e.uncompressed_size.min(1 << 20) as usize;
                 let mut out = Vec::with_capacity(cap);
-                flate2::read::DeflateDecoder::new(raw)
-                    .take(e.uncompressed_size.saturating_add(1))
-                    .read_to_end(&mut out)
-                    .map_err(|err| {
-                        Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
-                            .at_offset(e.data_offset)
-                    })?;
-                if out.len() as u64 != e.uncompressed_size {
-                    return Err(Error::new(ErrorKind::Zip(format!(
-                        "entry inflates to {}{} bytes, the directory says {}",
-                        out.len(),
-                        if out.len() as u64 > e.uncompressed_size {
-                            "+"
-                        } else {
-                            ""
-                        },
-                        e.uncompressed_size
-                    )))
-                    .at_offset(e.data_offset));
-                }
-                let crc = crc32fast::hash(&out);
-                if crc != e.crc32 {
-                    return Err(Error::new(ErrorKind::Checksum(format!(
-                        "CRC-32 {crc:08x}, the directory says {:08x}",
-                        e.crc32
-                    )))
-                    .at_offset(e.data_offset));
-                }
+                self.inflate_into(e, raw, &mut out)?;
                 Ok(Cow::Owned(out))
             }
             m => Err(Error::new(ErrorKind::Zip(format!(
                 "unsupported compression method {m}"
             )))
             .at_offset(e.header_offset)),
+        }
+    }
+
+    /// Inflates deflated entry `e` (its bytes `raw`) into `out`, within the size and
+    /// ratio limits, checking its length and CRC-32.
+    fn inflate_into(&self, e: &ZipEntry, raw: &[u8], out: &mut impl Write) -> Result<()> {
+        let limit = self.opts.max_inflated_size;
+        if e.uncompressed_size > limit {
+            return Err(Error::new(ErrorKind::LimitExceeded {
+                what: "inflated entry size",
+                size: e.uncompressed_size,
+                limit,
+            }));
+        }
+        let ratio_cap = e
+            .compressed_size
+            .saturating_mul(self.opts.max_inflate_ratio)
+            .max(INFLATE_RATIO_FREE);
+        if e.uncompressed_size > ratio_cap {
+            return Err(Error::new(ErrorKind::LimitExceeded {
+                what: "inflated entry size (compression ratio)",
+                size: e.uncompressed_size,
+                limit: ratio_cap,
+            }));
+        }
+        let mut sink = CrcWriter {
+            out,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        };
+        std::io::copy(
+            &mut flate2::read::DeflateDecoder::new(raw).take(e.uncompressed_size.saturating_add(1)),
+            &mut sink,
+        )
+        .map_err(|err| {
+            Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
+                .at_offset(e.data_offset)
+        })?;
+        if sink.len != e.uncompressed_size {
+            return Err(Error::new(ErrorKind::Zip(format!(
+                "entry inflates to {}{} bytes, the directory says {}",
+                sink.len,
+                if sink.len > e.uncompressed_size {
+                    "+"
+                } else {
+                    ""
+                },
+                e.uncompressed_size
+            )))
+            .at_offset(e.data_offset));
+        }
+        let crc = sink.crc.finalize();
+        if crc != e.crc32 {
+            return Err(Error::new(ErrorKind::Checksum(format!(
+                "CRC-32 {crc:08x}, the directory says {:08x}",
+                e.crc32
+            )))
+            .at_offset(e.data_offset));
+        }
+        Ok(())
+    }
+
+    /// Checks entry `e` as [`Self::read_entry`] would read it, without keeping its bytes
+    /// (a deflated entry is inflated in chunks: constant memory).
+    fn check_entry(&self, e: &ZipEntry) -> Result<()> {
+        match e.method {
+            METHOD_DEFLATED => self.inflate_into(e, self.raw_data(e), &mut std::io::sink()),
+            _ => self.read_entry(e).map(drop),
         }
     }
 
@@ -622,7 +644,7 @@ impl Archive {
                         format!("CRC-32 is {crc:08x}, the directory says {:08x}", e.crc32),
                     );
                 }
-            } else if let Err(err) = self.read_entry(e) {
+            } else if let Err(err) = self.check_entry(e) {
                 r.push(Some(&e.name), err.to_string());
             }
             ticker.tick();
@@ -674,10 +696,13 @@ impl Archive {
                 if let Err(e) = tag.graph() {
                     r.push(None, e.to_string());
                 }
-                if let Ok(Some(m)) = tag.metadata()
-                    && serde_json::from_slice::<serde_json::Value>(&m).is_err()
-                {
-                    r.push(Some(&format!("{t}/metadata.json")), "not valid JSON");
+                match tag.metadata() {
+                    // Checked without building the document (constant memory).
+                    Ok(Some(m)) if serde_json::from_slice::<serde::de::IgnoredAny>(&m).is_err() => {
+                        r.push(Some(&format!("{t}/metadata.json")), "not valid JSON");
+                    }
+                    Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
+                    _ => {}
                 }
             }
             Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
@@ -779,6 +804,11 @@ impl Archive {
         })
     }
 }
+
+/// The largest metadata.json a reader accepts (created time, description, quantization
+/// records, user keys: kilobytes in practice). Its parsed form costs several times its
+/// size, so the bound keeps a hostile one from costing gigabytes.
+pub const MAX_METADATA_BYTES: u64 = 4 << 20;
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
@@ -971,8 +1001,22 @@ impl<'a> Tag<'a> {
         self.optional("trainingConfig.fb")
     }
 
-    /// `<tag>/metadata.json`, raw.
+    /// `<tag>/metadata.json`, raw; at most [`MAX_METADATA_BYTES`] (checked before it is
+    /// read or inflated).
     pub fn metadata(&self) -> Result<Option<Cow<'a, [u8]>>> {
+        let name = format!("{}/metadata.json", self.name);
+        if let Some(e) = self.archive.entry(&name)
+            && e.uncompressed_size > MAX_METADATA_BYTES
+        {
+            return Err(self.archive.located(
+                Error::new(ErrorKind::LimitExceeded {
+                    what: "metadata.json size",
+                    size: e.uncompressed_size,
+                    limit: MAX_METADATA_BYTES,
+                })
+                .in_entry(name),
+            ));
+        }
         self.optional("metadata.json")
     }
 
@@ -989,5 +1033,25 @@ impl<'a> Tag<'a> {
             .entries_under(self.name)
             .map(|e| e.name.as_str())
             .collect()
+    }
+}
+
+/// Counts and CRCs what is written through it.
+struct CrcWriter<'w, W> {
+    out: &'w mut W,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Write for CrcWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 }

@@ -9,6 +9,8 @@ use std::fmt;
 pub const MAX_TAGS_LINE: usize = 64 * 1024;
 /// Longest line accepted in params.txt / updater.txt / sha256sums.txt, in bytes.
 pub const MAX_TABLE_LINE: usize = 1024 * 1024;
+/// Refs on one updater.txt line at most: state arrays of one parameter (Adam has 2 to 4).
+pub const MAX_UPDATER_ARRAYS: usize = 256;
 
 /// A reference to a tensor file: `N` (this tag) or `TAG/N` (another tag).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -213,6 +215,17 @@ pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<Table
                 n,
             ));
         }
+        if refs_raw.len() > MAX_UPDATER_ARRAYS {
+            return Err(syntax(
+                format!(
+                    "{} refs on one line; a parameter has at most {MAX_UPDATER_ARRAYS} updater \
+                     state arrays",
+                    refs_raw.len()
+                ),
+                entry,
+                n,
+            ));
+        }
         if updater && refs_raw.is_empty() {
             return Err(syntax(
                 "expected `name ref [ref ...]`, found only a name".into(),
@@ -401,6 +414,15 @@ mod tests {
         let u = parse_table(b"w 0 1\nb other/2 3\n", "t/updater.txt", true).unwrap();
         assert_eq!(u[0].refs.len(), 2);
         assert!(parse_table(b"w\n", "t/updater.txt", true).is_err());
+        // At most MAX_UPDATER_ARRAYS refs on a line, so a short file cannot hold millions.
+        let line = |n: usize| format!("ok 0\nw{}\n", " 0".repeat(n));
+        assert!(parse_table(line(MAX_UPDATER_ARRAYS).as_bytes(), "u", true).is_ok());
+        let e = parse_table(line(MAX_UPDATER_ARRAYS + 1).as_bytes(), "u", true).unwrap_err();
+        assert_eq!(e.location().line, Some(2));
+        assert!(
+            e.to_string().contains("at most 256 updater state arrays"),
+            "{e}"
+        );
         let rendered = render_table(t.iter().map(|l| (l.name.as_str(), l.refs.as_slice())));
         assert_eq!(rendered, "conv1.w 0\nconv1.b shared/3\nmy%20param%25 1\n");
     }

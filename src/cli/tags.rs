@@ -73,12 +73,8 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
     let created = tag
         .metadata()
         .map_err(tag_err(tag.name()))?
-        .and_then(|m| serde_json::from_slice::<Value>(&m).ok())
-        .and_then(|v| {
-            v.get("created")
-                .and_then(|c| c.as_str())
-                .map(str::to_string)
-        });
+        .and_then(|m| serde_json::from_slice::<Created>(&m).ok())
+        .and_then(|c| c.created);
     Ok(TagRow {
         name: tag.name().to_string(),
         params: tag.params().len(),
@@ -177,4 +173,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         out.push_str("* default (newest) tag\n");
     }
     print(&out).map(|_| Outcome::Success)
+}
+
+/// The one key of metadata.json the listing shows; the rest is skipped unparsed.
+#[derive(serde::Deserialize)]
+struct Created {
+    created: Option<String>,
 }

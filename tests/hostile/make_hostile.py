@@ -351,6 +351,18 @@ def bomb_attacks():
          build([E("tags.txt", b"t\n"), pt, E("t/params/0.lodtensor", GOOD_TENSOR)]), "tags",
          "compression ratio", kind="LimitExceeded")
 
+    # metadata.json: 16 MiB of `[0,0,...` (the most that inflates without the ratio
+    # check) from ~16 KB: over the metadata.json limit, refused before inflating.
+    n = 16 << 20
+    body = b"[" + b"0," * ((n - 2) // 2) + b"0]"
+    body = body[: n - 1] + b"]"
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    mz = c.compress(body) + c.flush()
+    mt = E("t/metadata.json", b"", method=8)
+    mt.stored, mt.crc, mt.csize, mt.usize = mz, zlib.crc32(body), len(mz), len(body)
+    emit("deflate-bomb-metadata-json.zip", build(base_entries() + [mt]), "tags",
+         "metadata.json size of 16777216 exceeds the limit of 4194304", kind="LimitExceeded")
+
 
 def tensor_attacks():
     def arch(t):
