@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .map_err(|e| CliError(format!("cannot read the graph of tag {name:?}: {e}")))?
         .ok_or_else(|| {
             CliError(format!(
-                "tag {name:?} has no graph (no graph.pdmodel or graph.fb) (file {})",
+                "cannot print the graph of tag {name:?}: the tag has no graph (no graph.pdmodel or graph.fb) (file {})",
                 args.archive.display()
             ))
         })?;

@@ -22,7 +22,8 @@ pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
 
 /// Prints one JSON document followed by a newline.
 pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
-    let mut s = serde_json::to_string_pretty(value).map_err(|e| CliError(e.to_string()))?;
+    let mut s = serde_json::to_string_pretty(value)
+        .map_err(|e| CliError(format!("cannot write JSON to stdout: {e}")))?;
     s.push('\n');
     print(&s)
 }

@@ -1,6 +1,6 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::open;
+use super::common::{open, refuse_directory};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -206,6 +206,7 @@ fn fill(tag: &mut TagWriter<'_>, args: &Args, progress: &Progress) -> Result<(),
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError(format!("cannot write {shown}: {e}"));
+    refuse_directory(&args.archive, &format!("cannot write {shown}"))?;
     let progress = Progress::new(args.quiet || args.json, "packing");
     let opts = WriteOptions {
         wait_for_lock: args.wait,

@@ -115,9 +115,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             .collect();
         let mut rows = Vec::new();
         for w in workers {
-            let part = w
-                .join()
-                .map_err(|_| CliError("a worker thread panicked".into()))??;
+            let part = w.join().map_err(|_| {
+                CliError(format!(
+                    "cannot list the tags of {}: a worker thread panicked",
+                    args.archive.display()
+                ))
+            })??;
             rows.extend(part);
         }
         Ok::<_, CliError>(rows)

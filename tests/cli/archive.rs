@@ -500,3 +500,82 @@ fn pack_with_updater_state_shows_arrays_in_order() {
     assert!(line.contains("<param>/"), "{line}");
     assert_eq!(tag_names(&a), ["step-1"]);
 }
+
+/// Asserts the documented error form `modelzip: <what failed>: <why>` with a non-empty
+/// what-failed part that starts with "cannot" (or is a usage error), and returns the line.
+fn expect_error_form(cmd: &mut assert_cmd::Command) -> String {
+    let line = expect_error(cmd);
+    let rest = line.strip_prefix("modelzip: ").unwrap();
+    let (what, why) = rest.split_once(": ").unwrap_or(("", ""));
+    assert!(
+        (what.starts_with("cannot ") || what == "usage") && !why.is_empty(),
+        "{line}"
+    );
+    line
+}
+
+/// An archive path that is a directory is said to be one (the OS's answer, from mapping
+/// it, is "No such device"), for every command that takes an archive, and nothing is
+/// created beside it.
+#[test]
+fn an_archive_path_that_is_a_directory_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = persistables("3.3.1");
+    // The archive path is a directory: said so, for every command that takes one.
+    let d = dir.path().join("dirarch");
+    std::fs::create_dir(&d).unwrap();
+    let model = fixture("paddle/3.3.1/mlp.pdmodel");
+    let params = fixture("paddle/3.3.1/mlp.pdiparams");
+    let commands: Vec<Vec<std::ffi::OsString>> = vec![
+        vec![
+            "pack".into(),
+            d.clone().into(),
+            src.clone().into(),
+            "--tag".into(),
+            "t".into(),
+        ],
+        vec![
+            "import-paddle".into(),
+            d.clone().into(),
+            "--tag".into(),
+            "t".into(),
+            model.into(),
+            params.into(),
+        ],
+        vec!["rm".into(), d.clone().into(), "t".into()],
+        vec![
+            "prune".into(),
+            d.clone().into(),
+            "--keep".into(),
+            "1".into(),
+        ],
+        vec!["compact".into(), d.clone().into()],
+        vec![
+            "convert".into(),
+            d.clone().into(),
+            "--tag".into(),
+            "t".into(),
+            "--to".into(),
+            "flatbuffers".into(),
+        ],
+        vec!["tags".into(), d.clone().into()],
+        vec!["show".into(), d.clone().into()],
+        vec!["verify".into(), d.clone().into()],
+        vec![
+            "extract".into(),
+            d.clone().into(),
+            "--out".into(),
+            dir.path().join("o").into(),
+        ],
+    ];
+    for args in commands {
+        let line = expect_error_form(modelzip().args(&args));
+        assert!(
+            line.contains("dirarch") && line.contains("is a directory"),
+            "{line}"
+        );
+        assert!(!line.contains("os error"), "{line}");
+    }
+    assert!(!dir.path().join("dirarch.lock").exists());
+    assert!(!dir.path().join("o").exists());
+}
