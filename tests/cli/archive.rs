@@ -897,3 +897,90 @@ fn pack_refuses_bad_input_paths_before_taking_the_lock() {
     );
     assert!(!a.exists() && !lock_of(&a).exists());
 }
+
+/// An extract that fails after creating `--out` removes what it created, the new output
+/// directory (and its new parents) included; a parameter that needs another's file as a
+/// directory is refused before anything is written.
+#[test]
+fn failed_extract_removes_the_output_directory_it_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+    let mut w = ArchiveWriter::create(&a).unwrap();
+    // A file name longer than any file system allows fails when it is created, after
+    // "first" is written.
+    let long = "n".repeat(300);
+    w.add_tag(
+        TagBuilder::new("long")
+            .param("first", t.clone())
+            .param(format!("sub/{long}"), t.clone()),
+    )
+    .unwrap();
+    w.add_tag(
+        TagBuilder::new("prefix")
+            .param("a", t.clone())
+            .param("a/b", t),
+    )
+    .unwrap();
+    w.finish().unwrap();
+    let out = dir.path().join("new/deeper/out");
+    let line = expect_error_form(
+        modelzip()
+            .arg("extract")
+            .arg(&a)
+            .args(["--tag", "long", "--out"])
+            .arg(&out),
+    );
+    assert!(line.contains("cannot create"), "{line}");
+    assert!(!dir.path().join("new").exists(), "{line}");
+    // Into an existing directory: it stays, emptied of what extract wrote.
+    let existing = dir.path().join("existing");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("keep"), b"k").unwrap();
+    expect_error_form(
+        modelzip()
+            .arg("extract")
+            .arg(&a)
+            .args(["--tag", "long", "--out"])
+            .arg(&existing),
+    );
+    let left: Vec<_> = std::fs::read_dir(&existing)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["keep"]);
+    // "a" and "a/b": refused up front.
+    let out = dir.path().join("out2");
+    let line = expect_error_form(
+        modelzip()
+            .arg("extract")
+            .arg(&a)
+            .args(["--tag", "prefix", "--out"])
+            .arg(&out),
+    );
+    assert!(line.contains("collides") && line.contains("\"a"), "{line}");
+    assert!(!out.exists());
+}
+
+/// extract's errors say what failed: an existing file without --force.
+#[test]
+fn extract_errors_say_what_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let src = persistables("3.3.1");
+    // extract: an existing file, and a name it refuses, say what failed.
+    pack(&a, "t", &src, &[]);
+    let out = dir.path().join("out");
+    modelzip()
+        .arg("extract")
+        .arg(&a)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let line = expect_error_form(modelzip().arg("extract").arg(&a).arg("--out").arg(&out));
+    assert!(
+        line.contains("fc_0.b_0") && line.contains("--force"),
+        "{line}"
+    );
+}
