@@ -36,6 +36,25 @@ fn programdesc_garbage_and_truncation() {
     assert!(Graph::from_programdesc(&bytes[..bytes.len() - 1]).is_err());
 }
 
+/// Paddle 3 saves a PIR program as JSON by default: said so, with the way to a .pdmodel.
+#[test]
+fn programdesc_decoder_names_pir_json() {
+    for json in [
+        &br#"{"base_code":{"magic":"pir","version":1},"program":{"regions":[]}}"#[..],
+        b" \n\t{}",
+        b"{",
+    ] {
+        let e = pd_err(json);
+        assert!(
+            e.contains("PIR") && e.contains("FLAGS_enable_pir_api=0"),
+            "{e}"
+        );
+    }
+    // Other garbage keeps the protobuf error.
+    assert!(!pd_err(b"\xff\xff\xff\xff").contains("PIR"));
+    assert!(!pd_err(b"[1, 2]").contains("PIR"));
+}
+
 #[test]
 fn programdesc_unknown_enum_values_are_named() {
     let mut p = program();

@@ -1,7 +1,7 @@
 //! `modelzip cat`: one tensor's values.
 
 use super::common::{open, pick_tag};
-use super::output::{print, print_bytes, print_json};
+use super::output::{clean, print, print_bytes, print_json};
 use super::{CliError, Outcome};
 use modelzip::{DType, TensorView};
 use serde_json::{Value, json};
@@ -36,7 +36,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let tag = pick_tag(&archive, args.tag.as_deref())?;
     let data = tag.param(&args.param).map_err(|e| {
         CliError(format!(
-            "cannot read {} of tag {}: {e}",
+            "cannot read {:?} of tag {}: {e}",
             args.param,
             tag.name()
         ))
@@ -60,8 +60,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     let mut out = format!(
         "{} (tag {}): {} {:?}, {} elements",
-        args.param,
-        tag.name(),
+        clean(&args.param),
+        clean(tag.name()),
         t.dtype(),
         t.dims(),
         values.len()

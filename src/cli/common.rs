@@ -7,8 +7,21 @@ use modelzip::archive::{Archive, Tag, TensorLocation};
 use serde_json::{Value, json};
 use std::path::Path;
 
+/// Refuses an archive path that is a directory, as `<what failed>: the archive path is
+/// a directory, not a file` (the OS's own answer, from mapping it, is "No such
+/// device"). `what_failed` names the path.
+pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> {
+    if path.is_dir() {
+        return Err(CliError(format!(
+            "{what_failed}: the archive path is a directory, not a file"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens an archive, turning a failure into `cannot open PATH: why`.
 pub fn open(path: &Path) -> Result<Archive, CliError> {
+    refuse_directory(path, &format!("cannot open {}", path.display()))?;
     Archive::open(path).map_err(|e| CliError(format!("cannot open {}: {e}", path.display())))
 }
 

@@ -1,5 +1,6 @@
 //! `modelzip compact`: rewrite without dead bytes.
 
+use super::common::refuse_directory;
 use super::output::{human_bytes, print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -34,6 +35,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    refuse_directory(
+        &args.archive,
+        &format!("cannot compact {}", args.archive.display()),
+    )?;
     let progress = Progress::new(args.quiet || args.json, "compacting");
     let opts = WriteOptions {
         wait_for_lock: args.wait,

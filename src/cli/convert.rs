@@ -1,5 +1,6 @@
 //! `modelzip convert`: re-encode a tag's graph (graph.pdmodel <-> graph.fb) in place.
 
+use super::common::refuse_directory;
 use super::graph::encoding_name;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
@@ -49,6 +50,14 @@ enum Target {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    refuse_directory(
+        &args.archive,
+        &format!(
+            "cannot convert the graph of tag {:?} in {}",
+            args.tag,
+            args.archive.display()
+        ),
+    )?;
     let to = match args.to {
         Target::Flatbuffers => GraphEncoding::FlatBuffers,
         Target::Programdesc => GraphEncoding::ProgramDesc,

@@ -1,7 +1,7 @@
 //! `modelzip diff`: compare two tags parameter by parameter.
 
 use super::common::open;
-use super::output::{print, print_json};
+use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::variants::{ParamDiff, TagDiff, diff_tags};
 use serde_json::{Value, json};
@@ -79,8 +79,8 @@ fn fmt_num(x: Option<f64>) -> String {
 fn text(d: &TagDiff) -> String {
     let mut out = format!(
         "{} -> {}: graph {}, {} added, {} removed, {} changed, {} shared, {} copied\n",
-        d.tag_a,
-        d.tag_b,
+        clean(&d.tag_a),
+        clean(&d.tag_b),
         d.graph.name(),
         d.added.len(),
         d.removed.len(),
@@ -89,10 +89,10 @@ fn text(d: &TagDiff) -> String {
         d.copied.len()
     );
     for n in &d.added {
-        out.push_str(&format!("+ {n}\n"));
+        out.push_str(&format!("+ {}\n", clean(n)));
     }
     for n in &d.removed {
-        out.push_str(&format!("- {n}\n"));
+        out.push_str(&format!("- {}\n", clean(n)));
     }
     for c in &d.changed {
         let types = if c.dtype_a == c.dtype_b {
@@ -107,7 +107,7 @@ fn text(d: &TagDiff) -> String {
         };
         out.push_str(&format!(
             "~ {:<32} {:<14} {:<16} max abs {} rel {}{}\n",
-            c.name,
+            clean(&c.name),
             types,
             dims,
             fmt_num(c.max_abs_diff),

@@ -1,7 +1,7 @@
 //! `modelzip export-paddle`: a tag as PREFIX.pdmodel + PREFIX.pdiparams.
 
 use super::common::{open, pick_tag};
-use super::output::{print, print_json};
+use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::paddle::{self, ExportOptions};
 use serde_json::json;
@@ -96,7 +96,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             out.push_str(&format!(
                 "not exported ({} param(s) the program does not use): {}\n",
                 r.unused.len(),
-                r.unused.join(", ")
+                r.unused
+                    .iter()
+                    .map(|n| clean(n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         print(&out)?;

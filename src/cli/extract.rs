@@ -6,6 +6,7 @@ use super::{CliError, Outcome};
 use modelzip::archive::GraphEncoding;
 use modelzip::tensor;
 use serde_json::json;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,10 @@ use std::path::{Path, PathBuf};
 /// load_inference_model looks for in a directory) or `graph.fb`.
 ///
 /// Never writes outside DIR, never follows or creates symlinks, and never
-/// overwrites an existing file unless --force. On failure the files it created
-/// are removed.
+/// overwrites an existing file unless --force. On failure the files and
+/// directories it created are removed (DIR too, when it created DIR). `pack`
+/// reads the directory back as the same tag (the graph from `__model__` or
+/// `graph.fb`); updater state is not extracted.
 ///
 /// Example:
 ///   modelzip extract model.zip --tag fp32 --out fp32_params/
@@ -44,9 +47,13 @@ pub struct Args {
     quiet: bool,
 }
 
-/// The relative path for a parameter name, or why it cannot be one.
-fn safe_relative(name: &str) -> Result<PathBuf, CliError> {
-    let refuse = |why: &str| CliError(format!("refusing to extract parameter {name:?}: {why}"));
+/// The relative path for a parameter name of tag `tag`, or why it cannot be one.
+fn safe_relative(tag: &str, name: &str) -> Result<PathBuf, CliError> {
+    let refuse = |why: &str| {
+        CliError(format!(
+            "cannot extract tag {tag}: refusing to extract parameter {name:?}: {why} (entry {tag}/params.txt)"
+        ))
+    };
     if name.starts_with('/') {
         return Err(refuse("absolute path"));
     }
@@ -80,7 +87,7 @@ fn make_parents(root: &Path, rel: &Path, created: &mut Vec<PathBuf>) -> Result<(
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
                 return Err(CliError(format!(
-                    "{} exists and is not a directory (symlinks are never followed)",
+                    "cannot create directory {}: something that is not a directory is in the way (symlinks are never followed)",
                     dir.display()
                 )));
             }
@@ -99,12 +106,15 @@ fn create_file(path: &Path, force: bool) -> Result<File, CliError> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !force {
             return Err(CliError(format!(
-                "{} exists (use --force to overwrite)",
+                "cannot write {}: the file exists (use --force to overwrite)",
                 path.display()
             )));
         }
         if m.is_dir() {
-            return Err(CliError(format!("{} is a directory", path.display())));
+            return Err(CliError(format!(
+                "cannot write {}: a directory is in the way",
+                path.display()
+            )));
         }
         std::fs::remove_file(path)
             .map_err(|e| CliError(format!("cannot replace {}: {e}", path.display())))?;
@@ -116,35 +126,102 @@ fn create_file(path: &Path, force: bool) -> Result<File, CliError> {
         .map_err(|e| CliError(format!("cannot create {}: {e}", path.display())))
 }
 
+/// Creates `out` and any missing parents, returning the directories it created
+/// (outermost first), so a failed extract can remove them again.
+fn create_out_dir(out: &Path) -> Result<Vec<PathBuf>, CliError> {
+    let mut missing = Vec::new();
+    let mut dir = out;
+    loop {
+        match std::fs::symlink_metadata(dir) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing.push(dir.to_path_buf());
+                match dir.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => dir = p,
+                    _ => break,
+                }
+            }
+            Err(e) => return Err(CliError(format!("cannot create {}: {e}", dir.display()))),
+        }
+    }
+    missing.reverse();
+    let mut created = Vec::new();
+    for d in missing {
+        if let Err(e) = std::fs::create_dir(&d) {
+            remove_dirs(&created);
+            return Err(CliError(format!("cannot create {}: {e}", d.display())));
+        }
+        created.push(d);
+    }
+    match std::fs::metadata(out) {
+        Ok(m) if m.is_dir() => Ok(created),
+        _ => Err(CliError(format!(
+            "cannot extract to {}: not a directory",
+            out.display()
+        ))),
+    }
+}
+
+/// Removes the (empty) directories, innermost first.
+fn remove_dirs(dirs: &[PathBuf]) {
+    for d in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let tag_name = tag.name();
     // Check every name and decode every tensor before writing anything. Each file:
     // (path relative to the output, the same with `/` separators, bytes).
     let mut files: Vec<(PathBuf, String, Vec<u8>)> = Vec::new();
-    if let Some((enc, bytes)) = tag.graph().map_err(tag_err(tag.name()))? {
+    if let Some((enc, bytes)) = tag.graph().map_err(tag_err(tag_name))? {
         let name = match enc {
             GraphEncoding::ProgramDesc => "__model__",
             GraphEncoding::FlatBuffers => "graph.fb",
         };
         files.push((PathBuf::from(name), name.to_string(), bytes.into_owned()));
     }
+    // Every path a file takes and every directory one needs: a parameter "a" next to
+    // "a/b" cannot be written.
+    let mut file_paths: HashSet<PathBuf> = files.iter().map(|(f, _, _)| f.clone()).collect();
+    let mut dir_paths: HashSet<PathBuf> = HashSet::new();
     for p in tag.params() {
-        let rel = safe_relative(&p.name)?;
-        if files.iter().any(|(f, _, _)| *f == rel) {
-            return Err(CliError(format!(
-                "parameter {:?} collides with another file in the output",
+        let rel = safe_relative(tag_name, &p.name)?;
+        let collides = |what: &str| {
+            CliError(format!(
+                "cannot extract tag {tag_name}: parameter {:?} collides with {what} in the output (entry {tag_name}/params.txt)",
                 p.name
-            )));
+            ))
+        };
+        if file_paths.contains(&rel) {
+            return Err(collides("another file"));
         }
-        let data = tag.param(&p.name).map_err(tag_err(tag.name()))?;
+        if dir_paths.contains(&rel) {
+            return Err(collides("the directory of another parameter"));
+        }
+        for dir in rel.ancestors().skip(1) {
+            if dir.as_os_str().is_empty() {
+                break;
+            }
+            if file_paths.contains(dir) {
+                return Err(collides("another file (it needs it as a directory)"));
+            }
+            dir_paths.insert(dir.to_path_buf());
+        }
+        file_paths.insert(rel.clone());
+        let data = tag.param(&p.name).map_err(tag_err(tag_name))?;
         let mut bytes = Vec::new();
-        tensor::encode_tensor(&data.view(), &mut bytes)
-            .map_err(|e| CliError(format!("cannot encode {}: {e}", p.name)))?;
+        tensor::encode_tensor(&data.view(), &mut bytes).map_err(|e| {
+            CliError(format!(
+                "cannot encode parameter {:?} of tag {tag_name}: {e}",
+                p.name
+            ))
+        })?;
         files.push((rel, p.name.clone(), bytes));
     }
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| CliError(format!("cannot create {}: {e}", args.out.display())))?;
+    let out_dirs = create_out_dir(&args.out)?;
     let mut created_files: Vec<PathBuf> = Vec::new();
     let mut created_dirs: Vec<PathBuf> = Vec::new();
     let result = (|| {
@@ -163,9 +240,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         for f in created_files.iter().rev() {
             let _ = std::fs::remove_file(f);
         }
-        for d in created_dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
+        remove_dirs(&created_dirs);
+        remove_dirs(&out_dirs);
         return Err(e);
     }
     if args.json {

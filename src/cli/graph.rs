@@ -1,7 +1,7 @@
 //! `modelzip graph`: print a tag's graph as text, JSON or protobuf text format.
 
 use super::common::{open, pick_tag};
-use super::output::{print, print_json};
+use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::Graph;
 use modelzip::archive::GraphEncoding;
@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .map_err(|e| CliError(format!("cannot read the graph of tag {name:?}: {e}")))?
         .ok_or_else(|| {
             CliError(format!(
-                "tag {name:?} has no graph (no graph.pdmodel or graph.fb) (file {})",
+                "cannot print the graph of tag {name:?}: the tag has no graph (no graph.pdmodel or graph.fb) (file {})",
                 args.archive.display()
             ))
         })?;
@@ -71,7 +71,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     .map_err(bad)?;
     match args.format {
         Format::Text => print(&format!(
-            "tag {name}: {} ({} bytes)\n{}",
+            "tag {}: {} ({} bytes)\n{}",
+            clean(&name),
             enc.file_name(),
             bytes.len(),
             dump::text(&graph)

@@ -1,5 +1,6 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
+use super::common::refuse_directory;
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -77,6 +78,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     };
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError(format!("cannot import into {shown}: {e}"));
+    refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
     let report = match (&args.dir, &args.model_file, &args.params_file) {
         (Some(dir), None, None) => paddle::import_persistables_dir(
             &args.archive,
@@ -92,7 +94,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }
         _ => {
             return Err(CliError(
-                "give MODEL.pdmodel and PARAMS.pdiparams, or --dir DIR (see --help)".into(),
+                "usage: give MODEL.pdmodel and PARAMS.pdiparams, or --dir DIR (see 'modelzip import-paddle --help')".into(),
             ));
         }
     };

@@ -122,7 +122,7 @@ pub fn run() -> ExitCode {
         Ok(Outcome::Negative) => ExitCode::from(1),
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(CliError(msg)) => {
-            eprintln!("modelzip: {}", msg.replace('\n', " "));
+            eprintln!("modelzip: {}", output::error_line(&msg));
             ExitCode::from(2)
         }
     }

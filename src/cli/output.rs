@@ -22,7 +22,8 @@ pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
 
 /// Prints one JSON document followed by a newline.
 pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
-    let mut s = serde_json::to_string_pretty(value).map_err(|e| CliError(e.to_string()))?;
+    let mut s = serde_json::to_string_pretty(value)
+        .map_err(|e| CliError(format!("cannot write JSON to stdout: {e}")))?;
     s.push('\n');
     print(&s)
 }
@@ -64,4 +65,69 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     let d = sha2::Sha256::digest(bytes);
     d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `c` must not reach a terminal as is: control characters (C0, DEL, C1: escape
+/// sequences, line breaks, backspaces) and the invisible format characters that reorder
+/// or hide text (bidi overrides and isolates, zero-width characters, line separators).
+fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// A name from an archive made safe for human output: each control or invisible format
+/// character is written as Rust writes it in a string literal (`\n`, `\t`, `\u{1b}`),
+/// so a hostile name can neither run terminal escape sequences nor start a fake line.
+/// Everything else, including backslashes, stays as it is. (JSON output escapes on its
+/// own.)
+pub fn clean(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            c if is_unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// An error line for stderr: one line (line breaks become spaces, as library messages
+/// may wrap), every other control or invisible format character escaped as by [`clean`].
+pub fn error_line(msg: &str) -> String {
+    clean(&msg.replace(['\n', '\r'], " ")).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_escapes_controls_and_invisible_format_characters_only() {
+        assert_eq!(clean("fc_0.w_0"), "fc_0.w_0");
+        assert_eq!(clean("naïve 名前 a\\b"), "naïve 名前 a\\b");
+        assert_eq!(
+            clean("evil\u{1b}[31mRED\u{1b}[0m\nfake_row\t\r\0\u{7f}\u{9b}"),
+            "evil\\u{1b}[31mRED\\u{1b}[0m\\nfake_row\\t\\r\\0\\u{7f}\\u{9b}"
+        );
+        assert_eq!(
+            clean("a\u{202e}b\u{200b}c\u{2028}"),
+            "a\\u{202e}b\\u{200b}c\\u{2028}"
+        );
+        assert_eq!(error_line("x\ny\u{1b}"), "x y\\u{1b}");
+    }
 }

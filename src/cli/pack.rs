@@ -1,35 +1,45 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::open;
+use super::common::{open, refuse_directory};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
+use modelzip::Graph;
 use modelzip::archive::{
-    AppendMode, Appender, ArchiveWriter, GraphEncoding, TagWriter, WriteOptions,
+    AppendMode, Appender, ArchiveWriter, GraphEncoding, TagWriter, WriteOptions, validate_tag_name,
 };
 use modelzip::tensor;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Create ARCHIVE with tag T, or add tag T to an existing ARCHIVE, from a directory
 /// of Paddle LoDTensor files (a persistables directory).
 ///
 /// Each file under DIR becomes a parameter named by its path relative to DIR with
-/// `/` separators, in sorted order. With --updater, each file `UPDATER/<param>/<array>`
-/// is a state array of <param>, arrays in sorted file-name order. Tensors equal to
-/// ones already in the archive are stored once.
+/// `/` separators, in sorted order. A `__model__` (ProgramDesc) or `graph.fb` at the
+/// root of DIR is the tag's graph, not a parameter, so what `extract` writes packs
+/// back into the same tag; --graph FILE wins over it. A DIR with neither parameters
+/// nor a graph is refused (an empty tag is most likely a wrong path).
+/// The graph is decoded before anything is written (graph.fb through the FlatBuffers
+/// verifier): a Paddle 3 PIR program (.json) is refused; FLAGS_enable_pir_api=0 makes
+/// Paddle save a .pdmodel. With --updater, each file `UPDATER/<param>/<array>` is a
+/// state array of <param> (the directory path), arrays in sorted file-name order.
+/// Tensors equal to ones already in the archive are stored once.
 ///
 /// Adding to an existing archive appends in place by default (cost proportional to
 /// the new tag, crash-safe with a rollback journal); --rewrite writes a new file
 /// and renames it over the old one.
 ///
-/// Prints one line on success: the tag, its parameter count and how many of its
-/// tensors are shared with older tags (--json: one JSON document instead).
+/// Prints one line on success: the tag, its graph (if any) and where it came from, its
+/// parameter count and how many of its tensors are shared with older tags (--json:
+/// one JSON document instead).
 ///
 /// Example:
 ///   modelzip pack model.zip --tag step-1000 ckpt/params --updater ckpt/adam
 ///   modelzip pack model.zip --tag fp32 model_dir --graph model.pdmodel
 ///   modelzip pack model.zip --tag step-2000 ckpt/params --json
+///   modelzip extract model.zip --tag fp32 --out fp32/ && modelzip pack copy.zip fp32/ --tag fp32
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -40,7 +50,8 @@ pub struct Args {
     /// Name of the new tag.
     #[arg(long)]
     tag: String,
-    /// Graph file: a Paddle .pdmodel (ProgramDesc) or a modelzip graph.fb.
+    /// Graph file: a Paddle .pdmodel (ProgramDesc) or a modelzip graph.fb
+    /// (default: DIR/__model__ or DIR/graph.fb, if present).
     #[arg(long)]
     graph: Option<PathBuf>,
     /// Directory of updater (optimizer) state: UPDATER/<param>/<array>.
@@ -65,33 +76,163 @@ pub struct Args {
 }
 
 /// Files under `dir`, as (name relative to dir with `/`, path), sorted by name.
-fn tensor_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, CliError> {
+fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliError> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(CliError(format!(
+                "cannot pack {what} {}: not a directory (pack reads a directory of LoDTensor files, one per tensor)",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(CliError(format!("cannot read {}: {e}", dir.display()))),
+    }
     let mut out = Vec::new();
     for entry in walkdir::WalkDir::new(dir)
         .follow_links(false)
         .sort_by_file_name()
     {
-        let entry = entry.map_err(|e| CliError(format!("cannot read {}: {e}", dir.display())))?;
+        let entry = entry.map_err(|e| {
+            let path = e.path().unwrap_or(dir).display().to_string();
+            match e.io_error() {
+                Some(io) => CliError(format!("cannot read {path}: {io}")),
+                None => CliError(format!("cannot read {path}: {e}")),
+            }
+        })?;
         if !entry.file_type().is_file() {
             continue;
         }
-        let rel = entry
-            .path()
-            .strip_prefix(dir)
-            .map_err(|e| CliError(e.to_string()))?;
+        let not_utf8 = || {
+            CliError(format!(
+                "cannot pack {}: file name is not UTF-8 (parameter names are) (file {})",
+                dir.display(),
+                entry.path().display()
+            ))
+        };
+        let rel = entry.path().strip_prefix(dir).map_err(|_| not_utf8())?;
         let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
-        let name = parts
-            .ok_or_else(|| {
-                CliError(format!(
-                    "file name is not UTF-8: {}",
-                    entry.path().display()
-                ))
-            })?
-            .join("/");
+        let name = parts.ok_or_else(not_utf8)?.join("/");
         out.push((name, entry.path().to_path_buf()));
     }
     out.sort();
     Ok(out)
+}
+
+/// The root file names of a persistables directory that hold its graph, not a
+/// parameter: what `extract` writes (and `__model__` is what Paddle writes).
+const GRAPH_FILES: [(&str, GraphEncoding); 2] = [
+    ("__model__", GraphEncoding::ProgramDesc),
+    ("graph.fb", GraphEncoding::FlatBuffers),
+];
+
+/// A graph read and decoded before anything is written.
+struct GraphFile {
+    path: PathBuf,
+    encoding: GraphEncoding,
+    bytes: Vec<u8>,
+}
+
+/// Reads a graph file and checks that it decodes: graph.fb through the FlatBuffers
+/// verifier, anything else as a Paddle ProgramDesc.
+fn read_graph(path: &Path, encoding: Option<GraphEncoding>) -> Result<GraphFile, CliError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        if path.is_dir() {
+            CliError(format!(
+                "cannot read graph {}: it is a directory, not a graph file",
+                path.display()
+            ))
+        } else {
+            CliError(format!("cannot read graph {}: {e}", path.display()))
+        }
+    })?;
+    let encoding = encoding.unwrap_or_else(|| {
+        let is_fb = path.extension().is_some_and(|e| e == "fb")
+            || GraphEncoding::sniff(&bytes) == Some(GraphEncoding::FlatBuffers);
+        if is_fb {
+            GraphEncoding::FlatBuffers
+        } else {
+            GraphEncoding::ProgramDesc
+        }
+    });
+    let what = match encoding {
+        GraphEncoding::FlatBuffers => "a modelzip graph.fb",
+        GraphEncoding::ProgramDesc => "a Paddle ProgramDesc (.pdmodel)",
+    };
+    Graph::decode(encoding, &bytes).map_err(|e| {
+        CliError(format!(
+            "cannot use graph {} as {what}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(GraphFile {
+        path: path.to_path_buf(),
+        encoding,
+        bytes,
+    })
+}
+
+/// Everything `pack` reads before it takes the lock: the graph (decoded), the
+/// parameter files, and the updater files grouped by parameter.
+struct Inputs {
+    graph: Option<GraphFile>,
+    params: Vec<(String, PathBuf)>,
+    /// (parameter name, its array files in sorted file-name order), by parameter name.
+    updater: Vec<(String, Vec<PathBuf>)>,
+}
+
+fn gather(args: &Args) -> Result<Inputs, CliError> {
+    let mut params = tensor_files(&args.dir, "parameters from")?;
+    // A graph at the root of DIR (`extract` writes one) is the graph, not a parameter;
+    // --graph wins over it.
+    let mut found: Vec<(PathBuf, GraphEncoding)> = Vec::new();
+    params.retain(
+        |(name, path)| match GRAPH_FILES.iter().find(|(f, _)| f == name) {
+            Some((_, enc)) => {
+                found.push((path.clone(), *enc));
+                false
+            }
+            None => true,
+        },
+    );
+    let graph = match (&args.graph, found.as_slice()) {
+        (Some(g), _) => Some(read_graph(g, None)?),
+        (None, []) => None,
+        (None, [(path, enc)]) => Some(read_graph(path, Some(*enc))?),
+        (None, _) => {
+            return Err(CliError(format!(
+                "cannot pack {}: it holds both __model__ and graph.fb at its root; pass --graph to choose the tag's graph",
+                args.dir.display()
+            )));
+        }
+    };
+    if params.is_empty() && graph.is_none() {
+        return Err(CliError(format!(
+            "cannot pack {}: the directory holds no parameter files (a tag needs parameters or a graph; is the path right?)",
+            args.dir.display()
+        )));
+    }
+    let mut updater = Vec::new();
+    if let Some(dir) = &args.updater {
+        // Grouped by parameter name, not by adjacency: the files of "a/b" sort between
+        // "a/0_m" and "a/z_v".
+        let mut groups: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for (rel, path) in tensor_files(dir, "updater state from")? {
+            let Some((param, _array)) = rel.rsplit_once('/') else {
+                return Err(CliError(format!(
+                    "cannot pack updater state from {}: {rel} is not in a <param>/ directory (the layout is UPDATER/<param>/<array>) (file {})",
+                    dir.display(),
+                    path.display()
+                )));
+            };
+            groups.entry(param.to_string()).or_default().push(path);
+        }
+        updater = groups.into_iter().collect();
+    }
+    Ok(Inputs {
+        graph,
+        params,
+        updater,
+    })
 }
 
 /// What `pack` wrote, read back from the archive.
@@ -138,67 +279,58 @@ fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, C
     })
 }
 
-fn graph_encoding(path: &Path, bytes: &[u8]) -> GraphEncoding {
-    let is_fb = path.extension().is_some_and(|e| e == "fb") || bytes.get(4..8) == Some(b"MZGF");
-    if is_fb {
-        GraphEncoding::FlatBuffers
-    } else {
-        GraphEncoding::ProgramDesc
-    }
+fn read_tensor_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))
 }
 
-fn fill(tag: &mut TagWriter<'_>, args: &Args, progress: &Progress) -> Result<(), CliError> {
-    if let Some(g) = &args.graph {
-        let bytes =
-            std::fs::read(g).map_err(|e| CliError(format!("cannot read {}: {e}", g.display())))?;
-        tag.graph(graph_encoding(g, &bytes), &bytes)
-            .map_err(|e| CliError(format!("cannot add graph {}: {e}", g.display())))?;
+fn decode_err(path: &Path) -> impl Fn(modelzip::Error) -> CliError + '_ {
+    move |e| CliError(format!("cannot decode {}: {e}", path.display()))
+}
+
+fn fill(
+    tag: &mut TagWriter<'_>,
+    args: &Args,
+    inputs: &Inputs,
+    progress: &Progress,
+) -> Result<(), CliError> {
+    let name = &args.tag;
+    if let Some(g) = &inputs.graph {
+        tag.graph(g.encoding, &g.bytes).map_err(|e| {
+            CliError(format!(
+                "cannot add graph {} to tag {name}: {e}",
+                g.path.display()
+            ))
+        })?;
     }
-    let params = tensor_files(&args.dir)?;
-    progress.set_length(params.len() as u64);
-    for (name, path) in &params {
-        let bytes = std::fs::read(path)
-            .map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-        let t = tensor::decode_tensor(&bytes)
-            .map_err(|e| CliError(format!("cannot decode {}: {e}", path.display())))?;
-        tag.param(name, &t)
-            .map_err(|e| CliError(format!("{name}: {e}")))?;
+    progress.set_length(inputs.params.len() as u64);
+    for (param, path) in &inputs.params {
+        let bytes = read_tensor_file(path)?;
+        let t = tensor::decode_tensor(&bytes).map_err(decode_err(path))?;
+        tag.param(param, &t).map_err(|e| {
+            CliError(format!(
+                "cannot add parameter {param:?} to tag {name}: {e} (file {})",
+                path.display()
+            ))
+        })?;
         progress.inc(1);
     }
-    if let Some(dir) = &args.updater {
-        let files = tensor_files(dir)?;
-        let mut groups: Vec<(String, Vec<PathBuf>)> = Vec::new();
-        for (rel, path) in files {
-            let Some((param, _array)) = rel.rsplit_once('/') else {
-                return Err(CliError(format!(
-                    "updater file {} is not in a <param>/ directory",
-                    path.display()
-                )));
-            };
-            match groups.last_mut() {
-                Some((p, v)) if p == param => v.push(path),
-                _ => groups.push((param.to_string(), vec![path])),
-            }
-        }
-        for (param, paths) in groups {
-            let blobs: Vec<Vec<u8>> = paths
-                .iter()
-                .map(|p| {
-                    std::fs::read(p)
-                        .map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))
-                })
-                .collect::<Result<_, _>>()?;
-            let views = blobs
-                .iter()
-                .zip(&paths)
-                .map(|(b, p)| {
-                    tensor::decode_tensor(b)
-                        .map_err(|e| CliError(format!("cannot decode {}: {e}", p.display())))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            tag.updater(&param, &views)
-                .map_err(|e| CliError(format!("{param}: {e}")))?;
-        }
+    for (param, paths) in &inputs.updater {
+        let blobs: Vec<Vec<u8>> = paths
+            .iter()
+            .map(|p| read_tensor_file(p))
+            .collect::<Result<_, _>>()?;
+        let views = blobs
+            .iter()
+            .zip(paths)
+            .map(|(b, p)| tensor::decode_tensor(b).map_err(decode_err(p)))
+            .collect::<Result<Vec<_>, _>>()?;
+        tag.updater(param, &views).map_err(|e| {
+            let dir = paths[0].parent().unwrap_or(Path::new("."));
+            CliError(format!(
+                "cannot add the updater state of {param:?} to tag {name}: {e} (file {})",
+                dir.display()
+            ))
+        })?;
     }
     Ok(())
 }
@@ -211,6 +343,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         wait_for_lock: args.wait,
         ..WriteOptions::default()
     };
+    // Everything that can be checked is checked before the lock is taken (and, for a
+    // new archive, before its lock file exists).
+    refuse_directory(&args.archive, &format!("cannot write {shown}"))?;
+    validate_tag_name(&args.tag)
+        .map_err(|e| CliError(format!("cannot add tag to {shown}: {e}")))?;
+    let inputs = gather(&args)?;
     let (created, mode) = if args.archive.exists() {
         let (mode, name) = if args.rewrite {
             (AppendMode::Rewrite, "rewrite")
@@ -219,14 +357,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         };
         let mut appender = Appender::open_with(&args.archive, mode, &opts).map_err(fail)?;
         let mut tag = appender.begin_tag(&args.tag).map_err(fail)?;
-        fill(&mut tag, &args, &progress)?;
+        fill(&mut tag, &args, &inputs, &progress)?;
         tag.finish().map_err(fail)?;
         appender.finish().map_err(fail)?;
         (false, name)
     } else {
         let mut writer = ArchiveWriter::create_with(&args.archive, &opts).map_err(fail)?;
         let mut tag = writer.begin_tag(&args.tag).map_err(fail)?;
-        fill(&mut tag, &args, &progress)?;
+        fill(&mut tag, &args, &inputs, &progress)?;
         tag.finish().map_err(fail)?;
         writer.finish().map_err(fail)?;
         (true, "new")
@@ -253,8 +391,17 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         } else {
             String::new()
         };
+        let graph = match &inputs.graph {
+            Some(g) => format!(
+                "{} ({} bytes) from {}, ",
+                g.encoding.file_name(),
+                g.bytes.len(),
+                g.path.display()
+            ),
+            None => String::new(),
+        };
         print(&format!(
-            "{} tag {} in {shown}: {} param(s){updater}, {} shared with older tags\n",
+            "{} tag {} in {shown}: {graph}{} param(s){updater}, {} shared with older tags\n",
             if p.created {
                 "created archive with"
             } else {

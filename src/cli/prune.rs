@@ -1,5 +1,6 @@
 //! `modelzip prune`: keep only the newest N tags.
 
+use super::common::refuse_directory;
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::rm::{rehomed_note, removal_json};
@@ -40,6 +41,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    refuse_directory(
+        &args.archive,
+        &format!("cannot prune {}", args.archive.display()),
+    )?;
     let progress = Progress::new(args.quiet || args.json, "pruning");
     let opts = WriteOptions {
         wait_for_lock: args.wait,

@@ -1,5 +1,6 @@
 //! `modelzip rm`: remove a tag.
 
+use super::common::refuse_directory;
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -40,6 +41,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
+    refuse_directory(
+        &args.archive,
+        &format!("cannot remove {} from {}", args.tag, args.archive.display()),
+    )?;
     let progress = Progress::new(args.quiet || args.json, "removing");
     let opts = WriteOptions {
         wait_for_lock: args.wait,

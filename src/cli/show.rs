@@ -1,7 +1,7 @@
 //! `modelzip show`: every param and updater array of a tag.
 
 use super::common::{open, pick_tag, tag_err, tensor_json};
-use super::output::{print, print_json};
+use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     let mut out = format!(
         "tag {}: {} params, {} updater entries\n",
-        tag.name(),
+        clean(tag.name()),
         params.len(),
         updater.len()
     );
@@ -60,11 +60,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let row = |name: &str, v: &Value| {
         format!(
             "{:<32} {:<10} {:<16} {:<28} {:<14} {}\n",
-            name,
+            clean(name),
             v["dtype"].as_str().unwrap_or(""),
             v["dims"].to_string(),
-            v["entry"].as_str().unwrap_or(""),
-            v["shared_from"].as_str().unwrap_or("-"),
+            clean(v["entry"].as_str().unwrap_or("")),
+            clean(v["shared_from"].as_str().unwrap_or("-")),
             &v["data_sha256"].as_str().unwrap_or("")
                 [..16.min(v["data_sha256"].as_str().unwrap_or("").len())],
         )

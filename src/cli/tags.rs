@@ -1,7 +1,7 @@
 //! `modelzip tags`: the tag listing.
 
 use super::common::{open, tag_err};
-use super::output::{human_bytes, print, print_json};
+use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::DType;
 use modelzip::archive::{GraphEncoding, Tag};
@@ -111,9 +111,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             .collect();
         let mut rows = Vec::new();
         for w in workers {
-            let part = w
-                .join()
-                .map_err(|_| CliError("a worker thread panicked".into()))??;
+            let part = w.join().map_err(|_| {
+                CliError(format!(
+                    "cannot list the tags of {}: a worker thread panicked",
+                    args.archive.display()
+                ))
+            })??;
             rows.extend(part);
         }
         Ok::<_, CliError>(rows)
@@ -157,14 +160,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
         out.push_str(&format!(
             "{mark} {:<24} {:>7} {:>8} {:>11} {:>11} {:<12} {:<20} {}\n",
-            r.name,
+            clean(&r.name),
             r.params,
             r.updater_arrays,
             human_bytes(r.own_bytes, args.bytes),
             human_bytes(r.shared_bytes, args.bytes),
             r.graph.unwrap_or("-"),
             dtypes.join(","),
-            r.created.as_deref().unwrap_or("-"),
+            clean(r.created.as_deref().unwrap_or("-")),
         ));
     }
     if rows.is_empty() {

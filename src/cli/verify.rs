@@ -1,7 +1,7 @@
 //! `modelzip verify`: check everything.
 
 use super::common::open;
-use super::output::{print, print_json};
+use super::output::{clean, print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
 use serde_json::json;
@@ -61,8 +61,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         );
         for p in &report.problems {
             match &p.entry {
-                Some(e) => out.push_str(&format!("  {e}: {}\n", p.message)),
-                None => out.push_str(&format!("  {}\n", p.message)),
+                Some(e) => out.push_str(&format!("  {}: {}\n", clean(e), clean(&p.message))),
+                None => out.push_str(&format!("  {}\n", clean(&p.message))),
             }
         }
         print(&out)?;

@@ -3,6 +3,7 @@
 //! All functions return data; the library never prints. The JSON shape is documented in
 //! docs/GRAPH.md.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use prost_reflect::text_format::FormatOptions;
@@ -39,25 +40,25 @@ pub fn text(g: &Graph) -> String {
             let _ = write!(out, ", forward {f}");
         }
         let _ = writeln!(out, "): {} var(s), {} op(s)", b.vars.len(), b.ops.len());
-        let width = b
-            .vars
+        let names: Vec<Cow<'_, str>> = b.vars.iter().map(|v| clean(&v.name)).collect();
+        let width = names
             .iter()
-            .map(|v| v.name.len())
+            .map(|n| n.chars().count())
             .max()
             .unwrap_or(0)
             .min(40);
-        for v in &b.vars {
-            let _ = writeln!(out, "  var {:width$}  {}", v.name, var_summary(v));
+        for (v, name) in b.vars.iter().zip(&names) {
+            let _ = writeln!(out, "  var {name:width$}  {}", var_summary(v));
         }
         for (i, op) in b.ops.iter().enumerate() {
             let _ = write!(out, "  op {i:>3} ");
             if !op.name.is_empty() {
-                let _ = write!(out, "{} = ", op.name);
+                let _ = write!(out, "{} = ", clean(&op.name));
             }
             let _ = write!(
                 out,
                 "{}({}) -> {}",
-                op.op_type,
+                clean(&op.op_type),
                 slots(&op.inputs),
                 slots(&op.outputs)
             );
@@ -101,7 +102,10 @@ fn var_summary(v: &Var) -> String {
 
 fn slots(s: &[Slot]) -> String {
     s.iter()
-        .map(|s| format!("{}=[{}]", s.name, s.args.join(", ")))
+        .map(|s| {
+            let args: Vec<Cow<'_, str>> = s.args.iter().map(|a| clean(a)).collect();
+            format!("{}=[{}]", clean(&s.name), args.join(", "))
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -153,7 +157,45 @@ fn attr_text(a: &Attr) -> String {
         AttrValue::Scalars(v) => list(v, scalar_text),
         AttrValue::DataType(d) => d.to_string(),
     };
-    format!("{}={v}", a.name)
+    format!("{}={v}", clean(&a.name))
+}
+
+/// Whether `c` must not reach a terminal as is: control characters and the invisible
+/// format characters that reorder or hide text (bidi overrides, zero-width characters).
+fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// A name for [`text`]: control and invisible format characters written as in a Rust
+/// string literal (`\n`, `\u{1b}`), so a hostile graph can neither run terminal escape
+/// sequences nor start a fake line. Attribute strings are quoted with `{:?}` instead.
+fn clean(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            c if is_unsafe_char(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// The whole graph as JSON (every field; shape documented in docs/GRAPH.md).
@@ -313,6 +355,41 @@ mod tests {
         );
         assert!(t.contains("… 12 more"), "{t}");
         assert!(t.contains("op_callstack=(20 lines)"), "{t}");
+    }
+
+    #[test]
+    fn text_escapes_control_characters_in_names() {
+        let mut g = Graph::new();
+        let b = &mut g.blocks[0];
+        b.vars.push(Var::parameter(
+            "evil\u{1b}[31m\nvar fake",
+            DType::Fp32,
+            vec![1],
+        ));
+        b.ops.push(
+            Op::new("op\u{202e}", "relu\u{7}")
+                .input("X\r", &["evil\u{1b}[31m\nvar fake"])
+                .output("Out", &["y"])
+                .attr("a\u{9b}", AttrValue::String("s\u{1b}".into())),
+        );
+        let t = text(&g);
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert!(
+            t.contains("var evil\\u{1b}[31m\\nvar fake  parameter"),
+            "{t}"
+        );
+        assert!(
+            t.contains("op\\u{202e} = relu\\u{7}(X\\r=[evil\\u{1b}[31m\\nvar fake])"),
+            "{t}"
+        );
+        assert!(t.contains("a\\u{9b}=\"s\\u{1b}\""), "{t}");
+        // One line per var and op, no more.
+        assert_eq!(
+            t.lines()
+                .filter(|l| l.trim_start().starts_with("var "))
+                .count(),
+            1
+        );
     }
 
     #[test]

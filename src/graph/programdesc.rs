@@ -62,9 +62,28 @@ pub(crate) fn decode_dynamic(bytes: &[u8]) -> Result<DynamicMessage> {
         .into());
     }
     let msg = DynamicMessage::decode(program_descriptor()?, bytes)
-        .map_err(|e| gerr(format!("invalid ProgramDesc protobuf: {e}")))?;
-    check_required(&msg, "ProgramDesc")?;
-    Ok(msg)
+        .map_err(|e| gerr(format!("invalid ProgramDesc protobuf: {e}")))
+        .and_then(|msg| check_required(&msg, "ProgramDesc").map(|_| msg));
+    msg.map_err(|e| {
+        if looks_like_json(bytes) {
+            pir_json_error()
+        } else {
+            e
+        }
+    })
+}
+
+/// Whether bytes that failed to decode as a ProgramDesc look like a JSON object: what
+/// Paddle 3 writes by default (a PIR program, `model.json`).
+fn looks_like_json(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+fn pir_json_error() -> Error {
+    gerr(
+        "this is JSON (a Paddle 3 PIR program, as Paddle 3 saves by default), not a ProgramDesc \
+         protobuf; save the model with FLAGS_enable_pir_api=0 to get a .pdmodel",
+    )
 }
 
 /// Fails on the first proto2 required field that is absent, naming its path.

@@ -2,6 +2,7 @@
 
 mod archive;
 mod harness;
+mod names;
 mod paddle;
 mod reports;
 #[path = "../support/archive.rs"]

@@ -328,3 +328,42 @@ fn help_has_examples() {
         assert!(text.contains(&format!("modelzip {cmd} ")), "{cmd}: {text}");
     }
 }
+
+/// What Paddle 3 saves by default, a PIR program in JSON, is named as such, with the flag
+/// that makes Paddle write a ProgramDesc instead: as a model file and as DIR/__model__.
+#[test]
+fn import_names_a_pir_json_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let json = dir.path().join("inference.json");
+    std::fs::write(
+        &json,
+        b"\n  {\"base_code\":{\"magic\":\"pir\",\"trainable\":false,\"version\":1},\"program\":{}}",
+    )
+    .unwrap();
+    let e = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "t"])
+            .arg(&json)
+            .arg(paddle("3.3.1", "mlp.pdiparams")),
+    );
+    assert!(
+        e.contains("PIR") && e.contains("FLAGS_enable_pir_api=0"),
+        "{e}"
+    );
+    assert!(e.contains("inference.json"), "{e}");
+    let persist = dir.path().join("p");
+    std::fs::create_dir(&persist).unwrap();
+    std::fs::copy(&json, persist.join("__model__")).unwrap();
+    let e = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "t", "--dir"])
+            .arg(&persist),
+    );
+    assert!(e.contains("PIR") && e.contains("__model__"), "{e}");
+    assert!(!zip.exists());
+}
