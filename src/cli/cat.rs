@@ -1,10 +1,11 @@
 //! `modelzip cat`: one tensor's values.
 
 use super::common::{open, pick_tag};
-use super::output::{clean, print, print_bytes, print_json};
+use super::output::{clean, io_error, print, print_bytes};
 use super::{CliError, Outcome};
 use modelzip::{DType, TensorView};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Print one parameter's values: a readable summary by default, every value with
@@ -45,44 +46,98 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     if args.raw {
         return print_bytes(t.data()).map(|_| Outcome::Success);
     }
-    let values = values(&t);
     if args.json {
-        let doc = json!({
-            "tag": tag.name(),
-            "name": args.param,
-            "dtype": t.dtype().name(),
-            "dtype_code": t.dtype().code(),
-            "dims": t.dims(),
-            "lod": t.lod(),
-            "values": values,
-        });
-        return print_json(&doc).map(|_| Outcome::Success);
+        // Streamed: the values are rendered chunk by chunk as they are written.
+        let doc = CatJson {
+            tag: tag.name(),
+            name: &args.param,
+            dtype: t.dtype().name(),
+            dtype_code: t.dtype().code(),
+            dims: t.dims(),
+            lod: t.lod(),
+            values: AllValues(&t),
+        };
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        serde_json::to_writer_pretty(&mut out, &doc)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+            .and_then(|()| out.flush())
+            .map_err(io_error)?;
+        return Ok(Outcome::Success);
     }
+    let n = t.numel();
     let mut out = format!(
-        "{} (tag {}): {} {:?}, {} elements",
+        "{} (tag {}): {} {:?}, {n} elements",
         clean(&args.param),
         clean(tag.name()),
         t.dtype(),
         t.dims(),
-        values.len()
     );
     if !t.lod().is_empty() {
         out.push_str(&format!(", lod {:?}", t.lod()));
     }
     out.push('\n');
-    let nums: Vec<f64> = values.iter().filter_map(Value::as_f64).collect();
-    if !nums.is_empty() && nums.len() == values.len() {
-        let min = nums.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = nums.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let mean = nums.iter().sum::<f64>() / nums.len() as f64;
+    // One pass over the values, a chunk at a time: min, max, mean and the first 16.
+    let (mut min, mut max, mut sum, mut numeric) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, true);
+    let mut shown: Vec<String> = Vec::with_capacity(16);
+    for v in value_iter(&t) {
+        if shown.len() < 16 {
+            shown.push(v.to_string());
+        }
+        match v.as_f64() {
+            Some(x) if numeric => {
+                min = min.min(x);
+                max = max.max(x);
+                sum += x;
+            }
+            _ => numeric = false,
+        }
+    }
+    if numeric && n > 0 {
         let f = |x: f64| (x as f32).to_string();
-        let (min, max, mean) = (f(min), f(max), f(mean));
+        let (min, max, mean) = (f(min), f(max), f(sum / n as f64));
         out.push_str(&format!("min {min}  max {max}  mean {mean}\n"));
     }
-    let shown: Vec<String> = values.iter().take(16).map(Value::to_string).collect();
-    let more = if values.len() > 16 { ", ..." } else { "" };
+    let more = if n > 16 { ", ..." } else { "" };
     out.push_str(&format!("[{}{more}]\n", shown.join(", ")));
     print(&out).map(|_| Outcome::Success)
+}
+
+/// The `--json` document (docs/CLI.md).
+#[derive(serde::Serialize)]
+struct CatJson<'a> {
+    tag: &'a str,
+    name: &'a str,
+    dtype: &'static str,
+    dtype_code: i32,
+    dims: &'a [u64],
+    lod: &'a modelzip::Lod,
+    values: AllValues<'a>,
+}
+
+/// Every value of a tensor, serialized as a sequence without holding them all.
+struct AllValues<'a>(&'a TensorView<'a>);
+
+impl serde::Serialize for AllValues<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(value_iter(self.0))
+    }
+}
+
+/// Elements converted per chunk, so memory stays bounded whatever the tensor's size.
+const CHUNK_ELEMENTS: usize = 1 << 16;
+
+/// The tensor's values as JSON values, converted a chunk at a time.
+fn value_iter<'a>(t: &'a TensorView<'a>) -> impl Iterator<Item = Value> + 'a {
+    let size = t.dtype().size();
+    t.data()
+        .chunks(CHUNK_ELEMENTS * size)
+        .flat_map(move |chunk| {
+            let n = (chunk.len() / size) as u64;
+            TensorView::new(t.dtype(), vec![n], Vec::new(), chunk)
+                .map(|v| values(&v))
+                .unwrap_or_default()
+        })
 }
 
 /// Every element as a JSON value: numbers, booleans, `[re, im]` pairs; NaN and
