@@ -2,6 +2,7 @@
 //! rewrite of the whole archive, like compaction, with the tag's sha256sums.txt updated.
 
 use super::append::open_locked;
+use super::archive_path::ArchivePath;
 use super::container::METHOD_STORED;
 use super::durable::TempTarget;
 use super::reader::{GraphEncoding, TAGS_TXT, sha256_hex};
@@ -68,8 +69,10 @@ fn rewrite_graph(
     opts: &WriteOptions,
     make: impl FnOnce(GraphEncoding, &[u8]) -> Result<Option<(GraphEncoding, Vec<u8>)>>,
 ) -> Result<GraphRewrite> {
+    let ap = ArchivePath::resolve(path)?;
+    let path = ap.real.as_path();
     let run = || -> Result<GraphRewrite> {
-        let (_lock, base) = open_locked(path, opts)?;
+        let (_lock, base) = open_locked(&ap, opts)?;
         let canon = base
             .canonical_tag(tag)
             .ok_or_else(|| Error::new(ErrorKind::TagNotFound(tag.to_string())))?
@@ -151,5 +154,5 @@ fn rewrite_graph(
             changed: true,
         })
     };
-    run().map_err(|e| e.in_file(path))
+    run().map_err(|e| ap.located(e))
 }

@@ -1,6 +1,7 @@
 //! Writing archives: [`ArchiveWriter`] for new files, [`TagWriter`] for one tag's entries,
 //! [`TagBuilder`] for a tag held in memory, and the session all write paths share.
 
+use super::archive_path::ArchivePath;
 use super::container::{METHOD_STORED, ZipEntry, ZipOut};
 use super::durable::TempTarget;
 use super::entry_name::check_entry_name;
@@ -14,7 +15,7 @@ use crate::tensor::codec::{decode_record_at, encode_header};
 use crate::tensor::{Tensor, TensorView};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Options of every write operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -684,14 +685,15 @@ impl TagBuilder {
 pub struct ArchiveWriter {
     session: Session,
     temp: TempTarget,
-    path: PathBuf,
+    path: ArchivePath,
     _lock: WriteLock,
 }
 
 impl std::fmt::Debug for ArchiveWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArchiveWriter")
-            .field("path", &self.path)
+            .field("path", &self.path.shown)
+            .field("resolved", &self.path.real)
             .finish()
     }
 }
@@ -702,10 +704,17 @@ impl ArchiveWriter {
         Self::create_with(path, &WriteOptions::default())
     }
 
-    /// [`ArchiveWriter::create`] with options.
+    /// [`ArchiveWriter::create`] with options. A symlinked `path` writes the file it
+    /// points at, also when that file does not exist yet (the link stays); a link into a
+    /// directory that does not exist is refused.
     pub fn create_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Self> {
-        let path = path.as_ref();
-        let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
+        let ap = ArchivePath::resolve(path.as_ref())?;
+        Self::create_resolved(ap.clone(), opts).map_err(|e| ap.located(e))
+    }
+
+    fn create_resolved(ap: ArchivePath, opts: &WriteOptions) -> Result<Self> {
+        let path = ap.real.as_path();
+        let lock = WriteLock::acquire_resolved(path, opts.wait_for_lock)?;
         super::durable::remove_stale_temps(path);
         // A journal belongs to the file being replaced: settle it before the rename, so it
         // can never be replayed onto the new archive.
@@ -727,7 +736,7 @@ impl ArchiveWriter {
         Ok(ArchiveWriter {
             session: Session::new(sink, 0, opts.clone()),
             temp,
-            path: path.to_path_buf(),
+            path: ap,
             _lock: lock,
         })
     }
@@ -747,9 +756,9 @@ impl ArchiveWriter {
     pub fn finish(self) -> Result<()> {
         let path = self.path;
         let fsync = self.session.opts.fsync;
-        let (sink, _) = self.session.finish().map_err(|e| e.in_file(&path))?;
+        let (sink, _) = self.session.finish().map_err(|e| path.located(e))?;
         drop(sink);
-        self.temp.commit(fsync)
+        self.temp.commit(fsync).map_err(|e| path.located(e))
     }
 }
 
