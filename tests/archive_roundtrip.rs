@@ -93,8 +93,19 @@ fn streaming_tag_writer_and_metadata_merge() {
     assert!(t.param("x", &x.view()).is_err());
     assert!(t.param("", &x.view()).is_err());
     t.metadata(br#"{"description": "d"}"#).unwrap();
-    assert!(t.graph(GraphEncoding::FlatBuffers, b"g").is_ok());
-    assert!(t.graph(GraphEncoding::ProgramDesc, b"g").is_err());
+    // A graph must decode: bytes that do not are refused, and the tag can still take one.
+    let e = t.graph(GraphEncoding::FlatBuffers, b"g").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
+    assert!(e.to_string().contains("graph.fb"), "{e}");
+    let fb = modelzip::graph::Graph::from_programdesc(&sample_graph())
+        .unwrap()
+        .to_flatbuffers()
+        .unwrap();
+    assert!(t.graph(GraphEncoding::FlatBuffers, &fb).is_ok());
+    assert!(
+        t.graph(GraphEncoding::ProgramDesc, &sample_graph())
+            .is_err()
+    );
     assert!(t.extra_entry("params.txt", b"x").is_err());
     assert!(t.extra_entry("../x", b"x").is_err());
     t.finish().unwrap();
@@ -409,4 +420,113 @@ fn failed_writer_leaves_no_temp_file_and_old_archive_intact() {
     drop(w);
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert!(stray_files(dir.path(), &path).is_empty());
+}
+
+/// Bytes that are not a graph in the encoding their name claims: PIR JSON (what Paddle 3
+/// writes by default) as graph.pdmodel, random bytes as graph.fb, and a graph.fb with the
+/// right identifier and garbage after it.
+fn bad_graphs() -> [(&'static str, GraphEncoding, Vec<u8>); 3] {
+    let pir = br#"{"program": {"regions": []}, "base_code": {"magic": "pir"}}"#.to_vec();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let random: Vec<u8> = (0..300)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let mut with_id = random.clone();
+    with_id[4..8].copy_from_slice(b"MZGF");
+    [
+        ("pir", GraphEncoding::ProgramDesc, pir),
+        ("rand", GraphEncoding::FlatBuffers, random),
+        ("fbid", GraphEncoding::FlatBuffers, with_id),
+    ]
+}
+
+/// `verify` decodes each tag's graph as the readers do and names the entry that does not
+/// decode; a graph that decodes is not reported.
+#[test]
+fn verify_reports_graphs_that_do_not_decode() {
+    let (_d, p) = tmp();
+    let bad = bad_graphs();
+    let names: Vec<String> = bad
+        .iter()
+        .map(|(t, enc, _)| format!("{t}/{}", enc.file_name()))
+        .collect();
+    let good = sample_graph();
+    let mut files: Vec<(&str, &[u8])> = vec![("tags.txt", b"pir\nrand\nfbid\ngood\n")];
+    let tables: Vec<String> = bad
+        .iter()
+        .map(|(t, ..)| format!("{t}/params.txt"))
+        .collect();
+    for ((_, _, bytes), (name, table)) in bad.iter().zip(names.iter().zip(&tables)) {
+        files.push((name, bytes));
+        files.push((table, b""));
+    }
+    files.push(("good/graph.pdmodel", &good));
+    files.push(("good/params.txt", b""));
+    zip_of(&p, &files);
+    let a = Archive::open(&p).unwrap();
+    let r = a.verify();
+    assert_eq!(r.problems.len(), 3, "{:?}", r.problems);
+    for (name, problem) in names.iter().zip(&r.problems) {
+        assert_eq!(problem.entry.as_deref(), Some(name.as_str()), "{problem:?}");
+        assert!(
+            problem.message.contains("the graph does not decode"),
+            "{problem:?}"
+        );
+    }
+    assert!(
+        r.problems[0].message.contains("ProgramDesc"),
+        "{:?}",
+        r.problems[0]
+    );
+    assert!(
+        r.problems[1].message.contains("identifier"),
+        "{:?}",
+        r.problems[1]
+    );
+    assert!(
+        r.problems[2].message.contains("verification failed"),
+        "{:?}",
+        r.problems[2]
+    );
+}
+
+/// The writers refuse graph bytes that do not decode, saying which encoding was expected,
+/// and write nothing of the tag; `replace_graph` too.
+#[test]
+fn writers_refuse_graphs_that_do_not_decode() {
+    let (_d, p) = tmp();
+    write(&p, vec![sample_tag("a", 1)]);
+    let before = std::fs::read(&p).unwrap();
+    for (_, enc, bytes) in bad_graphs() {
+        let mut w = ArchiveWriter::create(&p).unwrap();
+        let e = w
+            .add_tag(TagBuilder::new("t").graph(enc, bytes.clone()))
+            .unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
+        assert!(e.to_string().contains(enc.file_name()), "{e}");
+        drop(w);
+        let e = modelzip::append_tag(
+            &p,
+            TagBuilder::new("t").graph(enc, bytes.clone()),
+            modelzip::AppendMode::InPlace,
+            &modelzip::WriteOptions::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
+        let e = modelzip::archive::replace_graph(
+            &p,
+            "a",
+            enc,
+            &bytes,
+            &modelzip::WriteOptions::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), before, "the archive changed");
+    }
 }

@@ -610,8 +610,10 @@ impl Archive {
     }
 
     /// Checks everything: CRCs, every listed tag's tables and refs, that every tensor
-    /// decodes with dtype × dims bytes, sha256sums.txt manifests, files under unlisted tag
-    /// directories and listed tags with no files.
+    /// decodes with dtype × dims bytes, that each graph decodes (ProgramDesc with its
+    /// required fields, graph.fb through the FlatBuffers verifier), metadata.json,
+    /// sha256sums.txt manifests, files under unlisted tag directories and listed tags with
+    /// no files.
     pub fn verify(&self) -> VerifyReport {
         self.verify_inner(None)
     }
@@ -684,8 +686,22 @@ impl Archive {
         }
         match self.tag(t) {
             Ok(tag) => {
-                if let Err(e) = tag.graph() {
-                    r.push(None, e.to_string());
+                match tag.graph() {
+                    Err(e) => r.push(None, e.to_string()),
+                    // Decoded as every reader does (ProgramDesc with its required fields,
+                    // graph.fb through the FlatBuffers verifier), not just read.
+                    Ok(Some((enc, bytes))) => {
+                        if let Err(e) = crate::graph::Graph::decode(enc, &bytes) {
+                            r.push(
+                                Some(&format!("{t}/{}", enc.file_name())),
+                                format!(
+                                    "the graph does not decode: {}",
+                                    super::writer::graph_error_why(&e)
+                                ),
+                            );
+                        }
+                    }
+                    Ok(None) => {}
                 }
                 if let Ok(Some(m)) = tag.metadata()
                     && serde_json::from_slice::<serde_json::Value>(&m).is_err()

@@ -48,7 +48,8 @@ pub fn convert_graph(
 }
 
 /// Replaces tag `tag`'s graph with `bytes` in encoding `enc` (atomic rewrite). The bytes
-/// are stored as given; the tag must already have a graph.
+/// are stored as given once they decode (else [`ErrorKind::Graph`]); the tag must already
+/// have a graph.
 pub fn replace_graph(
     path: impl AsRef<Path>,
     tag: &str,
@@ -57,6 +58,7 @@ pub fn replace_graph(
     opts: &WriteOptions,
 ) -> Result<GraphRewrite> {
     rewrite_graph(path.as_ref(), tag, opts, |_, _| {
+        super::writer::check_graph(tag, enc, bytes)?;
         Ok(Some((enc, bytes.to_vec())))
     })
 }

@@ -358,7 +358,9 @@ impl TagWriter<'_> {
         Ok(())
     }
 
-    /// Adds the graph (at most one, in either encoding).
+    /// Adds the graph (at most one, in either encoding). The bytes must decode as
+    /// readers decode them (a ProgramDesc with its required fields; graph.fb through the
+    /// FlatBuffers verifier), or [`ErrorKind::Graph`] says why and nothing is written.
     pub fn graph(&mut self, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
         if self.used.contains("graph.fb") || self.used.contains("graph.pdmodel") {
             return Err(ErrorKind::InvalidInput(format!(
@@ -367,6 +369,7 @@ impl TagWriter<'_> {
             ))
             .into());
         }
+        check_graph(&self.name, enc, bytes)?;
         self.put_file(enc.file_name(), bytes, false)
     }
 
@@ -562,6 +565,31 @@ impl Drop for TagWriter<'_> {
             self.s.out.entries.truncate(self.first_entry);
             self.s.dedup.forget_tag(&self.name);
         }
+    }
+}
+
+/// Checks that `bytes` decode as a graph in encoding `enc`, as every reader decodes them
+/// (a graph that does not would be stored, then fail every later use).
+pub(crate) fn check_graph(tag: &str, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
+    crate::graph::Graph::decode(enc, bytes)
+        .map(drop)
+        .map_err(|e| {
+            let why = graph_error_why(&e);
+            let what = match enc {
+                GraphEncoding::ProgramDesc => "graph.pdmodel (a Paddle ProgramDesc protobuf)",
+                GraphEncoding::FlatBuffers => "graph.fb (modelzip's FlatBuffers graph)",
+            };
+            Error::new(ErrorKind::Graph(format!(
+                "the graph of tag {tag:?} is not a valid {what}: {why}"
+            )))
+        })
+}
+
+/// Why a graph did not decode, without the `graph: ` prefix of [`ErrorKind::Graph`].
+pub(crate) fn graph_error_why(e: &Error) -> String {
+    match e.kind() {
+        ErrorKind::Graph(m) => m.clone(),
+        _ => e.to_string(),
     }
 }
 
