@@ -3,7 +3,6 @@
 
 use super::append::open_locked;
 use super::archive_path::ArchivePath;
-use super::container::METHOD_STORED;
 use super::durable::TempTarget;
 use super::reader::{GraphEncoding, TAGS_TXT, sha256_hex};
 use super::text;
@@ -124,16 +123,8 @@ fn rewrite_graph(
                 continue;
             }
             if e.name == old_name {
-                s.out
-                    .write_entry(
-                        &new_name,
-                        METHOD_STORED,
-                        crc32fast::hash(&new_bytes),
-                        new_bytes.len() as u64,
-                        &[&new_bytes],
-                        None,
-                        None,
-                    )
+                // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
+                s.write_text(&new_name, &new_bytes)
                     .map_err(|err| err.in_entry(new_name.clone()))?;
             } else if let (true, Some(sums)) = (e.name == sums_name, &sums) {
                 s.write_text(&e.name, sums.as_bytes())?;

@@ -24,7 +24,12 @@ pub struct WriteOptions {
     pub wait_for_lock: bool,
     /// fsync files and directories so a finished write survives power loss (default true).
     pub fsync: bool,
-    /// Deflate the text entries (tags.txt, params.txt, ...); tensors are always stored.
+    /// Deflate every entry that is not a tensor: the text files (tags.txt, params.txt,
+    /// updater.txt, metadata.json, sha256sums.txt), the graph (graph.pdmodel, graph.fb)
+    /// and trainingConfig.fb (default true), each stored instead when deflating would not
+    /// make it smaller. Tensors are always stored, 64-byte aligned, so that a memory map
+    /// hands them out without copying; entries added with [`TagWriter::extra_entry`] are
+    /// stored as given.
     pub deflate_text: bool,
     /// Called as the work proceeds (see [`crate::progress`]), by the operations that
     /// know their total up front: [`remove_tag`](super::remove_tag),
@@ -338,9 +343,11 @@ impl TagWriter<'_> {
         Ok(format!("{}/{rel}", self.name))
     }
 
-    fn put_file(&mut self, rel: &str, bytes: &[u8], text: bool) -> Result<()> {
+    /// Writes a small file of the tag: deflated when `compressible` and the options say
+    /// so (see [`WriteOptions::deflate_text`]), else stored.
+    fn put_file(&mut self, rel: &str, bytes: &[u8], compressible: bool) -> Result<()> {
         let full = self.claim(rel)?;
-        if text {
+        if compressible {
             self.s.write_text(&full, bytes)?;
         } else {
             self.s.out.write_entry(
@@ -370,7 +377,7 @@ impl TagWriter<'_> {
             .into());
         }
         check_graph(&self.name, enc, bytes)?;
-        self.put_file(enc.file_name(), bytes, false)
+        self.put_file(enc.file_name(), bytes, true)
     }
 
     fn add_tensor(&mut self, kind: TensorKind, t: &TensorView<'_>) -> Result<ParamRef> {
@@ -498,7 +505,7 @@ impl TagWriter<'_> {
 
     /// Adds `trainingConfig.fb` (raw bytes).
     pub fn training_config(&mut self, bytes: &[u8]) -> Result<()> {
-        self.put_file("trainingConfig.fb", bytes, false)
+        self.put_file("trainingConfig.fb", bytes, true)
     }
 
     /// Adds `metadata.json`: a JSON object; a `"created"` key (RFC 3339 UTC, now) is
