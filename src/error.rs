@@ -242,6 +242,15 @@ impl Error {
         self
     }
 
+    /// Replaces a file location equal to `from` with `to` (an archive path resolved
+    /// through symlinks, named as the caller spelled it).
+    pub(crate) fn with_file_renamed(mut self, from: &Path, to: &Path) -> Self {
+        if self.0.location.file.as_deref() == Some(from) {
+            self.0.location.file = Some(to.to_path_buf());
+        }
+        self
+    }
+
     /// Records the zip entry, unless one is already set.
     pub fn in_entry(mut self, entry: impl Into<String>) -> Self {
         self.0.location.entry.get_or_insert_with(|| entry.into());

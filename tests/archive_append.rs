@@ -257,3 +257,184 @@ fn reader_in_the_appending_process_gets_locked_not_a_deadlock() {
     drop(ap);
     assert_eq!(Archive::open(&path).unwrap().tags(), &["a"]);
 }
+
+// ---- A symlinked archive path --------------------------------------------------------
+
+/// `dir/real/s.zip` holding `tags`, and `dir/link.zip -> real/s.zip` (a relative link).
+#[cfg(unix)]
+fn linked(tags: &[(&str, u64)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("real")).unwrap();
+    let real = d.path().join("real/s.zip");
+    let mut w = ArchiveWriter::create(&real).unwrap();
+    for (n, s) in tags {
+        w.add_tag(sample_tag(n, *s)).unwrap();
+    }
+    w.finish().unwrap();
+    let link = d.path().join("link.zip");
+    std::os::unix::fs::symlink("real/s.zip", &link).unwrap();
+    (d, real, link)
+}
+
+/// The link is still a symlink to real/s.zip, nothing but it lies beside it (no lock,
+/// journal or temp file of the link's name), and the real archive holds `tags`.
+#[cfg(unix)]
+fn link_intact(d: &Path, real: &Path, link: &Path, tags: &[&str]) {
+    let m = std::fs::symlink_metadata(link).unwrap();
+    assert!(
+        m.file_type().is_symlink(),
+        "the link was replaced by a file"
+    );
+    assert_eq!(std::fs::read_link(link).unwrap(), Path::new("real/s.zip"));
+    let beside: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "real" && n != "link.zip" && n != "dirlink")
+        .collect();
+    assert!(beside.is_empty(), "files beside the link: {beside:?}");
+    let a = Archive::open(real).unwrap();
+    assert_eq!(a.tags(), tags);
+    let r = a.verify();
+    assert!(r.is_ok(), "{:?}", r.problems);
+    drop(a);
+    let stray = stray_files(&d.join("real"), real);
+    assert!(stray.is_empty(), "{stray:?}");
+}
+
+/// Every writer through the link and every writer through the real path (or a symlinked
+/// directory) take one lock: whichever comes second gets `Locked`.
+#[cfg(unix)]
+#[test]
+fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
+    use modelzip::GraphEncoding;
+    use modelzip::archive::convert_graph;
+    use modelzip::archive::{WriteLock, remove_tags_in_place};
+    let (d, real, link) = linked(&[("a", 1)]);
+    std::os::unix::fs::symlink("real", d.path().join("dirlink")).unwrap();
+    let via_dir = d.path().join("dirlink/s.zip");
+    let opts = WriteOptions::default();
+    // Each refusal takes lock::BRIEF_HOLD (250 ms): the full list only twice.
+    let second_writers = |p: &Path, all: bool| {
+        type Op<'a> = Box<dyn Fn() -> modelzip::Result<()> + 'a>;
+        let ops: Vec<Op<'_>> = vec![
+            Box::new(|| append_tag(p, sample_tag("x", 9), AppendMode::InPlace, &opts)),
+            Box::new(|| append_tag(p, sample_tag("x", 9), AppendMode::Rewrite, &opts)),
+            Box::new(|| ArchiveWriter::create(p).map(drop)),
+            Box::new(|| compact(p).map(drop)),
+            Box::new(|| remove_tag(p, "a")),
+            Box::new(|| prune(p, 0).map(drop)),
+            Box::new(|| remove_tags_in_place(p, &opts, |_| Ok(vec!["a".into()])).map(drop)),
+            Box::new(|| convert_graph(p, "a", GraphEncoding::FlatBuffers, &opts).map(drop)),
+            Box::new(|| WriteLock::acquire(p, false).map(drop)),
+        ];
+        let n = if all { ops.len() } else { 2 };
+        for (i, op) in ops.iter().take(n).enumerate() {
+            let e = op().expect_err("a second writer got in");
+            assert!(matches!(e.kind(), ErrorKind::Locked), "writer {i}: {e}");
+            // The error names the path as the caller gave it.
+            assert_eq!(e.location().file.as_deref(), Some(p), "writer {i}: {e}");
+        }
+    };
+    // First through the link, second through the real path or the linked directory.
+    let mut ap = Appender::open(&link, AppendMode::InPlace).unwrap();
+    second_writers(&real, true);
+    second_writers(&via_dir, false);
+    // A reader in this process finds the real file's journal: Locked, not a torn read.
+    let e = Archive::open(&real).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Locked), "{e}");
+    ap.add_tag(sample_tag("b", 2)).unwrap();
+    ap.finish().unwrap();
+    // First through the real path, second through the link; a reader through the link
+    // finds the journal beside the real file.
+    let mut ap = Appender::open(&real, AppendMode::InPlace).unwrap();
+    second_writers(&link, true);
+    let e = Archive::open(&link).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Locked), "{e}");
+    assert_eq!(e.location().file.as_deref(), Some(link.as_path()), "{e}");
+    ap.add_tag(sample_tag("c", 3)).unwrap();
+    ap.finish().unwrap();
+    // A rewrite through the link excludes writers through the real path too.
+    let mut ap = Appender::open(&link, AppendMode::Rewrite).unwrap();
+    second_writers(&real, false);
+    ap.add_tag(sample_tag("d", 4)).unwrap();
+    ap.finish().unwrap();
+    link_intact(d.path(), &real, &link, &["a", "b", "c", "d"]);
+}
+
+/// Rewrites through a symlink (rewrite append, rm, prune, compact, convert, create)
+/// replace the file it points at, never the link; in-place writes go to the same file.
+#[cfg(unix)]
+#[test]
+fn writes_through_a_symlink_change_the_real_archive_and_keep_the_link() {
+    use modelzip::GraphEncoding;
+    use modelzip::archive::convert_graph;
+    use modelzip::archive::remove_tags_in_place;
+    let (d, real, link) = linked(&[("a", 1), ("b", 2)]);
+    let opts = WriteOptions::default();
+    append_tag(&link, sample_tag("c", 3), AppendMode::Rewrite, &opts).unwrap();
+    link_intact(d.path(), &real, &link, &["a", "b", "c"]);
+    append_tag(&link, sample_tag("d", 4), AppendMode::InPlace, &opts).unwrap();
+    link_intact(d.path(), &real, &link, &["a", "b", "c", "d"]);
+    remove_tag(&link, "c").unwrap();
+    link_intact(d.path(), &real, &link, &["a", "b", "d"]);
+    assert_eq!(prune(&link, 2).unwrap(), ["a"]);
+    link_intact(d.path(), &real, &link, &["b", "d"]);
+    remove_tags_in_place(&link, &opts, |_| Ok(vec!["b".into()])).unwrap();
+    link_intact(d.path(), &real, &link, &["d"]);
+    let r = compact(&link).unwrap();
+    assert!(r.after < r.before, "{r:?}");
+    link_intact(d.path(), &real, &link, &["d"]);
+    assert_eq!(Archive::open(&real).unwrap().dead_bytes(), 0);
+    let g = convert_graph(&link, "d", GraphEncoding::FlatBuffers, &opts).unwrap();
+    assert!(g.changed);
+    link_intact(d.path(), &real, &link, &["d"]);
+    let a = Archive::open(&real).unwrap();
+    assert_eq!(
+        a.tag("d").unwrap().graph().unwrap().unwrap().0,
+        GraphEncoding::FlatBuffers
+    );
+    drop(a);
+    // Creating through the link replaces the file it points at.
+    let mut w = ArchiveWriter::create(&link).unwrap();
+    w.add_tag(sample_tag("n", 5)).unwrap();
+    w.finish().unwrap();
+    link_intact(d.path(), &real, &link, &["n"]);
+    // A dangling link: the archive is created where it points, the link stays.
+    std::fs::remove_file(&real).unwrap();
+    let mut w = ArchiveWriter::create(&link).unwrap();
+    w.add_tag(sample_tag("m", 6)).unwrap();
+    w.finish().unwrap();
+    link_intact(d.path(), &real, &link, &["m"]);
+    // A link into a directory that does not exist is refused, naming the link.
+    let bad = d.path().join("bad.zip");
+    std::os::unix::fs::symlink("nowhere/x.zip", &bad).unwrap();
+    let e = ArchiveWriter::create(&bad).unwrap_err();
+    assert!(e.to_string().contains("symbolic link to"), "{e}");
+    assert_eq!(e.location().file.as_deref(), Some(bad.as_path()), "{e}");
+    assert!(!d.path().join("nowhere").exists());
+    std::fs::remove_file(&bad).unwrap();
+}
+
+/// The journal of an interrupted in-place append lies beside the real file; opening
+/// through the link finds it and rolls the append back.
+#[cfg(unix)]
+#[test]
+fn a_reader_through_a_symlink_rolls_back_the_real_files_journal() {
+    let (d, real, link) = linked(&[("a", 1)]);
+    let original = std::fs::read(&real).unwrap();
+    let mut ap = Appender::open(&link, AppendMode::InPlace).unwrap();
+    assert!(journal_of(&real).exists());
+    assert!(!journal_of(&link).exists());
+    let journal = std::fs::read(journal_of(&real)).unwrap();
+    ap.add_tag(sample_tag("b", 2)).unwrap();
+    ap.finish().unwrap();
+    // As if the writer were killed right before deleting its journal.
+    std::fs::write(journal_of(&real), &journal).unwrap();
+    let a = Archive::open(&link).unwrap();
+    assert_eq!(a.tags(), &["a"]);
+    assert_eq!(a.path(), Some(link.as_path()));
+    drop(a);
+    assert_eq!(std::fs::read(&real).unwrap(), original);
+    assert!(!journal_of(&real).exists());
+    link_intact(d.path(), &real, &link, &["a"]);
+}

@@ -13,12 +13,19 @@ use modelzip::{
 use std::path::{Path, PathBuf};
 use support::*;
 
+/// Cut points of each operation's sweep, evenly spread over every byte it writes (issue 3
+/// asks for at least 200 per operation).
+const CUT_POINTS: u64 = 200;
+
 /// Evenly spread budgets over `0..=total`, plus every small value (the journal phase).
 fn budgets(total: u64, count: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..10).collect();
     v.extend((0..count).map(|i| i * total / count));
     v.push(total.saturating_sub(1));
     v.push(total);
+    // Text entries deflate to a byte or two more or less from run to run (their created
+    // time and hashes differ): one budget that surely suffices, so success is checked too.
+    v.push(total + 4096);
     v.sort();
     v.dedup();
     v
@@ -62,7 +69,7 @@ fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) ->
         op(&p).unwrap();
         bytes_written()
     };
-    let list = budgets(total, 70);
+    let list = budgets(total, CUT_POINTS);
     let mut failures = 0;
     for &n in &list {
         let d = tempfile::tempdir().unwrap();
@@ -92,8 +99,13 @@ fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) ->
         assert!(stray.is_empty(), "{name} budget {n}: stray files {stray:?}");
     }
     assert!(
-        failures > list.len() / 2,
-        "{name}: only {failures} runs failed"
+        failures > list.len() / 2 && failures < list.len(),
+        "{name}: {failures} of {} runs failed",
+        list.len()
+    );
+    eprintln!(
+        "{name}: {} cut points over {total} bytes, {failures} failed writes",
+        list.len()
     );
     list.len()
 }
@@ -108,7 +120,7 @@ fn in_place_append_survives_a_full_disk_at_every_offset() {
             &WriteOptions::default(),
         )
     });
-    assert!(n >= 70);
+    assert!(n >= CUT_POINTS as usize, "{n} cut points");
 }
 
 #[test]
@@ -121,13 +133,13 @@ fn rewrite_append_survives_a_full_disk_at_every_offset() {
             &WriteOptions::default(),
         )
     });
-    assert!(n >= 70);
+    assert!(n >= CUT_POINTS as usize, "{n} cut points");
 }
 
 #[test]
 fn compaction_survives_a_full_disk_at_every_offset() {
     let n = sweep("compact", None, |p| compact(p).map(|_| ()));
-    assert!(n >= 70);
+    assert!(n >= CUT_POINTS as usize, "{n} cut points");
 }
 
 /// In-place removal of tag `a` (whose bias, embedding and half tensors tag `b` shares, so
@@ -149,6 +161,9 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         std::fs::copy(&base, &p).unwrap();
         set_write_budget(None);
         let r = remove_a(&p).unwrap();
+        // The removal's own bytes (not the compaction's below): every cut point lies
+        // inside the operation under test.
+        let total = bytes_written();
         assert_eq!(r.removed, ["a"]);
         assert_eq!(r.kept, ["b"]);
         assert!(r.rehomed >= 3, "rehomed {}", r.rehomed);
@@ -164,9 +179,9 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         let a = Archive::open(&p).unwrap();
         assert_eq!(a.dead_bytes(), 0);
         assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
-        bytes_written()
+        total
     };
-    let list = budgets(total, 70);
+    let list = budgets(total, CUT_POINTS);
     let mut failures = 0;
     for &n in &list {
         let d = tempfile::tempdir().unwrap();
@@ -197,8 +212,12 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         let stray = stray_files(d.path(), &p);
         assert!(stray.is_empty(), "budget {n}: stray files {stray:?}");
     }
+    eprintln!(
+        "in-place removal: {} cut points over {total} bytes, {failures} failed writes",
+        list.len()
+    );
     assert!(
-        list.len() >= 70 && failures > list.len() / 2,
+        list.len() >= CUT_POINTS as usize && failures > list.len() / 2 && failures < list.len(),
         "{failures} of {}",
         list.len()
     );

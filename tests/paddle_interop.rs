@@ -446,8 +446,21 @@ fn replace_graph_keeps_sums_and_other_tags() {
     assert!(!a.has_entry("a/graph.pdmodel"));
     let extra = a.entry_bytes("a/notes/readme.md").unwrap();
     assert_eq!(&*extra, b"kept by every copy");
-    // A fake ProgramDesc cannot be converted: the error names the entry.
-    let e = convert_graph(&zip, "b", GraphEncoding::FlatBuffers, &no_fsync())
+    // A fake ProgramDesc (written by another tool: modelzip's writers store only graphs
+    // that decode) cannot be converted: the error names the entry.
+    let fake = dir.path().join("fake.zip");
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&fake).unwrap());
+    let o = zip::write::SimpleFileOptions::default();
+    for (name, bytes) in [
+        ("tags.txt", &b"b\n"[..]),
+        ("b/params.txt", b""),
+        ("b/graph.pdmodel", b"\x0a\x00fake-program"),
+    ] {
+        z.start_file(name, o).unwrap();
+        std::io::Write::write_all(&mut z, bytes).unwrap();
+    }
+    z.finish().unwrap();
+    let e = convert_graph(&fake, "b", GraphEncoding::FlatBuffers, &no_fsync())
         .unwrap_err()
         .to_string();
     assert!(e.contains("b/graph.pdmodel"), "{e}");

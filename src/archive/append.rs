@@ -1,5 +1,6 @@
 //! Adding tags to an existing archive, in place (with a rollback journal) or by rewriting.
 
+use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::fault::Budgeted;
 use super::journal;
@@ -9,7 +10,7 @@ use super::writer::{Session, TagBuilder, TagWriter, WriteOptions};
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// How a tag is added to an existing archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,24 +33,27 @@ enum Target {
 pub struct Appender {
     session: Option<Session>,
     target: Option<Target>,
-    path: PathBuf,
+    path: ArchivePath,
     _lock: WriteLock,
 }
 
 impl std::fmt::Debug for Appender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Appender")
-            .field("path", &self.path)
+            .field("path", &self.path.shown)
+            .field("resolved", &self.path.real)
             .finish()
     }
 }
 
-/// Takes the lock, rolls back any unfinished append and opens the archive.
-pub(crate) fn open_locked(path: &Path, opts: &WriteOptions) -> Result<(WriteLock, Archive)> {
-    let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
-    super::durable::remove_stale_temps(path);
-    journal::recover(path)?;
-    let base = Archive::open_unrecovered(path, OpenOptions::default())?;
+/// Takes the lock, rolls back any unfinished append and opens the archive (`path`
+/// resolved through symlinks: the lock, journal and temp files are the real file's).
+pub(crate) fn open_locked(path: &ArchivePath, opts: &WriteOptions) -> Result<(WriteLock, Archive)> {
+    let real = path.real.as_path();
+    let lock = WriteLock::acquire_resolved(real, opts.wait_for_lock)?;
+    super::durable::remove_stale_temps(real);
+    journal::recover(real)?;
+    let base = Archive::open_unrecovered(real, &path.shown, OpenOptions::default())?;
     Ok((lock, base))
 }
 
@@ -126,14 +130,20 @@ impl Appender {
         Self::open_with(path, mode, &WriteOptions::default())
     }
 
-    /// Opens the archive at `path` for appending.
+    /// Opens the archive at `path` for appending. A symlinked `path` appends to the file
+    /// it points at (a rewrite replaces that file; the link stays).
     pub fn open_with(
         path: impl AsRef<Path>,
         mode: AppendMode,
         opts: &WriteOptions,
     ) -> Result<Appender> {
-        let path = path.as_ref();
-        let (lock, base) = open_locked(path, opts)?;
+        let ap = ArchivePath::resolve(path.as_ref())?;
+        Self::open_resolved(&ap, mode, opts).map_err(|e| ap.located(e))
+    }
+
+    fn open_resolved(ap: &ArchivePath, mode: AppendMode, opts: &WriteOptions) -> Result<Appender> {
+        let path = ap.real.as_path();
+        let (lock, base) = open_locked(ap, opts)?;
         let (session, target) = match mode {
             AppendMode::Rewrite => {
                 let temp = TempTarget::create(path)?;
@@ -155,7 +165,7 @@ impl Appender {
         Ok(Appender {
             session: Some(session),
             target: Some(target),
-            path: path.to_path_buf(),
+            path: ap.clone(),
             _lock: lock,
         })
     }
@@ -180,7 +190,7 @@ impl Appender {
     /// Writes the new tags.txt and central directory and makes the append durable.
     pub fn finish(mut self) -> Result<()> {
         let path = self.path.clone();
-        self.finish_inner().map_err(|e| e.in_file(&path))
+        self.finish_inner().map_err(|e| path.located(e))
     }
 
     fn finish_inner(&mut self) -> Result<()> {
@@ -200,10 +210,10 @@ impl Appender {
                     .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
                 drop(file);
                 if let Err(e) = done {
-                    let _ = journal::recover(&self.path);
+                    let _ = journal::recover(&self.path.real);
                     return Err(e.into());
                 }
-                journal::remove(&self.path)
+                journal::remove(&self.path.real)
             }
             None => Ok(()),
         }
@@ -216,7 +226,7 @@ impl Drop for Appender {
         if let Some(Target::InPlace { file }) = self.target.take() {
             drop(file);
             // Best effort: if this fails the journal stays and the next open rolls back.
-            let _ = journal::recover(&self.path);
+            let _ = journal::recover(&self.path.real);
         }
     }
 }

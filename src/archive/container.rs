@@ -638,14 +638,19 @@ impl<W: Write> ZipOut<W> {
         Ok(entry)
     }
 
-    /// Writes an entry from uncompressed bytes: stored, or deflated when `deflate`.
+    /// Writes an entry from uncompressed bytes: deflated when `deflate` and that makes it
+    /// smaller (a few bytes, like tags.txt, grow when deflated), else stored.
     pub fn write_bytes(&mut self, name: &str, bytes: &[u8], deflate: bool) -> Result<ZipEntry> {
         let crc = crc32fast::hash(bytes);
-        if deflate {
+        let z = if deflate {
             let mut enc =
                 flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
             enc.write_all(bytes)?;
-            let z = enc.finish()?;
+            Some(enc.finish()?).filter(|z| z.len() < bytes.len())
+        } else {
+            None
+        };
+        if let Some(z) = z {
             self.write_entry(
                 name,
                 METHOD_DEFLATED,

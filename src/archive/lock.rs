@@ -4,6 +4,7 @@
 //! over the archive and a lock held on the old inode would no longer exclude anyone.
 //! The lock file is never deleted: deleting it would let two writers lock two inodes.
 
+use super::archive_path::ArchivePath;
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -54,8 +55,15 @@ impl Drop for WriteLock {
 
 impl WriteLock {
     /// Takes the write lock of the archive at `path`, waiting for it when `wait`,
-    /// otherwise failing with [`ErrorKind::Locked`].
+    /// otherwise failing with [`ErrorKind::Locked`]. A symlinked `path` takes the lock of
+    /// the file it points at (the lock every writer of that file takes).
     pub fn acquire(path: &Path, wait: bool) -> Result<WriteLock> {
+        let ap = ArchivePath::resolve(path)?;
+        WriteLock::acquire_resolved(&ap.real, wait).map_err(|e| ap.located(e))
+    }
+
+    /// [`WriteLock::acquire`] of an archive path already resolved through symlinks.
+    pub(crate) fn acquire_resolved(path: &Path, wait: bool) -> Result<WriteLock> {
         let lock_path = sidecar(path, ".lock");
         let file = OpenOptions::new()
             .create(true)
@@ -91,15 +99,15 @@ impl WriteLock {
         Ok(WriteLock { _file: file, key })
     }
 
-    /// Takes the lock for a reader that must roll back a journal: fails at once if this
-    /// process holds it, and waits at most `timeout` for another process.
+    /// Takes the lock for a reader that must roll back a journal (`path` resolved): fails
+    /// at once if this process holds it, and waits at most `timeout` for another process.
     pub(crate) fn acquire_for_recovery(path: &Path, timeout: Duration) -> Result<WriteLock> {
         if held_set(|s| s.contains(&lock_key(path))) {
             return Err(Error::new(ErrorKind::Locked).in_file(path));
         }
         let start = Instant::now();
         loop {
-            match WriteLock::acquire(path, false) {
+            match WriteLock::acquire_resolved(path, false) {
                 Err(e) if matches!(e.kind(), ErrorKind::Locked) && start.elapsed() < timeout => {
                     std::thread::sleep(Duration::from_millis(5));
                 }

@@ -2,6 +2,7 @@
 //! tensor a kept tag references.
 
 use super::append::{finish_in_place, in_place_session, open_locked};
+use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
 use super::text::{self, ParamRef};
@@ -108,9 +109,10 @@ pub fn remove_tags_in_place(
     opts: &WriteOptions,
     choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
 ) -> Result<RemoveReport> {
-    let path = path.as_ref();
+    let ap = ArchivePath::resolve(path.as_ref())?;
+    let path = ap.real.as_path();
     let run = || -> Result<RemoveReport> {
-        let (_lock, base) = open_locked(path, opts)?;
+        let (_lock, base) = open_locked(&ap, opts)?;
         let removed = choose(&base)?;
         let before = base.len_bytes();
         if removed.is_empty() {
@@ -170,7 +172,7 @@ pub fn remove_tags_in_place(
             after,
         })
     };
-    run().map_err(|e| e.in_file(path))
+    run().map_err(|e| ap.located(e))
 }
 
 /// Rewrites the archive without the dead bytes in-place appends leave behind.
@@ -187,14 +189,17 @@ pub fn compact_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Compa
 }
 
 /// Rewrites the archive without the tags `choose` returns (canonical names). Progress
-/// counts the old archive's entries and then the re-homed files.
+/// counts the old archive's entries and then the re-homed files. A symlinked `path`
+/// rewrites the file it points at; the link stays.
 fn rewrite(
     path: &Path,
     opts: &WriteOptions,
     choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
 ) -> Result<RemoveReport> {
+    let ap = ArchivePath::resolve(path)?;
+    let path = ap.real.as_path();
     let run = || -> Result<RemoveReport> {
-        let (_lock, base) = open_locked(path, opts)?;
+        let (_lock, base) = open_locked(&ap, opts)?;
         let removed = choose(&base)?;
         let before = base.len_bytes();
         let plan = Plan::make(&base, &removed)?;
@@ -241,7 +246,7 @@ fn rewrite(
             after,
         })
     };
-    run().map_err(|e| e.in_file(path))
+    run().map_err(|e| ap.located(e))
 }
 
 /// What a rewrite changes: files re-homed from removed tags into kept ones, and the

@@ -28,6 +28,7 @@
 //! ```
 
 mod append;
+mod archive_path;
 mod container;
 mod durable;
 pub(crate) use durable::{new_temp_beside, parent_dir};

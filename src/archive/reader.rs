@@ -1,5 +1,6 @@
 //! Reading archives: [`Archive`] over a memory map or a buffer, and one [`Tag`] of it.
 
+use super::archive_path::ArchivePath;
 use super::container::{self, Directory, METHOD_DEFLATED, METHOD_STORED, ZipEntry};
 use super::journal;
 use super::lock::sidecar;
@@ -62,7 +63,13 @@ impl OpenOptions {
 
     /// Opens the archive at `path` with these limits (see [`Archive::open`]).
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Archive> {
-        let path = path.as_ref();
+        // The journal and lock are the real file's, also when `path` is a symlink.
+        let ap = ArchivePath::for_reading(path.as_ref());
+        self.open_resolved(&ap).map_err(|e| ap.located(e))
+    }
+
+    fn open_resolved(&self, ap: &ArchivePath) -> Result<Archive> {
+        let path = ap.real.as_path();
         let jpath = sidecar(path, ".journal");
         let mut attempt = 0;
         loop {
@@ -70,7 +77,7 @@ impl OpenOptions {
                 recover_for_reader(path)?;
             }
             let before = FileStamp::of(path);
-            let opened = Archive::open_unrecovered(path, self.clone());
+            let opened = Archive::open_unrecovered(path, &ap.shown, self.clone());
             attempt += 1;
             // A writer may have started an in-place append after the check above. Parsed
             // while its journal exists, the bytes may be torn (any parse error) or be the
@@ -321,8 +328,9 @@ impl VerifyReport {
 impl Archive {
     /// Opens the archive at `path` by memory-mapping it, parsing only the central
     /// directory, the local headers and tags.txt. If a rollback journal of an unfinished
-    /// in-place append lies beside it, the append is rolled back first (this needs write
-    /// access to the archive and its directory).
+    /// in-place append lies beside it (beside the file a symlinked `path` points at), the
+    /// append is rolled back first (this needs write access to the archive and its
+    /// directory).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
         OpenOptions::default().open(path)
     }
@@ -332,12 +340,17 @@ impl Archive {
         OpenOptions::default().from_reader(r)
     }
 
-    /// Opens without looking for a journal (the caller holds the lock and recovered).
-    pub(crate) fn open_unrecovered(path: &Path, opts: OpenOptions) -> Result<Archive> {
-        let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(path))?;
+    /// Opens `path` without looking for a journal (the caller holds the lock and
+    /// recovered); errors and [`Archive::path`] name `shown`.
+    pub(crate) fn open_unrecovered(
+        path: &Path,
+        shown: &Path,
+        opts: OpenOptions,
+    ) -> Result<Archive> {
+        let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(shown))?;
         let len = file
             .metadata()
-            .map_err(|e| Error::from(e).in_file(path))?
+            .map_err(|e| Error::from(e).in_file(shown))?
             .len();
         let backing = if len == 0 {
             Backing::Owned(Vec::new(), 0)
@@ -349,10 +362,10 @@ impl Archive {
             // Another program truncating or rewriting the file while it is mapped is outside
             // what this library can guard against (reads could then fault).
             let map =
-                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).in_file(path))?;
+                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).in_file(shown))?;
             Backing::Map(map, file)
         };
-        Archive::from_backing(backing, Some(path.to_path_buf()), opts)
+        Archive::from_backing(backing, Some(shown.to_path_buf()), opts)
     }
 
     fn from_backing(backing: Backing, path: Option<PathBuf>, opts: OpenOptions) -> Result<Archive> {
@@ -619,8 +632,10 @@ impl Archive {
     }
 
     /// Checks everything: CRCs, every listed tag's tables and refs, that every tensor
-    /// decodes with dtype × dims bytes, sha256sums.txt manifests, files under unlisted tag
-    /// directories and listed tags with no files.
+    /// decodes with dtype × dims bytes, that each graph decodes (ProgramDesc with its
+    /// required fields, graph.fb through the FlatBuffers verifier), metadata.json,
+    /// sha256sums.txt manifests, files under unlisted tag directories and listed tags with
+    /// no files.
     pub fn verify(&self) -> VerifyReport {
         self.verify_inner(None)
     }
@@ -693,8 +708,22 @@ impl Archive {
         }
         match self.tag(t) {
             Ok(tag) => {
-                if let Err(e) = tag.graph() {
-                    r.push(None, e.to_string());
+                match tag.graph() {
+                    Err(e) => r.push(None, e.to_string()),
+                    // Decoded as every reader does (ProgramDesc with its required fields,
+                    // graph.fb through the FlatBuffers verifier), not just read.
+                    Ok(Some((enc, bytes))) => {
+                        if let Err(e) = crate::graph::Graph::decode(enc, &bytes) {
+                            r.push(
+                                Some(&format!("{t}/{}", enc.file_name())),
+                                format!(
+                                    "the graph does not decode: {}",
+                                    super::writer::graph_error_why(&e)
+                                ),
+                            );
+                        }
+                    }
+                    Ok(None) => {}
                 }
                 match tag.metadata() {
                     // Checked without building the document (constant memory).

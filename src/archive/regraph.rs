@@ -2,7 +2,7 @@
 //! rewrite of the whole archive, like compaction, with the tag's sha256sums.txt updated.
 
 use super::append::open_locked;
-use super::container::METHOD_STORED;
+use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::reader::{GraphEncoding, TAGS_TXT, sha256_hex};
 use super::text;
@@ -56,7 +56,8 @@ pub fn convert_graph(
 }
 
 /// Replaces tag `tag`'s graph with `bytes` in encoding `enc` (atomic rewrite). The bytes
-/// are stored as given; the tag must already have a graph.
+/// are stored as given once they decode (else [`ErrorKind::Graph`]); the tag must already
+/// have a graph.
 pub fn replace_graph(
     path: impl AsRef<Path>,
     tag: &str,
@@ -65,6 +66,7 @@ pub fn replace_graph(
     opts: &WriteOptions,
 ) -> Result<GraphRewrite> {
     rewrite_graph(path.as_ref(), tag, opts, |_, _| {
+        super::writer::check_graph(tag, enc, bytes)?;
         Ok(Some((enc, bytes.to_vec())))
     })
 }
@@ -77,8 +79,10 @@ fn rewrite_graph(
     opts: &WriteOptions,
     make: impl FnOnce(GraphEncoding, &[u8]) -> Result<Option<(GraphEncoding, Vec<u8>)>>,
 ) -> Result<GraphRewrite> {
+    let ap = ArchivePath::resolve(path)?;
+    let path = ap.real.as_path();
     let run = || -> Result<GraphRewrite> {
-        let (_lock, base) = open_locked(path, opts)?;
+        let (_lock, base) = open_locked(&ap, opts)?;
         let canon = base
             .canonical_tag(tag)
             .ok_or_else(|| Error::new(ErrorKind::TagNotFound(tag.to_string())))?
@@ -128,16 +132,8 @@ fn rewrite_graph(
                 continue;
             }
             if e.name == old_name {
-                s.out
-                    .write_entry(
-                        &new_name,
-                        METHOD_STORED,
-                        crc32fast::hash(&new_bytes),
-                        new_bytes.len() as u64,
-                        &[&new_bytes],
-                        None,
-                        None,
-                    )
+                // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
+                s.write_text(&new_name, &new_bytes)
                     .map_err(|err| err.in_entry(new_name.clone()))?;
             } else if let (true, Some(sums)) = (e.name == sums_name, &sums) {
                 s.write_text(&e.name, sums.as_bytes())?;
@@ -160,5 +156,5 @@ fn rewrite_graph(
             changed: true,
         })
     };
-    run().map_err(|e| e.in_file(path))
+    run().map_err(|e| ap.located(e))
 }

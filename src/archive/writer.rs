@@ -1,6 +1,7 @@
 //! Writing archives: [`ArchiveWriter`] for new files, [`TagWriter`] for one tag's entries,
 //! [`TagBuilder`] for a tag held in memory, and the session all write paths share.
 
+use super::archive_path::ArchivePath;
 use super::container::{METHOD_STORED, ZipEntry, ZipOut};
 use super::durable::TempTarget;
 use super::entry_name::check_entry_name;
@@ -14,7 +15,7 @@ use crate::tensor::codec::{decode_record_at, encode_header};
 use crate::tensor::{Tensor, TensorView};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Options of every write operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +24,12 @@ pub struct WriteOptions {
     pub wait_for_lock: bool,
     /// fsync files and directories so a finished write survives power loss (default true).
     pub fsync: bool,
-    /// Deflate the text entries (tags.txt, params.txt, ...); tensors are always stored.
+    /// Deflate every entry that is not a tensor: the text files (tags.txt, params.txt,
+    /// updater.txt, metadata.json, sha256sums.txt), the graph (graph.pdmodel, graph.fb)
+    /// and trainingConfig.fb (default true), each stored instead when deflating would not
+    /// make it smaller. Tensors are always stored, 64-byte aligned, so that a memory map
+    /// hands them out without copying; entries added with [`TagWriter::extra_entry`] are
+    /// stored as given.
     pub deflate_text: bool,
     /// Called as the work proceeds (see [`crate::progress`]), by the operations that
     /// know their total up front: [`remove_tag`](super::remove_tag),
@@ -337,9 +343,11 @@ impl TagWriter<'_> {
         Ok(format!("{}/{rel}", self.name))
     }
 
-    fn put_file(&mut self, rel: &str, bytes: &[u8], text: bool) -> Result<()> {
+    /// Writes a small file of the tag: deflated when `compressible` and the options say
+    /// so (see [`WriteOptions::deflate_text`]), else stored.
+    fn put_file(&mut self, rel: &str, bytes: &[u8], compressible: bool) -> Result<()> {
         let full = self.claim(rel)?;
-        if text {
+        if compressible {
             self.s.write_text(&full, bytes)?;
         } else {
             self.s.out.write_entry(
@@ -357,7 +365,9 @@ impl TagWriter<'_> {
         Ok(())
     }
 
-    /// Adds the graph (at most one, in either encoding).
+    /// Adds the graph (at most one, in either encoding). The bytes must decode as
+    /// readers decode them (a ProgramDesc with its required fields; graph.fb through the
+    /// FlatBuffers verifier), or [`ErrorKind::Graph`] says why and nothing is written.
     pub fn graph(&mut self, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
         if self.used.contains("graph.fb") || self.used.contains("graph.pdmodel") {
             return Err(ErrorKind::InvalidInput(format!(
@@ -366,7 +376,8 @@ impl TagWriter<'_> {
             ))
             .into());
         }
-        self.put_file(enc.file_name(), bytes, false)
+        check_graph(&self.name, enc, bytes)?;
+        self.put_file(enc.file_name(), bytes, true)
     }
 
     fn add_tensor(&mut self, kind: TensorKind, t: &TensorView<'_>) -> Result<ParamRef> {
@@ -494,7 +505,7 @@ impl TagWriter<'_> {
 
     /// Adds `trainingConfig.fb` (raw bytes).
     pub fn training_config(&mut self, bytes: &[u8]) -> Result<()> {
-        self.put_file("trainingConfig.fb", bytes, false)
+        self.put_file("trainingConfig.fb", bytes, true)
     }
 
     /// Adds `metadata.json`: a JSON object; a `"created"` key (RFC 3339 UTC, now) is
@@ -561,6 +572,31 @@ impl Drop for TagWriter<'_> {
             self.s.out.entries.truncate(self.first_entry);
             self.s.dedup.forget_tag(&self.name);
         }
+    }
+}
+
+/// Checks that `bytes` decode as a graph in encoding `enc`, as every reader decodes them
+/// (a graph that does not would be stored, then fail every later use).
+pub(crate) fn check_graph(tag: &str, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
+    crate::graph::Graph::decode(enc, bytes)
+        .map(drop)
+        .map_err(|e| {
+            let why = graph_error_why(&e);
+            let what = match enc {
+                GraphEncoding::ProgramDesc => "graph.pdmodel (a Paddle ProgramDesc protobuf)",
+                GraphEncoding::FlatBuffers => "graph.fb (modelzip's FlatBuffers graph)",
+            };
+            Error::new(ErrorKind::Graph(format!(
+                "the graph of tag {tag:?} is not a valid {what}: {why}"
+            )))
+        })
+}
+
+/// Why a graph did not decode, without the `graph: ` prefix of [`ErrorKind::Graph`].
+pub(crate) fn graph_error_why(e: &Error) -> String {
+    match e.kind() {
+        ErrorKind::Graph(m) => m.clone(),
+        _ => e.to_string(),
     }
 }
 
@@ -684,14 +720,15 @@ impl TagBuilder {
 pub struct ArchiveWriter {
     session: Session,
     temp: TempTarget,
-    path: PathBuf,
+    path: ArchivePath,
     _lock: WriteLock,
 }
 
 impl std::fmt::Debug for ArchiveWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArchiveWriter")
-            .field("path", &self.path)
+            .field("path", &self.path.shown)
+            .field("resolved", &self.path.real)
             .finish()
     }
 }
@@ -702,10 +739,17 @@ impl ArchiveWriter {
         Self::create_with(path, &WriteOptions::default())
     }
 
-    /// [`ArchiveWriter::create`] with options.
+    /// [`ArchiveWriter::create`] with options. A symlinked `path` writes the file it
+    /// points at, also when that file does not exist yet (the link stays); a link into a
+    /// directory that does not exist is refused.
     pub fn create_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Self> {
-        let path = path.as_ref();
-        let lock = WriteLock::acquire(path, opts.wait_for_lock)?;
+        let ap = ArchivePath::resolve(path.as_ref())?;
+        Self::create_resolved(ap.clone(), opts).map_err(|e| ap.located(e))
+    }
+
+    fn create_resolved(ap: ArchivePath, opts: &WriteOptions) -> Result<Self> {
+        let path = ap.real.as_path();
+        let lock = WriteLock::acquire_resolved(path, opts.wait_for_lock)?;
         super::durable::remove_stale_temps(path);
         // A journal belongs to the file being replaced: settle it before the rename, so it
         // can never be replayed onto the new archive.
@@ -727,7 +771,7 @@ impl ArchiveWriter {
         Ok(ArchiveWriter {
             session: Session::new(sink, 0, opts.clone()),
             temp,
-            path: path.to_path_buf(),
+            path: ap,
             _lock: lock,
         })
     }
@@ -747,9 +791,9 @@ impl ArchiveWriter {
     pub fn finish(self) -> Result<()> {
         let path = self.path;
         let fsync = self.session.opts.fsync;
-        let (sink, _) = self.session.finish().map_err(|e| e.in_file(&path))?;
+        let (sink, _) = self.session.finish().map_err(|e| path.located(e))?;
         drop(sink);
-        self.temp.commit(fsync)
+        self.temp.commit(fsync).map_err(|e| path.located(e))
     }
 }
 

@@ -7,5 +7,7 @@ mod paddle;
 mod reports;
 #[path = "../support/archive.rs"]
 mod support;
+#[cfg(unix)]
+mod symlink;
 mod tensor;
 mod variants;

@@ -21,6 +21,26 @@ pub fn values(seed: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// A small ProgramDesc (`.pdmodel` bytes) that decodes: x -> matmul with fc.w -> y.
+pub fn sample_graph() -> Vec<u8> {
+    use modelzip::DType;
+    use modelzip::graph::{Graph, Op, Var};
+    let mut g = Graph::new();
+    let main = &mut g.blocks[0];
+    main.vars
+        .push(Var::placeholder("x", DType::Fp32, vec![-1, 16]));
+    main.vars
+        .push(Var::parameter("fc.w", DType::Fp32, vec![16, 8]));
+    main.vars.push(Var::variable("y", DType::Fp32, vec![-1, 8]));
+    main.ops.push(
+        Op::new("mm", "matmul_v2")
+            .input("X", &["x"])
+            .input("Y", &["fc.w"])
+            .output("Out", &["y"]),
+    );
+    g.to_programdesc().unwrap()
+}
+
 /// A tag with a graph, params of several dtypes (one with LoD), updater state,
 /// a training config and an unknown extra entry. `seed` varies the weights; the bias
 /// and embedding are the same for every seed (so tags share them).
@@ -36,7 +56,7 @@ pub fn sample_tag(name: &str, seed: u64) -> TagBuilder {
     let m = Tensor::from_slice(vec![16, 8], &values(seed + 100, 128)).unwrap();
     let v = Tensor::from_slice(vec![16, 8], &values(seed + 200, 128)).unwrap();
     TagBuilder::new(name)
-        .graph(GraphEncoding::ProgramDesc, b"\x0a\x00fake-program".to_vec())
+        .graph(GraphEncoding::ProgramDesc, sample_graph())
         .param("fc.w", w)
         .param("fc.b", b)
         .param("my param%/emb", emb)
