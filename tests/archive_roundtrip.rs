@@ -53,7 +53,10 @@ fn round_trip_reads_back_every_part_zero_copy() {
     let (enc, g) = t.graph().unwrap().unwrap();
     assert_eq!(enc, GraphEncoding::ProgramDesc);
     assert_eq!(&*g, sample_graph().as_slice());
-    assert_eq!(t.training_config().unwrap().as_deref(), Some(&b"tc"[..]));
+    assert_eq!(
+        t.training_config().unwrap().as_deref(),
+        Some(sample_training_config().as_slice())
+    );
     let meta: serde_json::Value = serde_json::from_slice(&t.metadata().unwrap().unwrap()).unwrap();
     let created = meta["created"].as_str().unwrap();
     assert!(created.ends_with('Z') && created.len() == 20, "{created}");
@@ -632,5 +635,33 @@ fn graphs_are_deflated_so_an_identical_tag_with_a_graph_costs_under_one_percent(
         methods(&path).values().all(|m| *m == 0),
         "{:?}",
         methods(&path)
+    );
+}
+
+/// `verify` decodes trainingConfig.fb too; a garbage one is named.
+#[test]
+fn verify_reports_a_training_config_that_does_not_decode() {
+    let (_d, p) = tmp();
+    zip_of(
+        &p,
+        &[
+            ("tags.txt", b"t\n"),
+            ("t/params.txt", b""),
+            (
+                "t/trainingConfig.fb",
+                b"\x10\x00\x00\x00garbage-not-a-flatbuffer",
+            ),
+        ],
+    );
+    let a = Archive::open(&p).unwrap();
+    let r = a.verify();
+    assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+    assert_eq!(r.problems[0].entry.as_deref(), Some("t/trainingConfig.fb"));
+    assert!(
+        r.problems[0]
+            .message
+            .contains("the training config does not decode"),
+        "{:?}",
+        r.problems[0]
     );
 }

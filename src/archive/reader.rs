@@ -725,6 +725,18 @@ impl Archive {
                     }
                     Ok(None) => {}
                 }
+                match tag.training_config() {
+                    Ok(Some(b)) => {
+                        if let Err(e) = crate::graph::training_config::TrainingConfig::decode(&b) {
+                            r.push(
+                                Some(&format!("{t}/trainingConfig.fb")),
+                                format!("the training config does not decode: {}", e.kind()),
+                            );
+                        }
+                    }
+                    Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
+                    Ok(None) => {}
+                }
                 match tag.metadata() {
                     // Checked without building the document (constant memory).
                     Ok(Some(m)) if serde_json::from_slice::<serde::de::IgnoredAny>(&m).is_err() => {

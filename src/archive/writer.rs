@@ -503,8 +503,15 @@ impl TagWriter<'_> {
         Ok(())
     }
 
-    /// Adds `trainingConfig.fb` (raw bytes).
+    /// Adds `trainingConfig.fb`: bytes that [`crate::TrainingConfig::decode`] accepts.
     pub fn training_config(&mut self, bytes: &[u8]) -> Result<()> {
+        crate::graph::training_config::TrainingConfig::decode(bytes).map_err(|e| {
+            Error::new(ErrorKind::InvalidInput(format!(
+                "the training config of tag {:?} does not decode: {}",
+                self.name,
+                e.kind()
+            )))
+        })?;
         self.put_file("trainingConfig.fb", bytes, true)
     }
 

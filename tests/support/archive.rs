@@ -63,7 +63,7 @@ pub fn sample_tag(name: &str, seed: u64) -> TagBuilder {
         .param("step", scalar)
         .param("half", h)
         .updater("fc.w", vec![m, v])
-        .training_config(b"tc".to_vec())
+        .training_config(sample_training_config())
         .extra_entry("notes/readme.md", b"kept by every copy".to_vec())
 }
 
@@ -162,4 +162,12 @@ pub fn stray_files(dir: &Path, archive: &Path) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| *n != archive.file_name().unwrap().to_string_lossy() && *n != lock)
         .collect()
+}
+
+/// A real trainingConfig.fb (Adam with its state arrays m, v).
+pub fn sample_training_config() -> Vec<u8> {
+    let mut c = modelzip::TrainingConfig::sgd(0.1);
+    c.updater = "adam".into();
+    c.updater_state = vec!["m".into(), "v".into()];
+    c.encode().unwrap()
 }
