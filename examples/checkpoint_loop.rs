@@ -6,9 +6,10 @@
 //!
 //! Run it again on the same ARCHIVE after killing it (Ctrl-C, `kill -9`) at any moment:
 //! it resumes from the newest checkpoint the archive holds (a save cut short by the kill
-//! is either complete or absent), checks that the restored state is bit-identical to the
-//! state the loop had at that step, and finishes the remaining steps. `--step-ms` makes
-//! each simulated step take that long, to leave time to kill it.
+//! is either complete or absent; checkpoints a kill kept from being removed are removed
+//! when the archive is opened again), checks that the restored state is bit-identical to
+//! the state the loop had at that step, and finishes the remaining steps. `--step-ms`
+//! makes each simulated step take that long, to leave time to kill it.
 //!
 //! The embedding table is frozen, so every checkpoint shares one copy of it; the other
 //! parameters and their Adam moments change every step.
@@ -55,7 +56,8 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn state_at(step: u64) -> Result<Checkpoint, modelzip::Error> {
+/// The loop's state (parameters, Adam moments, config, loss) at `step`.
+pub fn state_at(step: u64) -> Result<Checkpoint, modelzip::Error> {
     let mut c = Checkpoint::new(step);
     let shapes: [(&str, Vec<u64>); 3] = [
         ("embedding.w", vec![64, 16]),

@@ -26,11 +26,19 @@
 //!
 //! **How long a save blocks.** [`Checkpointer::save`] returns when the new tag is
 //! durable on disk (written, fsynced, and the retention policy applied). Its cost is
-//! proportional to the new checkpoint (an in-place append), plus one rewrite of the
-//! archive when the policy removes tags or dead bytes pass the compaction threshold.
+//! proportional to the new checkpoint (an in-place append), plus, when the policy
+//! removes tags, the in-place removal ([`archive::remove_tags_in_place`]: the files of
+//! removed checkpoints that kept ones still use are copied, the kept tables rewritten,
+//! the removed bytes left dead), plus one rewrite of the archive (a compaction) when
+//! dead bytes pass [`CheckpointOptions::compact_dead_fraction`].
 //! [`Checkpointer::save_async`] takes ownership of the tensors (a move, no copy) and
 //! blocks only while the previous asynchronous save is still running; the write itself
 //! happens on a background thread.
+//!
+//! **Crashes.** The append and the retention pass are two commits, each crash-safe. A
+//! process killed between them leaves the new checkpoint and the ones the policy was
+//! about to drop; [`Checkpointer::open`] applies the policy to an existing archive, so
+//! the next run (even one with nothing left to save) ends as the policy says.
 
 use crate::archive::{self, AppendMode, Appender, Archive, ArchiveWriter, TagWriter, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -144,6 +152,20 @@ pub struct SaveReport {
     pub compacted: bool,
 }
 
+/// What [`Checkpointer::open`] did to an existing archive to bring it in line with the
+/// retention policy (normally nothing).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpenReport {
+    /// Checkpoints the retention policy removed: left over by a save whose retention
+    /// pass a crash cut short, or dropped by a stricter policy than the one that wrote
+    /// them.
+    pub removed: Vec<String>,
+    /// True when another writer held the archive's write lock (and
+    /// [`WriteOptions::wait_for_lock`] was not set), so the policy was not applied:
+    /// that writer's own retention pass, or this checkpointer's next save, applies it.
+    pub deferred: bool,
+}
+
 type Slot = Arc<(Mutex<Option<Result<SaveReport, String>>>, Condvar)>;
 
 /// A handle on an asynchronous save.
@@ -183,17 +205,43 @@ pub struct Checkpointer {
     path: PathBuf,
     opts: CheckpointOptions,
     pending: Option<(JoinHandle<()>, SaveHandle)>,
+    opened: OpenReport,
 }
 
 impl Checkpointer {
     /// A checkpointer for the archive at `path`; the file is created by the first save.
+    ///
+    /// When the archive exists, the retention policy is applied to it at once (in place,
+    /// under the write lock, only when it drops something), as a save would after its
+    /// append: a run killed between a save's append and its retention pass thus ends as
+    /// the policy says when it is opened again, even with nothing left to save.
+    /// [`open_report`](Checkpointer::open_report) tells what was removed. A process that
+    /// only reads (`latest`, `restore`) should open with the run's policy or with
+    /// [`Retention::default()`], which removes nothing. If another writer holds the lock,
+    /// the policy is left to that writer or to the next save
+    /// ([`OpenReport::deferred`]). The compaction threshold is checked by saves only.
     pub fn open(path: impl AsRef<Path>, opts: CheckpointOptions) -> Result<Checkpointer> {
         tag_for(&opts.pattern, 0)?;
+        let path = path.as_ref().to_path_buf();
+        let mut opened = OpenReport::default();
+        if path.exists() {
+            match apply_retention(&path, &opts) {
+                Ok(removed) => opened.removed = removed,
+                Err(e) if matches!(e.kind(), ErrorKind::Locked) => opened.deferred = true,
+                Err(e) => return Err(e.in_file(&path)),
+            }
+        }
         Ok(Checkpointer {
-            path: path.as_ref().to_path_buf(),
+            path,
             opts,
             pending: None,
+            opened,
         })
+    }
+
+    /// What [`open`](Checkpointer::open) did to the existing archive.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.opened
     }
 
     /// The archive path.
@@ -337,36 +385,44 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         w.finish()?;
         writer.finish()?;
     }
-    let mut report = SaveReport {
-        tag,
-        removed: Vec::new(),
-        compacted: false,
-    };
-    if !opts.retention.is_unset() {
-        let snapshot = Archive::open(path)?;
-        let doomed = to_remove(&snapshot, &opts.retention)?;
-        drop(snapshot);
-        if !doomed.is_empty() {
-            // In place: the cost is the change, not the archive; the removed checkpoints'
-            // bytes become dead bytes, which the compaction below reclaims in bulk.
-            report.removed = archive::remove_tags_in_place(path, &opts.write, |a| {
-                Ok(doomed
-                    .iter()
-                    .filter_map(|t| a.canonical_tag(t).map(str::to_string))
-                    .collect())
-            })?
-            .removed;
-        }
-    }
+    // A second commit: a crash before it leaves the checkpoints it would remove, which
+    // the next open (or save) removes, since the policy depends only on the archive.
+    let removed = apply_retention(path, opts)?;
     let a = Archive::open(path)?;
     let dead = a.dead_bytes() as f64;
     let len = a.len_bytes().max(1) as f64;
     drop(a);
-    if dead / len > opts.compact_dead_fraction {
+    let compacted = dead / len > opts.compact_dead_fraction;
+    if compacted {
         archive::compact_with(path, &opts.write)?;
-        report.compacted = true;
     }
-    Ok(report)
+    Ok(SaveReport {
+        tag,
+        removed,
+        compacted,
+    })
+}
+
+/// Removes, in place, the checkpoints the retention policy drops from the archive at
+/// `path`, and returns them. Idempotent: the policy depends only on the archive.
+fn apply_retention(path: &Path, opts: &CheckpointOptions) -> Result<Vec<String>> {
+    if opts.retention.is_unset() {
+        return Ok(Vec::new());
+    }
+    // A look without the lock first, so that the usual case (nothing to remove) takes
+    // no lock; the removal decides again on the archive it locked.
+    let snapshot = Archive::open(path)?;
+    let doomed = to_remove(&snapshot, &opts.retention)?;
+    drop(snapshot);
+    if doomed.is_empty() {
+        return Ok(Vec::new());
+    }
+    // In place: the cost is the change, not the archive; the removed checkpoints' bytes
+    // become dead bytes, which a save's compaction reclaims in bulk.
+    Ok(
+        archive::remove_tags_in_place(path, &opts.write, |a| to_remove(a, &opts.retention))?
+            .removed,
+    )
 }
 
 /// Step and metrics of a tag written by a checkpointer (None for other tags).

@@ -2,9 +2,10 @@
 
 use modelzip::ErrorKind;
 use modelzip::Tensor;
-use modelzip::archive::{Archive, ArchiveWriter, TagBuilder};
+use modelzip::archive::fault::set_write_budget;
+use modelzip::archive::{Archive, ArchiveWriter, TagBuilder, WriteLock, WriteOptions};
 use modelzip::checkpoint::{
-    Checkpoint, CheckpointOptions, Checkpointer, Goal, KeepBest, Retention,
+    Checkpoint, CheckpointOptions, Checkpointer, Goal, KeepBest, OpenReport, Retention,
 };
 
 #[path = "../examples/checkpoint_loop.rs"]
@@ -79,7 +80,7 @@ fn the_example_loop_resumes_after_being_stopped_and_ends_the_same() {
 /// compaction), far below rewriting the 5 kept checkpoints at every save.
 #[test]
 fn retention_removes_in_place_not_by_rewriting_the_archive() {
-    use modelzip::archive::fault::{bytes_written, set_write_budget};
+    use modelzip::archive::fault::bytes_written;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.zip");
     let mut c = Checkpointer::open(
@@ -263,4 +264,148 @@ fn nothing_saved_yet_means_no_latest() {
         )
         .is_err()
     );
+}
+
+fn keep_last(n: usize) -> CheckpointOptions {
+    with(Retention {
+        keep_last: Some(n),
+        ..Retention::default()
+    })
+}
+
+fn names(steps: &[u64]) -> Vec<String> {
+    steps.iter().map(|s| format!("step-{s:09}")).collect()
+}
+
+/// A kill between a save's append and its retention pass leaves the new checkpoint and
+/// the ones the policy was about to drop. Simulated without a kill: the append is made by
+/// a checkpointer with no policy. Opening the archive with the policy converges.
+#[test]
+fn a_crash_between_append_and_retention_converges_when_the_archive_is_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let mut c = Checkpointer::open(&path, keep_last(3)).unwrap();
+    for s in 1..=9 {
+        c.save(&ckpt(s, 0.5)).unwrap();
+    }
+    drop(c);
+    // The append of step 10 commits; its retention pass never runs.
+    Checkpointer::open(&path, CheckpointOptions::default())
+        .unwrap()
+        .save(&ckpt(10, 0.5))
+        .unwrap();
+    let raw = Checkpointer::open(&path, CheckpointOptions::default()).unwrap();
+    assert_eq!(raw.open_report(), &OpenReport::default());
+    assert_eq!(raw.tags().unwrap(), names(&[7, 8, 9, 10]));
+
+    // Another writer holds the lock: opening defers to it and changes nothing.
+    let lock = WriteLock::acquire(&path, false).unwrap();
+    let deferred = Checkpointer::open(&path, keep_last(3)).unwrap();
+    assert!(deferred.open_report().deferred);
+    assert!(deferred.open_report().removed.is_empty());
+    assert_eq!(deferred.tags().unwrap(), names(&[7, 8, 9, 10]));
+    drop(lock);
+
+    // The next run, with nothing left to save, ends as the policy says.
+    let c = Checkpointer::open(&path, keep_last(3)).unwrap();
+    assert_eq!(
+        c.open_report(),
+        &OpenReport {
+            removed: names(&[7]),
+            deferred: false
+        }
+    );
+    assert_eq!(c.tags().unwrap(), names(&[8, 9, 10]));
+    assert_eq!(c.latest().unwrap().unwrap(), ckpt(10, 0.5));
+    assert!(Archive::open(&path).unwrap().verify().is_ok());
+    // Opening again has nothing to do.
+    let again = Checkpointer::open(&path, keep_last(3)).unwrap();
+    assert_eq!(again.open_report(), &OpenReport::default());
+}
+
+/// The audit's repro (`KILL_AT=42` on the example loop: killed after the append of step
+/// 20, before its retention pass), made deterministic: the loop's run to step 19, then
+/// step 20 appended without retention, then the loop run again.
+#[test]
+fn the_example_loop_ends_as_its_policy_says_after_a_kill_before_the_last_retention_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let zero = std::time::Duration::ZERO;
+    checkpoint_loop::run_steps(&path, 19, zero).unwrap();
+    let state = checkpoint_loop::state_at(checkpoint_loop::LAST_STEP).unwrap();
+    Checkpointer::open(&path, CheckpointOptions::default())
+        .unwrap()
+        .save(&state)
+        .unwrap();
+    assert_eq!(
+        Checkpointer::open(&path, CheckpointOptions::default())
+            .unwrap()
+            .tags()
+            .unwrap(),
+        names(&[12, 17, 18, 19, 20])
+    );
+    let done = checkpoint_loop::run(&path).unwrap();
+    assert_eq!(done.tags, names(&[12, 18, 19, 20]));
+    assert_eq!(done.tags, done.expected_tags);
+    assert!(done.resumed_identical);
+    assert_eq!(done.tensor_bytes, done.predicted_tensor_bytes);
+    assert_eq!(done.problems, 0);
+}
+
+/// A save cut short at every 1/50th of the bytes it writes (as a full disk would cut
+/// it: the append or the in-place removal fails and rolls back): opening the archive
+/// again with the policy always ends as the policy says of what was committed.
+#[test]
+fn a_save_cut_short_anywhere_converges_when_the_archive_is_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let base = dir.path().join("base.zip");
+    let opts = CheckpointOptions {
+        write: WriteOptions {
+            fsync: false,
+            ..WriteOptions::default()
+        },
+        compact_dead_fraction: 1.0,
+        ..keep_last(2)
+    };
+    let mut c = Checkpointer::open(&path, opts.clone()).unwrap();
+    for s in 1..=3 {
+        c.save(&ckpt(s, 0.5)).unwrap();
+    }
+    drop(c);
+    std::fs::copy(&path, &base).unwrap();
+    let mut c = Checkpointer::open(&path, opts.clone()).unwrap();
+    set_write_budget(None);
+    let r = c.save(&ckpt(4, 0.5)).unwrap();
+    assert_eq!(r.removed, names(&[2]));
+    let total = modelzip::archive::fault::bytes_written();
+    drop(c);
+    // Cut before the append committed, after it, and after it but before the removal.
+    let mut outcomes = [0usize; 3];
+    for budget in (0..total).step_by((total / 50).max(1) as usize) {
+        std::fs::copy(&base, &path).unwrap();
+        let mut c = Checkpointer::open(&path, opts.clone()).unwrap();
+        set_write_budget(Some(budget));
+        let saved = c.save(&ckpt(4, 0.5));
+        set_write_budget(None);
+        drop(c);
+        assert!(saved.is_err(), "budget {budget} of {total}");
+        // The append committed, the removal did not: the state a kill there leaves.
+        let left = Archive::open(&path).unwrap().tags().len();
+        if left == 3 {
+            outcomes[2] += 1;
+        }
+        let c = Checkpointer::open(&path, opts.clone()).unwrap();
+        let tags = c.tags().unwrap();
+        let appended = tags.contains(&"step-000000004".to_string());
+        let expected = if appended {
+            names(&[3, 4])
+        } else {
+            names(&[2, 3])
+        };
+        assert_eq!(tags, expected, "budget {budget} of {total}");
+        outcomes[usize::from(appended)] += 1;
+        assert!(Archive::open(&path).unwrap().verify().is_ok());
+    }
+    assert!(outcomes.iter().all(|n| *n > 0), "{outcomes:?}");
 }
