@@ -39,6 +39,11 @@
 //! process killed between them leaves the new checkpoint and the ones the policy was
 //! about to drop; [`Checkpointer::open`] applies the policy to an existing archive, so
 //! the next run (even one with nothing left to save) ends as the policy says.
+//!
+//! **Which tags are checkpoints.** Those whose metadata.json has a `step` (what a
+//! checkpointer writes, with `metrics`) and no variant record (`quantization`, `cast`).
+//! Every other tag (a `release` tag added by hand, an INT8 variant) is never resumed
+//! from, restored or removed.
 
 use crate::archive::{self, AppendMode, Appender, Archive, ArchiveWriter, TagWriter, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -293,7 +298,8 @@ impl Checkpointer {
         }
     }
 
-    /// The checkpoint tags in the archive, oldest first (none before the first save).
+    /// Every tag in the archive, oldest first, checkpoints or not (none before the
+    /// first save).
     pub fn tags(&self) -> Result<Vec<String>> {
         if !self.path.exists() {
             return Ok(Vec::new());
@@ -301,22 +307,46 @@ impl Checkpointer {
         Ok(Archive::open(&self.path)?.tags().to_vec())
     }
 
-    /// The newest checkpoint, or `None` when nothing was saved yet.
+    /// The checkpoint tags in the archive, oldest first: the tags a checkpointer wrote
+    /// (see the module documentation), without any other tag.
+    pub fn checkpoints(&self) -> Result<Vec<String>> {
+        if !self.path.exists() {
+            return Ok(Vec::new());
+        }
+        let archive = Archive::open(&self.path)?;
+        let mut out = Vec::new();
+        for tag in archive.tags() {
+            if checkpoint_info(&archive, tag)?.is_ok() {
+                out.push(tag.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest checkpoint: the last tag in the archive's order that a checkpointer
+    /// wrote (tags added otherwise, such as a `release` tag or an INT8 variant, are
+    /// skipped). `None` when the archive holds no checkpoint or does not exist yet.
     pub fn latest(&self) -> Result<Option<Checkpoint>> {
         if !self.path.exists() {
             return Ok(None);
         }
         let archive = Archive::open(&self.path)?;
-        match archive.default_tag() {
-            None => Ok(None),
-            Some(t) => restore_from(&archive, t).map(Some),
+        for tag in archive.tags().iter().rev() {
+            if checkpoint_info(&archive, tag)?.is_ok() {
+                return restore_from(&archive, tag)
+                    .map(Some)
+                    .map_err(|e| e.in_file(&self.path));
+            }
         }
+        Ok(None)
     }
 
-    /// The checkpoint stored under `tag` (ignoring ASCII case).
+    /// The checkpoint stored under `tag` (ignoring ASCII case). A tag that is not a
+    /// checkpoint (no `step` in its metadata.json, or a variant) is refused with
+    /// [`ErrorKind::NotACheckpoint`].
     pub fn restore(&self, tag: &str) -> Result<Checkpoint> {
         let archive = Archive::open(&self.path)?;
-        restore_from(&archive, tag)
+        restore_from(&archive, tag).map_err(|e| e.in_file(&self.path))
     }
 }
 
@@ -354,6 +384,10 @@ pub fn tag_for(pattern: &str, step: u64) -> Result<String> {
     archive::validate_tag_name(&name)?;
     Ok(name)
 }
+
+/// The metadata.json records of variants ([`crate::variants`]): a tag that has one is
+/// not a checkpoint, even with a `step` (variants made by earlier versions copied it).
+const VARIANT_KEYS: [&str; 2] = ["quantization", "cast"];
 
 fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint) -> Result<()> {
     for (name, t) in &ckpt.params {
@@ -425,18 +459,34 @@ fn apply_retention(path: &Path, opts: &CheckpointOptions) -> Result<Vec<String>>
     )
 }
 
-/// Step and metrics of a tag written by a checkpointer (None for other tags).
-fn step_and_metrics(archive: &Archive, tag: &str) -> Result<Option<(u64, BTreeMap<String, f64>)>> {
+/// Why tag `tag` is not a checkpoint (`Err`), or its step and metrics (`Ok`).
+type CheckpointInfo = std::result::Result<(u64, BTreeMap<String, f64>), String>;
+
+/// Whether `tag` was written by a checkpointer: its metadata.json has a `step` (a
+/// non-negative integer) and no variant record.
+fn checkpoint_info(archive: &Archive, tag: &str) -> Result<CheckpointInfo> {
     let t = archive.tag(tag)?;
     let Some(meta) = t.metadata()? else {
-        return Ok(None);
+        return Ok(Err("it has no metadata.json".into()));
     };
     let v: Value = match serde_json::from_slice(&meta) {
         Ok(v) => v,
-        Err(_) => return Ok(None),
+        Err(e) => return Ok(Err(format!("its metadata.json is not valid JSON ({e})"))),
     };
-    let Some(step) = v.get("step").and_then(Value::as_u64) else {
-        return Ok(None);
+    if let Some(k) = VARIANT_KEYS.iter().find(|k| v.get(**k).is_some()) {
+        return Ok(Err(format!(
+            "it is a variant (its metadata.json has a {k:?} record), not written by a checkpointer"
+        )));
+    }
+    let Some(step) = v.get("step") else {
+        return Ok(Err(
+            "its metadata.json has no \"step\": it was not written by a checkpointer".into(),
+        ));
+    };
+    let Some(step) = step.as_u64() else {
+        return Ok(Err(format!(
+            "its metadata.json has \"step\": {step}, not a non-negative integer"
+        )));
     };
     let metrics = v
         .get("metrics")
@@ -447,23 +497,20 @@ fn step_and_metrics(archive: &Archive, tag: &str) -> Result<Option<(u64, BTreeMa
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Some((step, metrics)))
+    Ok(Ok((step, metrics)))
 }
 
-/// The checkpoint tags the policy drops. Tags not written by a checkpointer and the
-/// newest tag are never dropped.
+/// The checkpoint tags the policy drops, spelled as in tags.txt. Tags not written by a
+/// checkpointer are never dropped, nor is the newest checkpoint.
 fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
     let mut ckpts: Vec<(String, u64, BTreeMap<String, f64>)> = Vec::new();
     for tag in archive.tags() {
-        if let Some((step, metrics)) = step_and_metrics(archive, tag)? {
+        if let Ok((step, metrics)) = checkpoint_info(archive, tag)? {
             ckpts.push((tag.clone(), step, metrics));
         }
     }
-    let newest = archive.default_tag().map(str::to_string);
-    let mut keep: Vec<bool> = ckpts
-        .iter()
-        .map(|(t, _, _)| Some(t) == newest.as_ref())
-        .collect();
+    let newest = ckpts.len().checked_sub(1);
+    let mut keep: Vec<bool> = (0..ckpts.len()).map(|i| Some(i) == newest).collect();
     if let Some(n) = policy.keep_last {
         let from = ckpts.len().saturating_sub(n);
         keep.iter_mut().skip(from).for_each(|k| *k = true);
@@ -503,7 +550,13 @@ fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
 
 fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
     let t = archive.tag(tag)?;
-    let (step, metrics) = step_and_metrics(archive, tag)?.unwrap_or_default();
+    let (step, metrics) = checkpoint_info(archive, tag)?.map_err(|why| {
+        Error::new(ErrorKind::NotACheckpoint {
+            tag: t.name().to_string(),
+            why,
+        })
+        .in_entry(format!("{}/metadata.json", t.name()))
+    })?;
     let params = t
         .params()
         .iter()

@@ -152,6 +152,14 @@ pub enum ErrorKind {
     /// A graph that cannot be decoded, encoded or converted.
     #[error("graph: {0}")]
     Graph(String),
+    /// A tag asked for as a checkpoint that a checkpointer did not write.
+    #[error("tag {tag:?} is not a checkpoint: {why}")]
+    NotACheckpoint {
+        /// The tag, spelled as in tags.txt.
+        tag: String,
+        /// Why it is not one.
+        why: String,
+    },
     /// An asynchronous checkpoint save failed.
     #[error("asynchronous save failed: {0}")]
     AsyncSave(String),

@@ -3,7 +3,9 @@
 use modelzip::ErrorKind;
 use modelzip::Tensor;
 use modelzip::archive::fault::set_write_budget;
-use modelzip::archive::{Archive, ArchiveWriter, TagBuilder, WriteLock, WriteOptions};
+use modelzip::archive::{
+    AppendMode, Archive, ArchiveWriter, TagBuilder, WriteLock, WriteOptions, append_tag,
+};
 use modelzip::checkpoint::{
     Checkpoint, CheckpointOptions, Checkpointer, Goal, KeepBest, OpenReport, Retention,
 };
@@ -408,4 +410,72 @@ fn a_save_cut_short_anywhere_converges_when_the_archive_is_opened() {
         assert!(Archive::open(&path).unwrap().verify().is_ok());
     }
     assert!(outcomes.iter().all(|n| *n > 0), "{outcomes:?}");
+}
+
+#[test]
+fn latest_and_retention_skip_tags_that_are_not_checkpoints_and_restore_refuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let mut c = Checkpointer::open(&path, CheckpointOptions::default()).unwrap();
+    for s in 1..=2 {
+        c.save(&ckpt(s, 0.5)).unwrap();
+    }
+    let w = || Tensor::from_slice(vec![4], &[9.0f32, 1.0, 2.0, 3.0]).unwrap();
+    let opts = WriteOptions::default();
+    // A tag added by hand, and one with a step but a variant record (as variants made by
+    // earlier versions were).
+    append_tag(
+        &path,
+        TagBuilder::new("release").param("w", w()),
+        AppendMode::InPlace,
+        &opts,
+    )
+    .unwrap();
+    append_tag(
+        &path,
+        TagBuilder::new("old-int8").param("w", w()).metadata(
+            br#"{"step": 2, "metrics": {"loss": 0.1}, "quantization": {"params": {}}}"#.to_vec(),
+        ),
+        AppendMode::InPlace,
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(c.latest().unwrap().unwrap(), ckpt(2, 0.5));
+    assert_eq!(c.checkpoints().unwrap(), names(&[1, 2]));
+    for (tag, why) in [
+        ("RELEASE", "no \"step\""),
+        ("old-int8", "\"quantization\" record"),
+    ] {
+        let e = c.restore(tag).unwrap_err();
+        match e.kind() {
+            ErrorKind::NotACheckpoint { tag: t, why: w } => {
+                assert_eq!(t.to_lowercase(), tag.to_lowercase());
+                assert!(w.contains(why), "{e}");
+            }
+            _ => panic!("{e}"),
+        }
+        assert!(e.to_string().contains("is not a checkpoint"), "{e}");
+        assert_eq!(e.location().file.as_deref(), Some(path.as_path()));
+    }
+    // Keep-last 0 keeps the newest checkpoint, not the newest tag; the others stay.
+    let c = Checkpointer::open(&path, keep_last(0)).unwrap();
+    assert_eq!(c.open_report().removed, names(&[1]));
+    assert_eq!(c.tags().unwrap(), ["step-000000002", "release", "old-int8"]);
+    assert_eq!(c.latest().unwrap().unwrap(), ckpt(2, 0.5));
+}
+
+#[test]
+fn an_archive_without_checkpoints_has_no_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    w.add_tag(
+        TagBuilder::new("release").param("x", Tensor::from_slice(vec![1], &[1.0f32]).unwrap()),
+    )
+    .unwrap();
+    w.finish().unwrap();
+    let c = Checkpointer::open(&path, keep_last(1)).unwrap();
+    assert!(c.latest().unwrap().is_none());
+    assert!(c.checkpoints().unwrap().is_empty());
+    assert_eq!(c.tags().unwrap(), ["release"]);
 }
