@@ -52,7 +52,7 @@ use crate::tensor::{Tensor, TensorView};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 /// Everything needed to resume training at one step.
@@ -171,7 +171,50 @@ pub struct OpenReport {
     pub deferred: bool,
 }
 
-type Slot = Arc<(Mutex<Option<Result<SaveReport, String>>>, Condvar)>;
+/// How an asynchronous save stands.
+#[derive(Debug)]
+enum SaveState {
+    Running,
+    Saved(SaveReport),
+    /// `error` is the save's own error until the first report takes it; later reports
+    /// get [`ErrorKind::AsyncSave`] with `message`.
+    Failed {
+        error: Option<Error>,
+        message: String,
+    },
+}
+
+type Slot = Arc<(Mutex<SaveState>, Condvar)>;
+
+fn set_slot(slot: &Slot, state: SaveState) {
+    let (lock, cv) = &**slot;
+    let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    *g = state;
+    cv.notify_all();
+}
+
+/// Records a failure if the save thread ends (unwinds) without recording a result, so
+/// that nobody waits for it forever.
+struct Unfinished(Slot);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let running = {
+            let g = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+            matches!(*g, SaveState::Running)
+        };
+        if running {
+            let message = "the save thread panicked before recording a result".to_string();
+            set_slot(
+                &self.0,
+                SaveState::Failed {
+                    error: None,
+                    message,
+                },
+            );
+        }
+    }
+}
 
 /// A handle on an asynchronous save.
 #[derive(Debug, Clone)]
@@ -181,26 +224,31 @@ pub struct SaveHandle {
 
 impl SaveHandle {
     /// Waits for the save to finish and returns its report or its error.
+    ///
+    /// A failed save's error is reported twice, here and by the checkpointer's next
+    /// [`save`](Checkpointer::save), [`save_async`](Checkpointer::save_async) or
+    /// [`wait`](Checkpointer::wait). The first of those reports is the save's own error
+    /// (its [`ErrorKind`]: `Locked`, `TagExists`, `Io` ..., and its location); every later
+    /// one is [`ErrorKind::AsyncSave`] carrying that error's message.
     pub fn wait(&self) -> Result<SaveReport> {
         let (lock, cv) = &*self.slot;
-        let mut guard = lock
-            .lock()
-            .map_err(|_| ErrorKind::AsyncSave("the save thread panicked".into()))?;
-        while guard.is_none() {
-            guard = cv
-                .wait(guard)
-                .map_err(|_| ErrorKind::AsyncSave("the save thread panicked".into()))?;
+        let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while matches!(*g, SaveState::Running) {
+            g = cv.wait(g).unwrap_or_else(PoisonError::into_inner);
         }
-        match guard.as_ref() {
-            Some(Ok(r)) => Ok(r.clone()),
-            Some(Err(e)) => Err(ErrorKind::AsyncSave(e.clone()).into()),
-            None => Err(ErrorKind::AsyncSave("no result".into()).into()),
+        match &mut *g {
+            SaveState::Saved(r) => Ok(r.clone()),
+            SaveState::Failed { error, message } => Err(error
+                .take()
+                .unwrap_or_else(|| ErrorKind::AsyncSave(message.clone()).into())),
+            SaveState::Running => Err(ErrorKind::AsyncSave("no result".into()).into()),
         }
     }
 
     /// Whether the save has finished (successfully or not).
     pub fn is_done(&self) -> bool {
-        self.slot.0.lock().map(|g| g.is_some()).unwrap_or(true)
+        let g = self.slot.0.lock().unwrap_or_else(PoisonError::into_inner);
+        !matches!(*g, SaveState::Running)
     }
 }
 
@@ -255,35 +303,40 @@ impl Checkpointer {
     }
 
     /// Saves a checkpoint, applies the retention policy, and returns when it is durable.
-    /// Waits for a pending asynchronous save first, and fails with its error if it failed.
+    /// Waits for a pending asynchronous save first, and fails with its error if it failed
+    /// (see [`SaveHandle::wait`] for which error).
     pub fn save(&mut self, ckpt: &Checkpoint) -> Result<SaveReport> {
         self.wait()?;
         save_now(&self.path, &self.opts, ckpt)
     }
 
     /// Saves on a background thread. Waits for the previous asynchronous save (and
-    /// fails with its error if it failed), then returns at once.
+    /// fails with its error if it failed, see [`SaveHandle::wait`]), then returns at once.
     pub fn save_async(&mut self, ckpt: Checkpoint) -> Result<SaveHandle> {
         self.wait()?;
-        let slot: Slot = Arc::new((Mutex::new(None), Condvar::new()));
+        let slot: Slot = Arc::new((Mutex::new(SaveState::Running), Condvar::new()));
         let handle = SaveHandle { slot: slot.clone() };
         let (path, opts) = (self.path.clone(), self.opts.clone());
         let thread = std::thread::Builder::new()
             .name("modelzip-save".into())
             .spawn(move || {
-                let result = save_now(&path, &opts, &ckpt).map_err(|e| e.to_string());
-                let (lock, cv) = &*slot;
-                if let Ok(mut g) = lock.lock() {
-                    *g = Some(result);
-                }
-                cv.notify_all();
+                let _unfinished = Unfinished(slot.clone());
+                let state = match save_now(&path, &opts, &ckpt) {
+                    Ok(r) => SaveState::Saved(r),
+                    Err(e) => SaveState::Failed {
+                        message: e.to_string(),
+                        error: Some(e),
+                    },
+                };
+                set_slot(&slot, state);
             })
             .map_err(Error::from)?;
         self.pending = Some((thread, handle.clone()));
         Ok(handle)
     }
 
-    /// Waits for the pending asynchronous save, if any; returns its report, or its error.
+    /// Waits for the pending asynchronous save, if any; returns its report, or its error
+    /// (see [`SaveHandle::wait`] for which error).
     pub fn wait(&mut self) -> Result<Option<SaveReport>> {
         match self.pending.take() {
             None => Ok(None),

@@ -160,7 +160,8 @@ pub enum ErrorKind {
         /// Why it is not one.
         why: String,
     },
-    /// An asynchronous checkpoint save failed.
+    /// An asynchronous checkpoint save failed (reported a second time: the first report
+    /// is the save's own error, see `checkpoint::SaveHandle::wait`).
     #[error("asynchronous save failed: {0}")]
     AsyncSave(String),
     /// A caller-supplied value that makes no sense.

@@ -223,10 +223,13 @@ fn an_async_error_surfaces_on_the_handle_and_on_the_next_call() {
         .push(("w".into(), Tensor::from_slice(vec![1], &[0f32]).unwrap()));
     let handle = c.save_async(bad).unwrap();
     assert_eq!(ok.wait().unwrap().tag, "step-000000001");
+    // The first report is the save's own error; the second says it failed, with its message.
     let err = handle.wait().unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::AsyncSave(_)), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::InvalidInput(_)), "{err}");
+    assert!(err.to_string().contains("is added twice"), "{err}");
     let next = c.save(&ckpt(3, 0.5)).unwrap_err();
     assert!(matches!(next.kind(), ErrorKind::AsyncSave(_)), "{next}");
+    assert!(next.to_string().contains(&err.to_string()), "{next}");
     // The failed save left nothing behind; the next one goes through.
     c.save(&ckpt(3, 0.5)).unwrap();
     assert_eq!(c.tags().unwrap(), ["step-000000001", "step-000000003"]);
@@ -478,4 +481,39 @@ fn an_archive_without_checkpoints_has_no_latest() {
     assert!(c.latest().unwrap().is_none());
     assert!(c.checkpoints().unwrap().is_empty());
     assert_eq!(c.tags().unwrap(), ["release"]);
+}
+
+/// The first report of a failed asynchronous save keeps the error's kind, whichever of
+/// the handle and the checkpointer gives it; the other is `AsyncSave` with its message.
+#[test]
+fn an_async_lock_conflict_is_reported_as_locked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let mut c = Checkpointer::open(&path, CheckpointOptions::default()).unwrap();
+    c.save(&ckpt(1, 0.5)).unwrap();
+
+    let lock = WriteLock::acquire(&path, false).unwrap();
+    let handle = c.save_async(ckpt(2, 0.5)).unwrap();
+    let first = c.wait().unwrap_err();
+    assert!(matches!(first.kind(), ErrorKind::Locked), "{first}");
+    let second = handle.wait().unwrap_err();
+    match second.kind() {
+        ErrorKind::AsyncSave(m) => assert!(m.contains("locked"), "{second}"),
+        _ => panic!("{second}"),
+    }
+    // Asked again, the handle says the same.
+    assert!(matches!(
+        handle.wait().unwrap_err().kind(),
+        ErrorKind::AsyncSave(_)
+    ));
+
+    // The other order: the handle first.
+    let handle = c.save_async(ckpt(2, 0.5)).unwrap();
+    let first = handle.wait().unwrap_err();
+    assert!(matches!(first.kind(), ErrorKind::Locked), "{first}");
+    let second = c.save_async(ckpt(2, 0.5)).unwrap_err();
+    assert!(matches!(second.kind(), ErrorKind::AsyncSave(_)), "{second}");
+    drop(lock);
+    c.save(&ckpt(2, 0.5)).unwrap();
+    assert_eq!(c.tags().unwrap(), names(&[1, 2]));
 }
