@@ -438,6 +438,11 @@ pub fn tag_for(pattern: &str, step: u64) -> Result<String> {
     Ok(name)
 }
 
+/// The metadata.json keys a checkpointer writes (`write_tag`), `step` being the one
+/// that marks its tags. A tag derived from a checkpoint (a variant) must not carry them, or it would be
+/// resumed from and removed by retention like a checkpoint.
+pub(crate) const CHECKPOINT_KEYS: [&str; 2] = ["step", "metrics"];
+
 /// The metadata.json records of variants ([`crate::variants`]): a tag that has one is
 /// not a checkpoint, even with a `step` (variants made by earlier versions copied it).
 const VARIANT_KEYS: [&str; 2] = ["quantization", "cast"];

@@ -459,3 +459,51 @@ fn diff_reports_shared_changed_and_dequantized_error() {
     assert!(same.is_identical());
     assert_eq!(same.shared.len(), 6);
 }
+
+/// Variants derived from a checkpoint are not checkpoints: they do not carry the
+/// checkpoint keys (`step`, `metrics`), so a checkpointer neither resumes from them nor
+/// removes them; other user keys are carried over.
+#[test]
+fn variants_of_a_checkpoint_are_not_checkpoints() {
+    use modelzip::checkpoint::{Checkpoint, CheckpointOptions, Checkpointer, Retention};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let opts = CheckpointOptions {
+        retention: Retention {
+            keep_last: Some(1),
+            ..Retention::default()
+        },
+        write: fast(),
+        ..CheckpointOptions::default()
+    };
+    let state = |step: u64| {
+        let w: Vec<f32> = (0..12).map(|i| (i as f32 + step as f32) * 0.1).collect();
+        let mut c = Checkpoint::new(step);
+        c.params
+            .push(("w".into(), Tensor::from_slice(vec![4, 3], &w).unwrap()));
+        c.metrics.insert("loss".into(), 1.0 / step as f64);
+        c
+    };
+    let mut ck = Checkpointer::open(&path, opts.clone()).unwrap();
+    ck.save(&state(5)).unwrap();
+    let q = QuantizeOptions { per_channel: true };
+    quantize(&path, "step-000000005", "step5-int8", &q, &fast()).unwrap();
+    cast(&path, "step-000000005", "step5-fp16", DType::Fp16, &fast()).unwrap();
+    let archive = Archive::open(&path).unwrap();
+    for (tag, record) in [("step5-int8", "quantization"), ("step5-fp16", "cast")] {
+        let m = metadata(&archive, tag);
+        assert!(m.get("step").is_none(), "{tag}: {m}");
+        assert!(m.get("metrics").is_none(), "{tag}: {m}");
+        assert_eq!(m[record]["source_tag"], "step-000000005");
+    }
+    drop(archive);
+    assert_eq!(ck.latest().unwrap().unwrap(), state(5));
+    assert!(ck.restore("step5-int8").is_err());
+    ck.save(&state(6)).unwrap();
+    ck.save(&state(7)).unwrap();
+    assert_eq!(
+        ck.tags().unwrap(),
+        ["step5-int8", "step5-fp16", "step-000000007"]
+    );
+    assert_eq!(ck.latest().unwrap().unwrap(), state(7));
+}

@@ -22,8 +22,9 @@ use std::path::Path;
 /// variable of block 0, inserted after the feed ops, and every op that used the parameter
 /// reads `<name>@cast` instead, so the model still computes in FP32. The graph is written
 /// in the source tag's encoding. metadata.json records
-/// `"cast": {"dtype": "FP16", "source_tag": ...}`. Updater state and the training config
-/// are not carried over.
+/// `"cast": {"dtype": "FP16", "source_tag": ...}`, beside the source tag's user keys (not
+/// its checkpoint keys `step` and `metrics`: a variant is not a checkpoint). Updater
+/// state and the training config are not carried over.
 pub fn cast(
     path: impl AsRef<Path>,
     from_tag: &str,

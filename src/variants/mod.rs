@@ -124,8 +124,10 @@ fn check_new_tag(archive: &Archive, new_tag: &str) -> Result<()> {
     Ok(())
 }
 
-/// The source tag's metadata.json keys that belong to users (everything but the keys
-/// modelzip writes itself), to carry over into the variant.
+/// The source tag's metadata.json keys that belong to users, to carry over into the
+/// variant: everything but the keys modelzip writes itself (`created`, the variant
+/// records, and the checkpoint keys `step` and `metrics`, which would make the variant
+/// look like a checkpoint to a [`Checkpointer`](crate::checkpoint::Checkpointer)).
 fn user_metadata(
     tag: &crate::archive::Tag<'_>,
 ) -> Result<serde_json::Map<String, serde_json::Value>> {
@@ -145,7 +147,10 @@ fn user_metadata(
         ))
         .in_entry(entry));
     };
-    for k in ["created", "quantization", "cast"] {
+    for k in ["created", "quantization", "cast"]
+        .into_iter()
+        .chain(crate::checkpoint::CHECKPOINT_KEYS)
+    {
         m.remove(k);
     }
     Ok(m)

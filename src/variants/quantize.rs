@@ -130,7 +130,9 @@ fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
 /// graph (if any) gets, per weight, `cast` (INT8 → FP32) and `elementwise_mul` by the
 /// scale inserted after the feed ops, and its users read `<name>@dequant`; it is written
 /// in the source tag's encoding. metadata.json records the scheme under
-/// `"quantization"`. Updater state and the training config are not carried over.
+/// `"quantization"`, beside the source tag's user keys (not its checkpoint keys `step`
+/// and `metrics`: a variant is not a checkpoint). Updater state and the training config
+/// are not carried over.
 pub fn quantize(
     path: impl AsRef<Path>,
     from_tag: &str,
