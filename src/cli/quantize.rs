@@ -36,7 +36,8 @@ pub struct Args {
     /// Name of the new tag.
     #[arg(long, value_name = "NEW")]
     tag: String,
-    /// One scale per output channel instead of one per tensor.
+    /// One scale per output channel instead of one per tensor (recommended: the INT8
+    /// error then depends less on how channel ranges differ; docs/VARIANTS.md).
     #[arg(long)]
     per_channel: bool,
     /// Wait for another writer to finish instead of failing.
