@@ -6,9 +6,11 @@
 //!
 //! Run it again on the same ARCHIVE after killing it (Ctrl-C, `kill -9`) at any moment:
 //! it resumes from the newest checkpoint the archive holds (a save cut short by the kill
-//! is either complete or absent), checks that the restored state is bit-identical to the
-//! state the loop had at that step, and finishes the remaining steps. `--step-ms` makes
-//! each simulated step take that long, to leave time to kill it.
+//! is either complete or absent; checkpoints a kill kept from being removed are removed
+//! when the archive is opened again), checks that the restored state is bit-identical to
+//! the state the loop had at that step, and finishes the remaining steps. `--step-ms`
+//! makes each simulated step take that long, to leave time to kill it. Tags added to the
+//! archive by other means (a variant, a `release` tag) are left alone.
 //!
 //! The embedding table is frozen, so every checkpoint shares one copy of it; the other
 //! parameters and their Adam moments change every step.
@@ -22,15 +24,17 @@ use std::path::Path;
 
 /// What the loop left behind, for the caller (and the test that runs it) to check.
 pub struct Outcome {
-    /// Tags in the archive after the loop.
+    /// Checkpoint tags in the archive after the loop.
     pub tags: Vec<String>,
+    /// Other tags in the archive (not written by the loop, left alone).
+    pub other_tags: Vec<String>,
     /// Tags the policy should have kept.
     pub expected_tags: Vec<String>,
     /// Whether the resumed state equals the last in-memory state bit for bit.
     pub resumed_identical: bool,
     /// Bytes of tensor entries in the archive.
     pub tensor_bytes: u64,
-    /// Bytes the kept checkpoints' distinct tensors take (what sharing predicts).
+    /// Bytes the distinct tensors of the archive's tags take (what sharing predicts).
     pub predicted_tensor_bytes: u64,
     /// Problems `verify` found.
     pub problems: usize,
@@ -55,7 +59,8 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn state_at(step: u64) -> Result<Checkpoint, modelzip::Error> {
+/// The loop's state (parameters, Adam moments, config, loss) at `step`.
+pub fn state_at(step: u64) -> Result<Checkpoint, modelzip::Error> {
     let mut c = Checkpoint::new(step);
     let shapes: [(&str, Vec<u64>); 3] = [
         ("embedding.w", vec![64, 16]),
@@ -137,7 +142,12 @@ pub fn run_steps(
         ckpt.save_async(state)?;
     }
     ckpt.wait()?;
-    let tags = ckpt.tags()?;
+    let tags = ckpt.checkpoints()?;
+    let other_tags: Vec<String> = ckpt
+        .tags()?
+        .into_iter()
+        .filter(|t| !tags.contains(t))
+        .collect();
     // Keep the last 3 + the best 1 by loss (step 12, where the loss is lowest), of the
     // steps run so far.
     let mut kept: Vec<u64> = (until.saturating_sub(2).max(1)..=until).collect();
@@ -155,25 +165,26 @@ pub fn run_steps(
     let resumed = ckpt.latest()?.ok_or("no checkpoint to resume from")?;
     let resumed_identical = resumed == last;
 
-    // What sharing predicts: each distinct tensor of the kept checkpoints once.
+    // What sharing predicts: each distinct tensor of the archive's tags (the kept
+    // checkpoints, and any other tag) once.
+    let a = modelzip::archive::Archive::open(archive)?;
     let mut distinct = HashSet::new();
     let mut predicted_tensor_bytes = 0u64;
-    for tag in &tags {
-        let c = ckpt.restore(tag)?;
-        let tensors = c
-            .params
+    for tag in a.tags() {
+        let t = a.tag(tag)?;
+        let locations = t
+            .params()
             .iter()
-            .map(|(_, t)| t)
-            .chain(c.updater.iter().flat_map(|(_, a)| a.iter()));
-        for t in tensors {
+            .map(|p| &p.location)
+            .chain(t.updater().iter().flat_map(|u| u.arrays.iter()));
+        for loc in locations {
             let mut bytes = Vec::new();
-            modelzip::tensor::encode_tensor(&t.view(), &mut bytes)?;
+            modelzip::tensor::encode_tensor(&t.tensor(loc)?.view(), &mut bytes)?;
             if distinct.insert(bytes.clone()) {
                 predicted_tensor_bytes += bytes.len() as u64;
             }
         }
     }
-    let a = modelzip::archive::Archive::open(archive)?;
     let tensor_bytes = a
         .entry_names()
         .filter(|n| n.ends_with(".lodtensor"))
@@ -182,6 +193,7 @@ pub fn run_steps(
     let problems = a.verify().problems.len();
     Ok(Outcome {
         tags,
+        other_tags,
         expected_tags,
         resumed_identical,
         tensor_bytes,
@@ -220,6 +232,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     println!("archive: {}", archive.display());
     println!("kept tags: {}", out.tags.join(", "));
+    if !out.other_tags.is_empty() {
+        println!("other tags (left alone): {}", out.other_tags.join(", "));
+    }
     println!("policy expects: {}", out.expected_tags.join(", "));
     println!("resumed bit-identical: {}", out.resumed_identical);
     println!(

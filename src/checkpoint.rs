@@ -26,11 +26,24 @@
 //!
 //! **How long a save blocks.** [`Checkpointer::save`] returns when the new tag is
 //! durable on disk (written, fsynced, and the retention policy applied). Its cost is
-//! proportional to the new checkpoint (an in-place append), plus one rewrite of the
-//! archive when the policy removes tags or dead bytes pass the compaction threshold.
+//! proportional to the new checkpoint (an in-place append), plus, when the policy
+//! removes tags, the in-place removal ([`archive::remove_tags_in_place`]: the files of
+//! removed checkpoints that kept ones still use are copied, the kept tables rewritten,
+//! the removed bytes left dead), plus one rewrite of the archive (a compaction) when
+//! dead bytes pass [`CheckpointOptions::compact_dead_fraction`].
 //! [`Checkpointer::save_async`] takes ownership of the tensors (a move, no copy) and
 //! blocks only while the previous asynchronous save is still running; the write itself
 //! happens on a background thread.
+//!
+//! **Crashes.** The append and the retention pass are two commits, each crash-safe. A
+//! process killed between them leaves the new checkpoint and the ones the policy was
+//! about to drop; [`Checkpointer::open`] applies the policy to an existing archive, so
+//! the next run (even one with nothing left to save) ends as the policy says.
+//!
+//! **Which tags are checkpoints.** Those whose metadata.json has a `step` (what a
+//! checkpointer writes, with `metrics`) and no variant record (`quantization`, `cast`).
+//! Every other tag (a `release` tag added by hand, an INT8 variant) is never resumed
+//! from, restored or removed.
 
 use crate::archive::{self, AppendMode, Appender, Archive, ArchiveWriter, TagWriter, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -39,7 +52,7 @@ use crate::tensor::{Tensor, TensorView};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 /// Everything needed to resume training at one step.
@@ -144,7 +157,64 @@ pub struct SaveReport {
     pub compacted: bool,
 }
 
-type Slot = Arc<(Mutex<Option<Result<SaveReport, String>>>, Condvar)>;
+/// What [`Checkpointer::open`] did to an existing archive to bring it in line with the
+/// retention policy (normally nothing).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpenReport {
+    /// Checkpoints the retention policy removed: left over by a save whose retention
+    /// pass a crash cut short, or dropped by a stricter policy than the one that wrote
+    /// them.
+    pub removed: Vec<String>,
+    /// True when another writer held the archive's write lock (and
+    /// [`WriteOptions::wait_for_lock`] was not set), so the policy was not applied:
+    /// that writer's own retention pass, or this checkpointer's next save, applies it.
+    pub deferred: bool,
+}
+
+/// How an asynchronous save stands.
+#[derive(Debug)]
+enum SaveState {
+    Running,
+    Saved(SaveReport),
+    /// `error` is the save's own error until the first report takes it; later reports
+    /// get [`ErrorKind::AsyncSave`] with `message`.
+    Failed {
+        error: Option<Error>,
+        message: String,
+    },
+}
+
+type Slot = Arc<(Mutex<SaveState>, Condvar)>;
+
+fn set_slot(slot: &Slot, state: SaveState) {
+    let (lock, cv) = &**slot;
+    let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    *g = state;
+    cv.notify_all();
+}
+
+/// Records a failure if the save thread ends (unwinds) without recording a result, so
+/// that nobody waits for it forever.
+struct Unfinished(Slot);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let running = {
+            let g = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+            matches!(*g, SaveState::Running)
+        };
+        if running {
+            let message = "the save thread panicked before recording a result".to_string();
+            set_slot(
+                &self.0,
+                SaveState::Failed {
+                    error: None,
+                    message,
+                },
+            );
+        }
+    }
+}
 
 /// A handle on an asynchronous save.
 #[derive(Debug, Clone)]
@@ -154,26 +224,31 @@ pub struct SaveHandle {
 
 impl SaveHandle {
     /// Waits for the save to finish and returns its report or its error.
+    ///
+    /// A failed save's error is reported twice, here and by the checkpointer's next
+    /// [`save`](Checkpointer::save), [`save_async`](Checkpointer::save_async) or
+    /// [`wait`](Checkpointer::wait). The first of those reports is the save's own error
+    /// (its [`ErrorKind`]: `Locked`, `TagExists`, `Io` ..., and its location); every later
+    /// one is [`ErrorKind::AsyncSave`] carrying that error's message.
     pub fn wait(&self) -> Result<SaveReport> {
         let (lock, cv) = &*self.slot;
-        let mut guard = lock
-            .lock()
-            .map_err(|_| ErrorKind::AsyncSave("the save thread panicked".into()))?;
-        while guard.is_none() {
-            guard = cv
-                .wait(guard)
-                .map_err(|_| ErrorKind::AsyncSave("the save thread panicked".into()))?;
+        let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while matches!(*g, SaveState::Running) {
+            g = cv.wait(g).unwrap_or_else(PoisonError::into_inner);
         }
-        match guard.as_ref() {
-            Some(Ok(r)) => Ok(r.clone()),
-            Some(Err(e)) => Err(ErrorKind::AsyncSave(e.clone()).into()),
-            None => Err(ErrorKind::AsyncSave("no result".into()).into()),
+        match &mut *g {
+            SaveState::Saved(r) => Ok(r.clone()),
+            SaveState::Failed { error, message } => Err(error
+                .take()
+                .unwrap_or_else(|| ErrorKind::AsyncSave(message.clone()).into())),
+            SaveState::Running => Err(ErrorKind::AsyncSave("no result".into()).into()),
         }
     }
 
     /// Whether the save has finished (successfully or not).
     pub fn is_done(&self) -> bool {
-        self.slot.0.lock().map(|g| g.is_some()).unwrap_or(true)
+        let g = self.slot.0.lock().unwrap_or_else(PoisonError::into_inner);
+        !matches!(*g, SaveState::Running)
     }
 }
 
@@ -183,17 +258,43 @@ pub struct Checkpointer {
     path: PathBuf,
     opts: CheckpointOptions,
     pending: Option<(JoinHandle<()>, SaveHandle)>,
+    opened: OpenReport,
 }
 
 impl Checkpointer {
     /// A checkpointer for the archive at `path`; the file is created by the first save.
+    ///
+    /// When the archive exists, the retention policy is applied to it at once (in place,
+    /// under the write lock, only when it drops something), as a save would after its
+    /// append: a run killed between a save's append and its retention pass thus ends as
+    /// the policy says when it is opened again, even with nothing left to save.
+    /// [`open_report`](Checkpointer::open_report) tells what was removed. A process that
+    /// only reads (`latest`, `restore`) should open with the run's policy or with
+    /// [`Retention::default()`], which removes nothing. If another writer holds the lock,
+    /// the policy is left to that writer or to the next save
+    /// ([`OpenReport::deferred`]). The compaction threshold is checked by saves only.
     pub fn open(path: impl AsRef<Path>, opts: CheckpointOptions) -> Result<Checkpointer> {
         tag_for(&opts.pattern, 0)?;
+        let path = path.as_ref().to_path_buf();
+        let mut opened = OpenReport::default();
+        if path.exists() {
+            match apply_retention(&path, &opts) {
+                Ok(removed) => opened.removed = removed,
+                Err(e) if matches!(e.kind(), ErrorKind::Locked) => opened.deferred = true,
+                Err(e) => return Err(e.in_file(&path)),
+            }
+        }
         Ok(Checkpointer {
-            path: path.as_ref().to_path_buf(),
+            path,
             opts,
             pending: None,
+            opened,
         })
+    }
+
+    /// What [`open`](Checkpointer::open) did to the existing archive.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.opened
     }
 
     /// The archive path.
@@ -202,35 +303,40 @@ impl Checkpointer {
     }
 
     /// Saves a checkpoint, applies the retention policy, and returns when it is durable.
-    /// Waits for a pending asynchronous save first, and fails with its error if it failed.
+    /// Waits for a pending asynchronous save first, and fails with its error if it failed
+    /// (see [`SaveHandle::wait`] for which error).
     pub fn save(&mut self, ckpt: &Checkpoint) -> Result<SaveReport> {
         self.wait()?;
         save_now(&self.path, &self.opts, ckpt)
     }
 
     /// Saves on a background thread. Waits for the previous asynchronous save (and
-    /// fails with its error if it failed), then returns at once.
+    /// fails with its error if it failed, see [`SaveHandle::wait`]), then returns at once.
     pub fn save_async(&mut self, ckpt: Checkpoint) -> Result<SaveHandle> {
         self.wait()?;
-        let slot: Slot = Arc::new((Mutex::new(None), Condvar::new()));
+        let slot: Slot = Arc::new((Mutex::new(SaveState::Running), Condvar::new()));
         let handle = SaveHandle { slot: slot.clone() };
         let (path, opts) = (self.path.clone(), self.opts.clone());
         let thread = std::thread::Builder::new()
             .name("modelzip-save".into())
             .spawn(move || {
-                let result = save_now(&path, &opts, &ckpt).map_err(|e| e.to_string());
-                let (lock, cv) = &*slot;
-                if let Ok(mut g) = lock.lock() {
-                    *g = Some(result);
-                }
-                cv.notify_all();
+                let _unfinished = Unfinished(slot.clone());
+                let state = match save_now(&path, &opts, &ckpt) {
+                    Ok(r) => SaveState::Saved(r),
+                    Err(e) => SaveState::Failed {
+                        message: e.to_string(),
+                        error: Some(e),
+                    },
+                };
+                set_slot(&slot, state);
             })
             .map_err(Error::from)?;
         self.pending = Some((thread, handle.clone()));
         Ok(handle)
     }
 
-    /// Waits for the pending asynchronous save, if any; returns its report, or its error.
+    /// Waits for the pending asynchronous save, if any; returns its report, or its error
+    /// (see [`SaveHandle::wait`] for which error).
     pub fn wait(&mut self) -> Result<Option<SaveReport>> {
         match self.pending.take() {
             None => Ok(None),
@@ -245,7 +351,8 @@ impl Checkpointer {
         }
     }
 
-    /// The checkpoint tags in the archive, oldest first (none before the first save).
+    /// Every tag in the archive, oldest first, checkpoints or not (none before the
+    /// first save).
     pub fn tags(&self) -> Result<Vec<String>> {
         if !self.path.exists() {
             return Ok(Vec::new());
@@ -253,22 +360,46 @@ impl Checkpointer {
         Ok(Archive::open(&self.path)?.tags().to_vec())
     }
 
-    /// The newest checkpoint, or `None` when nothing was saved yet.
+    /// The checkpoint tags in the archive, oldest first: the tags a checkpointer wrote
+    /// (see the module documentation), without any other tag.
+    pub fn checkpoints(&self) -> Result<Vec<String>> {
+        if !self.path.exists() {
+            return Ok(Vec::new());
+        }
+        let archive = Archive::open(&self.path)?;
+        let mut out = Vec::new();
+        for tag in archive.tags() {
+            if checkpoint_info(&archive, tag)?.is_ok() {
+                out.push(tag.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest checkpoint: the last tag in the archive's order that a checkpointer
+    /// wrote (tags added otherwise, such as a `release` tag or an INT8 variant, are
+    /// skipped). `None` when the archive holds no checkpoint or does not exist yet.
     pub fn latest(&self) -> Result<Option<Checkpoint>> {
         if !self.path.exists() {
             return Ok(None);
         }
         let archive = Archive::open(&self.path)?;
-        match archive.default_tag() {
-            None => Ok(None),
-            Some(t) => restore_from(&archive, t).map(Some),
+        for tag in archive.tags().iter().rev() {
+            if checkpoint_info(&archive, tag)?.is_ok() {
+                return restore_from(&archive, tag)
+                    .map(Some)
+                    .map_err(|e| e.in_file(&self.path));
+            }
         }
+        Ok(None)
     }
 
-    /// The checkpoint stored under `tag` (ignoring ASCII case).
+    /// The checkpoint stored under `tag` (ignoring ASCII case). A tag that is not a
+    /// checkpoint (no `step` in its metadata.json, or a variant) is refused with
+    /// [`ErrorKind::NotACheckpoint`].
     pub fn restore(&self, tag: &str) -> Result<Checkpoint> {
         let archive = Archive::open(&self.path)?;
-        restore_from(&archive, tag)
+        restore_from(&archive, tag).map_err(|e| e.in_file(&self.path))
     }
 }
 
@@ -307,6 +438,15 @@ pub fn tag_for(pattern: &str, step: u64) -> Result<String> {
     Ok(name)
 }
 
+/// The metadata.json keys a checkpointer writes (`write_tag`), `step` being the one
+/// that marks its tags. A tag derived from a checkpoint (a variant) must not carry them, or it would be
+/// resumed from and removed by retention like a checkpoint.
+pub(crate) const CHECKPOINT_KEYS: [&str; 2] = ["step", "metrics"];
+
+/// The metadata.json records of variants ([`crate::variants`]): a tag that has one is
+/// not a checkpoint, even with a `step` (variants made by earlier versions copied it).
+const VARIANT_KEYS: [&str; 2] = ["quantization", "cast"];
+
 fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint) -> Result<()> {
     for (name, t) in &ckpt.params {
         w.param(name, &t.view())?;
@@ -337,50 +477,74 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         w.finish()?;
         writer.finish()?;
     }
-    let mut report = SaveReport {
-        tag,
-        removed: Vec::new(),
-        compacted: false,
-    };
-    if !opts.retention.is_unset() {
-        let snapshot = Archive::open(path)?;
-        let doomed = to_remove(&snapshot, &opts.retention)?;
-        drop(snapshot);
-        if !doomed.is_empty() {
-            // In place: the cost is the change, not the archive; the removed checkpoints'
-            // bytes become dead bytes, which the compaction below reclaims in bulk.
-            report.removed = archive::remove_tags_in_place(path, &opts.write, |a| {
-                Ok(doomed
-                    .iter()
-                    .filter_map(|t| a.canonical_tag(t).map(str::to_string))
-                    .collect())
-            })?
-            .removed;
-        }
-    }
+    // A second commit: a crash before it leaves the checkpoints it would remove, which
+    // the next open (or save) removes, since the policy depends only on the archive.
+    let removed = apply_retention(path, opts)?;
     let a = Archive::open(path)?;
     let dead = a.dead_bytes() as f64;
     let len = a.len_bytes().max(1) as f64;
     drop(a);
-    if dead / len > opts.compact_dead_fraction {
+    let compacted = dead / len > opts.compact_dead_fraction;
+    if compacted {
         archive::compact_with(path, &opts.write)?;
-        report.compacted = true;
     }
-    Ok(report)
+    Ok(SaveReport {
+        tag,
+        removed,
+        compacted,
+    })
 }
 
-/// Step and metrics of a tag written by a checkpointer (None for other tags).
-fn step_and_metrics(archive: &Archive, tag: &str) -> Result<Option<(u64, BTreeMap<String, f64>)>> {
+/// Removes, in place, the checkpoints the retention policy drops from the archive at
+/// `path`, and returns them. Idempotent: the policy depends only on the archive.
+fn apply_retention(path: &Path, opts: &CheckpointOptions) -> Result<Vec<String>> {
+    if opts.retention.is_unset() {
+        return Ok(Vec::new());
+    }
+    // A look without the lock first, so that the usual case (nothing to remove) takes
+    // no lock; the removal decides again on the archive it locked.
+    let snapshot = Archive::open(path)?;
+    let doomed = to_remove(&snapshot, &opts.retention)?;
+    drop(snapshot);
+    if doomed.is_empty() {
+        return Ok(Vec::new());
+    }
+    // In place: the cost is the change, not the archive; the removed checkpoints' bytes
+    // become dead bytes, which a save's compaction reclaims in bulk.
+    Ok(
+        archive::remove_tags_in_place(path, &opts.write, |a| to_remove(a, &opts.retention))?
+            .removed,
+    )
+}
+
+/// Why tag `tag` is not a checkpoint (`Err`), or its step and metrics (`Ok`).
+type CheckpointInfo = std::result::Result<(u64, BTreeMap<String, f64>), String>;
+
+/// Whether `tag` was written by a checkpointer: its metadata.json has a `step` (a
+/// non-negative integer) and no variant record.
+fn checkpoint_info(archive: &Archive, tag: &str) -> Result<CheckpointInfo> {
     let t = archive.tag(tag)?;
     let Some(meta) = t.metadata()? else {
-        return Ok(None);
+        return Ok(Err("it has no metadata.json".into()));
     };
     let v: Value = match serde_json::from_slice(&meta) {
         Ok(v) => v,
-        Err(_) => return Ok(None),
+        Err(e) => return Ok(Err(format!("its metadata.json is not valid JSON ({e})"))),
     };
-    let Some(step) = v.get("step").and_then(Value::as_u64) else {
-        return Ok(None);
+    if let Some(k) = VARIANT_KEYS.iter().find(|k| v.get(**k).is_some()) {
+        return Ok(Err(format!(
+            "it is a variant (its metadata.json has a {k:?} record), not written by a checkpointer"
+        )));
+    }
+    let Some(step) = v.get("step") else {
+        return Ok(Err(
+            "its metadata.json has no \"step\": it was not written by a checkpointer".into(),
+        ));
+    };
+    let Some(step) = step.as_u64() else {
+        return Ok(Err(format!(
+            "its metadata.json has \"step\": {step}, not a non-negative integer"
+        )));
     };
     let metrics = v
         .get("metrics")
@@ -391,23 +555,20 @@ fn step_and_metrics(archive: &Archive, tag: &str) -> Result<Option<(u64, BTreeMa
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Some((step, metrics)))
+    Ok(Ok((step, metrics)))
 }
 
-/// The checkpoint tags the policy drops. Tags not written by a checkpointer and the
-/// newest tag are never dropped.
+/// The checkpoint tags the policy drops, spelled as in tags.txt. Tags not written by a
+/// checkpointer are never dropped, nor is the newest checkpoint.
 fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
     let mut ckpts: Vec<(String, u64, BTreeMap<String, f64>)> = Vec::new();
     for tag in archive.tags() {
-        if let Some((step, metrics)) = step_and_metrics(archive, tag)? {
+        if let Ok((step, metrics)) = checkpoint_info(archive, tag)? {
             ckpts.push((tag.clone(), step, metrics));
         }
     }
-    let newest = archive.default_tag().map(str::to_string);
-    let mut keep: Vec<bool> = ckpts
-        .iter()
-        .map(|(t, _, _)| Some(t) == newest.as_ref())
-        .collect();
+    let newest = ckpts.len().checked_sub(1);
+    let mut keep: Vec<bool> = (0..ckpts.len()).map(|i| Some(i) == newest).collect();
     if let Some(n) = policy.keep_last {
         let from = ckpts.len().saturating_sub(n);
         keep.iter_mut().skip(from).for_each(|k| *k = true);
@@ -447,7 +608,13 @@ fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
 
 fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
     let t = archive.tag(tag)?;
-    let (step, metrics) = step_and_metrics(archive, tag)?.unwrap_or_default();
+    let (step, metrics) = checkpoint_info(archive, tag)?.map_err(|why| {
+        Error::new(ErrorKind::NotACheckpoint {
+            tag: t.name().to_string(),
+            why,
+        })
+        .in_entry(format!("{}/metadata.json", t.name()))
+    })?;
     let params = t
         .params()
         .iter()

@@ -152,7 +152,16 @@ pub enum ErrorKind {
     /// A graph that cannot be decoded, encoded or converted.
     #[error("graph: {0}")]
     Graph(String),
-    /// An asynchronous checkpoint save failed.
+    /// A tag asked for as a checkpoint that a checkpointer did not write.
+    #[error("tag {tag:?} is not a checkpoint: {why}")]
+    NotACheckpoint {
+        /// The tag, spelled as in tags.txt.
+        tag: String,
+        /// Why it is not one.
+        why: String,
+    },
+    /// An asynchronous checkpoint save failed (reported a second time: the first report
+    /// is the save's own error, see `checkpoint::SaveHandle::wait`).
     #[error("asynchronous save failed: {0}")]
     AsyncSave(String),
     /// A caller-supplied value that makes no sense.

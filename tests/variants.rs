@@ -459,3 +459,163 @@ fn diff_reports_shared_changed_and_dequantized_error() {
     assert!(same.is_identical());
     assert_eq!(same.shared.len(), 6);
 }
+
+/// Variants derived from a checkpoint are not checkpoints: they do not carry the
+/// checkpoint keys (`step`, `metrics`), so a checkpointer neither resumes from them nor
+/// removes them; other user keys are carried over.
+#[test]
+fn variants_of_a_checkpoint_are_not_checkpoints() {
+    use modelzip::checkpoint::{Checkpoint, CheckpointOptions, Checkpointer, Retention};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let opts = CheckpointOptions {
+        retention: Retention {
+            keep_last: Some(1),
+            ..Retention::default()
+        },
+        write: fast(),
+        ..CheckpointOptions::default()
+    };
+    let state = |step: u64| {
+        let w: Vec<f32> = (0..12).map(|i| (i as f32 + step as f32) * 0.1).collect();
+        let mut c = Checkpoint::new(step);
+        c.params
+            .push(("w".into(), Tensor::from_slice(vec![4, 3], &w).unwrap()));
+        c.metrics.insert("loss".into(), 1.0 / step as f64);
+        c
+    };
+    let mut ck = Checkpointer::open(&path, opts.clone()).unwrap();
+    ck.save(&state(5)).unwrap();
+    let q = QuantizeOptions { per_channel: true };
+    quantize(&path, "step-000000005", "step5-int8", &q, &fast()).unwrap();
+    cast(&path, "step-000000005", "step5-fp16", DType::Fp16, &fast()).unwrap();
+    let archive = Archive::open(&path).unwrap();
+    for (tag, record) in [("step5-int8", "quantization"), ("step5-fp16", "cast")] {
+        let m = metadata(&archive, tag);
+        assert!(m.get("step").is_none(), "{tag}: {m}");
+        assert!(m.get("metrics").is_none(), "{tag}: {m}");
+        assert_eq!(m[record]["source_tag"], "step-000000005");
+    }
+    drop(archive);
+    assert_eq!(ck.latest().unwrap().unwrap(), state(5));
+    assert!(ck.restore("step5-int8").is_err());
+    ck.save(&state(6)).unwrap();
+    ck.save(&state(7)).unwrap();
+    assert_eq!(
+        ck.tags().unwrap(),
+        ["step5-int8", "step5-fp16", "step-000000007"]
+    );
+    assert_eq!(ck.latest().unwrap().unwrap(), state(7));
+}
+
+/// A variant of a variant is refused before any work, with what and why: quantizing a
+/// quantized tag, casting a quantized tag (it would cast the scales and drop the
+/// quantization record), casting a tag with no FP32 parameter, quantizing a cast tag
+/// whose graph reads its weights through cast ops.
+#[test]
+fn variants_of_variants_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive_with(
+        dir.path(),
+        fixture_tag("fp32", "3.3.1", "mlp", GraphEncoding::ProgramDesc),
+    );
+    let pc = QuantizeOptions { per_channel: true };
+    quantize(&path, "fp32", "int8", &QuantizeOptions::default(), &fast()).unwrap();
+    quantize(&path, "fp32", "int8pc", &pc, &fast()).unwrap();
+    cast(&path, "fp32", "fp16", DType::Fp16, &fast()).unwrap();
+    let before = Archive::open(&path).unwrap().tags().to_vec();
+    let refused = |e: modelzip::Error, parts: &[&str]| {
+        assert!(matches!(e.kind(), ErrorKind::InvalidInput(_)), "{e}");
+        let text = e.to_string();
+        for p in parts {
+            assert!(text.contains(p), "{text:?} lacks {p:?}");
+        }
+        assert_eq!(e.location().file.as_deref(), Some(path.as_path()));
+    };
+    for from in ["int8", "INT8PC"] {
+        for opts in [QuantizeOptions::default(), pc.clone()] {
+            refused(
+                quantize(&path, from, "again", &opts, &fast()).unwrap_err(),
+                &[
+                    "already has a parameter \"fc_0.w_0@scale\"",
+                    "quantized already",
+                    "its source tag \"fp32\"",
+                ],
+            );
+        }
+        refused(
+            cast(&path, from, "again", DType::Fp16, &fast()).unwrap_err(),
+            &[
+                "is quantized",
+                "\"fc_0.w_0@scale\"",
+                "drop its quantization record",
+                "cast its source tag \"fp32\"",
+            ],
+        );
+    }
+    refused(
+        cast(&path, "fp16", "again", DType::Bf16, &fast()).unwrap_err(),
+        &[
+            "tag \"fp16\" has no FP32 parameter to cast to BF16",
+            "its parameters are FP16",
+            "a cast variant (FP16)",
+            "cast its source tag \"fp32\"",
+        ],
+    );
+    refused(
+        quantize(&path, "fp16", "again", &pc, &fast()).unwrap_err(),
+        &[
+            "tag \"fp16\" has nothing to quantize",
+            "a cast variant (FP16)",
+            "quantize its source tag \"fp32\"",
+        ],
+    );
+    assert_eq!(Archive::open(&path).unwrap().tags(), before);
+}
+
+/// A tag with a quantization record but no scale parameter (as the buggy `quantize --from
+/// int8` used to write), and tags with nothing to derive.
+#[test]
+fn quantized_records_and_empty_sources_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let tag = TagBuilder::new("rec")
+        .param("w", w)
+        .metadata(br#"{"quantization": {"params": {}}}"#.to_vec());
+    let path = archive_with(dir.path(), tag);
+    let q = QuantizeOptions::default();
+    let e = quantize(&path, "rec", "x", &q, &fast()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("already has a \"quantization\" record in its metadata.json"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("quantize a float tag instead"),
+        "{e}"
+    );
+    let e = cast(&path, "rec", "x", DType::Fp16, &fast()).unwrap_err();
+    assert!(e.to_string().contains("is quantized"), "{e}");
+    let ints = TagBuilder::new("ints")
+        .param(
+            "ids",
+            Tensor::from_slice(vec![2, 2], &[1i64, 2, 3, 4]).unwrap(),
+        )
+        .param("b", Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap());
+    modelzip::append_tag(&path, ints, modelzip::AppendMode::InPlace, &fast()).unwrap();
+    let e = quantize(&path, "ints", "x", &q, &fast()).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "tag \"ints\" has nothing to quantize: it has no graph and no float parameter of rank >= 2"
+        ),
+        "{e}"
+    );
+    // The FP32 bias is something to cast.
+    cast(&path, "ints", "x", DType::Fp16, &fast()).unwrap();
+    let e = cast(&path, "x", "y", DType::Bf16, &fast()).unwrap_err();
+    assert!(
+        e.to_string().contains("its parameters are INT64, FP16"),
+        "{e}"
+    );
+    assert_eq!(Archive::open(&path).unwrap().tags(), ["rec", "ints", "x"]);
+}

@@ -1,11 +1,12 @@
 //! metadata.json: what the archive does with a caller's JSON. The writer accepts only
 //! a JSON object and adds `"created"` (textually, keeping the caller's bytes) when it
 //! is absent; the stored entry must then be that object plus `"created"`, verify()
-//! must pass, and a checkpointer must read step and metrics from it as documented.
+//! must pass, and a checkpointer must read step and metrics from it as documented, or
+//! refuse it as not a checkpoint (no `step`, or a variant record).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use modelzip::checkpoint::{CheckpointOptions, Checkpointer};
-use modelzip::{Archive, ArchiveWriter, TagBuilder, WriteOptions};
+use modelzip::{Archive, ArchiveWriter, ErrorKind, TagBuilder, WriteOptions};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -54,16 +55,25 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(a.verify().is_ok(), "{:?}", a.verify());
     drop(a);
-    // A checkpointer reads step and metrics from the tag's metadata.
+    // A checkpointer reads step and metrics from the tag's metadata, or refuses a tag
+    // that is not a checkpoint: no non-negative integer step, or a variant record.
     let c = Checkpointer::open(path(), CheckpointOptions::default()).unwrap();
-    let ck = c.restore("t").unwrap();
-    let (step, metrics) = match obj.get("step").and_then(Value::as_u64) {
-        None => (0, BTreeMap::new()),
+    let restored = c.restore("t");
+    let variant = obj.contains_key("quantization") || obj.contains_key("cast");
+    match obj.get("step").and_then(Value::as_u64).filter(|_| !variant) {
+        None => {
+            let e = restored.expect_err("a tag that is not a checkpoint was restored");
+            assert!(matches!(e.kind(), ErrorKind::NotACheckpoint { .. }), "{e}");
+            assert!(c.latest().unwrap().is_none(), "latest() is not a checkpoint");
+        }
         Some(s) => {
             let m = obj.get("metrics").and_then(Value::as_object);
             let m = m.into_iter().flatten();
-            (s, m.filter_map(|(k, x)| Some((k.clone(), x.as_f64()?))).collect())
+            let metrics: BTreeMap<String, f64> =
+                m.filter_map(|(k, x)| Some((k.clone(), x.as_f64()?))).collect();
+            let ck = restored.unwrap();
+            assert_eq!((ck.step, ck.metrics), (s, metrics));
+            assert_eq!(c.latest().unwrap().map(|l| l.step), Some(s));
         }
-    };
-    assert_eq!((ck.step, ck.metrics), (step, metrics));
+    }
 });

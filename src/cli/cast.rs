@@ -24,6 +24,10 @@ pub enum CastDType {
 /// model still computes in FP32 and Paddle runs it. metadata.json records
 /// "cast": {"dtype", "source_tag"}.
 ///
+/// Refused (exit 2, nothing written): a quantized source tag (its <name>@scale
+/// parameters would be cast and its quantization record dropped) and a source tag
+/// with no FP32 parameter (e.g. an FP16 tag: cast its FP32 source instead).
+///
 /// Example:
 ///   modelzip cast model.zip --from fp32 --tag fp16 --dtype fp16
 #[derive(clap::Args, Debug)]

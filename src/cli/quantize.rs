@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 /// with the source tag at no cost. The scheme is recorded in the tag's
 /// metadata.json under "quantization".
 ///
+/// Refused (exit 2, nothing written): a source tag that is quantized already (it
+/// has a <name>@scale parameter or a "quantization" record) or that has nothing to
+/// quantize (e.g. an FP16 tag whose graph reads its weights through cast ops).
+///
 /// Example:
 ///   modelzip quantize model.zip --from fp32 --tag int8 --per-channel
 #[derive(clap::Args, Debug)]
@@ -32,7 +36,8 @@ pub struct Args {
     /// Name of the new tag.
     #[arg(long, value_name = "NEW")]
     tag: String,
-    /// One scale per output channel instead of one per tensor.
+    /// One scale per output channel instead of one per tensor (recommended: the INT8
+    /// error then depends less on how channel ranges differ; docs/VARIANTS.md).
     #[arg(long)]
     per_channel: bool,
     /// Wait for another writer to finish instead of failing.

@@ -3,7 +3,8 @@
 
 use super::rewrite::{Conversion, converted};
 use super::{
-    ParamChange, Variant, VariantReport, append_variant, check_new_tag, progress_for, user_metadata,
+    CAST, ParamChange, QUANTIZATION, Variant, VariantReport, append_variant, cast_dtype,
+    check_new_tag, derive_instead, progress_for, quantized_because, source_metadata, user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -22,8 +23,15 @@ use std::path::Path;
 /// variable of block 0, inserted after the feed ops, and every op that used the parameter
 /// reads `<name>@cast` instead, so the model still computes in FP32. The graph is written
 /// in the source tag's encoding. metadata.json records
-/// `"cast": {"dtype": "FP16", "source_tag": ...}`. Updater state and the training config
-/// are not carried over.
+/// `"cast": {"dtype": "FP16", "source_tag": ...}`, beside the source tag's user keys (not
+/// its checkpoint keys `step` and `metrics`: a variant is not a checkpoint). Updater
+/// state and the training config are not carried over.
+///
+/// Refused before any work, with [`ErrorKind::InvalidInput`]: a quantized source tag (a
+/// `<name>@scale` parameter beside `<name>`, or a `quantization` record: a cast would
+/// turn its scales into `dtype` and drop the record), and a source tag with no FP32
+/// parameter (e.g. an FP16 variant). Also refused: a `dtype` other than FP16/BF16, an
+/// invalid or existing new tag name, an unknown source tag.
 pub fn cast(
     path: impl AsRef<Path>,
     from_tag: &str,
@@ -67,6 +75,47 @@ fn build(
     ticker: &mut Ticker<'_>,
 ) -> Result<Variant> {
     let tag = archive.tag(from_tag)?;
+    let meta = source_metadata(&tag)?;
+    if let Some(why) = quantized_because(&tag, &meta) {
+        return Err(ErrorKind::InvalidInput(format!(
+            "tag {:?} is quantized: it {why}; a cast would turn its scales into {} and drop \
+             its quantization record, so cast {} instead",
+            tag.name(),
+            dtype.name(),
+            derive_instead(&meta, QUANTIZATION)
+        ))
+        .into());
+    }
+    // Something to cast: at least one FP32 parameter.
+    let mut has_fp32 = false;
+    let mut dtypes: Vec<&'static str> = Vec::new();
+    for p in tag.params() {
+        let d = tag.tensor(&p.location)?.view().dtype();
+        has_fp32 |= d == DType::Fp32;
+        if !dtypes.contains(&d.name()) {
+            dtypes.push(d.name());
+        }
+    }
+    if !has_fp32 {
+        let has = if dtypes.is_empty() {
+            "it has no parameters".to_string()
+        } else {
+            format!("its parameters are {}", dtypes.join(", "))
+        };
+        let hint = match cast_dtype(&meta) {
+            Some(d) => format!(
+                "; it is a cast variant ({d}): cast {} instead",
+                derive_instead(&meta, CAST)
+            ),
+            None => String::new(),
+        };
+        return Err(ErrorKind::InvalidInput(format!(
+            "tag {:?} has no FP32 parameter to cast to {}: {has}{hint}",
+            tag.name(),
+            dtype.name()
+        ))
+        .into());
+    }
     let graph = match tag.graph()? {
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
@@ -109,9 +158,9 @@ fn build(
         Some((enc, g)) => Some((enc, converted(tag.name(), enc, g, &convs)?)),
         None => None,
     };
-    let mut metadata = user_metadata(&tag)?;
+    let mut metadata = user_metadata(meta);
     metadata.insert(
-        "cast".into(),
+        CAST.into(),
         json!({"dtype": dtype.name(), "source_tag": tag.name()}),
     );
     Ok(Variant {

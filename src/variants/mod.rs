@@ -124,9 +124,8 @@ fn check_new_tag(archive: &Archive, new_tag: &str) -> Result<()> {
     Ok(())
 }
 
-/// The source tag's metadata.json keys that belong to users (everything but the keys
-/// modelzip writes itself), to carry over into the variant.
-fn user_metadata(
+/// The source tag's metadata.json as a JSON object (empty when it has none).
+fn source_metadata(
     tag: &crate::archive::Tag<'_>,
 ) -> Result<serde_json::Map<String, serde_json::Value>> {
     let Some(bytes) = tag.metadata()? else {
@@ -139,16 +138,79 @@ fn user_metadata(
         )))
         .in_entry(entry.clone())
     })?;
-    let serde_json::Value::Object(mut m) = v else {
+    let serde_json::Value::Object(m) = v else {
         return Err(Error::new(ErrorKind::InvalidInput(
             "metadata.json is not a JSON object".into(),
         ))
         .in_entry(entry));
     };
-    for k in ["created", "quantization", "cast"] {
-        m.remove(k);
-    }
     Ok(m)
+}
+
+/// The keys of the source tag's metadata `meta` that belong to users, to carry over into
+/// the variant: everything but the keys modelzip writes itself (`created`, the variant
+/// records, and the checkpoint keys `step` and `metrics`, which would make the variant
+/// look like a checkpoint to a [`Checkpointer`](crate::checkpoint::Checkpointer)).
+fn user_metadata(
+    mut meta: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    for k in ["created", QUANTIZATION, CAST]
+        .into_iter()
+        .chain(crate::checkpoint::CHECKPOINT_KEYS)
+    {
+        meta.remove(k);
+    }
+    meta
+}
+
+/// The metadata.json record of a quantized variant.
+const QUANTIZATION: &str = "quantization";
+/// The metadata.json record of a cast variant.
+const CAST: &str = "cast";
+
+/// What to derive from instead of a variant: the source tag its `record` names, if any.
+fn derive_instead(meta: &serde_json::Map<String, serde_json::Value>, record: &str) -> String {
+    match meta
+        .get(record)
+        .and_then(|r| r.get("source_tag"))
+        .and_then(serde_json::Value::as_str)
+    {
+        Some(s) => format!("its source tag {s:?}"),
+        None => "a float tag".into(),
+    }
+}
+
+/// Why `tag` (with metadata `meta`) is already quantized, if it is: it has a
+/// `<name>@scale` parameter beside a parameter `<name>`, or a quantization record.
+fn quantized_because(
+    tag: &crate::archive::Tag<'_>,
+    meta: &serde_json::Map<String, serde_json::Value>,
+) -> Option<String> {
+    let names: std::collections::HashSet<&str> =
+        tag.params().iter().map(|p| p.name.as_str()).collect();
+    let scale = tag.params().iter().find_map(|p| {
+        let of = p.name.strip_suffix("@scale")?;
+        names.contains(of).then_some((of, p.name.as_str()))
+    });
+    match scale {
+        Some((of, scale)) => Some(format!(
+            "already has a parameter {scale:?} (the scales of {of:?})"
+        )),
+        None => meta
+            .contains_key(QUANTIZATION)
+            .then(|| format!("already has a {QUANTIZATION:?} record in its metadata.json")),
+    }
+}
+
+/// The dtype a cast variant (metadata `meta`) was cast to, if it is one.
+fn cast_dtype(meta: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let r = meta.get(CAST)?;
+    Some(
+        r.get("dtype")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("FP16/BF16")
+            .to_string(),
+    )
 }
 
 /// The progress of deriving tag `from_tag` of `archive`: each source parameter is one

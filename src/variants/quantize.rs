@@ -4,7 +4,8 @@
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
 use super::{
-    ParamChange, Variant, VariantReport, append_variant, check_new_tag, progress_for, user_metadata,
+    CAST, ParamChange, QUANTIZATION, Variant, VariantReport, append_variant, cast_dtype,
+    check_new_tag, derive_instead, progress_for, quantized_because, source_metadata, user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -18,7 +19,9 @@ use std::path::Path;
 /// Options of [`quantize`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QuantizeOptions {
-    /// One scale per output channel instead of one per tensor.
+    /// One scale per output channel instead of one per tensor. Recommended: where
+    /// channel ranges differ it cuts the error several-fold (measured figures and
+    /// tolerances in docs/VARIANTS.md).
     pub per_channel: bool,
 }
 
@@ -130,7 +133,15 @@ fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
 /// graph (if any) gets, per weight, `cast` (INT8 → FP32) and `elementwise_mul` by the
 /// scale inserted after the feed ops, and its users read `<name>@dequant`; it is written
 /// in the source tag's encoding. metadata.json records the scheme under
-/// `"quantization"`. Updater state and the training config are not carried over.
+/// `"quantization"`, beside the source tag's user keys (not its checkpoint keys `step`
+/// and `metrics`: a variant is not a checkpoint). Updater state and the training config
+/// are not carried over.
+///
+/// Refused before any work, with [`ErrorKind::InvalidInput`]: a source tag that is
+/// quantized already (a `<name>@scale` parameter beside `<name>`, or a `quantization`
+/// record in its metadata.json), and one with nothing to quantize (no parameter the
+/// rules above choose, e.g. an FP16 tag whose graph reads its weights through `cast`
+/// ops). Also refused: an invalid or existing new tag name, an unknown source tag.
 pub fn quantize(
     path: impl AsRef<Path>,
     from_tag: &str,
@@ -156,6 +167,15 @@ fn build(
     ticker: &mut Ticker<'_>,
 ) -> Result<Variant> {
     let tag = archive.tag(from_tag)?;
+    let meta = source_metadata(&tag)?;
+    if let Some(why) = quantized_because(&tag, &meta) {
+        return Err(ErrorKind::InvalidInput(format!(
+            "tag {:?} {why}: it is quantized already; quantize {} instead",
+            tag.name(),
+            derive_instead(&meta, QUANTIZATION)
+        ))
+        .into());
+    }
     let graph = match tag.graph()? {
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
@@ -202,6 +222,26 @@ fn build(
         }
     }
 
+    if chosen.is_empty() {
+        let which = if graph.is_some() {
+            "no FP32 parameter of rank >= 2 is read as a weight by a matmul/conv-style op of its graph"
+        } else {
+            "it has no graph and no float parameter of rank >= 2"
+        };
+        let hint = match cast_dtype(&meta) {
+            Some(dtype) => format!(
+                "; it is a cast variant ({dtype}): quantize {} instead",
+                derive_instead(&meta, CAST)
+            ),
+            None => String::new(),
+        };
+        return Err(ErrorKind::InvalidInput(format!(
+            "tag {:?} has nothing to quantize: {which}{hint}",
+            tag.name()
+        ))
+        .into());
+    }
+
     let mut out = Vec::with_capacity(tag.params().len() + chosen.len());
     let mut convs = Vec::new();
     let mut recorded = serde_json::Map::new();
@@ -214,14 +254,8 @@ fn build(
             continue;
         };
         let dims = view.dims().to_vec();
+        // No `<name>@scale` exists: a tag that has one was refused above.
         let scale_name = format!("{}@scale", p.name);
-        if params.contains_key(scale_name.as_str()) {
-            return Err(Error::new(ErrorKind::InvalidInput(format!(
-                "cannot quantize {:?}: tag {:?} already has a parameter {scale_name:?}",
-                p.name,
-                tag.name()
-            ))));
-        }
         let values = view
             .to_f32_vec()
             .map_err(|e| e.in_entry(p.location.entry.clone()))?;
@@ -277,9 +311,9 @@ fn build(
         Some((enc, g)) => Some((enc, converted(tag.name(), enc, g, &convs)?)),
         None => None,
     };
-    let mut metadata = user_metadata(&tag)?;
+    let mut metadata = user_metadata(meta);
     metadata.insert(
-        "quantization".into(),
+        QUANTIZATION.into(),
         json!({
             "scheme": "symmetric-int8",
             "per_channel": options.per_channel,

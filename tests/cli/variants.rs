@@ -193,3 +193,73 @@ fn errors_are_one_line() {
     );
     assert!(e.contains("cannot open"), "{e}");
 }
+
+#[test]
+fn variants_of_variants_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = mlp_archive(dir.path());
+    for args in [
+        [
+            "quantize",
+            "--from",
+            "fp32",
+            "--tag",
+            "int8",
+            "--per-channel",
+        ]
+        .as_slice(),
+        &["cast", "--from", "fp32", "--tag", "fp16", "--dtype", "fp16"],
+    ] {
+        modelzip()
+            .arg(args[0])
+            .arg(&a)
+            .args(&args[1..])
+            .args(["-q", "--wait"])
+            .assert()
+            .success();
+    }
+    let tags_before = json_of(modelzip().arg("tags").arg(&a).arg("--json"));
+    let e = expect_error(modelzip().arg("quantize").arg(&a).args([
+        "--from",
+        "int8",
+        "--tag",
+        "int8-again",
+        "--wait",
+    ]));
+    assert!(
+        e.contains("already has a parameter \"fc_0.w_0@scale\"")
+            && e.contains("quantize its source tag \"fp32\" instead"),
+        "{e}"
+    );
+    let e = expect_error(modelzip().arg("cast").arg(&a).args([
+        "--from",
+        "int8",
+        "--tag",
+        "int8-fp16",
+        "--dtype",
+        "fp16",
+        "--wait",
+    ]));
+    assert!(
+        e.contains("is quantized") && e.contains("cast its source tag \"fp32\" instead"),
+        "{e}"
+    );
+    let e = expect_error(modelzip().arg("cast").arg(&a).args([
+        "--from", "fp16", "--tag", "bf16", "--dtype", "bf16", "--wait",
+    ]));
+    assert!(
+        e.contains("has no FP32 parameter to cast to BF16: its parameters are FP16"),
+        "{e}"
+    );
+    let e = expect_error(modelzip().arg("quantize").arg(&a).args([
+        "--from",
+        "fp16",
+        "--tag",
+        "fp16-int8",
+        "--wait",
+    ]));
+    assert!(e.contains("has nothing to quantize"), "{e}");
+    // Nothing was added.
+    let tags_after = json_of(modelzip().arg("tags").arg(&a).arg("--json"));
+    assert_eq!(tags_after, tags_before);
+}
