@@ -98,7 +98,7 @@ fn import_then_export_is_byte_identical_for_every_fixture_model() {
         assert!(!r.graph_converted);
         assert!(r.unused.is_empty());
         let model = std::fs::read(&r.model_path).unwrap();
-        let params = std::fs::read(&r.params_path).unwrap();
+        let params = std::fs::read(r.params_path.as_ref().unwrap()).unwrap();
         assert_eq!(model, read(v, &format!("{m}.pdmodel")), "{tag} .pdmodel");
         assert_eq!(
             params,
@@ -614,4 +614,45 @@ fn a_programdesc_field_framework_proto_lacks_is_kept_and_never_converted_away() 
     assert!(e.contains("ProgramDesc: field number 6"), "{e}");
     assert!(e.contains("t/graph.pdmodel"), "{e}");
     assert_eq!(std::fs::read(&zip).unwrap(), before);
+}
+
+/// A program that loads no parameters (Paddle's jit.save writes only its .pdmodel) is
+/// imported from the .pdmodel alone and exported as a .pdmodel alone; a program with
+/// parameters needs its .pdiparams.
+#[test]
+fn a_program_without_parameters_needs_no_params_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    // The MLP's program without its persistable variables (and the ops that use them).
+    let mut g = Graph::from_programdesc(&read("3.3.1", "mlp.pdmodel")).unwrap();
+    let block = &mut g.blocks[0];
+    let params: Vec<String> = block
+        .vars
+        .iter()
+        .filter(|v| v.is_persistable() && v.name != "feed" && v.name != "fetch")
+        .map(|v| v.name.clone())
+        .collect();
+    assert!(!params.is_empty());
+    block.vars.retain(|v| !params.contains(&v.name));
+    let model = g.to_programdesc().unwrap();
+    let model_path = dir.path().join("noparams.pdmodel");
+    std::fs::write(&model_path, &model).unwrap();
+    let r = paddle::import_program(&zip, "t", &model_path, &opts()).unwrap();
+    assert!(r.params.is_empty());
+    let a = Archive::open(&zip).unwrap();
+    let prefix = dir.path().join("out");
+    let e = export_inference_model(&a.tag("t").unwrap(), &prefix, &export_opts()).unwrap();
+    assert_eq!(e.params_path, None);
+    assert_eq!(
+        std::fs::read(dir.path().join("out.pdmodel")).unwrap(),
+        model
+    );
+    assert!(!dir.path().join("out.pdiparams").exists());
+    // With parameters, the .pdmodel alone is refused, naming them.
+    let err = paddle::import_program(&zip, "u", &fixture("3.3.1", "mlp.pdmodel"), &opts())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("persistable variable(s)"), "{err}");
+    assert!(err.contains(&params[0]), "{err}");
+    assert!(err.contains("mlp.pdmodel"), "{err}");
 }

@@ -68,7 +68,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         return print_json(&json!({
             "tag": r.tag,
             "pdmodel": r.model_path.display().to_string(),
-            "pdiparams": r.params_path.display().to_string(),
+            "pdiparams": r.params_path.as_ref().map(|p| p.display().to_string()),
             "pdmodel_bytes": r.model_bytes,
             "pdiparams_bytes": r.params_bytes,
             "graph_converted": r.graph_converted,
@@ -78,8 +78,17 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .map(|_| Outcome::Success);
     }
     if !args.quiet {
+        let params = match &r.params_path {
+            Some(p) => format!(
+                "{} ({} bytes, {} param(s))",
+                p.display(),
+                r.params_bytes,
+                r.params.len()
+            ),
+            None => "no .pdiparams (the program loads no parameters)".to_string(),
+        };
         let mut out = format!(
-            "tag {}: {} ({} bytes{}), {} ({} bytes, {} param(s))\n",
+            "tag {}: {} ({} bytes{}), {params}\n",
             r.tag,
             r.model_path.display(),
             r.model_bytes,
@@ -88,9 +97,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             } else {
                 ""
             },
-            r.params_path.display(),
-            r.params_bytes,
-            r.params.len()
         );
         if !r.unused.is_empty() {
             out.push_str(&format!(

@@ -30,13 +30,10 @@ pub struct Args {
     /// The archive to create or add to.
     archive: PathBuf,
     /// The program: a Paddle .pdmodel (ProgramDesc).
-    #[arg(
-        value_name = "MODEL.pdmodel",
-        conflicts_with = "dir",
-        requires = "params_file"
-    )]
+    #[arg(value_name = "MODEL.pdmodel", conflicts_with = "dir")]
     model_file: Option<PathBuf>,
-    /// The parameters: a Paddle .pdiparams (save_combine).
+    /// The parameters: a Paddle .pdiparams (save_combine). Leave it out for a program
+    /// that loads no parameters (Paddle writes no .pdiparams for one).
     #[arg(value_name = "PARAMS.pdiparams", conflicts_with = "dir")]
     params_file: Option<PathBuf>,
     /// Name of the new tag.
@@ -91,6 +88,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         (None, Some(model), Some(params)) => {
             paddle::import_inference_model_files(&args.archive, &args.tag, model, params, &opts)
                 .map_err(fail)?
+        }
+        (None, Some(model), None) => {
+            paddle::import_program(&args.archive, &args.tag, model, &opts).map_err(fail)?
         }
         _ => {
             return Err(CliError(

@@ -111,8 +111,9 @@ pub struct ExportReport {
     pub tag: String,
     /// `PREFIX.pdmodel`.
     pub model_path: PathBuf,
-    /// `PREFIX.pdiparams`.
-    pub params_path: PathBuf,
+    /// `PREFIX.pdiparams`; `None` when the program has no persistable variables (like
+    /// Paddle's own `save_inference_model`, no params file is written then).
+    pub params_path: Option<PathBuf>,
     /// Bytes of the `.pdmodel`.
     pub model_bytes: u64,
     /// Bytes of the `.pdiparams`.
@@ -239,6 +240,29 @@ pub fn inference_params<'a>(
             Ok((var.name.clone(), rec.tensor))
         })
         .collect()
+}
+
+/// Imports a program that loads no parameters (Paddle's `jit.save` writes only the
+/// `.pdmodel` of such a model) as tag `tag`: graph.pdmodel and no params. A program with
+/// persistable variables is refused, naming them: its `.pdiparams` is needed.
+pub fn import_program(
+    archive: &Path,
+    tag: &str,
+    model_path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let model = read_file(model_path)?;
+    let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(model_path))?;
+    let vars = persistable_vars(&graph).map_err(|e| e.in_file(model_path))?;
+    if !vars.is_empty() {
+        return Err(Error::new(ErrorKind::InvalidInput(format!(
+            "the program loads {} persistable variable(s) ({}); give its .pdiparams too",
+            vars.len(),
+            name_list(&vars)
+        )))
+        .in_file(model_path));
+    }
+    store(archive, tag, &model, &[], opts)
 }
 
 /// Where a new tag goes: a new archive or an existing one.
@@ -623,14 +647,24 @@ pub fn export_inference_model(
         }
     }
     let model_tmp = write_temp(&model_path, opts.fsync, |w| w.write_all(&p.model))?;
-    let params_tmp = write_temp(&params_path, opts.fsync, |w| {
-        write_params(&p.params, w).map(|_| ())
-    })?;
-    let params_bytes = file_len(params_tmp.path(), &params_path)?;
-    persist(params_tmp, &params_path, opts.overwrite)?;
+    let mut params_bytes = 0;
+    let wrote_params = !p.params.is_empty();
+    if wrote_params {
+        let params_tmp = write_temp(&params_path, opts.fsync, |w| {
+            write_params(&p.params, w).map(|_| ())
+        })?;
+        params_bytes = file_len(params_tmp.path(), &params_path)?;
+        persist(params_tmp, &params_path, opts.overwrite)?;
+    } else if params_path.exists() {
+        // Only reached with `overwrite`: a params file of an earlier export would not
+        // belong to this program.
+        std::fs::remove_file(&params_path).map_err(|e| Error::from(e).in_file(&params_path))?;
+    }
     if let Err(e) = persist(model_tmp, &model_path, opts.overwrite) {
         // Never leave a params file without its program.
-        let _ = std::fs::remove_file(&params_path);
+        if wrote_params {
+            let _ = std::fs::remove_file(&params_path);
+        }
         return Err(e);
     }
     if opts.fsync {
@@ -643,7 +677,7 @@ pub fn export_inference_model(
         model_bytes: p.model.len() as u64,
         params_bytes,
         model_path,
-        params_path,
+        params_path: wrote_params.then_some(params_path),
         graph_converted: p.converted,
         params: p.params.iter().map(|(n, _)| n.clone()).collect(),
         unused: p.unused,
