@@ -438,3 +438,71 @@ fn a_reader_through_a_symlink_rolls_back_the_real_files_journal() {
     assert!(!journal_of(&real).exists());
     link_intact(d.path(), &real, &link, &["a"]);
 }
+
+/// A journal or lock file that is not a regular file (a FIFO would block forever) is an
+/// error naming it, and a garbage journal larger than the archive could have saved is
+/// discarded without being read whole.
+#[test]
+fn sidecars_that_are_not_journals_never_hang_or_cost_memory() {
+    let (_dir, path) = tmp_with(&[("a", 1)]);
+    let fifo = |p: &Path| {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    fifo(&journal_of(&path));
+    let e = Archive::open(&path).unwrap_err().to_string();
+    assert!(e.contains("journal is not a regular file"), "{e}");
+    std::fs::remove_file(journal_of(&path)).unwrap();
+    let lock = path.with_extension("zip.lock");
+    let _ = std::fs::remove_file(&lock);
+    fifo(&lock);
+    let e = append_tag(
+        &path,
+        sample_tag("b", 2),
+        AppendMode::InPlace,
+        &WriteOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("lock file is not a regular file"), "{e}");
+    std::fs::remove_file(&lock).unwrap();
+    // 3 GiB of nothing (sparse), next to an archive of a few KiB.
+    let j = std::fs::File::create(journal_of(&path)).unwrap();
+    j.set_len(3 << 30).unwrap();
+    drop(j);
+    assert_eq!(Archive::open(&path).unwrap().tags(), &["a"]);
+    assert!(!journal_of(&path).exists());
+}
+
+/// An archive with a second name (a hard link) is not written in place: the lock and the
+/// journal of one name do not protect the other. A rewrite is fine.
+#[cfg(unix)]
+#[test]
+fn in_place_writes_refuse_an_archive_with_hard_links() {
+    let (dir, path) = tmp_with(&[("a", 1)]);
+    let other = dir.path().join("other-name.zip");
+    std::fs::hard_link(&path, &other).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let e = append_tag(
+        &path,
+        sample_tag("b", 2),
+        AppendMode::InPlace,
+        &WriteOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("2 hard links"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    append_tag(
+        &path,
+        sample_tag("b", 2),
+        AppendMode::Rewrite,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(Archive::open(&path).unwrap().tags(), &["a", "b"]);
+    assert_eq!(Archive::open(&other).unwrap().tags(), &["a"]);
+}

@@ -40,6 +40,7 @@ pub(crate) fn journal_path(path: &Path) -> PathBuf {
 /// Writes and fsyncs the journal saving `saved` (the archive's bytes from `offset` to
 /// `original_len`). Must complete before the archive is modified.
 pub(crate) fn write(path: &Path, original_len: u64, offset: u64, saved: &[u8]) -> Result<()> {
+    refuse_hard_links(path)?;
     let jp = journal_path(path);
     let mut head = Vec::with_capacity(HEADER);
     head.extend_from_slice(MAGIC);
@@ -64,6 +65,29 @@ pub(crate) fn write(path: &Path, original_len: u64, offset: u64, saved: &[u8]) -
     fsync_dir(&jp)
 }
 
+/// Refuses an in-place write to an archive with more than one name (hard links): the lock
+/// and the journal are named after one path, so a writer or a reader through another name
+/// would neither wait for this write nor roll it back. A rewrite (a new file renamed over
+/// one name) is safe, and leaves the other names with the old archive.
+fn refuse_hard_links(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let links = std::fs::metadata(path)
+            .map_err(|e| Error::from(e).in_file(path))?
+            .nlink();
+        if links > 1 {
+            return Err(Error::new(ErrorKind::InvalidInput(format!(
+                "the archive has {links} hard links; an in-place write through one name \
+                 cannot be made crash-safe for the others (rewrite it instead, e.g. \
+                 --rewrite, or remove the other links)"
+            )))
+            .in_file(path));
+        }
+    }
+    Ok(())
+}
+
 /// Deletes the journal after a finished append and fsyncs the directory.
 pub(crate) fn remove(path: &Path) -> Result<()> {
     let jp = journal_path(path);
@@ -81,9 +105,16 @@ struct Journal {
     saved: Vec<u8>,
 }
 
-fn read_journal(jp: &Path) -> Result<Option<Journal>> {
+/// Reads the journal at `jp` of an archive of `archive_len` bytes; `None` when it is torn
+/// or cannot be one of that archive's (longer than the archive plus its framing: the saved
+/// region lies inside the archive), so it is discarded without being read whole.
+fn read_journal(jp: &Path, archive_len: u64) -> Result<Option<Journal>> {
+    regular_file(jp, "journal")?;
     let mut f = File::open(jp).map_err(|e| Error::from(e).in_file(jp))?;
     let len = f.metadata()?.len();
+    if len > archive_len.saturating_add((HEADER + 32) as u64) {
+        return Ok(None);
+    }
     if len > MAX_JOURNAL {
         return Err(Error::new(ErrorKind::LimitExceeded {
             what: "journal size",
@@ -117,6 +148,19 @@ fn read_journal(jp: &Path) -> Result<Option<Journal>> {
         offset,
         saved: body[HEADER..].to_vec(),
     }))
+}
+
+/// Refuses a sidecar (`what`: journal, lock file) that exists and is not a regular file:
+/// opening a FIFO would block forever, and a directory or device is no journal.
+pub(crate) fn regular_file(p: &Path, what: &str) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if !m.file_type().is_file() => Err(Error::new(ErrorKind::InvalidInput(format!(
+            "the archive's {what} is not a regular file (remove it if no modelzip writer \
+             is running)"
+        )))
+        .in_file(p)),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the journal was written for this file: an interrupted append leaves the bytes
@@ -202,7 +246,10 @@ pub(crate) fn recover(path: &Path) -> Result<bool> {
     if !jp.exists() {
         return Ok(false);
     }
-    let Some(j) = read_journal(&jp)? else {
+    let archive_len = std::fs::metadata(path)
+        .map_err(|e| Error::from(e).in_file(path))?
+        .len();
+    let Some(j) = read_journal(&jp, archive_len)? else {
         // Cut short while being written: the archive was not touched yet.
         remove(path)?;
         return Ok(false);

@@ -65,6 +65,7 @@ impl WriteLock {
     /// [`WriteLock::acquire`] of an archive path already resolved through symlinks.
     pub(crate) fn acquire_resolved(path: &Path, wait: bool) -> Result<WriteLock> {
         let lock_path = sidecar(path, ".lock");
+        super::journal::regular_file(&lock_path, "lock file")?;
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -123,7 +124,11 @@ pub(crate) fn held_by_another_process(path: &Path) -> bool {
     if held_set(|s| s.contains(&lock_key(path))) {
         return false;
     }
-    let Ok(file) = File::open(sidecar(path, ".lock")) else {
+    let lock_path = sidecar(path, ".lock");
+    if super::journal::regular_file(&lock_path, "lock file").is_err() {
+        return false;
+    }
+    let Ok(file) = File::open(lock_path) else {
         return false;
     };
     match file.try_lock() {
