@@ -1,6 +1,6 @@
 //! `modelzip quantize`: derive an INT8 tag from a float tag.
 
-use super::output::{human_bytes, print, print_json};
+use super::output::{clean, human_bytes, print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::archive::WriteOptions;
@@ -91,8 +91,8 @@ pub fn render(
     let shared = report.params.iter().filter(|p| p.shared).count();
     let mut out = format!(
         "added tag {} from {}: {changed} param(s) {verb}, {shared} of {} shared, {} stored\n",
-        report.tag,
-        report.source_tag,
+        clean(&report.tag),
+        clean(&report.source_tag),
         report.params.len(),
         human_bytes(report.stored_bytes(), false)
     );
@@ -101,14 +101,16 @@ pub fn render(
             ParamChange::Quantized {
                 axis: Some(a),
                 scale,
-            } => format!("per channel, axis {a}, scales in {scale}"),
-            ParamChange::Quantized { axis: None, scale } => format!("per tensor, scale in {scale}"),
+            } => format!("per channel, axis {a}, scales in {}", clean(scale)),
+            ParamChange::Quantized { axis: None, scale } => {
+                format!("per tensor, scale in {}", clean(scale))
+            }
             ParamChange::Cast { from } => format!("from {}", from.name()),
             _ => String::new(),
         };
         out.push_str(&format!(
             "  {:<32} {:<6} {:<16} {how}\n",
-            p.name,
+            clean(&p.name),
             p.dtype.name(),
             format!("{:?}", p.dims)
         ));
