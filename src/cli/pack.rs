@@ -306,11 +306,16 @@ fn fill(
     for (param, path) in &inputs.params {
         let bytes = read_tensor_file(path)?;
         let t = tensor::decode_tensor(&bytes).map_err(decode_err(path))?;
-        tag.param(param, &t).map_err(|e| {
-            CliError(format!(
+        tag.param(param, &t).map_err(|e| match e.kind() {
+            // Writing the archive failed (a full disk), not reading the input file.
+            modelzip::ErrorKind::Io(_) => CliError(format!(
+                "cannot write {} (adding parameter {param:?} of tag {name}): {e}",
+                args.archive.display()
+            )),
+            _ => CliError(format!(
                 "cannot add parameter {param:?} to tag {name}: {e} (file {})",
                 path.display()
-            ))
+            )),
         })?;
         progress.inc(1);
     }
