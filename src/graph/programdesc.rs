@@ -33,6 +33,63 @@ pub const MODELZIP_ATTR: &str = "@modelzip";
 /// Largest `.pdmodel` accepted (Paddle's own protobuf limit is 2 GiB).
 pub const MAX_PROGRAMDESC_BYTES: usize = 1 << 31;
 
+/// Most variables and ops a program may declare, over all its blocks. Real programs have
+/// thousands (resnet50: ~900); decoding costs about 1 KiB of memory per item whatever its
+/// encoded size, so a program of millions of 5-byte ops (16 MiB) would cost gigabytes.
+pub const MAX_PROGRAM_ITEMS: u64 = 200_000;
+
+/// Vars and ops over all blocks, counted from the wire format without decoding (a
+/// malformed encoding stops the count; the decoder reports it).
+fn count_items(bytes: &[u8]) -> u64 {
+    let mut n = 0;
+    for (field, payload) in delimited_fields(bytes) {
+        if field == 1 {
+            n += delimited_fields(payload)
+                .filter(|(f, _)| *f == 3 || *f == 4)
+                .count() as u64;
+        }
+    }
+    n
+}
+
+/// The length-delimited fields of a protobuf message (number, payload); other wire types
+/// are skipped; stops at the first malformed field.
+fn delimited_fields(mut b: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    fn varint(b: &mut &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let (&byte, rest) = b.split_first()?;
+            *b = rest;
+            v |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    std::iter::from_fn(move || {
+        loop {
+            let key = varint(&mut b)?;
+            let skip = match key & 7 {
+                0 => {
+                    varint(&mut b)?;
+                    0
+                }
+                1 => 8,
+                5 => 4,
+                2 => {
+                    let len = usize::try_from(varint(&mut b)?).ok()?;
+                    let payload = b.get(..len)?;
+                    b = &b[len..];
+                    return Some((key >> 3, payload));
+                }
+                _ => return None,
+            };
+            b = b.get(skip..)?;
+        }
+    })
+}
+
 pub(crate) fn gerr(msg: impl Into<String>) -> Error {
     ErrorKind::Graph(msg.into()).into()
 }
@@ -58,6 +115,15 @@ pub(crate) fn decode_dynamic(bytes: &[u8]) -> Result<DynamicMessage> {
             what: "ProgramDesc size",
             size: bytes.len() as u64,
             limit: MAX_PROGRAMDESC_BYTES as u64,
+        }
+        .into());
+    }
+    let items = count_items(bytes);
+    if items > MAX_PROGRAM_ITEMS {
+        return Err(ErrorKind::LimitExceeded {
+            what: "ProgramDesc variables and ops",
+            size: items,
+            limit: MAX_PROGRAM_ITEMS,
         }
         .into());
     }
@@ -906,4 +972,46 @@ fn op_to_proto(o: &Op) -> Result<pb::OpDesc> {
         attrs,
         is_target: o.is_target,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_count_from_the_wire_matches_the_decoded_program() {
+        for v in ["2.6.2", "3.3.1"] {
+            for m in ["mlp", "conv"] {
+                let path = format!(
+                    "{}/tests/fixtures/paddle/{v}/{m}.pdmodel",
+                    env!("CARGO_MANIFEST_DIR")
+                );
+                let bytes = std::fs::read(&path).unwrap();
+                let g = decode(&bytes).unwrap();
+                let want: usize = g.blocks.iter().map(|b| b.vars.len() + b.ops.len()).sum();
+                assert_eq!(count_items(&bytes), want as u64, "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_program_of_too_many_tiny_ops_is_refused_before_decoding() {
+        // One block of MAX_PROGRAM_ITEMS + 1 empty ops (2 bytes each on the wire).
+        let ops = [0x22u8, 0x00].repeat(MAX_PROGRAM_ITEMS as usize + 1);
+        let mut block = vec![0x08, 0x00, 0x10, 0x00];
+        block.extend_from_slice(&ops);
+        let mut program = vec![0x0a];
+        let mut len = block.len();
+        while len >= 0x80 {
+            program.push((len as u8 & 0x7f) | 0x80);
+            len >>= 7;
+        }
+        program.push(len as u8);
+        program.extend_from_slice(&block);
+        let e = decode(&program).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::LimitExceeded { size, .. } if *size == MAX_PROGRAM_ITEMS + 1),
+            "{e}"
+        );
+    }
 }
