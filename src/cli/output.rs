@@ -67,44 +67,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether `c` must not reach a terminal as is: control characters (C0, DEL, C1: escape
-/// sequences, line breaks, backspaces) and the invisible format characters that reorder
-/// or hide text (bidi overrides and isolates, zero-width characters, line separators).
-fn is_unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{feff}'
-        )
-}
-
-/// A name from an archive made safe for human output: each control or invisible format
-/// character is written as Rust writes it in a string literal (`\n`, `\t`, `\u{1b}`),
-/// so a hostile name can neither run terminal escape sequences nor start a fake line.
-/// Everything else, including backslashes, stays as it is. (JSON output escapes on its
-/// own.)
-pub fn clean(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(is_unsafe_char) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\0' => out.push_str("\\0"),
-            c if is_unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
+/// A name from an archive made safe for human output (JSON output escapes on its own).
+pub use modelzip::graph::dump::clean;
 
 /// An error line for stderr: one line (line breaks become spaces, as library messages
 /// may wrap), every other control or invisible format character escaped as by [`clean`].

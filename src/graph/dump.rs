@@ -175,10 +175,12 @@ fn is_unsafe_char(c: char) -> bool {
         )
 }
 
-/// A name for [`text`]: control and invisible format characters written as in a Rust
-/// string literal (`\n`, `\u{1b}`), so a hostile graph can neither run terminal escape
-/// sequences nor start a fake line. Attribute strings are quoted with `{:?}` instead.
-fn clean(s: &str) -> Cow<'_, str> {
+/// A name made safe for a terminal (used by [`text`] and by the CLI's human output):
+/// control and invisible format characters written as in a Rust string literal (`\n`,
+/// `\u{1b}`), so a hostile name can neither run terminal escape sequences nor start a
+/// fake line. Everything else, backslashes included, stays as it is. Attribute strings
+/// in [`text`] are quoted with `{:?}` instead.
+pub fn clean(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_unsafe_char) {
         return Cow::Borrowed(s);
     }
