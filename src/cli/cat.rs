@@ -1,11 +1,10 @@
 //! `modelzip cat`: one tensor's values.
 
 use super::common::{open, pick_tag};
-use super::output::{clean, io_error, print, print_bytes};
+use super::output::{clean, print, print_bytes, print_json};
 use super::{CliError, Outcome};
 use modelzip::{DType, TensorView};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::PathBuf;
 
 /// Print one parameter's values: a readable summary by default, every value with
@@ -57,13 +56,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             lod: t.lod(),
             values: AllValues(&t),
         };
-        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        serde_json::to_writer_pretty(&mut out, &doc)
-            .map_err(std::io::Error::from)
-            .and_then(|()| writeln!(out))
-            .and_then(|()| out.flush())
-            .map_err(io_error)?;
-        return Ok(Outcome::Success);
+        return print_json(&doc).map(|_| Outcome::Success);
     }
     let n = t.numel();
     let mut out = format!(

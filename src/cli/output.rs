@@ -20,12 +20,15 @@ pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
         .map_err(io_error)
 }
 
-/// Prints one JSON document followed by a newline.
-pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
-    let mut s = serde_json::to_string_pretty(value)
-        .map_err(|e| CliError(format!("cannot write JSON to stdout: {e}")))?;
-    s.push('\n');
-    print(&s)
+/// Prints one JSON document followed by a newline, written as it is serialized (a
+/// document streamed from the data, like `cat --json`'s values, is never held whole).
+pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), CliError> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(out))
+        .and_then(|()| out.flush())
+        .map_err(io_error)
 }
 
 const BROKEN_PIPE: &str = "\u{0}broken pipe";

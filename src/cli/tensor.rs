@@ -1,6 +1,6 @@
 //! `modelzip tensor`: decode a standalone LoDTensor file or a combined file.
 
-use super::output::{io_error, sha256_hex};
+use super::output::{io_error, print_json, sha256_hex};
 use super::{CliError, Outcome};
 use modelzip::tensor::Lod;
 use modelzip::tensor::codec::{self, Record};
@@ -31,22 +31,17 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let bytes = file.bytes();
     let records = codec::decode_combined(bytes)
         .map_err(|e| CliError(format!("cannot decode {shown}: {e}")))?;
-    // Written as it is rendered (no document or table built in memory first): a LoD can
-    // hold millions of offsets.
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if args.json {
         let recs: Vec<RecordJson<'_>> = records.iter().map(RecordJson::new).collect();
         let doc = FileJson {
             file: &shown,
             records: recs,
         };
-        serde_json::to_writer_pretty(&mut out, &doc)
-            .map_err(std::io::Error::from)
-            .and_then(|()| writeln!(out))
-            .and_then(|()| out.flush())
-            .map_err(io_error)?;
-        return Ok(Outcome::Success);
+        // Streamed: a LoD can hold millions of offsets.
+        return print_json(&doc).map(|_| Outcome::Success);
     }
+    // Written as it is rendered, for the same reason.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     write_table(&mut out, &shown, bytes.len(), &records)
         .and_then(|()| out.flush())
         .map_err(io_error)?;
