@@ -16,7 +16,8 @@ use std::path::PathBuf;
 /// The program is stored as graph.pdmodel, byte for byte. Each persistable variable
 /// of block 0 (except feed/fetch) becomes a parameter, in name order; the record
 /// count, dtypes and dims must match what the program declares. A directory with a
-/// model (--model FILE, or DIR/__model__) imports exactly the model's variables;
+/// model (--model FILE, or DIR/__model__, or DIR/graph.fb as `extract` writes it,
+/// stored as the ProgramDesc it converts to) imports exactly the model's variables;
 /// without one, every file in DIR, and no graph. Tensors equal to ones already in the
 /// archive are stored once. Adding to an existing archive appends in place (crash-safe
 /// with a rollback journal); --rewrite writes a new file and renames it.
@@ -42,7 +43,8 @@ pub struct Args {
     /// A persistables directory instead of a .pdiparams.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// The program of a persistables directory (default: DIR/__model__ if present).
+    /// The program of a persistables directory (default: DIR/__model__, else
+    /// DIR/graph.fb, if present; a FILE ending in .fb is read as graph.fb).
     #[arg(long, value_name = "FILE", requires = "dir")]
     model: Option<PathBuf>,
     /// Add by rewriting the whole archive to a new file and renaming it.

@@ -431,7 +431,9 @@ fn var_file(dir: &Path, name: &str) -> Result<PathBuf> {
 pub const DIR_MODEL_FILE: &str = "__model__";
 
 /// Imports a persistables directory (one LoDTensor file per variable, named after it)
-/// as tag `tag`. The model is `model`, else `DIR/__model__` when present. With a model:
+/// as tag `tag`. The model is `model`, else `DIR/__model__` when present, else
+/// `DIR/graph.fb` (what `modelzip extract` writes for a graph.fb tag; a model whose name
+/// ends in `.fb` is read as graph.fb and stored as the ProgramDesc it converts to). With a model:
 /// exactly its [`persistable_vars`] (a missing file is an error; other files are
 /// ignored), each checked against its declaration, and the model becomes
 /// `graph.pdmodel`. Without one: every regular file directly in `dir`, named by its file
@@ -444,9 +446,12 @@ pub fn import_persistables_dir(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let default_model = dir.join(DIR_MODEL_FILE);
+    // What `modelzip extract` writes for a graph.fb tag.
+    let default_fb = dir.join("graph.fb");
     let model_path = match model {
         Some(m) => Some(m.to_path_buf()),
         None if default_model.is_file() => Some(default_model),
+        None if default_fb.is_file() => Some(default_fb),
         None => None,
     };
     let Some(model_path) = model_path else {
@@ -463,8 +468,15 @@ pub fn import_persistables_dir(
         })?;
         return report(archive, tag, created, None);
     };
-    let model = read_file(&model_path)?;
-    let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(&model_path))?;
+    let mut model = read_file(&model_path)?;
+    let graph = if model_path.extension().is_some_and(|e| e == "fb") {
+        // A modelzip graph.fb: stored as the ProgramDesc it converts to.
+        let g = Graph::from_flatbuffers(&model).map_err(|e| e.in_file(&model_path))?;
+        model = g.to_programdesc().map_err(|e| e.in_file(&model_path))?;
+        g
+    } else {
+        Graph::from_programdesc(&model).map_err(|e| e.in_file(&model_path))?
+    };
     let vars = persistable_vars(&graph).map_err(|e| e.in_file(&model_path))?;
     let mut files = Vec::with_capacity(vars.len());
     for v in &vars {

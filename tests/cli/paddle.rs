@@ -367,3 +367,36 @@ fn import_names_a_pir_json_program() {
     assert!(e.contains("PIR") && e.contains("__model__"), "{e}");
     assert!(!zip.exists());
 }
+
+/// A graph.fb tag extracted to a directory (params + graph.fb) imports back with
+/// `import-paddle --dir`: the graph.fb becomes the ProgramDesc it converts to, which is
+/// Paddle's original, and the export is byte-identical to Paddle's files.
+#[test]
+fn extract_of_a_graph_fb_tag_imports_back_with_dir() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    import(&a, "fp32", "3.3.1", "mlp");
+    convert(&a, "fp32", "flatbuffers");
+    let out = d.path().join("ex");
+    modelzip()
+        .arg("extract")
+        .arg(&a)
+        .args(["--tag", "fp32", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    assert!(out.join("graph.fb").is_file());
+    let r = json_of(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&a)
+            .args(["--tag", "back", "--dir"])
+            .arg(&out)
+            .arg("--json"),
+    );
+    assert_eq!(r["params"].as_array().unwrap().len(), 4, "{r}");
+    let prefix = d.path().join("back");
+    export(&a, "back", &prefix);
+    same_file(ext(&prefix, "pdmodel"), paddle("3.3.1", "mlp.pdmodel"));
+    same_file(ext(&prefix, "pdiparams"), paddle("3.3.1", "mlp.pdiparams"));
+}
