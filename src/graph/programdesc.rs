@@ -163,59 +163,55 @@ fn check_required(msg: &DynamicMessage, path: &str) -> Result<()> {
 /// The path (from `msg`) to the first absent required field and the complaint, if any.
 /// The path is built only on the way back from a failure.
 fn missing_required(msg: &DynamicMessage) -> Option<String> {
-    for field in msg.descriptor().fields() {
-        if !msg.has_field(&field) {
-            if field.cardinality() == Cardinality::Required {
-                return Some(format!(": required field {} is missing", field.name()));
-            }
-            continue;
-        }
-        match msg.get_field(&field) {
-            Cow::Borrowed(Value::Message(m)) => {
-                if let Some(rest) = missing_required(m) {
-                    return Some(format!(".{}{rest}", field.name()));
-                }
-            }
-            Cow::Borrowed(Value::List(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    if let Value::Message(m) = item
-                        && let Some(rest) = missing_required(m)
-                    {
-                        return Some(format!(".{}[{i}]{}{rest}", field.name(), label_of(m)));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    first_fault(msg, &|_| None, &|field| {
+        (field.cardinality() == Cardinality::Required)
+            .then(|| format!(": required field {} is missing", field.name()))
+    })
 }
 
 /// The path to the first protobuf field of a `.pdmodel` that framework.proto does not
 /// declare (a newer or older Paddle's field), if any. Such a field is kept in
 /// graph.pdmodel (stored byte for byte) but cannot survive a conversion.
 pub fn unknown_field(bytes: &[u8]) -> Result<Option<String>> {
-    Ok(first_unknown(&decode_dynamic(bytes)?).map(|p| format!("ProgramDesc{p}")))
+    let first_unknown = |m: &DynamicMessage| {
+        m.unknown_fields()
+            .next()
+            .map(|f| format!(": field number {}", f.number()))
+    };
+    Ok(
+        first_fault(&decode_dynamic(bytes)?, &first_unknown, &|_| None)
+            .map(|p| format!("ProgramDesc{p}")),
+    )
 }
 
-fn first_unknown(msg: &DynamicMessage) -> Option<String> {
-    if let Some(f) = msg.unknown_fields().next() {
-        return Some(format!(": field number {}", f.number()));
+/// Walks `msg` and its nested messages in field order and returns the path to the first
+/// fault: `in_message` looks at a message as a whole (before its fields), `absent` at
+/// each field the message lacks. The path is built only on the way back.
+fn first_fault(
+    msg: &DynamicMessage,
+    in_message: &dyn Fn(&DynamicMessage) -> Option<String>,
+    absent: &dyn Fn(&prost_reflect::FieldDescriptor) -> Option<String>,
+) -> Option<String> {
+    if let Some(fault) = in_message(msg) {
+        return Some(fault);
     }
     for field in msg.descriptor().fields() {
         if !msg.has_field(&field) {
+            if let Some(fault) = absent(&field) {
+                return Some(fault);
+            }
             continue;
         }
         match msg.get_field(&field) {
             Cow::Borrowed(Value::Message(m)) => {
-                if let Some(rest) = first_unknown(m) {
+                if let Some(rest) = first_fault(m, in_message, absent) {
                     return Some(format!(".{}{rest}", field.name()));
                 }
             }
             Cow::Borrowed(Value::List(items)) => {
                 for (i, item) in items.iter().enumerate() {
                     if let Value::Message(m) = item
-                        && let Some(rest) = first_unknown(m)
+                        && let Some(rest) = first_fault(m, in_message, absent)
                     {
                         return Some(format!(".{}[{i}]{}{rest}", field.name(), label_of(m)));
                     }
