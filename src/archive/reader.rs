@@ -618,6 +618,27 @@ impl Archive {
         }
     }
 
+    /// Reads the tensor at `loc` (a location from [`Tag::params`] or [`Tag::updater`] of
+    /// this archive): zero-copy when the entry is stored, decoded with the same strict
+    /// LoDTensor checks as every other read. Unlike [`Tag::tensor`] it needs no parsed
+    /// [`Tag`], so bindings that keep the locations can read without re-parsing.
+    pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'_>> {
+        let archive = self;
+        let bytes = match archive.location_entry(loc) {
+            Some(e) => archive
+                .read_entry(e)
+                .map_err(|err| archive.located(err.in_entry(loc.entry.clone())))?,
+            None => archive.entry_bytes(&loc.entry)?,
+        };
+        let located = |e: Error| archive.located(e.in_entry(loc.entry.clone()));
+        match bytes {
+            Cow::Borrowed(b) => decode_tensor(b).map(TensorData::Mapped).map_err(located),
+            Cow::Owned(v) => decode_tensor(&v)
+                .map(|t| TensorData::Owned(t.to_owned()))
+                .map_err(located),
+        }
+    }
+
     /// Size of the archive file in bytes.
     pub fn len_bytes(&self) -> u64 {
         self.bytes().len() as u64
@@ -992,20 +1013,7 @@ impl<'a> Tag<'a> {
 
     /// Reads the tensor at `loc`: zero-copy when the entry is stored.
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'a>> {
-        let archive = self.archive;
-        let bytes = match archive.location_entry(loc) {
-            Some(e) => archive
-                .read_entry(e)
-                .map_err(|err| archive.located(err.in_entry(loc.entry.clone())))?,
-            None => archive.entry_bytes(&loc.entry)?,
-        };
-        let located = |e: Error| archive.located(e.in_entry(loc.entry.clone()));
-        match bytes {
-            Cow::Borrowed(b) => decode_tensor(b).map(TensorData::Mapped).map_err(located),
-            Cow::Owned(v) => decode_tensor(&v)
-                .map(|t| TensorData::Owned(t.to_owned()))
-                .map_err(located),
-        }
+        self.archive.tensor(loc)
     }
 
     /// Reads the tensor at `loc` into owned memory. From a memory-mapped archive the data

@@ -1,0 +1,587 @@
+"""modelzip: one zip file, many versions ("tags") of a model.
+
+Reads hand out numpy arrays that are read-only views of the archive's memory map (no
+copy); writes are atomic (a new archive) or journaled (a tag appended in place), and a
+tensor identical to one already in the archive is stored once and referenced. The
+work is done by the Rust library ``modelzip`` (the same code as the ``modelzip``
+command-line tool), with the GIL released while hashing and writing.
+
+>>> import numpy as np, modelzip
+>>> report = modelzip.save("model.zip", "fp32", {"fc.w": np.ones((2, 2), np.float32)})
+>>> with modelzip.open("model.zip") as ar:
+...     w = ar.latest()["fc.w"]          # read-only view of the mapped archive
+
+See docs/PYTHON.md for the guide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _modelzip
+from ._errors import ModelzipError, ModelzipKeyError
+
+__all__ = [
+    "Archive",
+    "Checkpoint",
+    "Checkpointer",
+    "ModelzipError",
+    "ModelzipKeyError",
+    "SaveHandle",
+    "Tag",
+    "export_paddle",
+    "import_paddle",
+    "open",
+    "save",
+    "tag_for",
+]
+
+__version__: str = _modelzip.__version__
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# ---------------------------------------------------------------------------------------
+# dtypes
+# ---------------------------------------------------------------------------------------
+
+_PLAIN: Dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    # Paddle's size_t: 8 bytes, unsigned, as Paddle writes it on 64-bit hosts.
+    "SIZE_T": np.dtype("<u8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "COMPLEX64": np.dtype("<c8"),
+    "COMPLEX128": np.dtype("<c16"),
+}
+
+# dtypes numpy has only through ml_dtypes: modelzip name -> ml_dtypes attribute.
+_ML_DTYPES = {"BF16": "bfloat16", "FP8_E4M3FN": "float8_e4m3fn", "FP8_E5M2": "float8_e5m2"}
+
+_TO_NAME: Dict[np.dtype, str] = {dt: name for name, dt in _PLAIN.items() if name != "SIZE_T"}
+
+
+def _ml_dtypes():
+    try:
+        import ml_dtypes  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    dt = _PLAIN.get(name)
+    if dt is not None:
+        return dt
+    attr = _ML_DTYPES.get(name)
+    if attr is None:
+        raise ModelzipError("invalid_input", f"dtype {name} has no numpy equivalent")
+    ml = _ml_dtypes()
+    if ml is None:
+        raise ModelzipError(
+            "invalid_input",
+            f"dtype {name} is numpy's ml_dtypes.{attr}: install it with `pip install ml_dtypes`",
+        )
+    return np.dtype(getattr(ml, attr))
+
+
+def _dtype_name(dt: np.dtype, what: str) -> str:
+    name = _TO_NAME.get(dt.newbyteorder("<") if dt.byteorder == ">" else dt)
+    if name is not None:
+        return name
+    ml = _ml_dtypes()
+    if ml is not None:
+        for mz, attr in _ML_DTYPES.items():
+            if dt == np.dtype(getattr(ml, attr)):
+                return mz
+    raise ModelzipError(
+        "invalid_input",
+        f"{what}: numpy dtype {dt} cannot be stored (bool, int8-64, uint8-64, float16/32/64, "
+        "complex64/128, and ml_dtypes bfloat16 / float8_e4m3fn / float8_e5m2 can)",
+    )
+
+
+def _array(desc: Tuple[Any, str, List[int]]) -> np.ndarray:
+    """A numpy array over a native buffer: no copy; read-only when the buffer is mapped."""
+    buf, dtype, dims = desc
+    dt = _numpy_dtype(dtype)
+    shape = tuple(int(d) for d in dims)
+    if len(buf) == 0:
+        arr = np.empty(shape, dt)
+        arr.flags.writeable = False
+        return arr
+    return np.frombuffer(buf, dtype=dt).reshape(shape)
+
+
+def _prepare(what: str, value: Any) -> Tuple[np.ndarray, str, List[int]]:
+    """``(uint8 bytes, dtype name, dims)`` of an array-like, copying only when it is not
+    already little-endian and C-contiguous."""
+    arr = np.asarray(value)
+    name = _dtype_name(arr.dtype, what)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would make 0-D arrays 1-D)
+    dims = [int(d) for d in arr.shape]
+    return arr.reshape(-1).view(np.uint8), name, dims
+
+
+def _params_list(params: Mapping[str, Any]) -> list:
+    if not isinstance(params, Mapping):
+        raise ModelzipError("invalid_input", "params must be a mapping of name -> array")
+    return [(str(k), _prepare(f"parameter {k!r}", v)) for k, v in params.items()]
+
+
+def _updater_list(updater: Optional[Mapping[str, Sequence[Any]]]) -> list:
+    if updater is None:
+        return []
+    if not isinstance(updater, Mapping):
+        raise ModelzipError(
+            "invalid_input", "updater must be a mapping of name -> sequence of arrays"
+        )
+    out = []
+    for k, arrays in updater.items():
+        if isinstance(arrays, np.ndarray) or not isinstance(arrays, Sequence):
+            raise ModelzipError(
+                "invalid_input",
+                f"updater state of {k!r} must be a sequence of arrays (e.g. [m, v])",
+            )
+        out.append((str(k), [_prepare(f"updater state of {k!r}", a) for a in arrays]))
+    return out
+
+
+def _graph_arg(graph: Union[None, bytes, Tuple[str, bytes]]) -> Optional[Tuple[str, bytes]]:
+    if graph is None:
+        return None
+    if isinstance(graph, tuple):
+        enc, data = graph
+        return (str(enc), bytes(data))
+    data = bytes(graph)
+    # graph.fb files carry the FlatBuffers file identifier "MZGF" at byte 4.
+    enc = "flatbuffers" if data[4:8] == b"MZGF" else "programdesc"
+    return (enc, data)
+
+
+def _fspath(path: PathLike) -> str:
+    return os.fspath(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------
+
+
+class Tag:
+    """One tag of an open archive: its parameters (a read-only mapping of name -> array),
+    updater state, metadata and graph. Parameter order is params.txt's."""
+
+    __slots__ = ("_native", "_metadata")
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        self._metadata: Optional[Dict[str, Any]] = None
+
+    @property
+    def name(self) -> str:
+        """The tag's name, spelled as in tags.txt."""
+        return self._native.name
+
+    def keys(self) -> List[str]:
+        """Parameter names, in params.txt order."""
+        return self._native.keys()
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._native
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._native.keys())
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return _array(self._native.get(name))
+
+    def get_tensor(self, name: str) -> np.ndarray:
+        """Parameter ``name`` as a numpy array: a read-only view of the archive's memory
+        map when the entry is stored (no copy), an owned array when it is deflated. The
+        array stays valid after the archive is closed. A missing name raises
+        :class:`ModelzipKeyError`."""
+        return _array(self._native.get(name))
+
+    def items(self) -> Iterator[Tuple[str, np.ndarray]]:
+        """``(name, array)`` pairs in params.txt order."""
+        for name, desc in self._native.get_all():
+            yield name, _array(desc)
+
+    def lod(self, name: str) -> List[List[int]]:
+        """Parameter ``name``'s level-of-detail table (``[]`` when it has none)."""
+        return self._native.lod(name)
+
+    def updater_keys(self) -> List[str]:
+        """Names with updater (optimizer) state, in updater.txt order."""
+        return self._native.updater_keys()
+
+    def updater(self, name: str) -> List[np.ndarray]:
+        """The updater state arrays of ``name`` (e.g. Adam's m and v), in stored order."""
+        return [_array(d) for d in self._native.updater(name)]
+
+    @property
+    def metadata(self) -> Dict[str, Any]:
+        """metadata.json as a dict (``{}`` when the tag has none)."""
+        if self._metadata is None:
+            raw = self._native.metadata()
+            self._metadata = {} if raw is None else json.loads(raw)
+        return self._metadata
+
+    @property
+    def graph_encoding(self) -> Optional[str]:
+        """``"flatbuffers"`` (graph.fb), ``"programdesc"`` (graph.pdmodel) or None."""
+        g = self._native.graph()
+        return None if g is None else g[0]
+
+    def graph_bytes(self) -> Optional[bytes]:
+        """The stored graph entry's bytes, or None when the tag has no graph."""
+        g = self._native.graph()
+        return None if g is None else g[1]
+
+    def to_dict(self) -> Dict[str, np.ndarray]:
+        """Every parameter as ``{name: array}`` (views when stored, no copies)."""
+        return {name: _array(desc) for name, desc in self._native.get_all()}
+
+    def __repr__(self) -> str:
+        return f"<modelzip.Tag {self.name!r}: {len(self)} params>"
+
+
+class Archive:
+    """An open archive (memory-mapped). Use as a context manager or call :meth:`close`;
+    arrays handed out stay valid after closing."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, path: PathLike) -> None:
+        self._native = _modelzip.NativeArchive(_fspath(path))
+
+    @property
+    def path(self) -> str:
+        """The archive's path as given."""
+        return self._native.path
+
+    @property
+    def tags(self) -> List[str]:
+        """Tag names, oldest first, as in tags.txt."""
+        return self._native.tags
+
+    @property
+    def default_tag(self) -> str:
+        """The newest tag (the one loaded by default)."""
+        t = self._native.default_tag
+        if t is None:
+            raise ModelzipError("tag_not_found", f"archive {self.path} has no tags")
+        return t
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._native.closed
+
+    def tag(self, name: str) -> Tag:
+        """Tag ``name``, ignoring ASCII case; a missing tag raises :class:`ModelzipKeyError`."""
+        return Tag(self._native.tag(name))
+
+    def __getitem__(self, name: str) -> Tag:
+        return self.tag(name)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        low = name.lower()
+        return any(t.lower() == low for t in self.tags)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tags)
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+    def latest(self) -> Tag:
+        """The tag of :attr:`default_tag`."""
+        return self.tag(self.default_tag)
+
+    def verify(self) -> List[Tuple[Optional[str], str]]:
+        """Checks structure, references, CRCs, SHA-256 manifests and every tensor, like
+        ``modelzip verify``: the problems found as ``(entry, message)``; empty when sound."""
+        return self._native.verify()
+
+    def close(self) -> None:
+        """Releases this object's hold on the memory map (arrays keep their own)."""
+        self._native.close()
+
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<modelzip.Archive {self.path!r} (closed)>"
+        return f"<modelzip.Archive {self.path!r}: {len(self.tags)} tags>"
+
+
+def open(path: PathLike) -> Archive:  # noqa: A001 - the documented name
+    """Opens the archive at ``path`` (memory-mapped; only the central directory and
+    tags.txt are read). An unfinished append left by a killed writer is rolled back."""
+    return Archive(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------
+
+
+def save(
+    path: PathLike,
+    tag: str,
+    params: Mapping[str, Any],
+    updater: Optional[Mapping[str, Sequence[Any]]] = None,
+    metadata: Optional[Mapping[str, Any]] = None,
+    graph: Union[None, bytes, Tuple[str, bytes]] = None,
+    *,
+    wait: bool = False,
+) -> Dict[str, Any]:
+    """Saves tag ``tag``: creates the archive (atomically: temp file, fsync, rename), or
+    appends the tag in place (journaled: a crash at any instant leaves the archive as it
+    was) when it exists. A tensor identical to one already stored is referenced.
+
+    ``params``: name -> array-like (C-contiguous arrays are read without copying);
+    ``updater``: name -> sequence of arrays; ``metadata``: a JSON-serialisable dict
+    (metadata.json); ``graph``: the graph's bytes (graph.fb or a Paddle ProgramDesc,
+    told apart by the FlatBuffers identifier) or ``(encoding, bytes)``. With
+    ``wait=True`` a save waits for another writer instead of raising
+    ``ModelzipError(kind="locked")``.
+
+    Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
+    how many are shared with older tags, and the bytes the tag's own entries take.
+    """
+    meta = None if metadata is None else json.dumps(dict(metadata)).encode()
+    return _modelzip.save(
+        _fspath(path),
+        tag,
+        _params_list(params),
+        _updater_list(updater),
+        meta,
+        _graph_arg(graph),
+        wait,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Checkpoint:
+    """A restored checkpoint: owned, writable arrays (independent of the archive file)."""
+
+    step: int
+    tag: str
+    params: Dict[str, np.ndarray] = field(default_factory=dict)
+    updater: Dict[str, List[np.ndarray]] = field(default_factory=dict)
+    metrics: Dict[str, float] = field(default_factory=dict)
+
+
+class SaveHandle:
+    """A running :meth:`Checkpointer.save_async`."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    def wait(self) -> Dict[str, Any]:
+        """Waits for the save; returns its report or raises its error."""
+        return self._native.wait()
+
+    def done(self) -> bool:
+        """Whether the save has finished (successfully or not)."""
+        return self._native.done()
+
+
+def _checkpoint(restored: tuple) -> Checkpoint:
+    step, tag, params, updater, metrics = restored
+    return Checkpoint(
+        step=step,
+        tag=tag,
+        params={name: _array(d) for name, d in params},
+        updater={name: [_array(d) for d in ds] for name, ds in updater},
+        metrics=dict(metrics),
+    )
+
+
+class Checkpointer:
+    """Versioned checkpoints of one training run in one archive.
+
+    Each save is a new tag named by ``pattern`` (``{step}`` or ``{step:0N}``); unchanged
+    tensors are stored once; after each save the retention policy removes checkpoints
+    that no policy keeps (``keep_last`` newest, every step divisible by ``keep_every``,
+    the ``keep_best=(metric, "min"|"max", count)`` best); the newest is always kept.
+    Tags that are not checkpoints (a ``release`` tag, an INT8 variant) are never removed.
+    With no policy, every checkpoint is kept. Opening applies the policy to an existing
+    archive (a run killed between a save and its retention pass ends as the policy says).
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        keep_last: Optional[int] = None,
+        keep_every: Optional[int] = None,
+        keep_best: Optional[Tuple[str, str, int]] = None,
+        pattern: str = "step-{step:09}",
+        *,
+        compact_dead_fraction: float = 0.5,
+        wait: bool = False,
+    ) -> None:
+        self._path = _fspath(path)
+        best = None
+        if keep_best is not None:
+            metric, goal, count = keep_best
+            best = (str(metric), str(goal), int(count))
+        self._native = _modelzip.NativeCheckpointer(
+            self._path,
+            keep_last,
+            keep_every,
+            best,
+            pattern,
+            float(compact_dead_fraction),
+            wait,
+        )
+
+    @property
+    def path(self) -> str:
+        """The archive path."""
+        return self._path
+
+    def save(
+        self,
+        step: int,
+        params: Mapping[str, Any],
+        updater: Optional[Mapping[str, Sequence[Any]]] = None,
+        metrics: Optional[Mapping[str, float]] = None,
+    ) -> Dict[str, Any]:
+        """Saves a checkpoint and applies the retention policy; returns when it is
+        durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
+        "compacted"}``."""
+        return self._native.save(
+            int(step),
+            _params_list(params),
+            _updater_list(updater),
+            {str(k): float(v) for k, v in (metrics or {}).items()},
+        )
+
+    def save_async(
+        self,
+        step: int,
+        params: Mapping[str, Any],
+        updater: Optional[Mapping[str, Sequence[Any]]] = None,
+        metrics: Optional[Mapping[str, float]] = None,
+    ) -> SaveHandle:
+        """Snapshots (copies) the arrays and saves them on a background thread; returns
+        at once (after waiting for a previous asynchronous save). The arrays may be
+        changed as soon as this returns."""
+        return SaveHandle(
+            self._native.save_async(
+                int(step),
+                _params_list(params),
+                _updater_list(updater),
+                {str(k): float(v) for k, v in (metrics or {}).items()},
+            )
+        )
+
+    def wait(self) -> Optional[Dict[str, Any]]:
+        """Waits for the pending asynchronous save (if any); its report, or None."""
+        return self._native.wait()
+
+    def checkpoints(self) -> List[str]:
+        """Checkpoint tags, oldest first (tags written by a checkpointer)."""
+        return self._native.checkpoints()
+
+    def tags(self) -> List[str]:
+        """Every tag of the archive, oldest first."""
+        return self._native.tags()
+
+    def latest(self) -> Optional[Checkpoint]:
+        """The newest checkpoint, or None when there is none (to resume training)."""
+        ckpts = self._native.checkpoints()
+        if not ckpts:
+            return None
+        return _checkpoint(self._native.restore(ckpts[-1]))
+
+    def restore(self, tag: str) -> Checkpoint:
+        """The checkpoint of tag ``tag`` (any ASCII case); a tag that is not a
+        checkpoint raises ``ModelzipError(kind="not_a_checkpoint")``."""
+        return _checkpoint(self._native.restore(tag))
+
+    def __repr__(self) -> str:
+        return f"<modelzip.Checkpointer {self._path!r}>"
+
+
+def tag_for(pattern: str, step: int) -> str:
+    """The tag name a checkpoint of ``step`` gets under ``pattern``."""
+    return _modelzip.tag_for(pattern, int(step))
+
+
+# ---------------------------------------------------------------------------------------
+# Paddle
+# ---------------------------------------------------------------------------------------
+
+
+def import_paddle(
+    archive: PathLike,
+    tag: str,
+    model: Optional[PathLike] = None,
+    params: Optional[PathLike] = None,
+    *,
+    dir: Optional[PathLike] = None,  # noqa: A002 - mirrors the CLI's --dir
+    wait: bool = False,
+) -> Dict[str, Any]:
+    """Imports a Paddle inference model (``.pdmodel`` and its ``.pdiparams``; the params
+    file may be omitted for a program without parameters) or, with ``dir=``, a
+    persistables directory, as tag ``tag`` (archive created if absent, else the tag is
+    appended in place). Returns the import report (tag, created, graph_bytes, params
+    with dtype/dims/shared_from, shared)."""
+    return _modelzip.import_paddle(
+        _fspath(archive),
+        tag,
+        None if model is None else _fspath(model),
+        None if params is None else _fspath(params),
+        None if dir is None else _fspath(dir),
+        wait,
+    )
+
+
+def export_paddle(
+    archive: PathLike,
+    tag: Optional[str],
+    prefix: PathLike,
+    *,
+    overwrite: bool = False,
+) -> Dict[str, Any]:
+    """Writes tag ``tag`` (None: the newest) as ``PREFIX.pdmodel`` + ``PREFIX.pdiparams``
+    (what ``paddle.static.load_inference_model(PREFIX, exe)`` loads), atomically;
+    existing files are refused unless ``overwrite``."""
+    return _modelzip.export_paddle(_fspath(archive), tag, _fspath(prefix), overwrite)

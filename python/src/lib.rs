@@ -1,0 +1,1016 @@
+//! `modelzip._modelzip`: the native half of the Python package.
+//!
+//! Everything here is a thin layer over the `modelzip` crate — the same reader, writer,
+//! validation and journal code the CLI uses; no format logic lives in this crate. The
+//! pure-Python half (`python/modelzip/__init__.py`) turns the buffers handed out here into
+//! numpy arrays and holds the documented API.
+//!
+//! Zero-copy reads: [`TensorBuffer`] exports a tensor's bytes through the buffer protocol.
+//! For a stored (uncompressed) entry the bytes are the archive's memory map, and the
+//! buffer holds an `Arc` of the archive, so the map lives as long as any array made
+//! from it (numpy's `.base` chain keeps the buffer object alive).
+
+use modelzip::checkpoint::{
+    self, Checkpoint, CheckpointOptions, Checkpointer as CoreCheckpointer, Goal, KeepBest,
+    Retention, SaveHandle as CoreSaveHandle, SaveReport,
+};
+use modelzip::interop::paddle::{self, ExportOptions, ImportOptions, ImportReport};
+use modelzip::{
+    AppendMode, Appender, Archive as CoreArchive, ArchiveWriter, DType, Error, ErrorKind,
+    GraphFormat, ParamEntry, TagWriter, Tensor, TensorData, TensorLocation, TensorView,
+    UpdaterEntry, WriteOptions,
+};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/// The snake_case name of an error kind (`ModelzipError.kind` in Python): the variant's
+/// name, so every kind the library adds is named without a change here.
+fn kind_name(kind: &ErrorKind) -> String {
+    let debug = format!("{kind:?}");
+    let mut out = String::new();
+    for (i, c) in debug
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .enumerate()
+    {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The Python exception classes, defined in `modelzip/_errors.py`.
+static ERRORS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Raises the library error `e` as `ModelzipError` (or its `KeyError` subclass for a
+/// missing tag or parameter), with `.kind` and the message the CLI prints.
+fn raise(py: Python<'_>, e: Error) -> PyErr {
+    raise_kind(py, &kind_name(e.kind()), &e.to_string())
+}
+
+fn raise_kind(py: Python<'_>, kind: &str, message: &str) -> PyErr {
+    let made = (|| -> PyResult<PyErr> {
+        let module = ERRORS.get_or_try_init(py, || {
+            py.import("modelzip._errors").map(|m| m.into_any().unbind())
+        })?;
+        let make = module.bind(py).getattr("_make")?;
+        let exc = make.call1((kind, message))?;
+        Ok(PyErr::from_value(exc))
+    })();
+    made.unwrap_or_else(|e| e)
+}
+
+trait OrRaise<T> {
+    fn or_raise(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> OrRaise<T> for modelzip::Result<T> {
+    fn or_raise(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| raise(py, e))
+    }
+}
+
+fn invalid(py: Python<'_>, message: impl AsRef<str>) -> PyErr {
+    raise_kind(py, "invalid_input", message.as_ref())
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor bytes handed to Python
+// ---------------------------------------------------------------------------------------
+
+enum Storage {
+    /// Bytes inside the archive's memory map; the `Arc` keeps the map alive.
+    Mapped {
+        _archive: Arc<CoreArchive>,
+        ptr: *const u8,
+        len: usize,
+    },
+    /// Bytes inflated from a deflated entry, or read by a restore: owned, writable.
+    Owned(std::cell::UnsafeCell<Vec<u8>>),
+}
+
+/// One tensor's data bytes, exported read-only (mapped) or writable (owned) through the
+/// buffer protocol; `numpy.frombuffer` turns it into an array without copying.
+#[pyclass(module = "modelzip._modelzip", frozen)]
+struct TensorBuffer {
+    storage: Storage,
+}
+
+// Safety: `Mapped.ptr` points into a read-only memory map owned by the `Arc<CoreArchive>`
+// stored beside it; the map is never written through and lives as long as this object.
+// `Owned` is only mutated by Python code through a writable buffer, which the buffer
+// protocol serialises under the GIL like any bytearray.
+unsafe impl Send for TensorBuffer {}
+unsafe impl Sync for TensorBuffer {}
+
+impl TensorBuffer {
+    fn of_map(archive: &Arc<CoreArchive>, data: &[u8]) -> TensorBuffer {
+        TensorBuffer {
+            storage: Storage::Mapped {
+                _archive: archive.clone(),
+                ptr: data.as_ptr(),
+                len: data.len(),
+            },
+        }
+    }
+
+    fn owned(data: Vec<u8>) -> TensorBuffer {
+        TensorBuffer {
+            storage: Storage::Owned(std::cell::UnsafeCell::new(data)),
+        }
+    }
+}
+
+#[pymethods]
+impl TensorBuffer {
+    /// Exports the bytes (format `B`, one dimension).
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("view is null"));
+        }
+        let (ptr, len, readonly) = match &slf.get().storage {
+            Storage::Mapped { ptr, len, .. } => (*ptr as *mut u8, *len, true),
+            // Safety: the Vec is only reached through this buffer export.
+            Storage::Owned(cell) => unsafe {
+                let v = &mut *cell.get();
+                (v.as_mut_ptr(), v.len(), false)
+            },
+        };
+        if readonly && (flags & pyo3::ffi::PyBUF_WRITABLE) == pyo3::ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err(
+                "tensor data mapped from an archive is read-only",
+            ));
+        }
+        // Safety: `view` is non-null and owned by the caller for the duration of the
+        // export; the pointers stored in it stay valid while `obj` (this object) lives,
+        // and `obj` holds a strong reference that the interpreter releases with the view.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr.cast();
+            (*view).len = len as isize;
+            (*view).readonly = c_int::from(readonly);
+            (*view).itemsize = 1;
+            (*view).format = if (flags & pyo3::ffi::PyBUF_FORMAT) == pyo3::ffi::PyBUF_FORMAT {
+                c"B".as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if (flags & pyo3::ffi::PyBUF_ND) == pyo3::ffi::PyBUF_ND {
+                &raw mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if (flags & pyo3::ffi::PyBUF_STRIDES) == pyo3::ffi::PyBUF_STRIDES {
+                &raw mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+
+    /// The number of bytes.
+    fn __len__(&self) -> usize {
+        match &self.storage {
+            Storage::Mapped { len, .. } => *len,
+            // Safety: reading the length only.
+            Storage::Owned(cell) => unsafe { (*cell.get()).len() },
+        }
+    }
+
+    /// True when the bytes are the archive's memory map (no copy was made).
+    #[getter]
+    fn mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped { .. })
+    }
+}
+
+/// `(buffer, dtype name, dims)`: what Python needs to build an array.
+type Described = (Py<TensorBuffer>, &'static str, Vec<u64>);
+
+fn describe(
+    py: Python<'_>,
+    archive: &Arc<CoreArchive>,
+    data: TensorData<'_>,
+) -> PyResult<Described> {
+    match data {
+        TensorData::Mapped(v) => Ok((
+            Py::new(py, TensorBuffer::of_map(archive, v.data()))?,
+            v.dtype().name(),
+            v.dims().to_vec(),
+        )),
+        TensorData::Owned(t) => owned_described(py, t),
+    }
+}
+
+fn owned_described(py: Python<'_>, t: Tensor) -> PyResult<Described> {
+    let (dtype, dims) = (t.dtype().name(), t.dims().to_vec());
+    Ok((
+        Py::new(py, TensorBuffer::owned(t.into_data()))?,
+        dtype,
+        dims,
+    ))
+}
+
+fn lod_of(view: &TensorView<'_>) -> Vec<Vec<u64>> {
+    view.lod().iter().map(|level| level.to_vec()).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------------------
+
+/// An open archive (memory-mapped). `close()` drops this object's hold on the map;
+/// arrays handed out keep it alive on their own.
+#[pyclass(module = "modelzip._modelzip", frozen)]
+struct NativeArchive {
+    inner: Mutex<Option<Arc<CoreArchive>>>,
+    path: String,
+}
+
+impl NativeArchive {
+    fn get(&self, py: Python<'_>) -> PyResult<Arc<CoreArchive>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| invalid(py, format!("archive {} is closed", self.path)))
+    }
+}
+
+#[pymethods]
+impl NativeArchive {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<NativeArchive> {
+        let shown = path.display().to_string();
+        let archive = py.detach(|| CoreArchive::open(&path)).or_raise(py)?;
+        Ok(NativeArchive {
+            inner: Mutex::new(Some(Arc::new(archive))),
+            path: shown,
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    #[getter]
+    fn tags(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        Ok(self.get(py)?.tags().to_vec())
+    }
+
+    #[getter]
+    fn default_tag(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        Ok(self.get(py)?.default_tag().map(str::to_string))
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none()
+    }
+
+    fn close(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+
+    /// Parses tag `name` (any ASCII case): its tables, once.
+    fn tag(&self, py: Python<'_>, name: &str) -> PyResult<NativeTag> {
+        let archive = self.get(py)?;
+        let tag = archive.tag(name).or_raise(py)?;
+        let params: Vec<ParamEntry> = tag.params().to_vec();
+        let updater: Vec<UpdaterEntry> = tag.updater().to_vec();
+        let canonical = tag.name().to_string();
+        drop(tag);
+        let by_name = params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        let updater_by_name = updater
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.name.clone(), i))
+            .collect();
+        Ok(NativeTag {
+            archive,
+            name: canonical,
+            params,
+            by_name,
+            updater,
+            updater_by_name,
+        })
+    }
+
+    /// `verify()` findings as `[(entry or None, message)]`.
+    fn verify(&self, py: Python<'_>) -> PyResult<Vec<(Option<String>, String)>> {
+        let archive = self.get(py)?;
+        let report = py.detach(|| archive.verify());
+        Ok(report
+            .problems
+            .into_iter()
+            .map(|p| (p.entry, p.message))
+            .collect())
+    }
+}
+
+/// One parsed tag; holds the archive's map alive.
+#[pyclass(module = "modelzip._modelzip", frozen)]
+struct NativeTag {
+    archive: Arc<CoreArchive>,
+    name: String,
+    params: Vec<ParamEntry>,
+    by_name: HashMap<String, usize>,
+    updater: Vec<UpdaterEntry>,
+    updater_by_name: HashMap<String, usize>,
+}
+
+impl NativeTag {
+    fn location(&self, py: Python<'_>, name: &str) -> PyResult<&TensorLocation> {
+        match self.by_name.get(name) {
+            Some(i) => Ok(&self.params[*i].location),
+            None => Err(raise(
+                py,
+                self.in_tag(ErrorKind::ParamNotFound(name.to_string(), self.name.clone()).into()),
+            )),
+        }
+    }
+
+    fn read(&self, py: Python<'_>, loc: &TensorLocation) -> PyResult<Described> {
+        let data = self.archive.tensor(loc).or_raise(py)?;
+        describe(py, &self.archive, data)
+    }
+
+    fn in_tag(&self, e: Error) -> Error {
+        match self.archive.path() {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
+    }
+}
+
+#[pymethods]
+impl NativeTag {
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.params.iter().map(|p| p.name.clone()).collect()
+    }
+
+    fn __len__(&self) -> usize {
+        self.params.len()
+    }
+
+    fn __contains__(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// `(buffer, dtype, dims)` of parameter `name`.
+    fn get(&self, py: Python<'_>, name: &str) -> PyResult<Described> {
+        let loc = self.location(py, name)?;
+        self.read(py, loc)
+    }
+
+    /// `[(name, buffer, dtype, dims)]` of every parameter, in params.txt order.
+    fn get_all(&self, py: Python<'_>) -> PyResult<Vec<(String, Described)>> {
+        self.params
+            .iter()
+            .map(|p| Ok((p.name.clone(), self.read(py, &p.location)?)))
+            .collect()
+    }
+
+    fn lod(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Vec<u64>>> {
+        let loc = self.location(py, name)?;
+        let data = self.archive.tensor(loc).or_raise(py)?;
+        Ok(lod_of(&data.view()))
+    }
+
+    /// The param's zip entry and whether it is shared from another tag.
+    fn location_of(&self, py: Python<'_>, name: &str) -> PyResult<(String, String, bool)> {
+        let loc = self.location(py, name)?;
+        Ok((loc.entry.clone(), loc.tag.clone(), loc.shared))
+    }
+
+    fn updater_keys(&self) -> Vec<String> {
+        self.updater.iter().map(|u| u.name.clone()).collect()
+    }
+
+    fn updater(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Described>> {
+        let Some(i) = self.updater_by_name.get(name) else {
+            let e = ErrorKind::ParamNotFound(name.to_string(), self.name.clone());
+            return Err(raise(
+                py,
+                self.in_tag(Error::new(e).in_entry(format!("{}/updater.txt", self.name))),
+            ));
+        };
+        self.updater[*i]
+            .arrays
+            .iter()
+            .map(|loc| self.read(py, loc))
+            .collect()
+    }
+
+    /// metadata.json's bytes, or None.
+    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let tag = self.archive.tag(&self.name).or_raise(py)?;
+        let m = tag.metadata().map_err(|e| self.in_tag(e)).or_raise(py)?;
+        Ok(m.map(|b| PyBytes::new(py, &b)))
+    }
+
+    /// `(encoding, bytes)` of the graph, or None.
+    fn graph<'py>(&self, py: Python<'py>) -> PyResult<Option<(&'static str, Bound<'py, PyBytes>)>> {
+        let tag = self.archive.tag(&self.name).or_raise(py)?;
+        let g = tag.graph().or_raise(py)?;
+        Ok(g.map(|(enc, b)| (encoding_name(enc), PyBytes::new(py, &b))))
+    }
+}
+
+fn encoding_name(enc: GraphFormat) -> &'static str {
+    match enc {
+        GraphFormat::FlatBuffers => "flatbuffers",
+        GraphFormat::ProgramDesc => "programdesc",
+    }
+}
+
+fn encoding_from(py: Python<'_>, name: &str) -> PyResult<GraphFormat> {
+    match name.to_ascii_lowercase().as_str() {
+        "flatbuffers" | "fb" | "graph.fb" => Ok(GraphFormat::FlatBuffers),
+        "programdesc" | "pdmodel" | "graph.pdmodel" => Ok(GraphFormat::ProgramDesc),
+        other => Err(invalid(
+            py,
+            format!("unknown graph encoding {other:?}; use \"flatbuffers\" or \"programdesc\""),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------
+
+/// An array given by Python: its bytes (held through the buffer protocol), dtype, dims.
+struct Input {
+    buffer: PyBuffer<u8>,
+    dtype: DType,
+    dims: Vec<u64>,
+}
+
+impl Input {
+    /// Takes `(uint8 C-contiguous array, dtype name, dims)` as prepared by Python.
+    fn from_py(py: Python<'_>, what: &str, item: &Bound<'_, PyAny>) -> PyResult<Input> {
+        let (arr, dtype, dims): (Bound<'_, PyAny>, String, Vec<u64>) = item.extract()?;
+        let buffer = PyBuffer::<u8>::get(&arr)?;
+        if !buffer.is_c_contiguous() {
+            return Err(invalid(
+                py,
+                format!("{what}: the array is not C-contiguous"),
+            ));
+        }
+        let dtype = DType::from_name(&dtype).or_raise(py)?;
+        Ok(Input {
+            buffer,
+            dtype,
+            dims,
+        })
+    }
+
+    fn view(&self) -> modelzip::Result<TensorView<'_>> {
+        let len = self.buffer.len_bytes();
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // Safety: the buffer is acquired (held by `self.buffer`, which keeps the
+            // exporting object alive and its memory in place) and C-contiguous, so its
+            // `len` bytes from `buf_ptr` are one readable region for as long as `self`
+            // lives. Python code may still write to it from another thread while the GIL
+            // is released; such a race changes the values saved, never memory safety of
+            // the read (plain bytes, no invariants).
+            unsafe { std::slice::from_raw_parts(self.buffer.buf_ptr() as *const u8, len) }
+        };
+        TensorView::new(self.dtype, self.dims.clone(), Default::default(), data)
+    }
+}
+
+type Inputs = (Vec<(String, Input)>, Vec<(String, Vec<Input>)>);
+
+fn inputs(
+    py: Python<'_>,
+    params: &Bound<'_, PyList>,
+    updater: &Bound<'_, PyList>,
+) -> PyResult<Inputs> {
+    let mut ps = Vec::with_capacity(params.len());
+    for item in params.iter() {
+        let (name, arr): (String, Bound<'_, PyAny>) = item.extract()?;
+        let input = Input::from_py(py, &format!("parameter {name:?}"), &arr)?;
+        ps.push((name, input));
+    }
+    let mut us = Vec::with_capacity(updater.len());
+    for item in updater.iter() {
+        let (name, arrays): (String, Vec<Bound<'_, PyAny>>) = item.extract()?;
+        let what = format!("updater state of {name:?}");
+        let arrays = arrays
+            .iter()
+            .map(|a| Input::from_py(py, &what, a))
+            .collect::<PyResult<Vec<_>>>()?;
+        us.push((name, arrays));
+    }
+    Ok((ps, us))
+}
+
+fn write_inputs(
+    w: &mut TagWriter<'_>,
+    (params, updater): &Inputs,
+    metadata: Option<&[u8]>,
+    graph: Option<(GraphFormat, &[u8])>,
+) -> modelzip::Result<()> {
+    if let Some((enc, bytes)) = graph {
+        w.graph(enc, bytes)?;
+    }
+    for (name, input) in params {
+        w.param(name, &input.view()?)?;
+    }
+    for (name, arrays) in updater {
+        let views = arrays
+            .iter()
+            .map(Input::view)
+            .collect::<modelzip::Result<Vec<_>>>()?;
+        w.updater(name, &views)?;
+    }
+    if let Some(m) = metadata {
+        w.metadata(m)?;
+    }
+    Ok(())
+}
+
+/// Writes a tag: creates the archive atomically, or appends in place (journaled).
+fn save_tag(
+    path: &Path,
+    tag: &str,
+    inputs: &Inputs,
+    metadata: Option<&[u8]>,
+    graph: Option<(GraphFormat, &[u8])>,
+    opts: &WriteOptions,
+) -> modelzip::Result<()> {
+    let located = |e: Error| e.in_file(path);
+    if path.exists() {
+        let mut app = Appender::open_with(path, AppendMode::InPlace, opts).map_err(located)?;
+        let mut w = app.begin_tag(tag).map_err(located)?;
+        write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
+        w.finish().map_err(located)?;
+        app.finish().map_err(located)
+    } else {
+        let mut writer = ArchiveWriter::create_with(path, opts).map_err(located)?;
+        let mut w = writer.begin_tag(tag).map_err(located)?;
+        write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
+        w.finish().map_err(located)?;
+        writer.finish().map_err(located)
+    }
+}
+
+/// `{"tag", "params", "shared", "own_bytes"}` of a tag as stored.
+fn tag_report<'py>(py: Python<'py>, path: &Path, tag: &str) -> PyResult<Bound<'py, PyDict>> {
+    let (name, params, shared, own) = py
+        .detach(|| -> modelzip::Result<_> {
+            let a = CoreArchive::open(path)?;
+            let t = a.tag(tag)?;
+            let shared = t.params().iter().filter(|p| p.location.shared).count();
+            let own = a.stored_bytes_under(t.name());
+            Ok((t.name().to_string(), t.params().len(), shared, own))
+        })
+        .map_err(|e| e.in_file(path))
+        .or_raise(py)?;
+    let d = PyDict::new(py);
+    d.set_item("tag", name)?;
+    d.set_item("params", params)?;
+    d.set_item("shared", shared)?;
+    d.set_item("own_bytes", own)?;
+    Ok(d)
+}
+
+/// Saves one tag. `params`: `[(name, (uint8 array, dtype, dims))]`; `updater`:
+/// `[(name, [(uint8 array, dtype, dims)])]`. The GIL is released while hashing and writing.
+#[pyfunction]
+#[pyo3(signature = (path, tag, params, updater, metadata=None, graph=None, wait=false))]
+#[allow(clippy::too_many_arguments)]
+fn save<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    tag: &str,
+    params: &Bound<'py, PyList>,
+    updater: &Bound<'py, PyList>,
+    metadata: Option<Vec<u8>>,
+    graph: Option<(String, Vec<u8>)>,
+    wait: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let inputs = inputs(py, params, updater)?;
+    let graph = match &graph {
+        Some((enc, bytes)) => Some((encoding_from(py, enc)?, bytes.as_slice())),
+        None => None,
+    };
+    let opts = WriteOptions {
+        wait_for_lock: wait,
+        ..WriteOptions::default()
+    };
+    py.detach(|| save_tag(&path, tag, &inputs, metadata.as_deref(), graph, &opts))
+        .or_raise(py)?;
+    tag_report(py, &path, tag)
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints
+// ---------------------------------------------------------------------------------------
+
+fn owned_tensor(input: &Input) -> modelzip::Result<Tensor> {
+    let v = input.view()?;
+    Tensor::from_bytes(v.dtype(), v.dims().to_vec(), v.data().to_vec())
+}
+
+/// Copies the arrays into owned tensors (the snapshot a checkpoint keeps).
+fn checkpoint_of(
+    step: u64,
+    inputs: &Inputs,
+    metrics: BTreeMap<String, f64>,
+) -> modelzip::Result<Checkpoint> {
+    let (params, updater) = inputs;
+    let mut c = Checkpoint::new(step);
+    for (name, input) in params {
+        c.params.push((name.clone(), owned_tensor(input)?));
+    }
+    for (name, arrays) in updater {
+        let ts = arrays
+            .iter()
+            .map(owned_tensor)
+            .collect::<modelzip::Result<Vec<_>>>()?;
+        c.updater.push((name.clone(), ts));
+    }
+    c.metrics = metrics;
+    Ok(c)
+}
+
+fn save_report<'py>(py: Python<'py>, path: &Path, r: &SaveReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = tag_report(py, path, &r.tag)?;
+    d.set_item("removed", r.removed.clone())?;
+    d.set_item("compacted", r.compacted)?;
+    Ok(d)
+}
+
+/// The training-loop checkpointer (see `modelzip.Checkpointer`).
+#[pyclass(module = "modelzip._modelzip", frozen)]
+struct NativeCheckpointer {
+    inner: Mutex<CoreCheckpointer>,
+    path: PathBuf,
+}
+
+impl NativeCheckpointer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CoreCheckpointer> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A handle on an asynchronous save.
+#[pyclass(module = "modelzip._modelzip", frozen)]
+struct NativeSaveHandle {
+    handle: CoreSaveHandle,
+    path: PathBuf,
+}
+
+#[pymethods]
+impl NativeSaveHandle {
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = py.detach(|| self.handle.wait()).or_raise(py)?;
+        save_report(py, &self.path, &r)
+    }
+
+    fn done(&self) -> bool {
+        self.handle.is_done()
+    }
+}
+
+type Restored = (
+    u64,
+    String,
+    Vec<(String, Described)>,
+    Vec<(String, Vec<Described>)>,
+    BTreeMap<String, f64>,
+);
+
+fn restored(py: Python<'_>, tag: String, c: Checkpoint) -> PyResult<Restored> {
+    let params = c
+        .params
+        .into_iter()
+        .map(|(n, t)| Ok((n, owned_described(py, t)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    let updater = c
+        .updater
+        .into_iter()
+        .map(|(n, ts)| {
+            let ts = ts
+                .into_iter()
+                .map(|t| owned_described(py, t))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok((n, ts))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((c.step, tag, params, updater, c.metrics))
+}
+
+#[pymethods]
+impl NativeCheckpointer {
+    #[new]
+    #[pyo3(signature = (path, keep_last, keep_every, keep_best, pattern, compact_dead_fraction, wait))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        keep_last: Option<usize>,
+        keep_every: Option<u64>,
+        keep_best: Option<(String, String, usize)>,
+        pattern: String,
+        compact_dead_fraction: f64,
+        wait: bool,
+    ) -> PyResult<NativeCheckpointer> {
+        let keep_best = match keep_best {
+            None => None,
+            Some((metric, goal, count)) => {
+                let goal = match goal.to_ascii_lowercase().as_str() {
+                    "min" => Goal::Min,
+                    "max" => Goal::Max,
+                    other => {
+                        return Err(invalid(
+                            py,
+                            format!("keep_best goal must be \"min\" or \"max\", not {other:?}"),
+                        ));
+                    }
+                };
+                Some(KeepBest {
+                    metric,
+                    count,
+                    goal,
+                })
+            }
+        };
+        let opts = CheckpointOptions {
+            pattern,
+            retention: Retention {
+                keep_last,
+                keep_every,
+                keep_best,
+            },
+            compact_dead_fraction,
+            write: WriteOptions {
+                wait_for_lock: wait,
+                ..WriteOptions::default()
+            },
+        };
+        let ck = py
+            .detach(|| CoreCheckpointer::open(&path, opts))
+            .or_raise(py)?;
+        Ok(NativeCheckpointer {
+            inner: Mutex::new(ck),
+            path,
+        })
+    }
+
+    fn save<'py>(
+        &self,
+        py: Python<'py>,
+        step: u64,
+        params: &Bound<'py, PyList>,
+        updater: &Bound<'py, PyList>,
+        metrics: BTreeMap<String, f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let inputs = inputs(py, params, updater)?;
+        let r = py
+            .detach(|| {
+                let c = checkpoint_of(step, &inputs, metrics)?;
+                self.lock().save(&c)
+            })
+            .or_raise(py)?;
+        save_report(py, &self.path, &r)
+    }
+
+    fn save_async(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        params: &Bound<'_, PyList>,
+        updater: &Bound<'_, PyList>,
+        metrics: BTreeMap<String, f64>,
+    ) -> PyResult<NativeSaveHandle> {
+        let inputs = inputs(py, params, updater)?;
+        let handle = py
+            .detach(|| {
+                let c = checkpoint_of(step, &inputs, metrics)?;
+                self.lock().save_async(c)
+            })
+            .or_raise(py)?;
+        Ok(NativeSaveHandle {
+            handle,
+            path: self.path.clone(),
+        })
+    }
+
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let r = py.detach(|| self.lock().wait()).or_raise(py)?;
+        r.map(|r| save_report(py, &self.path, &r)).transpose()
+    }
+
+    fn checkpoints(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| self.lock().checkpoints()).or_raise(py)
+    }
+
+    fn tags(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| self.lock().tags()).or_raise(py)
+    }
+
+    fn restore(&self, py: Python<'_>, tag: &str) -> PyResult<Restored> {
+        let (canonical, c) = py
+            .detach(|| -> modelzip::Result<_> {
+                let c = self.lock().restore(tag)?;
+                let a = CoreArchive::open(&self.path)?;
+                let canonical = a.canonical_tag(tag).unwrap_or(tag).to_string();
+                Ok((canonical, c))
+            })
+            .or_raise(py)?;
+        restored(py, canonical, c)
+    }
+
+    #[getter]
+    fn removed_on_open(&self) -> Vec<String> {
+        self.lock().open_report().removed.clone()
+    }
+}
+
+/// The tag a step's checkpoint gets under `pattern`.
+#[pyfunction]
+fn tag_for(py: Python<'_>, pattern: &str, step: u64) -> PyResult<String> {
+    checkpoint::tag_for(pattern, step).or_raise(py)
+}
+
+// ---------------------------------------------------------------------------------------
+// Paddle
+// ---------------------------------------------------------------------------------------
+
+fn import_report<'py>(py: Python<'py>, r: &ImportReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("tag", &r.tag)?;
+    d.set_item("created", r.created)?;
+    d.set_item("graph_bytes", r.graph_bytes)?;
+    let params = PyList::empty(py);
+    for p in &r.params {
+        let item = PyDict::new(py);
+        item.set_item("name", &p.name)?;
+        item.set_item("dtype", p.dtype.name())?;
+        item.set_item("dims", p.dims.clone())?;
+        item.set_item("shared_from", p.shared_from.clone())?;
+        params.append(item)?;
+    }
+    d.set_item("params", params)?;
+    d.set_item(
+        "shared",
+        r.params.iter().filter(|p| p.shared_from.is_some()).count(),
+    )?;
+    Ok(d)
+}
+
+/// Imports a Paddle inference model (`.pdmodel`, optional `.pdiparams`) or, with `dir`,
+/// a persistables directory.
+#[pyfunction]
+#[pyo3(signature = (archive, tag, model=None, params=None, dir=None, wait=false))]
+fn import_paddle<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    tag: &str,
+    model: Option<PathBuf>,
+    params: Option<PathBuf>,
+    dir: Option<PathBuf>,
+    wait: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let opts = ImportOptions {
+        mode: AppendMode::InPlace,
+        write: WriteOptions {
+            wait_for_lock: wait,
+            ..WriteOptions::default()
+        },
+    };
+    let r = py
+        .detach(|| match (&dir, &model, &params) {
+            (Some(d), m, None) => {
+                paddle::import_persistables_dir(&archive, tag, d, m.as_deref(), &opts)
+            }
+            (None, Some(m), Some(p)) => {
+                paddle::import_inference_model_files(&archive, tag, m, p, &opts)
+            }
+            (None, Some(m), None) => paddle::import_program(&archive, tag, m, &opts),
+            _ => Err(ErrorKind::InvalidInput(
+                "give a .pdmodel (and its .pdiparams), or dir= a persistables directory".into(),
+            )
+            .into()),
+        })
+        .map_err(|e| e.in_file(&archive))
+        .or_raise(py)?;
+    import_report(py, &r)
+}
+
+/// Writes `PREFIX.pdmodel` + `PREFIX.pdiparams` of a tag (None: the newest).
+#[pyfunction]
+#[pyo3(signature = (archive, tag, prefix, overwrite=false))]
+fn export_paddle<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    tag: Option<String>,
+    prefix: PathBuf,
+    overwrite: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let r = py
+        .detach(|| -> modelzip::Result<_> {
+            let a = CoreArchive::open(&archive)?;
+            let t = match &tag {
+                Some(name) => a.tag(name)?,
+                None => a.latest()?,
+            };
+            let opts = ExportOptions {
+                overwrite,
+                ..ExportOptions::default()
+            };
+            paddle::export_inference_model(&t, &prefix, &opts)
+        })
+        .or_raise(py)?;
+    let d = PyDict::new(py);
+    d.set_item("tag", &r.tag)?;
+    d.set_item("model_path", r.model_path.display().to_string())?;
+    d.set_item(
+        "params_path",
+        r.params_path.as_ref().map(|p| p.display().to_string()),
+    )?;
+    d.set_item("model_bytes", r.model_bytes)?;
+    d.set_item("params_bytes", r.params_bytes)?;
+    d.set_item("graph_converted", r.graph_converted)?;
+    d.set_item("params", r.params.clone())?;
+    d.set_item("unused", r.unused.clone())?;
+    Ok(d)
+}
+
+// ---------------------------------------------------------------------------------------
+// Module
+// ---------------------------------------------------------------------------------------
+
+/// The dtype names the library knows, with their sizes: `[(name, bytes)]`.
+#[pyfunction]
+fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let items: Vec<(&'static str, usize)> =
+        DType::ALL.iter().map(|d| (d.name(), d.size())).collect();
+    PyTuple::new(py, items)
+}
+
+#[pymodule]
+fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TensorBuffer>()?;
+    m.add_class::<NativeArchive>()?;
+    m.add_class::<NativeTag>()?;
+    m.add_class::<NativeCheckpointer>()?;
+    m.add_class::<NativeSaveHandle>()?;
+    m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(tag_for, m)?)?;
+    m.add_function(wrap_pyfunction!(import_paddle, m)?)?;
+    m.add_function(wrap_pyfunction!(export_paddle, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,276 @@
+"""Reading: every dtype, zero-copy views, lifetimes, tags, errors, Paddle-written data."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import modelzip
+from conftest import PADDLE_FIXTURES, cli_json, run_cli
+
+RNG = np.random.default_rng(7)
+
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+    ml_dtypes.bfloat16,
+    ml_dtypes.float8_e4m3fn,
+    ml_dtypes.float8_e5m2,
+]
+
+SHAPES = [(), (5,), (3, 4), (2, 0), (0,), (2, 3, 4, 5)]
+
+
+def sample(dtype, shape) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return RNG.integers(0, 2, size=shape).astype(np.bool_)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return RNG.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "c":
+        return (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(dt)
+    return RNG.standard_normal(shape).astype(np.float32).astype(dt)
+
+
+def owner(arr: np.ndarray):
+    """The object at the end of an array's .base chain (through a memoryview)."""
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+def write(path: Path, tag: str, params, **kw):
+    return modelzip.save(path, tag, params, **kw)
+
+
+def test_every_dtype_and_shape_round_trips_bit_for_bit(tmp):
+    path = tmp / "m.zip"
+    params = {
+        f"{np.dtype(dt).name}/{len(shape)}d{i}": sample(dt, shape)
+        for dt in DTYPES
+        for i, shape in enumerate(SHAPES)
+    }
+    report = write(path, "all", params)
+    assert report["params"] == len(params)
+    with modelzip.open(path) as ar:
+        t = ar["all"]
+        assert t.keys() == list(params)
+        for name, want in params.items():
+            got = t[name]
+            assert got.dtype == want.dtype, name
+            assert got.shape == want.shape, name
+            assert got.tobytes() == want.tobytes(), name
+
+
+def test_big_endian_and_strided_inputs_are_stored_as_little_endian_row_major(tmp):
+    path = tmp / "m.zip"
+    base = np.arange(24, dtype=np.float64).reshape(4, 6)
+    params = {
+        "be": base.astype(">f8"),
+        "strided": base[:, ::2],
+        "fortran": np.asfortranarray(base),
+        "list": [[1, 2], [3, 4]],
+    }
+    write(path, "t", params)
+    with modelzip.open(path) as ar:
+        t = ar["t"]
+        assert t["be"].dtype == np.dtype("<f8")
+        np.testing.assert_array_equal(t["be"], base)
+        np.testing.assert_array_equal(t["strided"], base[:, ::2])
+        np.testing.assert_array_equal(t["fortran"], base)
+        np.testing.assert_array_equal(t["list"], np.array([[1, 2], [3, 4]]))
+
+
+def test_stored_tensors_are_read_only_views_of_the_map(tmp):
+    path = tmp / "m.zip"
+    w = np.arange(1000, dtype=np.float32)
+    write(path, "a", {"w": w, "b": np.ones(3, np.float32)})
+    write(path, "b", {"w": w, "b": np.zeros(3, np.float32)})
+    with modelzip.open(path) as ar:
+        a, b = ar["a"]["w"], ar["b"]["w"]
+        # no copy: not owning, read-only, backed by the native mapped buffer
+        assert not a.flags.owndata and not a.flags.writeable
+        assert type(owner(a)).__name__ == "TensorBuffer" and owner(a).mapped
+        # stored 64-byte aligned in the file, so aligned in the map
+        assert a.__array_interface__["data"][0] % 64 == 0
+        # the two tags share one tensor file: one address
+        assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        assert np.shares_memory(a, b)
+        assert not np.shares_memory(ar["a"]["b"], ar["b"]["b"])
+        with pytest.raises(ValueError):
+            a[0] = 5
+
+
+def test_arrays_stay_valid_after_close_and_after_the_archive_is_gone(tmp):
+    path = tmp / "m.zip"
+    w = RNG.standard_normal((256, 256)).astype(np.float32)
+    write(path, "a", {"w": w})
+    ar = modelzip.open(path)
+    arr = ar["a"]["w"]
+    tag = ar.latest()
+    ar.close()
+    assert ar.closed
+    with pytest.raises(modelzip.ModelzipError, match="closed"):
+        ar.tags  # noqa: B018
+    del ar
+    gc.collect()
+    assert arr.tobytes() == w.tobytes()
+    # a Tag keeps its own hold on the map too
+    assert tag["w"].tobytes() == w.tobytes()
+    path.unlink()  # even the file's name can go: the mapping holds the inode
+    gc.collect()
+    assert float(arr.sum()) == pytest.approx(float(w.sum()), rel=1e-5)
+
+
+def test_tags_are_case_insensitive_and_listed_oldest_first(tmp):
+    path = tmp / "m.zip"
+    for tag in ["FP32", "int8", "Step-10"]:
+        write(path, tag, {"w": np.ones(2, np.float32)})
+    with modelzip.open(path) as ar:
+        assert ar.tags == ["FP32", "int8", "Step-10"]
+        assert ar.default_tag == "Step-10"
+        assert ar.latest().name == "Step-10"
+        assert ar["fp32"].name == "FP32"
+        assert ar.tag("INT8").name == "int8"
+        assert "step-10" in ar and "nope" not in ar
+        assert list(ar) == ar.tags and len(ar) == 3
+    assert [t["name"] for t in cli_json("tags", path)["tags"]] == ["FP32", "int8", "Step-10"]
+
+
+def test_missing_tag_and_param_raise_key_errors_naming_them(tmp):
+    path = tmp / "m.zip"
+    write(path, "fp32", {"w": np.ones(2, np.float32)})
+    with modelzip.open(path) as ar:
+        with pytest.raises(KeyError) as e:
+            ar["nope"]
+        assert isinstance(e.value, modelzip.ModelzipError)
+        assert e.value.kind == "tag_not_found"
+        assert '"nope"' in str(e.value) and "m.zip" in str(e.value)
+        t = ar["fp32"]
+        with pytest.raises(modelzip.ModelzipKeyError) as e:
+            t["missing.w"]
+        assert e.value.kind == "param_not_found"
+        assert '"missing.w"' in str(e.value) and '"fp32"' in str(e.value)
+        with pytest.raises(KeyError):
+            t.updater("w")
+        with pytest.raises(KeyError):
+            t.lod("missing.w")
+        assert "missing.w" not in t and "w" in t and 3 not in t
+
+
+def test_open_errors_say_what_and_where(tmp):
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.open(tmp / "absent.zip")
+    assert e.value.kind == "io" and "absent.zip" in str(e.value)
+    bad = tmp / "bad.zip"
+    bad.write_bytes(b"PK\x05\x06" + b"\0" * 10)
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.open(bad)
+    assert e.value.kind == "zip" and "bad.zip" in str(e.value)
+
+
+def test_updater_metadata_and_order(tmp):
+    path = tmp / "m.zip"
+    params = {"z": np.ones(2, np.float32), "a": np.zeros(3, np.float64)}
+    upd = {"z": [np.full(2, 1, np.float32), np.full(2, 2, np.float32)], "a": [np.ones(3)]}
+    write(path, "t", params, updater=upd, metadata={"lr": 0.1, "note": "x"})
+    with modelzip.open(path) as ar:
+        t = ar["t"]
+        assert t.keys() == ["z", "a"] and list(t) == ["z", "a"] and len(t) == 2
+        assert t.updater_keys() == ["z", "a"]
+        m, v = t.updater("z")
+        np.testing.assert_array_equal(m, [1, 1])
+        np.testing.assert_array_equal(v, [2, 2])
+        assert t.metadata["lr"] == 0.1 and t.metadata["note"] == "x"
+        assert "created" in t.metadata
+        assert t.graph_encoding is None and t.graph_bytes() is None
+        d = t.to_dict()
+        assert list(d) == ["z", "a"]
+        assert [k for k, _ in t.items()] == ["z", "a"]
+        assert t.lod("z") == []
+
+
+def test_deflated_entries_from_other_tools_are_inflated_into_owned_arrays(tmp):
+    src = tmp / "m.zip"
+    w = np.arange(64, dtype=np.float32)
+    write(src, "t", {"w": w})
+    # Python's zipfile rewrites every entry deflated, and drops metadata.json
+    dst = tmp / "deflated.zip"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if not info.filename.endswith("metadata.json"):
+                zout.writestr(info.filename, zin.read(info))
+    with modelzip.open(dst) as ar:
+        t = ar["t"]
+        got = t["w"]
+        np.testing.assert_array_equal(got, w)
+        assert not owner(got).mapped and got.flags.writeable
+        assert t.metadata == {}
+
+
+def test_graph_bytes_are_the_stored_entry(tmp):
+    path = tmp / "m.zip"
+    modelzip.import_paddle(
+        path, "fp32", PADDLE_FIXTURES / "mlp.pdmodel", PADDLE_FIXTURES / "mlp.pdiparams"
+    )
+    with modelzip.open(path) as ar:
+        t = ar["fp32"]
+        assert t.graph_encoding == "programdesc"
+        assert t.graph_bytes() == (PADDLE_FIXTURES / "mlp.pdmodel").read_bytes()
+    run_cli("convert", path, "--tag", "fp32", "--to", "flatbuffers")
+    with modelzip.open(path) as ar:
+        t = ar["fp32"]
+        assert t.graph_encoding == "flatbuffers"
+        assert t.graph_bytes()[4:8] == b"MZGF"
+
+
+def test_paddle_written_tensors_read_as_paddle_wrote_them(tmp):
+    """Every file Paddle 3.3.1's save_dense_tensor wrote (17 dtypes, 0-D to 4-D, empty
+    shapes, LoD of 1 and 2 levels), packed by the CLI, read through Python: dtype, dims,
+    LoD and the SHA-256 of the data bytes equal Paddle's manifest."""
+    manifest = json.loads((PADDLE_FIXTURES / "manifest.json").read_text())
+    files = [f for f in manifest["files"] if f["path"].startswith("save_dense_tensor/")]
+    assert len(files) >= 30
+    path = tmp / "p.zip"
+    run_cli("pack", path, PADDLE_FIXTURES / "save_dense_tensor", "--tag", "paddle")
+    np_names = {"BF16": "bfloat16", "FP8_E4M3FN": "float8_e4m3fn", "FP8_E5M2": "float8_e5m2"}
+    seen_lod = 0
+    with modelzip.open(path) as ar:
+        t = ar["paddle"]
+        for f in files:
+            rec = f["records"][0]
+            name = f["path"].split("/", 1)[1]
+            arr = t[name]
+            assert list(arr.shape) == rec["dims"], name
+            assert t.lod(name) == rec["lod"], name
+            seen_lod += bool(rec["lod"])
+            assert hashlib.sha256(arr.tobytes()).hexdigest() == rec["data_sha256"], name
+            want = np_names.get(rec["dtype"])
+            if want:
+                assert arr.dtype == np.dtype(getattr(ml_dtypes, want)), name
+            elif rec["dtype"] == "BOOL":
+                assert arr.dtype == np.bool_
+            else:
+                assert arr.dtype.itemsize * 8 >= 8, name
+    assert seen_lod >= 3

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The test command: every suite, Rust and Python, on a fresh clone.
+#
+#   1. cargo test                        (the Rust library, CLI, crash and hostile suites)
+#   2. a venv under target/venv with python/requirements-test.txt (numpy, ml_dtypes,
+#      pytest, paddlepaddle, safetensors), and the Python package installed from
+#      ./python the way a user installs it (`pip install ./python`: maturin is fetched
+#      as the PEP 517 build backend)
+#   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too)
+#
+# Environment: MODELZIP_VENV overrides the venv's location.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+echo "== cargo test" >&2
+cargo test
+
+echo "== Python venv" >&2
+VENV="${MODELZIP_VENV:-target/venv}"
+if ! [ -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --quiet)
+"${PIP[@]}" install -r python/requirements-test.txt
+
+echo "== pip install ./python" >&2
+"${PIP[@]}" install --force-reinstall --no-deps ./python
+
+echo "== pytest python/tests" >&2
+# The CLI the interop tests compare with: the debug build `cargo test` made.
+export MODELZIP_BIN="$PWD/target/debug/modelzip"
+export MODELZIP_REQUIRE_PADDLE=1
+"$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
