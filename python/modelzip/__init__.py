@@ -36,7 +36,9 @@ __all__ = [
     "Tag",
     "export_paddle",
     "import_paddle",
+    "cast",
     "open",
+    "quantize",
     "save",
     "tag_for",
 ]
@@ -288,10 +290,7 @@ class Archive:
     @property
     def default_tag(self) -> str:
         """The newest tag (the one loaded by default)."""
-        t = self._native.default_tag
-        if t is None:
-            raise ModelzipError("tag_not_found", f"archive {self.path} has no tags")
-        return t
+        return self._native.latest_name()
 
     @property
     def closed(self) -> bool:
@@ -585,3 +584,24 @@ def export_paddle(
     (what ``paddle.static.load_inference_model(PREFIX, exe)`` loads), atomically;
     existing files are refused unless ``overwrite``."""
     return _modelzip.export_paddle(_fspath(archive), tag, _fspath(prefix), overwrite)
+
+
+# ---------------------------------------------------------------------------------------
+# Variants
+# ---------------------------------------------------------------------------------------
+
+
+def quantize(
+    archive: PathLike, source: str, tag: str, *, per_channel: bool = True, wait: bool = False
+) -> Dict[str, Any]:
+    """Derives an INT8 tag ``tag`` from float tag ``source`` (like ``modelzip quantize``):
+    symmetric INT8 weights with their scales, per output channel by default; parameters
+    that are not quantized are shared with ``source`` at no cost, and the graph (if any)
+    dequantizes so Paddle runs the variant. Returns the variant report."""
+    return _modelzip.quantize(_fspath(archive), source, tag, per_channel, wait)
+
+
+def cast(archive: PathLike, source: str, tag: str, dtype: str, *, wait: bool = False) -> Dict[str, Any]:
+    """Derives an ``"FP16"`` or ``"BF16"`` tag ``tag`` from float tag ``source`` (like
+    ``modelzip cast``). Returns the variant report."""
+    return _modelzip.cast(_fspath(archive), source, tag, dtype, wait)

@@ -291,6 +291,13 @@ impl NativeArchive {
         Ok(self.get(py)?.default_tag().map(str::to_string))
     }
 
+    /// The newest tag's name, or the library's error when there is none.
+    fn latest_name(&self, py: Python<'_>) -> PyResult<String> {
+        let archive = self.get(py)?;
+        let tag = archive.latest().or_raise(py)?;
+        Ok(tag.name().to_string())
+    }
+
     #[getter]
     fn closed(&self) -> bool {
         self.inner
@@ -988,6 +995,78 @@ fn export_paddle<'py>(
 }
 
 // ---------------------------------------------------------------------------------------
+// Variants
+// ---------------------------------------------------------------------------------------
+
+fn variant_report<'py>(
+    py: Python<'py>,
+    r: &modelzip::variants::VariantReport,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("tag", &r.tag)?;
+    d.set_item("source_tag", &r.source_tag)?;
+    let params = PyList::empty(py);
+    for p in &r.params {
+        let item = PyDict::new(py);
+        item.set_item("name", &p.name)?;
+        item.set_item("dtype", p.dtype.name())?;
+        item.set_item("dims", p.dims.clone())?;
+        item.set_item("change", format!("{:?}", p.change))?;
+        item.set_item("shared", p.shared)?;
+        item.set_item("stored_bytes", p.stored_bytes)?;
+        params.append(item)?;
+    }
+    d.set_item("params", params)?;
+    Ok(d)
+}
+
+/// Derives an INT8 tag from a float tag (`modelzip quantize`).
+#[pyfunction]
+#[pyo3(signature = (archive, source, tag, per_channel=true, wait=false))]
+fn quantize<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    source: &str,
+    tag: &str,
+    per_channel: bool,
+    wait: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let write = WriteOptions {
+        wait_for_lock: wait,
+        ..WriteOptions::default()
+    };
+    let opts = modelzip::variants::QuantizeOptions { per_channel };
+    let r = py
+        .detach(|| modelzip::variants::quantize(&archive, source, tag, &opts, &write))
+        .map_err(|e| e.in_file(&archive))
+        .or_raise(py)?;
+    variant_report(py, &r)
+}
+
+/// Derives an FP16 or BF16 tag from a float tag (`modelzip cast`).
+#[pyfunction]
+#[pyo3(signature = (archive, source, tag, dtype, wait=false))]
+fn cast<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    source: &str,
+    tag: &str,
+    dtype: &str,
+    wait: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dtype = DType::from_name(dtype).or_raise(py)?;
+    let write = WriteOptions {
+        wait_for_lock: wait,
+        ..WriteOptions::default()
+    };
+    let r = py
+        .detach(|| modelzip::variants::cast(&archive, source, tag, dtype, &write))
+        .map_err(|e| e.in_file(&archive))
+        .or_raise(py)?;
+    variant_report(py, &r)
+}
+
+// ---------------------------------------------------------------------------------------
 // Module
 // ---------------------------------------------------------------------------------------
 
@@ -1011,6 +1090,8 @@ fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import_paddle, m)?)?;
     m.add_function(wrap_pyfunction!(export_paddle, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(quantize, m)?)?;
+    m.add_function(wrap_pyfunction!(cast, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,88 @@
+"""The Checkpointer: retention, async saves, resume, restore."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import modelzip
+
+RNG = np.random.default_rng(3)
+
+
+def state(step: int):
+    params = {"w": np.full((4, 4), step, np.float32), "frozen": np.arange(16, dtype=np.float32)}
+    updater = {"w": [np.full((4, 4), step * 0.1, np.float32), np.full((4, 4), 2.0, np.float32)]}
+    return params, updater
+
+
+def test_keep_last_and_keep_best_and_resume(tmp):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path, keep_last=2, keep_best=("loss", "min", 1))
+    losses = {10: 0.9, 20: 0.1, 30: 0.5, 40: 0.7, 50: 0.6}
+    for step, loss in losses.items():
+        params, updater = state(step)
+        r = ck.save(step, params, updater, metrics={"loss": loss})
+        assert r["tag"] == f"step-{step:09}"
+    # the best (step 20) and the last two
+    assert ck.checkpoints() == ["step-000000020", "step-000000040", "step-000000050"]
+    assert r["removed"] == ["step-000000030"] and r["compacted"] in (True, False)
+    assert r["shared"] >= 1  # "frozen" is stored once
+    c = modelzip.Checkpointer(path).latest()
+    assert c.step == 50 and c.tag == "step-000000050" and c.metrics == {"loss": 0.6}
+    np.testing.assert_array_equal(c.params["w"], np.full((4, 4), 50, np.float32))
+    m, v = c.updater["w"]
+    np.testing.assert_array_equal(m, np.full((4, 4), 5.0, np.float32))
+    c.params["w"][0, 0] = -1  # restored arrays are the caller's own
+    best = ck.restore("STEP-000000020")
+    assert best.step == 20 and best.tag == "step-000000020"
+
+
+def test_latest_is_none_before_the_first_save(tmp):
+    ck = modelzip.Checkpointer(tmp / "new.zip")
+    assert ck.latest() is None and ck.checkpoints() == [] and ck.tags() == []
+    assert ck.wait() is None
+
+
+def test_save_async_snapshots_the_arrays(tmp):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path, keep_last=3)
+    w = np.zeros(1 << 20, np.float32)
+    handles = []
+    for step in range(1, 6):
+        w[:] = step
+        h = ck.save_async(step, {"w": w}, metrics={"loss": 1.0 / step})
+        w[:] = -1  # changing the array after save_async returns does not change the save
+        handles.append(h)
+    report = handles[-1].wait()
+    assert handles[-1].done() and report["tag"] == "step-000000005"
+    assert ck.wait() is None or ck.wait() is None
+    assert ck.checkpoints() == ["step-000000003", "step-000000004", "step-000000005"]
+    for step in (3, 4, 5):
+        c = ck.restore(f"step-{step:09}")
+        assert np.all(c.params["w"] == step)
+
+
+def test_restore_refuses_what_is_not_a_checkpoint(tmp):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path)
+    ck.save(1, {"w": np.ones(2, np.float32)})
+    modelzip.save(path, "release", {"w": np.ones(2, np.float32)})
+    with pytest.raises(modelzip.ModelzipError) as e:
+        ck.restore("release")
+    assert e.value.kind == "not_a_checkpoint" and "release" in str(e.value)
+    with pytest.raises(KeyError):
+        ck.restore("step-999")
+    # the release tag is never removed by retention, and latest() skips it
+    ck2 = modelzip.Checkpointer(path, keep_last=1)
+    ck2.save(2, {"w": np.ones(2, np.float32)})
+    assert ck2.tags() == ["release", "step-000000002"]
+    assert ck2.latest().step == 2
+
+
+def test_bad_policy_arguments_are_refused(tmp):
+    with pytest.raises(modelzip.ModelzipError):
+        modelzip.Checkpointer(tmp / "r.zip", keep_best=("loss", "lowest", 1))
+    with pytest.raises(modelzip.ModelzipError):
+        modelzip.Checkpointer(tmp / "r.zip", pattern="no-step-here")
+    assert modelzip.tag_for("ckpt-{step:05}", 42) == "ckpt-00042"

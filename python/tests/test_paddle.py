@@ -1,0 +1,65 @@
+"""Paddle in and out through Python: byte-identical round trips, variants, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import modelzip
+from conftest import PADDLE_FIXTURES, cli_json
+
+MLP = (PADDLE_FIXTURES / "mlp.pdmodel", PADDLE_FIXTURES / "mlp.pdiparams")
+
+
+def test_import_then_export_is_byte_identical(tmp):
+    path = tmp / "m.zip"
+    r = modelzip.import_paddle(path, "fp32", *MLP)
+    assert r["tag"] == "fp32" and r["created"] is True and r["params"]
+    assert r["graph_bytes"] == MLP[0].stat().st_size
+    with pytest.raises(modelzip.ModelzipError, match="does not exist"):
+        modelzip.export_paddle(path, "fp32", tmp / "out" / "mlp")
+    (tmp / "out").mkdir()
+    out = modelzip.export_paddle(path, "FP32", tmp / "out" / "mlp")
+    assert out["tag"] == "fp32"
+    assert (tmp / "out" / "mlp.pdmodel").read_bytes() == MLP[0].read_bytes()
+    assert (tmp / "out" / "mlp.pdiparams").read_bytes() == MLP[1].read_bytes()
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.export_paddle(path, None, tmp / "out" / "mlp")
+    assert "exists" in str(e.value)
+    modelzip.export_paddle(path, None, tmp / "out" / "mlp", overwrite=True)
+
+
+def test_persistables_dir_and_second_import_shares_everything(tmp):
+    path = tmp / "m.zip"
+    modelzip.import_paddle(path, "a", dir=PADDLE_FIXTURES / "mlp_persistables")
+    r = modelzip.import_paddle(path, "b", dir=PADDLE_FIXTURES / "mlp_persistables")
+    assert r["created"] is False
+    assert r["shared"] == len(r["params"]) > 0
+    with modelzip.open(path) as ar:
+        for name in ar["a"].keys():
+            assert np.shares_memory(ar["a"][name], ar["b"][name])
+
+
+def test_quantize_and_cast_make_variants_the_cli_lists(tmp):
+    path = tmp / "m.zip"
+    modelzip.import_paddle(path, "fp32", *MLP)
+    q = modelzip.quantize(path, "fp32", "int8")
+    assert q["tag"] == "int8" and q["source_tag"] == "fp32"
+    assert any(p["dtype"] == "INT8" for p in q["params"])
+    c = modelzip.cast(path, "fp32", "fp16", "FP16")
+    assert all(p["dtype"] in ("FP16", "INT64", "INT32") for p in c["params"])
+    assert [t["name"] for t in cli_json("tags", path)["tags"]] == ["fp32", "int8", "fp16"]
+    with modelzip.open(path) as ar:
+        assert ar["fp16"].metadata["cast"]
+
+
+def test_import_errors_name_the_file(tmp):
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.import_paddle(tmp / "m.zip", "t", tmp / "absent.pdmodel", MLP[1])
+    assert e.value.kind == "io" and "absent.pdmodel" in str(e.value)
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.import_paddle(tmp / "m.zip", "t", MLP[1], MLP[1])
+    assert "mlp.pdiparams" in str(e.value)
+    with pytest.raises(modelzip.ModelzipError):
+        modelzip.import_paddle(tmp / "m.zip", "t")
+    assert not (tmp / "m.zip").exists()
