@@ -17,6 +17,9 @@ Data sets (full / quick):
   L    200 FP32 tensors, 1 GiB / 64 MiB          L16  the same 200 tensors at 1/16 the bytes
   M    100 / 10 tags x 1,000 small params        P    Paddle .pdiparams of 256 / 32 MiB
   B    a 2 GiB / 128 MiB archive, to which a 100 MiB / 6.25 MiB checkpoint C is appended
+
+The PY rows run bench/python_bench.py in the venv (with this checkout's ./python installed):
+the Python package against safetensors' Python API on L.
 """
 import argparse
 import json
@@ -104,6 +107,10 @@ def ensure_venv(venv):
         log(f"creating {venv} with safetensors + numpy ...")
         run([sys.executable, "-m", "venv", venv])
         run([py, "-m", "pip", "install", "-q", "safetensors", "numpy"], capture=False)
+    # The Python package of this checkout (the PY rows), rebuilt from ./python every run.
+    log(f"installing ./python into {venv} ...")
+    run([py, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", "./python"],
+        capture=False)
     return py
 
 
@@ -233,6 +240,10 @@ def main():
     R["py_st_save"] = one(run([py, "-c", PY_ST_SAVE, f("L.safetensors"),
                                f("py.safetensors"), reps, "0"]))
 
+    log("PY Python package vs safetensors' Python API ...")
+    R["py"] = one(run([py, "bench/python_bench.py", "--st", f("L.safetensors"), "--dir", data,
+                       "--reps", reps]))
+
     log("P4 append ...")
     R["append"] = one(run([peer, "append", f("B.mz"), sizes["C"], data, "--reps", reps]))
     R["append_fsync"] = one(run([peer, "append", f("B.mz"), sizes["C"], data, "--reps", reps,
@@ -323,6 +334,25 @@ def report(R):
     pys = med(R["py_st_save"]["secs"])
     row("", "", "", "Python safetensors save_file (no fsync)", pys, "", True,
         f"{med(R['save']['mz']) / pys:.2f}x")
+
+    if "py" in R:
+        P = R["py"]
+        row("PY1", f"Python: open + all {P['tensors']} tensors as numpy arrays (views) + close",
+            P["mz_views"], "safetensors.numpy.load_file", P["st_load"], "<= 0.01x",
+            P["mz_views"] <= 0.01 * P["st_load"])
+        row("", "", "", "safe_open(framework='np') + get_tensor loop", P["st_open"], "", True,
+            f"{P['mz_views'] / P['st_open']:.4f}x")
+        row("PY1", "  the same, then arr.sum() of every array", P["mz_views_sum"],
+            "load_file, then arr.sum()", P["st_load_sum"], "<= 1.0x",
+            P["mz_views_sum"] <= P["st_load_sum"])
+        row("", "", "", "safe_open loop, then arr.sum()", P["st_open_sum"], "", True,
+            f"{P['mz_views_sum'] / P['st_open_sum']:.2f}x")
+        rust = med(R["save_fsync"]["mz"])
+        row("PY2", f"Python modelzip.save of the same {P['bytes'] / 2**30:.2f} GiB (fsync)",
+            P["mz_save"], "the Rust library's save (peer, fsync)", rust, "<= 1.1x",
+            P["mz_save"] <= 1.1 * rust)
+        row("", "", "", "safetensors.numpy.save_file + fsync", P["st_save"], "", True,
+            f"{P['mz_save'] / P['st_save']:.2f}x")
 
     for k, label in (("append", "no fsync"), ("append_fsync", "fsync")):
         s = R[k]
