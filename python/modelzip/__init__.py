@@ -371,7 +371,8 @@ def save(
     (metadata.json); ``graph``: the graph's bytes (graph.fb or a Paddle ProgramDesc,
     told apart by the FlatBuffers identifier) or ``(encoding, bytes)``. With
     ``wait=True`` a save waits for another writer instead of raising
-    ``ModelzipError(kind="locked")``.
+    ``ModelzipError(kind="locked")``. The GIL is released while the arrays are hashed and
+    written: do not modify them from another thread until ``save`` returns.
 
     Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
     how many are shared with older tags, and the bytes the tag's own entries take.

@@ -95,46 +95,54 @@ fn invalid(py: Python<'_>, message: impl AsRef<str>) -> PyErr {
 // Tensor bytes handed to Python
 // ---------------------------------------------------------------------------------------
 
+/// Where a [`TensorBuffer`]'s bytes live. `ptr`/`len` are computed once, when the buffer
+/// is made, and never change.
 enum Storage {
     /// Bytes inside the archive's memory map; the `Arc` keeps the map alive.
-    Mapped {
-        _archive: Arc<CoreArchive>,
-        ptr: *const u8,
-        len: usize,
-    },
-    /// Bytes inflated from a deflated entry, or read by a restore: owned, writable.
-    Owned(std::cell::UnsafeCell<Vec<u8>>),
+    Mapped { _map: Arc<CoreArchive> },
+    /// Bytes inflated from a deflated entry, or read by a restore: owned, writable. The
+    /// Vec is never touched after `ptr` is taken (its heap block does not move).
+    Owned { _data: Vec<u8> },
 }
 
 /// One tensor's data bytes, exported read-only (mapped) or writable (owned) through the
 /// buffer protocol; `numpy.frombuffer` turns it into an array without copying.
 #[pyclass(module = "modelzip._modelzip", frozen)]
 struct TensorBuffer {
+    ptr: *mut u8,
+    len: usize,
     storage: Storage,
 }
 
-// Safety: `Mapped.ptr` points into a read-only memory map owned by the `Arc<CoreArchive>`
-// stored beside it; the map is never written through and lives as long as this object.
-// `Owned` is only mutated by Python code through a writable buffer, which the buffer
-// protocol serialises under the GIL like any bytearray.
+// Safety: `ptr` points into memory owned by `storage` (a read-only memory map kept alive
+// by the `Arc`, or a Vec's heap block that is never reallocated), which lives as long as
+// this object. The mapped bytes are never written through (the export is read-only);
+// owned bytes are written only by Python code through a writable export, which Python
+// serialises like writes to any bytearray.
 unsafe impl Send for TensorBuffer {}
 unsafe impl Sync for TensorBuffer {}
 
 impl TensorBuffer {
     fn of_map(archive: &Arc<CoreArchive>, data: &[u8]) -> TensorBuffer {
         TensorBuffer {
+            ptr: data.as_ptr().cast_mut(),
+            len: data.len(),
             storage: Storage::Mapped {
-                _archive: archive.clone(),
-                ptr: data.as_ptr(),
-                len: data.len(),
+                _map: archive.clone(),
             },
         }
     }
 
-    fn owned(data: Vec<u8>) -> TensorBuffer {
+    fn owned(mut data: Vec<u8>) -> TensorBuffer {
         TensorBuffer {
-            storage: Storage::Owned(std::cell::UnsafeCell::new(data)),
+            ptr: data.as_mut_ptr(),
+            len: data.len(),
+            storage: Storage::Owned { _data: data },
         }
+    }
+
+    fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped { .. })
     }
 }
 
@@ -149,14 +157,8 @@ impl TensorBuffer {
         if view.is_null() {
             return Err(PyBufferError::new_err("view is null"));
         }
-        let (ptr, len, readonly) = match &slf.get().storage {
-            Storage::Mapped { ptr, len, .. } => (*ptr as *mut u8, *len, true),
-            // Safety: the Vec is only reached through this buffer export.
-            Storage::Owned(cell) => unsafe {
-                let v = &mut *cell.get();
-                (v.as_mut_ptr(), v.len(), false)
-            },
-        };
+        let this = slf.get();
+        let (ptr, len, readonly) = (this.ptr, this.len, this.is_mapped());
         if readonly && (flags & pyo3::ffi::PyBUF_WRITABLE) == pyo3::ffi::PyBUF_WRITABLE {
             return Err(PyBufferError::new_err(
                 "tensor data mapped from an archive is read-only",
@@ -197,17 +199,13 @@ impl TensorBuffer {
 
     /// The number of bytes.
     fn __len__(&self) -> usize {
-        match &self.storage {
-            Storage::Mapped { len, .. } => *len,
-            // Safety: reading the length only.
-            Storage::Owned(cell) => unsafe { (*cell.get()).len() },
-        }
+        self.len
     }
 
     /// True when the bytes are the archive's memory map (no copy was made).
     #[getter]
     fn mapped(&self) -> bool {
-        matches!(self.storage, Storage::Mapped { .. })
+        self.is_mapped()
     }
 }
 
@@ -523,9 +521,9 @@ impl Input {
             // Safety: the buffer is acquired (held by `self.buffer`, which keeps the
             // exporting object alive and its memory in place) and C-contiguous, so its
             // `len` bytes from `buf_ptr` are one readable region for as long as `self`
-            // lives. Python code may still write to it from another thread while the GIL
-            // is released; such a race changes the values saved, never memory safety of
-            // the read (plain bytes, no invariants).
+            // lives. The caller must not write to the array from another thread while a
+            // save that reads it runs with the GIL released (documented on `save`), the
+            // contract of every extension that reads a buffer without the GIL.
             unsafe { std::slice::from_raw_parts(self.buffer.buf_ptr() as *const u8, len) }
         };
         TensorView::new(self.dtype, self.dims.clone(), Default::default(), data)
