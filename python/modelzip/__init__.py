@@ -583,8 +583,26 @@ def export_paddle(
 ) -> Dict[str, Any]:
     """Writes tag ``tag`` (None: the newest) as ``PREFIX.pdmodel`` + ``PREFIX.pdiparams``
     (what ``paddle.static.load_inference_model(PREFIX, exe)`` loads), atomically;
-    existing files are refused unless ``overwrite``."""
-    return _modelzip.export_paddle(_fspath(archive), tag, _fspath(prefix), overwrite)
+    existing files are refused unless ``overwrite``. Missing parent directories of
+    ``PREFIX`` are created (and removed again if the export fails)."""
+    prefix = _fspath(prefix)
+    parent = os.path.dirname(os.path.abspath(prefix))
+    created = []
+    probe = parent
+    while not os.path.exists(probe):
+        created.append(probe)
+        probe = os.path.dirname(probe)
+    if created:
+        os.makedirs(parent)
+    try:
+        return _modelzip.export_paddle(_fspath(archive), tag, prefix, overwrite)
+    except BaseException:
+        for d in created:  # deepest first
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+        raise
 
 
 # ---------------------------------------------------------------------------------------
