@@ -487,6 +487,14 @@ fn encoding_from(py: Python<'_>, name: &str) -> PyResult<GraphFormat> {
 // Writing
 // ---------------------------------------------------------------------------------------
 
+/// The write options of every Python write: waiting for the lock or not.
+fn write_options(wait: bool) -> WriteOptions {
+    WriteOptions {
+        wait_for_lock: wait,
+        ..WriteOptions::default()
+    }
+}
+
 /// An array given by Python: its bytes (held through the buffer protocol), dtype, dims.
 struct Input {
     buffer: PyBuffer<u8>,
@@ -646,10 +654,7 @@ fn save<'py>(
         Some((enc, bytes)) => Some((encoding_from(py, enc)?, bytes.as_slice())),
         None => None,
     };
-    let opts = WriteOptions {
-        wait_for_lock: wait,
-        ..WriteOptions::default()
-    };
+    let opts = write_options(wait);
     py.detach(|| save_tag(&path, tag, &inputs, metadata.as_deref(), graph, &opts))
         .or_raise(py)?;
     tag_report(py, &path, tag)
@@ -798,10 +803,7 @@ impl NativeCheckpointer {
                 keep_best,
             },
             compact_dead_fraction,
-            write: WriteOptions {
-                wait_for_lock: wait,
-                ..WriteOptions::default()
-            },
+            write: write_options(wait),
         };
         let ck = py
             .detach(|| CoreCheckpointer::open(&path, opts))
@@ -929,10 +931,7 @@ fn import_paddle<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let opts = ImportOptions {
         mode: AppendMode::InPlace,
-        write: WriteOptions {
-            wait_for_lock: wait,
-            ..WriteOptions::default()
-        },
+        write: write_options(wait),
     };
     let r = py
         .detach(|| match (&dir, &model, &params) {
@@ -1029,10 +1028,7 @@ fn quantize<'py>(
     per_channel: bool,
     wait: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let write = WriteOptions {
-        wait_for_lock: wait,
-        ..WriteOptions::default()
-    };
+    let write = write_options(wait);
     let opts = modelzip::variants::QuantizeOptions { per_channel };
     let r = py
         .detach(|| modelzip::variants::quantize(&archive, source, tag, &opts, &write))
@@ -1053,10 +1049,7 @@ fn cast<'py>(
     wait: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dtype = DType::from_name(dtype).or_raise(py)?;
-    let write = WriteOptions {
-        wait_for_lock: wait,
-        ..WriteOptions::default()
-    };
+    let write = write_options(wait);
     let r = py
         .detach(|| modelzip::variants::cast(&archive, source, tag, dtype, &write))
         .map_err(|e| e.in_file(&archive))
