@@ -752,8 +752,9 @@ impl ArchiveWriter {
         // can never be replayed onto the new archive.
         if path.exists() {
             match super::journal::recover(path) {
-                // A journal of some other file: this one is replaced anyway.
-                Err(e) if matches!(e.kind(), ErrorKind::InvalidInput(_)) => {
+                // A journal of some other file: this one is replaced anyway. (A journal
+                // that is not a regular file is an error: it is not ours to remove.)
+                Err(e) if matches!(e.kind(), ErrorKind::ForeignJournal { .. }) => {
                     super::journal::remove(path)?
                 }
                 other => {
