@@ -110,9 +110,18 @@ pub enum ErrorKind {
         /// The rule it breaks.
         rule: &'static str,
     },
-    /// No tag of that name (ignoring ASCII case).
-    #[error("no tag {0:?} in the archive")]
-    TagNotFound(String),
+    /// No tag of that name (ignoring ASCII case). Built by [`ErrorKind::tag_not_found`],
+    /// which picks the tags to list.
+    #[error("no tag {name:?}; {}", TagList(tags, *total))]
+    TagNotFound {
+        /// The name asked for.
+        name: String,
+        /// Tags the archive has, in tags.txt order: all of them when there are at most
+        /// [`ErrorKind::TAGS_LISTED`], else the oldest few and the newest.
+        tags: Vec<String>,
+        /// How many tags the archive has.
+        total: usize,
+    },
     /// A tag that already exists (ignoring ASCII case).
     #[error("tag {0:?} already exists")]
     TagExists(String),
@@ -207,6 +216,57 @@ pub enum ErrorKind {
     /// A caller-supplied value that makes no sense.
     #[error("{0}")]
     InvalidInput(String),
+}
+
+impl ErrorKind {
+    /// How many tags a [`ErrorKind::TagNotFound`] lists at most.
+    pub const TAGS_LISTED: usize = 10;
+
+    /// [`ErrorKind::TagNotFound`] for `name` in an archive with `tags` (tags.txt order,
+    /// oldest first): lists all of them when there are at most [`Self::TAGS_LISTED`],
+    /// else the 3 oldest and the 7 newest (the likely targets of a typo).
+    pub fn tag_not_found(name: &str, tags: &[String]) -> ErrorKind {
+        const OLDEST: usize = 3;
+        let listed = if tags.len() <= Self::TAGS_LISTED {
+            tags.to_vec()
+        } else {
+            let newest = &tags[tags.len() - (Self::TAGS_LISTED - OLDEST)..];
+            tags[..OLDEST].iter().chain(newest).cloned().collect()
+        };
+        ErrorKind::TagNotFound {
+            name: name.to_string(),
+            tags: listed,
+            total: tags.len(),
+        }
+    }
+}
+
+/// Renders the tags of a [`ErrorKind::TagNotFound`]: `tags: a, b, c`, with `…` where
+/// some were left out and the total after.
+struct TagList<'a>(&'a [String], usize);
+
+impl fmt::Display for TagList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let TagList(tags, total) = *self;
+        if total == 0 {
+            return f.write_str("the archive has no tags");
+        }
+        f.write_str("tags: ")?;
+        let cut = (tags.len() < total).then_some(3);
+        for (i, t) in tags.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if Some(i) == cut {
+                f.write_str("…, ")?;
+            }
+            f.write_str(t)?;
+        }
+        if tags.len() < total {
+            write!(f, " ({total} in all)")?;
+        }
+        Ok(())
+    }
 }
 
 /// Where an error happened: any of file, entry, record, line and byte offset.
@@ -394,6 +454,32 @@ mod tests {
         let inner = Error::new(ErrorKind::Zip("torn".into()));
         let e = Error::from(std::io::Error::other(inner));
         assert_eq!(chain(&e).matches("torn").count(), 1, "{}", chain(&e));
+    }
+
+    #[test]
+    fn a_missing_tag_lists_the_tags_there_are() {
+        let tags = |n: usize| (0..n).map(|i| format!("t{i}")).collect::<Vec<_>>();
+        let three: Vec<String> = ["fp32", "int8", "fp16"].map(String::from).to_vec();
+        assert_eq!(
+            ErrorKind::tag_not_found("nope", &three).to_string(),
+            r#"no tag "nope"; tags: fp32, int8, fp16"#
+        );
+        assert_eq!(
+            ErrorKind::tag_not_found("x", &[]).to_string(),
+            r#"no tag "x"; the archive has no tags"#
+        );
+        assert_eq!(
+            ErrorKind::tag_not_found("x", &tags(10)).to_string(),
+            r#"no tag "x"; tags: t0, t1, t2, t3, t4, t5, t6, t7, t8, t9"#
+        );
+        let many = ErrorKind::tag_not_found("x", &tags(100_000));
+        assert_eq!(
+            many.to_string(),
+            r#"no tag "x"; tags: t0, t1, t2, …, t99993, t99994, t99995, t99996, t99997, t99998, t99999 (100000 in all)"#
+        );
+        assert!(
+            matches!(many, ErrorKind::TagNotFound { total: 100_000, ref tags, .. } if tags.len() == 10)
+        );
     }
 
     #[test]

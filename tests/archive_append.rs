@@ -177,7 +177,7 @@ fn remove_rehomes_shared_files_into_oldest_kept_referrer() {
     assert!(prune(&path, 5).unwrap().is_empty());
     assert!(matches!(
         remove_tag(&path, "zzz").unwrap_err().kind(),
-        ErrorKind::TagNotFound(_)
+        ErrorKind::TagNotFound { .. }
     ));
     drop(a);
     all_checks(dir.path(), &path);

@@ -67,7 +67,7 @@ fn round_trip_reads_back_every_part_zero_copy() {
     assert!(t.param("nope").is_err());
     assert!(matches!(
         a.tag("nope").unwrap_err().kind(),
-        ErrorKind::TagNotFound(_)
+        ErrorKind::TagNotFound { .. }
     ));
     // The second tag shares the bias and embedding with the first.
     let i8 = a.tag("int8").unwrap();

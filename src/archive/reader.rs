@@ -451,7 +451,7 @@ impl Archive {
     pub fn tag(&self, name: &str) -> Result<Tag<'_>> {
         let canon = self
             .canonical_tag(name)
-            .ok_or_else(|| self.located(Error::new(ErrorKind::TagNotFound(name.to_string()))))?;
+            .ok_or_else(|| self.located(ErrorKind::tag_not_found(name, &self.tags).into()))?;
         Tag::load(self, canon).map_err(|e| self.located(e))
     }
 

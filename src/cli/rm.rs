@@ -55,7 +55,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         archive::remove_tags_in_place(&args.archive, &opts, |a| {
             a.canonical_tag(&args.tag)
                 .map(|t| vec![t.to_string()])
-                .ok_or_else(|| modelzip::ErrorKind::TagNotFound(args.tag.clone()).into())
+                .ok_or_else(|| modelzip::ErrorKind::tag_not_found(&args.tag, a.tags()).into())
         })
     } else {
         archive::remove_tag_report(&args.archive, &args.tag, &opts)
