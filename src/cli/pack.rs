@@ -71,20 +71,13 @@ pub struct Args {
 
 /// Files under `dir`, as (name relative to dir with `/`, path), sorted by name.
 fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliError> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(CliError::Failed(format!(
-                "cannot pack {what} {}: not a directory (pack reads a directory of LoDTensor files, one per tensor)",
-                dir.display()
-            )));
-        }
-        Err(e) => {
-            return Err(CliError::Failed(format!(
-                "cannot read {}: {e}",
-                dir.display()
-            )));
-        }
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", dir.display())))?;
+    if !meta.is_dir() {
+        return Err(CliError::Failed(format!(
+            "cannot pack {what} {}: not a directory (pack reads a directory of LoDTensor files, one per tensor)",
+            dir.display()
+        )));
     }
     let mut out = Vec::new();
     for entry in walkdir::WalkDir::new(dir)
