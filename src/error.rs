@@ -11,8 +11,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// An operating-system I/O failure.
-    #[error("{0}")]
+    /// An operating-system I/O failure. Its text is part of the error's `Display`, so
+    /// [`Error::source`] goes on with what the I/O error wraps (if anything), not with
+    /// the I/O error itself: a chain prints each cause once.
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// A dtype number that is not one of Paddle's element types.
     #[error("unknown dtype number {0}")]
@@ -108,9 +110,18 @@ pub enum ErrorKind {
         /// The rule it breaks.
         rule: &'static str,
     },
-    /// No tag of that name (ignoring ASCII case).
-    #[error("no tag {0:?} in the archive")]
-    TagNotFound(String),
+    /// No tag of that name (ignoring ASCII case). Built by [`ErrorKind::tag_not_found`],
+    /// which picks the tags to list.
+    #[error("no tag {name:?}; {}", TagList(tags, *total))]
+    TagNotFound {
+        /// The name asked for.
+        name: String,
+        /// Tags the archive has, in tags.txt order: all of them when there are at most
+        /// [`ErrorKind::TAGS_LISTED`], else the oldest few and the newest.
+        tags: Vec<String>,
+        /// How many tags the archive has.
+        total: usize,
+    },
     /// A tag that already exists (ignoring ASCII case).
     #[error("tag {0:?} already exists")]
     TagExists(String),
@@ -164,9 +175,98 @@ pub enum ErrorKind {
     /// is the save's own error, see `checkpoint::SaveHandle::wait`).
     #[error("asynchronous save failed: {0}")]
     AsyncSave(String),
+    /// A rollback journal lies beside the archive that was not written for it (the archive
+    /// was replaced after an append was interrupted): it is not replayed.
+    #[error(
+        "the rollback journal {} does not belong to this archive (the central directory \
+         it saved does not match the archive's entries): the archive was replaced after \
+         an append was interrupted; move the journal away to open it",
+        journal.display()
+    )]
+    ForeignJournal {
+        /// The journal's path.
+        journal: PathBuf,
+    },
+    /// An in-place append was interrupted and this reader could not roll it back.
+    #[error("archive has an unfinished append; open it writable once to roll back ({why})")]
+    UnfinishedAppend {
+        /// Why the rollback did not happen.
+        why: String,
+    },
+    /// An in-place write to an archive with more than one name (hard links).
+    #[error(
+        "the archive has {links} hard links; an in-place write through one name \
+         cannot be made crash-safe for the others (rewrite it instead, e.g. \
+         --rewrite, or remove the other links)"
+    )]
+    HardLinked {
+        /// How many names the file has.
+        links: u64,
+    },
+    /// A file beside the archive (its journal or lock file) that exists and is not a
+    /// regular file (a FIFO, a directory, a device): it is neither opened nor removed.
+    #[error(
+        "the archive's {what} is not a regular file (remove it if no modelzip writer \
+         is running)"
+    )]
+    NotARegularFile {
+        /// Which file: "journal" or "lock file".
+        what: &'static str,
+    },
     /// A caller-supplied value that makes no sense.
     #[error("{0}")]
     InvalidInput(String),
+}
+
+impl ErrorKind {
+    /// How many tags a [`ErrorKind::TagNotFound`] lists at most.
+    pub const TAGS_LISTED: usize = 10;
+
+    /// [`ErrorKind::TagNotFound`] for `name` in an archive with `tags` (tags.txt order,
+    /// oldest first): lists all of them when there are at most [`Self::TAGS_LISTED`],
+    /// else the 3 oldest and the 7 newest (the likely targets of a typo).
+    pub fn tag_not_found(name: &str, tags: &[String]) -> ErrorKind {
+        const OLDEST: usize = 3;
+        let listed = if tags.len() <= Self::TAGS_LISTED {
+            tags.to_vec()
+        } else {
+            let newest = &tags[tags.len() - (Self::TAGS_LISTED - OLDEST)..];
+            tags[..OLDEST].iter().chain(newest).cloned().collect()
+        };
+        ErrorKind::TagNotFound {
+            name: name.to_string(),
+            tags: listed,
+            total: tags.len(),
+        }
+    }
+}
+
+/// Renders the tags of a [`ErrorKind::TagNotFound`]: `tags: a, b, c`, with `…` where
+/// some were left out and the total after.
+struct TagList<'a>(&'a [String], usize);
+
+impl fmt::Display for TagList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let TagList(tags, total) = *self;
+        if total == 0 {
+            return f.write_str("the archive has no tags");
+        }
+        f.write_str("tags: ")?;
+        let cut = (tags.len() < total).then_some(3);
+        for (i, t) in tags.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if Some(i) == cut {
+                f.write_str("…, ")?;
+            }
+            f.write_str(t)?;
+        }
+        if tags.len() < total {
+            write!(f, " ({total} in all)")?;
+        }
+        Ok(())
+    }
 }
 
 /// Where an error happened: any of file, entry, record, line and byte offset.
@@ -237,6 +337,12 @@ impl Error {
         &self.0.kind
     }
 
+    /// What went wrong, by value (dropping the location): for example the
+    /// [`std::io::Error`] of an [`ErrorKind::Io`].
+    pub fn into_kind(self) -> ErrorKind {
+        self.0.kind
+    }
+
     /// Where it went wrong.
     pub fn location(&self) -> &Location {
         &self.0.location
@@ -304,11 +410,10 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {
+    /// The cause behind the kind, when the kind's text does not already say it: for an
+    /// I/O error, what the [`std::io::Error`] wraps (its own text is in `Display`).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.0.kind {
-            ErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
+        std::error::Error::source(&self.0.kind)
     }
 }
 
@@ -321,5 +426,69 @@ impl From<ErrorKind> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::new(ErrorKind::Io(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// The error and its causes, as a chain printer (anyhow, eyre) shows them.
+    fn chain(e: &Error) -> String {
+        let mut parts = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(cause) = next {
+            parts.push(cause.to_string());
+            next = cause.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn an_io_error_prints_once_in_a_chain() {
+        let e =
+            Error::from(std::io::Error::new(std::io::ErrorKind::NotFound, "gone")).in_file("m.zip");
+        assert_eq!(chain(&e), "gone (file m.zip)");
+        // An I/O error wrapping another error: each text once.
+        let inner = Error::new(ErrorKind::Zip("torn".into()));
+        let e = Error::from(std::io::Error::other(inner));
+        assert_eq!(chain(&e).matches("torn").count(), 1, "{}", chain(&e));
+    }
+
+    #[test]
+    fn a_missing_tag_lists_the_tags_there_are() {
+        let tags = |n: usize| (0..n).map(|i| format!("t{i}")).collect::<Vec<_>>();
+        let three: Vec<String> = ["fp32", "int8", "fp16"].map(String::from).to_vec();
+        assert_eq!(
+            ErrorKind::tag_not_found("nope", &three).to_string(),
+            r#"no tag "nope"; tags: fp32, int8, fp16"#
+        );
+        assert_eq!(
+            ErrorKind::tag_not_found("x", &[]).to_string(),
+            r#"no tag "x"; the archive has no tags"#
+        );
+        assert_eq!(
+            ErrorKind::tag_not_found("x", &tags(10)).to_string(),
+            r#"no tag "x"; tags: t0, t1, t2, t3, t4, t5, t6, t7, t8, t9"#
+        );
+        let many = ErrorKind::tag_not_found("x", &tags(100_000));
+        assert_eq!(
+            many.to_string(),
+            r#"no tag "x"; tags: t0, t1, t2, …, t99993, t99994, t99995, t99996, t99997, t99998, t99999 (100000 in all)"#
+        );
+        assert!(
+            matches!(many, ErrorKind::TagNotFound { total: 100_000, ref tags, .. } if tags.len() == 10)
+        );
+    }
+
+    #[test]
+    fn into_kind_gives_the_io_error_back() {
+        let e =
+            Error::from(std::io::Error::new(std::io::ErrorKind::NotFound, "gone")).in_file("m.zip");
+        match e.into_kind() {
+            ErrorKind::Io(io) => assert_eq!(io.kind(), std::io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
     }
 }

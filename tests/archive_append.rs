@@ -177,7 +177,7 @@ fn remove_rehomes_shared_files_into_oldest_kept_referrer() {
     assert!(prune(&path, 5).unwrap().is_empty());
     assert!(matches!(
         remove_tag(&path, "zzz").unwrap_err().kind(),
-        ErrorKind::TagNotFound(_)
+        ErrorKind::TagNotFound { .. }
     ));
     drop(a);
     all_checks(dir.path(), &path);
@@ -453,9 +453,46 @@ fn sidecars_that_are_not_journals_never_hang_or_cost_memory() {
         assert!(ok.success());
     };
     fifo(&journal_of(&path));
-    let e = Archive::open(&path).unwrap_err().to_string();
-    assert!(e.contains("journal is not a regular file"), "{e}");
+    let e = Archive::open(&path).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::NotARegularFile { what: "journal" }),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("journal is not a regular file"),
+        "{e}"
+    );
+    // A writer replacing the archive neither opens it nor removes it (it is not a journal
+    // modelzip wrote), and says so.
+    let e = ArchiveWriter::create(&path).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::NotARegularFile { what: "journal" }),
+        "{e}"
+    );
+    assert!(journal_of(&path).exists());
     std::fs::remove_file(journal_of(&path)).unwrap();
+    // A directory under the journal's name: the same clear error, from a reader and from
+    // a writer (which used to fail with the raw error of removing it), also when there
+    // is no archive yet.
+    std::fs::create_dir(journal_of(&path)).unwrap();
+    for e in [
+        Archive::open(&path).unwrap_err(),
+        ArchiveWriter::create(&path).unwrap_err(),
+    ] {
+        assert!(
+            e.to_string().contains("journal is not a regular file"),
+            "{e}"
+        );
+    }
+    let fresh = path.with_file_name("fresh.zip");
+    std::fs::create_dir(journal_of(&fresh)).unwrap();
+    let e = ArchiveWriter::create(&fresh).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::NotARegularFile { what: "journal" }),
+        "{e}"
+    );
+    std::fs::remove_dir(journal_of(&fresh)).unwrap();
+    std::fs::remove_dir(journal_of(&path)).unwrap();
     let lock = path.with_extension("zip.lock");
     let _ = std::fs::remove_file(&lock);
     fifo(&lock);
@@ -468,6 +505,18 @@ fn sidecars_that_are_not_journals_never_hang_or_cost_memory() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("lock file is not a regular file"), "{e}");
+    // A reader that finds a journal but cannot take the lock to roll it back.
+    std::fs::write(journal_of(&path), b"MZJRNL01").unwrap();
+    let e = Archive::open(&path).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::UnfinishedAppend { .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("unfinished append") && e.to_string().contains("lock file"),
+        "{e}"
+    );
+    std::fs::remove_file(journal_of(&path)).unwrap();
     std::fs::remove_file(&lock).unwrap();
     // 3 GiB of nothing (sparse), next to an archive of a few KiB.
     let j = std::fs::File::create(journal_of(&path)).unwrap();
@@ -492,9 +541,12 @@ fn in_place_writes_refuse_an_archive_with_hard_links() {
         AppendMode::InPlace,
         &WriteOptions::default(),
     )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("2 hard links"), "{e}");
+    .unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::HardLinked { links: 2 }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("2 hard links"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
     append_tag(
         &path,

@@ -5,8 +5,8 @@
 mod support;
 
 use modelzip::{
-    Archive, ArchiveWriter, ErrorKind, GraphEncoding, OpenOptions, TagBuilder, Tensor, TensorData,
-    TensorKind,
+    AppendMode, Archive, ArchiveWriter, ErrorKind, GraphEncoding, OpenOptions, TagBuilder, Tensor,
+    TensorData, TensorKind, WriteOptions,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -67,7 +67,7 @@ fn round_trip_reads_back_every_part_zero_copy() {
     assert!(t.param("nope").is_err());
     assert!(matches!(
         a.tag("nope").unwrap_err().kind(),
-        ErrorKind::TagNotFound(_)
+        ErrorKind::TagNotFound { .. }
     ));
     // The second tag shares the bias and embedding with the first.
     let i8 = a.tag("int8").unwrap();
@@ -209,6 +209,56 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
         .unwrap();
     let e = a.tag("py").unwrap().param("w").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::LimitExceeded { .. }), "{e}");
+}
+
+#[test]
+fn archives_with_data_descriptors_from_python_and_info_zip_have_no_dead_bytes() {
+    // Written by tests/fixtures/foreign/make.sh: streamed writes, whose entries are
+    // followed by 16- or 24-byte data descriptors.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/foreign");
+    for file in [
+        "python-streamed.zip",
+        "infozip-fd.zip",
+        "infozip-pipe.zip",
+        "infozip-stdin.zip",
+    ] {
+        let (_d, path) = tmp();
+        std::fs::copy(dir.join(file), &path).unwrap();
+        let a = Archive::open(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(a.dead_bytes(), 0, "{file}");
+        assert!(a.verify().is_ok(), "{file}: {:?}", a.verify());
+        let w = a.tag("t").unwrap().param("w").unwrap();
+        assert_eq!(
+            w.view().to_vec::<f32>().unwrap(),
+            [1.0, 2.0, 3.0, 4.0],
+            "{file}"
+        );
+        drop(a);
+        // An in-place append keeps the foreign entries (and their descriptors) where they
+        // are and overwrites the old central directory; tags.txt, the first entry, is
+        // written anew, so its header, data and descriptor (up to the second local
+        // header) are the only dead bytes.
+        let bytes = std::fs::read(&path).unwrap();
+        let tags_txt = 1 + bytes[1..]
+            .windows(4)
+            .position(|w| w == b"PK\x03\x04")
+            .unwrap() as u64;
+        let t = Tensor::from_slice(vec![2], &[5.0f32, 6.0]).unwrap();
+        modelzip::append_tag(
+            &path,
+            TagBuilder::new("more").param("v", t),
+            AppendMode::InPlace,
+            &WriteOptions::default(),
+        )
+        .unwrap();
+        let a = Archive::open(&path).unwrap();
+        assert_eq!(a.dead_bytes(), tags_txt, "{file} after an append");
+        assert!(
+            a.verify().is_ok(),
+            "{file} after an append: {:?}",
+            a.verify()
+        );
+    }
 }
 
 /// Builds a zip with the zip crate from (name, bytes) pairs.

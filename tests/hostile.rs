@@ -3,7 +3,7 @@
 //! the outcome expected.json gives for it; the memory a bomb can make the CLI use; and
 //! `extract` never writing outside its target.
 
-use modelzip::{Archive, Error, Tag};
+use modelzip::{Archive, Error, ErrorKind, Tag};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -402,6 +402,7 @@ fn a_journal_of_another_archive_is_never_replayed() {
     let journal = d.path().join(format!("{file}.journal"));
     let original = std::fs::read(&path).unwrap();
     let e = Archive::open(&path).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::ForeignJournal { .. }), "{e}");
     assert!(e.to_string().contains("move the journal away"), "{e}");
     // Writers that add to it refuse too; nothing was changed.
     let out = modelzip()

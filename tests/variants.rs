@@ -406,7 +406,7 @@ fn refusals_say_what_and_why() {
     let e = quantize(&path, "base", "BASE", &q, &fast()).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TagExists(_)), "{e}");
     let e = quantize(&path, "nope", "x", &q, &fast()).unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::TagNotFound(_)), "{e}");
+    assert!(matches!(e.kind(), ErrorKind::TagNotFound { .. }), "{e}");
     let e = quantize(&path, "base", "x", &q, &fast()).unwrap_err();
     assert!(
         e.to_string()

@@ -1,10 +1,35 @@
 //! The zip container, just the subset modelzip needs: parsing end records, the central
 //! directory and local headers with every size checked, and writing entries sequentially.
 //!
-//! Writing is our own rather than `zip::ZipWriter` so that the exact local-header bytes
-//! are known before they are written (the payload-alignment padding depends on them), the
-//! output is one forward-only `Write` (so a failing sink can be injected in tests), and an
-//! in-place append re-emits the old central directory from what the reader parsed.
+//! # Why our own, not a zip crate
+//!
+//! Three things the archive format needs that the crates looked at (November 2026) do not
+//! give:
+//!
+//! - **Alignment of a point inside an entry.** A stored tensor must have its first
+//!   element, which follows a variable-length LoDTensor header (LoD table, TensorDesc),
+//!   at a multiple of [`DATA_ALIGN`], so that a memory map can be viewed as `&[f32]`.
+//!   `zip` 9.4.1's `SimpleFileOptions::with_alignment` aligns only the start of an
+//!   entry's data, and when the padding would not fit the extra field it skips the
+//!   alignment silently (`write.rs`, "Skip alignment.") rather than fail. Here
+//!   [`EntrySpec::align_after`] pads so that the byte `h` into the data is aligned, and
+//!   the exact local-header bytes are known before they are written.
+//! - **A crash-safe in-place append.** `zip` 9.4.1's `ZipWriter::new_append` writes the
+//!   new entries and a new central directory over the existing archive's end in place,
+//!   with no journal or other rollback: a crash in between leaves a file without a valid
+//!   end record. modelzip saves the bytes it overwrites to a fsynced journal first
+//!   (`journal.rs`) and re-emits the old central directory from what this parser read.
+//! - **Checks on every open.** `zip` 9.4.1's reader checks that entries do not overlap
+//!   only when asked (`ZipArchive::has_overlapping_entries`,
+//!   `validate_header_consistency`); [`parse`] always checks each local header against
+//!   its central record and that no two entries (local header, data, data descriptor)
+//!   share a byte, before a tensor is viewed in place.
+//!
+//! `rawzip` (0.4.4, 0.5.1: pre-1.0) fits the reading side (zero-copy, no allocation per
+//! entry), but its `ZipArchiveWriterBuilder` only starts a new archive (`with_offset`
+//! places one after prelude bytes); it cannot continue an existing archive's entries,
+//! which an append needs. The writer here is also one forward-only `Write`, so a failing
+//! sink can be injected in the crash tests.
 
 use super::entry_name::check_entry_name;
 use crate::error::{Error, ErrorKind, Result};
@@ -16,6 +41,7 @@ const SIG_CENTRAL: u32 = 0x0201_4b50;
 const SIG_EOCD: u32 = 0x0605_4b50;
 const SIG_EOCD64: u32 = 0x0606_4b50;
 const SIG_LOCATOR64: u32 = 0x0706_4b50;
+const SIG_DESCRIPTOR: u32 = 0x0807_4b50;
 const ZIP64_EXTRA: u16 = 0x0001;
 /// The extra-field id of Android's zipalign padding (data: u16 alignment, then zeros).
 /// Readers that do not know it skip it, as the zip spec requires.
@@ -51,6 +77,10 @@ pub struct ZipEntry {
     pub header_offset: u64,
     /// Offset of the first data byte (after the local header).
     pub data_offset: u64,
+    /// Length of the data descriptor after the data: 0 when general-purpose flag bit 3
+    /// is clear, else 12, 16, 20 or 24 (with or without its signature, 32- or 64-bit
+    /// sizes), as found by the parser.
+    pub descriptor_len: u64,
     /// DOS modification time.
     pub dos_time: u16,
     /// DOS modification date.
@@ -75,12 +105,7 @@ impl ZipEntry {
 
     /// Bytes of the file this entry occupies (local header, data, descriptor).
     pub fn footprint(&self) -> u64 {
-        let descriptor = if self.flags & FLAG_DESCRIPTOR != 0 {
-            16
-        } else {
-            0
-        };
-        (self.data_end() - self.header_offset).saturating_add(descriptor)
+        (self.data_end() - self.header_offset).saturating_add(self.descriptor_len)
     }
 }
 
@@ -293,7 +318,7 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
     for entry in &mut entries {
         check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
     }
-    check_overlaps(&entries, cd_offset)?;
+    check_overlaps(&entries)?;
     Ok(Directory {
         entries,
         index,
@@ -384,6 +409,7 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
         uncompressed_size,
         header_offset,
         data_offset: 0,
+        descriptor_len: 0,
         dos_time: u16_at(r, 12),
         dos_date: u16_at(r, 14),
         version_made_by,
@@ -488,28 +514,87 @@ fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
         ));
     }
     e.data_offset = off + 30 + n + m;
-    match e.data_offset.checked_add(e.compressed_size) {
-        Some(end) if end <= cd_offset => Ok(()),
-        _ => Err(zip_err(
-            format!(
-                "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
-                e.compressed_size, e.data_offset
-            ),
-            e.data_offset,
-        )),
+    let data_end = match e.data_offset.checked_add(e.compressed_size) {
+        Some(end) if end <= cd_offset => end,
+        _ => {
+            return Err(zip_err(
+                format!(
+                    "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
+                    e.compressed_size, e.data_offset
+                ),
+                e.data_offset,
+            ));
+        }
+    };
+    if (flags | e.flags) & FLAG_DESCRIPTOR != 0 {
+        let zip64 = extra_fields(extra)
+            .map(|f| f.iter().any(|(id, _)| *id == ZIP64_EXTRA))
+            .unwrap_or(false);
+        e.descriptor_len = descriptor_len(at, e, data_end, cd_offset, zip64)?;
     }
+    Ok(())
 }
 
-fn check_overlaps(entries: &[ZipEntry], cd_offset: u64) -> Result<()> {
+/// The length of the data descriptor that follows an entry's data (general-purpose flag
+/// bit 3), one of the four forms APPNOTE 4.3.9 allows: an optional signature, the CRC,
+/// then both sizes in 4 bytes each, or in 8 when the local header has a Zip64 extra field
+/// (12, 16, 20 or 24 bytes; Python's zipfile and Info-ZIP write the signed ones). The form
+/// is the one whose CRC and sizes are the central directory's, tried in the order the
+/// local header suggests; a descriptor that matches none is refused, as its length, and
+/// so what the entry occupies, would be a guess.
+fn descriptor_len(
+    at: &At<'_>,
+    e: &ZipEntry,
+    data_end: u64,
+    cd_offset: u64,
+    zip64: bool,
+) -> Result<u64> {
+    let room = cd_offset - data_end;
+    let window = at.slice(data_end, room.min(24), "data descriptor")?;
+    for signed in [true, false] {
+        for wide in [zip64, !zip64] {
+            let start = if signed { 4 } else { 0 };
+            let len = start + if wide { 20 } else { 12 };
+            let Some(d) = window.get(..len) else {
+                continue;
+            };
+            if signed && u32_at(d, 0) != SIG_DESCRIPTOR {
+                continue;
+            }
+            let (csize, usize_) = if wide {
+                (u64_at(d, start + 4), u64_at(d, start + 12))
+            } else {
+                (
+                    u64::from(u32_at(d, start + 4)),
+                    u64::from(u32_at(d, start + 8)),
+                )
+            };
+            if u32_at(d, start) == e.crc32
+                && csize == e.compressed_size
+                && usize_ == e.uncompressed_size
+            {
+                return Ok(len as u64);
+            }
+        }
+    }
+    Err(zip_err(
+        format!(
+            "no data descriptor with the central directory's crc {:08x} and sizes {}/{} after the entry's data (bit 3 of its flags says one follows)",
+            e.crc32, e.compressed_size, e.uncompressed_size
+        ),
+        data_end,
+    ))
+}
+
+/// Refuses two entries that share bytes: each occupies its local header, data and data
+/// descriptor ([`ZipEntry::footprint`]); `check_local` has already kept each of them
+/// before the central directory.
+fn check_overlaps(entries: &[ZipEntry]) -> Result<()> {
     let mut order: Vec<&ZipEntry> = entries.iter().collect();
     order.sort_by_key(|e| e.header_offset);
     for w in order.windows(2) {
         let (a, b) = (w[0], w[1]);
-        let a_end = if a.flags & FLAG_DESCRIPTOR != 0 {
-            a.data_end().saturating_add(12)
-        } else {
-            a.data_end()
-        };
+        let a_end = a.header_offset.saturating_add(a.footprint());
         if a_end > b.header_offset {
             return Err(zip_err(
                 format!(
@@ -521,8 +606,44 @@ fn check_overlaps(entries: &[ZipEntry], cd_offset: u64) -> Result<()> {
             .in_entry(b.name.clone()));
         }
     }
-    let _ = cd_offset;
     Ok(())
+}
+
+/// One entry for [`ZipOut::write_entry`]: its name, its bytes as stored, and what the
+/// headers say about them.
+#[derive(Debug, Clone, Copy)]
+pub struct EntrySpec<'a> {
+    /// Entry name (checked by the caller).
+    pub name: &'a str,
+    /// [`METHOD_STORED`] or [`METHOD_DEFLATED`].
+    pub method: u16,
+    /// CRC-32 of the uncompressed bytes.
+    pub crc32: u32,
+    /// Size after decompression (the stored size is the sum of `data`).
+    pub uncompressed_size: u64,
+    /// The stored bytes (already compressed when `method` is deflate), in parts.
+    pub data: &'a [&'a [u8]],
+    /// With `Some(h)`, the local extra field is padded so that the byte `h` bytes into
+    /// the data (a tensor's first element, after its variable-length LoDTensor header)
+    /// lies at a multiple of [`DATA_ALIGN`].
+    pub align_after: Option<u64>,
+    /// A copied entry whose metadata (time, attributes, extra fields, comment) to keep.
+    pub template: Option<&'a ZipEntry>,
+}
+
+impl<'a> EntrySpec<'a> {
+    /// A stored entry of `data` with CRC `crc32`, unaligned, with fresh metadata.
+    pub fn stored(name: &'a str, crc32: u32, data: &'a [&'a [u8]]) -> Self {
+        EntrySpec {
+            name,
+            method: METHOD_STORED,
+            crc32,
+            uncompressed_size: data.iter().map(|d| d.len() as u64).sum(),
+            data,
+            align_after: None,
+            template: None,
+        }
+    }
 }
 
 /// Writes a zip archive front to back: local headers and data as entries are added,
@@ -556,21 +677,17 @@ impl<W: Write> ZipOut<W> {
         Ok(())
     }
 
-    /// Writes a local header and `data` (already compressed when `method` is deflate).
-    /// With `align_after = Some(h)`, pads the local extra field so that the byte `h`
-    /// bytes into the data lies at a multiple of [`DATA_ALIGN`]. `template` supplies the
-    /// metadata of a copied entry (time, attributes, comment).
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_entry(
-        &mut self,
-        name: &str,
-        method: u16,
-        crc32: u32,
-        uncompressed_size: u64,
-        data: &[&[u8]],
-        align_after: Option<u64>,
-        template: Option<&ZipEntry>,
-    ) -> Result<ZipEntry> {
+    /// Writes a local header and the entry's data (see [`EntrySpec`]).
+    pub fn write_entry(&mut self, spec: EntrySpec<'_>) -> Result<ZipEntry> {
+        let EntrySpec {
+            name,
+            method,
+            crc32,
+            uncompressed_size,
+            data,
+            align_after,
+            template,
+        } = spec;
         let compressed_size: u64 = data.iter().map(|d| d.len() as u64).sum();
         let zip64 = compressed_size >= U32_MAX || uncompressed_size >= U32_MAX;
         let header_offset = self.pos;
@@ -626,6 +743,7 @@ impl<W: Write> ZipOut<W> {
             uncompressed_size,
             header_offset,
             data_offset,
+            descriptor_len: 0,
             dos_time: t,
             dos_date: d,
             version_made_by: template.map_or(0x031e, |e| e.version_made_by),
@@ -650,26 +768,13 @@ impl<W: Write> ZipOut<W> {
         } else {
             None
         };
-        if let Some(z) = z {
-            self.write_entry(
-                name,
-                METHOD_DEFLATED,
-                crc,
-                bytes.len() as u64,
-                &[&z],
-                None,
-                None,
-            )
-        } else {
-            self.write_entry(
-                name,
-                METHOD_STORED,
-                crc,
-                bytes.len() as u64,
-                &[bytes],
-                None,
-                None,
-            )
+        match z {
+            Some(z) => self.write_entry(EntrySpec {
+                method: METHOD_DEFLATED,
+                uncompressed_size: bytes.len() as u64,
+                ..EntrySpec::stored(name, crc, &[&z])
+            }),
+            None => self.write_entry(EntrySpec::stored(name, crc, &[bytes])),
         }
     }
 
@@ -789,15 +894,14 @@ mod tests {
         out.write_bytes("a.txt", b"hello hello hello", true)
             .unwrap();
         let e = out
-            .write_entry(
-                "t/params/0.lodtensor",
-                0,
-                crc32fast::hash(b"xyzw"),
-                4,
-                &[b"xy", b"zw"],
-                Some(2),
-                None,
-            )
+            .write_entry(EntrySpec {
+                align_after: Some(2),
+                ..EntrySpec::stored(
+                    "t/params/0.lodtensor",
+                    crc32fast::hash(b"xyzw"),
+                    &[b"xy", b"zw"],
+                )
+            })
             .unwrap();
         assert_eq!((e.data_offset + 2) % 64, 0);
         let (bytes, end) = out.finish(b"").unwrap();
@@ -835,5 +939,105 @@ mod tests {
                 .to_string()
                 .contains("local header name")
         );
+    }
+
+    /// (file, descriptor length of each entry in central-directory order).
+    const FOREIGN: [(&str, &[u8], &[u64]); 4] = [
+        (
+            "python-streamed.zip",
+            include_bytes!("../../tests/fixtures/foreign/python-streamed.zip"),
+            &[16, 16, 24],
+        ),
+        (
+            "infozip-fd.zip",
+            include_bytes!("../../tests/fixtures/foreign/infozip-fd.zip"),
+            &[16, 16, 16],
+        ),
+        (
+            "infozip-pipe.zip",
+            include_bytes!("../../tests/fixtures/foreign/infozip-pipe.zip"),
+            &[16, 16, 16],
+        ),
+        (
+            "infozip-stdin.zip",
+            include_bytes!("../../tests/fixtures/foreign/infozip-stdin.zip"),
+            &[16, 16, 16, 24],
+        ),
+    ];
+
+    #[test]
+    fn foreign_descriptors_are_measured_exactly() {
+        for (file, bytes, lens) in FOREIGN {
+            let dir = parse(bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let found: Vec<u64> = dir.entries.iter().map(|e| e.descriptor_len).collect();
+            assert_eq!(found, lens, "{file}");
+            // The entries tile the file up to the central directory: each one's footprint
+            // ends where the next local header (or the directory) starts.
+            let mut pos = 0;
+            for e in &dir.entries {
+                assert_eq!(e.header_offset, pos, "{file}: {}", e.name);
+                pos += e.footprint();
+            }
+            assert_eq!(pos, dir.cd_offset, "{file}");
+        }
+    }
+
+    #[test]
+    fn an_overlap_with_a_zip64_descriptor_is_refused() {
+        let (_, bytes, _) = FOREIGN[0];
+        let dir = parse(bytes).unwrap();
+        let mut entries = dir.entries.clone();
+        // Move the entry before the Zip64 descriptor's entry to 8 bytes before that
+        // descriptor's end (a count of 16 bytes missed them; of 12, by 12 bytes).
+        assert_eq!(entries[2].descriptor_len, 24);
+        let end = entries[2].header_offset + entries[2].footprint();
+        entries[1].header_offset = end - 8;
+        let e = check_overlaps(&entries).unwrap_err().to_string();
+        assert!(e.contains("overlap"), "{e}");
+        entries[1].header_offset = end;
+        check_overlaps(&entries).unwrap();
+    }
+
+    /// A one-entry archive ("a", stored "abc") whose entry has flag bit 3 set and
+    /// `descriptor` after its data.
+    fn with_descriptor(descriptor: &[u8]) -> Vec<u8> {
+        let mut out = ZipOut::new(Vec::new(), 0);
+        out.write_bytes("a", b"abc", false).unwrap();
+        let (plain, _) = out.finish(b"").unwrap();
+        let data_end = 30 + 1 + 3;
+        let mut b = plain[..data_end].to_vec();
+        b.extend_from_slice(descriptor);
+        b.extend_from_slice(&plain[data_end..]);
+        let cd = data_end + descriptor.len();
+        b[6] |= FLAG_DESCRIPTOR as u8;
+        b[cd + 8] |= FLAG_DESCRIPTOR as u8;
+        let eocd = b.len() - 22;
+        b[eocd + 16..eocd + 20].copy_from_slice(&(cd as u32).to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn all_four_descriptor_forms_are_measured() {
+        let crc = crc32fast::hash(b"abc").to_le_bytes();
+        let sig = SIG_DESCRIPTOR.to_le_bytes();
+        let (s32, s64) = (3u32.to_le_bytes(), 3u64.to_le_bytes());
+        let forms: [Vec<u8>; 4] = [
+            [&crc[..], &s32, &s32].concat(),
+            [&sig[..], &crc, &s32, &s32].concat(),
+            [&crc[..], &s64, &s64].concat(),
+            [&sig[..], &crc, &s64, &s64].concat(),
+        ];
+        for d in forms {
+            let bytes = with_descriptor(&d);
+            let dir = parse(&bytes).unwrap_or_else(|e| panic!("{} bytes: {e}", d.len()));
+            assert_eq!(dir.entries[0].descriptor_len, d.len() as u64);
+            assert_eq!(dir.entries[0].footprint(), dir.cd_offset);
+        }
+        // A descriptor that does not repeat the central directory's CRC and sizes.
+        let wrong = [&sig[..], &crc, &s32, &2u32.to_le_bytes()].concat();
+        let e = parse(&with_descriptor(&wrong)).unwrap_err();
+        assert!(e.to_string().contains("no data descriptor"), "{e}");
+        assert_eq!(e.location().offset, Some(34));
+        assert_eq!(e.location().entry.as_deref(), Some("a"));
     }
 }

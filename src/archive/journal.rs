@@ -77,20 +77,17 @@ fn refuse_hard_links(path: &Path) -> Result<()> {
             .map_err(|e| Error::from(e).in_file(path))?
             .nlink();
         if links > 1 {
-            return Err(Error::new(ErrorKind::InvalidInput(format!(
-                "the archive has {links} hard links; an in-place write through one name \
-                 cannot be made crash-safe for the others (rewrite it instead, e.g. \
-                 --rewrite, or remove the other links)"
-            )))
-            .in_file(path));
+            return Err(Error::new(ErrorKind::HardLinked { links }).in_file(path));
         }
     }
     Ok(())
 }
 
-/// Deletes the journal after a finished append and fsyncs the directory.
+/// Deletes the journal after a finished append and fsyncs the directory. Something else
+/// under the journal's name (a FIFO, a directory) is refused, not removed.
 pub(crate) fn remove(path: &Path) -> Result<()> {
     let jp = journal_path(path);
+    regular_file(&jp, "journal")?;
     match std::fs::remove_file(&jp) {
         Ok(()) => fsync_dir(&jp),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -152,13 +149,11 @@ fn read_journal(jp: &Path, archive_len: u64) -> Result<Option<Journal>> {
 
 /// Refuses a sidecar (`what`: journal, lock file) that exists and is not a regular file:
 /// opening a FIFO would block forever, and a directory or device is no journal.
-pub(crate) fn regular_file(p: &Path, what: &str) -> Result<()> {
+pub(crate) fn regular_file(p: &Path, what: &'static str) -> Result<()> {
     match std::fs::symlink_metadata(p) {
-        Ok(m) if !m.file_type().is_file() => Err(Error::new(ErrorKind::InvalidInput(format!(
-            "the archive's {what} is not a regular file (remove it if no modelzip writer \
-             is running)"
-        )))
-        .in_file(p)),
+        Ok(m) if !m.file_type().is_file() => {
+            Err(Error::new(ErrorKind::NotARegularFile { what }).in_file(p))
+        }
         _ => Ok(()),
     }
 }
@@ -260,13 +255,7 @@ pub(crate) fn recover(path: &Path) -> Result<bool> {
         .open(path)
         .map_err(|e| Error::from(e).in_file(path))?;
     if !belongs_to(&file, &j).map_err(|e| Error::from(e).in_file(path))? {
-        return Err(Error::new(ErrorKind::InvalidInput(format!(
-            "the rollback journal {} does not belong to this archive (the central directory \
-             it saved does not match the archive's entries): the archive was replaced after \
-             an append was interrupted; move the journal away to open it",
-            jp.display()
-        )))
-        .in_file(path));
+        return Err(Error::new(ErrorKind::ForeignJournal { journal: jp }).in_file(path));
     }
     let res = (|| -> std::io::Result<()> {
         let mut w = Budgeted(&file);

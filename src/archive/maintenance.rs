@@ -56,7 +56,7 @@ pub fn remove_tag_report(
     rewrite(path.as_ref(), opts, |a| {
         a.canonical_tag(name)
             .map(|t| vec![t.to_string()])
-            .ok_or_else(|| ErrorKind::TagNotFound(name.to_string()).into())
+            .ok_or_else(|| ErrorKind::tag_not_found(name, a.tags()).into())
     })
 }
 

@@ -154,9 +154,9 @@ const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// unfinished in-place append.
 fn recover_for_reader(path: &Path) -> Result<()> {
     let unfinished = |why: &str| {
-        Error::new(ErrorKind::InvalidInput(format!(
-            "archive has an unfinished append; open it writable once to roll back ({why})"
-        )))
+        Error::new(ErrorKind::UnfinishedAppend {
+            why: why.to_string(),
+        })
         .in_file(path)
     };
     let _lock = match super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT) {
@@ -167,8 +167,8 @@ fn recover_for_reader(path: &Path) -> Result<()> {
         Err(e) => return Err(unfinished(&e.to_string())),
     };
     journal::recover(path).map_err(|e| match e.kind() {
-        // A journal that does not belong to the archive says so itself.
-        ErrorKind::InvalidInput(_) => e,
+        // A journal that is not one, or not the archive's, says so itself.
+        ErrorKind::ForeignJournal { .. } | ErrorKind::NotARegularFile { .. } => e,
         _ => unfinished(&e.to_string()),
     })?;
     Ok(())
@@ -451,7 +451,7 @@ impl Archive {
     pub fn tag(&self, name: &str) -> Result<Tag<'_>> {
         let canon = self
             .canonical_tag(name)
-            .ok_or_else(|| self.located(Error::new(ErrorKind::TagNotFound(name.to_string()))))?;
+            .ok_or_else(|| self.located(ErrorKind::tag_not_found(name, &self.tags).into()))?;
         Tag::load(self, canon).map_err(|e| self.located(e))
     }
 

@@ -85,7 +85,7 @@ fn rewrite_graph(
         let (_lock, base) = open_locked(&ap, opts)?;
         let canon = base
             .canonical_tag(tag)
-            .ok_or_else(|| Error::new(ErrorKind::TagNotFound(tag.to_string())))?
+            .ok_or_else(|| Error::new(ErrorKind::tag_not_found(tag, base.tags())))?
             .to_string();
         let (from, old_bytes, new) = {
             let t = base.tag(&canon)?;

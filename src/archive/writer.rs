@@ -2,7 +2,7 @@
 //! [`TagBuilder`] for a tag held in memory, and the session all write paths share.
 
 use super::archive_path::ArchivePath;
-use super::container::{METHOD_STORED, ZipEntry, ZipOut};
+use super::container::{EntrySpec, METHOD_STORED, ZipEntry, ZipOut};
 use super::durable::TempTarget;
 use super::entry_name::check_entry_name;
 use super::hashing::{HashPool, IN_FLIGHT_LIMIT, Ticket, sha256_parts};
@@ -265,15 +265,15 @@ impl Session {
             None
         };
         self.out
-            .write_entry(
-                new_name,
-                e.method,
-                e.crc32,
-                e.uncompressed_size,
-                &[raw],
-                align,
-                Some(e),
-            )
+            .write_entry(EntrySpec {
+                name: new_name,
+                method: e.method,
+                crc32: e.crc32,
+                uncompressed_size: e.uncompressed_size,
+                data: &[raw],
+                align_after: align,
+                template: Some(e),
+            })
             .map_err(|err| err.in_entry(new_name))?;
         Ok(())
     }
@@ -350,15 +350,9 @@ impl TagWriter<'_> {
         if compressible {
             self.s.write_text(&full, bytes)?;
         } else {
-            self.s.out.write_entry(
-                &full,
-                METHOD_STORED,
-                crc32fast::hash(bytes),
-                bytes.len() as u64,
-                &[bytes],
-                None,
-                None,
-            )?;
+            self.s
+                .out
+                .write_entry(EntrySpec::stored(&full, crc32fast::hash(bytes), &[bytes]))?;
         }
         self.sums
             .push((Sha::Ready(sha256_parts(&[bytes])), rel.to_string()));
@@ -448,15 +442,11 @@ impl TagWriter<'_> {
         self.next[slot] += 1;
         let rel = format!("{}/{index}.lodtensor", kind.dir());
         let full = self.claim(&rel)?;
-        self.s.out.write_entry(
-            &full,
-            METHOD_STORED,
-            crc,
-            len,
-            parts,
-            Some(parts[0].len() as u64),
-            None,
-        )?;
+        self.s.out.write_entry(EntrySpec {
+            uncompressed_size: len,
+            align_after: Some(parts[0].len() as u64),
+            ..EntrySpec::stored(&full, crc, parts)
+        })?;
         Ok((rel, index))
     }
 
@@ -762,8 +752,9 @@ impl ArchiveWriter {
         // can never be replayed onto the new archive.
         if path.exists() {
             match super::journal::recover(path) {
-                // A journal of some other file: this one is replaced anyway.
-                Err(e) if matches!(e.kind(), ErrorKind::InvalidInput(_)) => {
+                // A journal of some other file: this one is replaced anyway. (A journal
+                // that is not a regular file is an error: it is not ours to remove.)
+                Err(e) if matches!(e.kind(), ErrorKind::ForeignJournal { .. }) => {
                     super::journal::remove(path)?
                 }
                 other => {

@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     let tag = pick_tag(&archive, args.tag.as_deref())?;
     let data = tag.param(&args.param).map_err(|e| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot read {:?} of tag {}: {e}",
             args.param,
             tag.name()

@@ -1,18 +1,102 @@
-//! Helpers the archive commands share: opening with a clear error, tensor JSON.
+//! Helpers the archive commands share: their common arguments, opening with a clear
+//! error, tensor JSON.
 
 use super::CliError;
 use super::output::sha256_hex;
+use super::progress::Progress;
 use modelzip::TensorView;
+use modelzip::WriteOptions;
 use modelzip::archive::{Archive, Tag, TensorLocation};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The archive and the tag a reading command works on (`ARCHIVE [--tag TAG]`).
+#[derive(clap::Args, Debug)]
+pub struct TagArgs {
+    /// The archive.
+    pub archive: PathBuf,
+    /// The tag (ignoring case); default: the newest.
+    #[arg(long)]
+    pub tag: Option<String>,
+}
+
+impl TagArgs {
+    /// Opens the archive (see [`open`]).
+    pub fn open(&self) -> Result<Archive, CliError> {
+        open(&self.archive)
+    }
+
+    /// The tag of `archive` these arguments name (see [`pick_tag`]).
+    pub fn pick<'a>(&self, archive: &'a Archive) -> Result<Tag<'a>, CliError> {
+        pick_tag(archive, self.tag.as_deref())
+    }
+}
+
+/// The archive and `--json` of a command that reports on a whole archive (`tags`,
+/// `verify`).
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// The archive.
+    pub archive: PathBuf,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How a command that reports an action prints: `--json` or `-q/--quiet`. A command
+/// whose `--json` lists the document's fields says so with `mut_arg("json", ...)`, and
+/// one that prints a summary besides JSON makes `--quiet` conflict with `--json` the same way.
+#[derive(clap::Args, Debug)]
+pub struct OutputArgs {
+    /// Print one JSON document instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing on success (and no progress bar).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+impl OutputArgs {
+    /// A progress bar labelled `what`, hidden with `--json` or `--quiet`.
+    pub fn progress(&self, what: &str) -> Progress {
+        Progress::new(self.quiet || self.json, what)
+    }
+}
+
+/// The switches of every command that writes an archive: `--wait`, `--json`, `--quiet`.
+#[derive(clap::Args, Debug)]
+pub struct WriteArgs {
+    /// Wait for another writer to finish instead of failing.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl WriteArgs {
+    /// The write options these switches ask for.
+    pub fn options(&self) -> WriteOptions {
+        WriteOptions {
+            wait_for_lock: self.wait,
+            ..WriteOptions::default()
+        }
+    }
+
+    /// [`WriteArgs::options`], reporting progress to `progress`.
+    pub fn options_reporting(&self, progress: &Progress) -> WriteOptions {
+        WriteOptions {
+            progress: progress.hook(),
+            ..self.options()
+        }
+    }
+}
 
 /// Refuses an archive path that is a directory, as `<what failed>: the archive path is
 /// a directory, not a file` (the OS's own answer, from mapping it, is "No such
 /// device"). `what_failed` names the path.
 pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> {
     if path.is_dir() {
-        return Err(CliError(format!(
+        return Err(CliError::Failed(format!(
             "{what_failed}: the archive path is a directory, not a file"
         )));
     }
@@ -22,7 +106,8 @@ pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> 
 /// Opens an archive, turning a failure into `cannot open PATH: why`.
 pub fn open(path: &Path) -> Result<Archive, CliError> {
     refuse_directory(path, &format!("cannot open {}", path.display()))?;
-    Archive::open(path).map_err(|e| CliError(format!("cannot open {}: {e}", path.display())))
+    Archive::open(path)
+        .map_err(|e| CliError::Failed(format!("cannot open {}: {e}", path.display())))
 }
 
 /// The tag named `name`, or the default (newest) tag.
@@ -30,17 +115,17 @@ pub fn pick_tag<'a>(archive: &'a Archive, name: Option<&str>) -> Result<Tag<'a>,
     match name {
         Some(n) => archive
             .tag(n)
-            .map_err(|e| CliError(format!("cannot read tag {n}: {e}"))),
+            .map_err(|e| CliError::Failed(format!("cannot read tag {n}: {e}"))),
         None => archive.latest().map_err(|e| match archive.default_tag() {
-            Some(t) => CliError(format!("cannot read tag {t} (the newest): {e}")),
-            None => CliError(format!("cannot read the newest tag: {e}")),
+            Some(t) => CliError::Failed(format!("cannot read tag {t} (the newest): {e}")),
+            None => CliError::Failed(format!("cannot read the newest tag: {e}")),
         }),
     }
 }
 
 /// Turns a library error about tag `tag` into `cannot read tag TAG: why`.
 pub fn tag_err(tag: &str) -> impl Fn(modelzip::Error) -> CliError + '_ {
-    move |e| CliError(format!("cannot read tag {tag}: {e}"))
+    move |e| CliError::Failed(format!("cannot read tag {tag}: {e}"))
 }
 
 /// The JSON description of a stored tensor (the shape `show --json` documents).

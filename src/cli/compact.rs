@@ -1,10 +1,9 @@
 //! `modelzip compact`: rewrite without dead bytes.
 
-use super::common::refuse_directory;
+use super::common::{WriteArgs, refuse_directory};
 use super::output::{human_bytes, print, print_json};
-use super::progress::Progress;
 use super::{CliError, Outcome};
-use modelzip::archive::{self, WriteOptions};
+use modelzip::archive;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -17,21 +16,16 @@ use std::path::PathBuf;
 ///   modelzip compact checkpoints.zip --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}"#)))]
+#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
     /// The archive.
     archive: PathBuf,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
     /// Exact byte counts.
     #[arg(long)]
     bytes: bool,
-    /// Print one JSON document: {"archive", "before_bytes", "after_bytes"}.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success (and no progress bar).
-    #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
@@ -39,22 +33,18 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         &args.archive,
         &format!("cannot compact {}", args.archive.display()),
     )?;
-    let progress = Progress::new(args.quiet || args.json, "compacting");
-    let opts = WriteOptions {
-        wait_for_lock: args.wait,
-        progress: progress.hook(),
-        ..WriteOptions::default()
-    };
+    let progress = args.write.output.progress("compacting");
+    let opts = args.write.options_reporting(&progress);
     let report = archive::compact_with(&args.archive, &opts)
-        .map_err(|e| CliError(format!("cannot compact {}: {e}", args.archive.display())))?;
+        .map_err(|e| CliError::Failed(format!("cannot compact {}: {e}", args.archive.display())))?;
     progress.finish();
-    if args.json {
+    if args.write.output.json {
         print_json(&json!({
             "archive": args.archive.display().to_string(),
             "before_bytes": report.before,
             "after_bytes": report.after,
         }))?;
-    } else if !args.quiet {
+    } else if !args.write.output.quiet {
         print(&format!(
             "{}: {} -> {}\n",
             args.archive.display(),

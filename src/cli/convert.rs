@@ -1,10 +1,10 @@
 //! `modelzip convert`: re-encode a tag's graph (graph.pdmodel <-> graph.fb) in place.
 
-use super::common::refuse_directory;
+use super::common::{WriteArgs, refuse_directory};
 use super::graph::encoding_name;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::{self, GraphEncoding, WriteOptions};
+use modelzip::archive::{self, GraphEncoding};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -21,6 +21,8 @@ use std::path::PathBuf;
 ///   modelzip convert model.zip --tag fp32 --to programdesc --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("json", |a| a.help("Print one JSON document instead of a line")))]
+#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
     /// The archive.
     archive: PathBuf,
@@ -30,15 +32,8 @@ pub struct Args {
     /// The target encoding.
     #[arg(long, value_enum, ignore_case = true)]
     to: Target,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
-    /// Print one JSON document instead of a line.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success.
-    #[arg(short, long)]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteArgs,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,17 +57,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Target::Flatbuffers => GraphEncoding::FlatBuffers,
         Target::Programdesc => GraphEncoding::ProgramDesc,
     };
-    let opts = WriteOptions {
-        wait_for_lock: args.wait,
-        ..WriteOptions::default()
-    };
+    let opts = args.write.options();
     let r = archive::convert_graph(&args.archive, &args.tag, to, &opts).map_err(|e| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot convert the graph of tag {:?}: {e}",
             args.tag
         ))
     })?;
-    if args.json {
+    if args.write.output.json {
         return print_json(&json!({
             "tag": r.tag,
             "from": encoding_name(r.from),
@@ -83,7 +75,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }))
         .map(|_| Outcome::Success);
     }
-    if !args.quiet {
+    if !args.write.output.quiet {
         let line = if r.changed {
             format!(
                 "tag {}: {} ({} bytes) -> {} ({} bytes)\n",

@@ -121,7 +121,7 @@ fn text(d: &TagDiff) -> String {
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     let d = diff_tags(&archive, &args.tag_a, &args.tag_b).map_err(|e| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot diff {} and {} of {}: {e}",
             args.tag_a,
             args.tag_b,

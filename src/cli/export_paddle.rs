@@ -1,6 +1,6 @@
 //! `modelzip export-paddle`: a tag as PREFIX.pdmodel + PREFIX.pdiparams.
 
-use super::common::{open, pick_tag};
+use super::common::{OutputArgs, TagArgs};
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::paddle::{self, ExportOptions};
@@ -19,34 +19,28 @@ use std::path::PathBuf;
 ///   modelzip export-paddle model.zip --out inference --force --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// The tag (ignoring case); default: the newest.
-    #[arg(long)]
-    tag: Option<String>,
+    #[command(flatten)]
+    input: TagArgs,
     /// Output prefix: writes PREFIX.pdmodel and PREFIX.pdiparams.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
     /// Replace existing files.
     #[arg(long)]
     force: bool,
-    /// Print one JSON document instead of a summary.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success.
-    #[arg(short, long)]
-    quiet: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
-    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let archive = args.input.open()?;
+    let tag = args.input.pick(&archive)?;
     if !args.force {
         let (m, p) = paddle::export_paths(&args.out);
         for path in [m, p] {
             if path.exists() {
-                return Err(CliError(format!(
+                return Err(CliError::Failed(format!(
                     "cannot export: {} already exists (pass --force to replace it)",
                     path.display()
                 )));
@@ -58,13 +52,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ..ExportOptions::default()
     };
     let r = paddle::export_inference_model(&tag, &args.out, &opts).map_err(|e| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot export tag {:?} of {}: {e}",
             tag.name(),
-            args.archive.display()
+            args.input.archive.display()
         ))
     })?;
-    if args.json {
+    if args.output.json {
         return print_json(&json!({
             "tag": r.tag,
             "pdmodel": r.model_path.display().to_string(),
@@ -77,7 +71,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }))
         .map(|_| Outcome::Success);
     }
-    if !args.quiet {
+    if !args.output.quiet {
         let params = match &r.params_path {
             Some(p) => format!(
                 "{} ({} bytes, {} param(s))",

@@ -1,6 +1,6 @@
 //! `modelzip extract`: a tag as a Paddle persistables directory.
 
-use super::common::{open, pick_tag, tag_err};
+use super::common::{OutputArgs, TagArgs, tag_err};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::archive::GraphEncoding;
@@ -27,30 +27,26 @@ use std::path::{Path, PathBuf};
 ///   modelzip extract model.zip --out latest/ --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "out", "files"}"#)))]
+#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
+#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// The tag (ignoring case); default: the newest.
-    #[arg(long)]
-    tag: Option<String>,
+    #[command(flatten)]
+    input: TagArgs,
     /// The target directory (created if missing).
     #[arg(long)]
     out: PathBuf,
     /// Replace existing files.
     #[arg(long)]
     force: bool,
-    /// Print one JSON document: {"archive", "tag", "out", "files"}.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success.
-    #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// The relative path for a parameter name of tag `tag`, or why it cannot be one.
 fn safe_relative(tag: &str, name: &str) -> Result<PathBuf, CliError> {
     let refuse = |why: &str| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot extract tag {tag}: refusing to extract parameter {name:?}: {why} (entry {tag}/params.txt)"
         ))
     };
@@ -86,14 +82,15 @@ fn make_parents(root: &Path, rel: &Path, created: &mut Vec<PathBuf>) -> Result<(
         match std::fs::symlink_metadata(&dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
-                return Err(CliError(format!(
+                return Err(CliError::Failed(format!(
                     "cannot create directory {}: something that is not a directory is in the way (symlinks are never followed)",
                     dir.display()
                 )));
             }
             Err(_) => {
-                std::fs::create_dir(&dir)
-                    .map_err(|e| CliError(format!("cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir(&dir).map_err(|e| {
+                    CliError::Failed(format!("cannot create {}: {e}", dir.display()))
+                })?;
                 created.push(dir.clone());
             }
         }
@@ -105,25 +102,25 @@ fn make_parents(root: &Path, rel: &Path, created: &mut Vec<PathBuf>) -> Result<(
 fn create_file(path: &Path, force: bool) -> Result<File, CliError> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !force {
-            return Err(CliError(format!(
+            return Err(CliError::Failed(format!(
                 "cannot write {}: the file exists (use --force to overwrite)",
                 path.display()
             )));
         }
         if m.is_dir() {
-            return Err(CliError(format!(
+            return Err(CliError::Failed(format!(
                 "cannot write {}: a directory is in the way",
                 path.display()
             )));
         }
         std::fs::remove_file(path)
-            .map_err(|e| CliError(format!("cannot replace {}: {e}", path.display())))?;
+            .map_err(|e| CliError::Failed(format!("cannot replace {}: {e}", path.display())))?;
     }
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
-        .map_err(|e| CliError(format!("cannot create {}: {e}", path.display())))
+        .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", path.display())))
 }
 
 /// Creates `out` and any missing parents, returning the directories it created
@@ -141,7 +138,12 @@ fn create_out_dir(out: &Path) -> Result<Vec<PathBuf>, CliError> {
                     _ => break,
                 }
             }
-            Err(e) => return Err(CliError(format!("cannot create {}: {e}", dir.display()))),
+            Err(e) => {
+                return Err(CliError::Failed(format!(
+                    "cannot create {}: {e}",
+                    dir.display()
+                )));
+            }
         }
     }
     missing.reverse();
@@ -149,13 +151,16 @@ fn create_out_dir(out: &Path) -> Result<Vec<PathBuf>, CliError> {
     for d in missing {
         if let Err(e) = std::fs::create_dir(&d) {
             remove_dirs(&created);
-            return Err(CliError(format!("cannot create {}: {e}", d.display())));
+            return Err(CliError::Failed(format!(
+                "cannot create {}: {e}",
+                d.display()
+            )));
         }
         created.push(d);
     }
     match std::fs::metadata(out) {
         Ok(m) if m.is_dir() => Ok(created),
-        _ => Err(CliError(format!(
+        _ => Err(CliError::Failed(format!(
             "cannot extract to {}: not a directory",
             out.display()
         ))),
@@ -170,8 +175,8 @@ fn remove_dirs(dirs: &[PathBuf]) {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
-    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let archive = args.input.open()?;
+    let tag = args.input.pick(&archive)?;
     let tag_name = tag.name();
     // Check every name and decode every tensor before writing anything. Each file:
     // (path relative to the output, the same with `/` separators, bytes).
@@ -190,7 +195,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     for p in tag.params() {
         let rel = safe_relative(tag_name, &p.name)?;
         let collides = |what: &str| {
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot extract tag {tag_name}: parameter {:?} collides with {what} in the output (entry {tag_name}/params.txt)",
                 p.name
             ))
@@ -214,7 +219,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         let data = tag.param(&p.name).map_err(tag_err(tag_name))?;
         let mut bytes = Vec::new();
         tensor::encode_tensor(&data.view(), &mut bytes).map_err(|e| {
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot encode parameter {:?} of tag {tag_name}: {e}",
                 p.name
             ))
@@ -232,7 +237,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             created_files.push(path.clone());
             f.write_all(bytes)
                 .and_then(|_| f.sync_all())
-                .map_err(|e| CliError(format!("cannot write {}: {e}", path.display())))?;
+                .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))?;
         }
         Ok::<(), CliError>(())
     })();
@@ -244,15 +249,15 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         remove_dirs(&out_dirs);
         return Err(e);
     }
-    if args.json {
+    if args.output.json {
         let written: Vec<&str> = files.iter().map(|(_, n, _)| n.as_str()).collect();
         print_json(&json!({
-            "archive": args.archive.display().to_string(),
+            "archive": args.input.archive.display().to_string(),
             "tag": tag.name(),
             "out": args.out.display().to_string(),
             "files": written,
         }))?;
-    } else if !args.quiet {
+    } else if !args.output.quiet {
         print(&format!(
             "extracted tag {} ({} files) to {}\n",
             tag.name(),

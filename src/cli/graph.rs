@@ -1,13 +1,12 @@
 //! `modelzip graph`: print a tag's graph as text, JSON or protobuf text format.
 
-use super::common::{open, pick_tag};
+use super::common::TagArgs;
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::Graph;
 use modelzip::archive::GraphEncoding;
 use modelzip::graph::dump;
 use serde_json::json;
-use std::path::PathBuf;
 
 /// Print a tag's graph (graph.pdmodel or graph.fb): a readable listing of variables
 /// and operations per block (text), the whole graph as one JSON document (json), or
@@ -21,11 +20,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// The tag (ignoring case); default: the newest.
-    #[arg(long)]
-    tag: Option<String>,
+    #[command(flatten)]
+    input: TagArgs,
     /// Output format.
     #[arg(long, value_enum, ignore_case = true, default_value_t = Format::Text)]
     format: Format,
@@ -50,20 +46,20 @@ pub fn encoding_name(enc: GraphEncoding) -> &'static str {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
-    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let archive = args.input.open()?;
+    let tag = args.input.pick(&archive)?;
     let name = tag.name().to_string();
     let (enc, bytes) = tag
         .graph()
-        .map_err(|e| CliError(format!("cannot read the graph of tag {name:?}: {e}")))?
+        .map_err(|e| CliError::Failed(format!("cannot read the graph of tag {name:?}: {e}")))?
         .ok_or_else(|| {
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot print the graph of tag {name:?}: the tag has no graph (no graph.pdmodel or graph.fb) (file {})",
-                args.archive.display()
+                args.input.archive.display()
             ))
         })?;
     let entry = format!("{name}/{}", enc.file_name());
-    let bad = |e: modelzip::Error| CliError(format!("cannot decode {entry}: {e}"));
+    let bad = |e: modelzip::Error| CliError::Failed(format!("cannot decode {entry}: {e}"));
     let graph = match enc {
         GraphEncoding::ProgramDesc => Graph::from_programdesc(&bytes),
         GraphEncoding::FlatBuffers => Graph::from_flatbuffers(&bytes),
@@ -87,9 +83,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Format::Pbtxt => {
             let pd = match enc {
                 GraphEncoding::ProgramDesc => bytes.into_owned(),
-                GraphEncoding::FlatBuffers => graph
-                    .to_programdesc()
-                    .map_err(|e| CliError(format!("cannot convert {entry} to ProgramDesc: {e}")))?,
+                GraphEncoding::FlatBuffers => graph.to_programdesc().map_err(|e| {
+                    CliError::Failed(format!("cannot convert {entry} to ProgramDesc: {e}"))
+                })?,
             };
             let mut text = dump::pbtxt(&pd).map_err(bad)?;
             if !text.ends_with('\n') {

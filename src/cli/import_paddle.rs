@@ -1,10 +1,9 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
-use super::common::refuse_directory;
+use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
-use super::progress::Progress;
 use super::{CliError, Outcome};
-use modelzip::archive::{AppendMode, WriteOptions};
+use modelzip::archive::AppendMode;
 use modelzip::interop::paddle::{self, ImportOptions, ImportReport};
 use serde_json::json;
 use std::path::PathBuf;
@@ -50,33 +49,22 @@ pub struct Args {
     /// Add by rewriting the whole archive to a new file and renaming it.
     #[arg(long)]
     rewrite: bool,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
-    /// Print one JSON document instead of a summary.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success (and no progress bar).
-    #[arg(short, long)]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let progress = Progress::new(args.quiet || args.json, "importing");
+    let progress = args.write.output.progress("importing");
     let opts = ImportOptions {
         mode: if args.rewrite {
             AppendMode::Rewrite
         } else {
             AppendMode::InPlace
         },
-        write: WriteOptions {
-            wait_for_lock: args.wait,
-            progress: progress.hook(),
-            ..WriteOptions::default()
-        },
+        write: args.write.options_reporting(&progress),
     };
     let shown = args.archive.display().to_string();
-    let fail = |e: modelzip::Error| CliError(format!("cannot import into {shown}: {e}"));
+    let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
     let report = match (&args.dir, &args.model_file, &args.params_file) {
         (Some(dir), None, None) => paddle::import_persistables_dir(
@@ -95,16 +83,16 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             paddle::import_program(&args.archive, &args.tag, model, &opts).map_err(fail)?
         }
         _ => {
-            return Err(CliError(
+            return Err(CliError::Failed(
                 "usage: give MODEL.pdmodel and PARAMS.pdiparams, or --dir DIR (see 'modelzip import-paddle --help')".into(),
             ));
         }
     };
     progress.finish();
-    if args.json {
+    if args.write.output.json {
         return print_json(&report_json(&shown, &report)).map(|_| Outcome::Success);
     }
-    if !args.quiet {
+    if !args.write.output.quiet {
         let shared = report
             .params
             .iter()

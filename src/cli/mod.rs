@@ -65,13 +65,18 @@ pub enum Outcome {
     Negative,
 }
 
-/// A failed command: one line for stderr, exit code 2.
+/// Why a command stopped short.
 #[derive(Debug)]
-pub struct CliError(pub String);
+pub enum CliError {
+    /// A failure: one line for stderr, exit code 2.
+    Failed(String),
+    /// Stdout was closed (e.g. `| head`): the command ends quietly, exit code 0.
+    BrokenPipe,
+}
 
 impl<E: std::fmt::Display> From<E> for CliError {
     fn from(e: E) -> Self {
-        CliError(e.to_string())
+        CliError::Failed(e.to_string())
     }
 }
 
@@ -120,8 +125,8 @@ pub fn run() -> ExitCode {
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Negative) => ExitCode::from(1),
-        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(CliError(msg)) => {
+        Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
+        Err(CliError::Failed(msg)) => {
             eprintln!("modelzip: {}", output::error_line(&msg));
             ExitCode::from(2)
         }

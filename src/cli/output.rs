@@ -3,7 +3,7 @@
 use super::CliError;
 use std::io::Write;
 
-/// Writes `text` to stdout; a closed pipe becomes a quiet [`CliError`] the caller ignores.
+/// Writes `text` to stdout; a closed pipe becomes [`CliError::BrokenPipe`].
 pub fn print(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -12,7 +12,6 @@ pub fn print(text: &str) -> Result<(), CliError> {
 }
 
 /// Writes raw bytes to stdout.
-#[allow(dead_code)]
 pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
@@ -31,24 +30,16 @@ pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), CliErro
         .map_err(io_error)
 }
 
-const BROKEN_PIPE: &str = "\u{0}broken pipe";
-
-/// A stdout write error; a closed pipe becomes the quiet marker.
+/// A stdout write error; a closed pipe is [`CliError::BrokenPipe`], which ends quietly.
 pub fn io_error(e: std::io::Error) -> CliError {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        CliError(BROKEN_PIPE.to_string())
+        CliError::BrokenPipe
     } else {
-        CliError(format!("cannot write to stdout: {e}"))
+        CliError::Failed(format!("cannot write to stdout: {e}"))
     }
 }
 
-/// Whether the error is the quiet broken-pipe marker.
-pub fn is_broken_pipe(e: &CliError) -> bool {
-    e.0 == BROKEN_PIPE
-}
-
 /// A byte count for people: `812 B`, `1.5 KiB`, `3.2 GiB`; exact when `exact`.
-#[allow(dead_code)]
 pub fn human_bytes(n: u64, exact: bool) -> String {
     if exact || n < 1024 {
         return format!("{n} B");

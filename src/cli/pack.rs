@@ -1,12 +1,12 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::{open, refuse_directory};
+use super::common::{WriteArgs, open, refuse_directory};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::Graph;
 use modelzip::archive::{
-    AppendMode, Appender, ArchiveWriter, GraphEncoding, TagWriter, WriteOptions, validate_tag_name,
+    AppendMode, Appender, ArchiveWriter, GraphEncoding, TagWriter, validate_tag_name,
 };
 use modelzip::tensor;
 use serde_json::json;
@@ -42,6 +42,8 @@ use std::path::{Path, PathBuf};
 ///   modelzip extract model.zip --tag fp32 --out fp32/ && modelzip pack copy.zip fp32/ --tag fp32
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "created", "mode", "params", "updater_arrays", "shared", "graph"}"#)))]
+#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
     /// The archive to create or add to.
     archive: PathBuf,
@@ -63,29 +65,19 @@ pub struct Args {
     /// Add by rewriting the whole archive to a new file and renaming it.
     #[arg(long)]
     rewrite: bool,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
-    /// Print one JSON document: {"archive", "tag", "created", "mode", "params",
-    /// "updater_arrays", "shared", "graph"}.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success (and no progress bar).
-    #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteArgs,
 }
 
 /// Files under `dir`, as (name relative to dir with `/`, path), sorted by name.
 fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliError> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(CliError(format!(
-                "cannot pack {what} {}: not a directory (pack reads a directory of LoDTensor files, one per tensor)",
-                dir.display()
-            )));
-        }
-        Err(e) => return Err(CliError(format!("cannot read {}: {e}", dir.display()))),
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", dir.display())))?;
+    if !meta.is_dir() {
+        return Err(CliError::Failed(format!(
+            "cannot pack {what} {}: not a directory (pack reads a directory of LoDTensor files, one per tensor)",
+            dir.display()
+        )));
     }
     let mut out = Vec::new();
     for entry in walkdir::WalkDir::new(dir)
@@ -95,15 +87,15 @@ fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliErr
         let entry = entry.map_err(|e| {
             let path = e.path().unwrap_or(dir).display().to_string();
             match e.io_error() {
-                Some(io) => CliError(format!("cannot read {path}: {io}")),
-                None => CliError(format!("cannot read {path}: {e}")),
+                Some(io) => CliError::Failed(format!("cannot read {path}: {io}")),
+                None => CliError::Failed(format!("cannot read {path}: {e}")),
             }
         })?;
         if !entry.file_type().is_file() {
             continue;
         }
         let not_utf8 = || {
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot pack {}: file name is not UTF-8 (parameter names are) (file {})",
                 dir.display(),
                 entry.path().display()
@@ -137,12 +129,12 @@ struct GraphFile {
 fn read_graph(path: &Path, encoding: Option<GraphEncoding>) -> Result<GraphFile, CliError> {
     let bytes = std::fs::read(path).map_err(|e| {
         if path.is_dir() {
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot read graph {}: it is a directory, not a graph file",
                 path.display()
             ))
         } else {
-            CliError(format!("cannot read graph {}: {e}", path.display()))
+            CliError::Failed(format!("cannot read graph {}: {e}", path.display()))
         }
     })?;
     let encoding = encoding.unwrap_or_else(|| {
@@ -159,7 +151,7 @@ fn read_graph(path: &Path, encoding: Option<GraphEncoding>) -> Result<GraphFile,
         GraphEncoding::ProgramDesc => "a Paddle ProgramDesc (.pdmodel)",
     };
     Graph::decode(encoding, &bytes).map_err(|e| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot use graph {} as {what}: {e}",
             path.display()
         ))
@@ -199,14 +191,14 @@ fn gather(args: &Args) -> Result<Inputs, CliError> {
         (None, []) => None,
         (None, [(path, enc)]) => Some(read_graph(path, Some(*enc))?),
         (None, _) => {
-            return Err(CliError(format!(
+            return Err(CliError::Failed(format!(
                 "cannot pack {}: it holds both __model__ and graph.fb at its root; pass --graph to choose the tag's graph",
                 args.dir.display()
             )));
         }
     };
     if params.is_empty() && graph.is_none() {
-        return Err(CliError(format!(
+        return Err(CliError::Failed(format!(
             "cannot pack {}: the directory holds no parameter files (a tag needs parameters or a graph; is the path right?)",
             args.dir.display()
         )));
@@ -218,7 +210,7 @@ fn gather(args: &Args) -> Result<Inputs, CliError> {
         let mut groups: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for (rel, path) in tensor_files(dir, "updater state from")? {
             let Some((param, _array)) = rel.rsplit_once('/') else {
-                return Err(CliError(format!(
+                return Err(CliError::Failed(format!(
                     "cannot pack updater state from {}: {rel} is not in a <param>/ directory (the layout is UPDATER/<param>/<array>) (file {})",
                     dir.display(),
                     path.display()
@@ -250,9 +242,9 @@ struct Packed {
 /// Reads tag `name` back from the finished archive.
 fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, CliError> {
     let archive = open(&args.archive)?;
-    let tag = archive
-        .tag(&args.tag)
-        .map_err(|e| CliError(format!("cannot read back {}: {e}", args.archive.display())))?;
+    let tag = archive.tag(&args.tag).map_err(|e| {
+        CliError::Failed(format!("cannot read back {}: {e}", args.archive.display()))
+    })?;
     let arrays = tag.updater().iter().flat_map(|u| u.arrays.iter());
     let shared = tag
         .params()
@@ -263,7 +255,7 @@ fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, C
         .count();
     let graph = tag
         .graph()
-        .map_err(|e| CliError(format!("cannot read back tag {}: {e}", tag.name())))?
+        .map_err(|e| CliError::Failed(format!("cannot read back tag {}: {e}", tag.name())))?
         .map(|(g, _)| match g {
             GraphEncoding::FlatBuffers => "flatbuffers",
             GraphEncoding::ProgramDesc => "programdesc",
@@ -280,11 +272,12 @@ fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, C
 }
 
 fn read_tensor_file(path: &Path) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))
+    std::fs::read(path)
+        .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", path.display())))
 }
 
 fn decode_err(path: &Path) -> impl Fn(modelzip::Error) -> CliError + '_ {
-    move |e| CliError(format!("cannot decode {}: {e}", path.display()))
+    move |e| CliError::Failed(format!("cannot decode {}: {e}", path.display()))
 }
 
 fn fill(
@@ -296,7 +289,7 @@ fn fill(
     let name = &args.tag;
     if let Some(g) = &inputs.graph {
         tag.graph(g.encoding, &g.bytes).map_err(|e| {
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot add graph {} to tag {name}: {e}",
                 g.path.display()
             ))
@@ -308,11 +301,11 @@ fn fill(
         let t = tensor::decode_tensor(&bytes).map_err(decode_err(path))?;
         tag.param(param, &t).map_err(|e| match e.kind() {
             // Writing the archive failed (a full disk), not reading the input file.
-            modelzip::ErrorKind::Io(_) => CliError(format!(
+            modelzip::ErrorKind::Io(_) => CliError::Failed(format!(
                 "cannot write {} (adding parameter {param:?} of tag {name}): {e}",
                 args.archive.display()
             )),
-            _ => CliError(format!(
+            _ => CliError::Failed(format!(
                 "cannot add parameter {param:?} to tag {name}: {e} (file {})",
                 path.display()
             )),
@@ -331,7 +324,7 @@ fn fill(
             .collect::<Result<Vec<_>, _>>()?;
         tag.updater(param, &views).map_err(|e| {
             let dir = paths[0].parent().unwrap_or(Path::new("."));
-            CliError(format!(
+            CliError::Failed(format!(
                 "cannot add the updater state of {param:?} to tag {name}: {e} (file {})",
                 dir.display()
             ))
@@ -342,17 +335,14 @@ fn fill(
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
-    let fail = |e: modelzip::Error| CliError(format!("cannot write {shown}: {e}"));
-    let progress = Progress::new(args.quiet || args.json, "packing");
-    let opts = WriteOptions {
-        wait_for_lock: args.wait,
-        ..WriteOptions::default()
-    };
+    let fail = |e: modelzip::Error| CliError::Failed(format!("cannot write {shown}: {e}"));
+    let progress = args.write.output.progress("packing");
+    let opts = args.write.options();
     // Everything that can be checked is checked before the lock is taken (and, for a
     // new archive, before its lock file exists).
     refuse_directory(&args.archive, &format!("cannot write {shown}"))?;
     validate_tag_name(&args.tag)
-        .map_err(|e| CliError(format!("cannot add tag to {shown}: {e}")))?;
+        .map_err(|e| CliError::Failed(format!("cannot add tag to {shown}: {e}")))?;
     let inputs = gather(&args)?;
     let (created, mode) = if args.archive.exists() {
         let (mode, name) = if args.rewrite {
@@ -375,11 +365,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         (true, "new")
     };
     progress.finish();
-    if args.quiet {
+    if args.write.output.quiet {
         return Ok(Outcome::Success);
     }
     let p = read_back(&args, created, mode)?;
-    if args.json {
+    if args.write.output.json {
         print_json(&json!({
             "archive": shown,
             "tag": p.tag,

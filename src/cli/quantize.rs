@@ -1,9 +1,9 @@
 //! `modelzip quantize`: derive an INT8 tag from a float tag.
 
+use super::common::WriteArgs;
 use super::output::{clean, human_bytes, print, print_json};
-use super::progress::Progress;
 use super::{CliError, Outcome};
-use modelzip::archive::WriteOptions;
+use modelzip::WriteOptions;
 use modelzip::variants::{self, ParamChange, QuantizeOptions, VariantReport};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -28,53 +28,72 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
+    #[command(flatten)]
+    variant: VariantArgs,
+    /// One scale per output channel instead of one per tensor (recommended: the INT8
+    /// error then depends less on how channel ranges differ; docs/VARIANTS.md).
+    #[arg(long)]
+    per_channel: bool,
+}
+
+/// The arguments of a command that derives a new tag from one in the archive
+/// (`quantize`, `cast`): `ARCHIVE --from TAG --tag NEW` and the write switches.
+#[derive(clap::Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Print one JSON document describing the new tag")))]
+#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
+pub struct VariantArgs {
     /// The archive.
     archive: PathBuf,
-    /// The float tag to quantize (ignoring case).
+    /// The tag to derive the new tag from (ignoring case).
     #[arg(long = "from", value_name = "TAG")]
     from: String,
     /// Name of the new tag.
     #[arg(long, value_name = "NEW")]
     tag: String,
-    /// One scale per output channel instead of one per tensor (recommended: the INT8
-    /// error then depends less on how channel ranges differ; docs/VARIANTS.md).
-    #[arg(long)]
-    per_channel: bool,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
-    /// Print one JSON document describing the new tag.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success (and no progress bar).
-    #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteArgs,
+}
+
+impl VariantArgs {
+    /// Runs `make(archive, from, new tag, write options)` behind a progress bar labelled
+    /// `label`, then prints its report; `command` names it in an error, `verb` says what
+    /// was done to the changed parameters ("quantized", "cast").
+    pub fn run(
+        &self,
+        command: &str,
+        label: &str,
+        verb: &str,
+        make: impl FnOnce(&Path, &str, &str, &WriteOptions) -> modelzip::Result<VariantReport>,
+    ) -> Result<Outcome, CliError> {
+        let progress = self.write.output.progress(label);
+        let write = self.write.options_reporting(&progress);
+        let report = make(&self.archive, &self.from, &self.tag, &write).map_err(|e| {
+            CliError::Failed(format!(
+                "cannot {command} tag {} of {}: {e}",
+                self.from,
+                self.archive.display()
+            ))
+        })?;
+        progress.finish();
+        let output = &self.write.output;
+        render(&self.archive, &report, output.json, output.quiet, verb)
+    }
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let progress = Progress::new(args.quiet || args.json, "quantizing");
-    let write = WriteOptions {
-        wait_for_lock: args.wait,
-        progress: progress.hook(),
-        ..WriteOptions::default()
-    };
     let options = QuantizeOptions {
         per_channel: args.per_channel,
     };
-    let report = variants::quantize(&args.archive, &args.from, &args.tag, &options, &write)
-        .map_err(|e| {
-            CliError(format!(
-                "cannot quantize tag {} of {}: {e}",
-                args.from,
-                args.archive.display()
-            ))
-        })?;
-    progress.finish();
-    render(&args.archive, &report, args.json, args.quiet, "quantized")
+    args.variant.run(
+        "quantize",
+        "quantizing",
+        "quantized",
+        |archive, from, tag, write| variants::quantize(archive, from, tag, &options, write),
+    )
 }
 
 /// Renders a variant report (shared by `quantize` and `cast`).
-pub fn render(
+fn render(
     archive: &Path,
     report: &VariantReport,
     json: bool,

@@ -1,10 +1,10 @@
 //! `modelzip rm`: remove a tag.
 
-use super::common::refuse_directory;
+use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
-use super::progress::Progress;
 use super::{CliError, Outcome};
-use modelzip::archive::{self, RemoveReport, WriteOptions};
+use modelzip::WriteOptions;
+use modelzip::archive::{self, Archive, RemoveReport};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -24,57 +24,73 @@ pub struct Args {
     archive: PathBuf,
     /// The tag to remove (ignoring case).
     tag: String,
-    /// Remove without rewriting the archive: append the changes in place; the
-    /// removed tag's bytes become dead bytes until `compact`.
-    #[arg(long)]
-    in_place: bool,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
-    /// Print one JSON document: {"archive", "removed", "kept", "rehomed",
-    /// "before_bytes", "after_bytes"}.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success (and no progress bar).
-    #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    #[command(flatten)]
+    removal: RemovalArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    refuse_directory(
+    let failed = format!("cannot remove {} from {}", args.tag, args.archive.display());
+    args.removal.run(
         &args.archive,
-        &format!("cannot remove {} from {}", args.tag, args.archive.display()),
-    )?;
-    let progress = Progress::new(args.quiet || args.json, "removing");
-    let opts = WriteOptions {
-        wait_for_lock: args.wait,
-        progress: progress.hook(),
-        ..WriteOptions::default()
-    };
-    let result = if args.in_place {
-        archive::remove_tags_in_place(&args.archive, &opts, |a| {
+        &failed,
+        "removing",
+        |a| {
             a.canonical_tag(&args.tag)
                 .map(|t| vec![t.to_string()])
-                .ok_or_else(|| modelzip::ErrorKind::TagNotFound(args.tag.clone()).into())
-        })
-    } else {
-        archive::remove_tag_report(&args.archive, &args.tag, &opts)
-    };
-    let report = result.map_err(|e| {
-        CliError(format!(
-            "cannot remove {} from {}: {e}",
-            args.tag,
-            args.archive.display()
-        ))
-    })?;
-    progress.finish();
-    if args.json {
-        print_json(&removal_json(&args.archive, &report))?;
-    } else if !args.quiet {
-        let name = report.removed.first().unwrap_or(&args.tag);
-        print(&format!("removed tag {name}{}\n", rehomed_note(&report)))?;
+                .ok_or_else(|| modelzip::ErrorKind::tag_not_found(&args.tag, a.tags()).into())
+        },
+        |opts| archive::remove_tag_report(&args.archive, &args.tag, opts),
+        |report| {
+            let name = report.removed.first().unwrap_or(&args.tag);
+            format!("removed tag {name}{}\n", rehomed_note(report))
+        },
+    )
+}
+
+/// The switches `rm` and `prune` share: `--in-place` and the write switches.
+#[derive(clap::Args, Debug)]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "removed", "kept", "rehomed", "before_bytes", "after_bytes"}"#)))]
+#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
+pub struct RemovalArgs {
+    /// Remove without rewriting the archive: append the changes in place; the
+    /// removed bytes become dead bytes until `compact`.
+    #[arg(long)]
+    in_place: bool,
+    #[command(flatten)]
+    write: WriteArgs,
+}
+
+impl RemovalArgs {
+    /// Removes tags from `archive`, with a progress bar labelled `label`: in place, the
+    /// ones `select` picks from the open archive, else by `rewrite` (a new file); then
+    /// prints the report (`summary` gives the line of human output). `failed` starts an
+    /// error line.
+    pub fn run(
+        &self,
+        archive: &Path,
+        failed: &str,
+        label: &str,
+        select: impl FnOnce(&Archive) -> modelzip::Result<Vec<String>>,
+        rewrite: impl FnOnce(&WriteOptions) -> modelzip::Result<RemoveReport>,
+        summary: impl FnOnce(&RemoveReport) -> String,
+    ) -> Result<Outcome, CliError> {
+        refuse_directory(archive, failed)?;
+        let progress = self.write.output.progress(label);
+        let opts = self.write.options_reporting(&progress);
+        let result = if self.in_place {
+            archive::remove_tags_in_place(archive, &opts, select)
+        } else {
+            rewrite(&opts)
+        };
+        let report = result.map_err(|e| CliError::Failed(format!("{failed}: {e}")))?;
+        progress.finish();
+        if self.write.output.json {
+            print_json(&removal_json(archive, &report))?;
+        } else if !self.write.output.quiet {
+            print(&summary(&report))?;
+        }
+        Ok(Outcome::Success)
     }
-    Ok(Outcome::Success)
 }
 
 /// The JSON document of `rm --json` and `prune --json` (documented in docs/CLI.md).

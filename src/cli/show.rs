@@ -1,10 +1,9 @@
 //! `modelzip show`: every param and updater array of a tag.
 
-use super::common::{open, pick_tag, tag_err, tensor_json};
+use super::common::{TagArgs, tag_err, tensor_json};
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 
 /// Show each parameter and updater array of a tag: name, dtype, dims, LoD, the
 /// entry it is stored in, whether it is shared and from which tag, and the SHA-256
@@ -16,19 +15,16 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// The tag (ignoring case); default: the newest.
-    #[arg(long)]
-    tag: Option<String>,
+    #[command(flatten)]
+    input: TagArgs,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
-    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let archive = args.input.open()?;
+    let tag = args.input.pick(&archive)?;
     let mut params = Vec::new();
     for p in tag.params() {
         let data = tag.tensor(&p.location).map_err(tag_err(tag.name()))?;

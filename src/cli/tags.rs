@@ -1,5 +1,6 @@
 //! `modelzip tags`: the tag listing.
 
+use super::common::ReportArgs;
 use super::common::{open, tag_err};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
@@ -8,7 +9,6 @@ use modelzip::archive::{GraphEncoding, Tag};
 use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 /// List the tags of an archive, oldest first; the default (newest) is marked.
 ///
@@ -21,11 +21,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// Print one JSON document instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: ReportArgs,
     /// Exact byte counts instead of human-readable sizes.
     #[arg(long)]
     bytes: bool,
@@ -88,7 +85,7 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
+    let archive = open(&args.report.archive)?;
     // Tags are independent: describe them on every core (two threads halve `tags` on
     // an archive of 100 tags x 1,000 params; docs/BENCHMARKS.md, P5).
     let describe = |names: &[String]| -> Result<Vec<TagRow>, CliError> {
@@ -112,9 +109,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         let mut rows = Vec::new();
         for w in workers {
             let part = w.join().map_err(|_| {
-                CliError(format!(
+                CliError::Failed(format!(
                     "cannot list the tags of {}: a worker thread panicked",
-                    args.archive.display()
+                    args.report.archive.display()
                 ))
             })??;
             rows.extend(part);
@@ -122,7 +119,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Ok::<_, CliError>(rows)
     })?;
     let default = archive.default_tag().map(str::to_string);
-    if args.json {
+    if args.report.json {
         let tags: Vec<Value> = rows
             .iter()
             .enumerate()
@@ -141,7 +138,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             })
             .collect();
         let doc = json!({
-            "archive": args.archive.display().to_string(),
+            "archive": args.report.archive.display().to_string(),
             "default": default,
             "tags": tags,
         });

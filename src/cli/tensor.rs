@@ -27,10 +27,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.file.display().to_string();
     // Memory-mapped: the data is read only to hash it, never copied.
     let file = modelzip::tensor::TensorFile::open(&args.file)
-        .map_err(|e| CliError(format!("cannot read {shown}: {}", e.kind())))?;
+        .map_err(|e| CliError::Failed(format!("cannot read {shown}: {}", e.kind())))?;
     let bytes = file.bytes();
     let records = codec::decode_combined(bytes)
-        .map_err(|e| CliError(format!("cannot decode {shown}: {e}")))?;
+        .map_err(|e| CliError::Failed(format!("cannot decode {shown}: {e}")))?;
     if args.json {
         let recs: Vec<RecordJson<'_>> = records.iter().map(RecordJson::new).collect();
         let doc = FileJson {

@@ -1,11 +1,11 @@
 //! `modelzip verify`: check everything.
 
+use super::common::ReportArgs;
 use super::common::open;
 use super::output::{clean, print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
 use serde_json::json;
-use std::path::PathBuf;
 
 /// Check an archive: structure, references, CRC32, SHA-256 manifests, and that
 /// every tensor decodes with a byte count matching dtype × dims.
@@ -17,31 +17,29 @@ use std::path::PathBuf;
 ///   modelzip verify model.zip --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("json", |a| a.help("Print one JSON document instead of text")))]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    report: ReportArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
-    let progress = Progress::new(args.json, "verifying");
+    let archive = open(&args.report.archive)?;
+    let progress = Progress::new(args.report.json, "verifying");
     let report = match progress.hook() {
         Some(hook) => archive.verify_with_progress(hook.as_fn()),
         None => archive.verify(),
     };
     progress.finish();
     let ok = report.problems.is_empty();
-    if args.json {
+    if args.report.json {
         let problems: Vec<_> = report
             .problems
             .iter()
             .map(|p| json!({"entry": p.entry, "message": p.message}))
             .collect();
         let doc = json!({
-            "archive": args.archive.display().to_string(),
+            "archive": args.report.archive.display().to_string(),
             "ok": ok,
             "tags": archive.tags().len(),
             "problems": problems,
@@ -50,13 +48,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     } else if ok {
         print(&format!(
             "{}: ok ({} tags)\n",
-            args.archive.display(),
+            args.report.archive.display(),
             archive.tags().len()
         ))?;
     } else {
         let mut out = format!(
             "{}: {} problem(s)\n",
-            args.archive.display(),
+            args.report.archive.display(),
             report.problems.len()
         );
         for p in &report.problems {

@@ -175,7 +175,7 @@ fn errors_are_one_line() {
             .arg(&a)
             .args(["--from", "nope", "--tag", "x"]),
     );
-    assert!(e.contains("no tag \"nope\""), "{e}");
+    assert!(e.contains("no tag \"nope\"; tags: fp32"), "{e}");
     let e = expect_error(
         modelzip()
             .arg("cast")

@@ -505,7 +505,7 @@ def journal_cases():
                    E("x/params/0.lodtensor", tensor(dims=(8,), data=bytes(32))),
                    E("x/notes.txt", b"a longer file, so that the old offset lands inside it")])
     emit("journal-of-another-archive.zip", other, "tags", "does not belong to this archive",
-         kind="InvalidInput", extra_files={".journal": journal})
+         kind="ForeignJournal", extra_files={".journal": journal})
     # A journal cut short while being written (bad checksum): the archive was not touched.
     emit("journal-torn-archive-untouched.zip", old, "tags --json", None, exit_code=0,
          stdout='"name": "a"', extra_files={".journal": journal[:-40]})
