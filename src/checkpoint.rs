@@ -305,6 +305,23 @@ impl Checkpointer {
     /// Saves a checkpoint, applies the retention policy, and returns when it is durable.
     /// Waits for a pending asynchronous save first, and fails with its error if it failed
     /// (see [`SaveHandle::wait`] for which error).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use modelzip::checkpoint::{Checkpoint, CheckpointOptions, Checkpointer};
+    /// use modelzip::Tensor;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let mut ck = Checkpointer::open(dir.path().join("run.zip"), CheckpointOptions::default())?;
+    /// let mut c = Checkpoint::new(100);
+    /// c.params.push(("w".into(), Tensor::from_slice(vec![2], &[0.5f32, 1.5])?));
+    /// c.metrics.insert("loss".into(), 0.25);
+    /// let report = ck.save(&c)?;
+    /// assert_eq!(report.tag, "step-000000100");
+    /// assert_eq!(ck.latest()?.map(|c| c.step), Some(100));
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
     pub fn save(&mut self, ckpt: &Checkpoint) -> Result<SaveReport> {
         self.wait()?;
         save_now(&self.path, &self.opts, ckpt)

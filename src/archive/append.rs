@@ -30,6 +30,27 @@ enum Target {
 
 /// Adds tags to an existing archive; [`Appender::finish`] makes them visible, dropping it
 /// unfinished leaves the archive as it was.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::{AppendMode, Appender, ArchiveWriter, TagBuilder, Tensor};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0])?;
+/// let mut writer = ArchiveWriter::create(&path)?;
+/// writer.add_tag(TagBuilder::new("step-1").param("w", w.clone()))?;
+/// writer.finish()?;
+///
+/// let mut app = Appender::open(&path, AppendMode::InPlace)?; // journaled
+/// let mut tag = app.begin_tag("step-2")?;
+/// tag.param("w", &w.view())?;
+/// tag.finish()?;
+/// app.finish()?; // the new tag becomes visible here
+/// assert_eq!(modelzip::Archive::open(&path)?.tags(), &["step-1", "step-2"]);
+/// # Ok::<(), modelzip::Error>(())
+/// ```
 pub struct Appender {
     session: Option<Session>,
     target: Option<Target>,
@@ -232,6 +253,24 @@ impl Drop for Appender {
 }
 
 /// Adds `tag` to the archive at `path`.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::{AppendMode, ArchiveWriter, TagBuilder, Tensor, WriteOptions};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0])?;
+/// let mut writer = ArchiveWriter::create(&path)?;
+/// writer.add_tag(TagBuilder::new("fp32").param("w", w.clone()))?;
+/// writer.finish()?;
+/// let next = TagBuilder::new("fp32-ft").param("w", w);
+/// modelzip::append_tag(&path, next, AppendMode::InPlace, &WriteOptions::default())?;
+/// let archive = modelzip::Archive::open(&path)?;
+/// assert!(archive.latest()?.params()[0].location.shared); // stored once
+/// # Ok::<(), modelzip::Error>(())
+/// ```
 pub fn append_tag(
     path: impl AsRef<Path>,
     tag: TagBuilder,

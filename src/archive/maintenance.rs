@@ -176,6 +176,24 @@ pub fn remove_tags_in_place(
 }
 
 /// Rewrites the archive without the dead bytes in-place appends leave behind.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::{AppendMode, ArchiveWriter, TagBuilder, Tensor, WriteOptions};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let mut writer = ArchiveWriter::create(&path)?;
+/// writer.add_tag(TagBuilder::new("a").param("w", Tensor::from_slice(vec![1], &[1.0f32])?))?;
+/// writer.finish()?;
+/// let b = TagBuilder::new("b").param("w", Tensor::from_slice(vec![1], &[2.0f32])?);
+/// modelzip::append_tag(&path, b, AppendMode::InPlace, &WriteOptions::default())?;
+/// assert!(modelzip::Archive::open(&path)?.dead_bytes() > 0); // the old central directory
+/// modelzip::compact(&path)?;
+/// assert_eq!(modelzip::Archive::open(&path)?.dead_bytes(), 0);
+/// # Ok::<(), modelzip::Error>(())
+/// ```
 pub fn compact(path: impl AsRef<Path>) -> Result<CompactReport> {
     compact_with(path, &WriteOptions::default())
 }

@@ -331,6 +331,25 @@ impl Archive {
     /// in-place append lies beside it (beside the file a symlinked `path` points at), the
     /// append is rolled back first (this needs write access to the archive and its
     /// directory).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("model.zip");
+    /// # let w = modelzip::Tensor::from_slice(vec![2], &[1.0f32, 2.0])?;
+    /// # let mut writer = modelzip::ArchiveWriter::create(&path)?;
+    /// # writer.add_tag(modelzip::TagBuilder::new("fp32").param("fc.w", w))?;
+    /// # writer.finish()?;
+    /// use modelzip::Archive;
+    ///
+    /// let archive = Archive::open(&path)?;
+    /// assert_eq!(archive.tags(), &["fp32"]);
+    /// assert_eq!(archive.default_tag(), Some("fp32"));
+    /// let tag = archive.tag("FP32")?; // tag names ignore ASCII case
+    /// assert_eq!(tag.params().len(), 1);
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
         OpenOptions::default().open(path)
     }
@@ -989,6 +1008,26 @@ impl<'a> Tag<'a> {
     }
 
     /// The parameter `name`'s tensor.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("model.zip");
+    /// # let w = modelzip::Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0])?;
+    /// # let mut writer = modelzip::ArchiveWriter::create(&path)?;
+    /// # writer.add_tag(modelzip::TagBuilder::new("fp32").param("fc.w", w))?;
+    /// # writer.finish()?;
+    /// let archive = modelzip::Archive::open(&path)?;
+    /// let tag = archive.latest()?;
+    /// let data = tag.param("fc.w")?;
+    /// assert!(data.is_mapped()); // stored entries are views of the memory map
+    /// let view = data.view();
+    /// assert_eq!(view.dims(), &[2, 2]);
+    /// assert_eq!(view.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+    /// assert!(tag.param("missing").is_err());
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
     pub fn param(&self, name: &str) -> Result<TensorData<'a>> {
         let by_name = self.by_name.get_or_init(|| {
             self.params

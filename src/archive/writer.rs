@@ -714,6 +714,25 @@ impl TagBuilder {
 
 /// Writes a new archive to a temp file beside `path` and renames it into place on
 /// [`ArchiveWriter::finish`]; dropped unfinished, it removes the temp file.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::{ArchiveWriter, TagBuilder, Tensor};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0])?;
+/// let mut writer = ArchiveWriter::create(&path)?;
+/// writer.add_tag(TagBuilder::new("fp32").param("fc.w", w.clone()))?;
+/// // Or stream a tag, one tensor at a time:
+/// let mut tag = writer.begin_tag("int8")?;
+/// tag.param("fc.w", &w.view())?; // identical to fp32's: stored once, referenced
+/// tag.finish()?;
+/// writer.finish()?; // temp file fsynced and renamed over `path`
+/// assert_eq!(modelzip::Archive::open(&path)?.tags(), &["fp32", "int8"]);
+/// # Ok::<(), modelzip::Error>(())
+/// ```
 pub struct ArchiveWriter {
     session: Session,
     temp: TempTarget,

@@ -358,6 +358,22 @@ fn report(
 /// archive at `archive` (created if absent). `graph.pdmodel` is the exact model bytes;
 /// the parameters are checked with [`inference_params`] before anything is written.
 /// Tensors identical to ones already in the archive are referenced, not copied.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::interop::paddle::{self, ImportOptions};
+///
+/// let fixtures = std::path::Path::new("tests/fixtures/paddle/3.3.1");
+/// let model = std::fs::read(fixtures.join("mlp.pdmodel"))?;
+/// let params = std::fs::read(fixtures.join("mlp.pdiparams"))?;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let report =
+///     paddle::import_inference_model(&path, "fp32", &model, &params, &ImportOptions::default())?;
+/// assert!(report.created && !report.params.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn import_inference_model(
     archive: &Path,
     tag: &str,

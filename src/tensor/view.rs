@@ -111,6 +111,23 @@ impl<'a> TensorView<'a> {
 
     /// The data as `&[T]`, without copying. Fails when `T` is not the dtype's
     /// element type or when the data is not aligned for `T` (use [`Self::to_vec`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use modelzip::{DType, TensorView};
+    ///
+    /// let bytes: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let v = TensorView::new(DType::Fp32, vec![2], Default::default(), &bytes)?;
+    /// // Vec<u8> is not guaranteed to be aligned for f32: fall back to the copying accessor.
+    /// let values = match v.as_slice::<f32>() {
+    ///     Ok(s) => s.to_vec(),
+    ///     Err(_) => v.to_vec::<f32>()?,
+    /// };
+    /// assert_eq!(values, [1.5, -2.0]);
+    /// assert!(v.as_slice::<i32>().is_err()); // wrong element type
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
     pub fn as_slice<T: Element>(&self) -> Result<&'a [T]> {
         self.check_type::<T>()?;
         if cfg!(target_endian = "big") {
