@@ -1,0 +1,960 @@
+//! safetensors files (the Hugging Face checkpoint format) in and out of archives.
+//!
+//! A safetensors file is an 8-byte little-endian header length `N`, `N` bytes of JSON
+//! (`{"__metadata__": {...}, "name": {"dtype", "shape", "data_offsets"}, ...}`, padded
+//! with spaces to a multiple of 8) and the tensors' bytes, little-endian and row-major,
+//! packed one after another. Those are the bytes a modelzip tensor file holds after its
+//! record header, so they are stored as they are: a tensor unchanged between two
+//! fine-tuned versions of a model is stored once.
+//!
+//! - [`import_safetensors`] stores one file, a sharded checkpoint (its
+//!   `model.safetensors.index.json`) or several shards as one tag: every tensor becomes a
+//!   parameter of the same name, `__metadata__` goes to the tag's metadata.json.
+//! - [`export_safetensors`] writes a tag back as one safetensors file, each tensor a
+//!   [`View`] borrowing the archive's memory. A tag imported from one file exports to that
+//!   file byte for byte when the file was written by the safetensors library
+//!   ([`ImportReport::exact_export`] says whether it will).
+//!
+//! Mapping, what is kept and what is refused: docs/SAFETENSORS.md.
+//!
+//! ```no_run
+//! use modelzip::interop::safetensors::{self, ExportOptions, ImportOptions};
+//! use modelzip::Archive;
+//! use std::path::{Path, PathBuf};
+//!
+//! let report = safetensors::import_safetensors(
+//!     Path::new("model.zip"), "base", &[PathBuf::from("model.safetensors")],
+//!     &ImportOptions::default(),
+//! )?;
+//! assert!(report.exact_export);
+//! let archive = Archive::open("model.zip")?;
+//! safetensors::export_safetensors(&archive.tag("base")?, Path::new("out.safetensors"),
+//!                                 &ExportOptions::default())?;
+//! # Ok::<(), modelzip::Error>(())
+//! ```
+
+use super::paddle::{self, ImportedParam};
+pub use super::paddle::{ExportOptions, ImportOptions};
+use crate::archive::{Tag, TensorData};
+use crate::error::{Error, ErrorKind, Result};
+use crate::progress::Ticker;
+use crate::tensor::{DType, TensorFile, TensorView, data_len};
+pub use safetensors::tensor::{Dtype, View};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+/// The largest header a safetensors file may declare: the limit of the safetensors
+/// library itself (files with a larger one are refused by every reader).
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The largest `model.safetensors.index.json` read (checked before it is read).
+pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+
+/// The index file of a sharded checkpoint, as `transformers` names it.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// The single-file checkpoint name `transformers` uses.
+pub const SINGLE_FILE: &str = "model.safetensors";
+
+/// The metadata.json key under which an import records what it kept (docs/SAFETENSORS.md).
+pub const METADATA_KEY: &str = "safetensors";
+
+/// The key of a safetensors header that holds the file's free-form metadata.
+const HEADER_METADATA: &str = "__metadata__";
+
+/// The modelzip element type of a safetensors dtype; `None` for the types modelzip
+/// cannot hold (F4, F6_E2M3, F6_E3M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ).
+pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::BOOL => DType::Bool,
+        Dtype::U8 => DType::Uint8,
+        Dtype::I8 => DType::Int8,
+        Dtype::F8_E5M2 => DType::Fp8E5m2,
+        // safetensors' F8_E4M3 is torch.float8_e4m3fn (finite only, no infinities).
+        Dtype::F8_E4M3 => DType::Fp8E4m3fn,
+        Dtype::I16 => DType::Int16,
+        Dtype::U16 => DType::Uint16,
+        Dtype::F16 => DType::Fp16,
+        Dtype::BF16 => DType::Bf16,
+        Dtype::I32 => DType::Int32,
+        Dtype::U32 => DType::Uint32,
+        Dtype::F32 => DType::Fp32,
+        Dtype::C64 => DType::Complex64,
+        Dtype::F64 => DType::Fp64,
+        Dtype::I64 => DType::Int64,
+        Dtype::U64 => DType::Uint64,
+        _ => return None,
+    })
+}
+
+/// The safetensors dtype of a modelzip element type; `None` for SIZE_T and COMPLEX128,
+/// which safetensors has no dtype for.
+pub fn dtype_to_safetensors(d: DType) -> Option<Dtype> {
+    Some(match d {
+        DType::Bool => Dtype::BOOL,
+        DType::Uint8 => Dtype::U8,
+        DType::Int8 => Dtype::I8,
+        DType::Fp8E5m2 => Dtype::F8_E5M2,
+        DType::Fp8E4m3fn => Dtype::F8_E4M3,
+        DType::Int16 => Dtype::I16,
+        DType::Uint16 => Dtype::U16,
+        DType::Fp16 => Dtype::F16,
+        DType::Bf16 => Dtype::BF16,
+        DType::Int32 => Dtype::I32,
+        DType::Uint32 => Dtype::U32,
+        DType::Fp32 => Dtype::F32,
+        DType::Complex64 => Dtype::C64,
+        DType::Fp64 => Dtype::F64,
+        DType::Int64 => Dtype::I64,
+        DType::Uint64 => Dtype::U64,
+        _ => return None,
+    })
+}
+
+/// The dtype's name as safetensors headers spell it (`F32`, `BF16`, `F8_E4M3`).
+fn dtype_name(d: Dtype) -> String {
+    match serde_json::to_value(d) {
+        Ok(Value::String(s)) => s,
+        _ => d.to_string(),
+    }
+}
+
+fn invalid(msg: String) -> Error {
+    Error::new(ErrorKind::InvalidInput(msg))
+}
+
+/// One tensor of a parsed file.
+#[derive(Debug)]
+struct Entry<'a> {
+    name: String,
+    st_dtype: Dtype,
+    view: TensorView<'a>,
+    begin: u64,
+    end: u64,
+}
+
+/// A safetensors file, checked.
+#[derive(Debug)]
+struct Parsed<'a> {
+    /// The header as stored (the JSON and its padding).
+    header: &'a [u8],
+    /// `__metadata__`, in file order.
+    metadata: Option<Map<String, Value>>,
+    /// The tensors, in data-offset order.
+    tensors: Vec<Entry<'a>>,
+}
+
+fn header_field<'v>(info: &'v Map<String, Value>, name: &str, field: &str) -> Result<&'v Value> {
+    info.get(field).ok_or_else(|| {
+        invalid(format!(
+            "tensor {name:?}: its header entry has no {field:?} field"
+        ))
+    })
+}
+
+fn u64_list(v: &Value, name: &str, field: &str) -> Result<Vec<u64>> {
+    let bad = || {
+        invalid(format!(
+            "tensor {name:?}: {field:?} must be a list of non-negative integers, not {v}"
+        ))
+    };
+    v.as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|x| x.as_u64().ok_or_else(bad))
+        .collect()
+}
+
+/// Checks a whole safetensors file and borrows its tensors. Errors carry the byte offset
+/// in the file they concern (the caller adds the file).
+fn parse(bytes: &[u8]) -> Result<Parsed<'_>> {
+    let len = bytes.len() as u64;
+    let Some(prefix) = bytes.get(..8) else {
+        return Err(Error::new(ErrorKind::Truncated {
+            what: "safetensors header length",
+            needed: 8,
+            available: len,
+        })
+        .at_offset(0));
+    };
+    let mut word = [0u8; 8];
+    word.copy_from_slice(prefix);
+    let n = u64::from_le_bytes(word);
+    if n > MAX_HEADER_BYTES {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "safetensors header length",
+            size: n,
+            limit: MAX_HEADER_BYTES,
+        })
+        .at_offset(0));
+    }
+    if n > len - 8 {
+        return Err(Error::new(ErrorKind::Truncated {
+            what: "safetensors header",
+            needed: n,
+            available: len - 8,
+        })
+        .at_offset(8));
+    }
+    // n <= MAX_HEADER_BYTES, so it fits in usize.
+    let data_start = 8 + n as usize;
+    let header = &bytes[8..data_start];
+    let data_bytes = len - 8 - n;
+    let text = std::str::from_utf8(header).map_err(|e| {
+        invalid(format!("the safetensors header is not UTF-8: {e}"))
+            .at_offset(8 + e.valid_up_to() as u64)
+    })?;
+    let root: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
+        invalid(format!(
+            "the safetensors header (bytes 8..{data_start}) is not a JSON object: {e}"
+        ))
+        .at_offset(8)
+    })?;
+    let mut metadata = None;
+    let mut tensors: Vec<(String, Dtype, DType, Vec<u64>, u64, u64)> = Vec::new();
+    for (name, v) in &root {
+        if name == HEADER_METADATA {
+            let m = v.as_object().ok_or_else(|| {
+                invalid(format!("{HEADER_METADATA} must be a JSON object, not {v}")).at_offset(8)
+            })?;
+            if let Some((k, bad)) = m.iter().find(|(_, x)| !x.is_string()) {
+                return Err(invalid(format!(
+                    "{HEADER_METADATA} maps names to strings; key {k:?} has {bad}"
+                ))
+                .at_offset(8));
+            }
+            metadata = Some(m.clone());
+            continue;
+        }
+        let at = |e: Error| e.at_offset(8);
+        let info = v.as_object().ok_or_else(|| {
+            at(invalid(format!(
+                "tensor {name:?}: its header entry is not a JSON object"
+            )))
+        })?;
+        let dt = header_field(info, name, "dtype").map_err(at)?;
+        let st_dtype: Dtype = dt
+            .as_str()
+            .and_then(|s| serde_json::from_value(Value::String(s.to_string())).ok())
+            .ok_or_else(|| {
+                at(invalid(format!(
+                    "tensor {name:?}: {dt} is not a safetensors dtype"
+                )))
+            })?;
+        let dtype = dtype_from_safetensors(st_dtype).ok_or_else(|| {
+            at(invalid(format!(
+                "tensor {name:?} has dtype {}, which modelzip cannot hold (no such element \
+                 type; see docs/SAFETENSORS.md for the dtypes it can)",
+                dtype_name(st_dtype)
+            )))
+        })?;
+        let dims = u64_list(
+            header_field(info, name, "shape").map_err(at)?,
+            name,
+            "shape",
+        )
+        .map_err(at)?;
+        let offsets = u64_list(
+            header_field(info, name, "data_offsets").map_err(at)?,
+            name,
+            "data_offsets",
+        )
+        .map_err(at)?;
+        let [begin, end] = offsets[..] else {
+            return Err(at(invalid(format!(
+                "tensor {name:?}: data_offsets must be [begin, end], not {offsets:?}"
+            ))));
+        };
+        let need = data_len(dtype, &dims).map_err(|e| {
+            at(invalid(format!(
+                "tensor {name:?}: shape {dims:?}: {}",
+                e.kind()
+            )))
+        })?;
+        if end < begin || end > data_bytes {
+            return Err(invalid(format!(
+                "tensor {name:?}: data_offsets [{begin}, {end}] do not lie within the file's \
+                 {data_bytes} data bytes"
+            ))
+            .at_offset(data_start as u64 + begin.min(data_bytes)));
+        }
+        if end - begin != need {
+            return Err(invalid(format!(
+                "tensor {name:?}: data_offsets [{begin}, {end}] span {} bytes, dtype {} × shape \
+                 {dims:?} needs {need}",
+                end - begin,
+                dtype_name(st_dtype)
+            ))
+            .at_offset(data_start as u64 + begin));
+        }
+        tensors.push((name.clone(), st_dtype, dtype, dims, begin, end));
+    }
+    tensors.sort_by_key(|t| (t.4, t.5));
+    let mut covered = 0u64;
+    let mut prev: Option<&str> = None;
+    for (name, _, _, _, begin, end) in &tensors {
+        if *begin < covered {
+            return Err(invalid(format!(
+                "tensor {name:?} (data_offsets [{begin}, {end}]) overlaps tensor {:?}, which \
+                 ends at data byte {covered}",
+                prev.unwrap_or_default()
+            ))
+            .at_offset(data_start as u64 + begin));
+        }
+        if *begin > covered {
+            return Err(invalid(format!(
+                "data bytes {covered}..{begin} before tensor {name:?} belong to no tensor \
+                 (safetensors packs tensors without gaps)"
+            ))
+            .at_offset(data_start as u64 + covered));
+        }
+        covered = *end;
+        prev = Some(name);
+    }
+    if covered != data_bytes {
+        return Err(invalid(format!(
+            "{} data bytes follow the last tensor (the tensors cover {covered} of {data_bytes})",
+            data_bytes - covered
+        ))
+        .at_offset(data_start as u64 + covered));
+    }
+    // The reference reader must agree; it gives the tensors' bytes.
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| invalid(format!("the safetensors library refuses the file: {e}")))?;
+    let mut out = Vec::with_capacity(tensors.len());
+    for (name, st_dtype, dtype, dims, begin, end) in tensors {
+        let t = st
+            .tensor(&name)
+            .map_err(|e| invalid(format!("the safetensors library refuses the file: {e}")))?;
+        let view = TensorView::new(dtype, dims, Vec::new(), t.data())
+            .map_err(|e| e.at_offset(data_start as u64 + begin))?;
+        out.push(Entry {
+            name,
+            st_dtype,
+            view,
+            begin,
+            end,
+        });
+    }
+    Ok(Parsed {
+        header,
+        metadata,
+        tensors: out,
+    })
+}
+
+/// A safetensors header: `__metadata__` first, then the tensors in the order given, in the
+/// compact JSON the safetensors library writes, padded with spaces to a multiple of 8.
+fn render_header<'n>(
+    metadata: Option<&Map<String, Value>>,
+    tensors: impl Iterator<Item = (&'n str, Dtype, Vec<u64>, u64, u64)>,
+) -> Result<Vec<u8>> {
+    let mut root = Map::new();
+    if let Some(m) = metadata {
+        root.insert(HEADER_METADATA.to_string(), Value::Object(m.clone()));
+    }
+    for (name, dtype, dims, begin, end) in tensors {
+        let mut info = Map::new();
+        info.insert("dtype".into(), Value::String(dtype_name(dtype)));
+        info.insert("shape".into(), dims.into());
+        info.insert("data_offsets".into(), vec![begin, end].into());
+        root.insert(name.to_string(), Value::Object(info));
+    }
+    let mut bytes = serde_json::to_vec(&Value::Object(root))
+        .map_err(|e| invalid(format!("cannot render the safetensors header: {e}")))?;
+    bytes.resize(bytes.len().next_multiple_of(8), b' ');
+    Ok(bytes)
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportReport {
+    /// The new tag.
+    pub tag: String,
+    /// True when the archive did not exist and was created.
+    pub created: bool,
+    /// The safetensors files read, in the order their tensors were stored.
+    pub files: Vec<PathBuf>,
+    /// The parameters, in the order stored (each file's tensors by data offset).
+    pub params: Vec<ImportedParam>,
+    /// True when [`export_safetensors`] of the tag gives back the imported file byte for
+    /// byte (one file, whose header is laid out as the safetensors library lays it out).
+    pub exact_export: bool,
+}
+
+/// Where the tensors of `inputs` are: one file, a directory holding `model.safetensors`
+/// or `model.safetensors.index.json`, an index, or several shards. Returns the files
+/// and the index (path, parsed) when there is one.
+type IndexInfo = (PathBuf, Option<Value>, HashMap<String, String>);
+
+fn resolve_inputs(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Option<IndexInfo>)> {
+    let [only] = inputs else {
+        if inputs.is_empty() {
+            return Err(invalid("no safetensors file given".into()));
+        }
+        return Ok((inputs.to_vec(), None));
+    };
+    let index_path = if only.is_dir() {
+        let index = only.join(INDEX_FILE);
+        let single = only.join(SINGLE_FILE);
+        if index.is_file() {
+            index
+        } else if single.is_file() {
+            return Ok((vec![single], None));
+        } else {
+            return Err(invalid(format!(
+                "the directory has neither {INDEX_FILE} nor {SINGLE_FILE}"
+            ))
+            .in_file(only));
+        }
+    } else if only.to_string_lossy().ends_with(".json") {
+        only.clone()
+    } else {
+        return Ok((vec![only.clone()], None));
+    };
+    let (files, info) = read_index(&index_path).map_err(|e| e.in_file(&index_path))?;
+    Ok((files, Some(info)))
+}
+
+/// Reads a sharded checkpoint's index: `{"metadata": {...}, "weight_map": {tensor: shard}}`.
+/// The shards are files beside it, in byte order of their names.
+fn read_index(path: &Path) -> Result<(Vec<PathBuf>, IndexInfo)> {
+    let size = std::fs::metadata(path)?.len();
+    if size > MAX_INDEX_BYTES {
+        return Err(ErrorKind::LimitExceeded {
+            what: "safetensors index size",
+            size,
+            limit: MAX_INDEX_BYTES,
+        }
+        .into());
+    }
+    let bytes = std::fs::read(path)?;
+    let root: Map<String, Value> = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("the index is not a JSON object: {e}")).at_line(e.line()))?;
+    let map = root
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| invalid("the index has no \"weight_map\" object".into()))?;
+    let dir = crate::archive::parent_dir(path);
+    let mut weight_map = HashMap::with_capacity(map.len());
+    let mut shards: Vec<&str> = Vec::new();
+    for (tensor, shard) in map {
+        let shard = shard.as_str().ok_or_else(|| {
+            invalid(format!(
+                "weight_map: tensor {tensor:?} maps to {shard}, not a file name"
+            ))
+        })?;
+        let plain = !shard.is_empty()
+            && !shard.contains('\0')
+            && Path::new(shard)
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)));
+        if !plain {
+            return Err(invalid(format!(
+                "weight_map: tensor {tensor:?} maps to {shard:?}, which is not a plain file name \
+                 beside the index; refusing to read it"
+            )));
+        }
+        shards.push(shard);
+        weight_map.insert(tensor.clone(), shard.to_string());
+    }
+    if shards.is_empty() {
+        return Err(invalid("the index's weight_map maps no tensor".into()));
+    }
+    shards.sort_unstable();
+    shards.dedup();
+    let files = shards.iter().map(|s| dir.join(s)).collect();
+    Ok((
+        files,
+        (
+            path.to_path_buf(),
+            root.get("metadata").cloned(),
+            weight_map,
+        ),
+    ))
+}
+
+/// Imports safetensors as tag `tag` of the archive at `archive` (created if absent, else
+/// added as `opts.mode` says, in place by default). `inputs` is one `.safetensors` file; a
+/// sharded checkpoint's `model.safetensors.index.json` (its shards are read from beside
+/// it, and must hold exactly the tensors it maps to them); a directory with either; or
+/// several shard files (tensor names unique across them).
+///
+/// Every tensor becomes a parameter of the same name, its bytes stored as they are (so
+/// tensors identical to ones already in the archive are referenced, not copied). The
+/// files' `__metadata__` is kept in the tag's metadata.json (shards must agree on it).
+/// Every file is checked whole before anything is written: a dtype modelzip cannot hold
+/// is refused naming the tensor, a malformed header (too long, truncated, not JSON,
+/// offsets past the file, overlapping or leaving gaps, spans that do not match dtype ×
+/// shape) is refused with its byte offset.
+pub fn import_safetensors(
+    archive: &Path,
+    tag: &str,
+    inputs: &[PathBuf],
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let (files, index) = resolve_inputs(inputs)?;
+    let maps = files
+        .iter()
+        .map(TensorFile::open)
+        .collect::<Result<Vec<_>>>()?;
+    let parsed = maps
+        .iter()
+        .zip(&files)
+        .map(|(m, f)| parse(m.bytes()).map_err(|e| e.in_file(f)))
+        .collect::<Result<Vec<_>>>()?;
+    // Names unique across files; with an index, each shard holds exactly its tensors.
+    let mut seen: HashMap<&str, &Path> = HashMap::new();
+    for (p, f) in parsed.iter().zip(&files) {
+        for t in &p.tensors {
+            if let Some(other) = seen.insert(&t.name, f) {
+                return Err(invalid(format!(
+                    "tensor {:?} is in two files: {} and {}",
+                    t.name,
+                    other.display(),
+                    f.display()
+                )));
+            }
+            if let Some((index_path, _, map)) = &index {
+                let want = map
+                    .get(&t.name)
+                    .map(|s| crate::archive::parent_dir(index_path).join(s));
+                if want.as_deref() != Some(f.as_path()) {
+                    return Err(invalid(format!(
+                        "tensor {:?} is in this shard, but the index maps it to {}",
+                        t.name,
+                        map.get(&t.name)
+                            .map_or("no shard".to_string(), |s| format!("{s:?}"))
+                    ))
+                    .in_file(f));
+                }
+            }
+        }
+    }
+    if let Some((index_path, _, map)) = &index
+        && let Some((name, shard)) = map.iter().find(|(n, _)| !seen.contains_key(n.as_str()))
+    {
+        return Err(invalid(format!(
+            "the index maps tensor {name:?} to {shard:?}, which does not hold it"
+        ))
+        .in_file(index_path));
+    }
+    let metadata = parsed[0].metadata.clone();
+    if let Some(i) = parsed.iter().position(|p| p.metadata != metadata) {
+        return Err(invalid(format!(
+            "the files' {HEADER_METADATA} differ ({} and {}); a tag keeps one",
+            files[0].display(),
+            files[i].display()
+        )));
+    }
+    let single = parsed.len() == 1 && index.is_none();
+    let exact_export = single && {
+        let p = &parsed[0];
+        let again = render_header(
+            metadata.as_ref(),
+            p.tensors.iter().map(|t| {
+                (
+                    t.name.as_str(),
+                    t.st_dtype,
+                    t.view.dims().to_vec(),
+                    t.begin,
+                    t.end,
+                )
+            }),
+        )?;
+        again == p.header
+    };
+    let mut kept = Map::new();
+    if let Some(m) = &metadata {
+        kept.insert(HEADER_METADATA.into(), Value::Object(m.clone()));
+    }
+    kept.insert(
+        "order".into(),
+        Value::String(if single { "file" } else { "aligned" }.into()),
+    );
+    if let Some((index_path, index_meta, _)) = &index {
+        kept.insert(
+            "index".into(),
+            Value::String(
+                index_path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+        );
+        if let Some(m) = index_meta {
+            kept.insert("index_metadata".into(), m.clone());
+        }
+    }
+    if !single {
+        let names = files
+            .iter()
+            .map(|f| {
+                Value::String(
+                    f.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        kept.insert("shards".into(), Value::Array(names));
+    }
+    let mut root = Map::new();
+    root.insert(METADATA_KEY.into(), Value::Object(kept));
+    let metadata_json = serde_json::to_vec(&Value::Object(root))
+        .map_err(|e| invalid(format!("cannot render metadata.json: {e}")))?;
+
+    let total: usize = parsed.iter().map(|p| p.tensors.len()).sum();
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), total as u64);
+    let created = paddle::write_tag(archive, tag, opts, |w| {
+        w.metadata(&metadata_json)?;
+        for (p, f) in parsed.iter().zip(&files) {
+            for t in &p.tensors {
+                w.param(&t.name, &t.view).map_err(|e| e.in_file(f))?;
+                ticker.tick();
+            }
+        }
+        Ok(())
+    })?;
+    let r = paddle::report(archive, tag, created, None)?;
+    Ok(ImportReport {
+        tag: r.tag,
+        created,
+        files,
+        params: r.params,
+        exact_export,
+    })
+}
+
+/// A parameter as safetensors sees it: dtype, shape and the archive's bytes, borrowed.
+#[derive(Debug)]
+pub struct ParamView<'a> {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: TensorData<'a>,
+}
+
+impl View for ParamView<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        // A view of the mapped archive (or of the one decompressed copy): never copied.
+        match &self.data {
+            TensorData::Mapped(v) => Cow::Borrowed(v.data()),
+            TensorData::Owned(t) => Cow::Borrowed(t.data()),
+        }
+    }
+    fn data_len(&self) -> usize {
+        match &self.data {
+            TensorData::Mapped(v) => v.data().len(),
+            TensorData::Owned(t) => t.data().len(),
+        }
+    }
+}
+
+/// A tag laid out as a safetensors file.
+struct Layout<'a> {
+    /// The padded header.
+    header: Vec<u8>,
+    /// The tensors in file order.
+    tensors: Vec<(String, ParamView<'a>)>,
+    /// The whole file's size.
+    total: u64,
+    metadata_written: bool,
+}
+
+/// What the tag's metadata.json says about safetensors: (`__metadata__`, keep params.txt
+/// order).
+fn kept_metadata(tag: &Tag<'_>) -> Result<(Option<Map<String, Value>>, bool)> {
+    let entry = format!("{}/metadata.json", tag.name());
+    let Some(bytes) = tag.metadata()? else {
+        return Ok((None, false));
+    };
+    let root: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("metadata.json is not JSON: {e}")).in_entry(&entry))?;
+    let Some(kept) = root.get(METADATA_KEY) else {
+        return Ok((None, false));
+    };
+    let bad = |why: &str| invalid(format!("the {METADATA_KEY:?} record {why}")).in_entry(&entry);
+    let kept = kept.as_object().ok_or_else(|| bad("is not an object"))?;
+    let file_order = kept.get("order").and_then(Value::as_str) == Some("file");
+    let metadata = match kept.get(HEADER_METADATA) {
+        None => None,
+        Some(Value::Object(m)) if m.values().all(Value::is_string) => Some(m.clone()),
+        Some(_) => {
+            return Err(bad(&format!(
+                "has a {HEADER_METADATA} that is not an object of strings"
+            )));
+        }
+    };
+    Ok((metadata, file_order))
+}
+
+fn layout<'a>(tag: &Tag<'a>) -> Result<Layout<'a>> {
+    let name = tag.name();
+    let (metadata, file_order) = kept_metadata(tag)?;
+    let mut tensors = Vec::with_capacity(tag.params().len());
+    for p in tag.params() {
+        let refuse = |why: String| {
+            invalid(format!(
+                "parameter {:?} of tag {name:?} {why}; safetensors cannot express it",
+                p.name
+            ))
+        };
+        if p.name == HEADER_METADATA {
+            return Err(refuse(format!("is named {HEADER_METADATA}")));
+        }
+        let data = tag.tensor(&p.location)?;
+        let v = data.view();
+        if !v.lod().is_empty() {
+            return Err(refuse(format!(
+                "has a LoD (level of detail, {} level(s))",
+                v.lod().len()
+            )));
+        }
+        let dtype = dtype_to_safetensors(v.dtype())
+            .ok_or_else(|| refuse(format!("has dtype {}", v.dtype())))?;
+        let shape = v
+            .dims()
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| {
+                refuse(format!(
+                    "has dims {:?} beyond this machine's usize",
+                    v.dims()
+                ))
+            })?;
+        drop(v);
+        tensors.push((p.name.clone(), ParamView { dtype, shape, data }));
+    }
+    if !file_order {
+        // The safetensors library's own order: larger alignment first, then by name, so
+        // every tensor starts aligned for its dtype.
+        tensors.sort_by(|(ln, l), (rn, r)| r.dtype.cmp(&l.dtype).then(ln.cmp(rn)));
+    }
+    let mut offsets = Vec::with_capacity(tensors.len());
+    let mut at = 0u64;
+    for (_, t) in &tensors {
+        let end = at.checked_add(t.data_len() as u64).ok_or_else(|| {
+            ErrorKind::SizeOverflow("the export's data exceeds 2^64 bytes".into())
+        })?;
+        offsets.push((at, end));
+        at = end;
+    }
+    let header = render_header(
+        metadata.as_ref(),
+        tensors.iter().zip(&offsets).map(|((n, t), &(b, e))| {
+            let dims = t.shape.iter().map(|&d| d as u64).collect();
+            (n.as_str(), t.dtype, dims, b, e)
+        }),
+    )?;
+    if header.len() as u64 > MAX_HEADER_BYTES {
+        return Err(ErrorKind::LimitExceeded {
+            what: "safetensors header length",
+            size: header.len() as u64,
+            limit: MAX_HEADER_BYTES,
+        }
+        .into());
+    }
+    let total = (8 + header.len() as u64)
+        .checked_add(at)
+        .ok_or_else(|| ErrorKind::SizeOverflow("the export exceeds 2^64 bytes".into()))?;
+    Ok(Layout {
+        header,
+        tensors,
+        total,
+        metadata_written: metadata.is_some(),
+    })
+}
+
+fn write_layout(l: &Layout<'_>, w: &mut dyn Write) -> std::io::Result<()> {
+    w.write_all(&(l.header.len() as u64).to_le_bytes())?;
+    w.write_all(&l.header)?;
+    for (_, t) in &l.tensors {
+        w.write_all(&t.data())?;
+    }
+    Ok(())
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    /// The tag exported, spelled as in tags.txt.
+    pub tag: String,
+    /// The file written.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// The tensors, in file order.
+    pub tensors: Vec<String>,
+    /// True when `__metadata__` was written (from the tag's metadata.json).
+    pub metadata_written: bool,
+}
+
+/// The safetensors bytes of tag `tag`, in memory (see [`export_safetensors`]).
+pub fn export_safetensors_bytes(tag: &Tag<'_>) -> Result<Vec<u8>> {
+    let l = layout(tag)?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(usize::try_from(l.total).unwrap_or(usize::MAX))
+        .map_err(|e| {
+            invalid(format!(
+                "cannot hold a {}-byte export in memory: {e}",
+                l.total
+            ))
+        })?;
+    write_layout(&l, &mut out)?;
+    Ok(out)
+}
+
+/// Writes tag `tag`'s parameters as the safetensors file `out`.
+///
+/// Every parameter is one tensor of the same name; parameters that share one tensor file
+/// are each written. The tensors are in the order the safetensors library writes (larger
+/// dtypes first, then by name), or, for a tag imported from one safetensors file, in that
+/// file's order; `__metadata__` is the one the import kept. A parameter with a LoD, or of
+/// dtype SIZE_T or COMPLEX128, is refused naming it; the graph and updater state are not
+/// part of a safetensors file and are left out.
+///
+/// The file is written to a temp file beside `out`, fsynced (if `opts.fsync`) and renamed
+/// into place; an existing `out` is refused unless `opts.overwrite`.
+pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<ExportReport> {
+    let l = layout(tag)?;
+    let dir = crate::archive::parent_dir(out);
+    if !dir.is_dir() {
+        return Err(invalid("the output directory does not exist".into()).in_file(&dir));
+    }
+    if !opts.overwrite && out.exists() {
+        return Err(invalid("file already exists; refusing to overwrite it".into()).in_file(out));
+    }
+    let temp = paddle::write_temp(out, opts.fsync, |w| write_layout(&l, w))?;
+    let written = temp
+        .as_file()
+        .metadata()
+        .map_err(|e| Error::from(e).in_file(out))?
+        .len();
+    if written != l.total {
+        return Err(invalid(format!(
+            "wrote {written} bytes, the layout needs {}",
+            l.total
+        ))
+        .in_file(out));
+    }
+    paddle::persist(temp, out, opts.overwrite)?;
+    if opts.fsync {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::from(e).in_file(&dir))?;
+    }
+    Ok(ExportReport {
+        tag: tag.name().to_string(),
+        path: out.to_path_buf(),
+        bytes: l.total,
+        tensors: l.tensors.iter().map(|(n, _)| n.clone()).collect(),
+        metadata_written: l.metadata_written,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_maps_are_inverse_where_both_exist() {
+        for d in DType::ALL {
+            if let Some(st) = dtype_to_safetensors(d) {
+                assert_eq!(dtype_from_safetensors(st), Some(d), "{d}");
+            } else {
+                assert!(matches!(d, DType::SizeT | DType::Complex128), "{d}");
+            }
+        }
+        for st in [
+            Dtype::F4,
+            Dtype::F6_E2M3,
+            Dtype::F6_E3M2,
+            Dtype::F8_E8M0,
+            Dtype::F8_E4M3FNUZ,
+            Dtype::F8_E5M2FNUZ,
+        ] {
+            assert_eq!(dtype_from_safetensors(st), None, "{st}");
+        }
+        assert_eq!(dtype_name(Dtype::F8_E4M3), "F8_E4M3");
+        assert_eq!(dtype_name(Dtype::BOOL), "BOOL");
+    }
+
+    fn file(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn header_rendering_matches_the_safetensors_library() {
+        let a = [1u8, 0, 0, 0, 2, 0, 0, 0];
+        let b = [7u8; 3];
+        let views = vec![
+            (
+                "b",
+                safetensors::tensor::TensorView::new(Dtype::U8, vec![3], &b).unwrap(),
+            ),
+            (
+                "a",
+                safetensors::tensor::TensorView::new(Dtype::I32, vec![2], &a).unwrap(),
+            ),
+        ];
+        let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+        let theirs = safetensors::serialize(views, Some(meta)).unwrap();
+        let parsed = parse(&theirs).unwrap();
+        let mut m = Map::new();
+        m.insert("format".into(), "pt".into());
+        assert_eq!(parsed.metadata.as_ref(), Some(&m));
+        let names: Vec<&str> = parsed.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        let ours = render_header(
+            Some(&m),
+            parsed.tensors.iter().map(|t| {
+                (
+                    t.name.as_str(),
+                    t.st_dtype,
+                    t.view.dims().to_vec(),
+                    t.begin,
+                    t.end,
+                )
+            }),
+        )
+        .unwrap();
+        assert_eq!(ours, parsed.header);
+    }
+
+    #[test]
+    fn hostile_headers_are_refused_with_offsets() {
+        let e = parse(&[1, 2, 3]).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Truncated { needed: 8, .. }),
+            "{e}"
+        );
+        let e = parse(&u64::MAX.to_le_bytes()).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::LimitExceeded { .. }), "{e}");
+        assert_eq!(e.location().offset, Some(0));
+        let e = parse(&file("{}", b"")[..9]).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Truncated { needed: 2, .. }),
+            "{e}"
+        );
+        let h = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let e = parse(&file(h, &[0; 4])).unwrap_err();
+        assert!(e.to_string().contains("\"w\""), "{e}");
+        assert!(
+            e.to_string().contains("within the file's 4 data bytes"),
+            "{e}"
+        );
+    }
+}
