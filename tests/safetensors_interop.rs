@@ -270,6 +270,10 @@ fn sharded_checkpoint_imports_through_its_index_and_exports_as_one_file() {
 
     // One file out, in the library's order: each tensor aligned for its dtype.
     let bytes = export_safetensors_bytes(&a.tag("index").unwrap()).unwrap();
+    if let Some(k) = std::env::var_os("MODELZIP_ST_EXPORT_DIR") {
+        std::fs::create_dir_all(&k).unwrap();
+        std::fs::write(Path::new(&k).join("sharded.safetensors"), &bytes).unwrap();
+    }
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let mut got = Vec::new();
@@ -679,6 +683,12 @@ fn hostile_headers_are_refused_with_what_and_where() {
         }
         assert!(!d.join("a.zip").exists(), "{what}");
     }
+    // A __metadata__ larger than a metadata.json may be.
+    let big = format!(r#"{{"__metadata__":{{"k":"{}"}}}}"#, "x".repeat(5 << 20));
+    let e = import_bytes(d, &st_file(&big, b"")).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::LimitExceeded { .. }), "{e}");
+    assert!(e.to_string().contains("__metadata__"), "{e}");
+    assert!(!d.join("a.zip").exists());
     // Byte offsets of data errors count from the start of the file.
     let h = format!(
         "{{\"a\":{{{}}},\"b\":{{{}}}}}",

@@ -606,6 +606,16 @@ pub fn import_safetensors(
     root.insert(METADATA_KEY.into(), Value::Object(kept));
     let metadata_json = serde_json::to_vec(&Value::Object(root))
         .map_err(|e| invalid(format!("cannot render metadata.json: {e}")))?;
+    // Leave room for the "created" key the writer adds: readers refuse a larger file.
+    let room = crate::archive::MAX_METADATA_BYTES - 64;
+    if metadata_json.len() as u64 > room {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "metadata.json holding the files' __metadata__",
+            size: metadata_json.len() as u64,
+            limit: room,
+        })
+        .in_file(&files[0]));
+    }
 
     let total: usize = parsed.iter().map(|p| p.tensors.len()).sum();
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), total as u64);

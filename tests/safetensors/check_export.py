@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Checks modelzip's safetensors exports with the safetensors package itself.
+
+    check_export.py ORIGINAL EXPORT [ORIGINAL EXPORT ...]
+    check_export.py --dirs ORIGINALS_DIR EXPORTS_DIR
+
+ORIGINAL is a .safetensors file or a sharded checkpoint's model.safetensors.index.json
+(its shards together are the original). With --dirs, every *.safetensors under
+EXPORTS_DIR is compared with the file of the same relative path under ORIGINALS_DIR, and
+EXPORTS_DIR/sharded.safetensors with ORIGINALS_DIR/sharded/model.safetensors.index.json.
+
+For each pair: `safetensors.numpy.load_file` reads the export; the same tensor names,
+dtypes, shapes and values (compared bit for bit, so NaNs and -0.0 count) as the original,
+and the same __metadata__ (`safe_open(...).metadata()`). safetensors.numpy looks up
+float8 types as `np.float8_e4m3fn`, which numpy does not have, so `load_file` refuses
+files holding F8_E4M3 / F8_E5M2 tensors (a limitation of safetensors.numpy, not of the
+file; BF16 works once ml_dtypes is imported); those files are read tensor by tensor with
+`safe_open(framework="np")`, and the float8 tensors as the raw bytes
+`safetensors.deserialize` hands out; the output says which.
+Also prints whether the export is byte-identical to a single-file original.
+Exits 1 if any pair differs.
+
+Needs the venv of tests/safetensors/README.md (safetensors, numpy, ml_dtypes).
+"""
+
+import json
+import os
+import sys
+
+import ml_dtypes  # noqa: F401  registers bfloat16 with numpy, which load_file needs for BF16
+import numpy as np
+import safetensors
+from safetensors import deserialize, safe_open
+from safetensors.numpy import load_file
+
+
+def read_one(path):
+    """(tensors {name: (dtype, shape, bytes)}, metadata, how it was read)."""
+    with safe_open(path, framework="np") as f:
+        metadata = f.metadata()
+    with open(path, "rb") as f:
+        raw = f.read()
+    views = {name: (v["dtype"], list(v["shape"]), bytes(v["data"])) for name, v in deserialize(raw)}
+    how = "safetensors.numpy.load_file"
+    try:
+        arrays = load_file(path)
+    except (AttributeError, KeyError, TypeError) as e:
+        # Every tensor numpy can hold through safe_open, the rest as raw bytes only.
+        arrays, raw_only = {}, []
+        with safe_open(path, framework="np") as f:
+            for name in f.keys():
+                try:
+                    arrays[name] = f.get_tensor(name)
+                except (AttributeError, KeyError, TypeError):
+                    raw_only.append(name)
+        how = (f"safe_open(framework='np') for {len(arrays)}, safetensors.deserialize's raw "
+               f"bytes for {sorted(raw_only)} (load_file refused: {e!r})")
+    for name, a in arrays.items():
+        dtype, shape, data = views[name]
+        assert list(a.shape) == shape, (path, name, a.shape, shape)
+        assert np.ascontiguousarray(a).tobytes() == data, (path, name, "numpy bytes")
+    return views, metadata, how
+
+
+def read_original(path):
+    if not path.endswith(".json"):
+        t, m, _ = read_one(path)
+        return t, m
+    with open(path) as f:
+        index = json.load(f)
+    tensors, metadata = {}, None
+    for shard in sorted(set(index["weight_map"].values())):
+        t, m, _ = read_one(os.path.join(os.path.dirname(path), shard))
+        tensors.update(t)
+        metadata = m
+    return tensors, metadata
+
+
+def check(original, export):
+    want, want_meta = read_original(original)
+    got, got_meta, how = read_one(export)
+    problems = []
+    if sorted(want) != sorted(got):
+        problems.append(f"names differ: {sorted(set(want) ^ set(got))}")
+    for name in sorted(set(want) & set(got)):
+        if want[name] != got[name]:
+            w, g = want[name], got[name]
+            problems.append(f"{name}: original {w[0]} {w[1]}, export {g[0]} {g[1]}"
+                            f"{'' if w[2] == g[2] else ', values differ'}")
+    if want_meta != got_meta:
+        problems.append(f"metadata: original {want_meta}, export {got_meta}")
+    identical = None
+    if not original.endswith(".json"):
+        with open(original, "rb") as a, open(export, "rb") as b:
+            identical = a.read() == b.read()
+    status = "OK " if not problems else "BAD"
+    print(f"{status} {export}: {len(got)} tensors, metadata {got_meta}, read with {how}"
+          + ("" if identical is None else f", byte-identical: {'yes' if identical else 'no'}"))
+    for p in problems:
+        print(f"    {p}")
+    return not problems
+
+
+def main(argv):
+    print(f"safetensors {safetensors.__version__}, numpy {np.__version__}")
+    pairs = []
+    if argv[:1] == ["--dirs"]:
+        orig_dir, exp_dir = argv[1], argv[2]
+        for root, _, files in os.walk(exp_dir):
+            for f in sorted(files):
+                exp = os.path.join(root, f)
+                rel = os.path.relpath(exp, exp_dir)
+                if rel == "sharded.safetensors":
+                    pairs.append((os.path.join(orig_dir, "sharded", "model.safetensors.index.json"), exp))
+                elif f.endswith(".safetensors"):
+                    pairs.append((os.path.join(orig_dir, rel), exp))
+    else:
+        pairs = list(zip(argv[0::2], argv[1::2]))
+    if not pairs:
+        print("nothing to check")
+        return 1
+    ok = all([check(o, e) for o, e in sorted(pairs)])
+    print(f"{len(pairs)} export(s) checked: {'all equal' if ok else 'DIFFERENCES'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
