@@ -575,7 +575,7 @@ fn hostile_headers_are_refused_with_what_and_where() {
             "not JSON",
             st_file("{\"a\":", b""),
             "is not a JSON object",
-            Some(8),
+            Some(12),
         ),
         ("not UTF-8", not_utf8, "not UTF-8", Some(10)),
         (

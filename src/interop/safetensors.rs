@@ -126,25 +126,77 @@ fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidInput(msg))
 }
 
-/// One tensor of a parsed file.
-#[derive(Debug)]
-struct Entry<'a> {
-    name: String,
-    st_dtype: Dtype,
-    view: TensorView<'a>,
-    begin: u64,
-    end: u64,
+/// One tensor of a safetensors file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileTensor<'a> {
+    /// Its name in the header.
+    pub name: String,
+    /// Its safetensors dtype (as the header spells it, see [`dtype_from_safetensors`]).
+    pub st_dtype: Dtype,
+    /// Its dtype, dims and bytes, borrowed from the file.
+    pub view: TensorView<'a>,
+    /// Where its bytes are, counted from the end of the header (the header's
+    /// `data_offsets`).
+    pub begin: u64,
+    /// The end of its bytes, exclusive.
+    pub end: u64,
 }
 
-/// A safetensors file, checked.
-#[derive(Debug)]
-struct Parsed<'a> {
+/// A safetensors file checked as [`import_safetensors`] checks it (see
+/// [`read_safetensors`]), its tensors borrowed from the bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SafetensorsFile<'a> {
     /// The header as stored (the JSON and its padding).
-    header: &'a [u8],
-    /// `__metadata__`, in file order.
-    metadata: Option<Map<String, Value>>,
+    pub header: &'a [u8],
+    /// `__metadata__`, keys in file order; `None` when the header has none.
+    pub metadata: Option<Map<String, Value>>,
     /// The tensors, in data-offset order.
-    tensors: Vec<Entry<'a>>,
+    pub tensors: Vec<FileTensor<'a>>,
+}
+
+impl SafetensorsFile<'_> {
+    /// True when writing these tensors back (this metadata, this order) gives this
+    /// header byte for byte: the header is laid out as the safetensors library lays it out.
+    pub fn header_is_canonical(&self) -> Result<bool> {
+        let again = render_header(
+            self.metadata.as_ref(),
+            self.tensors.iter().map(|t| {
+                (
+                    t.name.as_str(),
+                    t.st_dtype,
+                    t.view.dims().to_vec(),
+                    t.begin,
+                    t.end,
+                )
+            }),
+        )?;
+        Ok(again == self.header)
+    }
+}
+
+/// Whether `bytes` start like a safetensors file: a header length within
+/// [`MAX_HEADER_BYTES`] and the file, and a header that starts with `{`. A cheap test for
+/// telling formats apart; [`read_safetensors`] checks the whole file.
+pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
+    let Some(prefix) = bytes.get(..8) else {
+        return false;
+    };
+    let mut word = [0u8; 8];
+    word.copy_from_slice(prefix);
+    let n = u64::from_le_bytes(word);
+    (2..=MAX_HEADER_BYTES).contains(&n)
+        && n <= bytes.len() as u64 - 8
+        && bytes.get(8) == Some(&b'{')
+}
+
+/// The byte offset in `text` of serde_json's 1-based line and column.
+fn json_offset(text: &str, line: usize, column: usize) -> u64 {
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    (line_start + column.saturating_sub(1)).min(text.len()) as u64
 }
 
 fn header_field<'v>(info: &'v Map<String, Value>, name: &str, field: &str) -> Result<&'v Value> {
@@ -168,9 +220,10 @@ fn u64_list(v: &Value, name: &str, field: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// Checks a whole safetensors file and borrows its tensors. Errors carry the byte offset
-/// in the file they concern (the caller adds the file).
-fn parse(bytes: &[u8]) -> Result<Parsed<'_>> {
+/// Checks a whole safetensors file (the whole file must be in `bytes`) and borrows its
+/// tensors: what [`import_safetensors`] refuses, this refuses, with the byte offset in the
+/// file in the error's location.
+pub fn read_safetensors(bytes: &[u8]) -> Result<SafetensorsFile<'_>> {
     let len = bytes.len() as u64;
     let Some(prefix) = bytes.get(..8) else {
         return Err(Error::new(ErrorKind::Truncated {
@@ -211,7 +264,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>> {
         invalid(format!(
             "the safetensors header (bytes 8..{data_start}) is not a JSON object: {e}"
         ))
-        .at_offset(8)
+        .at_offset(8 + json_offset(text, e.line(), e.column()))
     })?;
     let mut metadata = None;
     let mut tensors: Vec<(String, Dtype, DType, Vec<u64>, u64, u64)> = Vec::new();
@@ -331,7 +384,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>> {
             .map_err(|e| invalid(format!("the safetensors library refuses the file: {e}")))?;
         let view = TensorView::new(dtype, dims, Vec::new(), t.data())
             .map_err(|e| e.at_offset(data_start as u64 + begin))?;
-        out.push(Entry {
+        out.push(FileTensor {
             name,
             st_dtype,
             view,
@@ -339,7 +392,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>> {
             end,
         });
     }
-    Ok(Parsed {
+    Ok(SafetensorsFile {
         header,
         metadata,
         tensors: out,
@@ -504,7 +557,7 @@ pub fn import_safetensors(
     let parsed = maps
         .iter()
         .zip(&files)
-        .map(|(m, f)| parse(m.bytes()).map_err(|e| e.in_file(f)))
+        .map(|(m, f)| read_safetensors(m.bytes()).map_err(|e| e.in_file(f)))
         .collect::<Result<Vec<_>>>()?;
     // Names unique across files; with an index, each shard holds exactly its tensors.
     let mut seen: HashMap<&str, &Path> = HashMap::new();
@@ -551,22 +604,7 @@ pub fn import_safetensors(
         )));
     }
     let single = parsed.len() == 1 && index.is_none();
-    let exact_export = single && {
-        let p = &parsed[0];
-        let again = render_header(
-            metadata.as_ref(),
-            p.tensors.iter().map(|t| {
-                (
-                    t.name.as_str(),
-                    t.st_dtype,
-                    t.view.dims().to_vec(),
-                    t.begin,
-                    t.end,
-                )
-            }),
-        )?;
-        again == p.header
-    };
+    let exact_export = single && parsed[0].header_is_canonical()?;
     let mut kept = Map::new();
     if let Some(m) = &metadata {
         kept.insert(HEADER_METADATA.into(), Value::Object(m.clone()));
@@ -922,7 +960,7 @@ mod tests {
         ];
         let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
         let theirs = safetensors::serialize(views, Some(meta)).unwrap();
-        let parsed = parse(&theirs).unwrap();
+        let parsed = read_safetensors(&theirs).unwrap();
         let mut m = Map::new();
         m.insert("format".into(), "pt".into());
         assert_eq!(parsed.metadata.as_ref(), Some(&m));
@@ -945,22 +983,41 @@ mod tests {
     }
 
     #[test]
+    fn sniffing_and_json_offsets() {
+        assert!(looks_like_safetensors(&file("{}", b"")));
+        for bad in [
+            &b""[..],
+            b"\x02\0\0\0\0\0\0\0",
+            b"\x02\0\0\0\0\0\0\0[]",
+            b"PK\x03\x04xxxxxx",
+        ] {
+            assert!(!looks_like_safetensors(bad), "{bad:?}");
+        }
+        assert!(!looks_like_safetensors(&u64::MAX.to_le_bytes()));
+        assert_eq!(json_offset("{\"a\":", 1, 5), 4);
+        assert_eq!(json_offset("{\n  x", 2, 3), 4);
+        assert_eq!(json_offset("{}", 9, 9), 2);
+        let e = read_safetensors(&file("{\"a\":1,]", b"")).unwrap_err();
+        assert_eq!(e.location().offset, Some(8 + 7), "{e}"); // the `]`
+    }
+
+    #[test]
     fn hostile_headers_are_refused_with_offsets() {
-        let e = parse(&[1, 2, 3]).unwrap_err();
+        let e = read_safetensors(&[1, 2, 3]).unwrap_err();
         assert!(
             matches!(e.kind(), ErrorKind::Truncated { needed: 8, .. }),
             "{e}"
         );
-        let e = parse(&u64::MAX.to_le_bytes()).unwrap_err();
+        let e = read_safetensors(&u64::MAX.to_le_bytes()).unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::LimitExceeded { .. }), "{e}");
         assert_eq!(e.location().offset, Some(0));
-        let e = parse(&file("{}", b"")[..9]).unwrap_err();
+        let e = read_safetensors(&file("{}", b"")[..9]).unwrap_err();
         assert!(
             matches!(e.kind(), ErrorKind::Truncated { needed: 2, .. }),
             "{e}"
         );
         let h = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
-        let e = parse(&file(h, &[0; 4])).unwrap_err();
+        let e = read_safetensors(&file(h, &[0; 4])).unwrap_err();
         assert!(e.to_string().contains("\"w\""), "{e}");
         assert!(
             e.to_string().contains("within the file's 4 data bytes"),
