@@ -665,6 +665,15 @@ fn hostile_headers_are_refused_with_what_and_where() {
             Some(8),
         ),
         (
+            "empty tensor name",
+            st_file(
+                r#"{"":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#,
+                &[0],
+            ),
+            "a tensor has the empty name \"\"",
+            None,
+        ),
+        (
             "missing offsets",
             st_file(r#"{"w":{"dtype":"U8","shape":[1]}}"#, &[0]),
             "tensor \"w\": its header entry has no \"data_offsets\" field",
@@ -676,10 +685,11 @@ fn hostile_headers_are_refused_with_what_and_where() {
         let msg = e.to_string();
         assert!(msg.contains(want), "{what}: {msg}");
         assert!(msg.contains("in.safetensors"), "{what}: {msg}");
-        if let Some(o) = offset {
-            assert_eq!(e.location().offset, Some(o), "{what}: {msg}");
-        } else {
-            assert!(e.location().offset.is_some(), "{what}: {msg}");
+        match offset {
+            Some(o) => assert_eq!(e.location().offset, Some(o), "{what}: {msg}"),
+            // A name is not at one byte; every other refusal says where.
+            None if what == "empty tensor name" => {}
+            None => assert!(e.location().offset.is_some(), "{what}: {msg}"),
         }
         assert!(!d.join("a.zip").exists(), "{what}");
     }

@@ -175,7 +175,8 @@ impl SafetensorsFile<'_> {
 }
 
 /// Whether `bytes` start like a safetensors file: a header length within
-/// [`MAX_HEADER_BYTES`] and the file, and a header that starts with `{`. A cheap test for
+/// [`MAX_HEADER_BYTES`] and the file, and a header that starts with `{` (after any
+/// whitespace). A cheap test for
 /// telling formats apart; [`read_safetensors`] checks the whole file.
 pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
     let Some(prefix) = bytes.get(..8) else {
@@ -184,9 +185,14 @@ pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
     let mut word = [0u8; 8];
     word.copy_from_slice(prefix);
     let n = u64::from_le_bytes(word);
-    (2..=MAX_HEADER_BYTES).contains(&n)
-        && n <= bytes.len() as u64 - 8
-        && bytes.get(8) == Some(&b'{')
+    if !(2..=MAX_HEADER_BYTES).contains(&n) || n > bytes.len() as u64 - 8 {
+        return false;
+    }
+    // JSON may start with whitespace (the safetensors library accepts it).
+    bytes[8..8 + n as usize]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        == Some(&b'{')
 }
 
 /// The byte offset in `text` of serde_json's 1-based line and column.
@@ -563,6 +569,13 @@ pub fn import_safetensors(
     let mut seen: HashMap<&str, &Path> = HashMap::new();
     for (p, f) in parsed.iter().zip(&files) {
         for t in &p.tensors {
+            if t.name.is_empty() {
+                return Err(invalid(
+                    "a tensor has the empty name \"\", which a modelzip parameter cannot have"
+                        .into(),
+                )
+                .in_file(f));
+            }
             if let Some(other) = seen.insert(&t.name, f) {
                 return Err(invalid(format!(
                     "tensor {:?} is in two files: {} and {}",
@@ -985,6 +998,8 @@ mod tests {
     #[test]
     fn sniffing_and_json_offsets() {
         assert!(looks_like_safetensors(&file("{}", b"")));
+        assert!(looks_like_safetensors(&file("  {}", b"")));
+        assert!(read_safetensors(&file("  {}", b"")).is_ok());
         for bad in [
             &b""[..],
             b"\x02\0\0\0\0\0\0\0",
