@@ -444,11 +444,12 @@ pub struct ImportReport {
     pub exact_export: bool,
 }
 
-/// Where the tensors of `inputs` are: one file, a directory holding `model.safetensors`
-/// or `model.safetensors.index.json`, an index, or several shards. Returns the files
-/// and the index (path, parsed) when there is one.
+/// A sharded checkpoint's index: its path, its `"metadata"`, and tensor name → shard file.
 type IndexInfo = (PathBuf, Option<Value>, HashMap<String, String>);
 
+/// Where the tensors of `inputs` are: one file, a directory holding `model.safetensors`
+/// or `model.safetensors.index.json`, an index, or several shards. Returns the files
+/// and the index when there is one.
 fn resolve_inputs(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Option<IndexInfo>)> {
     let [only] = inputs else {
         if inputs.is_empty() {
