@@ -457,6 +457,13 @@ fn a_paddle_tag_exports_to_a_file_the_safetensors_library_reads_back_equal() {
     assert_eq!(r.tensors.len(), tag.params().len());
     let bytes = std::fs::read(&out).unwrap();
     assert_eq!(bytes.len() as u64, r.bytes);
+    if let Some(k) = std::env::var_os("MODELZIP_ST_EXPORT_DIR") {
+        // For check_export.py --cat: the archive and the export of its tag.
+        let k = Path::new(&k).join("paddle");
+        std::fs::create_dir_all(&k).unwrap();
+        std::fs::copy(&archive, k.join("mlp.zip")).unwrap();
+        std::fs::copy(&out, k.join("mlp.safetensors")).unwrap();
+    }
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     for p in tag.params() {
         let t = tag.param(&p.name).unwrap();

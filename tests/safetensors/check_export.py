@@ -3,11 +3,13 @@
 
     check_export.py ORIGINAL EXPORT [ORIGINAL EXPORT ...]
     check_export.py --dirs ORIGINALS_DIR EXPORTS_DIR
+    check_export.py --cat MODELZIP ARCHIVE TAG EXPORT
 
 ORIGINAL is a .safetensors file or a sharded checkpoint's model.safetensors.index.json
 (its shards together are the original). With --dirs, every *.safetensors under
 EXPORTS_DIR is compared with the file of the same relative path under ORIGINALS_DIR, and
-EXPORTS_DIR/sharded.safetensors with ORIGINALS_DIR/sharded/model.safetensors.index.json.
+EXPORTS_DIR/sharded.safetensors with ORIGINALS_DIR/sharded/model.safetensors.index.json
+(EXPORTS_DIR/paddle/ is skipped: it is for --cat).
 
 For each pair: `safetensors.numpy.load_file` reads the export; the same tensor names,
 dtypes, shapes and values (compared bit for bit, so NaNs and -0.0 count) as the original,
@@ -18,7 +20,12 @@ file; BF16 works once ml_dtypes is imported); those files are read tensor by ten
 `safe_open(framework="np")`, and the float8 tensors as the raw bytes
 `safetensors.deserialize` hands out; the output says which.
 Also prints whether the export is byte-identical to a single-file original.
-Exits 1 if any pair differs.
+
+With --cat, EXPORT is an export of tag TAG of ARCHIVE (for example a Paddle-imported
+tag), checked against the modelzip CLI (MODELZIP is the binary): the export holds exactly
+the parameters `MODELZIP show ARCHIVE --tag TAG --json` lists, with their dtypes and dims,
+and every tensor `load_file` reads equals `MODELZIP cat ARCHIVE NAME --tag TAG`: its
+`--raw` bytes, and its `--json` values (numbers; NaN and infinities as strings).
 
 Needs the venv of tests/safetensors/README.md (safetensors, numpy, ml_dtypes).
 """
@@ -101,8 +108,55 @@ def check(original, export):
     return not problems
 
 
+ST_DTYPES = {"BOOL": "BOOL", "U8": "UINT8", "I8": "INT8", "I16": "INT16", "U16": "UINT16",
+             "I32": "INT32", "U32": "UINT32", "I64": "INT64", "U64": "UINT64", "F16": "FP16",
+             "BF16": "BF16", "F32": "FP32", "F64": "FP64", "C64": "COMPLEX64",
+             "F8_E4M3": "FP8_E4M3FN", "F8_E5M2": "FP8_E5M2"}
+
+
+def cat_value(v):
+    if isinstance(v, str):
+        return float(v.lower().replace("infinity", "inf"))
+    if isinstance(v, list):
+        return complex(cat_value(v[0]), cat_value(v[1]))
+    return v
+
+
+def check_cat(modelzip, archive, tag, export):
+    import subprocess
+
+    def run(*args):
+        return subprocess.run([modelzip, *args], check=True, capture_output=True).stdout
+
+    shown = json.loads(run("show", archive, "--tag", tag, "--json"))
+    got, _, how = read_one(export)
+    arrays = load_file(export)
+    problems = []
+    params = {p["name"]: p for p in shown["params"]}
+    if sorted(params) != sorted(got):
+        problems.append(f"names differ: {sorted(set(params) ^ set(got))}")
+    for name in sorted(set(params) & set(got)):
+        dtype, shape, data = got[name]
+        p = params[name]
+        if (ST_DTYPES.get(dtype), shape) != (p["dtype"], p["dims"]):
+            problems.append(f"{name}: show says {p['dtype']} {p['dims']}, export {dtype} {shape}")
+        if run("cat", archive, name, "--tag", tag, "--raw") != data:
+            problems.append(f"{name}: cat --raw bytes differ")
+        values = json.loads(run("cat", archive, name, "--tag", tag, "--json"))["values"]
+        want = np.array([cat_value(v) for v in values]).reshape(arrays[name].shape)
+        if not np.array_equal(want.astype(arrays[name].dtype), arrays[name], equal_nan=True):
+            problems.append(f"{name}: cat --json values differ from load_file's")
+    print(f"{'OK ' if not problems else 'BAD'} {export}: {len(got)} tensors of tag {tag} of "
+          f"{archive}, read with {how}, compared with modelzip cat --raw and --json")
+    for p in problems:
+        print(f"    {p}")
+    return not problems
+
+
 def main(argv):
     print(f"safetensors {safetensors.__version__}, numpy {np.__version__}")
+    if argv[:1] == ["--cat"]:
+        return 0 if check_cat(*argv[1:5]) else 1
     pairs = []
     if argv[:1] == ["--dirs"]:
         orig_dir, exp_dir = argv[1], argv[2]
@@ -110,6 +164,8 @@ def main(argv):
             for f in sorted(files):
                 exp = os.path.join(root, f)
                 rel = os.path.relpath(exp, exp_dir)
+                if rel.startswith("paddle" + os.sep):
+                    continue  # exports of a Paddle tag: for --cat, no original file
                 if rel == "sharded.safetensors":
                     pairs.append((os.path.join(orig_dir, "sharded", "model.safetensors.index.json"), exp))
                 elif f.endswith(".safetensors"):
