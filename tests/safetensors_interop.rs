@@ -12,7 +12,7 @@ use modelzip::archive::fault::set_write_budget;
 use modelzip::interop::paddle;
 use modelzip::interop::safetensors::{
     ExportOptions, ImportOptions, METADATA_KEY, export_safetensors, export_safetensors_bytes,
-    import_safetensors,
+    export_safetensors_sharded, import_safetensors,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
 use serde_json::{Map, Value};
@@ -224,7 +224,10 @@ fn sharded_checkpoint_imports_through_its_index_and_exports_as_one_file() {
     )
     .unwrap();
     assert_eq!(r.files.len(), 2);
-    assert!(!r.exact_export);
+    assert!(
+        r.exact_export,
+        "shards and index as the libraries write them"
+    );
     // The same tag from the directory, and from the two shards named directly.
     import_safetensors(&archive, "dir", std::slice::from_ref(&shard_dir), &opts()).unwrap();
     let shards = [
@@ -263,8 +266,8 @@ fn sharded_checkpoint_imports_through_its_index_and_exports_as_one_file() {
     assert_eq!(
         kept["shards"],
         serde_json::json!([
-            "model-00001-of-00002.safetensors",
-            "model-00002-of-00002.safetensors"
+            {"file": "model-00001-of-00002.safetensors", "tensors": 9},
+            {"file": "model-00002-of-00002.safetensors", "tensors": 10}
         ])
     );
 
@@ -284,6 +287,126 @@ fn sharded_checkpoint_imports_through_its_index_and_exports_as_one_file() {
     }
     got.sort();
     assert_eq!(got, want);
+}
+
+#[test]
+fn a_sharded_tag_exports_as_its_shards_byte_for_byte_or_cut_to_a_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("a.zip");
+    let shard_dir = fixtures().join("sharded");
+    import_safetensors(&archive, "t", std::slice::from_ref(&shard_dir), &opts()).unwrap();
+    let a = Archive::open(&archive).unwrap();
+    let tag = a.tag("t").unwrap();
+
+    // As imported: the same three files, byte for byte.
+    let out = dir.path().join("same");
+    std::fs::create_dir(&out).unwrap();
+    let r = export_safetensors_sharded(&tag, &out, None, &export_opts()).unwrap();
+    assert!(r.as_imported);
+    assert_eq!(r.shards.len(), 2);
+    for f in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ] {
+        assert!(
+            std::fs::read(out.join(f)).unwrap() == std::fs::read(shard_dir.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // Again without overwrite: refused, nothing changed.
+    let e = export_safetensors_sharded(&tag, &out, None, &export_opts()).unwrap_err();
+    assert!(e.to_string().contains("refusing to overwrite"), "{e}");
+
+    // Cut to 12 KiB of data a shard: more shards, each within the bound unless one tensor
+    // alone is larger; they import back to the same tensors.
+    let cut = dir.path().join("cut");
+    std::fs::create_dir(&cut).unwrap();
+    let r = export_safetensors_sharded(&tag, &cut, Some(12 << 10), &export_opts()).unwrap();
+    assert!(!r.as_imported);
+    assert!(r.shards.len() > 3, "{}", r.shards.len());
+    let n = r.shards.len();
+    for (i, (path, _, names)) in r.shards.iter().enumerate() {
+        assert_eq!(
+            path.file_name().unwrap().to_string_lossy(),
+            format!("model-{:05}-of-{n:05}.safetensors", i + 1)
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let data: usize = st.tensors().iter().map(|(_, v)| v.data().len()).sum();
+        assert!(
+            data <= 12 << 10 || names.len() == 1,
+            "{} holds {data}",
+            path.display()
+        );
+    }
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(cut.join("model.safetensors.index.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        index["weight_map"].as_object().unwrap().len(),
+        tag.params().len()
+    );
+    let back = dir.path().join("b.zip");
+    import_safetensors(&back, "back", std::slice::from_ref(&cut), &opts()).unwrap();
+    let b = Archive::open(&back).unwrap();
+    let bt = b.tag("back").unwrap();
+    for p in tag.params() {
+        assert_eq!(
+            bt.param(&p.name).unwrap().view(),
+            tag.param(&p.name).unwrap().view(),
+            "{}",
+            p.name
+        );
+    }
+    assert_eq!(
+        kept_metadata(&b, "back")["index_metadata"],
+        kept_metadata(&a, "t")["index_metadata"],
+        "total_size is the same data"
+    );
+
+    if let Some(k) = std::env::var_os("MODELZIP_ST_EXPORT_DIR") {
+        for (from, to) in [(&out, "sharded_same"), (&cut, "sharded_cut")] {
+            let to = Path::new(&k).join(to);
+            std::fs::create_dir_all(&to).unwrap();
+            for e in std::fs::read_dir(from).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+
+    // A full disk at any point leaves none of the files (and no temp file).
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    for budget in [0, 100, 20_000, 40_000, 51_000] {
+        set_write_budget(Some(budget));
+        let r = export_safetensors_sharded(&tag, &full, None, &export_opts());
+        set_write_budget(None);
+        assert!(r.is_err(), "budget {budget}");
+        assert_eq!(
+            std::fs::read_dir(&full).unwrap().count(),
+            0,
+            "budget {budget}"
+        );
+    }
+
+    // A tag from one file, sharded with the default size: one shard and an index.
+    let single = dir.path().join("single");
+    std::fs::create_dir(&single).unwrap();
+    let c = dir.path().join("c.zip");
+    import_safetensors(
+        &c,
+        "t",
+        &[fixtures().join("all_dtypes.safetensors")],
+        &opts(),
+    )
+    .unwrap();
+    let c = Archive::open(&c).unwrap();
+    let r =
+        export_safetensors_sharded(&c.tag("t").unwrap(), &single, None, &export_opts()).unwrap();
+    assert_eq!(r.shards.len(), 1);
+    assert!(single.join("model-00001-of-00001.safetensors").is_file());
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //!
 //! - [`paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and persistables
 //!   directories in, `.pdmodel` + `.pdiparams` out, byte for byte.
-//! - [`safetensors`]: safetensors files and sharded checkpoints in, one safetensors file
-//!   out (byte for byte for a file the safetensors library wrote).
+//! - [`safetensors`]: safetensors files and sharded checkpoints in, one file or shards
+//!   out (byte for byte for files the safetensors library wrote).
 //!
 //! Converting a tag's graph between `graph.pdmodel` and `graph.fb` inside an archive is
 //! [`crate::archive::convert_graph`].

@@ -11,9 +11,11 @@
 //!   `model.safetensors.index.json`) or several shards as one tag: every tensor becomes a
 //!   parameter of the same name, `__metadata__` goes to the tag's metadata.json.
 //! - [`export_safetensors`] writes a tag back as one safetensors file, each tensor a
-//!   [`View`] borrowing the archive's memory. A tag imported from one file exports to that
-//!   file byte for byte when the file was written by the safetensors library
-//!   ([`ImportReport::exact_export`] says whether it will).
+//!   [`View`] borrowing the archive's memory; [`export_safetensors_sharded`] as a sharded
+//!   checkpoint (the shards it was imported from, or cut to a size). A tag imported from one file exports to that
+//!   file byte for byte when the file was written by the safetensors library, and a
+//!   sharded checkpoint its shards and index ([`ImportReport::exact_export`] says whether
+//!   it will).
 //!
 //! Mapping, what is kept and what is refused: docs/SAFETENSORS.md.
 //!
@@ -439,13 +441,24 @@ pub struct ImportReport {
     pub files: Vec<PathBuf>,
     /// The parameters, in the order stored (each file's tensors by data offset).
     pub params: Vec<ImportedParam>,
-    /// True when [`export_safetensors`] of the tag gives back the imported file byte for
-    /// byte (one file, whose header is laid out as the safetensors library lays it out).
+    /// True when the export gives back what was imported byte for byte:
+    /// [`export_safetensors`] the file, for one file; [`export_safetensors_sharded`] the
+    /// shards and index, for a sharded checkpoint. It does when every header is laid out as
+    /// the safetensors library lays it out and the index as `transformers` writes it.
     pub exact_export: bool,
 }
 
-/// A sharded checkpoint's index: its path, its `"metadata"`, and tensor name → shard file.
-type IndexInfo = (PathBuf, Option<Value>, HashMap<String, String>);
+/// A sharded checkpoint's index.
+struct IndexInfo {
+    path: PathBuf,
+    /// Its `"metadata"` object.
+    metadata: Option<Value>,
+    /// Tensor name → shard file name.
+    weight_map: HashMap<String, String>,
+    /// True when the index is what [`render_index`] writes for it (as `transformers` writes
+    /// it: sorted keys, indent 2, ASCII only, a final newline).
+    canonical: bool,
+}
 
 /// Where the tensors of `inputs` are: one file, a directory holding `model.safetensors`
 /// or `model.safetensors.index.json`, an index, or several shards. Returns the files
@@ -527,14 +540,88 @@ fn read_index(path: &Path) -> Result<(Vec<PathBuf>, IndexInfo)> {
     shards.sort_unstable();
     shards.dedup();
     let files = shards.iter().map(|s| dir.join(s)).collect();
+    let canonical = root.keys().all(|k| k == "metadata" || k == "weight_map")
+        && render_index(&Value::Object(root.clone())).as_bytes() == bytes.as_slice();
     Ok((
         files,
-        (
-            path.to_path_buf(),
-            root.get("metadata").cloned(),
+        IndexInfo {
+            path: path.to_path_buf(),
+            metadata: root.get("metadata").cloned(),
             weight_map,
-        ),
+            canonical,
+        },
     ))
+}
+
+/// JSON as Python's `json.dumps(v, indent=2, sort_keys=True) + "\n"` writes it, which is
+/// how `transformers` writes `model.safetensors.index.json` (numbers as serde_json writes
+/// them: the same for the integers an index holds).
+fn render_index(v: &Value) -> String {
+    fn string(s: &str, out: &mut String) {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                // Python escapes everything outside printable ASCII (0x20..=0x7e).
+                c if !(' '..='~').contains(&c) => {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        out.push_str(&format!("\\u{u:04x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    fn value(v: &Value, depth: usize, out: &mut String) {
+        let pad = |out: &mut String, d: usize| {
+            out.push('\n');
+            out.push_str(&"  ".repeat(d));
+        };
+        match v {
+            Value::String(s) => string(s, out),
+            Value::Array(items) if !items.is_empty() => {
+                out.push('[');
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    pad(out, depth + 1);
+                    value(x, depth + 1, out);
+                }
+                pad(out, depth);
+                out.push(']');
+            }
+            Value::Object(m) if !m.is_empty() => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    pad(out, depth + 1);
+                    string(k, out);
+                    out.push_str(": ");
+                    value(&m[k], depth + 1, out);
+                }
+                pad(out, depth);
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    value(v, 0, &mut out);
+    out.push('\n');
+    out
 }
 
 /// Imports safetensors as tag `tag` of the archive at `archive` (created if absent, else
@@ -585,10 +672,11 @@ pub fn import_safetensors(
                     f.display()
                 )));
             }
-            if let Some((index_path, _, map)) = &index {
+            if let Some(ix) = &index {
+                let map = &ix.weight_map;
                 let want = map
                     .get(&t.name)
-                    .map(|s| crate::archive::parent_dir(index_path).join(s));
+                    .map(|s| crate::archive::parent_dir(&ix.path).join(s));
                 if want.as_deref() != Some(f.as_path()) {
                     return Err(invalid(format!(
                         "tensor {:?} is in this shard, but the index maps it to {}",
@@ -601,13 +689,16 @@ pub fn import_safetensors(
             }
         }
     }
-    if let Some((index_path, _, map)) = &index
-        && let Some((name, shard)) = map.iter().find(|(n, _)| !seen.contains_key(n.as_str()))
+    if let Some(ix) = &index
+        && let Some((name, shard)) = ix
+            .weight_map
+            .iter()
+            .find(|(n, _)| !seen.contains_key(n.as_str()))
     {
         return Err(invalid(format!(
             "the index maps tensor {name:?} to {shard:?}, which does not hold it"
         ))
-        .in_file(index_path));
+        .in_file(&ix.path));
     }
     let metadata = parsed[0].metadata.clone();
     if let Some(i) = parsed.iter().position(|p| p.metadata != metadata) {
@@ -618,7 +709,18 @@ pub fn import_safetensors(
         )));
     }
     let single = parsed.len() == 1 && index.is_none();
-    let exact_export = single && parsed[0].header_is_canonical()?;
+    let all_canonical = parsed
+        .iter()
+        .map(SafetensorsFile::header_is_canonical)
+        .collect::<Result<Vec<bool>>>()?
+        .into_iter()
+        .all(|c| c);
+    let exact_export = all_canonical && index.as_ref().is_none_or(|ix| ix.canonical);
+    let file_name = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
     let mut kept = Map::new();
     if let Some(m) = &metadata {
         kept.insert(HEADER_METADATA.into(), Value::Object(m.clone()));
@@ -627,32 +729,19 @@ pub fn import_safetensors(
         "order".into(),
         Value::String(if single { "file" } else { "aligned" }.into()),
     );
-    if let Some((index_path, index_meta, _)) = &index {
-        kept.insert(
-            "index".into(),
-            Value::String(
-                index_path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            ),
-        );
-        if let Some(m) = index_meta {
+    if let Some(ix) = &index {
+        kept.insert("index".into(), Value::String(file_name(&ix.path)));
+        if let Some(m) = &ix.metadata {
             kept.insert("index_metadata".into(), m.clone());
         }
     }
     if !single {
-        let names = files
+        let shards = parsed
             .iter()
-            .map(|f| {
-                Value::String(
-                    f.file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                )
-            })
+            .zip(&files)
+            .map(|(p, f)| serde_json::json!({"file": file_name(f), "tensors": p.tensors.len()}))
             .collect();
-        kept.insert("shards".into(), Value::Array(names));
+        kept.insert("shards".into(), Value::Array(shards));
     }
     let mut root = Map::new();
     root.insert(METADATA_KEY.into(), Value::Object(kept));
@@ -729,20 +818,34 @@ struct Layout<'a> {
     tensors: Vec<(String, ParamView<'a>)>,
     /// The whole file's size.
     total: u64,
+    /// The tensors' bytes.
+    data_bytes: u64,
     metadata_written: bool,
 }
 
-/// What the tag's metadata.json says about safetensors: (`__metadata__`, keep params.txt
-/// order).
-fn kept_metadata(tag: &Tag<'_>) -> Result<(Option<Map<String, Value>>, bool)> {
+/// What the tag's metadata.json says about safetensors (all empty for a tag that did not
+/// come from safetensors).
+#[derive(Debug, Default)]
+struct Kept {
+    /// `__metadata__`.
+    metadata: Option<Map<String, Value>>,
+    /// Keep params.txt order (a tag from one file).
+    file_order: bool,
+    /// The shards it came from: file name and tensor count, in params.txt order.
+    shards: Vec<(String, usize)>,
+    /// The index's `"metadata"`.
+    index_metadata: Option<Value>,
+}
+
+fn kept_metadata(tag: &Tag<'_>) -> Result<Kept> {
     let entry = format!("{}/metadata.json", tag.name());
     let Some(bytes) = tag.metadata()? else {
-        return Ok((None, false));
+        return Ok(Kept::default());
     };
     let root: Value = serde_json::from_slice(&bytes)
         .map_err(|e| invalid(format!("metadata.json is not JSON: {e}")).in_entry(&entry))?;
     let Some(kept) = root.get(METADATA_KEY) else {
-        return Ok((None, false));
+        return Ok(Kept::default());
     };
     let bad = |why: &str| invalid(format!("the {METADATA_KEY:?} record {why}")).in_entry(&entry);
     let kept = kept.as_object().ok_or_else(|| bad("is not an object"))?;
@@ -756,12 +859,35 @@ fn kept_metadata(tag: &Tag<'_>) -> Result<(Option<Map<String, Value>>, bool)> {
             )));
         }
     };
-    Ok((metadata, file_order))
+    let mut shards = Vec::new();
+    if let Some(list) = kept.get("shards") {
+        let list = list
+            .as_array()
+            .ok_or_else(|| bad("has \"shards\" that is not a list"))?;
+        for s in list {
+            let file = s.get("file").and_then(Value::as_str);
+            let count = s.get("tensors").and_then(Value::as_u64);
+            let (Some(file), Some(count)) = (file, count) else {
+                return Err(bad("has a shard without \"file\" and \"tensors\""));
+            };
+            shards.push((
+                file.to_string(),
+                usize::try_from(count).unwrap_or(usize::MAX),
+            ));
+        }
+    }
+    Ok(Kept {
+        metadata,
+        file_order,
+        shards,
+        index_metadata: kept.get("index_metadata").cloned(),
+    })
 }
 
-fn layout<'a>(tag: &Tag<'a>) -> Result<Layout<'a>> {
+/// The tag's parameters as safetensors tensors, in params.txt order; refuses what
+/// safetensors cannot express, naming the parameter.
+fn param_views<'a>(tag: &Tag<'a>) -> Result<Vec<(String, ParamView<'a>)>> {
     let name = tag.name();
-    let (metadata, file_order) = kept_metadata(tag)?;
     let mut tensors = Vec::with_capacity(tag.params().len());
     for p in tag.params() {
         let refuse = |why: String| {
@@ -797,11 +923,20 @@ fn layout<'a>(tag: &Tag<'a>) -> Result<Layout<'a>> {
         drop(v);
         tensors.push((p.name.clone(), ParamView { dtype, shape, data }));
     }
-    if !file_order {
-        // The safetensors library's own order: larger alignment first, then by name, so
-        // every tensor starts aligned for its dtype.
-        tensors.sort_by(|(ln, l), (rn, r)| r.dtype.cmp(&l.dtype).then(ln.cmp(rn)));
-    }
+    Ok(tensors)
+}
+
+/// Sorts tensors as the safetensors library does: larger alignment first, then by name,
+/// so every tensor starts aligned for its dtype.
+fn sort_aligned(tensors: &mut [(String, ParamView<'_>)]) {
+    tensors.sort_by(|(ln, l), (rn, r)| r.dtype.cmp(&l.dtype).then(ln.cmp(rn)));
+}
+
+/// Lays out `tensors`, in this order, as one safetensors file.
+fn layout_of<'a>(
+    metadata: Option<&Map<String, Value>>,
+    tensors: Vec<(String, ParamView<'a>)>,
+) -> Result<Layout<'a>> {
     let mut offsets = Vec::with_capacity(tensors.len());
     let mut at = 0u64;
     for (_, t) in &tensors {
@@ -812,7 +947,7 @@ fn layout<'a>(tag: &Tag<'a>) -> Result<Layout<'a>> {
         at = end;
     }
     let header = render_header(
-        metadata.as_ref(),
+        metadata,
         tensors.iter().zip(&offsets).map(|((n, t), &(b, e))| {
             let dims = t.shape.iter().map(|&d| d as u64).collect();
             (n.as_str(), t.dtype, dims, b, e)
@@ -833,8 +968,18 @@ fn layout<'a>(tag: &Tag<'a>) -> Result<Layout<'a>> {
         header,
         tensors,
         total,
+        data_bytes: at,
         metadata_written: metadata.is_some(),
     })
+}
+
+fn layout<'a>(tag: &Tag<'a>) -> Result<Layout<'a>> {
+    let kept = kept_metadata(tag)?;
+    let mut tensors = param_views(tag)?;
+    if !kept.file_order {
+        sort_aligned(&mut tensors);
+    }
+    layout_of(kept.metadata.as_ref(), tensors)
 }
 
 fn write_layout(l: &Layout<'_>, w: &mut dyn Write) -> std::io::Result<()> {
@@ -924,6 +1069,176 @@ pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     })
 }
 
+/// The shard size `transformers` uses by default (`max_shard_size="5GB"`).
+pub const DEFAULT_MAX_SHARD_BYTES: u64 = 5_000_000_000;
+
+/// What a sharded export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedExportReport {
+    /// The tag exported, spelled as in tags.txt.
+    pub tag: String,
+    /// `DIR/model.safetensors.index.json`.
+    pub index_path: PathBuf,
+    /// The shards: path, size, tensors in file order.
+    pub shards: Vec<(PathBuf, u64, Vec<String>)>,
+    /// True when the shards are the ones the tag was imported from (names, tensors, order).
+    pub as_imported: bool,
+}
+
+/// The shard file name `transformers` gives shard `i` (from 1) of `n`.
+fn shard_name(i: usize, n: usize) -> String {
+    format!("model-{i:05}-of-{n:05}.safetensors")
+}
+
+/// Writes tag `tag` as a sharded checkpoint in directory `dir`: shards
+/// `model-0000I-of-0000N.safetensors` and `model.safetensors.index.json`, which
+/// `transformers` (and [`import_safetensors`]) load.
+///
+/// With `max_shard_bytes` `None`, a tag imported from shards is written as those shards
+/// (same names, same tensors in the same order, the kept index `"metadata"` when its
+/// `total_size` still holds): byte for byte what was imported when
+/// [`ImportReport::exact_export`] said so. Otherwise the tensors, in the library's order
+/// (larger dtypes first, then by name), are cut into shards of at most `max_shard_bytes`
+/// of data ([`DEFAULT_MAX_SHARD_BYTES`] when `None`), as `transformers` cuts them: a
+/// tensor larger than that gets a shard of its own. The index is written as `transformers`
+/// writes it; `__metadata__` of every shard is the one the import kept. The refusals are
+/// [`export_safetensors`]'s.
+///
+/// Every file is written to a temp file first; only when all are written are they renamed
+/// into place (the index last), so a failure leaves none of them behind. Existing files
+/// are refused unless `opts.overwrite`.
+pub fn export_safetensors_sharded(
+    tag: &Tag<'_>,
+    dir: &Path,
+    max_shard_bytes: Option<u64>,
+    opts: &ExportOptions,
+) -> Result<ShardedExportReport> {
+    if !dir.is_dir() {
+        return Err(invalid("the output directory does not exist".into()).in_file(dir));
+    }
+    let kept = kept_metadata(tag)?;
+    let mut tensors = param_views(tag)?;
+    let counts: Vec<usize> = kept.shards.iter().map(|(_, n)| *n).collect();
+    let as_imported = max_shard_bytes.is_none()
+        && !kept.shards.is_empty()
+        && counts.iter().try_fold(0usize, |a, &n| a.checked_add(n)) == Some(tensors.len());
+    let mut groups: Vec<(String, Vec<(String, ParamView<'_>)>)> = Vec::new();
+    if as_imported {
+        let mut rest = tensors.into_iter();
+        for (file, n) in &kept.shards {
+            groups.push((file.clone(), rest.by_ref().take(*n).collect()));
+        }
+    } else {
+        sort_aligned(&mut tensors);
+        let max = max_shard_bytes.unwrap_or(DEFAULT_MAX_SHARD_BYTES);
+        let mut parts: Vec<Vec<(String, ParamView<'_>)>> = Vec::new();
+        let mut size = 0u64;
+        for t in tensors {
+            let len = t.1.data_len() as u64;
+            if parts.is_empty() || (size > 0 && size.saturating_add(len) > max) {
+                parts.push(Vec::new());
+                size = 0;
+            }
+            size = size.saturating_add(len);
+            if let Some(last) = parts.last_mut() {
+                last.push(t);
+            }
+        }
+        if parts.is_empty() {
+            parts.push(Vec::new());
+        }
+        let n = parts.len();
+        groups = parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (shard_name(i + 1, n), p))
+            .collect();
+    }
+    let mut layouts = Vec::with_capacity(groups.len());
+    let mut weight_map = Map::new();
+    let mut total_size = 0u64;
+    for (file, ts) in groups {
+        let plain = Path::new(&file)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+            && !file.is_empty();
+        if !plain {
+            return Err(invalid(format!(
+                "the shard name {file:?} kept in the tag's metadata.json is not a plain file name"
+            )));
+        }
+        for (n, _) in &ts {
+            weight_map.insert(n.clone(), Value::String(file.clone()));
+        }
+        let l = layout_of(kept.metadata.as_ref(), ts)?;
+        total_size = total_size.saturating_add(l.data_bytes);
+        layouts.push((dir.join(&file), l));
+    }
+    let index_metadata = match &kept.index_metadata {
+        Some(m)
+            if as_imported && m.get("total_size").and_then(Value::as_u64) == Some(total_size) =>
+        {
+            m.clone()
+        }
+        _ => serde_json::json!({"total_size": total_size}),
+    };
+    let index = render_index(&serde_json::json!({
+        "metadata": index_metadata,
+        "weight_map": weight_map,
+    }));
+    let index_path = dir.join(INDEX_FILE);
+    if !opts.overwrite {
+        for path in layouts.iter().map(|(p, _)| p).chain([&index_path]) {
+            if path.exists() {
+                return Err(
+                    invalid("file already exists; refusing to overwrite it".into()).in_file(path),
+                );
+            }
+        }
+    }
+    let mut temps = Vec::with_capacity(layouts.len() + 1);
+    for (path, l) in &layouts {
+        temps.push((
+            paddle::write_temp(path, opts.fsync, |w| write_layout(l, w))?,
+            path.clone(),
+        ));
+    }
+    temps.push((
+        paddle::write_temp(&index_path, opts.fsync, |w| w.write_all(index.as_bytes()))?,
+        index_path.clone(),
+    ));
+    let mut done: Vec<PathBuf> = Vec::with_capacity(temps.len());
+    for (temp, path) in temps {
+        if let Err(e) = paddle::persist(temp, &path, opts.overwrite) {
+            for p in &done {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+        done.push(path);
+    }
+    if opts.fsync {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::from(e).in_file(dir))?;
+    }
+    Ok(ShardedExportReport {
+        tag: tag.name().to_string(),
+        index_path,
+        shards: layouts
+            .iter()
+            .map(|(p, l)| {
+                (
+                    p.clone(),
+                    l.total,
+                    l.tensors.iter().map(|(n, _)| n.clone()).collect(),
+                )
+            })
+            .collect(),
+        as_imported,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -994,6 +1309,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ours, parsed.header);
+    }
+
+    #[test]
+    fn index_json_is_written_as_python_writes_it() {
+        let v = serde_json::json!({
+            "weight_map": {"b": "s1", "a\u{e9}\u{1f600}\n\"\\\u{7f}\u{1}": "s2"},
+            "metadata": {"total_size": 12, "empty": {}, "list": [1, []]},
+        });
+        // json.dumps(v, indent=2, sort_keys=True) + "\n", from CPython 3.11.
+        let want = "{\n  \"metadata\": {\n    \"empty\": {},\n    \"list\": [\n      1,\n      []\n    ],\n    \"total_size\": 12\n  },\n  \"weight_map\": {\n    \"a\\u00e9\\ud83d\\ude00\\n\\\"\\\\\\u007f\\u0001\": \"s2\",\n    \"b\": \"s1\"\n  }\n}\n";
+        assert_eq!(render_index(&v), want);
     }
 
     #[test]

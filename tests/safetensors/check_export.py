@@ -9,7 +9,9 @@ ORIGINAL is a .safetensors file or a sharded checkpoint's model.safetensors.inde
 (its shards together are the original). With --dirs, every *.safetensors under
 EXPORTS_DIR is compared with the file of the same relative path under ORIGINALS_DIR, and
 EXPORTS_DIR/sharded.safetensors with ORIGINALS_DIR/sharded/model.safetensors.index.json
-(EXPORTS_DIR/paddle/ is skipped: it is for --cat).
+(EXPORTS_DIR/paddle/ is skipped: it is for --cat), and every other directory of
+EXPORTS_DIR holding a model.safetensors.index.json (a sharded export) with the original
+sharded checkpoint, shards together; "byte-identical" then covers the index and shards.
 
 For each pair: `safetensors.numpy.load_file` reads the export; the same tensor names,
 dtypes, shapes and values (compared bit for bit, so NaNs and -0.0 count) as the original,
@@ -85,7 +87,11 @@ def read_original(path):
 
 def check(original, export):
     want, want_meta = read_original(original)
-    got, got_meta, how = read_one(export)
+    if export.endswith(".json"):
+        got, got_meta = read_original(export)
+        how = "each shard through read_one"
+    else:
+        got, got_meta, how = read_one(export)
     problems = []
     if sorted(want) != sorted(got):
         problems.append(f"names differ: {sorted(set(want) ^ set(got))}")
@@ -97,9 +103,20 @@ def check(original, export):
     if want_meta != got_meta:
         problems.append(f"metadata: original {want_meta}, export {got_meta}")
     identical = None
-    if not original.endswith(".json"):
+    if original.endswith(".json") == export.endswith(".json"):
         with open(original, "rb") as a, open(export, "rb") as b:
             identical = a.read() == b.read()
+        if export.endswith(".json"):
+            # and every shard the index names
+            with open(export) as f:
+                for shard in sorted(set(json.load(f)["weight_map"].values())):
+                    a_path = os.path.join(os.path.dirname(original), shard)
+                    b_path = os.path.join(os.path.dirname(export), shard)
+                    if not os.path.exists(a_path):
+                        identical = False
+                        continue
+                    with open(a_path, "rb") as a, open(b_path, "rb") as b:
+                        identical = identical and a.read() == b.read()
     status = "OK " if not problems else "BAD"
     print(f"{status} {export}: {len(got)} tensors, metadata {got_meta}, read with {how}"
           + ("" if identical is None else f", byte-identical: {'yes' if identical else 'no'}"))
@@ -160,7 +177,13 @@ def main(argv):
     pairs = []
     if argv[:1] == ["--dirs"]:
         orig_dir, exp_dir = argv[1], argv[2]
+        sharded_index = os.path.join(orig_dir, "sharded", "model.safetensors.index.json")
         for root, _, files in os.walk(exp_dir):
+            if root != exp_dir and "model.safetensors.index.json" in files:
+                # A sharded export (export_safetensors_sharded): its index and shards
+                # together against the original sharded checkpoint.
+                pairs.append((sharded_index, os.path.join(root, "model.safetensors.index.json")))
+                continue
             for f in sorted(files):
                 exp = os.path.join(root, f)
                 rel = os.path.relpath(exp, exp_dir)
