@@ -309,7 +309,7 @@ impl Target {
 
 /// Writes one new tag: creates the archive, or adds to it as `opts.mode` says.
 /// Returns whether the archive was created.
-fn write_tag(
+pub(crate) fn write_tag(
     archive: &Path,
     tag: &str,
     opts: &ImportOptions,
@@ -327,7 +327,7 @@ fn write_tag(
 }
 
 /// Reads back what was stored for the report.
-fn report(
+pub(crate) fn report(
     archive: &Path,
     tag: &str,
     created: bool,
@@ -719,7 +719,7 @@ fn file_len(temp: &Path, target: &Path) -> Result<u64> {
 }
 
 /// Writes a temp file beside `target` (removed on drop unless persisted).
-fn write_temp(
+pub(crate) fn write_temp(
     target: &Path,
     fsync: bool,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
@@ -740,7 +740,7 @@ fn write_temp(
     Ok(temp)
 }
 
-fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Result<()> {
+pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Result<()> {
     let done = if overwrite {
         temp.persist(target).map(|_| ())
     } else {
