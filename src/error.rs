@@ -12,7 +12,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum ErrorKind {
     /// An operating-system I/O failure. Its text is part of the error's `Display`, so
-    /// [`Error::source`] goes on with what the I/O error wraps (if anything), not with
+    /// `Error::source` (see [`std::error::Error::source`]) goes on with what the I/O error wraps (if anything), not with
     /// the I/O error itself: a chain prints each cause once.
     #[error(transparent)]
     Io(#[from] std::io::Error),
