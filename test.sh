@@ -13,6 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 echo "== cargo test" >&2
+# The safetensors suite keeps its exports here for python/tests/test_safetensors_export.py.
+export MODELZIP_ST_EXPORT_DIR="$PWD/target/st-exports"
+rm -rf "$MODELZIP_ST_EXPORT_DIR"
 cargo test
 
 echo "== Python venv" >&2
@@ -29,5 +32,6 @@ echo "== pip install ./python" >&2
 echo "== pytest python/tests" >&2
 # The CLI the interop tests compare with: the debug build `cargo test` made.
 export MODELZIP_BIN="$PWD/target/debug/modelzip"
+# Paddle and the safetensors exports are required here (tests skip them elsewhere).
 export MODELZIP_REQUIRE_PADDLE=1
 "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
