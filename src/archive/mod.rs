@@ -31,7 +31,7 @@ mod append;
 mod archive_path;
 mod container;
 mod durable;
-pub(crate) use durable::{new_temp_beside, parent_dir};
+pub(crate) use durable::{fsync_dir, new_temp_beside, parent_dir};
 pub mod entry_name;
 #[doc(hidden)]
 pub mod fault;
@@ -41,6 +41,7 @@ mod lock;
 mod maintenance;
 mod reader;
 mod regraph;
+pub(crate) mod source;
 pub mod tag_name;
 pub mod text;
 mod time;
