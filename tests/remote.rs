@@ -4,10 +4,10 @@
 //! hostile archives of tests/hostile/ served remotely.
 #![cfg(feature = "remote")]
 
-#[path = "support/archive.rs"]
-mod support;
 #[path = "support/http_server.rs"]
 mod http_server;
+#[path = "support/archive.rs"]
+mod support;
 
 use http_server::{Mode, Server};
 use modelzip::remote::RemoteOptions;
@@ -89,7 +89,11 @@ fn remote_reads_are_identical_to_local_reads() {
         server.put("m.zip", bytes);
         let remote = open(&server.url("m.zip")).unwrap();
         assert!(remote.is_remote());
-        assert_eq!(everything(&local), everything(&remote), "deflate_text {deflate}");
+        assert_eq!(
+            everything(&local),
+            everything(&remote),
+            "deflate_text {deflate}"
+        );
         assert_eq!(local.len_bytes(), remote.len_bytes());
         assert!(remote.verify().is_ok());
     }
@@ -119,7 +123,12 @@ fn open_is_one_request_a_tag_one_more_and_a_tensor_one() {
     // Every request after the first is conditional on the first one's ETag.
     let reqs = server.requests();
     assert!(reqs[0].if_match.is_none());
-    assert!(reqs[0].range.as_deref().is_some_and(|r| r.starts_with("bytes=-")));
+    assert!(
+        reqs[0]
+            .range
+            .as_deref()
+            .is_some_and(|r| r.starts_with("bytes=-"))
+    );
     for r in &reqs[1..] {
         assert_eq!(r.if_match.as_deref(), a.remote_version(), "{r:?}");
         assert!(r.range.is_some(), "{r:?}");
@@ -162,7 +171,12 @@ fn listing_a_large_archive_reads_only_its_tail() {
     // One tag's tables: one more request; one tensor of it: one more.
     let before = server.count();
     let tag = a.tag("t42").unwrap();
-    assert_eq!(server.count(), before + 1, "{:#?}", &server.requests()[before..]);
+    assert_eq!(
+        server.count(),
+        before + 1,
+        "{:#?}",
+        &server.requests()[before..]
+    );
     assert_eq!(tag.params().len(), 1000);
     let v = tag.param("p7").unwrap();
     assert_eq!(v.view().as_slice::<f32>().unwrap(), &[42007.0]);
@@ -191,7 +205,10 @@ fn an_object_replaced_between_requests_is_an_error_not_a_mix() {
     let a = open(&server.url("m.zip")).unwrap();
     // Someone uploads a new version (same size, other bytes) after the open.
     server.put("m.zip", spread_archive(dir.path(), 9));
-    let err = a.tag("fp32").and_then(|t| t.param("fc.w").map(drop)).unwrap_err();
+    let err = a
+        .tag("fp32")
+        .and_then(|t| t.param("fc.w").map(drop))
+        .unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::RemoteChanged { .. }),
         "{err:?}"
@@ -200,7 +217,10 @@ fn an_object_replaced_between_requests_is_an_error_not_a_mix() {
     // Opened again, the new version reads whole.
     let b = open(&server.url("m.zip")).unwrap();
     let w = b.tag("fp32").unwrap().param("fc.w").unwrap();
-    assert_eq!(w.view().as_slice::<f32>().unwrap(), &support::values(9, 128)[..]);
+    assert_eq!(
+        w.view().as_slice::<f32>().unwrap(),
+        &support::values(9, 128)[..]
+    );
 }
 
 #[test]

@@ -315,7 +315,9 @@ pub(crate) fn parse_end(
             ));
         }
         let fetched;
-        let rec = if at.covers(z64_offset, 56) || z64_offset.checked_add(56).is_none_or(|e| e > at.file_len) {
+        let rec = if at.covers(z64_offset, 56)
+            || z64_offset.checked_add(56).is_none_or(|e| e > at.file_len)
+        {
             at.slice(z64_offset, 56, "zip64 end record")?
         } else {
             fetched = fetch(z64_offset, 56)?;
@@ -400,7 +402,10 @@ pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry
 pub fn parse(bytes: &[u8]) -> Result<Directory> {
     let at = At::whole(bytes);
     // The whole file is in the window: nothing is ever fetched.
-    let end = parse_end(&at, &mut |offset, len| at.slice(offset, len, "zip64 end record").map(<[u8]>::to_vec))?;
+    let end = parse_end(&at, &mut |offset, len| {
+        at.slice(offset, len, "zip64 end record")
+            .map(<[u8]>::to_vec)
+    })?;
     let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
     let (mut entries, index) = parse_entries(cd, &end)?;
     let cd_offset = end.cd_offset;

@@ -417,8 +417,7 @@ impl Archive {
         shown: &str,
         opts: OpenOptions,
     ) -> Result<Archive> {
-        let (ranged, dir) =
-            Ranged::open(source, tail, limits).map_err(|e| e.in_file(shown))?;
+        let (ranged, dir) = Ranged::open(source, tail, limits).map_err(|e| e.in_file(shown))?;
         Archive::from_directory(
             Backing::Ranged(Box::new(ranged)),
             dir,
@@ -440,9 +439,10 @@ impl Archive {
         matches!(self.backing, Backing::Ranged(_))
     }
 
-    /// Fetches the named entries (those present) ahead of reading them, in one batched
-    /// request for a remote archive; nothing for a local one.
-    pub(crate) fn prefetch(&self, names: &[&str]) -> Result<()> {
+    /// Fetches the named entries (those present) ahead of reading them: for a remote
+    /// archive in one batched request (near ranges merged, fetched in parallel), kept until
+    /// each is read once; nothing for a local one. Memory: the entries' stored bytes.
+    pub fn prefetch(&self, names: &[&str]) -> Result<()> {
         if let Backing::Ranged(r) = &self.backing {
             let entries: Vec<&ZipEntry> = names.iter().filter_map(|n| self.entry(n)).collect();
             r.prefetch(&entries).map_err(|e| self.located(e))?;

@@ -200,7 +200,10 @@ impl Ranged {
         let mut window = window;
         let data = container::check_local_in(&window, self.len(), e, cd_offset)?;
         // Where the data sits in the window: moved to the front below, not copied anew.
-        let (from, n) = (data.as_ptr() as usize - window.as_ptr() as usize, data.len());
+        let (from, n) = (
+            data.as_ptr() as usize - window.as_ptr() as usize,
+            data.len(),
+        );
         if e.method == METHOD_STORED {
             let crc = crc32fast::hash(data);
             if crc != e.crc32 {

@@ -5,7 +5,7 @@ use super::common::{open, tag_err};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::DType;
-use modelzip::archive::{GraphEncoding, Tag};
+use modelzip::archive::{GraphEncoding, Tag, TensorLocation};
 use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -40,6 +40,9 @@ struct TagRow {
     created: Option<String>,
 }
 
+/// Stored bytes of tensors fetched in one batch from a remote archive.
+const REMOTE_BATCH_BYTES: u64 = 64 << 20;
+
 fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
     let mut dtypes = BTreeSet::new();
     let locations = tag
@@ -49,16 +52,33 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
         .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
     // Many names may refer to one file: decode each file once.
     let mut decoded: HashSet<&str> = HashSet::default();
+    let unique: Vec<&TensorLocation> = locations.filter(|l| decoded.insert(&l.entry)).collect();
+    let remote = tag.archive().is_remote();
     let mut shared_bytes = 0;
-    for loc in locations {
-        if !decoded.insert(&loc.entry) {
-            continue;
+    let mut i = 0;
+    while i < unique.len() {
+        let mut j = unique.len();
+        if remote {
+            // Fetched in batches of near ranges (bounded in bytes), not one by one.
+            j = i + 1;
+            let mut bytes = tag.stored_size(unique[i]);
+            while j < unique.len() && bytes + tag.stored_size(unique[j]) <= REMOTE_BATCH_BYTES {
+                bytes += tag.stored_size(unique[j]);
+                j += 1;
+            }
+            let names: Vec<&str> = unique[i..j].iter().map(|l| l.entry.as_str()).collect();
+            tag.archive()
+                .prefetch(&names)
+                .map_err(tag_err(tag.name()))?;
         }
-        if loc.shared {
-            shared_bytes += tag.stored_size(loc);
+        for &loc in &unique[i..j] {
+            if loc.shared {
+                shared_bytes += tag.stored_size(loc);
+            }
+            let t = tag.tensor(loc).map_err(tag_err(tag.name()))?;
+            dtypes.insert(t.view().dtype());
         }
-        let t = tag.tensor(loc).map_err(tag_err(tag.name()))?;
-        dtypes.insert(t.view().dtype());
+        i = j;
     }
     let graph = tag
         .graph()

@@ -17,9 +17,8 @@ use crate::archive::{Archive, OpenOptions};
 use crate::error::{Error, ErrorKind, Result};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    ObjectStoreExt,
-    ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreScheme, PutMode,
-    PutOptions, PutPayload, RetryConfig, UpdateVersion,
+    ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt,
+    ObjectStoreScheme, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
 };
 use std::io::{Read, Write};
 use std::ops::Range;
@@ -151,9 +150,8 @@ struct Client {
 
 impl Client {
     fn new(url: &str, opts: &RemoteOptions) -> Result<Client> {
-        let invalid = |why: String| {
-            Error::new(ErrorKind::InvalidInput(format!("URL {url:?}: {why}")))
-        };
+        let invalid =
+            |why: String| Error::new(ErrorKind::InvalidInput(format!("URL {url:?}: {why}")));
         let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
         let (scheme, path) =
             ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
@@ -199,8 +197,7 @@ impl Client {
                 let origin = &parsed[..url::Position::BeforePath];
                 let mut client_opts = client_opts.with_allow_http(true);
                 for (k, v) in &opts.config {
-                    client_opts =
-                        client_opts.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                    client_opts = client_opts.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
                 Arc::new(
                     object_store::http::HttpBuilder::new()
@@ -330,9 +327,7 @@ fn remote_err(url: &str, e: object_store::Error) -> Error {
         src = s.source();
     }
     let kind = match &e {
-        object_store::Error::NotFound { .. } => {
-            ErrorKind::Remote(format!("no object at {url}"))
-        }
+        object_store::Error::NotFound { .. } => ErrorKind::Remote(format!("no object at {url}")),
         object_store::Error::AlreadyExists { .. } => ErrorKind::RemoteConflict(format!(
             "an object already exists at {url}; pass --force (UploadMode::Replace) to replace it"
         )),
@@ -445,10 +440,12 @@ pub fn upload(
             let mut buf = vec![0u8; PART_SIZE];
             let mut done = 0u64;
             loop {
-                let n = file.read(&mut buf).map_err(|e| object_store::Error::Generic {
-                    store: "local file",
-                    source: Box::new(e),
-                })?;
+                let n = file
+                    .read(&mut buf)
+                    .map_err(|e| object_store::Error::Generic {
+                        store: "local file",
+                        source: Box::new(e),
+                    })?;
                 if n == 0 {
                     break;
                 }
@@ -459,7 +456,10 @@ pub fn upload(
             }
             w.finish().await?;
             if staging != client.path {
-                let copied = client.store.copy_if_not_exists(&staging, &client.path).await;
+                let copied = client
+                    .store
+                    .copy_if_not_exists(&staging, &client.path)
+                    .await;
                 let _ = client.store.delete(&staging).await;
                 copied?;
             }
@@ -484,7 +484,10 @@ pub fn download(
     let mut temp = crate::archive::new_temp_beside(local)?;
     let version = client
         .block_on(async {
-            let r = client.store.get_opts(&client.path, GetOptions::default()).await?;
+            let r = client
+                .store
+                .get_opts(&client.path, GetOptions::default())
+                .await?;
             let total = r.meta.size;
             let version = r.meta.e_tag.clone();
             let mut stream = r.into_stream();
@@ -512,7 +515,10 @@ pub fn download(
         return Err(Error::new(ErrorKind::Checksum(format!(
             "the downloaded archive does not verify ({} problems; first: {}{})",
             report.problems.len(),
-            p.entry.as_deref().map(|e| format!("{e}: ")).unwrap_or_default(),
+            p.entry
+                .as_deref()
+                .map(|e| format!("{e}: "))
+                .unwrap_or_default(),
             p.message
         )))
         .in_file(url));
