@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long, value_name = "ETAG")]
     if_match: Option<String>,
     /// No progress bar.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
     /// Print one JSON document instead of a summary.
     #[arg(long)]

@@ -168,6 +168,14 @@ impl Client {
                     .with_url(url)
                     .with_retry(retry)
                     .with_client_options(client_opts);
+                // Create-only uploads in parts end with a copy that must not replace an
+                // object: S3 does that with a conditional CompleteMultipartUpload.
+                if std::env::var_os("AWS_COPY_IF_NOT_EXISTS").is_none() {
+                    b = b.with_config(
+                        object_store::aws::AmazonS3ConfigKey::CopyIfNotExists,
+                        "multipart",
+                    );
+                }
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
