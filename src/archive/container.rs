@@ -186,6 +186,7 @@ impl<'a> At<'a> {
     }
 
     /// Bytes `base..base + bytes.len()` of a file of `file_len` bytes.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn window(bytes: &'a [u8], base: u64, file_len: u64) -> At<'a> {
         At {
             bytes,
@@ -269,6 +270,7 @@ fn find_eocd(tail: &[u8], file_len: u64) -> Result<usize> {
 
 /// Bytes at the end of a file that always hold the end records (the end record with the
 /// longest comment, and the zip64 locator before it).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) const END_RECORDS_MAX: u64 = 22 + 0xffff + 20;
 
 /// What the end records say about the central directory.
@@ -424,6 +426,7 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
 /// The directory of a file whose local headers are read later, entry by entry
 /// ([`check_local_in`]): each entry's `data_offset` is a lower bound (its header with no
 /// extra field) until then, and the overlap check uses those bounds.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) fn directory_unchecked(
     mut entries: Vec<ZipEntry>,
     index: NameIndex,
@@ -456,6 +459,7 @@ pub(crate) fn directory_unchecked(
 
 /// Checks entry `e`'s local header in `window` (bytes from the entry's header on, as
 /// fetched) as [`parse`] checks it in a whole file, and returns the entry's stored data.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) fn check_local_in<'w>(
     window: &'w [u8],
     file_len: u64,

@@ -180,6 +180,7 @@ enum Backing {
     Map(memmap2::Mmap, std::fs::File),
     Owned(Vec<u64>, usize),
     /// Read by byte ranges (a remote object): entries are fetched as they are read.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Ranged(Box<Ranged>),
 }
 
@@ -410,6 +411,7 @@ impl Archive {
 
     /// Opens an archive read by byte ranges from `source`, whose last bytes `tail` the
     /// caller read first (with the object's length and version); errors name `shown`.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn from_source(
         source: Box<dyn RangeSource>,
         tail: Vec<u8>,
@@ -1003,8 +1005,16 @@ impl<'a> Tag<'a> {
         let pname = format!("{name}/params.txt");
         let uname = format!("{name}/updater.txt");
         let mname = format!("{name}/metadata.json");
-        // A remote archive fetches the tag's tables in one batched request.
-        archive.prefetch(&[&pname, &uname, &mname])?;
+        // A remote archive fetches the tag's tables in one batched request; metadata.json
+        // only within the limit `metadata` holds it to.
+        let meta_ok = archive.entry(&mname).is_some_and(|e| {
+            e.uncompressed_size <= MAX_METADATA_BYTES && e.compressed_size <= MAX_METADATA_BYTES
+        });
+        let mut ahead = vec![pname.as_str(), uname.as_str()];
+        if meta_ok {
+            ahead.push(&mname);
+        }
+        archive.prefetch(&ahead)?;
         if archive.has_entry(&pname) {
             let bytes = archive.entry_bytes(&pname)?;
             for l in text::parse_table(&bytes, &pname, false)? {

@@ -72,7 +72,7 @@ impl Ranged {
             ))));
         }
         let fetch_one = |offset: u64, n: u64| -> Result<Vec<u8>> {
-            let mut v = source.read_ranges(&[offset..offset + n])?;
+            let mut v = source.read_ranges(std::slice::from_ref(&(offset..offset + n)))?;
             Ok(v.pop().unwrap_or_default())
         };
         let end = {

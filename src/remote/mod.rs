@@ -160,14 +160,20 @@ impl Client {
             retry_timeout: opts.timeout.saturating_mul(2),
             ..Default::default()
         };
-        let client_opts = ClientOptions::new().with_timeout(opts.timeout);
+        // Set as a config key, not with `with_client_options`: that would drop the client
+        // settings `from_env` read (AWS_ALLOW_HTTP, proxies, ...).
+        let timeout = format!("{}ms", opts.timeout.as_millis());
         let bad_key = |k: &str, e: object_store::Error| invalid(format!("config key {k:?}: {e}"));
+        fn client_key<K: std::str::FromStr<Err = object_store::Error>>(k: &str) -> Result<K> {
+            k.parse()
+                .map_err(|e| Error::new(ErrorKind::InvalidInput(format!("config key {k:?}: {e}"))))
+        }
         let store: Arc<dyn ObjectStore> = match scheme {
             ObjectStoreScheme::AmazonS3 => {
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_url(url)
                     .with_retry(retry)
-                    .with_client_options(client_opts);
+                    .with_config(client_key("timeout")?, &timeout);
                 // Create-only uploads in parts end with a copy that must not replace an
                 // object: S3 does that with a conditional CompleteMultipartUpload.
                 if std::env::var_os("AWS_COPY_IF_NOT_EXISTS").is_none() {
@@ -185,7 +191,7 @@ impl Client {
                 let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(url)
                     .with_retry(retry)
-                    .with_client_options(client_opts);
+                    .with_config(client_key("timeout")?, &timeout);
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
@@ -195,7 +201,7 @@ impl Client {
                 let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_url(url)
                     .with_retry(retry)
-                    .with_client_options(client_opts);
+                    .with_config(client_key("timeout")?, &timeout);
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
@@ -203,7 +209,9 @@ impl Client {
             }
             ObjectStoreScheme::Http => {
                 let origin = &parsed[..url::Position::BeforePath];
-                let mut client_opts = client_opts.with_allow_http(true);
+                let mut client_opts = ClientOptions::new()
+                    .with_allow_http(true)
+                    .with_timeout(opts.timeout);
                 for (k, v) in &opts.config {
                     client_opts = client_opts.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
@@ -330,8 +338,12 @@ fn remote_err(url: &str, e: object_store::Error) -> Error {
     let mut chain = e.to_string();
     let mut src = std::error::Error::source(&e);
     while let Some(s) = src {
-        chain.push_str(": ");
-        chain.push_str(&s.to_string());
+        // object_store's messages often repeat their source's already.
+        let more = s.to_string();
+        if !chain.contains(&more) {
+            chain.push_str(": ");
+            chain.push_str(&more);
+        }
         src = s.source();
     }
     let kind = match &e {
