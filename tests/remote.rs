@@ -313,3 +313,44 @@ fn hostile_archives_served_remotely_fail_as_they_do_locally() {
     }
     assert!(checked > 50, "{checked}");
 }
+
+/// What `modelzip tags` reads of each tensor: the header (dtype, dims, LoD), one batched
+/// request per tag, not the data.
+#[test]
+fn tensor_heads_read_the_headers_not_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = spread_archive(dir.path(), 3);
+    let local = Archive::from_reader(std::io::Cursor::new(bytes.clone())).unwrap();
+    let server = Server::start();
+    server.put("m.zip", bytes);
+    let remote = open(&server.url("m.zip")).unwrap();
+    for t in ["fp32", "step-2", "big"] {
+        let (lt, rt) = (local.tag(t).unwrap(), remote.tag(t).unwrap());
+        let locs = |tag: &Tag<'_>| -> Vec<modelzip::TensorLocation> {
+            tag.params()
+                .iter()
+                .map(|p| p.location.clone())
+                .chain(tag.updater().iter().flat_map(|u| u.arrays.iter().cloned()))
+                .collect()
+        };
+        let (ll, rl) = (locs(&lt), locs(&rt));
+        let (count, sent) = (server.count(), server.bytes_sent());
+        let heads = remote.tensor_heads(&rl.iter().collect::<Vec<_>>()).unwrap();
+        assert!(
+            server.count() <= count + 1,
+            "{t}: {:#?}",
+            &server.requests()[count..]
+        );
+        assert!(server.bytes_sent() - sent < 64 << 10, "{t}");
+        assert_eq!(
+            heads,
+            local.tensor_heads(&ll.iter().collect::<Vec<_>>()).unwrap(),
+            "{t}"
+        );
+        for (loc, h) in ll.iter().zip(&heads) {
+            let full = lt.tensor(loc).unwrap();
+            assert_eq!(h.dtype, full.view().dtype());
+            assert_eq!(h.dims, full.view().dims());
+        }
+    }
+}

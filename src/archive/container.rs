@@ -457,6 +457,26 @@ pub(crate) fn directory_unchecked(
     })
 }
 
+/// Checks entry `e`'s local header in `window` (the first bytes of the entry, as fetched)
+/// and returns the part of its stored data the window holds.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn check_local_prefix<'w>(
+    window: &'w [u8],
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> Result<&'w [u8]> {
+    let at = At::window(window, e.header_offset, file_len);
+    let mut checked = e.clone();
+    check_local(&at, &mut checked, cd_offset)?;
+    let have = (e.header_offset + window.len() as u64).saturating_sub(checked.data_offset);
+    at.slice(
+        checked.data_offset,
+        have.min(checked.compressed_size),
+        "entry data",
+    )
+}
+
 /// Checks entry `e`'s local header in `window` (bytes from the entry's header on, as
 /// fetched) as [`parse`] checks it in a whole file, and returns the entry's stored data.
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]

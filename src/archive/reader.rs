@@ -7,11 +7,15 @@ use super::lock::sidecar;
 use super::source::{RangeSource, Ranged, RangedLimits};
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::codec::{RecordHead, decode_head};
 use crate::tensor::{Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+/// Bytes of a remote tensor's data fetched to read its header ([`Archive::tensor_heads`]).
+const HEAD_PROBE: u64 = 512;
 
 /// Name of the tag list entry.
 pub const TAGS_TXT: &str = "tags.txt";
@@ -730,6 +734,59 @@ impl Archive {
                 .map(|t| TensorData::Owned(t.to_owned()))
                 .map_err(located),
         }
+    }
+
+    /// What each tensor's header says (dtype, dims, LoD), checked as a full read checks
+    /// it, including that header and data fill the entry exactly. From a remote archive
+    /// only the first bytes of each stored tensor are fetched (one batched request), so
+    /// the data and its CRC-32 are not read: what listings need without downloading
+    /// the tensors. A header that the first bytes do not hold is read whole.
+    pub fn tensor_heads(&self, locs: &[&TensorLocation]) -> Result<Vec<RecordHead>> {
+        let entries: Vec<Option<&ZipEntry>> = locs.iter().map(|l| self.location_entry(l)).collect();
+        let mut probes: Vec<Option<Vec<u8>>> = vec![None; locs.len()];
+        if let Backing::Ranged(r) = &self.backing {
+            let stored: Vec<(usize, &ZipEntry)> = entries
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.filter(|e| e.method == METHOD_STORED).map(|e| (i, e)))
+                .collect();
+            let es: Vec<&ZipEntry> = stored.iter().map(|(_, e)| *e).collect();
+            let got = r.probe(&es, HEAD_PROBE).map_err(|e| self.located(e))?;
+            for ((i, _), w) in stored.into_iter().zip(got) {
+                probes[i] = Some(w);
+            }
+        }
+        let mut out = Vec::with_capacity(locs.len());
+        for ((loc, e), probe) in locs.iter().zip(&entries).zip(probes) {
+            let from_probe = match (e, probe) {
+                (Some(e), Some(w)) => {
+                    container::check_local_prefix(&w, self.len_bytes(), e, self.dir.cd_offset)
+                        .ok()
+                        .and_then(|prefix| decode_head(prefix, e.compressed_size).ok().flatten())
+                }
+                _ => None,
+            };
+            let head = match from_probe {
+                Some(h) => h,
+                None => {
+                    let t = self.tensor(loc)?;
+                    let v = t.view();
+                    let data_len = v.data().len() as u64;
+                    let entry_len = self
+                        .location_entry(loc)
+                        .map_or(data_len, |e| e.uncompressed_size);
+                    RecordHead {
+                        dtype: v.dtype(),
+                        dims: v.dims().to_vec(),
+                        lod: v.lod().clone(),
+                        header_len: entry_len.saturating_sub(data_len),
+                        data_len,
+                    }
+                }
+            };
+            out.push(head);
+        }
+        Ok(out)
     }
 
     /// Size of the archive file in bytes.

@@ -185,6 +185,54 @@ impl Ranged {
         Ok(())
     }
 
+    /// The first bytes of each entry: its local header and up to `probe` bytes of data
+    /// (fewer when the entry is smaller), fetched in one batched request.
+    pub(crate) fn probe(&self, entries: &[&ZipEntry], probe: u64) -> Result<Vec<Vec<u8>>> {
+        let spans: Vec<Range<u64>> = entries
+            .iter()
+            .map(|e| {
+                let span = self.span(e);
+                let end = span.end.min(
+                    e.header_offset
+                        .saturating_add(30 + e.name.len() as u64 + probe),
+                );
+                span.start..end
+            })
+            .collect();
+        let mut out: Vec<Option<Vec<u8>>> = spans.iter().map(|s| self.window_bytes(s)).collect();
+        let missing: Vec<Range<u64>> = spans
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| o.is_none())
+            .map(|(s, _)| s.clone())
+            .collect();
+        let mut got = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.source.read_ranges(&missing)?
+        }
+        .into_iter();
+        for o in &mut out {
+            if o.is_none() {
+                *o = got.next();
+            }
+        }
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// The bytes of `span` from a window read at open, if one holds them.
+    fn window_bytes(&self, span: &Range<u64>) -> Option<Vec<u8>> {
+        self.windows.iter().find_map(|(start, bytes)| {
+            let end = start + bytes.len() as u64;
+            (span.start >= *start && span.end <= end).then(|| {
+                bytes
+                    .get((span.start - start) as usize..(span.end - start) as usize)
+                    .unwrap_or_default()
+                    .to_vec()
+            })
+        })
+    }
+
     /// Entry `e`'s stored bytes, in one request (local header and data together): the
     /// local header checked against the directory as for a local file, and for a stored
     /// entry its CRC-32 (a deflated one is checked as it is inflated).

@@ -40,9 +40,6 @@ struct TagRow {
     created: Option<String>,
 }
 
-/// Stored bytes of tensors fetched in one batch from a remote archive.
-const REMOTE_BATCH_BYTES: u64 = 64 << 20;
-
 fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
     let mut dtypes = BTreeSet::new();
     let locations = tag
@@ -53,32 +50,17 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
     // Many names may refer to one file: decode each file once.
     let mut decoded: HashSet<&str> = HashSet::default();
     let unique: Vec<&TensorLocation> = locations.filter(|l| decoded.insert(&l.entry)).collect();
-    let remote = tag.archive().is_remote();
+    // From a remote archive: only each tensor's first bytes, in one batched request.
+    let heads = tag
+        .archive()
+        .tensor_heads(&unique)
+        .map_err(tag_err(tag.name()))?;
     let mut shared_bytes = 0;
-    let mut i = 0;
-    while i < unique.len() {
-        let mut j = unique.len();
-        if remote {
-            // Fetched in batches of near ranges (bounded in bytes), not one by one.
-            j = i + 1;
-            let mut bytes = tag.stored_size(unique[i]);
-            while j < unique.len() && bytes + tag.stored_size(unique[j]) <= REMOTE_BATCH_BYTES {
-                bytes += tag.stored_size(unique[j]);
-                j += 1;
-            }
-            let names: Vec<&str> = unique[i..j].iter().map(|l| l.entry.as_str()).collect();
-            tag.archive()
-                .prefetch(&names)
-                .map_err(tag_err(tag.name()))?;
+    for (loc, head) in unique.iter().zip(&heads) {
+        if loc.shared {
+            shared_bytes += tag.stored_size(loc);
         }
-        for &loc in &unique[i..j] {
-            if loc.shared {
-                shared_bytes += tag.stored_size(loc);
-            }
-            let t = tag.tensor(loc).map_err(tag_err(tag.name()))?;
-            dtypes.insert(t.view().dtype());
-        }
-        i = j;
+        dtypes.insert(head.dtype);
     }
     let graph = tag
         .graph()
