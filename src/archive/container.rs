@@ -448,7 +448,7 @@ pub(crate) fn directory_unchecked(
             .in_entry(e.name.clone()));
         }
     }
-    check_overlaps(&entries, end.cd_offset)?;
+    check_overlaps(&entries)?;
     Ok(Directory {
         entries,
         index,

@@ -97,7 +97,7 @@ impl WriteArgs {
 pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> {
     if is_url(path) {
         // Reached only by commands that write: object stores cannot append or rewrite.
-        return Err(CliError(format!(
+        return Err(CliError::Failed(format!(
             "{what_failed}: a remote archive cannot be written in place; write a local archive and upload it with `modelzip cp LOCAL URL`"
         )));
     }
@@ -121,7 +121,7 @@ pub fn open(path: &Path) -> Result<Archive, CliError> {
     if let Some(url) = path.to_str().filter(|_| is_url(path)) {
         return modelzip::remote::RemoteOptions::default()
             .open(url)
-            .map_err(|e| CliError(format!("cannot open {url}: {e}")));
+            .map_err(|e| CliError::Failed(format!("cannot open {url}: {e}")));
     }
     refuse_directory(path, &format!("cannot open {}", path.display()))?;
     Archive::open(path)

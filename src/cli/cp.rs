@@ -65,7 +65,7 @@ fn bar(hidden: bool, what: &str) -> Option<ProgressBar> {
 
 fn text(p: &Path) -> Result<&str, CliError> {
     p.to_str()
-        .ok_or_else(|| CliError(format!("{} is not UTF-8", p.display())))
+        .ok_or_else(|| CliError::Failed(format!("{} is not UTF-8", p.display())))
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
@@ -93,31 +93,31 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 (None, false) => UploadMode::Create,
             };
             let v = remote::upload(&args.src, dst, mode, &opts, &report)
-                .map_err(|e| CliError(format!("cannot upload {src} to {dst}: {e}")))?;
+                .map_err(|e| CliError::Failed(format!("cannot upload {src} to {dst}: {e}")))?;
             ("upload", v)
         }
         (true, false) => {
             if args.dst.exists() && !args.force {
-                return Err(CliError(format!(
+                return Err(CliError::Failed(format!(
                     "cannot download to {dst}: it exists; pass --force to replace it"
                 )));
             }
             if args.dst.is_dir() {
-                return Err(CliError(format!(
+                return Err(CliError::Failed(format!(
                     "cannot download to {dst}: it is a directory, not a file"
                 )));
             }
             let v = remote::download(src, &args.dst, &opts, &report)
-                .map_err(|e| CliError(format!("cannot download {src} to {dst}: {e}")))?;
+                .map_err(|e| CliError::Failed(format!("cannot download {src} to {dst}: {e}")))?;
             ("download", v)
         }
         (true, true) => {
-            return Err(CliError(
+            return Err(CliError::Failed(
                 "cannot copy from a URL to a URL: download to a local file first".into(),
             ));
         }
         (false, false) => {
-            return Err(CliError(
+            return Err(CliError::Failed(
                 "one of SRC and DST must be a URL (s3://, gs://, az://, http(s)://, file://)"
                     .into(),
             ));
