@@ -354,3 +354,66 @@ fn tensor_heads_read_the_headers_not_the_data() {
         }
     }
 }
+
+/// Uploads through object_store's local-file store (`file://`): one conditional PUT for a
+/// small archive, parts for a large one; create-only refuses an existing object; downloads
+/// are byte-identical.
+#[test]
+fn uploads_are_create_only_unless_told_and_large_ones_go_in_parts() {
+    use modelzip::remote::{self, UploadMode};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let small = dir.path().join("small.zip");
+    std::fs::write(&small, spread_archive(dir.path(), 1)).unwrap();
+    let large = dir.path().join("large.zip");
+    let mut w = ArchiveWriter::create(&large).unwrap();
+    let n = (remote::MULTIPART_THRESHOLD / 4 + 1024) as usize;
+    let t = Tensor::from_slice(vec![n as u64], &support::values(5, n)).unwrap();
+    w.add_tag(TagBuilder::new("large").param("x", t)).unwrap();
+    w.finish().unwrap();
+    assert!(std::fs::metadata(&large).unwrap().len() > remote::MULTIPART_THRESHOLD);
+    let calls = std::sync::atomic::AtomicU64::new(0);
+    let progress = |_: u64, _: u64| {
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    };
+    for (i, file) in [&small, &large].into_iter().enumerate() {
+        let url = format!("file://{}/m{i}.zip", store.display());
+        remote::upload(file, &url, UploadMode::Create, &opts(), &progress).unwrap();
+        let err = remote::upload(&small, &url, UploadMode::Create, &opts(), &progress).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::RemoteConflict(_)),
+            "{i}: {err:?}"
+        );
+        assert!(err.to_string().contains("already exists"), "{err}");
+        let down = dir.path().join(format!("down{i}.zip"));
+        remote::download(&url, &down, &opts(), &progress).unwrap();
+        assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(file).unwrap());
+        // Replace regardless: the other file is there afterwards.
+        let other = if i == 0 { &large } else { &small };
+        remote::upload(other, &url, UploadMode::Replace, &opts(), &progress).unwrap();
+        remote::download(&url, &down, &opts(), &progress).unwrap();
+        assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(other).unwrap());
+    }
+    assert!(calls.load(std::sync::atomic::Ordering::SeqCst) > 4);
+    // Nothing but the two objects is left in the store (no staging keys).
+    let mut names: Vec<String> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["m0.zip", "m1.zip"]);
+    // A large file cannot replace one version conditionally: refused, nothing changed.
+    let url = format!("file://{}/m0.zip", store.display());
+    let before = std::fs::read(store.join("m0.zip")).unwrap();
+    let err = remote::upload(
+        &large,
+        &url,
+        UploadMode::ReplaceVersion("\"x\"".into()),
+        &opts(),
+        &progress,
+    )
+    .unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::RemoteConflict(_)), "{err:?}");
+    assert_eq!(std::fs::read(store.join("m0.zip")).unwrap(), before);
+}

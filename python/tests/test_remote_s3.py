@@ -142,3 +142,48 @@ def test_two_concurrent_uploads_exactly_one_wins(s3, tmp):
     down = tmp / "down.zip"
     cli(s3, "cp", url, down)
     assert down.read_bytes() == winner.read_bytes()
+
+
+def test_a_large_archive_goes_up_in_parts_create_only(s3, tmp):
+    """Over 64 MiB: a multipart upload to a staging key, copied to the key only if none is
+    there (S3's conditional CompleteMultipartUpload); the staging key is removed."""
+    import json
+    import struct
+
+    n = 17_000_000  # FP32 elements: 68 MB
+    desc = b"\x08\x05\x10" + varint(n)
+    d = tmp / "big"
+    d.mkdir()
+    with open(d / "w", "wb") as f:
+        f.write(struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc)
+        chunk = bytes(range(256)) * 4096
+        left = 4 * n
+        while left:
+            f.write(chunk[: min(left, len(chunk))])
+            left -= min(left, len(chunk))
+    local = tmp / "big.zip"
+    cli(s3, "pack", local, d, "--tag", "t", "-q")
+    assert local.stat().st_size > 64 << 20
+    url = f"s3://{BUCKET}/large/big.zip"
+    cli(s3, "cp", local, url)
+    again = cli(s3, "cp", local, url, check=False)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    doc = json.loads(cli(s3, "tags", url, "--json").stdout)
+    assert doc["tags"][0]["dtypes"] == ["FP32"]
+    down = tmp / "down.zip"
+    cli(s3, "cp", url, down)
+    assert down.read_bytes() == local.read_bytes()
+    listing = urllib.request.urlopen(
+        f"{s3['AWS_ENDPOINT_URL']}/{BUCKET}?list-type=2&prefix=large/", timeout=30
+    ).read()
+    assert listing.count(b"<Key>") == 1, listing
+
+
+def varint(v: int) -> bytes:
+    out = b""
+    while True:
+        b, v = v & 0x7F, v >> 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
