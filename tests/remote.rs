@@ -414,6 +414,9 @@ fn uploads_are_create_only_unless_told_and_large_ones_go_in_parts() {
         &progress,
     )
     .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::RemoteConflict(_)), "{err:?}");
+    assert!(
+        matches!(err.kind(), ErrorKind::RemoteConflict(_)),
+        "{err:?}"
+    );
     assert_eq!(std::fs::read(store.join("m0.zip")).unwrap(), before);
 }
