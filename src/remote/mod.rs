@@ -47,9 +47,9 @@ pub struct RemoteOptions {
     pub max_retries: usize,
     /// Time limit of one request (default 60 s).
     pub timeout: Duration,
-    /// Bytes of the first request, from the end of the object (default 256 KiB): the end
-    /// records, and the central directory and tags.txt of archives of up to a few thousand
-    /// entries.
+    /// Bytes of the first request, from the end of the object (default 256 KiB, at least
+    /// 64 KiB + 42): the end records, and the central directory and tags.txt of archives of
+    /// up to a few thousand entries.
     pub tail_bytes: u64,
     /// Largest central directory read (default 1 GiB).
     pub max_directory_size: u64,
@@ -103,7 +103,9 @@ impl RemoteOptions {
     pub fn open(&self, url: &str) -> Result<Archive> {
         let client = Client::new(url, self)?;
         let first = client.get(GetOptions {
-            range: Some(GetRange::Suffix(self.tail_bytes.max(1))),
+            // At least the bytes that always hold the end records (the longest archive
+            // comment and the zip64 locator).
+            range: Some(GetRange::Suffix(self.tail_bytes.max(22 + 0xffff + 20))),
             ..Default::default()
         });
         let (meta, tail) = match first {
