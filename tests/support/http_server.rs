@@ -29,6 +29,8 @@ struct State {
     objects: HashMap<String, (Vec<u8>, String)>,
     mode: Mode,
     versions: u64,
+    /// Added before each answer (a far-away store, for the benchmark).
+    latency: std::time::Duration,
 }
 
 /// One request as the server saw it.
@@ -87,6 +89,11 @@ impl Server {
         s.versions += 1;
         let etag = format!("\"v{}-{}\"", s.versions, bytes.len());
         s.objects.insert(format!("/{name}"), (bytes, etag));
+    }
+
+    /// Delays every answer by `d`.
+    pub fn set_latency(&self, d: std::time::Duration) {
+        self.state.lock().unwrap().latency = d;
     }
 
     pub fn set_mode(&self, mode: Mode) {
@@ -157,6 +164,10 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
             if_match: headers.get("if-match").cloned(),
         };
         log.lock().unwrap().push(seen.clone());
+        let latency = state.lock().unwrap().latency;
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
         let (status, extra, body, mode) = respond(state, &seen);
         let mut head = format!(
             "HTTP/1.1 {status}\r\nContent-Length: {}\r\nLast-Modified: Wed, 25 Nov 2026 12:00:00 GMT\r\n",
