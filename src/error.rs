@@ -216,6 +216,25 @@ pub enum ErrorKind {
     /// A caller-supplied value that makes no sense.
     #[error("{0}")]
     InvalidInput(String),
+    /// A request to an object store failed: network, credentials, no such object
+    /// (docs/REMOTE.md).
+    #[error("remote: {0}")]
+    Remote(String),
+    /// The server answered a byte-range request with the whole object (HTTP 200, not 206).
+    #[error(
+        "the server ignored a byte-range request (it sent the whole object, HTTP 200 instead of 206); remote archives need a server that supports Range requests"
+    )]
+    RangeNotSupported,
+    /// The remote object changed between two requests of one read (its ETag is not the
+    /// one the first request saw): nothing of two versions is mixed.
+    #[error("the remote object changed while it was read (version {was} is gone); open it again")]
+    RemoteChanged {
+        /// The version (ETag) read first.
+        was: String,
+    },
+    /// A conditional upload refused: the object exists, or is not the version read.
+    #[error("{0}")]
+    RemoteConflict(String),
 }
 
 impl ErrorKind {

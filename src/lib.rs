@@ -37,6 +37,8 @@ pub mod graph;
 pub mod interop;
 pub mod paddle_proto;
 pub mod progress;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod tensor;
 pub mod variants;
 

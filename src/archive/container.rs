@@ -167,18 +167,60 @@ fn zip_err(msg: impl Into<String>, offset: u64) -> Error {
     Error::new(ErrorKind::Zip(msg.into())).at_offset(offset)
 }
 
-/// Bounds-checked little-endian reads from the whole file.
-struct At<'a>(&'a [u8]);
+/// Bounds-checked reads from a window of the file: the whole file for a local archive,
+/// the fetched bytes (`base..base + bytes.len()`) for a remote one.
+pub(crate) struct At<'a> {
+    bytes: &'a [u8],
+    base: u64,
+    file_len: u64,
+}
 
 impl<'a> At<'a> {
+    /// The whole file.
+    pub(crate) fn whole(bytes: &'a [u8]) -> At<'a> {
+        At {
+            bytes,
+            base: 0,
+            file_len: bytes.len() as u64,
+        }
+    }
+
+    /// Bytes `base..base + bytes.len()` of a file of `file_len` bytes.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn window(bytes: &'a [u8], base: u64, file_len: u64) -> At<'a> {
+        At {
+            bytes,
+            base,
+            file_len,
+        }
+    }
+
+    /// True when `offset..offset + len` lies in the window.
+    pub(crate) fn covers(&self, offset: u64, len: u64) -> bool {
+        offset >= self.base
+            && offset
+                .checked_add(len)
+                .is_some_and(|end| end <= self.base + self.bytes.len() as u64)
+    }
+
     fn slice(&self, offset: u64, len: u64, what: &str) -> Result<&'a [u8]> {
         let end = offset.checked_add(len);
         match end {
-            Some(end) if end <= self.0.len() as u64 => Ok(&self.0[offset as usize..end as usize]),
+            Some(end) if end <= self.file_len && self.covers(offset, len) => {
+                Ok(&self.bytes[(offset - self.base) as usize..(end - self.base) as usize])
+            }
+            Some(end) if end <= self.file_len => Err(zip_err(
+                format!(
+                    "{what} at byte {offset} ({len} bytes) lies outside the {} bytes read from byte {} (it overlaps a neighbouring entry)",
+                    self.bytes.len(),
+                    self.base
+                ),
+                offset,
+            )),
             _ => Err(zip_err(
                 format!(
                     "{what} at byte {offset} ({len} bytes) runs past the end of the file ({} bytes)",
-                    self.0.len()
+                    self.file_len
                 ),
                 offset,
             )),
@@ -198,21 +240,21 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Finds the end-of-central-directory record: the last signature whose comment length
-/// reaches exactly to the end of the file.
-fn find_eocd(bytes: &[u8]) -> Result<usize> {
-    let len = bytes.len();
-    if len < 22 {
+/// Finds the end-of-central-directory record in `tail`, the last bytes of a file of
+/// `file_len` bytes: the last signature whose comment length reaches exactly to the end of
+/// the file. Returns its position in `tail`.
+fn find_eocd(tail: &[u8], file_len: u64) -> Result<usize> {
+    let len = tail.len();
+    if file_len < 22 || len < 22 {
         return Err(zip_err(
-            format!("file of {len} bytes is too short to be a zip archive"),
+            format!("file of {file_len} bytes is too short to be a zip archive"),
             0,
         ));
     }
     let lowest = len.saturating_sub(22 + 0xffff);
     let mut pos = len - 22;
     loop {
-        if u32_at(bytes, pos) == SIG_EOCD && pos + 22 + usize::from(u16_at(bytes, pos + 20)) == len
-        {
+        if u32_at(tail, pos) == SIG_EOCD && pos + 22 + usize::from(u16_at(tail, pos + 20)) == len {
             return Ok(pos);
         }
         if pos == lowest {
@@ -222,15 +264,38 @@ fn find_eocd(bytes: &[u8]) -> Result<usize> {
     }
     Err(zip_err(
         "no end-of-central-directory record (not a zip archive, or truncated)",
-        len as u64,
+        file_len,
     ))
 }
 
-/// Parses the end records and the central directory, checks every entry's name, its
-/// local header and that no two entries overlap each other or the central directory.
-pub fn parse(bytes: &[u8]) -> Result<Directory> {
-    let at = At(bytes);
-    let eocd = find_eocd(bytes)?;
+/// Bytes at the end of a file that always hold the end records (the end record with the
+/// longest comment, and the zip64 locator before it).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) const END_RECORDS_MAX: u64 = 22 + 0xffff + 20;
+
+/// What the end records say about the central directory.
+#[derive(Debug, Clone)]
+pub(crate) struct EndRecords {
+    /// Number of entries.
+    pub count: u64,
+    /// Size of the central directory.
+    pub cd_size: u64,
+    /// Offset of the central directory.
+    pub cd_offset: u64,
+    /// Archive comment.
+    pub comment: Vec<u8>,
+}
+
+/// Parses the end records from `at`, a window that reaches the end of the file and holds
+/// at least its last [`END_RECORDS_MAX`] bytes (or all of it). A zip64 end record outside
+/// the window is read with `fetch(offset, len)`.
+pub(crate) fn parse_end(
+    at: &At<'_>,
+    fetch: &mut dyn FnMut(u64, u64) -> Result<Vec<u8>>,
+) -> Result<EndRecords> {
+    let bytes = at.bytes;
+    let eocd = find_eocd(bytes, at.file_len)?;
+    let abs = |i: usize| at.base + i as u64;
     let e = &bytes[eocd..eocd + 22];
     let disk = u16_at(e, 4);
     let disk_cd = u16_at(e, 6);
@@ -238,12 +303,9 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
     let mut cd_size = u64::from(u32_at(e, 12));
     let mut cd_offset = u64::from(u32_at(e, 16));
     let comment = bytes[eocd + 22..].to_vec();
-    let mut cd_end = eocd as u64;
+    let mut cd_end = abs(eocd);
     if disk != 0 || disk_cd != 0 {
-        return Err(zip_err(
-            "multi-disk archives are not supported",
-            eocd as u64,
-        ));
+        return Err(zip_err("multi-disk archives are not supported", abs(eocd)));
     }
     if eocd >= 20 && u32_at(bytes, eocd - 20) == SIG_LOCATOR64 {
         let loc = &bytes[eocd - 20..eocd];
@@ -251,16 +313,24 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
         if u32_at(loc, 4) != 0 || u32_at(loc, 16) > 1 {
             return Err(zip_err(
                 "multi-disk archives are not supported",
-                eocd as u64 - 20,
+                abs(eocd) - 20,
             ));
         }
-        let rec = at.slice(z64_offset, 56, "zip64 end record")?;
-        if u32_at(rec, 0) != SIG_EOCD64 {
+        let fetched;
+        let rec = if at.covers(z64_offset, 56)
+            || z64_offset.checked_add(56).is_none_or(|e| e > at.file_len)
+        {
+            at.slice(z64_offset, 56, "zip64 end record")?
+        } else {
+            fetched = fetch(z64_offset, 56)?;
+            fetched.as_slice()
+        };
+        if rec.len() < 56 || u32_at(rec, 0) != SIG_EOCD64 {
             return Err(zip_err("bad zip64 end record signature", z64_offset));
         }
         if z64_offset
             .checked_add(56)
-            .is_none_or(|e| e > eocd as u64 - 20)
+            .is_none_or(|e| e > abs(eocd) - 20)
         {
             return Err(zip_err("zip64 end record overlaps the locator", z64_offset));
         }
@@ -280,7 +350,18 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
             cd_offset,
         ));
     }
-    let cd = at.slice(cd_offset, cd_size, "central directory")?;
+    Ok(EndRecords {
+        count,
+        cd_size,
+        cd_offset,
+        comment,
+    })
+}
+
+/// Parses the central directory `cd` (the bytes the end records point at): every record,
+/// its name, no name twice, nothing after the last record. Local headers are not read.
+pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry>, NameIndex)> {
+    let (count, cd_size, cd_offset) = (end.count, end.cd_size, end.cd_offset);
     if count > cd_size / 46 {
         return Err(zip_err(
             format!("{count} entries cannot fit in a central directory of {cd_size} bytes"),
@@ -315,6 +396,21 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
             cd_offset + pos as u64,
         ));
     }
+    Ok((entries, index))
+}
+
+/// Parses the end records and the central directory, checks every entry's name, its
+/// local header and that no two entries overlap each other or the central directory.
+pub fn parse(bytes: &[u8]) -> Result<Directory> {
+    let at = At::whole(bytes);
+    // The whole file is in the window: nothing is ever fetched.
+    let end = parse_end(&at, &mut |offset, len| {
+        at.slice(offset, len, "zip64 end record")
+            .map(<[u8]>::to_vec)
+    })?;
+    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
+    let (mut entries, index) = parse_entries(cd, &end)?;
+    let cd_offset = end.cd_offset;
     for entry in &mut entries {
         check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
     }
@@ -323,8 +419,77 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
         entries,
         index,
         cd_offset,
-        comment,
+        comment: end.comment,
     })
+}
+
+/// The directory of a file whose local headers are read later, entry by entry
+/// ([`check_local_in`]): each entry's `data_offset` is a lower bound (its header with no
+/// extra field) until then, and the overlap check uses those bounds.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn directory_unchecked(
+    mut entries: Vec<ZipEntry>,
+    index: NameIndex,
+    end: EndRecords,
+) -> Result<Directory> {
+    for e in &mut entries {
+        e.data_offset = e
+            .header_offset
+            .saturating_add(30)
+            .saturating_add(e.name.len() as u64);
+        if e.data_end() > end.cd_offset {
+            return Err(zip_err(
+                format!(
+                    "data of {} bytes at byte {} runs into the central directory (byte {})",
+                    e.compressed_size, e.data_offset, end.cd_offset
+                ),
+                e.header_offset,
+            )
+            .in_entry(e.name.clone()));
+        }
+    }
+    check_overlaps(&entries)?;
+    Ok(Directory {
+        entries,
+        index,
+        cd_offset: end.cd_offset,
+        comment: end.comment,
+    })
+}
+
+/// Checks entry `e`'s local header in `window` (the first bytes of the entry, as fetched)
+/// and returns the part of its stored data the window holds.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn check_local_prefix<'w>(
+    window: &'w [u8],
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> Result<&'w [u8]> {
+    let at = At::window(window, e.header_offset, file_len);
+    let mut checked = e.clone();
+    check_local(&at, &mut checked, cd_offset)?;
+    let have = (e.header_offset + window.len() as u64).saturating_sub(checked.data_offset);
+    at.slice(
+        checked.data_offset,
+        have.min(checked.compressed_size),
+        "entry data",
+    )
+}
+
+/// Checks entry `e`'s local header in `window` (bytes from the entry's header on, as
+/// fetched) as [`parse`] checks it in a whole file, and returns the entry's stored data.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn check_local_in<'w>(
+    window: &'w [u8],
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> Result<&'w [u8]> {
+    let at = At::window(window, e.header_offset, file_len);
+    let mut checked = e.clone();
+    check_local(&at, &mut checked, cd_offset)?;
+    at.slice(checked.data_offset, checked.compressed_size, "entry data")
 }
 
 fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {

@@ -31,6 +31,8 @@ mod append;
 mod archive_path;
 mod container;
 mod durable;
+#[cfg(feature = "remote")]
+pub(crate) use durable::fsync_dir;
 pub(crate) use durable::{new_temp_beside, parent_dir};
 pub mod entry_name;
 #[doc(hidden)]
@@ -41,6 +43,9 @@ mod lock;
 mod maintenance;
 mod reader;
 mod regraph;
+// Used by the `remote` feature only.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) mod source;
 pub mod tag_name;
 pub mod text;
 mod time;

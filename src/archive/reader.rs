@@ -4,13 +4,18 @@ use super::archive_path::ArchivePath;
 use super::container::{self, Directory, METHOD_DEFLATED, METHOD_STORED, ZipEntry};
 use super::journal;
 use super::lock::sidecar;
+use super::source::{RangeSource, Ranged, RangedLimits};
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::codec::{RecordHead, decode_head};
 use crate::tensor::{Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+/// Bytes of a remote tensor's data fetched to read its header ([`Archive::tensor_heads`]).
+const HEAD_PROBE: u64 = 512;
 
 /// Name of the tag list entry.
 pub const TAGS_TXT: &str = "tags.txt";
@@ -178,13 +183,26 @@ enum Backing {
     /// The map and the file it maps (read with `pread` by [`Tag::tensor_owned`]).
     Map(memmap2::Mmap, std::fs::File),
     Owned(Vec<u64>, usize),
+    /// Read by byte ranges (a remote object): entries are fetched as they are read.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    Ranged(Box<Ranged>),
 }
 
 impl Backing {
+    /// The whole file, for a local archive; empty for a ranged one (whose entries are
+    /// read through [`Archive::raw_data`]).
     fn bytes(&self) -> &[u8] {
         match self {
             Backing::Map(m, _) => m,
             Backing::Owned(w, len) => &bytemuck::cast_slice(w)[..*len],
+            Backing::Ranged(_) => &[],
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Backing::Ranged(r) => r.len(),
+            b => b.bytes().len() as u64,
         }
     }
 }
@@ -388,11 +406,66 @@ impl Archive {
     }
 
     fn from_backing(backing: Backing, path: Option<PathBuf>, opts: OpenOptions) -> Result<Archive> {
+        let dir = container::parse(backing.bytes()).map_err(|e| match &path {
+            Some(p) => e.in_file(p),
+            None => e,
+        })?;
+        Archive::from_directory(backing, dir, path, opts)
+    }
+
+    /// Opens an archive read by byte ranges from `source`, whose last bytes `tail` the
+    /// caller read first (with the object's length and version); errors name `shown`.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn from_source(
+        source: Box<dyn RangeSource>,
+        tail: Vec<u8>,
+        limits: &RangedLimits,
+        shown: &str,
+        opts: OpenOptions,
+    ) -> Result<Archive> {
+        let (ranged, dir) = Ranged::open(source, tail, limits).map_err(|e| e.in_file(shown))?;
+        Archive::from_directory(
+            Backing::Ranged(Box::new(ranged)),
+            dir,
+            Some(PathBuf::from(shown)),
+            opts,
+        )
+    }
+
+    /// The version (ETag) of a remote archive as it was read; `None` for a local one.
+    pub fn remote_version(&self) -> Option<&str> {
+        match &self.backing {
+            Backing::Ranged(r) => r.version(),
+            _ => None,
+        }
+    }
+
+    /// True when the archive is read by byte ranges from an object store.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.backing, Backing::Ranged(_))
+    }
+
+    /// Fetches the named entries (those present) ahead of reading them: for a remote
+    /// archive in one batched request (near ranges merged, fetched in parallel), kept until
+    /// each is read once; nothing for a local one. Memory: the entries' stored bytes.
+    pub fn prefetch(&self, names: &[&str]) -> Result<()> {
+        if let Backing::Ranged(r) = &self.backing {
+            let entries: Vec<&ZipEntry> = names.iter().filter_map(|n| self.entry(n)).collect();
+            r.prefetch(&entries).map_err(|e| self.located(e))?;
+        }
+        Ok(())
+    }
+
+    fn from_directory(
+        backing: Backing,
+        dir: Directory,
+        path: Option<PathBuf>,
+        opts: OpenOptions,
+    ) -> Result<Archive> {
         let with_path = |e: Error| match &path {
             Some(p) => e.in_file(p),
             None => e,
         };
-        let dir = container::parse(backing.bytes()).map_err(with_path)?;
         let mut by_dir: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, e) in dir.entries.iter().enumerate() {
             if let Some((top, _)) = e.name.split_once('/') {
@@ -527,12 +600,18 @@ impl Archive {
         self.backing.bytes()
     }
 
-    /// The raw (possibly compressed) bytes of an entry, as stored.
-    pub(crate) fn raw_data(&self, e: &ZipEntry) -> &[u8] {
+    /// The raw (possibly compressed) bytes of an entry, as stored: borrowed from a local
+    /// file, fetched (local header checked, a stored entry's CRC-32 too) from a remote one.
+    pub(crate) fn raw_data(&self, e: &ZipEntry) -> Result<Cow<'_, [u8]>> {
+        if let Backing::Ranged(r) = &self.backing {
+            return r.entry_data(e, self.dir.cd_offset).map(Cow::Owned);
+        }
         // parse() checked data_offset..data_end lies inside the file.
-        self.bytes()
-            .get(e.data_offset as usize..e.data_end() as usize)
-            .unwrap_or_default()
+        Ok(Cow::Borrowed(
+            self.bytes()
+                .get(e.data_offset as usize..e.data_end() as usize)
+                .unwrap_or_default(),
+        ))
     }
 
     fn located(&self, e: Error) -> Error {
@@ -553,13 +632,12 @@ impl Archive {
     }
 
     pub(crate) fn read_entry(&self, e: &ZipEntry) -> Result<Cow<'_, [u8]>> {
-        let raw = self.raw_data(e);
         match e.method {
-            METHOD_STORED => Ok(Cow::Borrowed(raw)),
+            METHOD_STORED => self.raw_data(e),
             METHOD_DEFLATED => {
                 let cap = e.uncompressed_size.min(1 << 20) as usize;
                 let mut out = Vec::with_capacity(cap);
-                self.inflate_into(e, raw, &mut out)?;
+                self.inflate_into(e, &self.raw_data(e)?, &mut out)?;
                 Ok(Cow::Owned(out))
             }
             m => Err(Error::new(ErrorKind::Zip(format!(
@@ -632,7 +710,7 @@ impl Archive {
     /// (a deflated entry is inflated in chunks: constant memory).
     fn check_entry(&self, e: &ZipEntry) -> Result<()> {
         match e.method {
-            METHOD_DEFLATED => self.inflate_into(e, self.raw_data(e), &mut std::io::sink()),
+            METHOD_DEFLATED => self.inflate_into(e, &self.raw_data(e)?, &mut std::io::sink()),
             _ => self.read_entry(e).map(drop),
         }
     }
@@ -658,9 +736,62 @@ impl Archive {
         }
     }
 
+    /// What each tensor's header says (dtype, dims, LoD), checked as a full read checks
+    /// it, including that header and data fill the entry exactly. From a remote archive
+    /// only the first bytes of each stored tensor are fetched (one batched request), so
+    /// the data and its CRC-32 are not read: what listings need without downloading
+    /// the tensors. A header that the first bytes do not hold is read whole.
+    pub fn tensor_heads(&self, locs: &[&TensorLocation]) -> Result<Vec<RecordHead>> {
+        let entries: Vec<Option<&ZipEntry>> = locs.iter().map(|l| self.location_entry(l)).collect();
+        let mut probes: Vec<Option<Vec<u8>>> = vec![None; locs.len()];
+        if let Backing::Ranged(r) = &self.backing {
+            let stored: Vec<(usize, &ZipEntry)> = entries
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.filter(|e| e.method == METHOD_STORED).map(|e| (i, e)))
+                .collect();
+            let es: Vec<&ZipEntry> = stored.iter().map(|(_, e)| *e).collect();
+            let got = r.probe(&es, HEAD_PROBE).map_err(|e| self.located(e))?;
+            for ((i, _), w) in stored.into_iter().zip(got) {
+                probes[i] = Some(w);
+            }
+        }
+        let mut out = Vec::with_capacity(locs.len());
+        for ((loc, e), probe) in locs.iter().zip(&entries).zip(probes) {
+            let from_probe = match (e, probe) {
+                (Some(e), Some(w)) => {
+                    container::check_local_prefix(&w, self.len_bytes(), e, self.dir.cd_offset)
+                        .ok()
+                        .and_then(|prefix| decode_head(prefix, e.compressed_size).ok().flatten())
+                }
+                _ => None,
+            };
+            let head = match from_probe {
+                Some(h) => h,
+                None => {
+                    let t = self.tensor(loc)?;
+                    let v = t.view();
+                    let data_len = v.data().len() as u64;
+                    let entry_len = self
+                        .location_entry(loc)
+                        .map_or(data_len, |e| e.uncompressed_size);
+                    RecordHead {
+                        dtype: v.dtype(),
+                        dims: v.dims().to_vec(),
+                        lod: v.lod().clone(),
+                        header_len: entry_len.saturating_sub(data_len),
+                        data_len,
+                    }
+                }
+            };
+            out.push(head);
+        }
+        Ok(out)
+    }
+
     /// Size of the archive file in bytes.
     pub fn len_bytes(&self) -> u64 {
-        self.bytes().len() as u64
+        self.backing.len()
     }
 
     /// Bytes no live entry or the central directory uses (left by in-place appends);
@@ -692,7 +823,14 @@ impl Archive {
         let mut r = VerifyReport::default();
         for e in &self.dir.entries {
             if e.method == METHOD_STORED {
-                let crc = crc32fast::hash(self.raw_data(e));
+                let crc = match self.raw_data(e) {
+                    Ok(raw) => crc32fast::hash(&raw),
+                    Err(err) => {
+                        r.push(Some(&e.name), err.to_string());
+                        ticker.tick();
+                        continue;
+                    }
+                };
                 if crc != e.crc32 {
                     r.push(
                         Some(&e.name),
@@ -922,6 +1060,18 @@ impl<'a> Tag<'a> {
     fn load(archive: &'a Archive, name: &'a str) -> Result<Tag<'a>> {
         let mut params = Vec::new();
         let pname = format!("{name}/params.txt");
+        let uname = format!("{name}/updater.txt");
+        let mname = format!("{name}/metadata.json");
+        // A remote archive fetches the tag's tables in one batched request; metadata.json
+        // only within the limit `metadata` holds it to.
+        let meta_ok = archive.entry(&mname).is_some_and(|e| {
+            e.uncompressed_size <= MAX_METADATA_BYTES && e.compressed_size <= MAX_METADATA_BYTES
+        });
+        let mut ahead = vec![pname.as_str(), uname.as_str()];
+        if meta_ok {
+            ahead.push(&mname);
+        }
+        archive.prefetch(&ahead)?;
         if archive.has_entry(&pname) {
             let bytes = archive.entry_bytes(&pname)?;
             for l in text::parse_table(&bytes, &pname, false)? {
@@ -934,7 +1084,6 @@ impl<'a> Tag<'a> {
             }
         }
         let mut updater = Vec::new();
-        let uname = format!("{name}/updater.txt");
         if archive.has_entry(&uname) {
             let bytes = archive.entry_bytes(&uname)?;
             for l in text::parse_table(&bytes, &uname, true)? {

@@ -258,7 +258,8 @@ impl Session {
 
     /// Copies `e` of `base` raw (no recompression) as `new_name`, re-aligning stored tensors.
     pub fn copy_entry(&mut self, base: &Archive, e: &ZipEntry, new_name: &str) -> Result<()> {
-        let raw = base.raw_data(e);
+        let raw = base.raw_data(e)?;
+        let raw = &*raw;
         let align = if e.method == METHOD_STORED && new_name.ends_with(".lodtensor") {
             decode_record_at(raw, 0, 0).ok().map(|r| r.data_offset)
         } else {

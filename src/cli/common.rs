@@ -95,6 +95,12 @@ impl WriteArgs {
 /// a directory, not a file` (the OS's own answer, from mapping it, is "No such
 /// device"). `what_failed` names the path.
 pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> {
+    if is_url(path) {
+        // Reached only by commands that write: object stores cannot append or rewrite.
+        return Err(CliError::Failed(format!(
+            "{what_failed}: a remote archive cannot be written in place; write a local archive and upload it with `modelzip cp LOCAL URL`"
+        )));
+    }
     if path.is_dir() {
         return Err(CliError::Failed(format!(
             "{what_failed}: the archive path is a directory, not a file"
@@ -103,8 +109,20 @@ pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> 
     Ok(())
 }
 
-/// Opens an archive, turning a failure into `cannot open PATH: why`.
+/// True when the archive argument is a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
+/// `file://`) rather than a local path.
+pub fn is_url(path: &Path) -> bool {
+    path.to_str().is_some_and(modelzip::remote::is_url)
+}
+
+/// Opens an archive (a local path, or a URL read by byte ranges with the store settings
+/// of the environment), turning a failure into `cannot open PATH: why`.
 pub fn open(path: &Path) -> Result<Archive, CliError> {
+    if let Some(url) = path.to_str().filter(|_| is_url(path)) {
+        return modelzip::remote::RemoteOptions::default()
+            .open(url)
+            .map_err(|e| CliError::Failed(format!("cannot open {url}: {e}")));
+    }
     refuse_directory(path, &format!("cannot open {}", path.display()))?;
     Archive::open(path)
         .map_err(|e| CliError::Failed(format!("cannot open {}: {e}", path.display())))

@@ -9,6 +9,7 @@ mod cat;
 mod common;
 mod compact;
 mod convert;
+mod cp;
 mod diff;
 mod export_paddle;
 mod extract;
@@ -55,6 +56,7 @@ enum Command {
     Quantize(quantize::Args),
     Cast(cast::Args),
     Diff(diff::Args),
+    Cp(cp::Args),
 }
 
 /// What a command ended with, short of an error.
@@ -121,6 +123,7 @@ pub fn run() -> ExitCode {
         Command::Quantize(a) => quantize::run(a),
         Command::Cast(a) => cast::run(a),
         Command::Diff(a) => diff::run(a),
+        Command::Cp(a) => cp::run(a),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

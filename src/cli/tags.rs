@@ -5,7 +5,7 @@ use super::common::{open, tag_err};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::DType;
-use modelzip::archive::{GraphEncoding, Tag};
+use modelzip::archive::{GraphEncoding, Tag, TensorLocation};
 use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -49,16 +49,18 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
         .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
     // Many names may refer to one file: decode each file once.
     let mut decoded: HashSet<&str> = HashSet::default();
+    let unique: Vec<&TensorLocation> = locations.filter(|l| decoded.insert(&l.entry)).collect();
+    // From a remote archive: only each tensor's first bytes, in one batched request.
+    let heads = tag
+        .archive()
+        .tensor_heads(&unique)
+        .map_err(tag_err(tag.name()))?;
     let mut shared_bytes = 0;
-    for loc in locations {
-        if !decoded.insert(&loc.entry) {
-            continue;
-        }
+    for (loc, head) in unique.iter().zip(&heads) {
         if loc.shared {
             shared_bytes += tag.stored_size(loc);
         }
-        let t = tag.tensor(loc).map_err(tag_err(tag.name()))?;
-        dtypes.insert(t.view().dtype());
+        dtypes.insert(head.dtype);
     }
     let graph = tag
         .graph()

@@ -154,7 +154,81 @@ pub fn decode_record_at(bytes: &[u8], start: usize, index: usize) -> Result<Reco
     decode_fields(&mut c, start, index).map_err(|e| e.in_record(index))
 }
 
+/// What a record's header says: dtype, dims, LoD and the data's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHead {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub dims: Vec<u64>,
+    /// Level-of-detail offsets.
+    pub lod: Lod,
+    /// Bytes of the header (where the data starts).
+    pub header_len: u64,
+    /// Bytes of the data (dtype size × element count).
+    pub data_len: u64,
+}
+
+/// Decodes the header of the standalone tensor record whose first bytes are `prefix`
+/// (with every check [`decode_tensor`] makes of a header), and checks that header and data
+/// fill exactly `entry_len` bytes. `Ok(None)` when `prefix` ends before the header does
+/// (read more and decode the whole record).
+pub fn decode_head(prefix: &[u8], entry_len: u64) -> Result<Option<RecordHead>> {
+    let mut c = Cursor {
+        bytes: prefix,
+        pos: 0,
+    };
+    let (lod, dtype, dims, desc_at) = match decode_header_fields(&mut c) {
+        Ok(h) => h,
+        // Whatever a short prefix cannot tell, the whole record will.
+        Err(_) if (prefix.len() as u64) < entry_len => return Ok(None),
+        Err(e) => return Err(e.in_record(0)),
+    };
+    let header_len = c.pos as u64;
+    let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at).in_record(0))?;
+    let end = header_len.saturating_add(n);
+    if end > entry_len {
+        return Err(Error::new(ErrorKind::Truncated {
+            what: "tensor data",
+            needed: n,
+            available: entry_len - header_len,
+        })
+        .at_offset(header_len)
+        .in_record(0));
+    }
+    if end < entry_len {
+        return Err(Error::new(ErrorKind::TrailingBytes {
+            count: entry_len - end,
+        })
+        .in_record(0)
+        .at_offset(end));
+    }
+    Ok(Some(RecordHead {
+        dtype,
+        dims,
+        lod,
+        header_len,
+        data_len: n,
+    }))
+}
+
 fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<Record<'a>> {
+    let (lod, dtype, dims, desc_at) = decode_header_fields(c)?;
+    let data_offset = c.pos as u64;
+    let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at))?;
+    let data = c.take(n, "tensor data")?;
+    let tensor = TensorView::new(dtype, dims, lod, data).map_err(|e| e.at_offset(data_offset))?;
+    Ok(Record {
+        index,
+        offset: start as u64,
+        length: c.pos as u64 - start as u64,
+        data_offset,
+        tensor,
+    })
+}
+
+/// The header fields up to the data: LoD, dtype, dims, and where the TensorDesc was.
+fn decode_header_fields(c: &mut Cursor<'_>) -> Result<(Lod, DType, Vec<u64>, u64)> {
     let at = c.pos as u64;
     let version = c.u32("version")?;
     if version != 0 {
@@ -248,17 +322,7 @@ fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<R
         };
         check_height(lod.len() - 1, last, &dims).map_err(|e| e.at_offset(at))?;
     }
-    let data_offset = c.pos as u64;
-    let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at))?;
-    let data = c.take(n, "tensor data")?;
-    let tensor = TensorView::new(dtype, dims, lod, data).map_err(|e| e.at_offset(data_offset))?;
-    Ok(Record {
-        index,
-        offset: start as u64,
-        length: c.pos as u64 - start as u64,
-        data_offset,
-        tensor,
-    })
+    Ok((lod, dtype, dims, desc_at))
 }
 
 fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {

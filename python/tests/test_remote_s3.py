@@ -1,0 +1,189 @@
+"""The S3 path end to end, against a real S3-compatible server on loopback (moto_server,
+started here on a free port of 127.0.0.1 and stopped after the tests): the CLI's `cp` up,
+`tags`/`show`/`cat`/`verify`/`extract` through s3://, `cp` down byte-identical, and two
+concurrent uploads to one key, of which exactly one wins."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import PADDLE_FIXTURES, cli_path
+
+BUCKET = "models"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 with one bucket; the environment the CLI reads."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto_server did not start (exit {proc.poll()})")
+                time.sleep(0.2)
+        req = urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")
+        urllib.request.urlopen(req, timeout=30).close()
+        env = dict(os.environ)
+        env.update(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ALLOW_HTTP="true",
+            AWS_ACCESS_KEY_ID="test",
+            AWS_SECRET_ACCESS_KEY="test",
+            AWS_REGION="us-east-1",
+        )
+        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+            env.pop(k, None)
+        yield env
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cli(env, *args, check=True):
+    proc = subprocess.run(
+        [str(cli_path()), *map(str, args)], capture_output=True, text=True, env=env, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"modelzip {args} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def make_archive(env, path: Path, model: str) -> Path:
+    cli(
+        env,
+        "import-paddle",
+        path,
+        "--tag",
+        "fp32",
+        PADDLE_FIXTURES / f"{model}.pdmodel",
+        PADDLE_FIXTURES / f"{model}.pdiparams",
+    )
+    return path
+
+
+def without_archive(doc):
+    doc.pop("archive", None)
+    return doc
+
+
+def test_s3_round_trip(s3, tmp):
+    import json
+
+    local = make_archive(s3, tmp / "mlp.zip", "mlp")
+    url = f"s3://{BUCKET}/round-trip/mlp.zip"
+    cli(s3, "cp", local, url)
+    for args in (["tags"], ["show"], ["verify"], ["cat", first_param(s3, local)]):
+        remote = json.loads(cli(s3, args[0], url, *args[1:], "--json").stdout)
+        here = json.loads(cli(s3, args[0], local, *args[1:], "--json").stdout)
+        assert without_archive(remote) == without_archive(here), args
+    cli(s3, "extract", url, "--out", tmp / "remote-x")
+    cli(s3, "extract", local, "--out", tmp / "local-x")
+    files = sorted(p.relative_to(tmp / "local-x") for p in (tmp / "local-x").rglob("*") if p.is_file())
+    assert files
+    for rel in files:
+        assert (tmp / "remote-x" / rel).read_bytes() == (tmp / "local-x" / rel).read_bytes()
+    down = tmp / "down.zip"
+    cli(s3, "cp", url, down)
+    assert down.read_bytes() == local.read_bytes()
+    # Create-only: a second upload to the key is refused.
+    again = cli(s3, "cp", local, url, check=False)
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+
+
+def first_param(env, local: Path) -> str:
+    import json
+
+    doc = json.loads(cli(env, "show", local, "--json").stdout)
+    return doc["params"][0]["name"]
+
+
+def test_two_concurrent_uploads_exactly_one_wins(s3, tmp):
+    a = make_archive(s3, tmp / "a.zip", "mlp")
+    b = make_archive(s3, tmp / "b.zip", "conv")
+    url = f"s3://{BUCKET}/race/model.zip"
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda p: cli(s3, "cp", p, url, check=False), [a, b]))
+    codes = sorted(r.returncode for r in results)
+    assert codes == [0, 2], [(r.returncode, r.stderr) for r in results]
+    loser = next(r for r in results if r.returncode == 2)
+    assert "already exists" in loser.stderr
+    winner = a if results[0].returncode == 0 else b
+    down = tmp / "down.zip"
+    cli(s3, "cp", url, down)
+    assert down.read_bytes() == winner.read_bytes()
+
+
+def test_a_large_archive_goes_up_in_parts_create_only(s3, tmp):
+    """Over 64 MiB: a multipart upload to a staging key, copied to the key only if none is
+    there (S3's conditional CompleteMultipartUpload); the staging key is removed."""
+    import json
+    import struct
+
+    n = 17_000_000  # FP32 elements: 68 MB
+    desc = b"\x08\x05\x10" + varint(n)
+    d = tmp / "big"
+    d.mkdir()
+    with open(d / "w", "wb") as f:
+        f.write(struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc)
+        chunk = bytes(range(256)) * 4096
+        left = 4 * n
+        while left:
+            f.write(chunk[: min(left, len(chunk))])
+            left -= min(left, len(chunk))
+    local = tmp / "big.zip"
+    cli(s3, "pack", local, d, "--tag", "t", "-q")
+    assert local.stat().st_size > 64 << 20
+    url = f"s3://{BUCKET}/large/big.zip"
+    cli(s3, "cp", local, url)
+    again = cli(s3, "cp", local, url, check=False)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    doc = json.loads(cli(s3, "tags", url, "--json").stdout)
+    assert doc["tags"][0]["dtypes"] == ["FP32"]
+    down = tmp / "down.zip"
+    cli(s3, "cp", url, down)
+    assert down.read_bytes() == local.read_bytes()
+    listing = urllib.request.urlopen(
+        f"{s3['AWS_ENDPOINT_URL']}/{BUCKET}?list-type=2&prefix=large/", timeout=30
+    ).read()
+    assert listing.count(b"<Key>") == 1, listing
+
+
+def varint(v: int) -> bytes:
+    out = b""
+    while True:
+        b, v = v & 0x7F, v >> 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])

@@ -1,0 +1,552 @@
+//! Remote archives in object stores (S3, GCS, Azure, HTTP, `file://`), read by byte ranges
+//! and uploaded whole, through the `object_store` crate behind a synchronous API (a private
+//! runtime per call). See docs/REMOTE.md for URLs, credentials, request counts and the
+//! consistency guarantees.
+//!
+//! ```no_run
+//! use modelzip::Archive;
+//!
+//! let archive = Archive::open_url("s3://models/resnet.zip")?; // ≤ 2 requests
+//! let tag = archive.latest()?; // 1 batched request for its tables
+//! let w = tag.param("fc.w")?; // 1 request
+//! # Ok::<(), modelzip::Error>(())
+//! ```
+
+use crate::archive::source::{RangeSource, RangedLimits};
+use crate::archive::{Archive, OpenOptions};
+use crate::error::{Error, ErrorKind, Result};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt,
+    ObjectStoreScheme, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
+};
+use std::io::{Read, Write};
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// True when `s` is a URL this module opens (`s3://`, `gs://`, `az://`, `abfs://`,
+/// `http(s)://`, `file://`, ...) rather than a local path.
+pub fn is_url(s: &str) -> bool {
+    const SCHEMES: [&str; 11] = [
+        "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https", "file",
+    ];
+    s.split_once("://")
+        .is_some_and(|(scheme, _)| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+/// How remote archives are opened: store configuration, retries and read sizes.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// Store configuration as `object_store` config keys (`aws_endpoint`,
+    /// `aws_allow_http`, `google_service_account`, ...), applied over what the environment
+    /// gives (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+    pub config: Vec<(String, String)>,
+    /// How often a failed request is retried (default 3; object_store's backoff).
+    pub max_retries: usize,
+    /// Time limit of one request (default 60 s).
+    pub timeout: Duration,
+    /// Bytes of the first request, from the end of the object (default 256 KiB, at least
+    /// 64 KiB + 42): the end records, and the central directory and tags.txt of archives of
+    /// up to a few thousand entries.
+    pub tail_bytes: u64,
+    /// Largest central directory read (default 1 GiB).
+    pub max_directory_size: u64,
+    /// The limits of the archive reader.
+    pub open: OpenOptions,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            config: Vec::new(),
+            max_retries: 3,
+            timeout: Duration::from_secs(60),
+            tail_bytes: 256 << 10,
+            max_directory_size: 1 << 30,
+            open: OpenOptions::default(),
+        }
+    }
+}
+
+/// Bytes before the central directory read with it when the first request did not
+/// cover it: tags.txt, written just before the directory, comes along.
+const DIRECTORY_SLACK: u64 = 64 << 10;
+
+/// Ranges closer than this are fetched as one request.
+const COALESCE: u64 = 1 << 20;
+
+impl RemoteOptions {
+    /// The default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one store configuration key (an `object_store` config key such as
+    /// `aws_endpoint`).
+    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets how often a failed request is retried.
+    pub fn max_retries(mut self, n: usize) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Opens the archive at `url`: one request for the end of the object (often the
+    /// central directory and tags.txt too), one more for the central directory when the
+    /// first did not hold it. Entries are fetched as they are read, every request
+    /// conditional on the version the first one saw.
+    pub fn open(&self, url: &str) -> Result<Archive> {
+        let client = Client::new(url, self)?;
+        let first = client.get(GetOptions {
+            // At least the bytes that always hold the end records (the longest archive
+            // comment and the zip64 locator).
+            range: Some(GetRange::Suffix(self.tail_bytes.max(22 + 0xffff + 20))),
+            ..Default::default()
+        });
+        let (meta, tail) = match first {
+            Ok(r) => r,
+            // An empty object cannot satisfy a suffix range: say what it is.
+            Err(_) if client.is_empty_object() => {
+                return Err(Error::new(ErrorKind::Zip(
+                    "file of 0 bytes is too short to be a zip archive".into(),
+                ))
+                .in_file(url)
+                .at_offset(0));
+            }
+            Err(e) => return Err(e),
+        };
+        let source = Object {
+            client,
+            len: meta.size,
+            e_tag: meta.e_tag.clone(),
+        };
+        let limits = RangedLimits {
+            max_directory_size: self.max_directory_size,
+            directory_slack: DIRECTORY_SLACK,
+        };
+        Archive::from_source(Box::new(source), tail, &limits, url, self.open.clone())
+    }
+}
+
+impl Archive {
+    /// Opens a remote archive (`s3://`, `gs://`, `az://`, `http(s)://`, `file://`) with
+    /// credentials and endpoints from the environment (see [`RemoteOptions::open`]).
+    /// Tensors read from it are owned buffers.
+    pub fn open_url(url: &str) -> Result<Archive> {
+        RemoteOptions::default().open(url)
+    }
+}
+
+/// A store, the object's path in it, and the runtime that drives its requests.
+struct Client {
+    rt: tokio::runtime::Runtime,
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    url: String,
+}
+
+impl Client {
+    fn new(url: &str, opts: &RemoteOptions) -> Result<Client> {
+        let invalid =
+            |why: String| Error::new(ErrorKind::InvalidInput(format!("URL {url:?}: {why}")));
+        let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+        let (scheme, path) =
+            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
+        let retry = RetryConfig {
+            max_retries: opts.max_retries,
+            retry_timeout: opts.timeout.saturating_mul(2),
+            ..Default::default()
+        };
+        // Set as a config key, not with `with_client_options`: that would drop the client
+        // settings `from_env` read (AWS_ALLOW_HTTP, proxies, ...).
+        let timeout = format!("{}ms", opts.timeout.as_millis());
+        let bad_key = |k: &str, e: object_store::Error| invalid(format!("config key {k:?}: {e}"));
+        fn client_key<K: std::str::FromStr<Err = object_store::Error>>(k: &str) -> Result<K> {
+            k.parse()
+                .map_err(|e| Error::new(ErrorKind::InvalidInput(format!("config key {k:?}: {e}"))))
+        }
+        let store: Arc<dyn ObjectStore> = match scheme {
+            ObjectStoreScheme::AmazonS3 => {
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(url)
+                    .with_retry(retry)
+                    .with_config(client_key("timeout")?, &timeout);
+                // Create-only uploads in parts end with a copy that must not replace an
+                // object: S3 does that with a conditional CompleteMultipartUpload.
+                if std::env::var_os("AWS_COPY_IF_NOT_EXISTS").is_none() {
+                    b = b.with_config(
+                        object_store::aws::AmazonS3ConfigKey::CopyIfNotExists,
+                        "multipart",
+                    );
+                }
+                for (k, v) in &opts.config {
+                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(b.build().map_err(|e| remote_err(url, e))?)
+            }
+            ObjectStoreScheme::GoogleCloudStorage => {
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(url)
+                    .with_retry(retry)
+                    .with_config(client_key("timeout")?, &timeout);
+                for (k, v) in &opts.config {
+                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(b.build().map_err(|e| remote_err(url, e))?)
+            }
+            ObjectStoreScheme::MicrosoftAzure => {
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(url)
+                    .with_retry(retry)
+                    .with_config(client_key("timeout")?, &timeout);
+                for (k, v) in &opts.config {
+                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(b.build().map_err(|e| remote_err(url, e))?)
+            }
+            ObjectStoreScheme::Http => {
+                let origin = &parsed[..url::Position::BeforePath];
+                let mut client_opts = ClientOptions::new()
+                    .with_allow_http(true)
+                    .with_timeout(opts.timeout);
+                for (k, v) in &opts.config {
+                    client_opts = client_opts.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
+                }
+                Arc::new(
+                    object_store::http::HttpBuilder::new()
+                        .with_url(origin)
+                        .with_retry(retry)
+                        .with_client_options(client_opts)
+                        .build()
+                        .map_err(|e| remote_err(url, e))?,
+                )
+            }
+            ObjectStoreScheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
+            other => return Err(invalid(format!("unsupported store {other:?}"))),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::from)?;
+        Ok(Client {
+            rt,
+            store,
+            path,
+            url: url.to_string(),
+        })
+    }
+
+    /// Runs `f` to completion on the private runtime (from a thread of its own when the
+    /// caller is itself inside a runtime, where blocking on one would panic).
+    fn block_on<F: std::future::Future + Send>(&self, f: F) -> F::Output
+    where
+        F::Output: Send,
+    {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|s| {
+                s.spawn(|| self.rt.block_on(f))
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            })
+        } else {
+            self.rt.block_on(f)
+        }
+    }
+
+    /// One GET: the object's metadata and the bytes asked for.
+    fn get(&self, opts: GetOptions) -> Result<(ObjectMeta, Vec<u8>)> {
+        self.block_on(async {
+            let r = self.store.get_opts(&self.path, opts).await?;
+            let meta = r.meta.clone();
+            let bytes = r.bytes().await?;
+            Ok((meta, Vec::from(bytes)))
+        })
+        .map_err(|e| remote_err(&self.url, e))
+    }
+
+    /// True when the object exists and is empty (a HEAD request; asked only after the
+    /// first read failed).
+    fn is_empty_object(&self) -> bool {
+        self.block_on(self.store.head(&self.path))
+            .is_ok_and(|m| m.size == 0)
+    }
+}
+
+/// An object read by ranges, every request conditional on the first one's ETag.
+struct Object {
+    client: Client,
+    len: u64,
+    e_tag: Option<String>,
+}
+
+impl Object {
+    async fn get_range(&self, r: Range<u64>) -> object_store::Result<bytes::Bytes> {
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(r)),
+            if_match: self.e_tag.clone(),
+            ..Default::default()
+        };
+        let got = self.client.store.get_opts(&self.client.path, opts).await?;
+        // Also when a server ignores If-Match: a different version is never mixed in.
+        if got.meta.e_tag != self.e_tag || got.meta.size != self.len {
+            return Err(object_store::Error::Precondition {
+                path: self.client.path.to_string(),
+                source: format!(
+                    "the object is now {} bytes, version {:?}",
+                    got.meta.size, got.meta.e_tag
+                )
+                .into(),
+            });
+        }
+        got.bytes().await
+    }
+}
+
+impl RangeSource for Object {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn version(&self) -> Option<&str> {
+        self.e_tag.as_deref()
+    }
+
+    fn read_ranges(&self, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        let got = self
+            .client
+            .block_on(object_store::coalesce_ranges(
+                ranges,
+                |r| self.get_range(r),
+                COALESCE,
+            ))
+            .map_err(|e| match e {
+                object_store::Error::Precondition { .. } => Error::new(ErrorKind::RemoteChanged {
+                    was: self.e_tag.clone().unwrap_or_default(),
+                })
+                .in_file(&self.client.url),
+                e => remote_err(&self.client.url, e),
+            })?;
+        Ok(got.into_iter().map(Vec::from).collect())
+    }
+}
+
+/// An object_store error as ours: a range-ignoring server, a conflict or a plain failure.
+fn remote_err(url: &str, e: object_store::Error) -> Error {
+    let mut chain = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        // object_store's messages often repeat their source's already.
+        let more = s.to_string();
+        if !chain.contains(&more) {
+            chain.push_str(": ");
+            chain.push_str(&more);
+        }
+        src = s.source();
+    }
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => ErrorKind::Remote(format!("no object at {url}")),
+        object_store::Error::AlreadyExists { .. } => ErrorKind::RemoteConflict(format!(
+            "an object already exists at {url}; pass --force (UploadMode::Replace) to replace it"
+        )),
+        object_store::Error::Precondition { .. } => ErrorKind::RemoteConflict(format!(
+            "the object at {url} is not the version this upload may replace (someone else wrote it); nothing was replaced"
+        )),
+        // object_store reports a 200 answer to a range request only in its message (the
+        // HTTP store as "not supported", the others as a "non-partial response").
+        object_store::Error::NotSupported { .. } if chain.contains("Range request") => {
+            ErrorKind::RangeNotSupported
+        }
+        _ if chain.contains("non-partial response") => ErrorKind::RangeNotSupported,
+        _ => ErrorKind::Remote(chain),
+    };
+    Error::new(kind).in_file(url)
+}
+
+/// What an upload may replace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadMode {
+    /// Only create: fail if an object exists at the URL.
+    Create,
+    /// Replace the object only if it is still the version with this ETag.
+    ReplaceVersion(String),
+    /// Replace whatever is there.
+    Replace,
+}
+
+/// Largest upload sent as one request; larger files are sent in parts (multipart).
+pub const MULTIPART_THRESHOLD: u64 = 64 << 20;
+
+/// Size of one part of a multipart upload.
+const PART_SIZE: usize = 16 << 20;
+
+/// The version (ETag) of the object at `url`, or `None` when there is none.
+pub fn remote_version(url: &str, opts: &RemoteOptions) -> Result<Option<String>> {
+    let client = Client::new(url, opts)?;
+    match client.block_on(client.store.head(&client.path)) {
+        Ok(m) => Ok(Some(m.e_tag.unwrap_or_default())),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(remote_err(url, e)),
+    }
+}
+
+/// Uploads the local archive at `local` to `url` (after checking it opens as an archive).
+/// Files of up to [`MULTIPART_THRESHOLD`] bytes go in one conditional PUT; larger ones in
+/// parts: with [`UploadMode::Replace`] straight to the key, otherwise to a temporary key
+/// that is then copied to `url` only if no object is there (a conditional replace of a
+/// large object is refused: the stores cannot complete a multipart upload on a version).
+/// `progress(done, total)` is called as bytes are sent. Returns the new object's ETag.
+pub fn upload(
+    local: &Path,
+    url: &str,
+    mode: UploadMode,
+    opts: &RemoteOptions,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Option<String>> {
+    // Refuse to publish something that is not an archive.
+    Archive::open(local)?;
+    let client = Client::new(url, opts)?;
+    let mut file = std::fs::File::open(local).map_err(|e| Error::from(e).in_file(local))?;
+    let total = file
+        .metadata()
+        .map_err(|e| Error::from(e).in_file(local))?
+        .len();
+    if total <= MULTIPART_THRESHOLD {
+        let mut buf = Vec::with_capacity(total as usize);
+        file.read_to_end(&mut buf)
+            .map_err(|e| Error::from(e).in_file(local))?;
+        let put_mode = match &mode {
+            UploadMode::Create => PutMode::Create,
+            UploadMode::Replace => PutMode::Overwrite,
+            UploadMode::ReplaceVersion(tag) => PutMode::Update(UpdateVersion {
+                e_tag: Some(tag.clone()),
+                version: None,
+            }),
+        };
+        let put = PutOptions {
+            mode: put_mode,
+            ..Default::default()
+        };
+        let r = client
+            .block_on(
+                client
+                    .store
+                    .put_opts(&client.path, PutPayload::from(buf), put),
+            )
+            .map_err(|e| remote_err(url, e))?;
+        progress(total, total);
+        return Ok(r.e_tag);
+    }
+    if let UploadMode::ReplaceVersion(_) = mode {
+        return Err(Error::new(ErrorKind::RemoteConflict(format!(
+            "replacing {url} only if unchanged is not supported for files over {MULTIPART_THRESHOLD} bytes (uploaded in parts); pass --force to replace it regardless"
+        )))
+        .in_file(url));
+    }
+    let staging = match mode {
+        UploadMode::Replace => client.path.clone(),
+        _ => ObjectPath::from(format!(
+            "{}.modelzip-upload-{}",
+            client.path,
+            std::process::id()
+        )),
+    };
+    client
+        .block_on(async {
+            let up = client.store.put_multipart(&staging).await?;
+            let mut w = object_store::WriteMultipart::new_with_chunk_size(up, PART_SIZE);
+            let mut buf = vec![0u8; PART_SIZE];
+            let mut done = 0u64;
+            loop {
+                let n = file
+                    .read(&mut buf)
+                    .map_err(|e| object_store::Error::Generic {
+                        store: "local file",
+                        source: Box::new(e),
+                    })?;
+                if n == 0 {
+                    break;
+                }
+                w.wait_for_capacity(4).await?;
+                w.write(&buf[..n]);
+                done += n as u64;
+                progress(done, total);
+            }
+            w.finish().await?;
+            if staging != client.path {
+                let copied = client
+                    .store
+                    .copy_if_not_exists(&staging, &client.path)
+                    .await;
+                let _ = client.store.delete(&staging).await;
+                copied?;
+            }
+            Ok(())
+        })
+        .map_err(|e| remote_err(url, e))?;
+    remote_version(url, opts)
+}
+
+/// Downloads the archive at `url` to `local`: into a temporary file beside it, checked
+/// (every CRC-32, table, tensor and manifest, as `verify` does), then renamed over
+/// `local`, so `local` is never a partial or unverified file. Every request after the
+/// first is conditional on its version. `progress(done, total)` is called as bytes
+/// arrive. Returns the version downloaded.
+pub fn download(
+    url: &str,
+    local: &Path,
+    opts: &RemoteOptions,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Option<String>> {
+    let client = Client::new(url, opts)?;
+    let mut temp = crate::archive::new_temp_beside(local)?;
+    let version = client
+        .block_on(async {
+            let r = client
+                .store
+                .get_opts(&client.path, GetOptions::default())
+                .await?;
+            let total = r.meta.size;
+            let version = r.meta.e_tag.clone();
+            let mut stream = r.into_stream();
+            let mut done = 0u64;
+            while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+                let chunk = chunk?;
+                temp.write_all(&chunk)
+                    .map_err(|e| object_store::Error::Generic {
+                        store: "local file",
+                        source: Box::new(e),
+                    })?;
+                done += chunk.len() as u64;
+                progress(done, total);
+            }
+            Ok(version)
+        })
+        .map_err(|e| remote_err(url, e))?;
+    temp.as_file()
+        .sync_all()
+        .map_err(|e| Error::from(e).in_file(temp.path()))?;
+    let report = Archive::open(temp.path())
+        .map_err(|e| e.in_file(url))?
+        .verify();
+    if let Some(p) = report.problems.first() {
+        return Err(Error::new(ErrorKind::Checksum(format!(
+            "the downloaded archive does not verify ({} problems; first: {}{})",
+            report.problems.len(),
+            p.entry
+                .as_deref()
+                .map(|e| format!("{e}: "))
+                .unwrap_or_default(),
+            p.message
+        )))
+        .in_file(url));
+    }
+    temp.persist(local)
+        .map_err(|e| Error::from(e.error).in_file(local))?;
+    crate::archive::fsync_dir(&crate::archive::parent_dir(local))?;
+    Ok(version)
+}
