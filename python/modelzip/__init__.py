@@ -37,10 +37,12 @@ __all__ = [
     "export_paddle",
     "import_paddle",
     "cast",
+    "download",
     "open",
     "quantize",
     "save",
     "tag_for",
+    "upload",
 ]
 
 __version__: str = _modelzip.__version__
@@ -179,6 +181,18 @@ def _graph_arg(graph: Union[None, bytes, Tuple[str, bytes]]) -> Optional[Tuple[s
 
 def _fspath(path: PathLike) -> str:
     return os.fspath(path)
+
+
+def _local(path: PathLike, what: str) -> str:
+    """A local path for a write: URLs are refused (object stores cannot append)."""
+    p = os.fspath(path)
+    if _modelzip.is_url(p):
+        raise ModelzipError(
+            "invalid_input",
+            f"cannot {what} {p}: object stores cannot be written in place; write a local "
+            "archive and upload it with modelzip.upload (or `modelzip cp`)",
+        )
+    return p
 
 
 # ---------------------------------------------------------------------------------------
@@ -343,8 +357,28 @@ class Archive:
 
 def open(path: PathLike) -> Archive:  # noqa: A001 - the documented name
     """Opens the archive at ``path`` (memory-mapped; only the central directory and
-    tags.txt are read). An unfinished append left by a killed writer is rolled back."""
+    tags.txt are read). An unfinished append left by a killed writer is rolled back.
+
+    ``path`` may be a URL — ``s3://bucket/key``, ``gs://``, ``az://``, ``http(s)://``,
+    ``file://`` — read by byte ranges (credentials and endpoints from the environment,
+    e.g. ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``; docs/REMOTE.md): opening fetches the
+    end of the object, each tensor one range request; arrays are then owned copies.
+    """
     return Archive(path)
+
+
+def upload(local: PathLike, url: str, *, if_match: Optional[str] = None, force: bool = False) -> Optional[str]:
+    """Uploads the local archive ``local`` to ``url`` (``modelzip cp``): create-only by
+    default (an existing object is an error), or replacing only the version whose ETag
+    is ``if_match``, or anything with ``force=True``; large files go up in parts.
+    Returns the new object's ETag when the store gives one."""
+    return _modelzip.upload(_fspath(local), url, if_match, force)
+
+
+def download(url: str, local: PathLike) -> Optional[str]:
+    """Downloads the archive at ``url`` to ``local`` atomically (a temp file, verified as
+    an archive, renamed into place; nothing is left on failure). Returns the ETag."""
+    return _modelzip.download(url, _fspath(local))
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,7 +413,7 @@ def save(
     """
     meta = None if metadata is None else json.dumps(dict(metadata)).encode()
     return _modelzip.save(
-        _fspath(path),
+        _local(path, "save to"),
         tag,
         _params_list(params),
         _updater_list(updater),
@@ -456,7 +490,7 @@ class Checkpointer:
         compact_dead_fraction: float = 0.5,
         wait: bool = False,
     ) -> None:
-        self._path = _fspath(path)
+        self._path = _local(path, "checkpoint into")
         best = None
         if keep_best is not None:
             metric, goal, count = keep_best
@@ -565,7 +599,7 @@ def import_paddle(
     appended in place). Returns the import report (tag, created, graph_bytes, params
     with dtype/dims/shared_from, shared)."""
     return _modelzip.import_paddle(
-        _fspath(archive),
+        _local(archive, "import into"),
         tag,
         None if model is None else _fspath(model),
         None if params is None else _fspath(params),
@@ -617,10 +651,10 @@ def quantize(
     symmetric INT8 weights with their scales, per output channel by default; parameters
     that are not quantized are shared with ``source`` at no cost, and the graph (if any)
     dequantizes so Paddle runs the variant. Returns the variant report."""
-    return _modelzip.quantize(_fspath(archive), source, tag, per_channel, wait)
+    return _modelzip.quantize(_local(archive, "quantize in"), source, tag, per_channel, wait)
 
 
 def cast(archive: PathLike, source: str, tag: str, dtype: str, *, wait: bool = False) -> Dict[str, Any]:
     """Derives an ``"FP16"`` or ``"BF16"`` tag ``tag`` from float tag ``source`` (like
     ``modelzip cast``). Returns the variant report."""
-    return _modelzip.cast(_fspath(archive), source, tag, dtype, wait)
+    return _modelzip.cast(_local(archive, "cast in"), source, tag, dtype, wait)

@@ -264,10 +264,16 @@ impl NativeArchive {
 
 #[pymethods]
 impl NativeArchive {
+    /// Opens a local path, or a URL (`s3://`, `gs://`, `az://`, `http(s)://`, `file://`)
+    /// by byte ranges with credentials and endpoints from the environment.
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<NativeArchive> {
         let shown = path.display().to_string();
-        let archive = py.detach(|| CoreArchive::open(&path)).or_raise(py)?;
+        let archive = match path.to_str().filter(|s| modelzip::remote::is_url(s)) {
+            Some(url) => py.detach(|| CoreArchive::open_url(url)),
+            None => py.detach(|| CoreArchive::open(&path)),
+        }
+        .or_raise(py)?;
         Ok(NativeArchive {
             inner: Mutex::new(Some(Arc::new(archive))),
             path: shown,
@@ -1058,6 +1064,47 @@ fn cast<'py>(
 }
 
 // ---------------------------------------------------------------------------------------
+// Object storage
+// ---------------------------------------------------------------------------------------
+
+/// Uploads a local archive to a URL: create-only by default, `if_match` replaces only that
+/// version (ETag), `force` replaces whatever is there. Returns the new ETag, if any.
+#[pyfunction]
+#[pyo3(signature = (local, url, if_match=None, force=false))]
+fn upload(
+    py: Python<'_>,
+    local: PathBuf,
+    url: &str,
+    if_match: Option<String>,
+    force: bool,
+) -> PyResult<Option<String>> {
+    let mode = match (if_match, force) {
+        (Some(_), true) => return Err(invalid(py, "give if_match or force, not both")),
+        (Some(etag), false) => modelzip::remote::UploadMode::ReplaceVersion(etag),
+        (None, true) => modelzip::remote::UploadMode::Replace,
+        (None, false) => modelzip::remote::UploadMode::Create,
+    };
+    let opts = modelzip::remote::RemoteOptions::default();
+    py.detach(|| modelzip::remote::upload(&local, url, mode, &opts, &|_, _| {}))
+        .or_raise(py)
+}
+
+/// Downloads an archive from a URL to a local path atomically (temp file, verified,
+/// renamed). Returns the object's ETag, if any.
+#[pyfunction]
+fn download(py: Python<'_>, url: &str, local: PathBuf) -> PyResult<Option<String>> {
+    let opts = modelzip::remote::RemoteOptions::default();
+    py.detach(|| modelzip::remote::download(url, &local, &opts, &|_, _| {}))
+        .or_raise(py)
+}
+
+/// Whether `s` is a URL modelzip reads by byte ranges.
+#[pyfunction]
+fn is_url(s: &str) -> bool {
+    modelzip::remote::is_url(s)
+}
+
+// ---------------------------------------------------------------------------------------
 // Module
 // ---------------------------------------------------------------------------------------
 
@@ -1083,6 +1130,9 @@ fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(quantize, m)?)?;
     m.add_function(wrap_pyfunction!(cast, m)?)?;
+    m.add_function(wrap_pyfunction!(upload, m)?)?;
+    m.add_function(wrap_pyfunction!(download, m)?)?;
+    m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -187,3 +187,46 @@ def varint(v: int) -> bytes:
             out += bytes([b | 0x80])
         else:
             return out + bytes([b])
+
+
+def test_python_open_upload_download_through_s3(s3, tmp, monkeypatch):
+    """modelzip.open("s3://...") reads what the local file holds (owned arrays), upload is
+    create-only unless told, download is byte-identical, and writes to a URL are refused."""
+    import numpy as np
+
+    import modelzip
+
+    for k, v in s3.items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(k, raising=False)
+    local = tmp / "py.zip"
+    w = np.arange(1000, dtype=np.float32).reshape(10, 100)
+    modelzip.save(local, "fp32", {"fc.w": w, "fc.b": np.ones(10, np.float64)}, metadata={"k": 1})
+    modelzip.save(local, "ft", {"fc.w": w + 1, "fc.b": np.ones(10, np.float64)})
+    url = f"s3://{BUCKET}/python/py.zip"
+    etag = modelzip.upload(local, url)
+    with pytest.raises(modelzip.ModelzipError):
+        modelzip.upload(local, url)  # create-only
+    with modelzip.open(url) as ar, modelzip.open(local) as here:
+        assert ar.tags == here.tags == ["fp32", "ft"]
+        for tag in ar.tags:
+            t, h = ar[tag], here[tag]
+            assert t.keys() == h.keys()
+            for name in t.keys():
+                np.testing.assert_array_equal(t[name], h[name])
+                assert t[name].dtype == h[name].dtype
+            assert t.metadata == h.metadata
+        assert ar["FP32"]["fc.w"].flags.writeable  # remote tensors are owned copies
+        with pytest.raises(KeyError):
+            ar["nope"]
+    with pytest.raises(modelzip.ModelzipError, match="upload"):
+        modelzip.save(url, "x", {"w": np.ones(1)})
+    down = tmp / "down.zip"
+    modelzip.download(url, down)
+    assert down.read_bytes() == local.read_bytes()
+    modelzip.save(local, "third", {"w": np.ones(3)})
+    modelzip.upload(local, url, if_match=etag)  # replaces only the version we uploaded
+    with modelzip.open(url) as ar:
+        assert ar.tags == ["fp32", "ft", "third"]
