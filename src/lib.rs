@@ -39,6 +39,7 @@ pub mod paddle_proto;
 pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod tf_proto;
 pub mod tensor;
 pub mod variants;
 
