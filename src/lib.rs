@@ -39,8 +39,8 @@ pub mod paddle_proto;
 pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
-pub mod tf_proto;
 pub mod tensor;
+pub mod tf_proto;
 pub mod variants;
 
 pub use archive::{

@@ -87,8 +87,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .map_err(fail)?;
     progress.finish();
     if args.json {
-        return print_json(&report_json(&shown, format.name(), &report))
-            .map(|_| Outcome::Success);
+        return print_json(&report_json(&shown, format.name(), &report)).map(|_| Outcome::Success);
     }
     if !args.quiet {
         print(&summary(&shown, format.name(), &report))?;

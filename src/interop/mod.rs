@@ -17,6 +17,7 @@
 
 pub mod paddle;
 pub mod safetensors;
+pub mod tf;
 
 use crate::archive::fault::Budgeted;
 use crate::archive::{AppendMode, Appender, Archive, ArchiveWriter, Tag, TagWriter, WriteOptions};
@@ -61,7 +62,7 @@ pub trait Format: Sync {
 }
 
 /// Every registered format, in the order detection tries them.
-pub static FORMATS: &[&dyn Format] = &[&paddle::PaddleFormat];
+pub static FORMATS: &[&dyn Format] = &[&paddle::PaddleFormat, &tf::TfFormat];
 
 /// The registered format named `name` (case-insensitive).
 pub fn format(name: &str) -> Result<&'static dyn Format> {
@@ -72,7 +73,11 @@ pub fn format(name: &str) -> Result<&'static dyn Format> {
         .ok_or_else(|| {
             ErrorKind::InvalidInput(format!(
                 "unknown format {name:?} (known: {})",
-                FORMATS.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+                FORMATS
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
             .into()
         })

@@ -580,7 +580,9 @@ impl Format for PaddleFormat {
     }
 
     fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        inputs.first().is_some_and(|p| p.is_dir() || has_ext(p, "pdmodel"))
+        inputs
+            .first()
+            .is_some_and(|p| p.is_dir() || has_ext(p, "pdmodel"))
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {
@@ -621,7 +623,7 @@ impl Format for PaddleFormat {
         Ok(match tag.graph()? {
             None => false,
             Some((GraphEncoding::ProgramDesc, _)) => true,
-            Some((GraphEncoding::FlatBuffers, _)) => true,
+            Some((GraphEncoding::FlatBuffers, bytes)) => !crate::graph::flatbuffers::is_tf(&bytes),
         })
     }
 

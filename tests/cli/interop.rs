@@ -98,7 +98,10 @@ fn a_file_of_no_known_format_is_refused_saying_what_was_tried() {
             .args(["--tag", "t"])
             .arg(&junk),
     );
-    assert!(msg.contains("not a model file of any known format"), "{msg}");
+    assert!(
+        msg.contains("not a model file of any known format"),
+        "{msg}"
+    );
     assert!(msg.contains("paddle ("), "{msg}");
     assert!(msg.contains("notes.txt"), "{msg}");
     assert!(!zip.exists(), "nothing is created for a refused import");
