@@ -50,14 +50,24 @@ def run(gd, feeds, fetches):
         return s.run(fetches, feed_dict=feeds)
 
 
+def plain(a):
+    """An array np.load reads without pickle: strings as bytes, bfloat16 as its bits."""
+    a = np.asarray(a)
+    if a.dtype == object:
+        return a.astype("S")
+    if a.dtype == tf.bfloat16.as_numpy_dtype:
+        return a.view(np.uint16)
+    return a
+
+
 def save(name, gd, feeds, fetches):
     with open(os.path.join(OUT, name + ".pb"), "wb") as f:
-        f.write(gd.SerializeToString())
+        f.write(gd.SerializeToString(deterministic=True))
     with open(os.path.join(OUT, name + ".pbtxt"), "w") as f:
         f.write(text_format.MessageToString(gd))
     outs = run(gd, feeds, fetches)
     arrays = {"in%d" % i: v for i, v in enumerate(feeds.values())}
-    arrays.update({"out%d" % i: v for i, v in enumerate(outs)})
+    arrays.update({"out%d" % i: plain(v) for i, v in enumerate(outs)})
     np.savez(os.path.join(OUT, name + ".io.npz"), **arrays)
     MANIFEST[name] = {"feeds": list(feeds.keys()), "fetches": fetches, "nodes": len(gd.node)}
 
