@@ -36,9 +36,9 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
 MANIFEST = {}
 
 
-def frozen(fn, *specs):
+def frozen(fn, *specs, lower_control_flow=True):
     conc = tf.function(fn).get_concrete_function(*specs)
-    f = convert_variables_to_constants_v2(conc)
+    f = convert_variables_to_constants_v2(conc, lower_control_flow=lower_control_flow)
     return f.graph.as_graph_def(), [t.name for t in f.inputs], [t.name for t in f.outputs]
 
 
@@ -119,7 +119,10 @@ def control(rng):
             y = tf.identity(y, name="L" * 200)
         return y, tf.strings.length(tag, name="tag.length")
 
-    return frozen(f, tf.TensorSpec([None, 4], tf.float32, name="x"), tf.TensorSpec([], tf.int32, name="n"))
+    # Functional If / While kept (not lowered to Switch / Merge): their branches and
+    # bodies are functions in the graph's library.
+    return frozen(f, tf.TensorSpec([None, 4], tf.float32, name="x"), tf.TensorSpec([], tf.int32, name="n"),
+                  lower_control_flow=False)
 
 
 def const_node(name, tensor):
@@ -160,9 +163,8 @@ def dtypes(rng):
             dtype, shape = content.dtype, content.tensor_shape
             content = tensor_pb2.TensorProto(dtype=dtype, tensor_shape=shape, tensor_content=vals.tobytes())
         # the typed field: every value written out.
-        typed = tensor_util.make_tensor_proto(vals)
-        arr = tensor_util.MakeNdarray(typed)
-        typed.ClearField("tensor_content")
+        arr = tensor_util.MakeNdarray(content)
+        typed = tensor_pb2.TensorProto(dtype=content.dtype, tensor_shape=content.tensor_shape)
         if name in ("float16", "bfloat16"):
             typed.half_val.extend(arr.view(np.uint16).flatten().tolist())
         elif name == "float32":
