@@ -101,7 +101,7 @@ def main():
                         tag, ext, "equal" if same else "DIFFERS", "reproduced" if match else "DIFFER"))
                     ok &= same and match
             lines.append("- %s (%d nodes): %s" % (name, m["nodes"], "; ".join(results)))
-        verify = mz("verify", zp).strip().splitlines()[-1]
+        verify = mz("verify", zp).strip().splitlines()[-1].split(": ", 1)[-1]
         lines.append("- verify: %s" % verify)
         v1, v2 = own_bytes(zp, "finetune_v1"), own_bytes(zp, "finetune_v2")
         ratio = v2 / v1
