@@ -282,3 +282,73 @@ fn each_format_refuses_the_others_tags() {
         .collect();
     assert!(leftovers.is_empty(), "refused exports left {leftovers:?}");
 }
+
+#[test]
+fn graph_prints_tf_graphs_and_draws_any_graph_as_dot() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    for (tag, files) in [
+        ("tf", vec![tf("control.pb")]),
+        ("pd", vec![paddle("mlp.pdmodel"), paddle("mlp.pdiparams")]),
+    ] {
+        let ok = modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", tag, "-q"])
+            .args(&files)
+            .output()
+            .unwrap();
+        assert!(ok.status.success());
+    }
+    let out = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "tf"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("TensorFlow graph: "), "{text}");
+    assert!(text.contains("library: 4 function(s)"), "{text}");
+    assert!(text.contains(" = While("), "{text}");
+    assert!(text.contains("(param loop.w"), "{text}");
+    assert!(text.contains("@/device:CPU:0"), "{text}");
+    let j = json_of(
+        modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", "tf", "--format", "json"]),
+    );
+    let nodes = j["graph"]["tensorflow"]["nodes"].as_array().unwrap();
+    assert!(nodes.iter().any(|n| n["op"] == "If"));
+    // pbtxt of a TensorFlow tag is the whole GraphDef, values included.
+    let out = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "tf", "--format", "pbtxt"])
+        .output()
+        .unwrap();
+    let pbtxt = dir.path().join("g.pbtxt");
+    std::fs::write(&pbtxt, &out.stdout).unwrap();
+    let want = modelzip::interop::tf::read_graphdef_file(&tf("control.pb")).unwrap();
+    let got = modelzip::interop::tf::read_graphdef_file(&pbtxt).unwrap();
+    assert!(
+        got == want,
+        "graph --format pbtxt is not the imported GraphDef"
+    );
+    for (tag, op_label) in [("tf", "label=\"While\\n"), ("pd", "label=\"elementwise_add\"")] {
+        let out = modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", tag, "--format", "dot"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let dot = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            dot.starts_with("digraph G {") && dot.trim_end().ends_with('}'),
+            "{dot}"
+        );
+        assert!(dot.contains(" -> "), "{dot}");
+        assert!(dot.contains(op_label), "{tag}: {dot}");
+    }
+}
