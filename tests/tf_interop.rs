@@ -295,7 +295,11 @@ fn formats_are_detected_by_name_and_content() {
     let txt = dir.path().join("frozen.txt");
     std::fs::copy(fixture("cnn.pbtxt"), &txt).unwrap();
     for p in [fixture("cnn.pb"), fixture("cnn.pbtxt"), bin, txt] {
-        assert_eq!(interop::detect(&[p.clone()]).unwrap().name(), "tf", "{p:?}");
+        assert_eq!(
+            interop::detect(std::slice::from_ref(&p)).unwrap().name(),
+            "tf",
+            "{p:?}"
+        );
     }
     let paddle = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/paddle/2.6.2");
     let pd = dir.path().join("program.bin");
@@ -456,7 +460,7 @@ fn a_million_nodes_are_refused_before_decoding() {
     let bytes = [0x0au8, 0x00].repeat(1_000_000);
     let e = import_bytes(&bytes, "million.pb");
     assert!(
-        e.contains(&format!("GraphDef nodes")) && e.contains(&MAX_NODES.to_string()),
+        e.contains("GraphDef nodes") && e.contains(&MAX_NODES.to_string()),
         "{e}"
     );
 }

@@ -335,7 +335,10 @@ fn graph_prints_tf_graphs_and_draws_any_graph_as_dot() {
         got == want,
         "graph --format pbtxt is not the imported GraphDef"
     );
-    for (tag, op_label) in [("tf", "label=\"While\\n"), ("pd", "label=\"elementwise_add\"")] {
+    for (tag, op_label) in [
+        ("tf", "label=\"While\\n"),
+        ("pd", "label=\"elementwise_add\""),
+    ] {
         let out = modelzip()
             .arg("graph")
             .arg(&zip)
