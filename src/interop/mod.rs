@@ -2,7 +2,7 @@
 //!
 //! Every foreign format is one module and one [`Format`] value registered in
 //! [`FORMATS`]; the `modelzip import` / `modelzip export` commands and
-//! [`detect`] / [`format`] work through that list only, so a new format is a new
+//! [`detect`] / [`format()`] work through that list only, so a new format is a new
 //! module plus one line there.
 //!
 //! - [`paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and persistables
