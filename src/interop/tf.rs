@@ -130,7 +130,52 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
         }
         .into());
     }
-    pb::GraphDef::decode(bytes).map_err(|e| gerr(format!("invalid GraphDef protobuf: {e}")))
+    let invalid_pb = |e: prost::DecodeError| gerr(format!("invalid GraphDef protobuf: {e}"));
+    // prost drops fields the .proto files do not declare; such a GraphDef (from a newer
+    // TensorFlow) could not come back whole, so it is refused, naming the field.
+    let dynamic =
+        DynamicMessage::decode(descriptor("tensorflow.GraphDef")?, bytes).map_err(invalid_pb)?;
+    if let Some(path) = first_unknown(&dynamic) {
+        return Err(gerr(format!(
+            "GraphDef{path} is not in TensorFlow's GraphDef contract as this build knows it \
+             (schemas/tensorflow); it could not be kept"
+        )));
+    }
+    drop(dynamic);
+    pb::GraphDef::decode(bytes).map_err(invalid_pb)
+}
+
+/// The path to the first field a message holds that its descriptor does not declare.
+fn first_unknown(msg: &DynamicMessage) -> Option<String> {
+    use prost_reflect::{MapKey, Value};
+    if let Some(f) = msg.unknown_fields().next() {
+        return Some(format!(": unknown field number {}", f.number()));
+    }
+    for (field, value) in msg.fields() {
+        let found = match value {
+            Value::Message(m) => first_unknown(m).map(|rest| format!(".{}{rest}", field.name())),
+            Value::List(items) => items.iter().enumerate().find_map(|(i, v)| match v {
+                Value::Message(m) => {
+                    first_unknown(m).map(|rest| format!(".{}[{i}]{rest}", field.name()))
+                }
+                _ => None,
+            }),
+            Value::Map(entries) => entries.iter().find_map(|(k, v)| match (k, v) {
+                (MapKey::String(key), Value::Message(m)) => {
+                    first_unknown(m).map(|rest| format!(".{}[{key:?}]{rest}", field.name()))
+                }
+                (_, Value::Message(m)) => {
+                    first_unknown(m).map(|rest| format!(".{}{rest}", field.name()))
+                }
+                _ => None,
+            }),
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 /// The deepest `{`/`<` nesting of a text-format message, outside strings and comments.
@@ -966,6 +1011,26 @@ mod tests {
         assert_eq!(text_depth("a { b < c { } > }"), 3);
         let deep = "library { ".repeat(500);
         assert!(parse_graphdef_text(&deep).is_err());
+    }
+
+    #[test]
+    fn fields_the_contract_does_not_declare_are_refused() {
+        let mut node = pb::NodeDef {
+            name: "a".into(),
+            op: "NoOp".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        // Field 99, varint 1, inside the node.
+        node.extend([0x98, 0x06, 0x01]);
+        let mut bytes = vec![0x0a, node.len() as u8];
+        bytes.extend(node);
+        let e = decode_graphdef(&bytes).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("GraphDef.node[0]: unknown field number 99"),
+            "{e}"
+        );
     }
 
     #[test]
