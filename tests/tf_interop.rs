@@ -481,3 +481,92 @@ fn duplicate_and_empty_node_names_are_refused() {
     let e = import_bytes(&graph_of(vec![const_node("", t())]), "anon.pb");
     assert!(e.contains("has no name"), "{e}");
 }
+
+#[test]
+fn verify_and_export_check_a_stored_graph_against_its_parameters() {
+    use modelzip::graph::{TfAttr, TfGraph, TfNode, TfParamRef};
+    use modelzip::{ArchiveWriter, TagBuilder, Tensor};
+    let value = pb::AttrValue {
+        value: Some(pb::attr_value::Value::Tensor(pb::TensorProto {
+            dtype: pb::DataType::DtFloat as i32,
+            tensor_shape: shape(&[2]),
+            ..Default::default()
+        })),
+    };
+    let node = |param: &str| TfNode {
+        name: "w".into(),
+        op: "Const".into(),
+        attrs: vec![TfAttr {
+            name: "value".into(),
+            value: value.encode_to_vec(),
+            param: Some(TfParamRef {
+                param: param.into(),
+                typed_count: None,
+            }),
+        }],
+        ..Default::default()
+    };
+    let fb = |param: &str| {
+        Graph {
+            tf: Some(TfGraph {
+                nodes: vec![node(param)],
+                rest: Vec::new(),
+            }),
+            ..Graph::new()
+        }
+        .to_flatbuffers()
+        .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("bad.zip");
+    let mut w = ArchiveWriter::create(&zip).unwrap();
+    let three = Tensor::from_slice(vec![3], &[1.0f32, 2.0, 3.0]).unwrap();
+    let two = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+    w.add_tag(
+        TagBuilder::new("wrong-dims")
+            .graph(GraphEncoding::FlatBuffers, fb("w"))
+            .param("w", three),
+    )
+    .unwrap();
+    w.add_tag(
+        TagBuilder::new("missing")
+            .graph(GraphEncoding::FlatBuffers, fb("nope"))
+            .param("w", two.clone()),
+    )
+    .unwrap();
+    w.add_tag(
+        TagBuilder::new("good")
+            .graph(GraphEncoding::FlatBuffers, fb("w"))
+            .param("w", two),
+    )
+    .unwrap();
+    w.finish().unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let report = a.verify();
+    let problems: Vec<String> = report
+        .problems
+        .iter()
+        .map(|p| format!("{:?}: {}", p.entry, p.message))
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].contains("wrong-dims/graph.fb")
+            && problems[0].contains("parameter \"w\" is FP32 [3], the graph declares"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("missing/graph.fb") && problems[1].contains("nope"),
+        "{problems:?}"
+    );
+    for t in ["wrong-dims", "missing"] {
+        assert!(tf::export_graphdef(&a.tag(t).unwrap()).is_err(), "{t}");
+    }
+    let (def, _, _) = tf::export_graphdef(&a.tag("good").unwrap()).unwrap();
+    let pb::AttrValue {
+        value: Some(pb::attr_value::Value::Tensor(t)),
+    } = &def.node[0].attr["value"]
+    else {
+        panic!("no tensor");
+    };
+    assert_eq!(t.tensor_content.len(), 8);
+}

@@ -688,6 +688,38 @@ pub fn join_graphdef<'p>(
     Ok(out)
 }
 
+/// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
+/// decodes, and every parameter it refers to exists with the declared dtype and dims and
+/// enough elements for its typed values. Reads the parameters in place (no copies).
+pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
+    for (i, n) in g.nodes.iter().enumerate() {
+        let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
+        for a in &n.attrs {
+            let value = pb::AttrValue::decode(a.value.as_slice())
+                .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
+            let Some(r) = &a.param else {
+                continue;
+            };
+            let Some(pb::attr_value::Value::Tensor(t)) = &value.value else {
+                return Err(place(gerr(format!(
+                    "attr {:?} refers to parameter {:?} but holds no tensor",
+                    a.name, r.param
+                ))));
+            };
+            let data = tag.param(&r.param).map_err(place)?;
+            let v = data.view();
+            check_param(t, &v, &r.param).map_err(place)?;
+            if r.typed_count.is_some_and(|k| k > v.numel()) {
+                return Err(place(invalid(format!(
+                    "attr {:?} asks for more typed values than parameter {:?} has elements",
+                    a.name, r.param
+                ))));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a parameter against the dtype and shape the graph declares for it.
 fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()> {
     let want = dtype_from_tf(t.dtype);
