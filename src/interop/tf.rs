@@ -131,56 +131,154 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
         .into());
     }
     let invalid_pb = |e: prost::DecodeError| gerr(format!("invalid GraphDef protobuf: {e}"));
-    // prost drops fields the .proto files do not declare; such a GraphDef (from a newer
-    // TensorFlow) could not come back whole, so it is refused, naming the field.
-    let dynamic =
-        DynamicMessage::decode(descriptor("tensorflow.GraphDef")?, bytes).map_err(invalid_pb)?;
-    if let Some(path) = first_unknown(&dynamic) {
-        return Err(gerr(format!(
-            "GraphDef{path} is not in TensorFlow's GraphDef contract as this build knows it \
-             (schemas/tensorflow); it could not be kept"
-        )));
+    let budget = decode_budget(bytes.len());
+    let mut walk = Walk {
+        left: budget,
+        unknown: None,
+    };
+    match walk.message(bytes, &descriptor("tensorflow.GraphDef")?, 0) {
+        Ok(()) | Err(Stop::Malformed) => {}
+        Err(Stop::Unknown) => {
+            // prost would drop the field silently; a GraphDef from a newer TensorFlow
+            // could not come back whole, so it is refused, naming the field.
+            return Err(gerr(format!(
+                "GraphDef{} is not in TensorFlow's GraphDef contract as this build knows it \
+                 (schemas/tensorflow); it could not be kept",
+                walk.unknown.unwrap_or_default()
+            )));
+        }
+        Err(Stop::TooDeep) => {
+            return Err(gerr(format!(
+                "invalid GraphDef protobuf: messages nested deeper than {MAX_DEPTH}"
+            )));
+        }
+        Err(Stop::TooBig) => {
+            return Err(ErrorKind::LimitExceeded {
+                what: "estimated decoded GraphDef size",
+                size: budget.saturating_add(1),
+                limit: budget,
+            }
+            .into());
+        }
     }
-    drop(dynamic);
     pb::GraphDef::decode(bytes).map_err(invalid_pb)
 }
 
-/// The path to the first field a message holds that its descriptor does not declare.
-fn first_unknown(msg: &DynamicMessage) -> Option<String> {
-    use prost_reflect::{MapKey, Value};
-    if let Some(f) = msg.unknown_fields().next() {
-        return Some(format!(": unknown field number {}", f.number()));
-    }
-    for (field, value) in msg.fields() {
-        let found = match value {
-            Value::Message(m) => first_unknown(m).map(|rest| format!(".{}{rest}", field.name())),
-            Value::List(items) => items.iter().enumerate().find_map(|(i, v)| match v {
-                Value::Message(m) => {
-                    first_unknown(m).map(|rest| format!(".{}[{i}]{rest}", field.name()))
-                }
-                _ => None,
-            }),
-            Value::Map(entries) => entries.iter().find_map(|(k, v)| match (k, v) {
-                (MapKey::String(key), Value::Message(m)) => {
-                    first_unknown(m).map(|rest| format!(".{}[{key:?}]{rest}", field.name()))
-                }
-                (_, Value::Message(m)) => {
-                    first_unknown(m).map(|rest| format!(".{}{rest}", field.name()))
-                }
-                _ => None,
-            }),
-            _ => None,
-        };
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
+/// Deepest message nesting walked (prost's own recursion limit is 100 too).
+const MAX_DEPTH: usize = 100;
+
+/// What decoding `len` bytes may cost in memory: 8 times the input plus 64 MiB. Real
+/// GraphDefs are mostly tensor bytes (copied once) and need far less; a file of millions
+/// of empty messages or strings (each 2 bytes on the wire, up to hundreds of bytes
+/// decoded) is refused before it is decoded.
+fn decode_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(8).saturating_add(64 << 20)
 }
 
-/// The deepest `{`/`<` nesting of a text-format message, outside strings and comments.
-fn text_depth(text: &str) -> usize {
-    let (mut depth, mut max) = (0usize, 0usize);
+/// Estimated heap bytes of one decoded message / string, per element.
+const MESSAGE_COST: u64 = 256;
+const STRING_COST: u64 = 24;
+
+enum Stop {
+    /// A field the descriptor does not declare (path in `Walk::unknown`).
+    Unknown,
+    /// Over the memory budget.
+    TooBig,
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// Not valid protobuf: left for prost to report precisely.
+    Malformed,
+}
+
+/// A walk of protobuf wire data guided by the message descriptors: charges an estimate
+/// of what decoding will allocate and finds fields the contract does not declare.
+struct Walk {
+    left: u64,
+    unknown: Option<String>,
+}
+
+impl Walk {
+    fn charge(&mut self, n: u64) -> std::result::Result<(), Stop> {
+        self.left = self.left.checked_sub(n).ok_or(Stop::TooBig)?;
+        Ok(())
+    }
+
+    fn message(
+        &mut self,
+        mut b: &[u8],
+        desc: &MessageDescriptor,
+        depth: usize,
+    ) -> std::result::Result<(), Stop> {
+        use prost_reflect::Kind;
+        if depth > MAX_DEPTH {
+            return Err(Stop::TooDeep);
+        }
+        fn varint(b: &mut &[u8]) -> std::result::Result<u64, Stop> {
+            let mut v = 0u64;
+            for i in 0..10 {
+                let (&byte, rest) = b.split_first().ok_or(Stop::Malformed)?;
+                *b = rest;
+                v |= u64::from(byte & 0x7f) << (7 * i);
+                if byte & 0x80 == 0 {
+                    return Ok(v);
+                }
+            }
+            Err(Stop::Malformed)
+        }
+        while !b.is_empty() {
+            let key = varint(&mut b)?;
+            let number = u32::try_from(key >> 3).map_err(|_| Stop::Malformed)?;
+            let Some(field) = desc.get_field(number) else {
+                self.unknown = Some(format!(": unknown field number {number}"));
+                return Err(Stop::Unknown);
+            };
+            let repeated = field.is_list() || field.is_map();
+            match key & 7 {
+                0 => {
+                    varint(&mut b)?;
+                    if repeated {
+                        self.charge(8)?;
+                    }
+                }
+                1 | 5 => {
+                    let n = if key & 7 == 1 { 8 } else { 4 };
+                    b = b.get(n..).ok_or(Stop::Malformed)?;
+                    if repeated {
+                        self.charge(8)?;
+                    }
+                }
+                2 => {
+                    let len = usize::try_from(varint(&mut b)?).map_err(|_| Stop::Malformed)?;
+                    let payload = b.get(..len).ok_or(Stop::Malformed)?;
+                    b = &b[len..];
+                    match field.kind() {
+                        Kind::Message(m) => {
+                            self.charge(MESSAGE_COST)?;
+                            if let Err(stop) = self.message(payload, &m, depth + 1) {
+                                if let (Stop::Unknown, Some(rest)) = (&stop, &self.unknown) {
+                                    self.unknown = Some(format!(".{}{rest}", field.name()));
+                                }
+                                return Err(stop);
+                            }
+                        }
+                        Kind::String | Kind::Bytes => {
+                            self.charge(STRING_COST + len as u64)?;
+                        }
+                        // A packed run of scalars: at most one element per byte.
+                        _ => self.charge(8 * len as u64)?,
+                    }
+                }
+                _ => return Err(Stop::Malformed),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The deepest `{`/`<` nesting of a text-format message and the number of separators
+/// (`:`, `,`, `{`, `<`: at least one per value parsed), outside strings and comments.
+fn text_shape(text: &str) -> (usize, u64) {
+    let (mut depth, mut max, mut items) = (0usize, 0usize, 0u64);
     let mut quote: Option<u8> = None;
     let mut bytes = text.bytes();
     while let Some(b) = bytes.next() {
@@ -204,24 +302,42 @@ fn text_depth(text: &str) -> usize {
                 b'{' | b'<' => {
                     depth += 1;
                     max = max.max(depth);
+                    items += 1;
                 }
                 b'}' | b'>' => depth = depth.saturating_sub(1),
+                b':' | b',' => items += 1,
                 _ => {}
             },
         }
     }
-    max
+    (max, items)
 }
+
+/// Estimated bytes the text parser holds per value (reflection values in lists, then the
+/// typed message).
+const TEXT_ITEM_COST: u64 = 128;
 
 /// Parses a text-format GraphDef (`.pbtxt`).
 pub fn parse_graphdef_text(text: &str) -> Result<pb::GraphDef> {
     check_size(text.len() as u64)?;
-    let depth = text_depth(text);
+    let (depth, items) = text_shape(text);
     if depth > MAX_TEXT_DEPTH {
         return Err(ErrorKind::LimitExceeded {
             what: "text GraphDef nesting depth",
             size: depth as u64,
             limit: MAX_TEXT_DEPTH as u64,
+        }
+        .into());
+    }
+    // Text is parsed whole through reflection: millions of tiny values (`s: ["", "", ...]`,
+    // 3 bytes each) would cost far more than the text; the budget is twice a binary one.
+    let budget = decode_budget(text.len()).saturating_mul(2);
+    let cost = items.saturating_mul(TEXT_ITEM_COST);
+    if cost > budget {
+        return Err(ErrorKind::LimitExceeded {
+            what: "estimated decoded text GraphDef size",
+            size: cost,
+            limit: budget,
         }
         .into());
     }
@@ -1038,9 +1154,10 @@ mod tests {
     }
 
     #[test]
-    fn text_depth_ignores_strings_and_comments() {
-        assert_eq!(text_depth("node { name: \"{{{\" } # {{{{\n"), 1);
-        assert_eq!(text_depth("a { b < c { } > }"), 3);
+    fn text_shape_ignores_strings_and_comments() {
+        assert_eq!(text_shape("node { name: \"{{{\" } # {{{{\n"), (1, 2));
+        assert_eq!(text_shape("a { b < c { } > }"), (3, 3));
+        assert_eq!(text_shape("s: [\"\", \"\"]").1, 2);
         let deep = "library { ".repeat(500);
         assert!(parse_graphdef_text(&deep).is_err());
     }
@@ -1060,7 +1177,35 @@ mod tests {
         let e = decode_graphdef(&bytes).unwrap_err();
         assert!(
             e.to_string()
-                .contains("GraphDef.node[0]: unknown field number 99"),
+                .contains("GraphDef.node: unknown field number 99"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_million_empty_messages_are_refused_before_decoding() {
+        // One node whose attr holds a list of 10^6 empty shapes: 2 MB on the wire,
+        // hundreds of MB decoded.
+        let list = pb::AttrValue {
+            value: Some(pb::attr_value::Value::List(pb::attr_value::ListValue {
+                shape: vec![pb::TensorShapeProto::default(); 1_000_000],
+                ..Default::default()
+            })),
+        };
+        let mut node = pb::NodeDef {
+            name: "n".into(),
+            op: "NoOp".into(),
+            ..Default::default()
+        };
+        node.attr.insert("k".into(), list);
+        let bytes = pb::GraphDef {
+            node: vec![node],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let e = decode_graphdef(&bytes).unwrap_err();
+        assert!(
+            e.to_string().contains("estimated decoded GraphDef size"),
             "{e}"
         );
     }
