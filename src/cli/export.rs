@@ -1,6 +1,6 @@
 //! `modelzip export`: a tag as model files of any registered format.
 
-use super::common::{open, pick_tag};
+use super::common::{OutputArgs, TagArgs};
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::{self, ExportOptions};
@@ -25,12 +25,10 @@ use std::path::PathBuf;
 ///   modelzip export model.zip --tag v1 --out frozen.pbtxt --force --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
-    /// The archive.
-    archive: PathBuf,
-    /// The tag (ignoring case); default: the newest.
-    #[arg(long)]
-    tag: Option<String>,
+    #[command(flatten)]
+    input: TagArgs,
     /// The format to write; default: the one the tag was imported from.
     #[arg(long, value_name = "paddle|tf")]
     format: Option<String>,
@@ -40,22 +38,18 @@ pub struct Args {
     /// Replace existing files.
     #[arg(long)]
     force: bool,
-    /// Print one JSON document instead of a summary.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success.
-    #[arg(short, long)]
-    quiet: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    let archive = open(&args.archive)?;
-    let tag = pick_tag(&archive, args.tag.as_deref())?;
+    let archive = args.input.open()?;
+    let tag = args.input.pick(&archive)?;
     let fail = |e: modelzip::Error| {
-        CliError(format!(
+        CliError::Failed(format!(
             "cannot export tag {:?} of {}: {e}",
             tag.name(),
-            args.archive.display()
+            args.input.archive.display()
         ))
     };
     let format = match &args.format {
@@ -71,7 +65,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ..ExportOptions::default()
     };
     let r = format.export(&tag, &args.out, &opts).map_err(fail)?;
-    if args.json {
+    if args.output.json {
         let files: Vec<_> = r
             .files
             .iter()
@@ -87,7 +81,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }))
         .map(|_| Outcome::Success);
     }
-    if !args.quiet {
+    if !args.output.quiet {
         let files: Vec<String> = r
             .files
             .iter()

@@ -90,7 +90,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Format::Dot => print(&dump::dot(&graph))?,
         Format::Pbtxt if graph.tf.is_some() => {
             let (def, _, _) = tf::export_graphdef(&tag).map_err(|e| {
-                CliError(format!("cannot rebuild the GraphDef of tag {name:?}: {e}"))
+                CliError::Failed(format!("cannot rebuild the GraphDef of tag {name:?}: {e}"))
             })?;
             print(&tf::graphdef_to_text(&def).map_err(bad)?)?
         }

@@ -1,10 +1,9 @@
 //! `modelzip import`: a model file of any registered format as a new tag.
 
-use super::common::refuse_directory;
+use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
-use super::progress::Progress;
 use super::{CliError, Outcome};
-use modelzip::archive::{AppendMode, WriteOptions};
+use modelzip::archive::AppendMode;
 use modelzip::interop::{self, ImportOptions, ImportReport};
 use serde_json::json;
 use std::path::PathBuf;
@@ -50,46 +49,35 @@ pub struct Args {
     /// Add by rewriting the whole archive to a new file and renaming it.
     #[arg(long)]
     rewrite: bool,
-    /// Wait for another writer to finish instead of failing.
-    #[arg(long)]
-    wait: bool,
-    /// Print one JSON document instead of a summary.
-    #[arg(long)]
-    json: bool,
-    /// Print nothing on success (and no progress bar).
-    #[arg(short, long)]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
-    let fail = |e: modelzip::Error| CliError(format!("cannot import into {shown}: {e}"));
+    let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
     let format = match &args.format {
         Some(name) => interop::format(name).map_err(fail)?,
         None => interop::detect(&args.inputs).map_err(fail)?,
     };
-    let progress = Progress::new(args.quiet || args.json, "importing");
+    let progress = args.write.output.progress("importing");
     let opts = ImportOptions {
         mode: if args.rewrite {
             AppendMode::Rewrite
         } else {
             AppendMode::InPlace
         },
-        write: WriteOptions {
-            wait_for_lock: args.wait,
-            progress: progress.hook(),
-            ..WriteOptions::default()
-        },
+        write: args.write.options_reporting(&progress),
     };
     let report = format
         .import(&args.archive, &args.tag, &args.inputs, &opts)
         .map_err(fail)?;
     progress.finish();
-    if args.json {
+    if args.write.output.json {
         return print_json(&report_json(&shown, format.name(), &report)).map(|_| Outcome::Success);
     }
-    if !args.quiet {
+    if !args.write.output.quiet {
         print(&summary(&shown, format.name(), &report))?;
     }
     Ok(Outcome::Success)
