@@ -56,9 +56,10 @@ pub const MAX_NODES: u64 = 200_000;
 /// 100 as well).
 pub const MAX_TEXT_DEPTH: usize = 100;
 
-/// Largest tensor a splat constant (fewer values than elements) is expanded to as a
-/// parameter; a larger one stays in the graph as written (it is small there).
-pub const MAX_SPLAT_BYTES: u64 = 1 << 30;
+/// Most bytes the splat constants (fewer values than elements) of one GraphDef are
+/// expanded to as parameters, in all; a splat past it stays in the graph as written (it
+/// is small there), so a few bytes of GraphDef cannot ask for gigabytes.
+pub const MAX_SPLAT_BYTES: u64 = 256 << 20;
 
 fn gerr(msg: impl Into<String>) -> Error {
     ErrorKind::Graph(msg.into()).into()
@@ -615,10 +616,10 @@ struct Lifted {
 
 /// The numeric value of a Const as a parameter, or `None` when it stays in the graph
 /// (a string or other non-numeric dtype, values in more than one form, a value that
-/// does not fit its dtype, more typed values than elements, a splat larger than
-/// [`MAX_SPLAT_BYTES`]). A malformed tensor (bad shape, tensor_content of the wrong
-/// length) is an error.
-fn lift(t: &mut pb::TensorProto) -> Result<Option<Lifted>> {
+/// does not fit its dtype, more typed values than elements, a splat larger than what is
+/// left of `splat_left`, which it is charged). `t` is changed only when lifted. A
+/// malformed tensor (bad shape, tensor_content of the wrong length) is an error.
+fn lift(t: &mut pb::TensorProto, splat_left: &mut u64) -> Result<Option<Lifted>> {
     let Some(dtype) = dtype_from_tf(t.dtype) else {
         return Ok(None);
     };
@@ -647,7 +648,8 @@ fn lift(t: &mut pb::TensorProto) -> Result<Option<Lifted>> {
     if written % 2 == 1 && matches!(dtype, DType::Complex64 | DType::Complex128) {
         return Ok(None);
     }
-    if values as u64 > numel || (values as u64) < numel && len > MAX_SPLAT_BYTES {
+    let splat = (values as u64) < numel;
+    if values as u64 > numel || splat && len > *splat_left {
         return Ok(None);
     }
     let numel =
@@ -655,6 +657,9 @@ fn lift(t: &mut pb::TensorProto) -> Result<Option<Lifted>> {
     let Some(data) = typed_bytes(t, dtype, numel) else {
         return Ok(None);
     };
+    if splat {
+        *splat_left -= len;
+    }
     let stripped = pb::TensorProto {
         dtype: t.dtype,
         tensor_shape: t.tensor_shape.take(),
@@ -707,6 +712,7 @@ pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
     let mut seen = HashSet::with_capacity(nodes.len());
     let mut out = Vec::with_capacity(nodes.len());
     let mut params = Vec::new();
+    let mut splat_left = MAX_SPLAT_BYTES;
     for (i, mut n) in nodes.into_iter().enumerate() {
         let place = |e: Error| invalid(format!("node {i} ({:?}, op {:?}): {e}", n.name, n.op));
         if n.name.is_empty() {
@@ -725,10 +731,7 @@ pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
                 && key == "value"
                 && let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value
             {
-                let mut lifted_tensor = t.clone();
-                let lifted = lift(&mut lifted_tensor).map_err(place)?;
-                if let Some(l) = lifted {
-                    *t = lifted_tensor;
+                if let Some(l) = lift(t, &mut splat_left).map_err(place)? {
                     params.push((n.name.clone(), l.dtype, l.dims, l.data));
                     param = Some(TfParamRef {
                         param: n.name.clone(),
@@ -1075,7 +1078,8 @@ mod tests {
 
     fn round_trip(t: &pb::TensorProto) -> Option<Vec<u8>> {
         let mut work = t.clone();
-        let l = lift(&mut work).unwrap()?;
+        let mut left = MAX_SPLAT_BYTES;
+        let l = lift(&mut work, &mut left).unwrap()?;
         let mut back = work.clone();
         lower(&mut back, &l.data, l.typed_count).unwrap();
         assert_eq!(back.encode_to_vec(), t.encode_to_vec());
@@ -1133,13 +1137,22 @@ mod tests {
         let mut huge_splat = tensor(pb::DataType::DtFloat, &[1 << 20, 1 << 20]);
         huge_splat.float_val = vec![0.5];
         assert!(round_trip(&huge_splat).is_none());
+        // Splats share one budget: the second 160 MiB one stays in the graph.
+        let mut big = tensor(pb::DataType::DtFloat, &[40 << 20]);
+        big.float_val = vec![0.5];
+        let mut left = MAX_SPLAT_BYTES;
+        assert!(lift(&mut big.clone(), &mut left).unwrap().is_some());
+        assert_eq!(left, MAX_SPLAT_BYTES - (160 << 20));
+        let mut again = big.clone();
+        assert!(lift(&mut again, &mut left).unwrap().is_none());
+        assert_eq!(again, big, "a constant left in the graph is unchanged");
     }
 
     #[test]
     fn malformed_constants_are_errors() {
         let mut short = tensor(pb::DataType::DtFloat, &[3]);
         short.tensor_content = vec![0; 8];
-        let e = lift(&mut short).unwrap_err();
+        let e = lift(&mut short, &mut 0).unwrap_err();
         assert!(
             e.to_string()
                 .contains("holds 8 bytes, but FP32 [3] needs 12"),
@@ -1147,10 +1160,10 @@ mod tests {
         );
         let mut neg = tensor(pb::DataType::DtFloat, &[-1]);
         neg.float_val = vec![1.0];
-        assert!(lift(&mut neg).is_err());
+        assert!(lift(&mut neg, &mut 0).is_err());
         let mut overflow = tensor(pb::DataType::DtFloat, &[i64::MAX, i64::MAX]);
         overflow.tensor_content = vec![0; 4];
-        assert!(lift(&mut overflow).is_err());
+        assert!(lift(&mut overflow, &mut 0).is_err());
     }
 
     #[test]
