@@ -730,14 +730,13 @@ pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
             if n.op == "Const"
                 && key == "value"
                 && let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value
+                && let Some(l) = lift(t, &mut splat_left).map_err(place)?
             {
-                if let Some(l) = lift(t, &mut splat_left).map_err(place)? {
-                    params.push((n.name.clone(), l.dtype, l.dims, l.data));
-                    param = Some(TfParamRef {
-                        param: n.name.clone(),
-                        typed_count: l.typed_count,
-                    });
-                }
+                params.push((n.name.clone(), l.dtype, l.dims, l.data));
+                param = Some(TfParamRef {
+                    param: n.name.clone(),
+                    typed_count: l.typed_count,
+                });
             }
             attrs.push(TfAttr {
                 name: key,
