@@ -30,8 +30,8 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
-use super::{Exported, Format, has_ext, head, read_file};
 pub use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam};
+use super::{Exported, Format, has_ext, head, read_file};
 // The import and export plumbing every format shares (safetensors reaches it through here).
 pub(crate) use super::{persist, report, write_tag, write_temp};
 use crate::archive::{GraphEncoding, Tag, TensorData};
