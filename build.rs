@@ -1,19 +1,46 @@
-//! Compiles Paddle's ProgramDesc contract (schemas/paddle/framework.proto) with
-//! prost-build, using protox as the protobuf compiler so no system `protoc` is needed.
+//! Compiles the protobuf contracts with prost-build, using protox as the protobuf
+//! compiler so no system `protoc` is needed:
+//! - Paddle's ProgramDesc (schemas/paddle/framework.proto);
+//! - TensorFlow's GraphDef and what it imports (schemas/tensorflow/tensorflow/core/
+//!   framework/*.proto), with maps as BTreeMaps so encoding is deterministic.
 
-fn main() {
+fn out_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"))
+}
+
+fn paddle() {
     let proto = "schemas/paddle/framework.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["schemas/paddle"])
         .unwrap_or_else(|e| panic!("cannot compile {proto}: {e}"));
-    let out =
-        std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     std::fs::write(
-        out.join("framework_descriptor.bin"),
+        out_dir().join("framework_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )
     .expect("write descriptor set");
     prost_build::Config::new()
         .compile_fds(fds)
         .unwrap_or_else(|e| panic!("cannot generate Rust for {proto}: {e}"));
+}
+
+fn tensorflow() {
+    let root = "schemas/tensorflow";
+    println!("cargo:rerun-if-changed={root}");
+    let proto = "tensorflow/core/framework/graph.proto";
+    let fds = protox::compile([proto], [root])
+        .unwrap_or_else(|e| panic!("cannot compile {root}/{proto}: {e}"));
+    std::fs::write(
+        out_dir().join("tensorflow_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )
+    .expect("write descriptor set");
+    prost_build::Config::new()
+        .btree_map(["."])
+        .compile_fds(fds)
+        .unwrap_or_else(|e| panic!("cannot generate Rust for {root}/{proto}: {e}"));
+}
+
+fn main() {
+    paddle();
+    tensorflow();
 }

@@ -8,6 +8,10 @@
 #      as the PEP 517 build backend)
 #   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too)
 #
+#   4. with MODELZIP_TF_PYTHON set to a python that has tensorflow (e.g.
+#      /work/venvs/tf/bin/python): tests/tf/run_exported.py, TensorFlow running every
+#      TensorFlow export (not in CI: TensorFlow is a 600 MB install)
+#
 # Environment: MODELZIP_VENV overrides the venv's location.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -35,3 +39,8 @@ export MODELZIP_BIN="$PWD/target/debug/modelzip"
 # Paddle and the safetensors exports are required here (tests skip them elsewhere).
 export MODELZIP_REQUIRE_PADDLE=1
 "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
+
+if [ -n "${MODELZIP_TF_PYTHON:-}" ]; then
+  echo "== TensorFlow runs the exports (tests/tf/run_exported.py)" >&2
+  MODELZIP="$PWD/target/debug/modelzip" "$MODELZIP_TF_PYTHON" tests/tf/run_exported.py
+fi

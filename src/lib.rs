@@ -40,6 +40,7 @@ pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod tensor;
+pub mod tf_proto;
 pub mod variants;
 
 pub use archive::{

@@ -804,7 +804,8 @@ impl Archive {
 
     /// Checks everything: CRCs, every listed tag's tables and refs, that every tensor
     /// decodes with dtype × dims bytes, that each graph decodes (ProgramDesc with its
-    /// required fields, graph.fb through the FlatBuffers verifier), metadata.json,
+    /// required fields, graph.fb through the FlatBuffers verifier; a TensorFlow graph's
+    /// constants refer to parameters of the tag with their dtype and dims), metadata.json,
     /// sha256sums.txt manifests, files under unlisted tag directories and listed tags with
     /// no files.
     pub fn verify(&self) -> VerifyReport {
@@ -890,17 +891,23 @@ impl Archive {
                     Err(e) => r.push(None, e.to_string()),
                     // Decoded as every reader does (ProgramDesc with its required fields,
                     // graph.fb through the FlatBuffers verifier), not just read.
-                    Ok(Some((enc, bytes))) => {
-                        if let Err(e) = crate::graph::Graph::decode(enc, &bytes) {
-                            r.push(
-                                Some(&format!("{t}/{}", enc.file_name())),
-                                format!(
-                                    "the graph does not decode: {}",
-                                    super::writer::graph_error_why(&e)
-                                ),
-                            );
+                    Ok(Some((enc, bytes))) => match crate::graph::Graph::decode(enc, &bytes) {
+                        Err(e) => r.push(
+                            Some(&format!("{t}/{}", enc.file_name())),
+                            format!(
+                                "the graph does not decode: {}",
+                                super::writer::graph_error_why(&e)
+                            ),
+                        ),
+                        // A TensorFlow graph's constants must be the tag's parameters.
+                        Ok(g) => {
+                            if let Some(tf) = &g.tf
+                                && let Err(e) = crate::interop::tf::check_refs(&tag, tf)
+                            {
+                                r.push(Some(&format!("{t}/{}", enc.file_name())), e.to_string());
+                            }
                         }
-                    }
+                    },
                     Ok(None) => {}
                 }
                 match tag.training_config() {

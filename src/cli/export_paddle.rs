@@ -11,8 +11,9 @@ use std::path::PathBuf;
 /// or its graph.fb converted to ProgramDesc) and PREFIX.pdiparams (the parameters of
 /// the program's persistable variables in name order, as save_combine writes them),
 /// which paddle.static.load_inference_model(PREFIX, exe) loads. A tag imported from
-/// Paddle comes out byte for byte. Both files are written to temp files and renamed
-/// into place; existing files are refused unless --force.
+/// Paddle comes out byte for byte. An alias of 'modelzip export --format paddle'.
+/// Both files are written to temp files and renamed into place; existing files are
+/// refused unless --force.
 ///
 /// Example:
 ///   modelzip export-paddle model.zip --tag fp32 --out export/inference

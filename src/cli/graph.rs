@@ -6,17 +6,22 @@ use super::{CliError, Outcome};
 use modelzip::Graph;
 use modelzip::archive::GraphEncoding;
 use modelzip::graph::dump;
+use modelzip::interop::tf;
 use serde_json::json;
 
 /// Print a tag's graph (graph.pdmodel or graph.fb): a readable listing of variables
-/// and operations per block (text), the whole graph as one JSON document (json), or
-/// the ProgramDesc in protobuf text format (pbtxt; a graph.fb tag is converted to
-/// ProgramDesc first).
+/// and operations per block (text), the whole graph as one JSON document (json), the
+/// ProgramDesc in protobuf text format (pbtxt; a graph.fb tag is converted to
+/// ProgramDesc first), or a Graphviz drawing (dot: operations labelled with their
+/// type, parameters with dtype and dims). A graph imported from TensorFlow lists its
+/// nodes as `name = Op(inputs)  attrs  @device`, and its pbtxt is the GraphDef with
+/// the constants' values filled in from the parameters (as `export --format tf` writes).
 ///
 /// Example:
 ///   modelzip graph model.zip
 ///   modelzip graph model.zip --tag fp32 --format json
 ///   modelzip graph model.zip --format pbtxt > program.pbtxt
+///   modelzip graph model.zip --format dot | dot -Tsvg > graph.svg
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -33,8 +38,10 @@ enum Format {
     Text,
     /// One JSON document (docs/CLI.md, docs/GRAPH.md).
     Json,
-    /// Protobuf text format of the ProgramDesc.
+    /// Protobuf text format of the ProgramDesc (or of the TensorFlow GraphDef).
     Pbtxt,
+    /// Graphviz DOT.
+    Dot,
 }
 
 /// `programdesc` / `flatbuffers`: the names `convert --to` takes.
@@ -80,6 +87,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             "bytes": bytes.len(),
             "graph": dump::json(&graph),
         }))?,
+        Format::Dot => print(&dump::dot(&graph))?,
+        Format::Pbtxt if graph.tf.is_some() => {
+            let (def, _, _) = tf::export_graphdef(&tag).map_err(|e| {
+                CliError::Failed(format!("cannot rebuild the GraphDef of tag {name:?}: {e}"))
+            })?;
+            print(&tf::graphdef_to_text(&def).map_err(bad)?)?
+        }
         Format::Pbtxt => {
             let pd = match enc {
                 GraphEncoding::ProgramDesc => bytes.into_owned(),

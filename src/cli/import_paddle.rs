@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 /// Import a Paddle inference model (MODEL.pdmodel + PARAMS.pdiparams) or a
 /// persistables directory (--dir: one LoDTensor file per variable, named after it) as
-/// tag T of ARCHIVE, creating the archive if needed.
+/// tag T of ARCHIVE, creating the archive if needed. An alias of
+/// 'modelzip import --format paddle' (which takes DIR [MODEL] instead of --dir/--model).
 ///
 /// The program is stored as graph.pdmodel, byte for byte. Each persistable variable
 /// of block 0 (except feed/fetch) becomes a parameter, in name order; the record

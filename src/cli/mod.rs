@@ -11,9 +11,11 @@ mod compact;
 mod convert;
 mod cp;
 mod diff;
+mod export;
 mod export_paddle;
 mod extract;
 mod graph;
+mod import;
 mod import_paddle;
 mod output;
 mod pack;
@@ -51,6 +53,8 @@ enum Command {
     Tensor(tensor::Args),
     Graph(graph::Args),
     Convert(convert::Args),
+    Import(import::Args),
+    Export(export::Args),
     ImportPaddle(import_paddle::Args),
     ExportPaddle(export_paddle::Args),
     Quantize(quantize::Args),
@@ -118,6 +122,8 @@ pub fn run() -> ExitCode {
         Command::Tensor(a) => tensor::run(a),
         Command::Graph(a) => graph::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Import(a) => import::run(a),
+        Command::Export(a) => export::run(a),
         Command::ImportPaddle(a) => import_paddle::run(a),
         Command::ExportPaddle(a) => export_paddle::run(a),
         Command::Quantize(a) => quantize::run(a),

@@ -7,8 +7,10 @@ use super::progress::Progress;
 use super::{CliError, Outcome};
 use serde_json::json;
 
-/// Check an archive: structure, references, CRC32, SHA-256 manifests, and that
-/// every tensor decodes with a byte count matching dtype × dims.
+/// Check an archive: structure, references, CRC32, SHA-256 manifests, that every
+/// tensor decodes with a byte count matching dtype × dims, that every graph decodes,
+/// and that a TensorFlow graph's constants are parameters of its tag with the declared
+/// dtype and dims.
 ///
 /// Exit status: 0 clean, 1 problems found (each listed), 2 could not run.
 ///

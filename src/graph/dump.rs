@@ -22,6 +22,9 @@ const MAX_TEXT_ITEMS: usize = 8;
 /// operations in order as `type(inputs) -> outputs  attrs`. Long strings and lists
 /// (such as `op_callstack`) are abbreviated; use [`json()`] for everything.
 pub fn text(g: &Graph) -> String {
+    if let Some(tf) = &g.tf {
+        return super::dump_tf::text(tf);
+    }
     let mut out = String::new();
     let version = g
         .version
@@ -202,6 +205,9 @@ pub fn clean(s: &str) -> Cow<'_, str> {
 
 /// The whole graph as JSON (every field; shape documented in docs/GRAPH.md).
 pub fn json(g: &Graph) -> Value {
+    if let Some(tf) = &g.tf {
+        return json!({ "tensorflow": super::dump_tf::json(tf) });
+    }
     json!({
         "version": g.version,
         "op_version_map": g.op_version_map.as_ref().map(|m| {
@@ -302,6 +308,11 @@ fn attr_json(a: &Attr) -> Value {
         AttrValue::DataType(d) => json!(d.name()),
     };
     json!({"name": a.name, "type": a.value.type_name(), "value": value})
+}
+
+/// Any graph as Graphviz DOT (see [`super::dump_tf::dot`]).
+pub fn dot(g: &Graph) -> String {
+    super::dump_tf::dot(g)
 }
 
 /// The protobuf text format of ProgramDesc bytes (pretty-printed, fields in

@@ -8,8 +8,8 @@ use ::flatbuffers::{FlatBufferBuilder, ForwardsUOffset, Vector, VerifierOptions,
 
 use super::generated::graph as fbg;
 use super::model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc, Var,
-    VarKind, VarTypeExtra, var_type_name,
+    Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc,
+    TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra, var_type_name,
 };
 use super::programdesc::{gerr, in_where};
 use crate::error::{ErrorKind, Result};
@@ -19,6 +19,16 @@ use crate::tensor::DType;
 pub const IDENTIFIER: &str = "MZGF";
 /// The schema version this code writes and reads.
 pub const SCHEMA_VERSION: i32 = 1;
+
+/// The schema_version of a graph.fb holding a TensorFlow graph (`Graph.tf`), so that
+/// builds that do not know the `tf` field refuse it instead of reading an empty graph.
+pub const SCHEMA_VERSION_TF: i32 = 2;
+
+/// Whether graph.fb bytes hold a TensorFlow graph (schema_version 2 with `tf`); `false`
+/// for anything that does not verify.
+pub fn is_tf(bytes: &[u8]) -> bool {
+    verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb").is_ok_and(|r| r.tf().is_some())
+}
 /// Largest graph.fb accepted.
 pub const MAX_GRAPH_FB_BYTES: usize = 1 << 31;
 
@@ -76,9 +86,16 @@ where
 /// Decodes graph.fb bytes.
 pub fn decode(bytes: &[u8]) -> Result<Graph> {
     let root = verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb")?;
-    if root.schema_version() != SCHEMA_VERSION {
+    let tf = root.tf().map(tf_from_fb).transpose()?;
+    let want = if tf.is_some() {
+        SCHEMA_VERSION_TF
+    } else {
+        SCHEMA_VERSION
+    };
+    if root.schema_version() != want {
         return Err(gerr(format!(
-            "graph.fb schema_version {} is not supported (this build reads {SCHEMA_VERSION})",
+            "graph.fb schema_version {} is not supported (this build reads {SCHEMA_VERSION}, \
+             and {SCHEMA_VERSION_TF} for a TensorFlow graph)",
             root.schema_version()
         )));
     }
@@ -100,6 +117,78 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
                 .map(|p| (p.op_name().to_string(), p.version()))
                 .collect()
         }),
+        tf,
+    })
+}
+
+fn bytes_of(v: Option<Vector<'_, u8>>) -> Vec<u8> {
+    v.map(|v| v.bytes().to_vec()).unwrap_or_default()
+}
+
+fn tf_from_fb(g: fbg::TfGraph<'_>) -> Result<TfGraph> {
+    let nodes = g
+        .nodes()
+        .map(|ns| {
+            ns.iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    tf_node_from_fb(n).map_err(|e| in_where(e, &format!("TensorFlow node {i}")))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    Ok(TfGraph {
+        nodes,
+        rest: bytes_of(g.rest()),
+    })
+}
+
+fn tf_node_from_fb(n: fbg::TfNode<'_>) -> Result<TfNode> {
+    let attrs = n
+        .attrs()
+        .map(|v| {
+            v.iter()
+                .map(|a| {
+                    let param = match (a.param(), a.typed_count()) {
+                        (Some(p), count) => Some(TfParamRef {
+                            param: p.to_string(),
+                            typed_count: count
+                                .map(|c| {
+                                    u64::try_from(c).map_err(|_| {
+                                        gerr(format!(
+                                            "attr {:?}: negative typed_count {c}",
+                                            a.name()
+                                        ))
+                                    })
+                                })
+                                .transpose()?,
+                        }),
+                        (None, None) => None,
+                        (None, Some(_)) => {
+                            return Err(gerr(format!(
+                                "attr {:?}: typed_count without a param",
+                                a.name()
+                            )));
+                        }
+                    };
+                    Ok(TfAttr {
+                        name: a.name().to_string(),
+                        value: bytes_of(a.value()),
+                        param,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    Ok(TfNode {
+        name: n.name().to_string(),
+        op: n.op().to_string(),
+        inputs: strings(n.inputs()),
+        device: n.device().unwrap_or_default().to_string(),
+        attrs,
+        rest: bytes_of(n.rest()),
     })
 }
 
@@ -552,17 +641,79 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
             .collect();
         fbb.create_vector(&items)
     });
+    let tf = g.tf.as_ref().map(|t| tf_to_fb(&mut fbb, t));
     let root = fbg::Graph::create(
         &mut fbb,
         &fbg::GraphArgs {
-            schema_version: SCHEMA_VERSION,
+            schema_version: if tf.is_some() {
+                SCHEMA_VERSION_TF
+            } else {
+                SCHEMA_VERSION
+            },
             blocks: Some(blocks),
             version: g.version,
             op_version_map,
+            tf,
         },
     );
     fbg::finish_graph_buffer(&mut fbb, root);
     Ok(fbb.finished_data().to_vec())
+}
+
+fn tf_to_fb<'a>(fbb: &mut Fbb<'a>, g: &TfGraph) -> WIPOffset<fbg::TfGraph<'a>> {
+    let nodes: Vec<_> = g.nodes.iter().map(|n| tf_node_to_fb(fbb, n)).collect();
+    let nodes = fbb.create_vector(&nodes);
+    let rest = (!g.rest.is_empty()).then(|| fbb.create_vector(&g.rest));
+    fbg::TfGraph::create(
+        fbb,
+        &fbg::TfGraphArgs {
+            nodes: Some(nodes),
+            rest,
+        },
+    )
+}
+
+fn tf_node_to_fb<'a>(fbb: &mut Fbb<'a>, n: &TfNode) -> WIPOffset<fbg::TfNode<'a>> {
+    let attrs: Vec<_> = n
+        .attrs
+        .iter()
+        .map(|a| {
+            let name = Some(fbb.create_string(&a.name));
+            let value = Some(fbb.create_vector(&a.value));
+            let param = a.param.as_ref().map(|p| fbb.create_string(&p.param));
+            let typed_count = a
+                .param
+                .as_ref()
+                .and_then(|p| p.typed_count)
+                .map(|c| i64::try_from(c).unwrap_or(i64::MAX));
+            fbg::TfAttr::create(
+                fbb,
+                &fbg::TfAttrArgs {
+                    name,
+                    value,
+                    param,
+                    typed_count,
+                },
+            )
+        })
+        .collect();
+    let attrs = (!attrs.is_empty()).then(|| fbb.create_vector(&attrs));
+    let name = Some(fbb.create_string(&n.name));
+    let op = Some(fbb.create_string(&n.op));
+    let inputs = (!n.inputs.is_empty()).then(|| string_vec(fbb, &n.inputs));
+    let device = (!n.device.is_empty()).then(|| fbb.create_string(&n.device));
+    let rest = (!n.rest.is_empty()).then(|| fbb.create_vector(&n.rest));
+    fbg::TfNode::create(
+        fbb,
+        &fbg::TfNodeArgs {
+            name,
+            op,
+            inputs,
+            device,
+            attrs,
+            rest,
+        },
+    )
 }
 
 fn string_vec<'a>(
@@ -1038,8 +1189,11 @@ mod tests {
                 .contains("i_arg_names has 1 entries but i_args has 2"),
             "{e}"
         );
+        // 2 is for TensorFlow graphs only.
         let e = decode(&build(2, |_| None, |_| None)).unwrap_err();
         assert!(e.to_string().contains("schema_version 2"), "{e}");
+        let e = decode(&build(3, |_| None, |_| None)).unwrap_err();
+        assert!(e.to_string().contains("schema_version 3"), "{e}");
         let e = decode(&build(1, |fbb| Some(bad_var(fbb, 42, 5)), |_| None)).unwrap_err();
         assert!(
             e.to_string()

@@ -19,6 +19,60 @@ pub struct Graph {
     /// `ProgramDesc.op_version_map` as (op name, version) pairs in file order;
     /// `None` when the map is absent, `Some(vec![])` when present but empty.
     pub op_version_map: Option<Vec<(String, i32)>>,
+    /// A TensorFlow GraphDef (imported by [`crate::interop::tf`]); `blocks` is then one
+    /// empty main block. `None` for Paddle and SameDiff graphs.
+    pub tf: Option<TfGraph>,
+}
+
+/// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute
+/// values as TensorFlow's `AttrValue` protobuf, everything else as protobuf bytes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TfGraph {
+    /// The nodes, in GraphDef order.
+    pub nodes: Vec<TfNode>,
+    /// The GraphDef without its nodes (versions, function library, debug info), encoded.
+    pub rest: Vec<u8>,
+}
+
+/// A TensorFlow NodeDef.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TfNode {
+    /// The node name.
+    pub name: String,
+    /// The op (`Const`, `MatMul`, ...).
+    pub op: String,
+    /// Inputs in order: `node`, `node:port`, control inputs `^node`.
+    pub inputs: Vec<String>,
+    /// The requested device, `""` when none.
+    pub device: String,
+    /// The attributes, in key order.
+    pub attrs: Vec<TfAttr>,
+    /// The NodeDef's other fields (experimental debug info and type), encoded; empty
+    /// when none.
+    pub rest: Vec<u8>,
+}
+
+/// A TensorFlow node attribute.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TfAttr {
+    /// The key.
+    pub name: String,
+    /// The `AttrValue` protobuf; for a tensor stored as a parameter, the AttrValue with
+    /// the tensor's values removed.
+    pub value: Vec<u8>,
+    /// Where the tensor's values are, when they are a tag parameter.
+    pub param: Option<TfParamRef>,
+}
+
+/// A Const tensor whose values are a tag parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TfParamRef {
+    /// The parameter's name.
+    pub param: String,
+    /// How the values were written: `None` in `tensor_content`; `Some(n)` as the first
+    /// `n` values in the dtype's typed field (`float_val`, ...), fewer than the element
+    /// count when TensorFlow repeats the last one (the splat form).
+    pub typed_count: Option<u64>,
 }
 
 /// One block: a scope with its variables and the operations that run in it.
@@ -536,6 +590,7 @@ impl Graph {
             blocks: vec![Block::main()],
             version: None,
             op_version_map: None,
+            tf: None,
         }
     }
 

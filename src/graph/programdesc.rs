@@ -54,7 +54,7 @@ fn count_items(bytes: &[u8]) -> u64 {
 
 /// The length-delimited fields of a protobuf message (number, payload); other wire types
 /// are skipped; stops at the first malformed field.
-fn delimited_fields(mut b: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+pub(crate) fn delimited_fields(mut b: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
     fn varint(b: &mut &[u8]) -> Option<u64> {
         let mut v = 0u64;
         for i in 0..10 {
@@ -270,6 +270,7 @@ pub fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
                 .map(|pair| (pair.op_name.clone(), pair.op_version.version))
                 .collect()
         }),
+        tf: None,
     })
 }
 
@@ -686,6 +687,11 @@ fn modelzip_attr(attrs: &[Attr]) -> Option<(String, Vec<String>)> {
 
 /// Converts the model into prost's ProgramDesc.
 pub fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
+    if g.tf.is_some() {
+        return Err(gerr(
+            "the graph is a TensorFlow GraphDef, which has no Paddle ProgramDesc form",
+        ));
+    }
     if g.blocks.is_empty() {
         return Err(gerr("graph has no blocks"));
     }

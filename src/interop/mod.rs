@@ -1,12 +1,386 @@
 //! Moving models between modelzip archives and other frameworks' files.
 //!
+//! Every foreign format is one module and one [`Format`] value registered in
+//! [`FORMATS`]; the `modelzip import` / `modelzip export` commands and
+//! [`detect`] / [`format()`] work through that list only, so a new format is a new
+//! module plus one line there.
+//!
 //! - [`paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and persistables
 //!   directories in, `.pdmodel` + `.pdiparams` out, byte for byte.
 //! - [`safetensors`]: safetensors files and sharded checkpoints in, one file or shards
 //!   out (byte for byte for files the safetensors library wrote).
+//! - [`tf`]: TensorFlow frozen GraphDefs (`.pb` binary, `.pbtxt` text) in and out, with
+//!   every numeric `Const` as a parameter and the rest of the graph kept in `graph.fb`.
 //!
 //! Converting a tag's graph between `graph.pdmodel` and `graph.fb` inside an archive is
 //! [`crate::archive::convert_graph`].
 
 pub mod paddle;
 pub mod safetensors;
+pub mod tf;
+
+use crate::archive::fault::Budgeted;
+use crate::archive::{AppendMode, Appender, Archive, ArchiveWriter, Tag, TagWriter, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::DType;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// One foreign model format: how its files are recognised, imported as a tag, and
+/// written back from a tag.
+pub trait Format: Sync {
+    /// The name `--format` takes (`paddle`, `tf`).
+    fn name(&self) -> &'static str;
+
+    /// What the format is recognised from, for "none of these" errors
+    /// (`a .pb binary or .pbtxt text GraphDef`).
+    fn recognised_from(&self) -> &'static str;
+
+    /// Whether the inputs name this format by their file names (extensions, a
+    /// directory). Reads nothing.
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool;
+
+    /// Whether the first input's content is this format (reads at most what is
+    /// needed; a read failure is `false`, the import reports it).
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool;
+
+    /// Imports `inputs` as tag `tag` of the archive at `archive` (created if absent).
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport>;
+
+    /// Whether the tag's graph came from this format (what `export` uses when no
+    /// format is given).
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool>;
+
+    /// Writes tag `tag` to `out` in this format.
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported>;
+}
+
+/// Every registered format, in the order detection tries them.
+pub static FORMATS: &[&dyn Format] = &[&paddle::PaddleFormat, &tf::TfFormat];
+
+/// The registered format named `name` (case-insensitive).
+pub fn format(name: &str) -> Result<&'static dyn Format> {
+    FORMATS
+        .iter()
+        .copied()
+        .find(|f| f.name().eq_ignore_ascii_case(name))
+        .ok_or_else(|| {
+            ErrorKind::InvalidInput(format!(
+                "unknown format {name:?} (known: {})",
+                FORMATS
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .into()
+        })
+}
+
+/// The format of `inputs`: first by file names (extensions, a directory), then by the
+/// first file's content. None matching is an error saying what was tried.
+pub fn detect(inputs: &[PathBuf]) -> Result<&'static dyn Format> {
+    let Some(first) = inputs.first() else {
+        return Err(ErrorKind::InvalidInput("no input files given".into()).into());
+    };
+    if let Some(f) = FORMATS.iter().find(|f| f.matches_name(inputs)) {
+        return Ok(*f);
+    }
+    if let Some(f) = FORMATS.iter().find(|f| f.matches_content(inputs)) {
+        return Ok(*f);
+    }
+    let tried: Vec<String> = FORMATS
+        .iter()
+        .map(|f| format!("{} ({})", f.name(), f.recognised_from()))
+        .collect();
+    Err(Error::new(ErrorKind::InvalidInput(format!(
+        "not a model file of any known format; tried by name and content: {}",
+        tried.join("; ")
+    )))
+    .in_file(first))
+}
+
+/// The format a tag came from, if any registered format claims it.
+pub fn origin_of(tag: &Tag<'_>) -> Result<Option<&'static dyn Format>> {
+    for f in FORMATS {
+        if f.is_origin_of(tag)? {
+            return Ok(Some(*f));
+        }
+    }
+    Ok(None)
+}
+
+/// What an export wrote, whatever the format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    /// The tag exported, spelled as in tags.txt.
+    pub tag: String,
+    /// The format written.
+    pub format: &'static str,
+    /// The files written with their sizes in bytes, in the order written.
+    pub files: Vec<(PathBuf, u64)>,
+    /// The parameters written.
+    pub params: Vec<String>,
+    /// Parameters of the tag the exported model does not use (not written).
+    pub unused: Vec<String>,
+    /// Remarks worth telling the user (e.g. "converted from graph.fb").
+    pub notes: Vec<String>,
+}
+
+/// Whether a file's extension is `ext` (ASCII case-insensitive).
+pub(crate) fn has_ext(p: &Path, ext: &str) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case(ext))
+}
+
+/// Up to `n` first bytes of a file (empty when it cannot be read).
+/// A whole file for content detection, refused past 2 GiB (protobuf's own limit).
+pub(crate) fn read_whole(p: &Path) -> Result<Vec<u8>> {
+    let len = std::fs::metadata(p)
+        .map_err(|e| Error::from(e).in_file(p))?
+        .len();
+    if len > 1 << 31 {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "model file size",
+            size: len,
+            limit: 1 << 31,
+        })
+        .in_file(p));
+    }
+    read_file(p)
+}
+
+pub(crate) fn head(p: &Path, n: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Ok(f) = std::fs::File::open(p) {
+        let _ = f.take(n).read_to_end(&mut out);
+    }
+    out
+}
+
+/// How imports write the archive.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// How the tag is added when the archive exists (in place by default).
+    pub mode: AppendMode,
+    /// Lock waiting, fsync, text compression and progress (one unit per parameter written).
+    pub write: WriteOptions,
+}
+
+/// One parameter an import stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedParam {
+    /// Parameter (variable) name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub dims: Vec<u64>,
+    /// The older tag whose identical tensor file is referenced instead of a new copy.
+    pub shared_from: Option<String>,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportReport {
+    /// The new tag.
+    pub tag: String,
+    /// True when the archive did not exist and was created.
+    pub created: bool,
+    /// The graph entry stored (`graph.pdmodel`, `graph.fb`), when a model was imported.
+    pub graph_entry: Option<&'static str>,
+    /// Size of the stored graph entry, when a model was imported.
+    pub graph_bytes: Option<u64>,
+    /// The parameters, in params.txt order (names sorted by byte value).
+    pub params: Vec<ImportedParam>,
+}
+
+/// Options of every format's export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// Replace existing `PREFIX.pdmodel` / `PREFIX.pdiparams` (default false: refuse).
+    pub overwrite: bool,
+    /// fsync the files and their directory before returning (default true).
+    pub fsync: bool,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            overwrite: false,
+            fsync: true,
+        }
+    }
+}
+
+/// Where a new tag goes: a new archive or an existing one.
+pub(crate) enum Target {
+    New(ArchiveWriter),
+    Add(Appender),
+}
+
+impl Target {
+    /// Opens the archive at `path` for adding, or starts creating it when absent.
+    fn open(path: &Path, opts: &ImportOptions) -> Result<(Target, bool)> {
+        let exists = path
+            .try_exists()
+            .map_err(|e| Error::from(e).in_file(path))?;
+        if !exists {
+            let w = ArchiveWriter::create_with(path, &opts.write)?;
+            // Checked again under the write lock: another writer may have created the
+            // archive since, and finishing would replace it.
+            if !path
+                .try_exists()
+                .map_err(|e| Error::from(e).in_file(path))?
+            {
+                return Ok((Target::New(w), true));
+            }
+        }
+        let a = Appender::open_with(path, opts.mode, &opts.write)?;
+        Ok((Target::Add(a), false))
+    }
+
+    fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
+        match self {
+            Target::New(w) => w.begin_tag(name),
+            Target::Add(a) => a.begin_tag(name),
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self {
+            Target::New(w) => w.finish(),
+            Target::Add(a) => a.finish(),
+        }
+    }
+}
+
+/// Writes one new tag: creates the archive, or adds to it as `opts.mode` says.
+/// Returns whether the archive was created.
+pub(crate) fn write_tag(
+    archive: &Path,
+    tag: &str,
+    opts: &ImportOptions,
+    fill: impl FnOnce(&mut TagWriter<'_>) -> Result<()>,
+) -> Result<bool> {
+    let run = || -> Result<bool> {
+        let (mut target, created) = Target::open(archive, opts)?;
+        let mut w = target.begin_tag(tag)?;
+        fill(&mut w)?;
+        w.finish()?;
+        target.finish()?;
+        Ok(created)
+    };
+    run().map_err(|e| e.in_file(archive))
+}
+
+/// Reads back what was stored for the report.
+pub(crate) fn report(
+    archive: &Path,
+    tag: &str,
+    created: bool,
+    graph_bytes: Option<u64>,
+) -> Result<ImportReport> {
+    let a = Archive::open(archive)?;
+    let t = a.tag(tag)?;
+    let graph_entry = t.graph()?.map(|(enc, _)| enc.file_name());
+    let mut params = Vec::with_capacity(t.params().len());
+    for p in t.params() {
+        let data = t.tensor(&p.location)?;
+        let v = data.view();
+        params.push(ImportedParam {
+            name: p.name.clone(),
+            dtype: v.dtype(),
+            dims: v.dims().to_vec(),
+            shared_from: p.location.shared.then(|| p.location.tag.clone()),
+        });
+    }
+    Ok(ImportReport {
+        tag: t.name().to_string(),
+        created,
+        graph_entry,
+        graph_bytes,
+        params,
+    })
+}
+
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::from(e).in_file(path))
+}
+
+pub(crate) fn file_len(temp: &Path, target: &Path) -> Result<u64> {
+    std::fs::metadata(temp)
+        .map(|m| m.len())
+        .map_err(|e| Error::from(e).in_file(target))
+}
+
+/// Writes a temp file beside `target` (removed on drop unless persisted).
+pub(crate) fn write_temp(
+    target: &Path,
+    fsync: bool,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<tempfile::NamedTempFile> {
+    let temp = crate::archive::new_temp_beside(target)?;
+    let written = (|| -> std::io::Result<()> {
+        let f = temp.as_file().try_clone()?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, Budgeted(f));
+        fill(&mut w)?;
+        w.flush()?;
+        drop(w);
+        if fsync {
+            temp.as_file().sync_all()?;
+        }
+        Ok(())
+    })();
+    written.map_err(|e| Error::from(e).in_file(target))?;
+    Ok(temp)
+}
+
+pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Result<()> {
+    let done = if overwrite {
+        temp.persist(target).map(|_| ())
+    } else {
+        temp.persist_noclobber(target).map(|_| ())
+    };
+    done.map_err(|e| Error::from(e.error).in_file(target))
+}
+
+/// Writes `bytes` to `target` through a temp file beside it (fsynced when asked, then
+/// renamed; existing files refused unless `overwrite`). Returns the size written.
+pub(crate) fn write_file_atomically(
+    target: &Path,
+    overwrite: bool,
+    fsync: bool,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<u64> {
+    let dir = crate::archive::parent_dir(target);
+    if !dir.is_dir() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "the output directory does not exist".into(),
+        ))
+        .in_file(&dir));
+    }
+    if !overwrite && target.exists() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "file already exists; refusing to overwrite it".into(),
+        ))
+        .in_file(target));
+    }
+    let temp = write_temp(target, fsync, fill)?;
+    let len = file_len(temp.path(), target)?;
+    persist(temp, target, overwrite)?;
+    if fsync {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::from(e).in_file(&dir))?;
+    }
+    Ok(len)
+}

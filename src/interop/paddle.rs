@@ -30,15 +30,15 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
-use crate::archive::fault::Budgeted;
-use crate::archive::{
-    AppendMode, Appender, Archive, ArchiveWriter, GraphEncoding, Tag, TagWriter, TensorData,
-    WriteOptions,
-};
+pub use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam};
+use super::{Exported, Format, has_ext, head, read_file};
+// The import and export plumbing every format shares (safetensors reaches it through here).
+pub(crate) use super::{persist, report, write_tag, write_temp};
+use crate::archive::{GraphEncoding, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, Var};
 use crate::progress::Ticker;
-use crate::tensor::{DType, TensorView, decode_combined, decode_tensor, encode_combined};
+use crate::tensor::{TensorView, decode_combined, decode_tensor, encode_combined};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io::Write;
@@ -50,59 +50,6 @@ const NOT_SAVED: [i32; 4] = [9, 10, 15, 17];
 
 /// Paddle's `VarType.Type` number of a dense tensor (LoDTensor).
 const DENSE_TENSOR: i32 = 7;
-
-/// How imports write the archive.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImportOptions {
-    /// How the tag is added when the archive exists (in place by default).
-    pub mode: AppendMode,
-    /// Lock waiting, fsync, text compression and progress (one unit per parameter written).
-    pub write: WriteOptions,
-}
-
-/// One parameter an import stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportedParam {
-    /// Parameter (variable) name.
-    pub name: String,
-    /// Element type.
-    pub dtype: DType,
-    /// Dimensions.
-    pub dims: Vec<u64>,
-    /// The older tag whose identical tensor file is referenced instead of a new copy.
-    pub shared_from: Option<String>,
-}
-
-/// What an import did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportReport {
-    /// The new tag.
-    pub tag: String,
-    /// True when the archive did not exist and was created.
-    pub created: bool,
-    /// Size of the stored `graph.pdmodel`, when a model was imported.
-    pub graph_bytes: Option<u64>,
-    /// The parameters, in params.txt order (names sorted by byte value).
-    pub params: Vec<ImportedParam>,
-}
-
-/// Options of [`export_inference_model`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExportOptions {
-    /// Replace existing `PREFIX.pdmodel` / `PREFIX.pdiparams` (default false: refuse).
-    pub overwrite: bool,
-    /// fsync the files and their directory before returning (default true).
-    pub fsync: bool,
-}
-
-impl Default for ExportOptions {
-    fn default() -> Self {
-        ExportOptions {
-            overwrite: false,
-            fsync: true,
-        }
-    }
-}
 
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,95 +212,6 @@ pub fn import_program(
     store(archive, tag, &model, &[], opts)
 }
 
-/// Where a new tag goes: a new archive or an existing one.
-enum Target {
-    New(ArchiveWriter),
-    Add(Appender),
-}
-
-impl Target {
-    /// Opens the archive at `path` for adding, or starts creating it when absent.
-    fn open(path: &Path, opts: &ImportOptions) -> Result<(Target, bool)> {
-        let exists = path
-            .try_exists()
-            .map_err(|e| Error::from(e).in_file(path))?;
-        if !exists {
-            let w = ArchiveWriter::create_with(path, &opts.write)?;
-            // Checked again under the write lock: another writer may have created the
-            // archive since, and finishing would replace it.
-            if !path
-                .try_exists()
-                .map_err(|e| Error::from(e).in_file(path))?
-            {
-                return Ok((Target::New(w), true));
-            }
-        }
-        let a = Appender::open_with(path, opts.mode, &opts.write)?;
-        Ok((Target::Add(a), false))
-    }
-
-    fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
-        match self {
-            Target::New(w) => w.begin_tag(name),
-            Target::Add(a) => a.begin_tag(name),
-        }
-    }
-
-    fn finish(self) -> Result<()> {
-        match self {
-            Target::New(w) => w.finish(),
-            Target::Add(a) => a.finish(),
-        }
-    }
-}
-
-/// Writes one new tag: creates the archive, or adds to it as `opts.mode` says.
-/// Returns whether the archive was created.
-pub(crate) fn write_tag(
-    archive: &Path,
-    tag: &str,
-    opts: &ImportOptions,
-    fill: impl FnOnce(&mut TagWriter<'_>) -> Result<()>,
-) -> Result<bool> {
-    let run = || -> Result<bool> {
-        let (mut target, created) = Target::open(archive, opts)?;
-        let mut w = target.begin_tag(tag)?;
-        fill(&mut w)?;
-        w.finish()?;
-        target.finish()?;
-        Ok(created)
-    };
-    run().map_err(|e| e.in_file(archive))
-}
-
-/// Reads back what was stored for the report.
-pub(crate) fn report(
-    archive: &Path,
-    tag: &str,
-    created: bool,
-    graph_bytes: Option<u64>,
-) -> Result<ImportReport> {
-    let a = Archive::open(archive)?;
-    let t = a.tag(tag)?;
-    let mut params = Vec::with_capacity(t.params().len());
-    for p in t.params() {
-        let data = t.tensor(&p.location)?;
-        let v = data.view();
-        params.push(ImportedParam {
-            name: p.name.clone(),
-            dtype: v.dtype(),
-            dims: v.dims().to_vec(),
-            shared_from: p.location.shared.then(|| p.location.tag.clone()),
-        });
-    }
-    Ok(ImportReport {
-        tag: t.name().to_string(),
-        created,
-        graph_bytes,
-        params,
-    })
-}
-
 /// Imports an inference model (`.pdmodel` and `.pdiparams` bytes) as tag `tag` of the
 /// archive at `archive` (created if absent). `graph.pdmodel` is the exact model bytes;
 /// the parameters are checked with [`inference_params`] before anything is written.
@@ -403,10 +261,6 @@ fn store(
         Ok(())
     })?;
     report(archive, tag, created, Some(model.len() as u64))
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::from(e).in_file(path))
 }
 
 /// [`import_inference_model`] from files; errors name the file they concern.
@@ -681,7 +535,7 @@ pub fn export_inference_model(
         let params_tmp = write_temp(&params_path, opts.fsync, |w| {
             write_params(&p.params, w).map(|_| ())
         })?;
-        params_bytes = file_len(params_tmp.path(), &params_path)?;
+        params_bytes = super::file_len(params_tmp.path(), &params_path)?;
         persist(params_tmp, &params_path, opts.overwrite)?;
     } else if params_path.exists() {
         // Only reached with `overwrite`: a params file of an earlier export would not
@@ -712,47 +566,102 @@ pub fn export_inference_model(
     })
 }
 
-fn file_len(temp: &Path, target: &Path) -> Result<u64> {
-    std::fs::metadata(temp)
-        .map(|m| m.len())
-        .map_err(|e| Error::from(e).in_file(target))
-}
+/// Paddle in the [`super::FORMATS`] registry: `.pdmodel` (+ `.pdiparams`) files or a
+/// persistables directory (+ its model) in, `PREFIX.pdmodel` + `PREFIX.pdiparams` out.
+pub struct PaddleFormat;
 
-/// Writes a temp file beside `target` (removed on drop unless persisted).
-pub(crate) fn write_temp(
-    target: &Path,
-    fsync: bool,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<tempfile::NamedTempFile> {
-    let temp = crate::archive::new_temp_beside(target)?;
-    let written = (|| -> std::io::Result<()> {
-        let f = temp.as_file().try_clone()?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, Budgeted(f));
-        fill(&mut w)?;
-        w.flush()?;
-        drop(w);
-        if fsync {
-            temp.as_file().sync_all()?;
+impl Format for PaddleFormat {
+    fn name(&self) -> &'static str {
+        "paddle"
+    }
+
+    fn recognised_from(&self) -> &'static str {
+        "a .pdmodel ProgramDesc, optionally with its .pdiparams, or a persistables directory"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        inputs
+            .first()
+            .is_some_and(|p| p.is_dir() || has_ext(p, "pdmodel"))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        // A ProgramDesc starts with a block (field 1, length-delimited) and decodes with
+        // its required fields; a GraphDef also starts with field 1 but its nodes do not
+        // decode as blocks.
+        let Some(first) = inputs.first() else {
+            return false;
+        };
+        head(first, 1) == [0x0a]
+            && super::read_whole(first).is_ok_and(|b| Graph::from_programdesc(&b).is_ok())
+    }
+
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
+        match inputs {
+            [dir] if dir.is_dir() => import_persistables_dir(archive, tag, dir, None, opts),
+            [dir, model] if dir.is_dir() => {
+                import_persistables_dir(archive, tag, dir, Some(model), opts)
+            }
+            [model] => import_program(archive, tag, model, opts),
+            [model, params] => import_inference_model_files(archive, tag, model, params, opts),
+            _ => Err(ErrorKind::InvalidInput(format!(
+                "a Paddle import takes MODEL.pdmodel [PARAMS.pdiparams] or DIR [MODEL], \
+                 not {} files",
+                inputs.len()
+            ))
+            .into()),
         }
-        Ok(())
-    })();
-    written.map_err(|e| Error::from(e).in_file(target))?;
-    Ok(temp)
-}
+    }
 
-pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Result<()> {
-    let done = if overwrite {
-        temp.persist(target).map(|_| ())
-    } else {
-        temp.persist_noclobber(target).map(|_| ())
-    };
-    done.map_err(|e| Error::from(e.error).in_file(target))
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        Ok(match tag.graph()? {
+            None => false,
+            Some((GraphEncoding::ProgramDesc, _)) => true,
+            Some((GraphEncoding::FlatBuffers, bytes)) => !crate::graph::flatbuffers::is_tf(&bytes),
+        })
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        // `--out model.pdmodel` means the prefix `model`.
+        let prefix = if has_ext(out, "pdmodel") {
+            out.with_extension("")
+        } else {
+            out.to_path_buf()
+        };
+        let r = export_inference_model(tag, &prefix, opts)?;
+        let mut files = vec![(r.model_path, r.model_bytes)];
+        if let Some(p) = r.params_path {
+            files.push((p, r.params_bytes));
+        }
+        let mut notes = Vec::new();
+        if r.graph_converted {
+            notes.push("program converted from graph.fb".to_string());
+        }
+        if files.len() == 1 {
+            notes.push("no .pdiparams (the program loads no parameters)".to_string());
+        }
+        Ok(Exported {
+            tag: r.tag,
+            format: self.name(),
+            files,
+            params: r.params,
+            unused: r.unused,
+            notes,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::graph::VarKind;
+    use crate::tensor::DType;
 
     fn graph(vars: Vec<Var>) -> Graph {
         let mut g = Graph::new();

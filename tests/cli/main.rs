@@ -4,6 +4,7 @@ mod archive;
 mod harness;
 #[path = "../support/http_server.rs"]
 mod http_server;
+mod interop;
 mod names;
 mod paddle;
 mod remote;

@@ -2761,6 +2761,450 @@ impl ::core::fmt::Debug for OpVersion<'_> {
       ds.finish()
   }
 }
+pub enum TfAttrOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct TfAttr<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for TfAttr<'a> {
+  type Inner = TfAttr<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> TfAttr<'a> {
+  pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+  pub const VT_VALUE: ::flatbuffers::VOffsetT = 6;
+  pub const VT_PARAM: ::flatbuffers::VOffsetT = 8;
+  pub const VT_TYPED_COUNT: ::flatbuffers::VOffsetT = 10;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    TfAttr { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args TfAttrArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<TfAttr<'bldr>> {
+    let mut builder = TfAttrBuilder::new(_fbb);
+    if let Some(x) = args.typed_count { builder.add_typed_count(x); }
+    if let Some(x) = args.param { builder.add_param(x); }
+    if let Some(x) = args.value { builder.add_value(x); }
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> &'a str {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TfAttr::VT_NAME, None).unwrap()}
+  }
+  #[inline]
+  pub fn value(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(TfAttr::VT_VALUE, None)}
+  }
+  #[inline]
+  pub fn param(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TfAttr::VT_PARAM, None)}
+  }
+  #[inline]
+  pub fn typed_count(&self) -> Option<i64> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(TfAttr::VT_TYPED_COUNT, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for TfAttr<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, true)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("value", Self::VT_VALUE, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("param", Self::VT_PARAM, false)?
+     .visit_field::<i64>("typed_count", Self::VT_TYPED_COUNT, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct TfAttrArgs<'a> {
+    pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub value: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+    pub param: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub typed_count: Option<i64>,
+}
+impl<'a> Default for TfAttrArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    TfAttrArgs {
+      name: None, // required field
+      value: None,
+      param: None,
+      typed_count: None,
+    }
+  }
+}
+
+pub struct TfAttrBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TfAttrBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfAttr::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_value(&mut self, value: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfAttr::VT_VALUE, value);
+  }
+  #[inline]
+  pub fn add_param(&mut self, param: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfAttr::VT_PARAM, param);
+  }
+  #[inline]
+  pub fn add_typed_count(&mut self, typed_count: i64) {
+    self.fbb_.push_slot_always::<i64>(TfAttr::VT_TYPED_COUNT, typed_count);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TfAttrBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    TfAttrBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<TfAttr<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    self.fbb_.required(o, TfAttr::VT_NAME,"name");
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for TfAttr<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("TfAttr");
+      ds.field("name", &self.name());
+      ds.field("value", &self.value());
+      ds.field("param", &self.param());
+      ds.field("typed_count", &self.typed_count());
+      ds.finish()
+  }
+}
+pub enum TfNodeOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct TfNode<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for TfNode<'a> {
+  type Inner = TfNode<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> TfNode<'a> {
+  pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+  pub const VT_OP: ::flatbuffers::VOffsetT = 6;
+  pub const VT_INPUTS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_DEVICE: ::flatbuffers::VOffsetT = 10;
+  pub const VT_ATTRS: ::flatbuffers::VOffsetT = 12;
+  pub const VT_REST: ::flatbuffers::VOffsetT = 14;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    TfNode { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args TfNodeArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<TfNode<'bldr>> {
+    let mut builder = TfNodeBuilder::new(_fbb);
+    if let Some(x) = args.rest { builder.add_rest(x); }
+    if let Some(x) = args.attrs { builder.add_attrs(x); }
+    if let Some(x) = args.device { builder.add_device(x); }
+    if let Some(x) = args.inputs { builder.add_inputs(x); }
+    if let Some(x) = args.op { builder.add_op(x); }
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> &'a str {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TfNode::VT_NAME, None).unwrap()}
+  }
+  #[inline]
+  pub fn op(&self) -> &'a str {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TfNode::VT_OP, None).unwrap()}
+  }
+  #[inline]
+  pub fn inputs(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>>(TfNode::VT_INPUTS, None)}
+  }
+  #[inline]
+  pub fn device(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TfNode::VT_DEVICE, None)}
+  }
+  #[inline]
+  pub fn attrs(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TfAttr<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TfAttr>>>>(TfNode::VT_ATTRS, None)}
+  }
+  #[inline]
+  pub fn rest(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(TfNode::VT_REST, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for TfNode<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, true)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("op", Self::VT_OP, true)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>>>("inputs", Self::VT_INPUTS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("device", Self::VT_DEVICE, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<TfAttr>>>>("attrs", Self::VT_ATTRS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("rest", Self::VT_REST, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct TfNodeArgs<'a> {
+    pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub op: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub inputs: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>>,
+    pub device: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub attrs: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TfAttr<'a>>>>>,
+    pub rest: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+}
+impl<'a> Default for TfNodeArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    TfNodeArgs {
+      name: None, // required field
+      op: None, // required field
+      inputs: None,
+      device: None,
+      attrs: None,
+      rest: None,
+    }
+  }
+}
+
+pub struct TfNodeBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TfNodeBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfNode::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_op(&mut self, op: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfNode::VT_OP, op);
+  }
+  #[inline]
+  pub fn add_inputs(&mut self, inputs: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<&'b  str>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfNode::VT_INPUTS, inputs);
+  }
+  #[inline]
+  pub fn add_device(&mut self, device: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfNode::VT_DEVICE, device);
+  }
+  #[inline]
+  pub fn add_attrs(&mut self, attrs: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<TfAttr<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfNode::VT_ATTRS, attrs);
+  }
+  #[inline]
+  pub fn add_rest(&mut self, rest: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfNode::VT_REST, rest);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TfNodeBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    TfNodeBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<TfNode<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    self.fbb_.required(o, TfNode::VT_NAME,"name");
+    self.fbb_.required(o, TfNode::VT_OP,"op");
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for TfNode<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("TfNode");
+      ds.field("name", &self.name());
+      ds.field("op", &self.op());
+      ds.field("inputs", &self.inputs());
+      ds.field("device", &self.device());
+      ds.field("attrs", &self.attrs());
+      ds.field("rest", &self.rest());
+      ds.finish()
+  }
+}
+pub enum TfGraphOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct TfGraph<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for TfGraph<'a> {
+  type Inner = TfGraph<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> TfGraph<'a> {
+  pub const VT_NODES: ::flatbuffers::VOffsetT = 4;
+  pub const VT_REST: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    TfGraph { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args TfGraphArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<TfGraph<'bldr>> {
+    let mut builder = TfGraphBuilder::new(_fbb);
+    if let Some(x) = args.rest { builder.add_rest(x); }
+    if let Some(x) = args.nodes { builder.add_nodes(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn nodes(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TfNode<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TfNode>>>>(TfGraph::VT_NODES, None)}
+  }
+  #[inline]
+  pub fn rest(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(TfGraph::VT_REST, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for TfGraph<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<TfNode>>>>("nodes", Self::VT_NODES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("rest", Self::VT_REST, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct TfGraphArgs<'a> {
+    pub nodes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TfNode<'a>>>>>,
+    pub rest: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+}
+impl<'a> Default for TfGraphArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    TfGraphArgs {
+      nodes: None,
+      rest: None,
+    }
+  }
+}
+
+pub struct TfGraphBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TfGraphBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_nodes(&mut self, nodes: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<TfNode<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfGraph::VT_NODES, nodes);
+  }
+  #[inline]
+  pub fn add_rest(&mut self, rest: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TfGraph::VT_REST, rest);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TfGraphBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    TfGraphBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<TfGraph<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for TfGraph<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("TfGraph");
+      ds.field("nodes", &self.nodes());
+      ds.field("rest", &self.rest());
+      ds.finish()
+  }
+}
 pub enum GraphOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2781,6 +3225,7 @@ impl<'a> Graph<'a> {
   pub const VT_BLOCKS: ::flatbuffers::VOffsetT = 6;
   pub const VT_VERSION: ::flatbuffers::VOffsetT = 8;
   pub const VT_OP_VERSION_MAP: ::flatbuffers::VOffsetT = 10;
+  pub const VT_TF: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2793,6 +3238,7 @@ impl<'a> Graph<'a> {
   ) -> ::flatbuffers::WIPOffset<Graph<'bldr>> {
     let mut builder = GraphBuilder::new(_fbb);
     if let Some(x) = args.version { builder.add_version(x); }
+    if let Some(x) = args.tf { builder.add_tf(x); }
     if let Some(x) = args.op_version_map { builder.add_op_version_map(x); }
     if let Some(x) = args.blocks { builder.add_blocks(x); }
     builder.add_schema_version(args.schema_version);
@@ -2828,6 +3274,13 @@ impl<'a> Graph<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OpVersion>>>>(Graph::VT_OP_VERSION_MAP, None)}
   }
+  #[inline]
+  pub fn tf(&self) -> Option<TfGraph<'a>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<TfGraph>>(Graph::VT_TF, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Graph<'_> {
@@ -2840,6 +3293,7 @@ impl ::flatbuffers::Verifiable for Graph<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Block>>>>("blocks", Self::VT_BLOCKS, false)?
      .visit_field::<i64>("version", Self::VT_VERSION, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OpVersion>>>>("op_version_map", Self::VT_OP_VERSION_MAP, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<TfGraph>>("tf", Self::VT_TF, false)?
      .finish();
     Ok(())
   }
@@ -2849,6 +3303,7 @@ pub struct GraphArgs<'a> {
     pub blocks: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Block<'a>>>>>,
     pub version: Option<i64>,
     pub op_version_map: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OpVersion<'a>>>>>,
+    pub tf: Option<::flatbuffers::WIPOffset<TfGraph<'a>>>,
 }
 impl<'a> Default for GraphArgs<'a> {
   #[inline]
@@ -2858,6 +3313,7 @@ impl<'a> Default for GraphArgs<'a> {
       blocks: None,
       version: None,
       op_version_map: None,
+      tf: None,
     }
   }
 }
@@ -2884,6 +3340,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GraphBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Graph::VT_OP_VERSION_MAP, op_version_map);
   }
   #[inline]
+  pub fn add_tf(&mut self, tf: ::flatbuffers::WIPOffset<TfGraph<'b >>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<TfGraph>>(Graph::VT_TF, tf);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> GraphBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     GraphBuilder {
@@ -2905,6 +3365,7 @@ impl ::core::fmt::Debug for Graph<'_> {
       ds.field("blocks", &self.blocks());
       ds.field("version", &self.version());
       ds.field("op_version_map", &self.op_version_map());
+      ds.field("tf", &self.tf());
       ds.finish()
   }
 }

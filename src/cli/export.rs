@@ -1,0 +1,115 @@
+//! `modelzip export`: a tag as model files of any registered format.
+
+use super::common::{OutputArgs, TagArgs};
+use super::output::{clean, print, print_json};
+use super::{CliError, Outcome};
+use modelzip::interop::{self, ExportOptions};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// Export a tag as model files of a format (default: the format the tag came from).
+///
+///   paddle  PATH is a prefix: writes PATH.pdmodel and PATH.pdiparams (a PATH ending in
+///           .pdmodel is taken as its prefix), which paddle.static.load_inference_model
+///           loads; a tag imported from Paddle comes out byte for byte
+///   tf      writes a frozen GraphDef: text format when PATH ends in .pbtxt, binary
+///           otherwise; a tag imported from TensorFlow comes out as the same message
+///
+/// A tag of another origin is refused (a Paddle program is not a TensorFlow graph and
+/// vice versa). Files are written to temp files and renamed into place; existing files
+/// are refused unless --force.
+///
+/// Example:
+///   modelzip export model.zip --tag fp32 --out export/inference
+///   modelzip export model.zip --tag v1 --format tf --out frozen.pb
+///   modelzip export model.zip --tag v1 --out frozen.pbtxt --force --json
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
+pub struct Args {
+    #[command(flatten)]
+    input: TagArgs,
+    /// The format to write; default: the one the tag was imported from.
+    #[arg(long, value_name = "paddle|tf")]
+    format: Option<String>,
+    /// Where to write (a prefix for paddle, a file for tf).
+    #[arg(long, value_name = "PATH")]
+    out: PathBuf,
+    /// Replace existing files.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let archive = args.input.open()?;
+    let tag = args.input.pick(&archive)?;
+    let fail = |e: modelzip::Error| {
+        CliError::Failed(format!(
+            "cannot export tag {:?} of {}: {e}",
+            tag.name(),
+            args.input.archive.display()
+        ))
+    };
+    let format = match &args.format {
+        Some(name) => interop::format(name).map_err(fail)?,
+        None => interop::origin_of(&tag).map_err(fail)?.ok_or_else(|| {
+            fail(modelzip::Error::new(modelzip::ErrorKind::InvalidInput(
+                "the tag has no graph of a known format; pass --format".into(),
+            )))
+        })?,
+    };
+    let opts = ExportOptions {
+        overwrite: args.force,
+        ..ExportOptions::default()
+    };
+    let r = format.export(&tag, &args.out, &opts).map_err(fail)?;
+    if args.output.json {
+        let files: Vec<_> = r
+            .files
+            .iter()
+            .map(|(p, n)| json!({"path": p.display().to_string(), "bytes": n}))
+            .collect();
+        return print_json(&json!({
+            "tag": r.tag,
+            "format": r.format,
+            "files": files,
+            "params": r.params,
+            "unused_params": r.unused,
+            "notes": r.notes,
+        }))
+        .map(|_| Outcome::Success);
+    }
+    if !args.output.quiet {
+        let files: Vec<String> = r
+            .files
+            .iter()
+            .map(|(p, n)| format!("{} ({n} bytes)", p.display()))
+            .collect();
+        let mut out = format!(
+            "tag {} as {}: {}, {} param(s)",
+            r.tag,
+            r.format,
+            files.join(", "),
+            r.params.len()
+        );
+        for note in &r.notes {
+            out.push_str(&format!("; {note}"));
+        }
+        out.push('\n');
+        if !r.unused.is_empty() {
+            out.push_str(&format!(
+                "not exported ({} param(s) the model does not use): {}\n",
+                r.unused.len(),
+                r.unused
+                    .iter()
+                    .map(|n| clean(n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        print(&out)?;
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,132 @@
+//! `modelzip import`: a model file of any registered format as a new tag.
+
+use super::common::{WriteArgs, refuse_directory};
+use super::output::{print, print_json};
+use super::{CliError, Outcome};
+use modelzip::archive::AppendMode;
+use modelzip::interop::{self, ImportOptions, ImportReport};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// Import a model as tag T of ARCHIVE, creating the archive if needed.
+///
+/// The format is detected from the files' names, then from the first file's content
+/// (--format forces it):
+///   paddle  MODEL.pdmodel [PARAMS.pdiparams], or a persistables DIR [MODEL]
+///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text)
+/// A file of no known format is refused, saying what was tried.
+///
+/// Paddle: the program is stored as graph.pdmodel, byte for byte, and each persistable
+/// variable becomes a parameter (see 'modelzip import-paddle --help', the same import).
+/// TensorFlow: every numeric Const node's value becomes a parameter named after the
+/// node; the rest of the graph (string constants, attributes, control inputs, devices,
+/// the function library, versions) is kept in graph.fb, so export gives the same
+/// GraphDef back (docs/TF.md).
+///
+/// Tensors equal to ones already in the archive are stored once. Adding to an
+/// existing archive appends in place (crash-safe with a rollback journal); --rewrite
+/// writes a new file and renames it.
+///
+/// Example:
+///   modelzip import model.zip --tag fp32 inference.pdmodel inference.pdiparams
+///   modelzip import model.zip --tag step-100 persistables/ inference.pdmodel
+///   modelzip import model.zip --tag v1 frozen_graph.pb
+///   modelzip import model.zip --tag v2 graph.txt --format tf
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The archive to create or add to.
+    archive: PathBuf,
+    /// The model file(s) or directory.
+    #[arg(value_name = "FILE", required = true, num_args = 1..)]
+    inputs: Vec<PathBuf>,
+    /// Name of the new tag.
+    #[arg(long)]
+    tag: String,
+    /// The format of the input, instead of detecting it.
+    #[arg(long, value_name = "paddle|tf")]
+    format: Option<String>,
+    /// Add by rewriting the whole archive to a new file and renaming it.
+    #[arg(long)]
+    rewrite: bool,
+    #[command(flatten)]
+    write: WriteArgs,
+}
+
+pub fn run(args: Args) -> Result<Outcome, CliError> {
+    let shown = args.archive.display().to_string();
+    refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
+    let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
+    let format = match &args.format {
+        Some(name) => interop::format(name).map_err(fail)?,
+        None => interop::detect(&args.inputs).map_err(fail)?,
+    };
+    let progress = args.write.output.progress("importing");
+    let opts = ImportOptions {
+        mode: if args.rewrite {
+            AppendMode::Rewrite
+        } else {
+            AppendMode::InPlace
+        },
+        write: args.write.options_reporting(&progress),
+    };
+    let report = format
+        .import(&args.archive, &args.tag, &args.inputs, &opts)
+        .map_err(fail)?;
+    progress.finish();
+    if args.write.output.json {
+        return print_json(&report_json(&shown, format.name(), &report)).map(|_| Outcome::Success);
+    }
+    if !args.write.output.quiet {
+        print(&summary(&shown, format.name(), &report))?;
+    }
+    Ok(Outcome::Success)
+}
+
+/// The one-line human summary of an import.
+pub fn summary(archive: &str, format: &str, report: &ImportReport) -> String {
+    let shared = report
+        .params
+        .iter()
+        .filter(|p| p.shared_from.is_some())
+        .count();
+    let graph = match (&report.graph_entry, report.graph_bytes) {
+        (Some(entry), Some(n)) => format!("{entry} ({n} bytes), "),
+        _ => "no graph, ".to_string(),
+    };
+    format!(
+        "{} tag {} in {archive} from {format}: {graph}{} param(s), {shared} shared with older tags\n",
+        if report.created {
+            "created archive with"
+        } else {
+            "added"
+        },
+        report.tag,
+        report.params.len(),
+    )
+}
+
+/// The JSON document of an import (`format` is null for import-paddle's own output).
+pub fn report_json(archive: &str, format: &str, r: &ImportReport) -> serde_json::Value {
+    let params: Vec<_> = r
+        .params
+        .iter()
+        .map(|p| {
+            json!({
+                "name": p.name,
+                "dtype": p.dtype.name(),
+                "dims": p.dims,
+                "shared_from": p.shared_from,
+            })
+        })
+        .collect();
+    json!({
+        "archive": archive,
+        "format": format,
+        "tag": r.tag,
+        "created": r.created,
+        "graph": r.graph_entry,
+        "graph_bytes": r.graph_bytes,
+        "params": params,
+    })
+}

@@ -1,0 +1,1243 @@
+//! TensorFlow frozen GraphDefs in and out of archives.
+//!
+//! A frozen GraphDef is a graph whose variables have become `Const` nodes holding the
+//! weights. [`import_graphdef`] stores one as a tag: every numeric `Const` node's value
+//! becomes a parameter named after the node (LoDTensor layout, deduplicated against the
+//! archive like every tensor), and the graph goes to `graph.fb` (a [`TfGraph`]) with
+//! each such Const referring to its parameter. Everything else is kept as it came:
+//! string and other non-numeric constants, attributes of every kind, control inputs
+//! (`^node`), devices, the function library, versions and debug info.
+//! [`export_graphdef`] rebuilds the GraphDef, equal to the imported one as a protobuf
+//! message: node order, attributes, library, versions, and each Const's value in the
+//! form it came in (`tensor_content`, the typed field, or the splat form where fewer
+//! values than elements are written and TensorFlow repeats the last one).
+//!
+//! Binary (`.pb`) and text (`.pbtxt`) GraphDefs are read and written; docs/TF.md has
+//! the mapping and what is refused.
+//!
+//! ```no_run
+//! use modelzip::interop::{tf, ExportOptions, ImportOptions};
+//! use modelzip::Archive;
+//! use std::path::Path;
+//!
+//! tf::import_graphdef_file(Path::new("model.zip"), "v1", Path::new("frozen.pb"),
+//!                          &ImportOptions::default())?;
+//! let archive = Archive::open("model.zip")?;
+//! tf::export_graphdef_file(&archive.tag("v1")?, Path::new("out.pbtxt"),
+//!                          &ExportOptions::default())?;
+//! # Ok::<(), modelzip::Error>(())
+//! ```
+
+use super::{
+    ExportOptions, Exported, Format, ImportOptions, ImportReport, has_ext, head, read_whole,
+    report, write_file_atomically, write_tag,
+};
+use crate::archive::{GraphEncoding, Tag, TensorData};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{Graph, TfAttr, TfGraph, TfNode, TfParamRef};
+use crate::progress::Ticker;
+use crate::tensor::{DType, TensorView};
+use crate::tf_proto as pb;
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Largest GraphDef accepted (protobuf's own limit is 2 GiB).
+pub const MAX_GRAPHDEF_BYTES: u64 = 1 << 31;
+
+/// Most nodes a GraphDef may have, counted on the wire before decoding, over the graph
+/// and its library's functions. Real frozen graphs have thousands; decoding costs a few
+/// hundred bytes per node whatever its encoded size.
+pub const MAX_NODES: u64 = 200_000;
+
+/// Deepest nesting of messages accepted in a text GraphDef (the binary decoder stops at
+/// 100 as well).
+pub const MAX_TEXT_DEPTH: usize = 100;
+
+/// Most bytes the splat constants (fewer values than elements) of one GraphDef are
+/// expanded to as parameters, in all; a splat past it stays in the graph as written (it
+/// is small there), so a few bytes of GraphDef cannot ask for gigabytes.
+pub const MAX_SPLAT_BYTES: u64 = 256 << 20;
+
+fn gerr(msg: impl Into<String>) -> Error {
+    ErrorKind::Graph(msg.into()).into()
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    ErrorKind::InvalidInput(msg.into()).into()
+}
+
+// ---------------------------------------------------------------------------------
+// GraphDef bytes and text
+
+fn pool() -> Result<&'static DescriptorPool> {
+    static POOL: OnceLock<Option<DescriptorPool>> = OnceLock::new();
+    POOL.get_or_init(|| DescriptorPool::decode(pb::FILE_DESCRIPTOR_SET).ok())
+        .as_ref()
+        .ok_or_else(|| gerr("the compiled TensorFlow descriptor set is unreadable"))
+}
+
+fn descriptor(name: &str) -> Result<MessageDescriptor> {
+    pool()?
+        .get_message_by_name(name)
+        .ok_or_else(|| gerr(format!("{name} is missing from the descriptor set")))
+}
+
+/// Nodes of the graph and of its library's functions, counted on the wire (a malformed
+/// encoding stops the count; the decoder reports it).
+fn count_nodes(bytes: &[u8]) -> u64 {
+    use crate::graph::programdesc::delimited_fields;
+    let mut n = 0u64;
+    for (field, payload) in delimited_fields(bytes) {
+        match field {
+            1 => n += 1,
+            2 => {
+                for (f, function) in delimited_fields(payload) {
+                    if f == 1 {
+                        n += delimited_fields(function).filter(|(f, _)| *f == 3).count() as u64;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
+fn check_size(len: u64) -> Result<()> {
+    if len > MAX_GRAPHDEF_BYTES {
+        return Err(ErrorKind::LimitExceeded {
+            what: "GraphDef size",
+            size: len,
+            limit: MAX_GRAPHDEF_BYTES,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Decodes a binary GraphDef, refusing more than [`MAX_NODES`] nodes and nesting deeper
+/// than protobuf's recursion limit (100).
+pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
+    check_size(bytes.len() as u64)?;
+    let nodes = count_nodes(bytes);
+    if nodes > MAX_NODES {
+        return Err(ErrorKind::LimitExceeded {
+            what: "GraphDef nodes",
+            size: nodes,
+            limit: MAX_NODES,
+        }
+        .into());
+    }
+    let invalid_pb = |e: prost::DecodeError| gerr(format!("invalid GraphDef protobuf: {e}"));
+    let budget = decode_budget(bytes.len());
+    let mut walk = Walk {
+        left: budget,
+        unknown: None,
+    };
+    match walk.message(bytes, &descriptor("tensorflow.GraphDef")?, 0) {
+        Ok(()) | Err(Stop::Malformed) => {}
+        Err(Stop::Unknown) => {
+            // prost would drop the field silently; a GraphDef from a newer TensorFlow
+            // could not come back whole, so it is refused, naming the field.
+            return Err(gerr(format!(
+                "GraphDef{} is not in TensorFlow's GraphDef contract as this build knows it \
+                 (schemas/tensorflow); it could not be kept",
+                walk.unknown.unwrap_or_default()
+            )));
+        }
+        Err(Stop::TooDeep) => {
+            return Err(gerr(format!(
+                "invalid GraphDef protobuf: messages nested deeper than {MAX_DEPTH}"
+            )));
+        }
+        Err(Stop::TooBig) => {
+            return Err(ErrorKind::LimitExceeded {
+                what: "estimated decoded GraphDef size",
+                size: budget.saturating_add(1),
+                limit: budget,
+            }
+            .into());
+        }
+    }
+    pb::GraphDef::decode(bytes).map_err(invalid_pb)
+}
+
+/// Deepest message nesting walked (prost's own recursion limit is 100 too).
+const MAX_DEPTH: usize = 100;
+
+/// What decoding `len` bytes may cost in memory: 8 times the input plus 64 MiB. Real
+/// GraphDefs are mostly tensor bytes (copied once) and need far less; a file of millions
+/// of empty messages or strings (each 2 bytes on the wire, up to hundreds of bytes
+/// decoded) is refused before it is decoded.
+fn decode_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(8).saturating_add(64 << 20)
+}
+
+/// Estimated heap bytes of one decoded message / string, per element.
+const MESSAGE_COST: u64 = 256;
+const STRING_COST: u64 = 24;
+
+enum Stop {
+    /// A field the descriptor does not declare (path in `Walk::unknown`).
+    Unknown,
+    /// Over the memory budget.
+    TooBig,
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// Not valid protobuf: left for prost to report precisely.
+    Malformed,
+}
+
+/// A walk of protobuf wire data guided by the message descriptors: charges an estimate
+/// of what decoding will allocate and finds fields the contract does not declare.
+struct Walk {
+    left: u64,
+    unknown: Option<String>,
+}
+
+impl Walk {
+    fn charge(&mut self, n: u64) -> std::result::Result<(), Stop> {
+        self.left = self.left.checked_sub(n).ok_or(Stop::TooBig)?;
+        Ok(())
+    }
+
+    fn message(
+        &mut self,
+        mut b: &[u8],
+        desc: &MessageDescriptor,
+        depth: usize,
+    ) -> std::result::Result<(), Stop> {
+        use prost_reflect::Kind;
+        if depth > MAX_DEPTH {
+            return Err(Stop::TooDeep);
+        }
+        fn varint(b: &mut &[u8]) -> std::result::Result<u64, Stop> {
+            let mut v = 0u64;
+            for i in 0..10 {
+                let (&byte, rest) = b.split_first().ok_or(Stop::Malformed)?;
+                *b = rest;
+                v |= u64::from(byte & 0x7f) << (7 * i);
+                if byte & 0x80 == 0 {
+                    return Ok(v);
+                }
+            }
+            Err(Stop::Malformed)
+        }
+        while !b.is_empty() {
+            let key = varint(&mut b)?;
+            let number = u32::try_from(key >> 3).map_err(|_| Stop::Malformed)?;
+            let Some(field) = desc.get_field(number) else {
+                self.unknown = Some(format!(": unknown field number {number}"));
+                return Err(Stop::Unknown);
+            };
+            let repeated = field.is_list() || field.is_map();
+            match key & 7 {
+                0 => {
+                    varint(&mut b)?;
+                    if repeated {
+                        self.charge(8)?;
+                    }
+                }
+                1 | 5 => {
+                    let n = if key & 7 == 1 { 8 } else { 4 };
+                    b = b.get(n..).ok_or(Stop::Malformed)?;
+                    if repeated {
+                        self.charge(8)?;
+                    }
+                }
+                2 => {
+                    let len = usize::try_from(varint(&mut b)?).map_err(|_| Stop::Malformed)?;
+                    let payload = b.get(..len).ok_or(Stop::Malformed)?;
+                    b = &b[len..];
+                    match field.kind() {
+                        Kind::Message(m) => {
+                            self.charge(MESSAGE_COST)?;
+                            if let Err(stop) = self.message(payload, &m, depth + 1) {
+                                if let (Stop::Unknown, Some(rest)) = (&stop, &self.unknown) {
+                                    self.unknown = Some(format!(".{}{rest}", field.name()));
+                                }
+                                return Err(stop);
+                            }
+                        }
+                        Kind::String | Kind::Bytes => {
+                            self.charge(STRING_COST + len as u64)?;
+                        }
+                        // A packed run of scalars: at most one element per byte.
+                        _ => self.charge(8 * len as u64)?,
+                    }
+                }
+                _ => return Err(Stop::Malformed),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The deepest `{`/`<` nesting of a text-format message and the number of separators
+/// (`:`, `,`, `{`, `<`: at least one per value parsed), outside strings and comments.
+fn text_shape(text: &str) -> (usize, u64) {
+    let (mut depth, mut max, mut items) = (0usize, 0usize, 0u64);
+    let mut quote: Option<u8> = None;
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        match quote {
+            Some(q) => {
+                if b == b'\\' {
+                    bytes.next();
+                } else if b == q {
+                    quote = None;
+                }
+            }
+            None => match b {
+                b'"' | b'\'' => quote = Some(b),
+                b'#' => {
+                    for c in bytes.by_ref() {
+                        if c == b'\n' {
+                            break;
+                        }
+                    }
+                }
+                b'{' | b'<' => {
+                    depth += 1;
+                    max = max.max(depth);
+                    items += 1;
+                }
+                b'}' | b'>' => depth = depth.saturating_sub(1),
+                b':' | b',' => items += 1,
+                _ => {}
+            },
+        }
+    }
+    (max, items)
+}
+
+/// Estimated bytes the text parser holds per value (reflection values in lists, then the
+/// typed message).
+const TEXT_ITEM_COST: u64 = 128;
+
+/// Parses a text-format GraphDef (`.pbtxt`).
+pub fn parse_graphdef_text(text: &str) -> Result<pb::GraphDef> {
+    check_size(text.len() as u64)?;
+    let (depth, items) = text_shape(text);
+    if depth > MAX_TEXT_DEPTH {
+        return Err(ErrorKind::LimitExceeded {
+            what: "text GraphDef nesting depth",
+            size: depth as u64,
+            limit: MAX_TEXT_DEPTH as u64,
+        }
+        .into());
+    }
+    // Text is parsed whole through reflection: millions of tiny values (`s: ["", "", ...]`,
+    // 3 bytes each) would cost far more than the text; the budget is twice a binary one.
+    let budget = decode_budget(text.len()).saturating_mul(2);
+    let cost = items.saturating_mul(TEXT_ITEM_COST);
+    if cost > budget {
+        return Err(ErrorKind::LimitExceeded {
+            what: "estimated decoded text GraphDef size",
+            size: cost,
+            limit: budget,
+        }
+        .into());
+    }
+    let msg = DynamicMessage::parse_text_format(descriptor("tensorflow.GraphDef")?, text)
+        .map_err(|e| gerr(format!("invalid text GraphDef: {e}")))?;
+    decode_graphdef(&msg.encode_to_vec())
+}
+
+/// A GraphDef as text format, the way TensorFlow's `text_format` reads it.
+pub fn graphdef_to_text(g: &pb::GraphDef) -> Result<String> {
+    let mut msg = DynamicMessage::new(descriptor("tensorflow.GraphDef")?);
+    msg.transcode_from(g)
+        .map_err(|e| gerr(format!("cannot convert the GraphDef for text output: {e}")))?;
+    let mut text = msg.to_text_format_with_options(
+        &prost_reflect::text_format::FormatOptions::new().pretty(true),
+    );
+    text.push('\n');
+    Ok(text)
+}
+
+/// Reads a GraphDef file: text format when the name ends in `.pbtxt` (or the content is
+/// not binary protobuf but parses as text), binary otherwise.
+pub fn read_graphdef_file(path: &Path) -> Result<pb::GraphDef> {
+    let bytes = read_whole(path)?;
+    let located = |e: Error| e.in_file(path);
+    if has_ext(path, "pbtxt") {
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            located(invalid(format!(
+                "a .pbtxt GraphDef must be UTF-8 text; byte {} is not",
+                e.valid_up_to()
+            )))
+        })?;
+        return parse_graphdef_text(text).map_err(located);
+    }
+    match decode_graphdef(&bytes) {
+        Ok(g) => Ok(g),
+        Err(binary) => match std::str::from_utf8(&bytes) {
+            Ok(text) if looks_like_text(text) => parse_graphdef_text(text).map_err(located),
+            _ => Err(located(binary)),
+        },
+    }
+}
+
+/// Whether text starts like a text-format GraphDef (`node {`, `library {`, ...).
+fn looks_like_text(text: &str) -> bool {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'));
+    first.is_some_and(|l| {
+        ["node", "library", "versions", "version", "debug_info"]
+            .iter()
+            .any(|k| {
+                l.strip_prefix(k)
+                    .is_some_and(|r| r.trim_start().starts_with(['{', '<', ':']))
+            })
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// Dtypes and tensor values
+
+/// TensorFlow's `DataType` number of a dtype modelzip stores, and back.
+fn dtype_from_tf(dt: i32) -> Option<DType> {
+    Some(match pb::DataType::try_from(dt).ok()? {
+        pb::DataType::DtFloat => DType::Fp32,
+        pb::DataType::DtDouble => DType::Fp64,
+        pb::DataType::DtInt32 => DType::Int32,
+        pb::DataType::DtUint8 => DType::Uint8,
+        pb::DataType::DtInt16 => DType::Int16,
+        pb::DataType::DtInt8 => DType::Int8,
+        pb::DataType::DtComplex64 => DType::Complex64,
+        pb::DataType::DtInt64 => DType::Int64,
+        pb::DataType::DtBool => DType::Bool,
+        pb::DataType::DtBfloat16 => DType::Bf16,
+        pb::DataType::DtUint16 => DType::Uint16,
+        pb::DataType::DtComplex128 => DType::Complex128,
+        pb::DataType::DtHalf => DType::Fp16,
+        pb::DataType::DtUint32 => DType::Uint32,
+        pb::DataType::DtUint64 => DType::Uint64,
+        _ => return None,
+    })
+}
+
+/// The typed field of a dtype's values, as (values written, element count they make).
+fn typed_len(t: &pb::TensorProto, d: DType) -> (usize, usize) {
+    let n = match d {
+        DType::Fp32 => t.float_val.len(),
+        DType::Fp64 => t.double_val.len(),
+        DType::Int32 | DType::Int16 | DType::Int8 | DType::Uint8 | DType::Uint16 => t.int_val.len(),
+        DType::Int64 => t.int64_val.len(),
+        DType::Uint32 => t.uint32_val.len(),
+        DType::Uint64 => t.uint64_val.len(),
+        DType::Bool => t.bool_val.len(),
+        DType::Fp16 | DType::Bf16 => t.half_val.len(),
+        DType::Complex64 => t.scomplex_val.len(),
+        DType::Complex128 => t.dcomplex_val.len(),
+        _ => 0,
+    };
+    let per = if matches!(d, DType::Complex64 | DType::Complex128) {
+        2
+    } else {
+        1
+    };
+    (n, n / per)
+}
+
+/// Whether the TensorProto holds nothing but dtype, shape, version_number and the
+/// values of dtype `d` in one form (the dtype's typed field, or tensor_content).
+fn values_are_regular(t: &pb::TensorProto, d: DType) -> bool {
+    let (written, _) = typed_len(t, d);
+    let all = t.half_val.len()
+        + t.float_val.len()
+        + t.double_val.len()
+        + t.int_val.len()
+        + t.string_val.len()
+        + t.scomplex_val.len()
+        + t.int64_val.len()
+        + t.bool_val.len()
+        + t.dcomplex_val.len()
+        + t.resource_handle_val.len()
+        + t.variant_val.len()
+        + t.uint32_val.len()
+        + t.uint64_val.len()
+        + t.float8_val.len();
+    all == written && (t.tensor_content.is_empty() || written == 0)
+}
+
+/// The dims of a Const's shape: known, non-negative, with their element count.
+fn const_dims(t: &pb::TensorProto) -> Result<Vec<u64>> {
+    let Some(shape) = &t.tensor_shape else {
+        return Ok(Vec::new());
+    };
+    if shape.unknown_rank {
+        return Err(invalid("the constant's shape has an unknown rank"));
+    }
+    shape
+        .dim
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            u64::try_from(d.size).map_err(|_| {
+                Error::from(ErrorKind::NegativeDim {
+                    index: i,
+                    value: d.size,
+                })
+            })
+        })
+        .collect()
+}
+
+/// The little-endian bytes of the first `k` values of the typed field, expanded to
+/// `numel` elements the way TensorFlow does: the last value repeated, zeros when none.
+/// `None` when a value does not fit the dtype (an int_val of 300 for uint8), so the
+/// constant cannot come back from a parameter exactly.
+fn typed_bytes(t: &pb::TensorProto, d: DType, numel: usize) -> Option<Vec<u8>> {
+    let size = d.size();
+    let mut out = Vec::with_capacity(numel.checked_mul(size)?);
+    fn ints<T: TryFrom<i32>>(
+        v: &[i32],
+        out: &mut Vec<u8>,
+        put: impl Fn(T, &mut Vec<u8>),
+    ) -> Option<()> {
+        for &x in v {
+            put(T::try_from(x).ok()?, out);
+        }
+        Some(())
+    }
+    match d {
+        DType::Fp32 => t.float_val.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Fp64 => t
+            .double_val
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Int32 => t.int_val.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Int16 => ints::<i16>(&t.int_val, &mut out, |x, o| o.extend(x.to_le_bytes()))?,
+        DType::Int8 => ints::<i8>(&t.int_val, &mut out, |x, o| o.extend(x.to_le_bytes()))?,
+        DType::Uint8 => ints::<u8>(&t.int_val, &mut out, |x, o| o.push(x))?,
+        DType::Uint16 => ints::<u16>(&t.int_val, &mut out, |x, o| o.extend(x.to_le_bytes()))?,
+        DType::Fp16 | DType::Bf16 => {
+            ints::<u16>(&t.half_val, &mut out, |x, o| o.extend(x.to_le_bytes()))?
+        }
+        DType::Int64 => t.int64_val.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Uint32 => t
+            .uint32_val
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Uint64 => t
+            .uint64_val
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Bool => t.bool_val.iter().for_each(|&x| out.push(u8::from(x))),
+        DType::Complex64 => t
+            .scomplex_val
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes())),
+        DType::Complex128 => t
+            .dcomplex_val
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes())),
+        _ => return None,
+    }
+    let have = out.len() / size;
+    if have >= numel {
+        out.truncate(numel * size);
+    } else if have == 0 {
+        out.resize(numel * size, 0);
+    } else {
+        let last = out[(have - 1) * size..].to_vec();
+        for _ in have..numel {
+            out.extend_from_slice(&last);
+        }
+    }
+    Some(out)
+}
+
+/// Writes the first `k` elements of `data` into the typed field of dtype `d`.
+fn fill_typed(t: &mut pb::TensorProto, d: DType, data: &[u8], k: usize) -> Result<()> {
+    let size = d.size();
+    let need = k
+        .checked_mul(size)
+        .filter(|&n| n <= data.len())
+        .ok_or_else(|| {
+            invalid(format!(
+                "the graph asks for {k} typed value(s), the parameter holds {} element(s)",
+                data.len() / size
+            ))
+        })?;
+    let data = &data[..need];
+    fn each<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        data.chunks_exact(N)
+            .map(|c| <[u8; N]>::try_from(c).unwrap_or([0; N]))
+    }
+    match d {
+        DType::Fp32 => t.float_val = each::<4>(data).map(f32::from_le_bytes).collect(),
+        DType::Fp64 => t.double_val = each::<8>(data).map(f64::from_le_bytes).collect(),
+        DType::Int32 => t.int_val = each::<4>(data).map(i32::from_le_bytes).collect(),
+        DType::Int16 => {
+            t.int_val = each::<2>(data)
+                .map(|b| i32::from(i16::from_le_bytes(b)))
+                .collect()
+        }
+        DType::Int8 => t.int_val = data.iter().map(|&b| i32::from(b as i8)).collect(),
+        DType::Uint8 => t.int_val = data.iter().map(|&b| i32::from(b)).collect(),
+        DType::Uint16 => {
+            t.int_val = each::<2>(data)
+                .map(|b| i32::from(u16::from_le_bytes(b)))
+                .collect()
+        }
+        DType::Fp16 | DType::Bf16 => {
+            t.half_val = each::<2>(data)
+                .map(|b| i32::from(u16::from_le_bytes(b)))
+                .collect()
+        }
+        DType::Int64 => t.int64_val = each::<8>(data).map(i64::from_le_bytes).collect(),
+        DType::Uint32 => t.uint32_val = each::<4>(data).map(u32::from_le_bytes).collect(),
+        DType::Uint64 => t.uint64_val = each::<8>(data).map(u64::from_le_bytes).collect(),
+        DType::Bool => t.bool_val = data.iter().map(|&b| b != 0).collect(),
+        DType::Complex64 => t.scomplex_val = each::<4>(data).map(f32::from_le_bytes).collect(),
+        DType::Complex128 => t.dcomplex_val = each::<8>(data).map(f64::from_le_bytes).collect(),
+        _ => return Err(invalid(format!("dtype {d} has no TensorFlow typed field"))),
+    }
+    Ok(())
+}
+
+/// A Const value made a parameter: its values as bytes, the stripped tensor, and how
+/// the values were written.
+#[derive(Debug)]
+struct Lifted {
+    dtype: DType,
+    dims: Vec<u64>,
+    data: Vec<u8>,
+    typed_count: Option<u64>,
+}
+
+/// The numeric value of a Const as a parameter, or `None` when it stays in the graph
+/// (a string or other non-numeric dtype, values in more than one form, a value that
+/// does not fit its dtype, more typed values than elements, a splat larger than what is
+/// left of `splat_left`, which it is charged). `t` is changed only when lifted. A
+/// malformed tensor (bad shape, tensor_content of the wrong length) is an error.
+fn lift(t: &mut pb::TensorProto, splat_left: &mut u64) -> Result<Option<Lifted>> {
+    let Some(dtype) = dtype_from_tf(t.dtype) else {
+        return Ok(None);
+    };
+    let dims = const_dims(t)?;
+    let len = crate::tensor::data_len(dtype, &dims)?;
+    let numel = crate::tensor::element_count(&dims)?;
+    if !values_are_regular(t, dtype) {
+        return Ok(None);
+    }
+    if !t.tensor_content.is_empty() {
+        if t.tensor_content.len() as u64 != len {
+            return Err(invalid(format!(
+                "tensor_content holds {} bytes, but {dtype} {dims:?} needs {len}",
+                t.tensor_content.len()
+            )));
+        }
+        let data = std::mem::take(&mut t.tensor_content);
+        return Ok(Some(Lifted {
+            dtype,
+            dims,
+            data,
+            typed_count: None,
+        }));
+    }
+    let (written, values) = typed_len(t, dtype);
+    if written % 2 == 1 && matches!(dtype, DType::Complex64 | DType::Complex128) {
+        return Ok(None);
+    }
+    let splat = (values as u64) < numel;
+    if values as u64 > numel || splat && len > *splat_left {
+        return Ok(None);
+    }
+    let numel =
+        usize::try_from(numel).map_err(|_| ErrorKind::SizeOverflow(format!("{numel} elements")))?;
+    let Some(data) = typed_bytes(t, dtype, numel) else {
+        return Ok(None);
+    };
+    if splat {
+        *splat_left -= len;
+    }
+    let stripped = pb::TensorProto {
+        dtype: t.dtype,
+        tensor_shape: t.tensor_shape.take(),
+        version_number: t.version_number,
+        ..Default::default()
+    };
+    *t = stripped;
+    Ok(Some(Lifted {
+        dtype,
+        dims,
+        data,
+        typed_count: Some(values as u64),
+    }))
+}
+
+/// Puts a parameter's values back into a stripped TensorProto.
+fn lower(t: &mut pb::TensorProto, data: &[u8], typed_count: Option<u64>) -> Result<()> {
+    let dtype = dtype_from_tf(t.dtype).ok_or_else(|| {
+        invalid(format!(
+            "the stored tensor has TensorFlow dtype {}, which no parameter holds",
+            t.dtype
+        ))
+    })?;
+    match typed_count {
+        None => t.tensor_content = data.to_vec(),
+        Some(k) => {
+            let k = usize::try_from(k)
+                .map_err(|_| ErrorKind::SizeOverflow(format!("{k} typed values")))?;
+            fill_typed(t, dtype, data, k)?
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// GraphDef <-> TfGraph
+
+/// A GraphDef split into the graph graph.fb keeps and the parameters it refers to.
+pub struct Split {
+    /// The graph, with each lifted Const referring to its parameter.
+    pub graph: TfGraph,
+    /// The parameters as (name, dtype, dims, little-endian bytes), in node order.
+    pub params: Vec<(String, DType, Vec<u64>, Vec<u8>)>,
+}
+
+/// Splits a GraphDef: every numeric `Const` node's `value` becomes a parameter named
+/// after the node; the rest is kept in a [`TfGraph`].
+pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
+    let nodes = std::mem::take(&mut g.node);
+    let mut seen = HashSet::with_capacity(nodes.len());
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut params = Vec::new();
+    let mut splat_left = MAX_SPLAT_BYTES;
+    for (i, mut n) in nodes.into_iter().enumerate() {
+        let place = |e: Error| invalid(format!("node {i} ({:?}, op {:?}): {e}", n.name, n.op));
+        if n.name.is_empty() {
+            return Err(invalid(format!("node {i} (op {:?}) has no name", n.op)));
+        }
+        if !seen.insert(n.name.clone()) {
+            return Err(invalid(format!(
+                "node {i}: the name {:?} is used twice",
+                n.name
+            )));
+        }
+        let mut attrs = Vec::with_capacity(n.attr.len());
+        for (key, mut value) in std::mem::take(&mut n.attr) {
+            let mut param = None;
+            if n.op == "Const"
+                && key == "value"
+                && let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value
+                && let Some(l) = lift(t, &mut splat_left).map_err(place)?
+            {
+                params.push((n.name.clone(), l.dtype, l.dims, l.data));
+                param = Some(TfParamRef {
+                    param: n.name.clone(),
+                    typed_count: l.typed_count,
+                });
+            }
+            attrs.push(TfAttr {
+                name: key,
+                value: value.encode_to_vec(),
+                param,
+            });
+        }
+        let name = std::mem::take(&mut n.name);
+        let op = std::mem::take(&mut n.op);
+        let inputs = std::mem::take(&mut n.input);
+        let device = std::mem::take(&mut n.device);
+        out.push(TfNode {
+            name,
+            op,
+            inputs,
+            device,
+            attrs,
+            rest: n.encode_to_vec(),
+        });
+    }
+    Ok(Split {
+        graph: TfGraph {
+            nodes: out,
+            rest: g.encode_to_vec(),
+        },
+        params,
+    })
+}
+
+/// Rebuilds the GraphDef of a [`TfGraph`], taking each parameter's values from `param`.
+pub fn join_graphdef<'p>(
+    g: &TfGraph,
+    mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
+) -> Result<pb::GraphDef> {
+    let mut out = pb::GraphDef::decode(g.rest.as_slice())
+        .map_err(|e| gerr(format!("the stored GraphDef fields do not decode: {e}")))?;
+    out.node.reserve(g.nodes.len());
+    for (i, n) in g.nodes.iter().enumerate() {
+        let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
+        let mut node = pb::NodeDef::decode(n.rest.as_slice())
+            .map_err(|e| place(gerr(format!("its stored fields do not decode: {e}"))))?;
+        node.name = n.name.clone();
+        node.op = n.op.clone();
+        node.input = n.inputs.clone();
+        node.device = n.device.clone();
+        let mut attrs = BTreeMap::new();
+        for a in &n.attrs {
+            let mut value = pb::AttrValue::decode(a.value.as_slice())
+                .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
+            if let Some(r) = &a.param {
+                let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value else {
+                    return Err(place(gerr(format!(
+                        "attr {:?} refers to parameter {:?} but holds no tensor",
+                        a.name, r.param
+                    ))));
+                };
+                let data = param(&r.param).map_err(place)?;
+                let v = data.view();
+                check_param(t, &v, &r.param).map_err(place)?;
+                lower(t, v.data(), r.typed_count).map_err(place)?;
+            }
+            attrs.insert(a.name.clone(), value);
+        }
+        node.attr = attrs;
+        out.node.push(node);
+    }
+    Ok(out)
+}
+
+/// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
+/// decodes, and every parameter it refers to exists with the declared dtype and dims and
+/// enough elements for its typed values. Reads the parameters in place (no copies).
+pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
+    for (i, n) in g.nodes.iter().enumerate() {
+        let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
+        for a in &n.attrs {
+            let value = pb::AttrValue::decode(a.value.as_slice())
+                .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
+            let Some(r) = &a.param else {
+                continue;
+            };
+            let Some(pb::attr_value::Value::Tensor(t)) = &value.value else {
+                return Err(place(gerr(format!(
+                    "attr {:?} refers to parameter {:?} but holds no tensor",
+                    a.name, r.param
+                ))));
+            };
+            let data = tag.param(&r.param).map_err(place)?;
+            let v = data.view();
+            check_param(t, &v, &r.param).map_err(place)?;
+            if r.typed_count.is_some_and(|k| k > v.numel()) {
+                return Err(place(invalid(format!(
+                    "attr {:?} asks for more typed values than parameter {:?} has elements",
+                    a.name, r.param
+                ))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a parameter against the dtype and shape the graph declares for it.
+fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()> {
+    let want = dtype_from_tf(t.dtype);
+    let dims = const_dims(t)?;
+    if want != Some(v.dtype()) || dims != v.dims() {
+        return Err(invalid(format!(
+            "parameter {name:?} is {} {:?}, the graph declares TensorFlow dtype {} {dims:?}",
+            v.dtype(),
+            v.dims(),
+            t.dtype
+        )));
+    }
+    if !v.lod().is_empty() {
+        return Err(invalid(format!(
+            "parameter {name:?} has a LoD, which a TensorFlow tensor cannot hold"
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Import and export
+
+/// Imports a GraphDef as tag `tag` of the archive at `archive` (created if absent): the
+/// numeric Const values as parameters, the graph as graph.fb. Tensors identical to ones
+/// already in the archive are referenced, not copied.
+pub fn import_graphdef(
+    archive: &Path,
+    tag: &str,
+    graph: pb::GraphDef,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    store(archive, tag, split_graphdef(graph)?, opts)
+}
+
+fn store(archive: &Path, tag: &str, split: Split, opts: &ImportOptions) -> Result<ImportReport> {
+    let g = Graph {
+        tf: Some(split.graph),
+        ..Graph::new()
+    };
+    let fb = g.to_flatbuffers()?;
+    let mut tensors = Vec::with_capacity(split.params.len());
+    for (name, dtype, dims, data) in &split.params {
+        tensors.push((
+            name,
+            TensorView::new(*dtype, dims.clone(), Vec::new(), data)
+                .map_err(|e| invalid(format!("constant {name:?}: {e}")))?,
+        ));
+    }
+    // params.txt lists names in byte order, like every other import.
+    tensors.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
+    let created = write_tag(archive, tag, opts, |w| {
+        w.graph(GraphEncoding::FlatBuffers, &fb)?;
+        for (name, t) in &tensors {
+            w.param(name, t)?;
+            ticker.tick();
+        }
+        Ok(())
+    })?;
+    report(archive, tag, created, Some(fb.len() as u64))
+}
+
+/// [`import_graphdef`] from a `.pb` or `.pbtxt` file; errors name the file.
+pub fn import_graphdef_file(
+    archive: &Path,
+    tag: &str,
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let g = read_graphdef_file(path)?;
+    let split = split_graphdef(g).map_err(|e| e.in_file(path))?;
+    store(archive, tag, split, opts)
+}
+
+/// The tag's TensorFlow graph, or an error saying the tag is not one.
+fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
+    let name = tag.name();
+    let not_tf = |what: &str| {
+        invalid(format!(
+            "tag {name:?} {what}; only a tag imported from a TensorFlow GraphDef exports as one"
+        ))
+    };
+    match tag.graph()? {
+        None => Err(not_tf("has no graph")),
+        Some((GraphEncoding::ProgramDesc, _)) => {
+            Err(not_tf("holds a Paddle program (graph.pdmodel)"))
+        }
+        Some((GraphEncoding::FlatBuffers, bytes)) => {
+            let g = Graph::from_flatbuffers(&bytes)
+                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+            g.tf.ok_or_else(|| not_tf("holds a Paddle/SameDiff graph.fb, not a TensorFlow graph"))
+        }
+    }
+}
+
+/// The GraphDef of a tag imported from TensorFlow, with the parameters the graph does
+/// not refer to.
+pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<String>)> {
+    let g = tf_graph(tag)?;
+    let name = tag.name().to_string();
+    let mut used = Vec::new();
+    let def = join_graphdef(&g, |p| {
+        used.push(p.to_string());
+        tag.param(p).map_err(|e| {
+            invalid(format!(
+                "the graph refers to parameter {p:?}, which tag {name:?} cannot give: {e}"
+            ))
+        })
+    })
+    .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+    let used_set: HashSet<&str> = used.iter().map(String::as_str).collect();
+    let unused = tag
+        .params()
+        .iter()
+        .filter(|p| !used_set.contains(p.name.as_str()))
+        .map(|p| p.name.clone())
+        .collect();
+    Ok((def, used, unused))
+}
+
+/// Writes a tag imported from TensorFlow as a GraphDef file: text format when `out`
+/// ends in `.pbtxt`, binary otherwise; through a temp file renamed into place.
+pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+    let (def, params, unused) = export_graphdef(tag)?;
+    let text = has_ext(out, "pbtxt");
+    let bytes = if text {
+        graphdef_to_text(&def)?.into_bytes()
+    } else {
+        def.encode_to_vec()
+    };
+    let len = write_file_atomically(out, opts.overwrite, opts.fsync, |w| w.write_all(&bytes))?;
+    Ok(Exported {
+        tag: tag.name().to_string(),
+        format: "tf",
+        files: vec![(out.to_path_buf(), len)],
+        params,
+        unused,
+        notes: vec![
+            if text {
+                "text GraphDef"
+            } else {
+                "binary GraphDef"
+            }
+            .to_string(),
+        ],
+    })
+}
+
+/// How many nodes of each op a TensorFlow graph has (for summaries).
+pub fn op_counts(g: &TfGraph) -> Vec<(String, usize)> {
+    let mut m: HashMap<&str, usize> = HashMap::new();
+    for n in &g.nodes {
+        *m.entry(&n.op).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    v.sort();
+    v
+}
+
+/// TensorFlow in the [`super::FORMATS`] registry: frozen GraphDefs, `.pb` or `.pbtxt`.
+pub struct TfFormat;
+
+impl Format for TfFormat {
+    fn name(&self) -> &'static str {
+        "tf"
+    }
+
+    fn recognised_from(&self) -> &'static str {
+        "a frozen TensorFlow GraphDef, .pb binary or .pbtxt text"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        matches!(inputs, [p] if has_ext(p, "pb") || has_ext(p, "pbtxt"))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        let [p] = inputs else {
+            return false;
+        };
+        // A binary GraphDef starts with a node (field 1, length-delimited); a text one
+        // with `node {` or another GraphDef field.
+        let start = head(p, 4096);
+        let plausible =
+            start.first() == Some(&0x0a) || looks_like_text(&String::from_utf8_lossy(&start));
+        plausible && read_graphdef_file(p).is_ok_and(|g| !g.node.is_empty())
+    }
+
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
+        match inputs {
+            [p] => import_graphdef_file(archive, tag, p, opts),
+            _ => Err(invalid(format!(
+                "a TensorFlow import takes one GraphDef file (.pb or .pbtxt), not {}",
+                inputs.len()
+            ))),
+        }
+    }
+
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        Ok(match tag.graph()? {
+            Some((GraphEncoding::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_tf(&bytes),
+            _ => false,
+        })
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        export_graphdef_file(tag, out, opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(dtype: pb::DataType, dims: &[i64]) -> pb::TensorProto {
+        pb::TensorProto {
+            dtype: dtype as i32,
+            tensor_shape: Some(pb::TensorShapeProto {
+                dim: dims
+                    .iter()
+                    .map(|&size| pb::tensor_shape_proto::Dim {
+                        size,
+                        name: String::new(),
+                    })
+                    .collect(),
+                unknown_rank: false,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn round_trip(t: &pb::TensorProto) -> Option<Vec<u8>> {
+        let mut work = t.clone();
+        let mut left = MAX_SPLAT_BYTES;
+        let l = lift(&mut work, &mut left).unwrap()?;
+        let mut back = work.clone();
+        lower(&mut back, &l.data, l.typed_count).unwrap();
+        assert_eq!(back.encode_to_vec(), t.encode_to_vec());
+        Some(l.data)
+    }
+
+    #[test]
+    fn every_form_comes_back_as_written() {
+        let mut content = tensor(pb::DataType::DtFloat, &[2]);
+        content.tensor_content = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(round_trip(&content).unwrap().len(), 8);
+        let mut typed = tensor(pb::DataType::DtInt8, &[3]);
+        typed.int_val = vec![-1, 0, 127];
+        assert_eq!(round_trip(&typed).unwrap(), vec![0xff, 0, 127]);
+        let mut splat = tensor(pb::DataType::DtHalf, &[2, 2]);
+        splat.half_val = vec![0x3c00];
+        assert_eq!(round_trip(&splat).unwrap(), [0x00, 0x3c].repeat(4));
+        let mut two = tensor(pb::DataType::DtInt64, &[4]);
+        two.int64_val = vec![5, 7];
+        let data = round_trip(&two).unwrap();
+        assert_eq!(
+            data.chunks(8).map(|c| c[0]).collect::<Vec<_>>(),
+            [5, 7, 7, 7]
+        );
+        let zeros = tensor(pb::DataType::DtDouble, &[3]);
+        assert_eq!(round_trip(&zeros).unwrap(), vec![0; 24]);
+        let mut c = tensor(pb::DataType::DtComplex64, &[2]);
+        c.scomplex_val = vec![1.0, 2.0];
+        assert_eq!(round_trip(&c).unwrap().len(), 16);
+        let scalar = {
+            let mut t = tensor(pb::DataType::DtBool, &[]);
+            t.bool_val = vec![true];
+            t
+        };
+        assert_eq!(round_trip(&scalar).unwrap(), vec![1]);
+        let empty = tensor(pb::DataType::DtFloat, &[0, 3]);
+        assert_eq!(round_trip(&empty).unwrap(), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn irregular_values_stay_in_the_graph() {
+        let mut s = tensor(pb::DataType::DtString, &[1]);
+        s.string_val = vec![b"x".to_vec()];
+        assert!(round_trip(&s).is_none());
+        let mut out_of_range = tensor(pb::DataType::DtUint8, &[1]);
+        out_of_range.int_val = vec![300];
+        assert!(round_trip(&out_of_range).is_none());
+        let mut both = tensor(pb::DataType::DtFloat, &[1]);
+        both.float_val = vec![1.0];
+        both.tensor_content = vec![0; 4];
+        assert!(round_trip(&both).is_none());
+        let mut too_many = tensor(pb::DataType::DtInt32, &[1]);
+        too_many.int_val = vec![1, 2];
+        assert!(round_trip(&too_many).is_none());
+        let mut huge_splat = tensor(pb::DataType::DtFloat, &[1 << 20, 1 << 20]);
+        huge_splat.float_val = vec![0.5];
+        assert!(round_trip(&huge_splat).is_none());
+        // Splats share one budget: the second 160 MiB one stays in the graph.
+        let mut big = tensor(pb::DataType::DtFloat, &[40 << 20]);
+        big.float_val = vec![0.5];
+        let mut left = MAX_SPLAT_BYTES;
+        assert!(lift(&mut big.clone(), &mut left).unwrap().is_some());
+        assert_eq!(left, MAX_SPLAT_BYTES - (160 << 20));
+        let mut again = big.clone();
+        assert!(lift(&mut again, &mut left).unwrap().is_none());
+        assert_eq!(again, big, "a constant left in the graph is unchanged");
+    }
+
+    #[test]
+    fn malformed_constants_are_errors() {
+        let mut short = tensor(pb::DataType::DtFloat, &[3]);
+        short.tensor_content = vec![0; 8];
+        let e = lift(&mut short, &mut 0).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("holds 8 bytes, but FP32 [3] needs 12"),
+            "{e}"
+        );
+        let mut neg = tensor(pb::DataType::DtFloat, &[-1]);
+        neg.float_val = vec![1.0];
+        assert!(lift(&mut neg, &mut 0).is_err());
+        let mut overflow = tensor(pb::DataType::DtFloat, &[i64::MAX, i64::MAX]);
+        overflow.tensor_content = vec![0; 4];
+        assert!(lift(&mut overflow, &mut 0).is_err());
+    }
+
+    #[test]
+    fn text_shape_ignores_strings_and_comments() {
+        assert_eq!(text_shape("node { name: \"{{{\" } # {{{{\n"), (1, 2));
+        assert_eq!(text_shape("a { b < c { } > }"), (3, 3));
+        assert_eq!(text_shape("s: [\"\", \"\"]").1, 2);
+        let deep = "library { ".repeat(500);
+        assert!(parse_graphdef_text(&deep).is_err());
+    }
+
+    #[test]
+    fn fields_the_contract_does_not_declare_are_refused() {
+        let mut node = pb::NodeDef {
+            name: "a".into(),
+            op: "NoOp".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        // Field 99, varint 1, inside the node.
+        node.extend([0x98, 0x06, 0x01]);
+        let mut bytes = vec![0x0a, node.len() as u8];
+        bytes.extend(node);
+        let e = decode_graphdef(&bytes).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("GraphDef.node: unknown field number 99"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_million_empty_messages_are_refused_before_decoding() {
+        // One node whose attr holds a list of 10^6 empty shapes: 2 MB on the wire,
+        // hundreds of MB decoded.
+        let list = pb::AttrValue {
+            value: Some(pb::attr_value::Value::List(pb::attr_value::ListValue {
+                shape: vec![pb::TensorShapeProto::default(); 1_000_000],
+                ..Default::default()
+            })),
+        };
+        let mut node = pb::NodeDef {
+            name: "n".into(),
+            op: "NoOp".into(),
+            ..Default::default()
+        };
+        node.attr.insert("k".into(), list);
+        let bytes = pb::GraphDef {
+            node: vec![node],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let e = decode_graphdef(&bytes).unwrap_err();
+        assert!(
+            e.to_string().contains("estimated decoded GraphDef size"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn node_counts_come_from_the_wire() {
+        let g = pb::GraphDef {
+            node: vec![pb::NodeDef::default(); 3],
+            library: Some(pb::FunctionDefLibrary {
+                function: vec![pb::FunctionDef {
+                    node_def: vec![pb::NodeDef::default(); 2],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(count_nodes(&g.encode_to_vec()), 5);
+        let many = [0x0au8, 0x00].repeat(MAX_NODES as usize + 1);
+        let e = decode_graphdef(&many).unwrap_err();
+        assert!(e.to_string().contains("GraphDef nodes"), "{e}");
+    }
+}

@@ -1,0 +1,357 @@
+//! `modelzip import` / `modelzip export`: format detection, --format, Paddle and
+//! TensorFlow through the generic surface (tests/tf_interop.rs has the library's TF
+//! tests).
+
+use super::harness::{expect_error, fixture, json_of, modelzip};
+use std::path::PathBuf;
+
+fn paddle(file: &str) -> PathBuf {
+    fixture(&format!("paddle/2.6.2/{file}"))
+}
+
+#[test]
+fn paddle_files_are_detected_imported_and_exported_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "fp32"])
+            .arg(paddle("mlp.pdmodel"))
+            .arg(paddle("mlp.pdiparams"))
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "paddle");
+    assert_eq!(r["graph"], "graph.pdmodel");
+    assert_eq!(r["created"], true);
+    // A persistables directory with its model: the same tensors, all shared.
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "dir"])
+            .arg(paddle("mlp_persistables"))
+            .arg(paddle("mlp.pdmodel"))
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "paddle");
+    let params = r["params"].as_array().unwrap();
+    assert!(!params.is_empty());
+    assert!(params.iter().all(|p| p["shared_from"] == "fp32"), "{r}");
+    // Export without --format: the tag's own format.
+    let prefix = dir.path().join("out");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "fp32", "--out"])
+            .arg(&prefix)
+            .arg("--json"),
+    );
+    assert_eq!(e["format"], "paddle");
+    assert_eq!(e["files"].as_array().unwrap().len(), 2);
+    for ext in ["pdmodel", "pdiparams"] {
+        let got = std::fs::read(dir.path().join(format!("out.{ext}"))).unwrap();
+        let want = std::fs::read(paddle(&format!("mlp.{ext}"))).unwrap();
+        assert!(got == want, "out.{ext} differs from the original");
+    }
+    // --out NAME.pdmodel is the prefix NAME; an existing file is refused without --force.
+    let again = dir.path().join("out.pdmodel");
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "fp32", "--format", "paddle", "--out"])
+            .arg(&again),
+    );
+    assert!(msg.contains("already exists"), "{msg}");
+}
+
+#[test]
+fn paddle_content_is_detected_without_the_extension() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.bin");
+    std::fs::copy(paddle("mlp.pdmodel"), &model).unwrap();
+    let zip = dir.path().join("m.zip");
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "t"])
+            .arg(&model)
+            .arg(paddle("mlp.pdiparams"))
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "paddle");
+}
+
+#[test]
+fn a_file_of_no_known_format_is_refused_saying_what_was_tried() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("notes.txt");
+    std::fs::write(&junk, "hello, not a model\n").unwrap();
+    let zip = dir.path().join("m.zip");
+    let msg = expect_error(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "t"])
+            .arg(&junk),
+    );
+    assert!(
+        msg.contains("not a model file of any known format"),
+        "{msg}"
+    );
+    assert!(msg.contains("paddle (") && msg.contains("tf ("), "{msg}");
+    assert!(msg.contains("notes.txt"), "{msg}");
+    assert!(!zip.exists(), "nothing is created for a refused import");
+    let msg = expect_error(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "t", "--format", "onnx"])
+            .arg(&junk),
+    );
+    assert!(msg.contains("unknown format \"onnx\""), "{msg}");
+}
+
+fn tf(file: &str) -> PathBuf {
+    fixture(&format!("tf/{file}"))
+}
+
+#[test]
+fn tf_graphdefs_go_in_as_pb_or_pbtxt_and_out_as_either() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "v1"])
+            .arg(tf("mlp.pb"))
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "tf");
+    assert_eq!(r["graph"], "graph.fb");
+    assert_eq!(r["params"].as_array().unwrap().len(), 4);
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "v1-text"])
+            .arg(tf("mlp.pbtxt"))
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "tf");
+    let summary = modelzip()
+        .arg("import")
+        .arg(&zip)
+        .args(["--tag", "v2"])
+        .arg(tf("finetune_v1.pb"))
+        .output()
+        .unwrap();
+    assert!(summary.status.success());
+    let line = String::from_utf8_lossy(&summary.stdout);
+    assert!(
+        line.starts_with("added tag v2 in ") && line.contains(" from tf: graph.fb ("),
+        "{line}"
+    );
+    // Export without --format picks tf; .pbtxt writes text.
+    let pb = dir.path().join("back.pb");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "v1", "--out"])
+            .arg(&pb)
+            .arg("--json"),
+    );
+    assert_eq!(e["format"], "tf");
+    assert_eq!(e["notes"][0], "binary GraphDef");
+    let txt = dir.path().join("back.pbtxt");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "v1-text", "--format", "tf", "--out"])
+            .arg(&txt)
+            .arg("--json"),
+    );
+    assert_eq!(e["notes"][0], "text GraphDef");
+    let text = std::fs::read_to_string(&txt).unwrap();
+    assert!(text.starts_with("node"), "{}", &text[..40]);
+    // Both exports import again as the same graph (the text one by content too).
+    let again = dir.path().join("again.txt");
+    std::fs::copy(&txt, &again).unwrap();
+    for (tag, file) in [("from-pb", &pb), ("from-text", &again)] {
+        let r = json_of(
+            modelzip()
+                .arg("import")
+                .arg(&zip)
+                .args(["--tag", tag])
+                .arg(file)
+                .arg("--json"),
+        );
+        assert_eq!(r["format"], "tf", "{tag}");
+        assert!(
+            r["params"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| !p["shared_from"].is_null()),
+            "{r}"
+        );
+    }
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "v1", "--out"])
+            .arg(&pb),
+    );
+    assert!(msg.contains("already exists"), "{msg}");
+}
+
+#[test]
+fn each_format_refuses_the_others_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    for (tag, files) in [
+        ("tf", vec![tf("mlp.pb")]),
+        ("pd", vec![paddle("mlp.pdmodel"), paddle("mlp.pdiparams")]),
+    ] {
+        let ok = modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", tag, "-q"])
+            .args(&files)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    }
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "pd", "--format", "tf", "--out"])
+            .arg(dir.path().join("x.pb")),
+    );
+    assert!(msg.contains("holds a Paddle program"), "{msg}");
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "tf", "--format", "paddle", "--out"])
+            .arg(dir.path().join("x")),
+    );
+    assert!(msg.contains("TensorFlow GraphDef"), "{msg}");
+    let msg = expect_error(
+        modelzip()
+            .arg("export-paddle")
+            .arg(&zip)
+            .args(["--tag", "tf", "--out"])
+            .arg(dir.path().join("y")),
+    );
+    assert!(msg.contains("TensorFlow GraphDef"), "{msg}");
+    // --format tf on a Paddle program file, and paddle on a GraphDef.
+    let msg = expect_error(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "x", "--format", "tf"])
+            .arg(paddle("mlp.pdmodel")),
+    );
+    assert!(msg.contains("mlp.pdmodel"), "{msg}");
+    let msg = expect_error(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "y", "--format", "paddle"])
+            .arg(tf("mlp.pb")),
+    );
+    assert!(msg.contains("mlp.pb"), "{msg}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n != "m.zip" && n != "m.zip.lock")
+        .collect();
+    assert!(leftovers.is_empty(), "refused exports left {leftovers:?}");
+}
+
+#[test]
+fn graph_prints_tf_graphs_and_draws_any_graph_as_dot() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    for (tag, files) in [
+        ("tf", vec![tf("control.pb")]),
+        ("pd", vec![paddle("mlp.pdmodel"), paddle("mlp.pdiparams")]),
+    ] {
+        let ok = modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", tag, "-q"])
+            .args(&files)
+            .output()
+            .unwrap();
+        assert!(ok.status.success());
+    }
+    let out = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "tf"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("TensorFlow graph: "), "{text}");
+    assert!(text.contains("library: 4 function(s)"), "{text}");
+    assert!(text.contains(" = While("), "{text}");
+    assert!(text.contains("(param loop.w"), "{text}");
+    assert!(text.contains("@/device:CPU:0"), "{text}");
+    let j = json_of(
+        modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", "tf", "--format", "json"]),
+    );
+    let nodes = j["graph"]["tensorflow"]["nodes"].as_array().unwrap();
+    assert!(nodes.iter().any(|n| n["op"] == "If"));
+    // pbtxt of a TensorFlow tag is the whole GraphDef, values included.
+    let out = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "tf", "--format", "pbtxt"])
+        .output()
+        .unwrap();
+    let pbtxt = dir.path().join("g.pbtxt");
+    std::fs::write(&pbtxt, &out.stdout).unwrap();
+    let want = modelzip::interop::tf::read_graphdef_file(&tf("control.pb")).unwrap();
+    let got = modelzip::interop::tf::read_graphdef_file(&pbtxt).unwrap();
+    assert!(
+        got == want,
+        "graph --format pbtxt is not the imported GraphDef"
+    );
+    for (tag, op_label) in [
+        ("tf", "label=\"While\\n"),
+        ("pd", "label=\"elementwise_add\""),
+    ] {
+        let out = modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", tag, "--format", "dot"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let dot = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            dot.starts_with("digraph G {") && dot.trim_end().ends_with('}'),
+            "{dot}"
+        );
+        assert!(dot.contains(" -> "), "{dot}");
+        assert!(dot.contains(op_label), "{tag}: {dot}");
+    }
+}
