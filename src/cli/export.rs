@@ -14,6 +14,8 @@ use std::path::PathBuf;
 ///           loads; a tag imported from Paddle comes out byte for byte
 ///   tf      writes a frozen GraphDef: text format when PATH ends in .pbtxt, binary
 ///           otherwise; a tag imported from TensorFlow comes out as the same message
+///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's
+///           shards and index; a tag imported from safetensors comes out byte for byte
 ///
 /// A tag of another origin is refused (a Paddle program is not a TensorFlow graph and
 /// vice versa). Files are written to temp files and renamed into place; existing files
@@ -23,6 +25,7 @@ use std::path::PathBuf;
 ///   modelzip export model.zip --tag fp32 --out export/inference
 ///   modelzip export model.zip --tag v1 --format tf --out frozen.pb
 ///   modelzip export model.zip --tag v1 --out frozen.pbtxt --force --json
+///   modelzip export model.zip --tag hf --format safetensors --out model.safetensors
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
@@ -30,7 +33,7 @@ pub struct Args {
     #[command(flatten)]
     input: TagArgs,
     /// The format to write; default: the one the tag was imported from.
-    #[arg(long, value_name = "paddle|tf")]
+    #[arg(long, value_name = "paddle|tf|safetensors")]
     format: Option<String>,
     /// Where to write (a prefix for paddle, a file for tf).
     #[arg(long, value_name = "PATH")]

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 /// (--format forces it):
 ///   paddle  MODEL.pdmodel [PARAMS.pdiparams], or a persistables DIR [MODEL]
 ///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text)
+///   safetensors  FILE.safetensors [MORE.safetensors], a model.safetensors.index.json,
+///           or a DIR holding either (a sharded checkpoint)
 /// A file of no known format is refused, saying what was tried.
 ///
 /// Paddle: the program is stored as graph.pdmodel, byte for byte, and each persistable
@@ -22,6 +24,8 @@ use std::path::PathBuf;
 /// node; the rest of the graph (string constants, attributes, control inputs, devices,
 /// the function library, versions) is kept in graph.fb, so export gives the same
 /// GraphDef back (docs/TF.md).
+/// safetensors: every tensor becomes a parameter of the same name, its bytes as they are;
+/// __metadata__ is kept in metadata.json (docs/SAFETENSORS.md).
 ///
 /// Tensors equal to ones already in the archive are stored once. Adding to an
 /// existing archive appends in place (crash-safe with a rollback journal); --rewrite
@@ -32,6 +36,7 @@ use std::path::PathBuf;
 ///   modelzip import model.zip --tag step-100 persistables/ inference.pdmodel
 ///   modelzip import model.zip --tag v1 frozen_graph.pb
 ///   modelzip import model.zip --tag v2 graph.txt --format tf
+///   modelzip import model.zip --tag hf model.safetensors.index.json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -44,7 +49,7 @@ pub struct Args {
     #[arg(long)]
     tag: String,
     /// The format of the input, instead of detecting it.
-    #[arg(long, value_name = "paddle|tf")]
+    #[arg(long, value_name = "paddle|tf|safetensors")]
     format: Option<String>,
     /// Add by rewriting the whole archive to a new file and renaming it.
     #[arg(long)]

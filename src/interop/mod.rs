@@ -62,7 +62,13 @@ pub trait Format: Sync {
 }
 
 /// Every registered format, in the order detection tries them.
-pub static FORMATS: &[&dyn Format] = &[&paddle::PaddleFormat, &tf::TfFormat];
+pub static FORMATS: &[&dyn Format] = &[
+    // safetensors first: its names (.safetensors, an index, a directory holding one) are
+    // the most specific, and Paddle claims any other directory.
+    &safetensors::SafetensorsFormat,
+    &paddle::PaddleFormat,
+    &tf::TfFormat,
+];
 
 /// The registered format named `name` (case-insensitive).
 pub fn format(name: &str) -> Result<&'static dyn Format> {

@@ -103,7 +103,10 @@ fn a_file_of_no_known_format_is_refused_saying_what_was_tried() {
         msg.contains("not a model file of any known format"),
         "{msg}"
     );
-    assert!(msg.contains("paddle (") && msg.contains("tf ("), "{msg}");
+    assert!(
+        msg.contains("paddle (") && msg.contains("tf (") && msg.contains("safetensors ("),
+        "{msg}"
+    );
     assert!(msg.contains("notes.txt"), "{msg}");
     assert!(!zip.exists(), "nothing is created for a refused import");
     let msg = expect_error(
@@ -354,4 +357,104 @@ fn graph_prints_tf_graphs_and_draws_any_graph_as_dot() {
         assert!(dot.contains(" -> "), "{dot}");
         assert!(dot.contains(op_label), "{tag}: {dot}");
     }
+}
+
+fn st(file: &str) -> PathBuf {
+    fixture(&format!("safetensors/{file}"))
+}
+
+#[test]
+fn safetensors_files_shards_and_directories_go_in_and_come_out_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let import = |tag: &str, input: PathBuf| {
+        json_of(
+            modelzip()
+                .arg("import")
+                .arg(&zip)
+                .args(["--tag", tag])
+                .arg(input)
+                .arg("--json"),
+        )
+    };
+    let r = import("base", st("finetune/base.safetensors"));
+    assert_eq!(r["format"], "safetensors");
+    assert_eq!(r["created"], true);
+    let r = import("tuned", st("finetune/tuned.safetensors"));
+    let params = r["params"].as_array().unwrap();
+    assert!(params.iter().any(|p| p["shared_from"] == "base"), "{r}");
+    // A sharded checkpoint by its index and by its directory; content without the name.
+    assert_eq!(
+        import("sh", st("sharded/model.safetensors.index.json"))["format"],
+        "safetensors"
+    );
+    assert_eq!(import("shdir", st("sharded"))["format"], "safetensors");
+    let renamed = dir.path().join("weights.bin");
+    std::fs::copy(st("finetune/base.safetensors"), &renamed).unwrap();
+    assert_eq!(import("renamed", renamed)["format"], "safetensors");
+
+    // Export without --format: the tag's own format, the original bytes back.
+    let out = dir.path().join("tuned.safetensors");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "tuned", "--out"])
+            .arg(&out)
+            .arg("--json"),
+    );
+    assert_eq!(e["format"], "safetensors");
+    assert!(
+        std::fs::read(&out).unwrap() == std::fs::read(st("finetune/tuned.safetensors")).unwrap()
+    );
+    // To a directory: the shards and index as they were imported.
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "sh", "--out"])
+            .arg(&shards)
+            .arg("--json"),
+    );
+    for name in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ] {
+        let got = std::fs::read(shards.join(name)).unwrap();
+        assert!(
+            got == std::fs::read(st(&format!("sharded/{name}"))).unwrap(),
+            "{name}"
+        );
+    }
+    // A Paddle tag exports as safetensors when asked; a safetensors tag is no Paddle model.
+    modelzip()
+        .arg("import")
+        .arg(&zip)
+        .args(["--tag", "p"])
+        .arg(paddle("mlp.pdmodel"))
+        .arg(paddle("mlp.pdiparams"))
+        .assert()
+        .success();
+    let p = dir.path().join("p.safetensors");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "p", "--format", "safetensors", "--out"])
+            .arg(&p)
+            .arg("--json"),
+    );
+    assert_eq!(e["format"], "safetensors");
+    assert!(p.is_file());
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "base", "--format", "paddle", "--out"])
+            .arg(dir.path().join("x")),
+    );
+    assert!(msg.contains("has no graph"), "{msg}");
 }
