@@ -1239,6 +1239,108 @@ pub fn export_safetensors_sharded(
     })
 }
 
+/// safetensors in the [`FORMATS`](super::FORMATS) list: `modelzip import` of `.safetensors`
+/// files, a sharded checkpoint's index or a directory holding either; `modelzip export
+/// --format safetensors` to one file, or to a directory as shards and their index.
+pub struct SafetensorsFormat;
+
+/// Whether `p` names a safetensors input: a `.safetensors` file, an index
+/// (`*.safetensors.index.json`), or a directory holding `model.safetensors` or the index.
+fn names_safetensors(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    super::has_ext(p, "safetensors")
+        || name
+            .to_ascii_lowercase()
+            .ends_with(".safetensors.index.json")
+        || (p.is_dir() && (p.join(SINGLE_FILE).is_file() || p.join(INDEX_FILE).is_file()))
+}
+
+impl super::Format for SafetensorsFormat {
+    fn name(&self) -> &'static str {
+        "safetensors"
+    }
+
+    fn recognised_from(&self) -> &'static str {
+        ".safetensors files, a model.safetensors.index.json, or a directory holding either"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        !inputs.is_empty() && inputs.iter().all(|p| names_safetensors(p))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        inputs
+            .first()
+            .is_some_and(|p| p.is_file() && looks_like_safetensors(&super::head(p, 1 << 16)))
+    }
+
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<super::ImportReport> {
+        let r = import_safetensors(archive, tag, inputs, opts)?;
+        Ok(super::ImportReport {
+            tag: r.tag,
+            created: r.created,
+            graph_entry: None,
+            graph_bytes: None,
+            params: r.params,
+        })
+    }
+
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        if tag.graph()?.is_some() {
+            return Ok(false);
+        }
+        let Some(bytes) = tag.metadata()? else {
+            return Ok(false);
+        };
+        Ok(serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .is_some_and(|v| v.get(METADATA_KEY).is_some()))
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<super::Exported> {
+        if out.is_dir() {
+            let r = export_safetensors_sharded(tag, out, None, opts)?;
+            let mut files: Vec<(PathBuf, u64)> =
+                r.shards.iter().map(|(p, n, _)| (p.clone(), *n)).collect();
+            let index_len = std::fs::metadata(&r.index_path).map_or(0, |m| m.len());
+            files.push((r.index_path.clone(), index_len));
+            let params = r.shards.iter().flat_map(|(_, _, t)| t.clone()).collect();
+            let mut notes = vec![format!("{} shard(s) and their index", r.shards.len())];
+            if r.as_imported {
+                notes.push("the shards as they were imported".into());
+            }
+            return Ok(super::Exported {
+                tag: r.tag,
+                format: "safetensors",
+                files,
+                params,
+                unused: Vec::new(),
+                notes,
+            });
+        }
+        let r = export_safetensors(tag, out, opts)?;
+        let notes = if r.metadata_written {
+            vec!["__metadata__ written back".into()]
+        } else {
+            Vec::new()
+        };
+        Ok(super::Exported {
+            tag: r.tag,
+            format: "safetensors",
+            files: vec![(r.path, r.bytes)],
+            params: r.tensors,
+            unused: Vec::new(),
+            notes,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1365,107 +1467,5 @@ mod tests {
             e.to_string().contains("within the file's 4 data bytes"),
             "{e}"
         );
-    }
-}
-
-/// safetensors in the [`FORMATS`](super::FORMATS) list: `modelzip import` of `.safetensors`
-/// files, a sharded checkpoint's index or a directory holding either; `modelzip export
-/// --format safetensors` to one file, or to a directory as shards and their index.
-pub struct SafetensorsFormat;
-
-/// Whether `p` names a safetensors input: a `.safetensors` file, an index
-/// (`*.safetensors.index.json`), or a directory holding `model.safetensors` or the index.
-fn names_safetensors(p: &Path) -> bool {
-    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    super::has_ext(p, "safetensors")
-        || name
-            .to_ascii_lowercase()
-            .ends_with(".safetensors.index.json")
-        || (p.is_dir() && (p.join(SINGLE_FILE).is_file() || p.join(INDEX_FILE).is_file()))
-}
-
-impl super::Format for SafetensorsFormat {
-    fn name(&self) -> &'static str {
-        "safetensors"
-    }
-
-    fn recognised_from(&self) -> &'static str {
-        ".safetensors files, a model.safetensors.index.json, or a directory holding either"
-    }
-
-    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        !inputs.is_empty() && inputs.iter().all(|p| names_safetensors(p))
-    }
-
-    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
-        inputs
-            .first()
-            .is_some_and(|p| p.is_file() && looks_like_safetensors(&super::head(p, 1 << 16)))
-    }
-
-    fn import(
-        &self,
-        archive: &Path,
-        tag: &str,
-        inputs: &[PathBuf],
-        opts: &ImportOptions,
-    ) -> Result<super::ImportReport> {
-        let r = import_safetensors(archive, tag, inputs, opts)?;
-        Ok(super::ImportReport {
-            tag: r.tag,
-            created: r.created,
-            graph_entry: None,
-            graph_bytes: None,
-            params: r.params,
-        })
-    }
-
-    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
-        if tag.graph()?.is_some() {
-            return Ok(false);
-        }
-        let Some(bytes) = tag.metadata()? else {
-            return Ok(false);
-        };
-        Ok(serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .is_some_and(|v| v.get(METADATA_KEY).is_some()))
-    }
-
-    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<super::Exported> {
-        if out.is_dir() {
-            let r = export_safetensors_sharded(tag, out, None, opts)?;
-            let mut files: Vec<(PathBuf, u64)> =
-                r.shards.iter().map(|(p, n, _)| (p.clone(), *n)).collect();
-            let index_len = std::fs::metadata(&r.index_path).map_or(0, |m| m.len());
-            files.push((r.index_path.clone(), index_len));
-            let params = r.shards.iter().flat_map(|(_, _, t)| t.clone()).collect();
-            let mut notes = vec![format!("{} shard(s) and their index", r.shards.len())];
-            if r.as_imported {
-                notes.push("the shards as they were imported".into());
-            }
-            return Ok(super::Exported {
-                tag: r.tag,
-                format: "safetensors",
-                files,
-                params,
-                unused: Vec::new(),
-                notes,
-            });
-        }
-        let r = export_safetensors(tag, out, opts)?;
-        let notes = if r.metadata_written {
-            vec!["__metadata__ written back".into()]
-        } else {
-            Vec::new()
-        };
-        Ok(super::Exported {
-            tag: r.tag,
-            format: "safetensors",
-            files: vec![(r.path, r.bytes)],
-            params: r.tensors,
-            unused: Vec::new(),
-            notes,
-        })
     }
 }
