@@ -3,10 +3,11 @@
 #
 #   1. cargo test                        (the Rust library, CLI, crash and hostile suites)
 #   2. a venv under target/venv with python/requirements-test.txt (numpy, ml_dtypes,
-#      pytest, paddlepaddle, safetensors), and the Python package installed from
+#      pytest, paddlepaddle, safetensors, moto[server]), and the Python package installed from
 #      ./python the way a user installs it (`pip install ./python`: maturin is fetched
 #      as the PEP 517 build backend)
-#   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too)
+#   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too;
+#      the S3 tests start moto_server on 127.0.0.1 themselves and stop it)
 #
 #   4. with MODELZIP_TF_PYTHON set to a python that has tensorflow (e.g.
 #      /work/venvs/tf/bin/python): tests/tf/run_exported.py, TensorFlow running every

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 /// TensorFlow: every numeric Const node's value becomes a parameter named after the
 /// node; the rest of the graph (string constants, attributes, control inputs, devices,
 /// the function library, versions) is kept in graph.fb, so export gives the same
-/// GraphDef back (docs/TF.md).
+/// GraphDef back (docs/TENSORFLOW.md).
 /// safetensors: every tensor becomes a parameter of the same name, its bytes as they are;
 /// __metadata__ is kept in metadata.json (docs/SAFETENSORS.md).
 ///

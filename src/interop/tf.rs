@@ -12,7 +12,7 @@
 //! form it came in (`tensor_content`, the typed field, or the splat form where fewer
 //! values than elements are written and TensorFlow repeats the last one).
 //!
-//! Binary (`.pb`) and text (`.pbtxt`) GraphDefs are read and written; docs/TF.md has
+//! Binary (`.pb`) and text (`.pbtxt`) GraphDefs are read and written; docs/TENSORFLOW.md has
 //! the mapping and what is refused.
 //!
 //! ```no_run
