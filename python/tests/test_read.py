@@ -274,3 +274,15 @@ def test_paddle_written_tensors_read_as_paddle_wrote_them(tmp):
             else:
                 assert arr.dtype.itemsize * 8 >= 8, name
     assert seen_lod >= 3
+
+
+def test_bfloat16_without_ml_dtypes_says_to_install_it(tmp, monkeypatch):
+    path = tmp / "m.zip"
+    write(path, "t", {"bf": np.ones(4, ml_dtypes.bfloat16), "f": np.ones(4, np.float32)})
+    monkeypatch.setattr(modelzip, "_ml_dtypes", lambda: None)  # as if not installed
+    with modelzip.open(path) as ar:
+        t = ar["t"]
+        np.testing.assert_array_equal(t["f"], np.ones(4, np.float32))
+        with pytest.raises(modelzip.ModelzipError) as e:
+            t["bf"]
+        assert "ml_dtypes" in str(e.value) and "BF16" in str(e.value)
