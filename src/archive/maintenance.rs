@@ -314,7 +314,7 @@ impl Plan {
                 if !removed_set.contains(loc.tag.as_str()) {
                     continue;
                 }
-                let key = (loc.tag.clone(), loc.kind, loc.index);
+                let key = (loc.tag.to_string(), loc.kind, loc.index);
                 if moves.contains_key(&key) {
                     continue;
                 }
@@ -331,7 +331,7 @@ impl Plan {
                     .entry(owner.clone())
                     .or_default()
                     .push((hash, rel));
-                plan.copies.push((loc.entry.clone(), to));
+                plan.copies.push((loc.entry.to_string(), to));
                 moves.insert(key, (owner, index));
             }
         }
@@ -339,9 +339,9 @@ impl Plan {
             let me = tag.name();
             let new_ref = |loc: &TensorLocation| -> ParamRef {
                 let (owner, index) = moves
-                    .get(&(loc.tag.clone(), loc.kind, loc.index))
+                    .get(&(loc.tag.to_string(), loc.kind, loc.index))
                     .cloned()
-                    .unwrap_or_else(|| (loc.tag.clone(), loc.index));
+                    .unwrap_or_else(|| (loc.tag.to_string(), loc.index));
                 ParamRef {
                     tag: (owner != me).then_some(owner),
                     index,

@@ -44,6 +44,7 @@ mod maintenance;
 mod reader;
 mod regraph;
 // Used by the `remote` feature only.
+mod shared_str;
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) mod source;
 pub mod tag_name;
@@ -64,6 +65,7 @@ pub use reader::{
     Problem, TAGS_TXT, Tag, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyReport,
 };
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
+pub use shared_str::SharedStr;
 pub use tag_name::{TagName, validate_tag_name};
 pub use text::ParamRef;
 pub use time::rfc3339;

@@ -4,6 +4,7 @@ use super::archive_path::ArchivePath;
 use super::container::{self, Directory, METHOD_DEFLATED, METHOD_STORED, ZipEntry};
 use super::journal;
 use super::lock::sidecar;
+use super::shared_str::SharedStr;
 use super::source::{RangeSource, Ranged, RangedLimits};
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
@@ -257,13 +258,13 @@ impl TensorKind {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorLocation {
     /// The owning tag, spelled as in tags.txt.
-    pub tag: String,
+    pub tag: SharedStr,
     /// Params or updater.
     pub kind: TensorKind,
     /// The file number.
     pub index: u64,
     /// The full zip entry name.
-    pub entry: String,
+    pub entry: SharedStr,
     /// True when the file is owned by a tag other than the one that lists it.
     pub shared: bool,
     /// Position of `entry` in the central directory it was resolved against: a hint that
@@ -1021,10 +1022,10 @@ impl Archive {
                 .at_line(line));
         };
         Ok(TensorLocation {
-            tag: tag.to_string(),
+            tag: SharedStr::from(tag),
             kind,
             index: r.index,
-            entry,
+            entry: SharedStr::from(entry),
             shared: tag != own,
             entry_hint,
         })
@@ -1052,6 +1053,11 @@ pub(crate) fn hex_digest(d: &[u8; 32]) -> String {
     s
 }
 
+/// Lines in a table (an upper bound on its rows: blank lines are skipped).
+fn line_count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count() + 1
+}
+
 /// One tag of an open archive, with its tables parsed.
 #[derive(Debug)]
 pub struct Tag<'a> {
@@ -1065,6 +1071,18 @@ pub struct Tag<'a> {
 
 impl<'a> Tag<'a> {
     fn load(archive: &'a Archive, name: &'a str) -> Result<Tag<'a>> {
+        // Many names may refer to one file (that is what sharing is): each distinct ref
+        // is resolved once, and every name that uses it shares its location's strings.
+        let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), TensorLocation> =
+            rustc_hash::FxHashMap::default();
+        let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
+            if let Some(loc) = resolved.get(&(kind, r.clone())) {
+                return Ok(loc.clone());
+            }
+            let loc = archive.resolve(name, r, kind, table, line)?;
+            resolved.insert((kind, r.clone()), loc.clone());
+            Ok::<_, Error>(loc)
+        };
         let mut params = Vec::new();
         let pname = format!("{name}/params.txt");
         let uname = format!("{name}/updater.txt");
@@ -1081,30 +1099,82 @@ impl<'a> Tag<'a> {
         archive.prefetch(&ahead)?;
         if archive.has_entry(&pname) {
             let bytes = archive.entry_bytes(&pname)?;
-            for l in text::parse_table(&bytes, &pname, false)? {
-                let location =
-                    archive.resolve(name, &l.refs[0], TensorKind::Params, &pname, l.line)?;
-                params.push(ParamEntry {
-                    name: l.name,
-                    location,
-                });
+            // Sized once from the line count: growing by doubling would hold the old
+            // and the new buffer at once.
+            let n = line_count(&bytes);
+            params.reserve_exact(n);
+            let mut lines = Vec::with_capacity(n);
+            // Errors come in the order of the checks, not of the lines: syntax anywhere,
+            // then duplicate names, then refs. A ref that does not resolve is kept until
+            // the rest of the file has been read for the other two.
+            let mut unresolved: Option<Error> = None;
+            let mut rest: Vec<(String, usize)> = Vec::new();
+            text::for_each_table_line(&bytes, &pname, false, |n, refs, line| {
+                if unresolved.is_none() {
+                    match resolve(&refs[0], TensorKind::Params, &pname, line) {
+                        Ok(location) => {
+                            params.push(ParamEntry { name: n, location });
+                            lines.push(line);
+                            return Ok(());
+                        }
+                        Err(e) => unresolved = Some(e),
+                    }
+                }
+                rest.push((n, line));
+                Ok(())
+            })?;
+            text::check_unique_names(
+                params
+                    .iter()
+                    .zip(&lines)
+                    .map(|(p, &l)| (p.name.as_str(), l))
+                    .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+                &pname,
+            )?;
+            if let Some(e) = unresolved {
+                return Err(e);
             }
         }
         let mut updater = Vec::new();
         if archive.has_entry(&uname) {
             let bytes = archive.entry_bytes(&uname)?;
-            for l in text::parse_table(&bytes, &uname, true)? {
-                let arrays = l
-                    .refs
+            let n = line_count(&bytes);
+            updater.reserve_exact(n);
+            let mut lines = Vec::with_capacity(n);
+            let mut unresolved: Option<Error> = None;
+            let mut rest: Vec<(String, usize)> = Vec::new();
+            text::for_each_table_line(&bytes, &uname, true, |n, refs, line| {
+                if unresolved.is_none() {
+                    let arrays = refs
+                        .iter()
+                        .map(|r| resolve(r, TensorKind::Updater, &uname, line))
+                        .collect::<Result<Vec<_>>>();
+                    match arrays {
+                        Ok(arrays) => {
+                            updater.push(UpdaterEntry { name: n, arrays });
+                            lines.push(line);
+                            return Ok(());
+                        }
+                        Err(e) => unresolved = Some(e),
+                    }
+                }
+                rest.push((n, line));
+                Ok(())
+            })?;
+            text::check_unique_names(
+                updater
                     .iter()
-                    .map(|r| archive.resolve(name, r, TensorKind::Updater, &uname, l.line))
-                    .collect::<Result<Vec<_>>>()?;
-                updater.push(UpdaterEntry {
-                    name: l.name,
-                    arrays,
-                });
+                    .zip(&lines)
+                    .map(|(u, &l)| (u.name.as_str(), l))
+                    .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+                &uname,
+            )?;
+            if let Some(e) = unresolved {
+                return Err(e);
             }
         }
+        params.shrink_to_fit();
+        updater.shrink_to_fit();
         let by_name = std::sync::OnceLock::new();
         Ok(Tag {
             archive,
