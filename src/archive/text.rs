@@ -288,6 +288,48 @@ pub(crate) fn for_each_table_line(
     Ok(())
 }
 
+/// Parses a tag's shared.txt: `FILE TAG` lines (FILE one of the shareable files, TAG
+/// a valid tag name), as (file, tag, line). The tag's existence is the caller's check.
+pub fn parse_shared(bytes: &[u8], entry: &str) -> Result<Vec<(&'static str, String, usize)>> {
+    let text = utf8(bytes, entry)?;
+    let mut out = Vec::new();
+    for item in lines(text, entry, MAX_TAGS_LINE) {
+        let (n, line) = item?;
+        let (file, tag) = line
+            .split_once(' ')
+            .ok_or_else(|| syntax("expected `FILE TAG`".into(), entry, n))?;
+        let Some(file) = super::reader::SHAREABLE_FILES
+            .iter()
+            .copied()
+            .find(|f| *f == file)
+        else {
+            return Err(syntax(
+                format!(
+                    "{file:?} cannot be shared; only {}",
+                    super::reader::SHAREABLE_FILES.join(", ")
+                ),
+                entry,
+                n,
+            ));
+        };
+        validate_tag_name(tag).map_err(|e| e.in_entry(entry).at_line(n))?;
+        out.push((file, tag.to_string(), n));
+    }
+    Ok(out)
+}
+
+/// Renders shared.txt.
+pub fn render_shared<'r>(rows: impl IntoIterator<Item = (&'r str, &'r str)>) -> String {
+    let mut s = String::new();
+    for (file, tag) in rows {
+        s.push_str(file);
+        s.push(' ');
+        s.push_str(tag);
+        s.push('\n');
+    }
+    s
+}
+
 /// Renders params.txt / updater.txt lines.
 pub fn render_table<'r>(rows: impl IntoIterator<Item = (&'r str, &'r [ParamRef])>) -> String {
     let mut s = String::new();
