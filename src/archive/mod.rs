@@ -43,10 +43,12 @@ mod lock;
 mod maintenance;
 mod reader;
 mod regraph;
-// Used by the `remote` feature only.
 mod shared_str;
+
+// Used by the `remote` feature only.
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) mod source;
+
 pub mod tag_name;
 pub mod text;
 mod time;
