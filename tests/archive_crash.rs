@@ -57,6 +57,15 @@ fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) ->
         let a = Archive::open(&base).unwrap();
         (dump(&a.tag("a").unwrap()), dump(&a.tag("b").unwrap()))
     };
+    // b's graph and training config are a's, shared (shared.txt).
+    let files = {
+        let a = Archive::open(&base).unwrap();
+        assert!(!a.tag("b").unwrap().shared_files().is_empty());
+        (
+            dump_files(&a.tag("a").unwrap()),
+            dump_files(&a.tag("b").unwrap()),
+        )
+    };
     let old: Vec<String> = vec!["a".into(), "b".into()];
     let mut with_new = old.clone();
     with_new.extend(new_tag.map(String::from));
@@ -94,6 +103,16 @@ fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) ->
         assert!(r.is_ok(), "{name} budget {n}: {:?}", r.problems);
         assert_eq!(dump(&a.tag("a").unwrap()), reference.0, "{name} budget {n}");
         assert_eq!(dump(&a.tag("b").unwrap()), reference.1, "{name} budget {n}");
+        assert_eq!(
+            dump_files(&a.tag("a").unwrap()),
+            files.0,
+            "{name} budget {n}"
+        );
+        assert_eq!(
+            dump_files(&a.tag("b").unwrap()),
+            files.1,
+            "{name} budget {n}"
+        );
         drop(a);
         let stray = stray_files(d.path(), &p);
         assert!(stray.is_empty(), "{name} budget {n}: stray files {stray:?}");
@@ -153,6 +172,14 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         let a = Archive::open(&base).unwrap();
         (dump(&a.tag("a").unwrap()), dump(&a.tag("b").unwrap()))
     };
+    // b's graph and training config are a's (shared.txt): removing a re-homes them.
+    let files_b = {
+        let a = Archive::open(&base).unwrap();
+        assert!(!a.tag("b").unwrap().shared_files().is_empty());
+        let f = dump_files(&a.tag("b").unwrap());
+        assert!(f.0.is_some() && f.1.is_some());
+        f
+    };
     let remove_a =
         |p: &Path| remove_tags_in_place(p, &WriteOptions::default(), |_| Ok(vec!["a".to_string()]));
     let total = {
@@ -174,6 +201,8 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         );
         assert!(a.verify().is_ok());
         assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
+        assert!(a.tag("b").unwrap().shared_files().is_empty());
+        assert_eq!(dump_files(&a.tag("b").unwrap()), files_b);
         drop(a);
         compact(&p).unwrap();
         let a = Archive::open(&p).unwrap();
@@ -206,6 +235,7 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
             assert_eq!(dump(&a.tag("a").unwrap()), ref_a, "budget {n}");
         }
         assert_eq!(dump(&a.tag("b").unwrap()), ref_b, "budget {n}");
+        assert_eq!(dump_files(&a.tag("b").unwrap()), files_b, "budget {n}");
         let r = a.verify();
         assert!(r.is_ok(), "budget {n}: {:?}", r.problems);
         drop(a);

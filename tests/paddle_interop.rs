@@ -51,6 +51,7 @@ fn export_opts() -> ExportOptions {
     ExportOptions {
         overwrite: false,
         fsync: false,
+        max_output: None,
     }
 }
 
@@ -110,6 +111,31 @@ fn import_then_export_is_byte_identical_for_every_fixture_model() {
         let mut sorted = r.params.clone();
         sorted.sort();
         assert_eq!(r.params, sorted, "params in byte order");
+        // The output limit is checked before writing: one byte short is refused, with
+        // the size it would have written, and leaves nothing behind.
+        let total = (model.len() + params.len()) as u64;
+        let capped = dir.path().join(format!("capped-{tag}"));
+        let e = export_inference_model(
+            &t,
+            &capped,
+            &ExportOptions {
+                max_output: Some(total - 1),
+                ..export_opts()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("of {total} exceeds the limit of {}", total - 1)),
+            "{e}"
+        );
+        let (cm, cp) = paddle::export_paths(&capped);
+        assert!(!cm.exists() && !cp.exists());
+        let exact = ExportOptions {
+            max_output: Some(total),
+            ..export_opts()
+        };
+        export_inference_model(&t, &capped, &exact).unwrap();
         // In memory.
         let (m2, p2) = export_inference_model_bytes(&t).unwrap();
         assert_eq!((m2, p2), (model, params));
@@ -379,7 +405,7 @@ fn export_errors_no_graph_missing_param_existing_files() {
     assert!(!m.exists());
     let over = ExportOptions {
         overwrite: true,
-        fsync: false,
+        ..export_opts()
     };
     let r = export_inference_model(&a.tag("good").unwrap(), &prefix, &over).unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), params);

@@ -41,6 +41,7 @@ fn export_opts() -> ExportOptions {
     ExportOptions {
         overwrite: false,
         fsync: false,
+        max_output: None,
     }
 }
 
@@ -632,6 +633,7 @@ fn existing_output_is_refused_unless_overwrite_and_a_full_disk_leaves_nothing() 
             &ExportOptions {
                 overwrite: true,
                 fsync: false,
+                max_output: None,
             },
         );
         set_write_budget(None);
@@ -645,9 +647,24 @@ fn existing_output_is_refused_unless_overwrite_and_a_full_disk_leaves_nothing() 
     let over = ExportOptions {
         overwrite: true,
         fsync: true,
+        max_output: None,
     };
     export_safetensors(&tag, &out, &over).unwrap();
     assert!(std::fs::read(&out).unwrap() == std::fs::read(&src).unwrap());
+    // The output limit is checked before writing, with the size it would have written.
+    let size = std::fs::metadata(&out).unwrap().len();
+    let capped = out.with_file_name("capped.safetensors");
+    let tight = ExportOptions {
+        max_output: Some(size - 1),
+        ..over.clone()
+    };
+    let e = export_safetensors(&tag, &capped, &tight).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("of {size} exceeds the limit of {}", size - 1)),
+        "{e}"
+    );
+    assert!(!capped.exists());
 }
 
 /// A safetensors file from a header and data.

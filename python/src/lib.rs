@@ -434,7 +434,7 @@ impl NativeTag {
     /// The param's zip entry and whether it is shared from another tag.
     fn location_of(&self, py: Python<'_>, name: &str) -> PyResult<(String, String, bool)> {
         let loc = self.location(py, name)?;
-        Ok((loc.entry.clone(), loc.tag.clone(), loc.shared))
+        Ok((loc.entry.to_string(), loc.tag.to_string(), loc.shared))
     }
 
     fn updater_keys(&self) -> Vec<String> {

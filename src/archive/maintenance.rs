@@ -4,7 +4,7 @@
 use super::append::{finish_in_place, in_place_session, open_locked};
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
-use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
+use super::reader::{Archive, SHARED_TXT, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
 use super::text::{self, ParamRef};
 use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -129,6 +129,7 @@ pub fn remove_tags_in_place(
         let keep = |e: &super::container::ZipEntry| {
             e.name != TAGS_TXT
                 && !plan.replaced.contains_key(&e.name)
+                && !plan.dropped.contains(&e.name)
                 && !e
                     .name
                     .split_once('/')
@@ -228,6 +229,7 @@ fn rewrite(
         let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
         for e in &base.directory().entries {
             let dropped = e.name == TAGS_TXT
+                || plan.dropped.contains(&e.name)
                 || e.name
                     .split_once('/')
                     .is_some_and(|(top, _)| removed_set.contains(top));
@@ -273,8 +275,11 @@ struct Plan {
     kept: Vec<String>,
     /// (source entry, new entry) of each re-homed tensor file.
     copies: Vec<(String, String)>,
-    /// New content of existing entries (params.txt, updater.txt, sha256sums.txt).
+    /// New content of existing entries (params.txt, updater.txt, shared.txt,
+    /// sha256sums.txt).
     replaced: HashMap<String, Vec<u8>>,
+    /// Entries of kept tags left out (a shared.txt whose every line was re-homed).
+    dropped: HashSet<String>,
 }
 
 type FileKey = (String, TensorKind, u64);
@@ -292,6 +297,7 @@ impl Plan {
             kept: kept.clone(),
             copies: Vec::new(),
             replaced: HashMap::new(),
+            dropped: HashSet::new(),
         };
         if removed.is_empty() {
             return Ok(plan);
@@ -314,7 +320,7 @@ impl Plan {
                 if !removed_set.contains(loc.tag.as_str()) {
                     continue;
                 }
-                let key = (loc.tag.clone(), loc.kind, loc.index);
+                let key = (loc.tag.to_string(), loc.kind, loc.index);
                 if moves.contains_key(&key) {
                     continue;
                 }
@@ -331,17 +337,52 @@ impl Plan {
                     .entry(owner.clone())
                     .or_default()
                     .push((hash, rel));
-                plan.copies.push((loc.entry.clone(), to));
+                plan.copies.push((loc.entry.to_string(), to));
                 moves.insert(key, (owner, index));
             }
+        }
+        // Shared graphs and training configs of removed tags: the oldest kept tag that
+        // uses one gets the file; later ones point at it.
+        let mut file_moves: HashMap<(String, &'static str), String> = HashMap::new();
+        let mut new_shared: HashMap<String, Vec<(&'static str, String)>> = HashMap::new();
+        for tag in &tags {
+            if !tag
+                .shared_files()
+                .iter()
+                .any(|(_, o)| removed_set.contains(o))
+            {
+                continue;
+            }
+            let me = tag.name().to_string();
+            let mut rows = Vec::new();
+            for &(file, owner) in tag.shared_files() {
+                if !removed_set.contains(owner) {
+                    rows.push((file, owner.to_string()));
+                    continue;
+                }
+                let key = (owner.to_string(), file);
+                if let Some(home) = file_moves.get(&key) {
+                    rows.push((file, home.clone()));
+                    continue;
+                }
+                let from = format!("{owner}/{file}");
+                let hash = sha256_hex(&base.entry_bytes(&from)?);
+                added_files
+                    .entry(me.clone())
+                    .or_default()
+                    .push((hash, file.to_string()));
+                plan.copies.push((from, format!("{me}/{file}")));
+                file_moves.insert(key, me.clone());
+            }
+            new_shared.insert(me, rows);
         }
         for tag in &tags {
             let me = tag.name();
             let new_ref = |loc: &TensorLocation| -> ParamRef {
                 let (owner, index) = moves
-                    .get(&(loc.tag.clone(), loc.kind, loc.index))
+                    .get(&(loc.tag.to_string(), loc.kind, loc.index))
                     .cloned()
-                    .unwrap_or_else(|| (loc.tag.clone(), loc.index));
+                    .unwrap_or_else(|| (loc.tag.to_string(), loc.index));
                 ParamRef {
                     tag: (owner != me).then_some(owner),
                     index,
@@ -371,8 +412,17 @@ impl Plan {
                 let txt = text::render_table(rows.iter().map(|(n, r)| (n.as_str(), r.as_slice())));
                 changed.push(("updater.txt".into(), txt.into_bytes()));
             }
+            let mut dropped: Option<String> = None;
+            if let Some(rows) = new_shared.remove(me) {
+                if rows.is_empty() {
+                    dropped = Some(SHARED_TXT.to_string());
+                } else {
+                    let txt = text::render_shared(rows.iter().map(|(f, t)| (*f, t.as_str())));
+                    changed.push((SHARED_TXT.into(), txt.into_bytes()));
+                }
+            }
             let new_files = added_files.remove(me).unwrap_or_default();
-            if changed.is_empty() && new_files.is_empty() {
+            if changed.is_empty() && new_files.is_empty() && dropped.is_none() {
                 continue;
             }
             let sums_name = format!("{me}/sha256sums.txt");
@@ -392,6 +442,12 @@ impl Plan {
                     }
                 }
                 plan.replaced.insert(format!("{me}/{rel}"), bytes);
+            }
+            if let Some(rel) = dropped {
+                if let Some(sums) = sums.as_mut() {
+                    sums.retain(|(_, p)| *p != rel);
+                }
+                plan.dropped.insert(format!("{me}/{rel}"));
             }
             if let Some(mut sums) = sums {
                 sums.extend(new_files);

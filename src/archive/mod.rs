@@ -43,9 +43,12 @@ mod lock;
 mod maintenance;
 mod reader;
 mod regraph;
+mod shared_str;
+
 // Used by the `remote` feature only.
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) mod source;
+
 pub mod tag_name;
 pub mod text;
 mod time;
@@ -64,6 +67,7 @@ pub use reader::{
     Problem, TAGS_TXT, Tag, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyReport,
 };
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
+pub use shared_str::SharedStr;
 pub use tag_name::{TagName, validate_tag_name};
 pub use text::ParamRef;
 pub use time::rfc3339;

@@ -4,6 +4,7 @@ use super::archive_path::ArchivePath;
 use super::container::{self, Directory, METHOD_DEFLATED, METHOD_STORED, ZipEntry};
 use super::journal;
 use super::lock::sidecar;
+use super::shared_str::SharedStr;
 use super::source::{RangeSource, Ranged, RangedLimits};
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
@@ -257,13 +258,13 @@ impl TensorKind {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorLocation {
     /// The owning tag, spelled as in tags.txt.
-    pub tag: String,
+    pub tag: SharedStr,
     /// Params or updater.
     pub kind: TensorKind,
     /// The file number.
     pub index: u64,
     /// The full zip entry name.
-    pub entry: String,
+    pub entry: SharedStr,
     /// True when the file is owned by a tag other than the one that lists it.
     pub shared: bool,
     /// Position of `entry` in the central directory it was resolved against: a hint that
@@ -911,6 +912,7 @@ impl Archive {
                     Ok(None) => {}
                 }
                 match tag.training_config() {
+                    Ok(Some(_)) if is_shared(&tag, "trainingConfig.fb") => {}
                     Ok(Some(b)) => {
                         if let Err(e) = crate::graph::training_config::TrainingConfig::decode(&b) {
                             r.push(
@@ -1021,10 +1023,10 @@ impl Archive {
                 .at_line(line));
         };
         Ok(TensorLocation {
-            tag: tag.to_string(),
+            tag: SharedStr::from(tag),
             kind,
             index: r.index,
-            entry,
+            entry: SharedStr::from(entry),
             shared: tag != own,
             entry_hint,
         })
@@ -1052,6 +1054,80 @@ pub(crate) fn hex_digest(d: &[u8; 32]) -> String {
     s
 }
 
+/// Reads `<tag>/shared.txt` (FORMAT.md): `FILE TAG` lines, FILE one of
+/// [`SHAREABLE_FILES`] at most once, TAG another listed tag that holds `TAG/FILE` itself,
+/// and the tag not holding FILE too.
+fn load_shared<'a>(archive: &'a Archive, tag: &str) -> Result<Vec<(&'static str, &'a str)>> {
+    let entry = format!("{tag}/{SHARED_TXT}");
+    if !archive.has_entry(&entry) {
+        return Ok(Vec::new());
+    }
+    let e = archive
+        .entry(&entry)
+        .map(|e| e.uncompressed_size)
+        .unwrap_or(0);
+    if e > MAX_SHARED_TXT {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "shared.txt size",
+            size: e,
+            limit: MAX_SHARED_TXT,
+        })
+        .in_entry(entry));
+    }
+    let bytes = archive.entry_bytes(&entry)?;
+    let mut out: Vec<(&'static str, &'a str)> = Vec::new();
+    for (file, owner, line) in text::parse_shared(&bytes, &entry)? {
+        let bad = |why: String| {
+            Error::new(ErrorKind::Syntax(why))
+                .in_entry(entry.clone())
+                .at_line(line)
+        };
+        let owner = archive.canonical_tag(&owner).ok_or_else(|| {
+            bad(format!(
+                "{file} is shared from tag {owner:?}, which tags.txt does not list"
+            ))
+        })?;
+        if owner == tag {
+            return Err(bad(format!("{file} is shared from the tag itself")));
+        }
+        let held = format!("{owner}/{file}");
+        if !archive.has_entry(&held) {
+            return Err(Error::new(ErrorKind::MissingEntry(held))
+                .in_entry(entry.clone())
+                .at_line(line));
+        }
+        if archive.has_entry(&format!("{tag}/{file}")) {
+            return Err(bad(format!(
+                "the tag has its own {file} and shares one from tag {owner:?}"
+            )));
+        }
+        if out.iter().any(|(f, _)| *f == file) {
+            return Err(bad(format!("{file} is listed twice")));
+        }
+        out.push((file, owner));
+    }
+    Ok(out)
+}
+
+/// Whether `tag` takes `file` from another tag.
+fn is_shared(tag: &Tag<'_>, file: &str) -> bool {
+    tag.shared_files().iter().any(|(f, _)| *f == file)
+}
+
+/// Name of a tag's shared-files table (FORMAT.md): files it uses from another tag.
+pub const SHARED_TXT: &str = "shared.txt";
+
+/// The files a tag may take from another tag through shared.txt.
+pub const SHAREABLE_FILES: [&str; 3] = ["graph.fb", "graph.pdmodel", "trainingConfig.fb"];
+
+/// Largest shared.txt read (three short lines in practice).
+const MAX_SHARED_TXT: u64 = 64 << 10;
+
+/// Lines in a table (an upper bound on its rows: blank lines are skipped).
+fn line_count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count() + 1
+}
+
 /// One tag of an open archive, with its tables parsed.
 #[derive(Debug)]
 pub struct Tag<'a> {
@@ -1061,10 +1137,24 @@ pub struct Tag<'a> {
     updater: Vec<UpdaterEntry>,
     /// Built on the first lookup by name: listing a tag's params should not pay for it.
     by_name: std::sync::OnceLock<rustc_hash::FxHashMap<String, usize>>,
+    /// The files shared.txt says the tag uses from other tags: (file, owning tag).
+    shared: Vec<(&'static str, &'a str)>,
 }
 
 impl<'a> Tag<'a> {
     fn load(archive: &'a Archive, name: &'a str) -> Result<Tag<'a>> {
+        // Many names may refer to one file (that is what sharing is): each distinct ref
+        // is resolved once, and every name that uses it shares its location's strings.
+        let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), TensorLocation> =
+            rustc_hash::FxHashMap::default();
+        let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
+            if let Some(loc) = resolved.get(&(kind, r.clone())) {
+                return Ok(loc.clone());
+            }
+            let loc = archive.resolve(name, r, kind, table, line)?;
+            resolved.insert((kind, r.clone()), loc.clone());
+            Ok::<_, Error>(loc)
+        };
         let mut params = Vec::new();
         let pname = format!("{name}/params.txt");
         let uname = format!("{name}/updater.txt");
@@ -1081,38 +1171,112 @@ impl<'a> Tag<'a> {
         archive.prefetch(&ahead)?;
         if archive.has_entry(&pname) {
             let bytes = archive.entry_bytes(&pname)?;
-            for l in text::parse_table(&bytes, &pname, false)? {
-                let location =
-                    archive.resolve(name, &l.refs[0], TensorKind::Params, &pname, l.line)?;
-                params.push(ParamEntry {
-                    name: l.name,
-                    location,
-                });
+            // Sized once from the line count: growing by doubling would hold the old
+            // and the new buffer at once.
+            let n = line_count(&bytes);
+            params.reserve_exact(n);
+            let mut lines = Vec::with_capacity(n);
+            // Errors come in the order of the checks, not of the lines: syntax anywhere,
+            // then duplicate names, then refs. A ref that does not resolve is kept until
+            // the rest of the file has been read for the other two.
+            let mut unresolved: Option<Error> = None;
+            let mut rest: Vec<(String, usize)> = Vec::new();
+            text::for_each_table_line(&bytes, &pname, false, |n, refs, line| {
+                if unresolved.is_none() {
+                    match resolve(&refs[0], TensorKind::Params, &pname, line) {
+                        Ok(location) => {
+                            params.push(ParamEntry { name: n, location });
+                            lines.push(line);
+                            return Ok(());
+                        }
+                        Err(e) => unresolved = Some(e),
+                    }
+                }
+                rest.push((n, line));
+                Ok(())
+            })?;
+            text::check_unique_names(
+                params
+                    .iter()
+                    .zip(&lines)
+                    .map(|(p, &l)| (p.name.as_str(), l))
+                    .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+                &pname,
+            )?;
+            if let Some(e) = unresolved {
+                return Err(e);
             }
         }
         let mut updater = Vec::new();
         if archive.has_entry(&uname) {
             let bytes = archive.entry_bytes(&uname)?;
-            for l in text::parse_table(&bytes, &uname, true)? {
-                let arrays = l
-                    .refs
+            let n = line_count(&bytes);
+            updater.reserve_exact(n);
+            let mut lines = Vec::with_capacity(n);
+            let mut unresolved: Option<Error> = None;
+            let mut rest: Vec<(String, usize)> = Vec::new();
+            text::for_each_table_line(&bytes, &uname, true, |n, refs, line| {
+                if unresolved.is_none() {
+                    let arrays = refs
+                        .iter()
+                        .map(|r| resolve(r, TensorKind::Updater, &uname, line))
+                        .collect::<Result<Vec<_>>>();
+                    match arrays {
+                        Ok(arrays) => {
+                            updater.push(UpdaterEntry { name: n, arrays });
+                            lines.push(line);
+                            return Ok(());
+                        }
+                        Err(e) => unresolved = Some(e),
+                    }
+                }
+                rest.push((n, line));
+                Ok(())
+            })?;
+            text::check_unique_names(
+                updater
                     .iter()
-                    .map(|r| archive.resolve(name, r, TensorKind::Updater, &uname, l.line))
-                    .collect::<Result<Vec<_>>>()?;
-                updater.push(UpdaterEntry {
-                    name: l.name,
-                    arrays,
-                });
+                    .zip(&lines)
+                    .map(|(u, &l)| (u.name.as_str(), l))
+                    .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+                &uname,
+            )?;
+            if let Some(e) = unresolved {
+                return Err(e);
             }
         }
+        params.shrink_to_fit();
+        updater.shrink_to_fit();
         let by_name = std::sync::OnceLock::new();
+        let shared = load_shared(archive, name)?;
         Ok(Tag {
             archive,
             name,
             params,
             updater,
             by_name,
+            shared,
         })
+    }
+
+    /// The files of this tag stored once in another tag (shared.txt): (file, owning tag),
+    /// e.g. `("graph.pdmodel", "step-1")`.
+    pub fn shared_files(&self) -> &[(&'static str, &'a str)] {
+        &self.shared
+    }
+
+    /// The entry holding the tag's file `file` (`graph.fb`, `graph.pdmodel`,
+    /// `trainingConfig.fb`): its own, or the owner's that shared.txt names; `None` when
+    /// the tag has neither.
+    pub fn file_entry(&self, file: &str) -> Option<String> {
+        let own = format!("{}/{file}", self.name);
+        if self.archive.has_entry(&own) {
+            return Some(own);
+        }
+        self.shared
+            .iter()
+            .find(|(f, _)| *f == file)
+            .map(|(f, owner)| format!("{owner}/{f}"))
     }
 
     /// The tag's name, spelled as in tags.txt.
@@ -1134,27 +1298,28 @@ impl<'a> Tag<'a> {
         }
     }
 
-    /// The graph and its encoding, if the tag has one; both encodings present is an error.
+    /// The graph and its encoding, if the tag has one (its own, or the one shared.txt
+    /// points at); both encodings present is an error.
     pub fn graph(&self) -> Result<Option<(GraphEncoding, Cow<'a, [u8]>)>> {
-        let fb = format!("{}/graph.fb", self.name);
-        let pd = format!("{}/graph.pdmodel", self.name);
-        match (self.archive.has_entry(&fb), self.archive.has_entry(&pd)) {
-            (true, true) => Err(self.archive.located(
+        let fb = self.file_entry("graph.fb");
+        let pd = self.file_entry("graph.pdmodel");
+        match (fb, pd) {
+            (Some(_), Some(pd)) => Err(self.archive.located(
                 Error::new(ErrorKind::InvalidInput(format!(
                     "tag {:?} has both graph.fb and graph.pdmodel; at most one is allowed",
                     self.name
                 )))
                 .in_entry(pd),
             )),
-            (true, false) => Ok(Some((
+            (Some(fb), None) => Ok(Some((
                 GraphEncoding::FlatBuffers,
                 self.archive.entry_bytes(&fb)?,
             ))),
-            (false, true) => Ok(Some((
+            (None, Some(pd)) => Ok(Some((
                 GraphEncoding::ProgramDesc,
                 self.archive.entry_bytes(&pd)?,
             ))),
-            (false, false) => Ok(None),
+            (None, None) => Ok(None),
         }
     }
 
@@ -1240,9 +1405,12 @@ impl<'a> Tag<'a> {
         Ok(view.to_owned())
     }
 
-    /// `<tag>/trainingConfig.fb`, raw.
+    /// `<tag>/trainingConfig.fb` (or the owner's, when shared.txt points at it), raw.
     pub fn training_config(&self) -> Result<Option<Cow<'a, [u8]>>> {
-        self.optional("trainingConfig.fb")
+        match self.file_entry("trainingConfig.fb") {
+            Some(e) => self.archive.entry_bytes(&e).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// `<tag>/metadata.json`, raw; at most [`MAX_METADATA_BYTES`] (checked before it is

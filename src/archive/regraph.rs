@@ -4,11 +4,12 @@
 use super::append::open_locked;
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
-use super::reader::{GraphEncoding, TAGS_TXT, sha256_hex};
+use super::reader::{Archive, GraphEncoding, SHARED_TXT, TAGS_TXT, sha256_hex};
 use super::text;
 use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What [`convert_graph`] (or [`replace_graph`]) did.
@@ -97,9 +98,9 @@ fn rewrite_graph(
             };
             let new = make(from, &old)
                 .map_err(|e| e.in_entry(format!("{canon}/{}", from.file_name())))?;
-            (from, old.len() as u64, new)
+            (from, old.len() as u64, new.map(|n| (n, old.into_owned())))
         };
-        let Some((to, new_bytes)) = new else {
+        let Some(((to, new_bytes), old)) = new else {
             return Ok(GraphRewrite {
                 tag: canon,
                 from,
@@ -111,35 +112,92 @@ fn rewrite_graph(
         };
         let old_name = format!("{canon}/{}", from.file_name());
         let new_name = format!("{canon}/{}", to.file_name());
-        let sums_name = format!("{canon}/sha256sums.txt");
-        let sums = match base.entry(&sums_name) {
-            Some(_) => {
-                let mut rows = text::parse_sums(&base.entry_bytes(&sums_name)?, &sums_name)?;
-                let h = sha256_hex(&new_bytes);
-                let rel = to.file_name().to_string();
-                match rows.iter_mut().find(|(_, p)| p == from.file_name()) {
-                    Some(row) => *row = (h, rel),
-                    None => rows.push((h, rel)),
-                }
-                Some(text::render_sums(&rows))
+        // Shared graphs (shared.txt): a tag that takes its graph from another gets its
+        // own; tags that take theirs from this one keep the old graph, moved into the
+        // oldest of them (the others then point at that one).
+        let mut edits: HashMap<String, TagEdit> = HashMap::new();
+        let mut copies: Vec<(String, String)> = Vec::new();
+        let own_graph = base.has_entry(&old_name);
+        {
+            let t = base.tag(&canon)?;
+            let edit = edits.entry(canon.clone()).or_default();
+            edit.shared = Some(
+                t.shared_files()
+                    .iter()
+                    .filter(|(f, _)| *f != from.file_name())
+                    .map(|(f, o)| (*f, o.to_string()))
+                    .collect(),
+            );
+            edit.sums
+                .push((sha256_hex(&new_bytes), to.file_name().to_string()));
+            if own_graph {
+                edit.unlisted.push(from.file_name().to_string());
             }
-            None => None,
-        };
+        }
+        if own_graph {
+            let mut home: Option<String> = None;
+            for name in base.tags() {
+                if *name == canon {
+                    continue;
+                }
+                let t = base.tag(name)?;
+                if !t
+                    .shared_files()
+                    .iter()
+                    .any(|(f, o)| *f == from.file_name() && *o == canon)
+                {
+                    continue;
+                }
+                let edit = edits.entry(name.clone()).or_default();
+                let mut rows: Vec<(&'static str, String)> = Vec::new();
+                for &(f, o) in t.shared_files() {
+                    if f == from.file_name() && o == canon {
+                        match &home {
+                            Some(h) => rows.push((f, h.clone())),
+                            None => {
+                                copies.push((old_name.clone(), format!("{name}/{f}")));
+                                edit.sums.push((sha256_hex(&old), f.to_string()));
+                                home = Some(name.clone());
+                            }
+                        }
+                    } else {
+                        rows.push((f, o.to_string()));
+                    }
+                }
+                edit.shared = Some(rows);
+            }
+        }
+        let mut replaced: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut dropped: std::collections::HashSet<String> = Default::default();
+        for (name, edit) in &edits {
+            edit.apply(&base, name, &mut replaced, &mut dropped)?;
+        }
         let temp = TempTarget::create(path)?;
         let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
         for e in &base.directory().entries {
-            if e.name == TAGS_TXT {
+            if e.name == TAGS_TXT || e.name == old_name || dropped.contains(&e.name) {
                 continue;
             }
-            if e.name == old_name {
-                // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
-                s.write_text(&new_name, &new_bytes)
-                    .map_err(|err| err.in_entry(new_name.clone()))?;
-            } else if let (true, Some(sums)) = (e.name == sums_name, &sums) {
-                s.write_text(&e.name, sums.as_bytes())?;
-            } else {
-                s.copy_entry(&base, e, &e.name)?;
+            match replaced.get(&e.name) {
+                Some(bytes) => {
+                    s.write_text(&e.name, bytes)?;
+                }
+                None => s.copy_entry(&base, e, &e.name)?,
             }
+        }
+        // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
+        s.write_text(&new_name, &new_bytes)
+            .map_err(|err| err.in_entry(new_name.clone()))?;
+        for (from_entry, to_entry) in &copies {
+            let e = base.entry(from_entry).ok_or_else(|| {
+                Error::new(ErrorKind::MissingEntry(from_entry.clone())).in_entry(from_entry.clone())
+            })?;
+            s.copy_entry(&base, e, to_entry)?;
+        }
+        let mut added: Vec<&String> = replaced.keys().filter(|n| !base.has_entry(n)).collect();
+        added.sort();
+        for name in added {
+            s.write_text(name, &replaced[name])?;
         }
         s.tags = base.tags().to_vec();
         s.comment = base.directory().comment.clone();
@@ -157,4 +215,54 @@ fn rewrite_graph(
         })
     };
     run().map_err(|e| ap.located(e))
+}
+
+/// What changes in one tag's text files when graphs move: its new shared.txt rows (if
+/// they change), files added (hash, name) and files no longer its own.
+#[derive(Default)]
+struct TagEdit {
+    shared: Option<Vec<(&'static str, String)>>,
+    sums: Vec<(String, String)>,
+    unlisted: Vec<String>,
+}
+
+impl TagEdit {
+    /// Adds the tag's new shared.txt (or its removal) and sha256sums.txt to
+    /// `replaced` / `dropped`.
+    fn apply(
+        &self,
+        base: &Archive,
+        tag: &str,
+        replaced: &mut HashMap<String, Vec<u8>>,
+        dropped: &mut std::collections::HashSet<String>,
+    ) -> Result<()> {
+        let shared_name = format!("{tag}/{SHARED_TXT}");
+        let mut unlisted = self.unlisted.clone();
+        let mut sums_add = self.sums.clone();
+        if let Some(rows) = &self.shared {
+            if rows.is_empty() {
+                if base.has_entry(&shared_name) {
+                    dropped.insert(shared_name.clone());
+                }
+                unlisted.push(SHARED_TXT.to_string());
+            } else {
+                let txt = text::render_shared(rows.iter().map(|(f, t)| (*f, t.as_str())));
+                sums_add.push((sha256_hex(txt.as_bytes()), SHARED_TXT.to_string()));
+                replaced.insert(shared_name, txt.into_bytes());
+            }
+        }
+        let sums_name = format!("{tag}/sha256sums.txt");
+        if base.has_entry(&sums_name) {
+            let mut rows = text::parse_sums(&base.entry_bytes(&sums_name)?, &sums_name)?;
+            rows.retain(|(_, p)| !unlisted.contains(p));
+            for (h, rel) in sums_add {
+                match rows.iter_mut().find(|(_, p)| *p == rel) {
+                    Some(row) => row.0 = h,
+                    None => rows.push((h, rel)),
+                }
+            }
+            replaced.insert(sums_name, text::render_sums(&rows).into_bytes());
+        }
+        Ok(())
+    }
 }

@@ -193,14 +193,57 @@ pub struct TableLine {
 /// Parses params.txt (`updater == false`: exactly one ref per line) or updater.txt
 /// (one or more refs). Names must be unique; `entry` names the file in errors.
 pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<TableLine>> {
-    let text = utf8(bytes, entry)?;
     let mut out = Vec::new();
+    for_each_table_line(bytes, entry, updater, |name, refs, line| {
+        out.push(TableLine {
+            name,
+            refs: refs.to_vec(),
+            line,
+        });
+        Ok(())
+    })?;
+    check_unique_names(out.iter().map(|l| (l.name.as_str(), l.line)), entry)?;
+    Ok(out)
+}
+
+/// Refuses two equal names among `names` (name, line pairs),
+/// naming the later line. Sorts borrowed names: no copy of each name into a set.
+pub(crate) fn check_unique_names<'n>(
+    names: impl Iterator<Item = (&'n str, usize)>,
+    entry: &str,
+) -> Result<()> {
+    let mut order: Vec<(&str, usize)> = names.collect();
+    order.sort_unstable();
+    if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
+        let (name, n) = w[1];
+        return Err(syntax(format!("name {name:?} appears twice"), entry, n));
+    }
+    Ok(())
+}
+
+/// The line-by-line core of [`parse_table`]: calls `f(name, refs, line)` for each line,
+/// in order, without collecting the lines (a reader keeps only what it needs of each:
+/// a params.txt of 200,000 names must not cost a parsed copy of every line on top of
+/// the tag's own table). Does not check that names are unique.
+pub(crate) fn for_each_table_line(
+    bytes: &[u8],
+    entry: &str,
+    updater: bool,
+    mut f: impl FnMut(String, &[ParamRef], usize) -> Result<()>,
+) -> Result<()> {
+    let text = utf8(bytes, entry)?;
+    let mut refs: Vec<ParamRef> = Vec::new();
+    // Reused for every line: no allocation per line.
+    let mut refs_raw: Vec<&str> = Vec::new();
     for item in lines(text, entry, MAX_TABLE_LINE) {
         let (n, line) = item?;
         let mut fields = line.split(' ');
         let raw_name = fields.next().unwrap_or("");
-        let refs_raw: Vec<&str> = fields.collect();
-        if raw_name.is_empty() || refs_raw.iter().any(|r| r.is_empty()) {
+        refs_raw.clear();
+        refs_raw.extend(fields);
+        let count = refs_raw.len();
+        let empty_field = refs_raw.iter().any(|r| r.is_empty());
+        if raw_name.is_empty() || empty_field {
             return Err(syntax(
                 "fields must be separated by exactly one space, with no leading or trailing space"
                     .into(),
@@ -208,25 +251,24 @@ pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<Table
                 n,
             ));
         }
-        if !updater && refs_raw.len() != 1 {
+        if !updater && count != 1 {
             return Err(syntax(
-                format!("expected `name ref`, found {} fields", refs_raw.len() + 1),
+                format!("expected `name ref`, found {} fields", count + 1),
                 entry,
                 n,
             ));
         }
-        if refs_raw.len() > MAX_UPDATER_ARRAYS {
+        if count > MAX_UPDATER_ARRAYS {
             return Err(syntax(
                 format!(
-                    "{} refs on one line; a parameter has at most {MAX_UPDATER_ARRAYS} updater \
-                     state arrays",
-                    refs_raw.len()
+                    "{count} refs on one line; a parameter has at most {MAX_UPDATER_ARRAYS} \
+                     updater state arrays"
                 ),
                 entry,
                 n,
             ));
         }
-        if updater && refs_raw.is_empty() {
+        if updater && count == 0 {
             return Err(syntax(
                 "expected `name ref [ref ...]`, found only a name".into(),
                 entry,
@@ -237,24 +279,55 @@ pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<Table
         if name.is_empty() {
             return Err(syntax("empty name".into(), entry, n));
         }
-        let refs = refs_raw
-            .iter()
-            .map(|r| ParamRef::parse(r).map_err(|m| syntax(m, entry, n)))
-            .collect::<Result<Vec<_>>>()?;
-        out.push(TableLine {
-            name,
-            refs,
-            line: n,
-        });
+        refs.clear();
+        for r in &refs_raw {
+            refs.push(ParamRef::parse(r).map_err(|m| syntax(m, entry, n))?);
+        }
+        f(name, &refs, n)?;
     }
-    // Duplicates by sorting borrowed names: no copy of each name into a set.
-    let mut order: Vec<&TableLine> = out.iter().collect();
-    order.sort_unstable_by(|a, b| a.name.cmp(&b.name).then(a.line.cmp(&b.line)));
-    if let Some(w) = order.windows(2).find(|w| w[0].name == w[1].name) {
-        let (name, n) = (&w[1].name, w[1].line);
-        return Err(syntax(format!("name {name:?} appears twice"), entry, n));
+    Ok(())
+}
+
+/// Parses a tag's shared.txt: `FILE TAG` lines (FILE one of the shareable files, TAG
+/// a valid tag name), as (file, tag, line). The tag's existence is the caller's check.
+pub fn parse_shared(bytes: &[u8], entry: &str) -> Result<Vec<(&'static str, String, usize)>> {
+    let text = utf8(bytes, entry)?;
+    let mut out = Vec::new();
+    for item in lines(text, entry, MAX_TAGS_LINE) {
+        let (n, line) = item?;
+        let (file, tag) = line
+            .split_once(' ')
+            .ok_or_else(|| syntax("expected `FILE TAG`".into(), entry, n))?;
+        let Some(file) = super::reader::SHAREABLE_FILES
+            .iter()
+            .copied()
+            .find(|f| *f == file)
+        else {
+            return Err(syntax(
+                format!(
+                    "{file:?} cannot be shared; only {}",
+                    super::reader::SHAREABLE_FILES.join(", ")
+                ),
+                entry,
+                n,
+            ));
+        };
+        validate_tag_name(tag).map_err(|e| e.in_entry(entry).at_line(n))?;
+        out.push((file, tag.to_string(), n));
     }
     Ok(out)
+}
+
+/// Renders shared.txt.
+pub fn render_shared<'r>(rows: impl IntoIterator<Item = (&'r str, &'r str)>) -> String {
+    let mut s = String::new();
+    for (file, tag) in rows {
+        s.push_str(file);
+        s.push(' ');
+        s.push_str(tag);
+        s.push('\n');
+    }
+    s
 }
 
 /// Renders params.txt / updater.txt lines.

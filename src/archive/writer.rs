@@ -7,7 +7,9 @@ use super::durable::TempTarget;
 use super::entry_name::check_entry_name;
 use super::hashing::{HashPool, IN_FLIGHT_LIMIT, Ticket, sha256_parts};
 use super::lock::WriteLock;
-use super::reader::{Archive, GraphEncoding, TAGS_TXT, TensorKind, hex_digest};
+use super::reader::{
+    Archive, GraphEncoding, SHAREABLE_FILES, SHARED_TXT, TAGS_TXT, TensorKind, hex_digest,
+};
 use super::tag_name::validate_tag_name;
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
@@ -128,6 +130,17 @@ impl Dedup {
     }
 }
 
+/// A shareable file's prefilter key: (file name, length, CRC-32).
+type FileKey = (&'static str, u64, u32);
+
+/// A shareable file (graph, training config) already stored: in this session (its
+/// SHA-256) or in the base archive (its entry, compared byte for byte).
+struct FileCandidate {
+    tag: String,
+    sha: Option<[u8; 32]>,
+    base_entry: Option<String>,
+}
+
 /// The state every write path shares: the zip output, the tag list, the dedup index.
 pub(crate) struct Session {
     pub out: ZipOut<Box<dyn Write>>,
@@ -135,6 +148,9 @@ pub(crate) struct Session {
     pub opts: WriteOptions,
     pub comment: Vec<u8>,
     dedup: Dedup,
+    /// Graphs and training configs already stored, by (file name, length, CRC-32): an
+    /// identical one in a later tag is referenced through its shared.txt instead.
+    files: HashMap<FileKey, Vec<FileCandidate>>,
     base: Option<Archive>,
     /// Background SHA-256 of tensors; started by the first tensor that uses it.
     pool: PoolSlot,
@@ -168,6 +184,7 @@ impl Session {
             opts,
             comment: Vec::new(),
             dedup: Dedup::default(),
+            files: HashMap::new(),
             base: None,
             pool: PoolSlot::NotStarted,
         }
@@ -184,6 +201,17 @@ impl Session {
             let Some(t) = base.canonical_tag(top).filter(|t| *t == top) else {
                 continue;
             };
+            if let Some(file) = SHAREABLE_FILES.iter().copied().find(|f| *f == rel) {
+                self.files
+                    .entry((file, e.uncompressed_size, e.crc32))
+                    .or_default()
+                    .push(FileCandidate {
+                        tag: t.to_string(),
+                        sha: None,
+                        base_entry: Some(e.name.clone()),
+                    });
+                continue;
+            }
             for kind in [TensorKind::Params, TensorKind::Updater] {
                 let Some(n) = rel
                     .strip_prefix(kind.dir())
@@ -245,8 +273,26 @@ impl Session {
             next: [0, 0],
             sums: Vec::new(),
             used: HashSet::new(),
+            shared: Vec::new(),
+            shareable: Vec::new(),
             metadata: false,
             done: false,
+        })
+    }
+
+    /// The tag already holding a file `file` with exactly these bytes, if any.
+    fn find_file(&self, file: &'static str, bytes: &[u8], sha: &[u8; 32]) -> Option<String> {
+        let key = (file, bytes.len() as u64, crc32fast::hash(bytes));
+        self.files.get(&key)?.iter().find_map(|c| {
+            let same = match (&c.sha, &c.base_entry, &self.base) {
+                (Some(s), _, _) => s == sha,
+                (None, Some(entry), Some(base)) => base
+                    .entry_bytes(entry)
+                    .map(|b| *b == *bytes)
+                    .unwrap_or(false),
+                _ => false,
+            };
+            same.then(|| c.tag.clone())
         })
     }
 
@@ -293,8 +339,9 @@ impl Session {
 const POOL_HASH_MIN: usize = 64 << 10;
 
 /// File names a tag writer produces itself.
-const RESERVED: [&str; 8] = [
+const RESERVED: [&str; 9] = [
     "params.txt",
+    "shared.txt",
     "updater.txt",
     "sha256sums.txt",
     "metadata.json",
@@ -317,6 +364,10 @@ pub struct TagWriter<'s> {
     next: [u64; 2],
     sums: Vec<(Sha, String)>,
     used: HashSet<String>,
+    /// Files taken from other tags (shared.txt): (file, owning tag).
+    shared: Vec<(&'static str, String)>,
+    /// Files this tag stores that later tags may share: (key, SHA-256).
+    shareable: Vec<(FileKey, [u8; 32])>,
     metadata: bool,
     done: bool,
 }
@@ -372,7 +423,24 @@ impl TagWriter<'_> {
             .into());
         }
         check_graph(&self.name, enc, bytes)?;
-        self.put_file(enc.file_name(), bytes, true)
+        self.put_shareable(enc.file_name(), bytes)
+    }
+
+    /// Stores `file` (a graph or training config), or, when an earlier tag holds the same
+    /// bytes under the same name, lists it in shared.txt instead.
+    fn put_shareable(&mut self, file: &'static str, bytes: &[u8]) -> Result<()> {
+        let sha = sha256_parts(&[bytes]);
+        if let Some(owner) = self.s.find_file(file, bytes, &sha)
+            && owner != self.name
+        {
+            self.claim(file)?;
+            self.shared.push((file, owner));
+            return Ok(());
+        }
+        self.put_file(file, bytes, true)?;
+        let key = (file, bytes.len() as u64, crc32fast::hash(bytes));
+        self.shareable.push((key, sha));
+        Ok(())
     }
 
     fn add_tensor(&mut self, kind: TensorKind, t: &TensorView<'_>) -> Result<ParamRef> {
@@ -503,7 +571,7 @@ impl TagWriter<'_> {
                 e.kind()
             )))
         })?;
-        self.put_file("trainingConfig.fb", bytes, true)
+        self.put_shareable("trainingConfig.fb", bytes)
     }
 
     /// Adds `metadata.json`: a JSON object; a `"created"` key (RFC 3339 UTC, now) is
@@ -549,6 +617,10 @@ impl TagWriter<'_> {
             let m = with_created(None)?;
             self.put_file("metadata.json", &m, true)?;
         }
+        if !self.shared.is_empty() {
+            let rows = text::render_shared(self.shared.iter().map(|(f, t)| (*f, t.as_str())));
+            self.put_file(SHARED_TXT, rows.as_bytes(), true)?;
+        }
         let sums: Vec<(String, String)> = self
             .sums
             .iter()
@@ -558,6 +630,13 @@ impl TagWriter<'_> {
         let full = format!("{}/sha256sums.txt", self.name);
         self.s.write_text(&full, sums.as_bytes())?;
         self.s.tags.push(self.name.clone());
+        for (key, sha) in std::mem::take(&mut self.shareable) {
+            self.s.files.entry(key).or_default().push(FileCandidate {
+                tag: self.name.clone(),
+                sha: Some(sha),
+                base_entry: None,
+            });
+        }
         self.done = true;
         Ok(())
     }

@@ -7,7 +7,6 @@ use super::progress::Progress;
 use modelzip::TensorView;
 use modelzip::WriteOptions;
 use modelzip::archive::{Archive, Tag, TensorLocation};
-use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 /// The archive and the tag a reading command works on (`ARCHIVE [--tag TAG]`).
@@ -146,23 +145,50 @@ pub fn tag_err(tag: &str) -> impl Fn(modelzip::Error) -> CliError + '_ {
     move |e| CliError::Failed(format!("cannot read tag {tag}: {e}"))
 }
 
-/// The JSON description of a stored tensor (the shape `show --json` documents).
-pub fn tensor_json(name: Option<&str>, loc: &TensorLocation, t: &TensorView<'_>) -> Value {
-    let mut m = serde_json::Map::new();
-    if let Some(n) = name {
-        m.insert("name".into(), json!(n));
+/// What `show` says of one tensor file, computed once per file however many names
+/// refer to it.
+pub struct TensorInfo {
+    pub dtype: modelzip::DType,
+    pub dims: Vec<u64>,
+    pub lod: Vec<Vec<u64>>,
+    pub data_sha256: String,
+}
+
+impl TensorInfo {
+    pub fn of(t: &TensorView<'_>) -> TensorInfo {
+        TensorInfo {
+            dtype: t.dtype(),
+            dims: t.dims().to_vec(),
+            lod: t.lod().clone(),
+            data_sha256: sha256_hex(t.data()),
+        }
     }
-    m.insert("dtype".into(), json!(t.dtype().name()));
-    m.insert("dtype_code".into(), json!(t.dtype().code()));
-    m.insert("dims".into(), json!(t.dims()));
-    m.insert("lod".into(), json!(t.lod()));
-    m.insert("entry".into(), json!(loc.entry));
-    let shared = if loc.shared {
-        json!(loc.tag)
-    } else {
-        Value::Null
-    };
-    m.insert("shared_from".into(), shared);
-    m.insert("data_sha256".into(), json!(sha256_hex(t.data())));
-    Value::Object(m)
+}
+
+/// The JSON description of a stored tensor (the shape `show --json` documents), written
+/// as it is serialized: `{name?, dtype, dtype_code, dims, lod, entry, shared_from,
+/// data_sha256}`.
+pub struct TensorJson<'a> {
+    pub name: Option<&'a str>,
+    pub loc: &'a TensorLocation,
+    pub info: &'a TensorInfo,
+}
+
+impl serde::Serialize for TensorJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        if let Some(n) = self.name {
+            m.serialize_entry("name", n)?;
+        }
+        m.serialize_entry("dtype", self.info.dtype.name())?;
+        m.serialize_entry("dtype_code", &self.info.dtype.code())?;
+        m.serialize_entry("dims", &self.info.dims)?;
+        m.serialize_entry("lod", &self.info.lod)?;
+        m.serialize_entry("entry", self.loc.entry.as_str())?;
+        let shared = self.loc.shared.then_some(self.loc.tag.as_str());
+        m.serialize_entry("shared_from", &shared)?;
+        m.serialize_entry("data_sha256", &self.info.data_sha256)?;
+        m.end()
+    }
 }

@@ -1,10 +1,11 @@
 //! `modelzip diff`: compare two tags parameter by parameter.
 
 use super::common::open;
-use super::output::{clean, print, print_json};
+use super::output::{clean, io_error, print_json};
 use super::{CliError, Outcome};
 use modelzip::variants::{ParamDiff, TagDiff, diff_tags};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Compare two tags: parameters added (only in TAG_B), removed (only in TAG_A),
@@ -42,31 +43,46 @@ fn num(x: Option<f64>) -> Value {
     }
 }
 
-fn changed_json(c: &ParamDiff) -> Value {
-    json!({
-        "name": c.name,
-        "dtype_a": c.dtype_a.name(),
-        "dtype_b": c.dtype_b.name(),
-        "dims_a": c.dims_a,
-        "dims_b": c.dims_b,
-        "dequantized": c.dequantized,
-        "max_abs_diff": num(c.max_abs_diff),
-        "max_rel_diff": num(c.max_rel_diff),
-    })
+struct ChangedJson<'a>(&'a ParamDiff);
+
+impl serde::Serialize for ChangedJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let c = self.0;
+        let mut m = s.serialize_map(Some(8))?;
+        m.serialize_entry("name", &c.name)?;
+        m.serialize_entry("dtype_a", c.dtype_a.name())?;
+        m.serialize_entry("dtype_b", c.dtype_b.name())?;
+        m.serialize_entry("dims_a", &c.dims_a)?;
+        m.serialize_entry("dims_b", &c.dims_b)?;
+        m.serialize_entry("dequantized", &c.dequantized)?;
+        m.serialize_entry("max_abs_diff", &num(c.max_abs_diff))?;
+        m.serialize_entry("max_rel_diff", &num(c.max_rel_diff))?;
+        m.end()
+    }
 }
 
-fn diff_json(d: &TagDiff) -> Value {
-    json!({
-        "tag_a": d.tag_a,
-        "tag_b": d.tag_b,
-        "identical": d.is_identical(),
-        "graph": d.graph.name(),
-        "added": d.added,
-        "removed": d.removed,
-        "changed": d.changed.iter().map(changed_json).collect::<Vec<_>>(),
-        "shared": d.shared,
-        "copied": d.copied,
-    })
+/// The `diff --json` document, serialized as it is written (the name lists are not
+/// copied into a JSON tree first).
+struct DiffJson<'a>(&'a TagDiff);
+
+impl serde::Serialize for DiffJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let d = self.0;
+        let mut m = s.serialize_map(Some(9))?;
+        m.serialize_entry("tag_a", &d.tag_a)?;
+        m.serialize_entry("tag_b", &d.tag_b)?;
+        m.serialize_entry("identical", &d.is_identical())?;
+        m.serialize_entry("graph", d.graph.name())?;
+        m.serialize_entry("added", &d.added)?;
+        m.serialize_entry("removed", &d.removed)?;
+        let changed: Vec<ChangedJson<'_>> = d.changed.iter().map(ChangedJson).collect();
+        m.serialize_entry("changed", &changed)?;
+        m.serialize_entry("shared", &d.shared)?;
+        m.serialize_entry("copied", &d.copied)?;
+        m.end()
+    }
 }
 
 fn fmt_num(x: Option<f64>) -> String {
@@ -76,9 +92,11 @@ fn fmt_num(x: Option<f64>) -> String {
     }
 }
 
-fn text(d: &TagDiff) -> String {
-    let mut out = format!(
-        "{} -> {}: graph {}, {} added, {} removed, {} changed, {} shared, {} copied\n",
+/// Writes the summary as it goes (a list of 200,000 names is not built first).
+fn text(d: &TagDiff, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} -> {}: graph {}, {} added, {} removed, {} changed, {} shared, {} copied",
         clean(&d.tag_a),
         clean(&d.tag_b),
         d.graph.name(),
@@ -87,12 +105,12 @@ fn text(d: &TagDiff) -> String {
         d.changed.len(),
         d.shared.len(),
         d.copied.len()
-    );
+    )?;
     for n in &d.added {
-        out.push_str(&format!("+ {}\n", clean(n)));
+        writeln!(out, "+ {}", clean(n))?;
     }
     for n in &d.removed {
-        out.push_str(&format!("- {}\n", clean(n)));
+        writeln!(out, "- {}", clean(n))?;
     }
     for c in &d.changed {
         let types = if c.dtype_a == c.dtype_b {
@@ -105,17 +123,18 @@ fn text(d: &TagDiff) -> String {
         } else {
             format!("{:?} -> {:?}", c.dims_a, c.dims_b)
         };
-        out.push_str(&format!(
-            "~ {:<32} {:<14} {:<16} max abs {} rel {}{}\n",
+        writeln!(
+            out,
+            "~ {:<32} {:<14} {:<16} max abs {} rel {}{}",
             clean(&c.name),
             types,
             dims,
             fmt_num(c.max_abs_diff),
             fmt_num(c.max_rel_diff),
             if c.dequantized { " (dequantized)" } else { "" }
-        ));
+        )?;
     }
-    out
+    out.flush()
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
@@ -129,9 +148,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ))
     })?;
     if args.json {
-        print_json(&diff_json(&d))?;
+        print_json(&DiffJson(&d))?;
     } else {
-        print(&text(&d))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        text(&d, &mut out).map_err(io_error)?;
     }
     if args.exit_code && !d.is_identical() {
         return Ok(Outcome::Negative);

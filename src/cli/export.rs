@@ -41,6 +41,11 @@ pub struct Args {
     /// Replace existing files.
     #[arg(long)]
     force: bool,
+    /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
+    /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
+    /// whichever is larger. Checked before anything is written (paddle, safetensors).
+    #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
+    max_output: Option<u64>,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -65,6 +70,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     };
     let opts = ExportOptions {
         overwrite: args.force,
+        max_output: args.max_output,
         ..ExportOptions::default()
     };
     let r = format.export(&tag, &args.out, &opts).map_err(fail)?;

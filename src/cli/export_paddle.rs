@@ -32,6 +32,11 @@ pub struct Args {
     force: bool,
     #[command(flatten)]
     output: OutputArgs,
+    /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
+    /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
+    /// whichever is larger. Checked before anything is written.
+    #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
+    max_output: Option<u64>,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
@@ -50,6 +55,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     let opts = ExportOptions {
         overwrite: args.force,
+        max_output: args.max_output,
         ..ExportOptions::default()
     };
     let r = paddle::export_inference_model(&tag, &args.out, &opts).map_err(|e| {

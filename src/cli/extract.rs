@@ -1,12 +1,11 @@
 //! `modelzip extract`: a tag as a Paddle persistables directory.
 
 use super::common::{OutputArgs, TagArgs, tag_err};
-use super::output::{print, print_json};
+use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::archive::GraphEncoding;
 use modelzip::tensor;
-use serde_json::json;
-use std::collections::HashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,7 +19,9 @@ use std::path::{Path, PathBuf};
 /// overwrites an existing file unless --force. On failure the files and
 /// directories it created are removed (DIR too, when it created DIR). `pack`
 /// reads the directory back as the same tag (the graph from `__model__` or
-/// `graph.fb`); updater state is not extracted.
+/// `graph.fb`); updater state is not extracted. The files and bytes it would write are
+/// added up first and refused above --max-files / --max-output (many names may share
+/// one tensor file, so a small archive can describe a large directory).
 ///
 /// Example:
 ///   modelzip extract model.zip --tag fp32 --out fp32_params/
@@ -41,6 +42,39 @@ pub struct Args {
     force: bool,
     #[command(flatten)]
     output: OutputArgs,
+    /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
+    /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
+    /// whichever is larger. Checked before anything is written.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_output: Option<u64>,
+    /// Refuse to write more than N files. Default: 100000. Checked before anything
+    /// is written.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FILES)]
+    max_files: u64,
+}
+
+/// Files `extract` writes at most unless `--max-files` says otherwise.
+pub const DEFAULT_MAX_FILES: u64 = 100_000;
+
+/// Parses `SIZE`: decimal bytes, optionally followed by K, M, G or T (powers of 1024;
+/// `KiB`, `MB` etc. are read the same way).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (bytes, or a number with K, M, G or T)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(format!("{s:?}: unknown unit (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} does not fit in 64 bits"))
 }
 
 /// The relative path for a parameter name of tag `tag`, or why it cannot be one.
@@ -174,72 +208,168 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// Fsyncs `files` (and then `dirs`) from several threads at once: one fsync after
+/// another would cost a journal commit each (200,000 files took over a minute), while
+/// concurrent ones share commits.
+fn sync_all_parallel(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError> {
+    let sync = |paths: &[PathBuf]| -> Result<(), CliError> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = paths.len().clamp(1, SYNC_THREADS);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| -> Result<(), CliError> {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(p) = paths.get(i) else {
+                                return Ok(());
+                            };
+                            File::open(p).and_then(|f| f.sync_all()).map_err(|e| {
+                                CliError::Failed(format!("cannot sync {}: {e}", p.display()))
+                            })?;
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().map_err(|_| {
+                    CliError::Failed("cannot sync the output: a thread panicked".into())
+                })??;
+            }
+            Ok(())
+        })
+    };
+    sync(files)?;
+    sync(dirs)
+}
+
+/// Threads that fsync the extracted files (the work waits on the disk, not the CPU).
+const SYNC_THREADS: usize = 32;
+
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
     let tag_name = tag.name();
-    // Check every name and decode every tensor before writing anything. Each file:
-    // (path relative to the output, the same with `/` separators, bytes).
-    let mut files: Vec<(PathBuf, String, Vec<u8>)> = Vec::new();
-    if let Some((enc, bytes)) = tag.graph().map_err(tag_err(tag_name))? {
-        let name = match enc {
-            GraphEncoding::ProgramDesc => "__model__",
-            GraphEncoding::FlatBuffers => "graph.fb",
-        };
-        files.push((PathBuf::from(name), name.to_string(), bytes.into_owned()));
-    }
-    // Every path a file takes and every directory one needs: a parameter "a" next to
-    // "a/b" cannot be written.
-    let mut file_paths: HashSet<PathBuf> = files.iter().map(|(f, _, _)| f.clone()).collect();
-    let mut dir_paths: HashSet<PathBuf> = HashSet::new();
+    let max_output = args
+        .max_output
+        .unwrap_or_else(|| modelzip::interop::paddle::default_max_output(archive.len_bytes()));
+    // Check every name, decode every tensor file once and add up what would be written,
+    // all before writing anything. Names are the relative paths (safe_relative refuses
+    // empty, `.` and `..` components), so the collision sets borrow them.
+    let graph = tag.graph().map_err(tag_err(tag_name))?;
+    let graph_file = graph.as_ref().map(|(enc, _)| match enc {
+        GraphEncoding::ProgramDesc => "__model__",
+        GraphEncoding::FlatBuffers => "graph.fb",
+    });
+    let mut file_paths: FxHashSet<&str> = FxHashSet::default();
+    let mut dir_paths: FxHashSet<&str> = FxHashSet::default();
+    file_paths.extend(graph_file);
+    let mut total_bytes: u64 = graph.as_ref().map_or(0, |(_, b)| b.len() as u64);
+    let mut total_files: u64 = u64::from(graph.is_some());
+    // Encoded length of each tensor file the tag uses.
+    let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
     for p in tag.params() {
-        let rel = safe_relative(tag_name, &p.name)?;
+        safe_relative(tag_name, &p.name)?;
         let collides = |what: &str| {
             CliError::Failed(format!(
                 "cannot extract tag {tag_name}: parameter {:?} collides with {what} in the output (entry {tag_name}/params.txt)",
                 p.name
             ))
         };
-        if file_paths.contains(&rel) {
+        if file_paths.contains(p.name.as_str()) {
             return Err(collides("another file"));
         }
-        if dir_paths.contains(&rel) {
+        if dir_paths.contains(p.name.as_str()) {
             return Err(collides("the directory of another parameter"));
         }
-        for dir in rel.ancestors().skip(1) {
-            if dir.as_os_str().is_empty() {
-                break;
-            }
+        for (i, _) in p.name.match_indices('/') {
+            let dir = &p.name[..i];
             if file_paths.contains(dir) {
                 return Err(collides("another file (it needs it as a directory)"));
             }
-            dir_paths.insert(dir.to_path_buf());
+            dir_paths.insert(dir);
         }
-        file_paths.insert(rel.clone());
-        let data = tag.param(&p.name).map_err(tag_err(tag_name))?;
-        let mut bytes = Vec::new();
-        tensor::encode_tensor(&data.view(), &mut bytes).map_err(|e| {
-            CliError::Failed(format!(
-                "cannot encode parameter {:?} of tag {tag_name}: {e}",
-                p.name
-            ))
-        })?;
-        files.push((rel, p.name.clone(), bytes));
+        file_paths.insert(&p.name);
+        let len = match sizes.get(p.location.entry.as_str()) {
+            Some(&n) => n,
+            None => {
+                let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
+                let n = tensor::codec::encoded_len(&data.view());
+                sizes.insert(p.location.entry.as_str(), n);
+                n
+            }
+        };
+        total_bytes = total_bytes.saturating_add(len);
+        total_files += 1;
     }
+    if total_files > args.max_files {
+        return Err(CliError::Failed(format!(
+            "cannot extract tag {tag_name}: it would write {total_files} files ({total_bytes} bytes), more than the limit of {} files (raise it with --max-files)",
+            args.max_files
+        )));
+    }
+    if total_bytes > max_output {
+        return Err(CliError::Failed(format!(
+            "cannot extract tag {tag_name}: it would write {total_bytes} bytes ({}) in {total_files} files, more than the limit of {max_output} bytes ({}; raise it with --max-output)",
+            human_bytes(total_bytes, false),
+            human_bytes(max_output, false),
+        )));
+    }
+    drop(file_paths);
+    drop(dir_paths);
     let out_dirs = create_out_dir(&args.out)?;
     let mut created_files: Vec<PathBuf> = Vec::new();
     let mut created_dirs: Vec<PathBuf> = Vec::new();
     let result = (|| {
-        for (rel, _, bytes) in &files {
-            make_parents(&args.out, rel, &mut created_dirs)?;
-            let path = args.out.join(rel);
+        if let (Some((_, bytes)), Some(name)) = (&graph, graph_file) {
+            let path = args.out.join(name);
             let mut f = create_file(&path, args.force)?;
             created_files.push(path.clone());
             f.write_all(bytes)
-                .and_then(|_| f.sync_all())
                 .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))?;
         }
-        Ok::<(), CliError>(())
+        // The first file written for each tensor file: later names that refer to it
+        // copy it (copy_file_range where the OS has it) instead of decoding it again.
+        let mut first: FxHashMap<&str, usize> = FxHashMap::default();
+        for p in tag.params() {
+            let rel = safe_relative(tag_name, &p.name)?;
+            make_parents(&args.out, &rel, &mut created_dirs)?;
+            let path = args.out.join(&rel);
+            let mut f = create_file(&path, args.force)?;
+            created_files.push(path.clone());
+            let failed = |e: std::io::Error| {
+                CliError::Failed(format!("cannot write {}: {e}", path.display()))
+            };
+            match first.get(p.location.entry.as_str()) {
+                Some(&i) => {
+                    let src = &created_files[i];
+                    let mut from = File::open(src).map_err(|e| {
+                        CliError::Failed(format!("cannot read {}: {e}", src.display()))
+                    })?;
+                    std::io::copy(&mut from, &mut f).map_err(failed)?;
+                }
+                None => {
+                    first.insert(p.location.entry.as_str(), created_files.len() - 1);
+                    let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
+                    let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut f);
+                    tensor::encode_tensor(&data.view(), &mut w)
+                        .and_then(|_| w.flush())
+                        .map_err(failed)?;
+                }
+            }
+        }
+        // Durable at the end, all at once: the files, then the directories that name
+        // them (the new ones, the output directory and its parent).
+        let mut dirs: Vec<PathBuf> = created_dirs.clone();
+        dirs.push(args.out.clone());
+        if let Some(parent) = out_dirs.first().and_then(|d| d.parent()) {
+            dirs.push(if parent.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                parent.to_path_buf()
+            });
+        }
+        sync_all_parallel(&created_files, &dirs)
     })();
     if let Err(e) = result {
         for f in created_files.iter().rev() {
@@ -250,20 +380,51 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         return Err(e);
     }
     if args.output.json {
-        let written: Vec<&str> = files.iter().map(|(_, n, _)| n.as_str()).collect();
-        print_json(&json!({
-            "archive": args.input.archive.display().to_string(),
-            "tag": tag.name(),
-            "out": args.out.display().to_string(),
-            "files": written,
-        }))?;
+        print_json(&ExtractJson {
+            archive: &args.input.archive,
+            tag: tag_name,
+            out: &args.out,
+            graph: graph_file,
+            params: tag.params(),
+        })?;
     } else if !args.output.quiet {
         print(&format!(
             "extracted tag {} ({} files) to {}\n",
             tag.name(),
-            files.len(),
+            total_files,
             args.out.display()
         ))?;
     }
     Ok(Outcome::Success)
+}
+
+/// The `extract --json` document, serialized as it is written.
+struct ExtractJson<'a> {
+    archive: &'a Path,
+    tag: &'a str,
+    out: &'a Path,
+    graph: Option<&'a str>,
+    params: &'a [modelzip::archive::ParamEntry],
+}
+
+impl serde::Serialize for ExtractJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Files<'a>(Option<&'a str>, &'a [modelzip::archive::ParamEntry]);
+        impl serde::Serialize for Files<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(
+                    self.0
+                        .into_iter()
+                        .chain(self.1.iter().map(|p| p.name.as_str())),
+                )
+            }
+        }
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("archive", &self.archive.display().to_string())?;
+        m.serialize_entry("tag", self.tag)?;
+        m.serialize_entry("out", &self.out.display().to_string())?;
+        m.serialize_entry("files", &Files(self.graph, self.params))?;
+        m.end()
+    }
 }

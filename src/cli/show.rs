@@ -1,9 +1,12 @@
 //! `modelzip show`: every param and updater array of a tag.
 
-use super::common::{TagArgs, tag_err, tensor_json};
-use super::output::{clean, print, print_json};
+use super::common::{TagArgs, TensorInfo, TensorJson, tag_err};
+use super::output::{clean, io_error, print_json};
 use super::{CliError, Outcome};
-use serde_json::{Value, json};
+use modelzip::archive::{Tag, TensorLocation};
+use rustc_hash::FxHashMap;
+use serde::ser::{SerializeMap, SerializeSeq};
+use std::io::Write;
 
 /// Show each parameter and updater array of a tag: name, dtype, dims, LoD, the
 /// entry it is stored in, whether it is shared and from which tag, and the SHA-256
@@ -22,57 +25,161 @@ pub struct Args {
     json: bool,
 }
 
+/// Every tensor file the tag uses, described once (many names may refer to one file:
+/// the output repeats the description, the memory and the hashing do not).
+type Infos<'t> = FxHashMap<&'t str, TensorInfo>;
+
+fn describe_files<'t>(tag: &'t Tag<'_>) -> Result<Infos<'t>, CliError> {
+    let mut infos: Infos<'t> = FxHashMap::default();
+    let locations = tag
+        .params()
+        .iter()
+        .map(|p| &p.location)
+        .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+    for loc in locations {
+        if infos.contains_key(loc.entry.as_str()) {
+            continue;
+        }
+        let data = tag.tensor(loc).map_err(tag_err(tag.name()))?;
+        infos.insert(loc.entry.as_str(), TensorInfo::of(&data.view()));
+    }
+    Ok(infos)
+}
+
+fn info<'i>(infos: &'i Infos<'_>, loc: &TensorLocation) -> &'i TensorInfo {
+    // describe_files described every location of the tag.
+    &infos[loc.entry.as_str()]
+}
+
+/// The `show --json` document, serialized as it is written.
+struct Doc<'a, 't> {
+    tag: &'a Tag<'t>,
+    infos: &'a Infos<'a>,
+}
+
+struct Params<'a, 't>(&'a Doc<'a, 't>);
+struct Updater<'a, 't>(&'a Doc<'a, 't>);
+struct Arrays<'a>(&'a [TensorLocation], &'a Infos<'a>);
+
+impl serde::Serialize for Doc<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("tag", self.tag.name())?;
+        m.serialize_entry("params", &Params(self))?;
+        m.serialize_entry("updater", &Updater(self))?;
+        m.end()
+    }
+}
+
+impl serde::Serialize for Params<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let params = self.0.tag.params();
+        let mut seq = s.serialize_seq(Some(params.len()))?;
+        for p in params {
+            seq.serialize_element(&TensorJson {
+                name: Some(&p.name),
+                loc: &p.location,
+                info: info(self.0.infos, &p.location),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+impl serde::Serialize for Updater<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let updater = self.0.tag.updater();
+        let mut seq = s.serialize_seq(Some(updater.len()))?;
+        for u in updater {
+            seq.serialize_element(&UpdaterJson {
+                name: &u.name,
+                arrays: Arrays(&u.arrays, self.0.infos),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+struct UpdaterJson<'a> {
+    name: &'a str,
+    arrays: Arrays<'a>,
+}
+
+impl serde::Serialize for UpdaterJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("name", self.name)?;
+        m.serialize_entry("arrays", &self.arrays)?;
+        m.end()
+    }
+}
+
+impl serde::Serialize for Arrays<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for loc in self.0 {
+            seq.serialize_element(&TensorJson {
+                name: None,
+                loc,
+                info: info(self.1, loc),
+            })?;
+        }
+        seq.end()
+    }
+}
+
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
-    let mut params = Vec::new();
-    for p in tag.params() {
-        let data = tag.tensor(&p.location).map_err(tag_err(tag.name()))?;
-        params.push(tensor_json(Some(&p.name), &p.location, &data.view()));
-    }
-    let mut updater = Vec::new();
-    for u in tag.updater() {
-        let mut arrays = Vec::new();
-        for loc in &u.arrays {
-            let data = tag.tensor(loc).map_err(tag_err(tag.name()))?;
-            arrays.push(tensor_json(None, loc, &data.view()));
-        }
-        updater.push(json!({"name": u.name, "arrays": arrays}));
-    }
+    // Every file is read and checked before anything is printed, so an error never
+    // comes after half a document.
+    let infos = describe_files(&tag)?;
     if args.json {
-        let doc = json!({"tag": tag.name(), "params": params, "updater": updater});
+        let doc = Doc {
+            tag: &tag,
+            infos: &infos,
+        };
         return print_json(&doc).map(|_| Outcome::Success);
     }
-    let mut out = format!(
-        "tag {}: {} params, {} updater entries\n",
-        clean(tag.name()),
-        params.len(),
-        updater.len()
-    );
-    out.push_str(&format!(
-        "{:<32} {:<10} {:<16} {:<28} {:<14} {}\n",
-        "name", "dtype", "dims", "entry", "shared from", "data sha256"
-    ));
-    let row = |name: &str, v: &Value| {
-        format!(
-            "{:<32} {:<10} {:<16} {:<28} {:<14} {}\n",
-            clean(name),
-            v["dtype"].as_str().unwrap_or(""),
-            v["dims"].to_string(),
-            clean(v["entry"].as_str().unwrap_or("")),
-            clean(v["shared_from"].as_str().unwrap_or("-")),
-            &v["data_sha256"].as_str().unwrap_or("")
-                [..16.min(v["data_sha256"].as_str().unwrap_or("").len())],
-        )
-    };
-    for p in &params {
-        out.push_str(&row(p["name"].as_str().unwrap_or(""), p));
-    }
-    for u in &updater {
-        let name = u["name"].as_str().unwrap_or("");
-        for (i, a) in u["arrays"].as_array().into_iter().flatten().enumerate() {
-            out.push_str(&row(&format!("{name} [updater {i}]"), a));
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut write = || -> std::io::Result<()> {
+        writeln!(
+            out,
+            "tag {}: {} params, {} updater entries",
+            clean(tag.name()),
+            tag.params().len(),
+            tag.updater().len()
+        )?;
+        writeln!(
+            out,
+            "{:<32} {:<10} {:<16} {:<28} {:<14} data sha256",
+            "name", "dtype", "dims", "entry", "shared from"
+        )?;
+        let mut row = |name: &str, loc: &TensorLocation| {
+            let i = info(&infos, loc);
+            let dims = serde_json::to_string(&i.dims).unwrap_or_default();
+            let shared = if loc.shared { loc.tag.as_str() } else { "-" };
+            writeln!(
+                out,
+                "{:<32} {:<10} {:<16} {:<28} {:<14} {}",
+                clean(name),
+                i.dtype.name(),
+                dims,
+                clean(&loc.entry),
+                clean(shared),
+                &i.data_sha256[..16.min(i.data_sha256.len())],
+            )
+        };
+        for p in tag.params() {
+            row(&p.name, &p.location)?;
         }
-    }
-    print(&out).map(|_| Outcome::Success)
+        for u in tag.updater() {
+            for (i, a) in u.arrays.iter().enumerate() {
+                row(&format!("{} [updater {i}]", u.name), a)?;
+            }
+        }
+        out.flush()
+    };
+    write().map_err(io_error)?;
+    Ok(Outcome::Success)
 }

@@ -62,6 +62,13 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
         }
         dtypes.insert(head.dtype);
     }
+    // A graph or training config shared from another tag (shared.txt).
+    for (file, owner) in tag.shared_files() {
+        shared_bytes += tag
+            .archive()
+            .entry_stored_size(&format!("{owner}/{file}"))
+            .unwrap_or(0);
+    }
     let graph = tag
         .graph()
         .map_err(tag_err(tag.name()))?

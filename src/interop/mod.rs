@@ -216,6 +216,11 @@ pub struct ExportOptions {
     pub overwrite: bool,
     /// fsync the files and their directory before returning (default true).
     pub fsync: bool,
+    /// Largest number of bytes the export may write (all its files together), checked
+    /// before anything is written; `None` (the default) is [`default_max_output`] of the
+    /// archive's size. A program may name one tensor file under many variable names, so
+    /// what an export writes is not bounded by the archive's size.
+    pub max_output: Option<u64>,
 }
 
 impl Default for ExportOptions {
@@ -223,8 +228,36 @@ impl Default for ExportOptions {
         ExportOptions {
             overwrite: false,
             fsync: true,
+            max_output: None,
         }
     }
+}
+
+/// The default output limit of an export or extract of an archive of `archive_len`
+/// bytes: 16 GiB or 100 times the archive's size, whichever is larger.
+pub fn default_max_output(archive_len: u64) -> u64 {
+    (16u64 << 30).max(archive_len.saturating_mul(100))
+}
+
+/// Refuses an export of `total` bytes (`what`) above `opts.max_output` (default:
+/// [`default_max_output`] of `tag`'s archive), before anything is written.
+pub(crate) fn check_output_size(
+    tag: &Tag<'_>,
+    opts: &ExportOptions,
+    what: &'static str,
+    total: u64,
+) -> Result<()> {
+    let limit = opts
+        .max_output
+        .unwrap_or_else(|| default_max_output(tag.archive().len_bytes()));
+    if total > limit {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what,
+            size: total,
+            limit,
+        }));
+    }
+    Ok(())
 }
 
 /// Where a new tag goes: a new archive or an existing one.
@@ -306,7 +339,7 @@ pub(crate) fn report(
             name: p.name.clone(),
             dtype: v.dtype(),
             dims: v.dims().to_vec(),
-            shared_from: p.location.shared.then(|| p.location.tag.clone()),
+            shared_from: p.location.shared.then(|| p.location.tag.to_string()),
         });
     }
     Ok(ImportReport {

@@ -30,7 +30,7 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
-pub use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam};
+pub use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam, default_max_output};
 use super::{Exported, Format, has_ext, head, read_file};
 // The import and export plumbing every format shares (safetensors reaches it through here).
 pub(crate) use super::{persist, report, write_tag, write_temp};
@@ -40,7 +40,7 @@ use crate::graph::{Graph, Var};
 use crate::progress::Ticker;
 use crate::tensor::{TensorView, decode_combined, decode_tensor, encode_combined};
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
@@ -403,8 +403,26 @@ fn dir_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 struct Prepared<'a> {
     model: Cow<'a, [u8]>,
     converted: bool,
-    params: Vec<(String, TensorData<'a>)>,
+    /// Each variable's name and its tensor (a position in `data`).
+    params: Vec<(String, usize)>,
+    /// Each tensor file the variables use, read once (many names may share one).
+    data: Vec<TensorData<'a>>,
     unused: Vec<String>,
+}
+
+impl Prepared<'_> {
+    /// Bytes the `.pdiparams` file takes.
+    fn params_len(&self) -> u64 {
+        let lens: Vec<u64> = self
+            .data
+            .iter()
+            .map(|d| crate::tensor::codec::encoded_len(&d.view()))
+            .collect();
+        self.params
+            .iter()
+            .map(|&(_, i)| lens[i])
+            .fold(0u64, u64::saturating_add)
+    }
 }
 
 fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
@@ -429,10 +447,16 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
         }
     };
     let vars = persistable_vars(&graph)?;
-    let have: HashSet<&str> = tag.params().iter().map(|p| p.name.as_str()).collect();
     let mut params = Vec::with_capacity(vars.len());
+    let mut data_of: HashMap<&str, usize> = HashMap::new();
+    let mut all_data: Vec<TensorData<'a>> = Vec::new();
+    let by_name: HashMap<&str, &crate::archive::TensorLocation> = tag
+        .params()
+        .iter()
+        .map(|p| (p.name.as_str(), &p.location))
+        .collect();
     for v in &vars {
-        if !have.contains(v.name.as_str()) {
+        if !by_name.contains_key(v.name.as_str()) {
             return Err(ErrorKind::InvalidInput(format!(
                 "variable {:?} is persistable in the program but tag {name:?} has no \
                  parameter of that name",
@@ -440,13 +464,21 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
             ))
             .into());
         }
-        let data = tag.param(&v.name)?;
+        let loc = by_name[v.name.as_str()];
+        let i = match data_of.get(loc.entry.as_str()) {
+            Some(&i) => i,
+            None => {
+                all_data.push(tag.tensor(loc)?);
+                data_of.insert(loc.entry.as_str(), all_data.len() - 1);
+                all_data.len() - 1
+            }
+        };
         check_declared(
             v,
-            &data.view(),
+            &all_data[i].view(),
             &format!("parameter {:?} of tag {name:?}", v.name),
         )?;
-        params.push((v.name.clone(), data));
+        params.push((v.name.clone(), i));
     }
     let used: HashSet<&str> = vars.iter().map(|v| v.name.as_str()).collect();
     let unused = tag
@@ -459,13 +491,14 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
         model,
         converted,
         params,
+        data: all_data,
         unused,
     })
 }
 
-fn write_params(params: &[(String, TensorData<'_>)], w: &mut dyn Write) -> std::io::Result<u64> {
-    let views: Vec<TensorView<'_>> = params.iter().map(|(_, d)| d.view()).collect();
-    encode_combined(views.iter(), w)
+fn write_params(p: &Prepared<'_>, w: &mut dyn Write) -> std::io::Result<u64> {
+    let views: Vec<TensorView<'_>> = p.data.iter().map(TensorData::view).collect();
+    encode_combined(p.params.iter().map(|&(_, i)| &views[i]), w)
 }
 
 /// The `.pdmodel` and `.pdiparams` bytes of tag `tag`, in memory (see
@@ -473,7 +506,7 @@ fn write_params(params: &[(String, TensorData<'_>)], w: &mut dyn Write) -> std::
 pub fn export_inference_model_bytes(tag: &Tag<'_>) -> Result<(Vec<u8>, Vec<u8>)> {
     let p = prepare(tag)?;
     let mut params = Vec::new();
-    write_params(&p.params, &mut params)?;
+    write_params(&p, &mut params)?;
     Ok((p.model.into_owned(), params))
 }
 
@@ -510,6 +543,13 @@ pub fn export_inference_model(
     opts: &ExportOptions,
 ) -> Result<ExportReport> {
     let p = prepare(tag)?;
+    let total = (p.model.len() as u64).saturating_add(p.params_len());
+    super::check_output_size(
+        tag,
+        opts,
+        "export size (the .pdmodel and .pdiparams files together)",
+        total,
+    )?;
     let (model_path, params_path) = export_paths(prefix);
     let dir = crate::archive::parent_dir(&model_path);
     if !dir.is_dir() {
@@ -533,7 +573,7 @@ pub fn export_inference_model(
     let wrote_params = !p.params.is_empty();
     if wrote_params {
         let params_tmp = write_temp(&params_path, opts.fsync, |w| {
-            write_params(&p.params, w).map(|_| ())
+            write_params(&p, w).map(|_| ())
         })?;
         params_bytes = super::file_len(params_tmp.path(), &params_path)?;
         persist(params_tmp, &params_path, opts.overwrite)?;

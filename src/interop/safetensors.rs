@@ -1034,6 +1034,7 @@ pub fn export_safetensors_bytes(tag: &Tag<'_>) -> Result<Vec<u8>> {
 /// into place; an existing `out` is refused unless `opts.overwrite`.
 pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<ExportReport> {
     let l = layout(tag)?;
+    super::check_output_size(tag, opts, "export size (the safetensors file)", l.total)?;
     let dir = crate::archive::parent_dir(out);
     if !dir.is_dir() {
         return Err(invalid("the output directory does not exist".into()).in_file(&dir));
@@ -1187,6 +1188,11 @@ pub fn export_safetensors_sharded(
         "weight_map": weight_map,
     }));
     let index_path = dir.join(INDEX_FILE);
+    let all = layouts
+        .iter()
+        .map(|(_, l)| l.total)
+        .fold(index.len() as u64, u64::saturating_add);
+    super::check_output_size(tag, opts, "export size (the shards and their index)", all)?;
     if !opts.overwrite {
         for path in layouts.iter().map(|(p, _)| p).chain([&index_path]) {
             if path.exists() {

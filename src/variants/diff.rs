@@ -110,35 +110,34 @@ pub fn diff_tags(archive: &Archive, a: &str, b: &str) -> Result<TagDiff> {
         .enumerate()
         .map(|(i, p)| (p.name.as_str(), i))
         .collect();
-    let in_a: HashMap<&str, usize> = ta
-        .params()
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.name.as_str(), i))
-        .collect();
     let mut d = TagDiff {
         tag_a: ta.name().to_string(),
         tag_b: tb.name().to_string(),
         graph,
-        added: tb
-            .params()
-            .iter()
-            .filter(|p| !in_a.contains_key(p.name.as_str()))
-            .map(|p| p.name.clone())
-            .collect(),
+        added: Vec::new(),
         removed: Vec::new(),
         changed: Vec::new(),
         shared: Vec::new(),
         copied: Vec::new(),
     };
+    let mut same_pairs: std::collections::HashSet<(&str, &str)> = Default::default();
+    // Which of tb's parameters ta has too (no second name index).
+    let mut in_both = vec![false; tb.params().len()];
     for pa in ta.params() {
         let Some(&ib) = in_b.get(pa.name.as_str()) else {
             d.removed.push(pa.name.clone());
             continue;
         };
         let pb = &tb.params()[ib];
+        in_both[ib] = true;
         if pa.location.entry == pb.location.entry {
             d.shared.push(pa.name.clone());
+            continue;
+        }
+        // Many names may refer to one pair of files: compare each pair once.
+        let pair = (pa.location.entry.as_str(), pb.location.entry.as_str());
+        if same_pairs.contains(&pair) {
+            d.copied.push(pa.name.clone());
             continue;
         }
         let da = ta.tensor(&pa.location)?;
@@ -149,11 +148,19 @@ pub fn diff_tags(archive: &Archive, a: &str, b: &str) -> Result<TagDiff> {
             && va.lod() == vb.lod()
             && va.data() == vb.data()
         {
+            same_pairs.insert(pair);
             d.copied.push(pa.name.clone());
             continue;
         }
         d.changed.push(compare(&pa.name, &ta, &va, &tb, &vb)?);
     }
+    d.added = tb
+        .params()
+        .iter()
+        .zip(&in_both)
+        .filter(|(_, both)| !**both)
+        .map(|(p, _)| p.name.clone())
+        .collect();
     Ok(d)
 }
 

@@ -171,3 +171,18 @@ pub fn sample_training_config() -> Vec<u8> {
     c.updater_state = vec!["m".into(), "v".into()];
     c.encode().unwrap()
 }
+
+/// A tag's graph (file name, bytes) and trainingConfig.fb bytes.
+pub type DumpedFiles = (Option<(String, Vec<u8>)>, Option<Vec<u8>>);
+
+/// The graph (encoding, bytes) and trainingConfig.fb of `tag`, as readers resolve them
+/// (its own, or the ones shared.txt points at).
+#[allow(dead_code)]
+pub fn dump_files(tag: &Tag<'_>) -> DumpedFiles {
+    let graph = tag
+        .graph()
+        .unwrap()
+        .map(|(e, b)| (e.file_name().to_string(), b.into_owned()));
+    let tc = tag.training_config().unwrap().map(|b| b.into_owned());
+    (graph, tc)
+}
