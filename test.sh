@@ -9,11 +9,12 @@
 #   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too;
 #      the S3 tests start moto_server on 127.0.0.1 themselves and stop it)
 #
-#   4. with MODELZIP_TF_PYTHON set to a python that has tensorflow (e.g.
-#      /work/venvs/tf/bin/python): tests/tf/run_exported.py, TensorFlow running every
-#      TensorFlow export (not in CI: TensorFlow is a 600 MB install)
+#   4. TensorFlow runs every TensorFlow export: tests/tf/run_exported.py in its own venv
+#      target/venv-tf (tests/tf/requirements.txt: tensorflow-cpu, kept apart from
+#      Paddle's protobuf), or in $MODELZIP_TF_PYTHON when that names a python that has
+#      TensorFlow already
 #
-# Environment: MODELZIP_VENV overrides the venv's location.
+# Environment: MODELZIP_VENV overrides the venv's location, MODELZIP_TF_VENV the TF one's.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -41,7 +42,14 @@ export MODELZIP_BIN="$PWD/target/debug/modelzip"
 export MODELZIP_REQUIRE_PADDLE=1
 "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
 
-if [ -n "${MODELZIP_TF_PYTHON:-}" ]; then
-  echo "== TensorFlow runs the exports (tests/tf/run_exported.py)" >&2
-  MODELZIP="$PWD/target/debug/modelzip" "$MODELZIP_TF_PYTHON" tests/tf/run_exported.py
+echo "== TensorFlow runs the exports (tests/tf/run_exported.py)" >&2
+TF_PYTHON="${MODELZIP_TF_PYTHON:-}"
+if [ -z "$TF_PYTHON" ]; then
+  TF_VENV="${MODELZIP_TF_VENV:-target/venv-tf}"
+  if ! [ -x "$TF_VENV/bin/python" ]; then
+    python3 -m venv "$TF_VENV"
+  fi
+  "$TF_VENV/bin/python" -m pip --disable-pip-version-check --quiet install -r tests/tf/requirements.txt
+  TF_PYTHON="$TF_VENV/bin/python"
 fi
+MODELZIP="$PWD/target/debug/modelzip" TF_CPP_MIN_LOG_LEVEL=2 "$TF_PYTHON" tests/tf/run_exported.py
