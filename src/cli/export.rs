@@ -107,18 +107,21 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             out.push_str(&format!("; {note}"));
         }
         out.push('\n');
-        if !r.unused.is_empty() {
-            out.push_str(&format!(
-                "not exported ({} param(s) the model does not use): {}\n",
-                r.unused.len(),
-                r.unused
-                    .iter()
-                    .map(|n| clean(n))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+        out.push_str(&not_exported(&r.unused, "model"));
         print(&out)?;
     }
     Ok(Outcome::Success)
+}
+
+/// The line naming the parameters an export left out (empty when there are none).
+pub fn not_exported(unused: &[String], what: &str) -> String {
+    if unused.is_empty() {
+        return String::new();
+    }
+    let names: Vec<_> = unused.iter().map(|n| clean(n)).collect();
+    format!(
+        "not exported ({} param(s) the {what} does not use): {}\n",
+        unused.len(),
+        names.join(", ")
+    )
 }

@@ -1,7 +1,7 @@
 //! `modelzip export-paddle`: a tag as PREFIX.pdmodel + PREFIX.pdiparams.
 
 use super::common::{OutputArgs, TagArgs};
-use super::output::{clean, print, print_json};
+use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::paddle::{self, ExportOptions};
 use serde_json::json;
@@ -99,17 +99,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 ""
             },
         );
-        if !r.unused.is_empty() {
-            out.push_str(&format!(
-                "not exported ({} param(s) the program does not use): {}\n",
-                r.unused.len(),
-                r.unused
-                    .iter()
-                    .map(|n| clean(n))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+        out.push_str(&super::export::not_exported(&r.unused, "program"));
         print(&out)?;
     }
     Ok(Outcome::Success)

@@ -83,13 +83,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         return print_json(&report_json(&shown, format.name(), &report)).map(|_| Outcome::Success);
     }
     if !args.write.output.quiet {
-        print(&summary(&shown, format.name(), &report))?;
+        print(&summary(&shown, Some(format.name()), &report))?;
     }
     Ok(Outcome::Success)
 }
 
-/// The one-line human summary of an import.
-pub fn summary(archive: &str, format: &str, report: &ImportReport) -> String {
+/// The one-line human summary of an import (`from FORMAT` when a format is given).
+pub fn summary(archive: &str, format: Option<&str>, report: &ImportReport) -> String {
     let shared = report
         .params
         .iter()
@@ -99,8 +99,9 @@ pub fn summary(archive: &str, format: &str, report: &ImportReport) -> String {
         (Some(entry), Some(n)) => format!("{entry} ({n} bytes), "),
         _ => "no graph, ".to_string(),
     };
+    let from = format.map(|f| format!(" from {f}")).unwrap_or_default();
     format!(
-        "{} tag {} in {archive} from {format}: {graph}{} param(s), {shared} shared with older tags\n",
+        "{} tag {} in {archive}{from}: {graph}{} param(s), {shared} shared with older tags\n",
         if report.created {
             "created archive with"
         } else {

@@ -5,7 +5,6 @@ use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::archive::AppendMode;
 use modelzip::interop::paddle::{self, ImportOptions, ImportReport};
-use serde_json::json;
 use std::path::PathBuf;
 
 /// Import a Paddle inference model (MODEL.pdmodel + PARAMS.pdiparams) or a
@@ -94,47 +93,17 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         return print_json(&report_json(&shown, &report)).map(|_| Outcome::Success);
     }
     if !args.write.output.quiet {
-        let shared = report
-            .params
-            .iter()
-            .filter(|p| p.shared_from.is_some())
-            .count();
-        let graph = match report.graph_bytes {
-            Some(n) => format!("graph.pdmodel ({n} bytes), "),
-            None => "no graph, ".to_string(),
-        };
-        print(&format!(
-            "{} tag {} in {shown}: {graph}{} param(s), {shared} shared with older tags\n",
-            if report.created {
-                "created archive with"
-            } else {
-                "added"
-            },
-            report.tag,
-            report.params.len(),
-        ))?;
+        print(&super::import::summary(&shown, None, &report))?;
     }
     Ok(Outcome::Success)
 }
 
+/// import-paddle's own document: `import`'s without `format` and `graph`.
 fn report_json(archive: &str, r: &ImportReport) -> serde_json::Value {
-    let params: Vec<_> = r
-        .params
-        .iter()
-        .map(|p| {
-            json!({
-                "name": p.name,
-                "dtype": p.dtype.name(),
-                "dims": p.dims,
-                "shared_from": p.shared_from,
-            })
-        })
-        .collect();
-    json!({
-        "archive": archive,
-        "tag": r.tag,
-        "created": r.created,
-        "graph_bytes": r.graph_bytes,
-        "params": params,
-    })
+    let mut doc = super::import::report_json(archive, "paddle", r);
+    if let Some(o) = doc.as_object_mut() {
+        o.remove("format");
+        o.remove("graph");
+    }
+    doc
 }
