@@ -3,8 +3,11 @@
 //! on 200,000 aliases, and the output limits of `extract` and `export-paddle`.
 
 use modelzip::{ArchiveWriter, TagBuilder, Tensor};
+#[path = "support/rss.rs"]
+mod rss;
+use rss::peak_rss_kib;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// An archive with one tag whose `n` parameters all refer to one tensor file of
 /// `elems` f32 values.
@@ -25,55 +28,6 @@ fn modelzip() -> Command {
     Command::new(env!("CARGO_BIN_EXE_modelzip"))
 }
 
-/// Runs the CLI with stdout discarded; returns whether it succeeded and its peak
-/// resident set size in KiB, as the kernel accounted it (time(1)'s %M, from wait4's
-/// rusage), else the largest VmHWM seen while polling /proc.
-fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> (bool, u64) {
-    let time = Path::new("/usr/bin/time");
-    if time.exists() {
-        let out = Command::new(time)
-            .arg("-f")
-            .arg("MAXRSS_KIB=%M")
-            .arg(env!("CARGO_BIN_EXE_modelzip"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let kib = stderr
-            .lines()
-            .filter_map(|l| l.strip_prefix("MAXRSS_KIB="))
-            .next_back()
-            .and_then(|v| v.trim().parse().ok())
-            .expect("time printed the peak RSS");
-        return (out.status.success(), kib);
-    }
-    let mut child = modelzip()
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let status_path = format!("/proc/{}/status", child.id());
-    let mut peak = 0u64;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(&status_path)
-            && let Some(v) = s
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        {
-            peak = peak.max(v);
-        }
-        if let Some(st) = child.try_wait().unwrap() {
-            return (st.success(), peak);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn show_json_of_200k_aliases_stays_under_128_mib() {
     let d = tempfile::tempdir().unwrap();
@@ -88,7 +42,8 @@ fn show_json_of_200k_aliases_stays_under_128_mib() {
     ] {
         let mut a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
         a.push(path.as_os_str());
-        let (ok, kib) = peak_rss_kib(&a);
+        let (code, kib) = peak_rss_kib(&a);
+        let ok = code == Some(0);
         assert!(ok, "{args:?} failed");
         assert!(
             kib < 128 * 1024,
