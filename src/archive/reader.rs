@@ -1123,6 +1123,53 @@ pub const SHAREABLE_FILES: [&str; 3] = ["graph.fb", "graph.pdmodel", "trainingCo
 /// Largest shared.txt read (three short lines in practice).
 const MAX_SHARED_TXT: u64 = 64 << 10;
 
+/// Parses one table of a tag (params.txt, or updater.txt when `updater`) line by line:
+/// `resolve` turns a line's refs into locations, `build` makes the row. Sized once from
+/// the line count (growing by doubling would hold the old and the new buffer at once).
+/// Errors come in the order of the checks, not of the lines: syntax anywhere, then
+/// duplicate names, then refs (a ref that does not resolve is kept until the rest of the
+/// file has been read for the other two).
+fn load_table<T, R>(
+    bytes: &[u8],
+    entry: &str,
+    updater: bool,
+    name_of: impl Fn(&T) -> &str,
+    mut resolve: impl FnMut(&[ParamRef], usize) -> Result<R>,
+    build: impl Fn(String, R) -> T,
+) -> Result<Vec<T>> {
+    let n = line_count(bytes);
+    let mut rows = Vec::new();
+    rows.reserve_exact(n);
+    let mut lines = Vec::with_capacity(n);
+    let mut unresolved: Option<Error> = None;
+    let mut rest: Vec<(String, usize)> = Vec::new();
+    text::for_each_table_line(bytes, entry, updater, |name, refs, line| {
+        if unresolved.is_none() {
+            match resolve(refs, line) {
+                Ok(r) => {
+                    rows.push(build(name, r));
+                    lines.push(line);
+                    return Ok(());
+                }
+                Err(e) => unresolved = Some(e),
+            }
+        }
+        rest.push((name, line));
+        Ok(())
+    })?;
+    text::check_unique_names(
+        rows.iter()
+            .zip(&lines)
+            .map(|(row, &l)| (name_of(row), l))
+            .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+        entry,
+    )?;
+    match unresolved {
+        Some(e) => Err(e),
+        None => Ok(rows),
+    }
+}
+
 /// Lines in a table (an upper bound on its rows: blank lines are skipped).
 fn line_count(bytes: &[u8]) -> usize {
     bytes.iter().filter(|&&b| b == b'\n').count() + 1
@@ -1171,79 +1218,30 @@ impl<'a> Tag<'a> {
         archive.prefetch(&ahead)?;
         if archive.has_entry(&pname) {
             let bytes = archive.entry_bytes(&pname)?;
-            // Sized once from the line count: growing by doubling would hold the old
-            // and the new buffer at once.
-            let n = line_count(&bytes);
-            params.reserve_exact(n);
-            let mut lines = Vec::with_capacity(n);
-            // Errors come in the order of the checks, not of the lines: syntax anywhere,
-            // then duplicate names, then refs. A ref that does not resolve is kept until
-            // the rest of the file has been read for the other two.
-            let mut unresolved: Option<Error> = None;
-            let mut rest: Vec<(String, usize)> = Vec::new();
-            text::for_each_table_line(&bytes, &pname, false, |n, refs, line| {
-                if unresolved.is_none() {
-                    match resolve(&refs[0], TensorKind::Params, &pname, line) {
-                        Ok(location) => {
-                            params.push(ParamEntry { name: n, location });
-                            lines.push(line);
-                            return Ok(());
-                        }
-                        Err(e) => unresolved = Some(e),
-                    }
-                }
-                rest.push((n, line));
-                Ok(())
-            })?;
-            text::check_unique_names(
-                params
-                    .iter()
-                    .zip(&lines)
-                    .map(|(p, &l)| (p.name.as_str(), l))
-                    .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+            params = load_table(
+                &bytes,
                 &pname,
+                false,
+                |p: &ParamEntry| p.name.as_str(),
+                |refs, line| resolve(&refs[0], TensorKind::Params, &pname, line),
+                |name, location| ParamEntry { name, location },
             )?;
-            if let Some(e) = unresolved {
-                return Err(e);
-            }
         }
         let mut updater = Vec::new();
         if archive.has_entry(&uname) {
             let bytes = archive.entry_bytes(&uname)?;
-            let n = line_count(&bytes);
-            updater.reserve_exact(n);
-            let mut lines = Vec::with_capacity(n);
-            let mut unresolved: Option<Error> = None;
-            let mut rest: Vec<(String, usize)> = Vec::new();
-            text::for_each_table_line(&bytes, &uname, true, |n, refs, line| {
-                if unresolved.is_none() {
-                    let arrays = refs
-                        .iter()
-                        .map(|r| resolve(r, TensorKind::Updater, &uname, line))
-                        .collect::<Result<Vec<_>>>();
-                    match arrays {
-                        Ok(arrays) => {
-                            updater.push(UpdaterEntry { name: n, arrays });
-                            lines.push(line);
-                            return Ok(());
-                        }
-                        Err(e) => unresolved = Some(e),
-                    }
-                }
-                rest.push((n, line));
-                Ok(())
-            })?;
-            text::check_unique_names(
-                updater
-                    .iter()
-                    .zip(&lines)
-                    .map(|(u, &l)| (u.name.as_str(), l))
-                    .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+            updater = load_table(
+                &bytes,
                 &uname,
+                true,
+                |u: &UpdaterEntry| u.name.as_str(),
+                |refs, line| {
+                    refs.iter()
+                        .map(|r| resolve(r, TensorKind::Updater, &uname, line))
+                        .collect::<Result<Vec<_>>>()
+                },
+                |name, arrays| UpdaterEntry { name, arrays },
             )?;
-            if let Some(e) = unresolved {
-                return Err(e);
-            }
         }
         params.shrink_to_fit();
         updater.shrink_to_fit();
