@@ -637,6 +637,14 @@ fn used_params(tag: &Tag<'_>, g: &OnnxGraph) -> (Vec<String>, Vec<String>) {
     (used, unused)
 }
 
+/// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
+/// and every parameter it refers to exists with the declared dtype and dims. Reads the
+/// parameters in place (no copies).
+pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
+    let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
+    join_model(g, |p| tag.param(p), Some(&mut nothing)).map(|_| ())
+}
+
 /// The external data file of a model written to `out`: `out` + `.data`.
 pub fn external_data_path(out: &Path) -> PathBuf {
     let mut s = out.as_os_str().to_owned();
