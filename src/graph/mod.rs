@@ -24,6 +24,7 @@
 //! ```
 
 pub mod dump;
+pub mod dump_onnx;
 pub mod dump_tf;
 pub mod flatbuffers;
 mod generated;
