@@ -318,7 +318,7 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path) -> Result<()> {
         .in_file(&path));
     }
     let length = length.unwrap_or(file_len - offset);
-    let end = offset.checked_add(length).unwrap_or(u64::MAX);
+    let end = offset.saturating_add(length);
     if end > file_len {
         return Err(Error::new(ErrorKind::Truncated {
             what: "external data (offset + length past the end of the file)",
@@ -362,9 +362,16 @@ struct Lifted {
     data: Vec<u8>,
 }
 
+/// An initializer's values as a parameter: dtype, dims, bytes, and whether they were in
+/// the typed field.
+type Values = (DType, Vec<u64>, Vec<u8>, bool);
+
+/// Where [`join_model`] puts a parameter's bytes instead of back in the tensor.
+pub type Place<'f> = dyn FnMut(&mut pb::TensorProto, &[u8]) -> Result<()> + 'f;
+
 /// Takes an initializer's values out when they can be a parameter: `Some((dtype, dims,
 /// bytes, typed))`, the tensor left with its values removed; `None` leaves it whole.
-fn lift(t: &mut pb::TensorProto) -> Result<Option<(DType, Vec<u64>, Vec<u8>, bool)>> {
+fn lift(t: &mut pb::TensorProto) -> Result<Option<Values>> {
     let Some(d) = dtype_from_onnx(t.data_type.unwrap_or(0)) else {
         return Ok(None);
     };
@@ -483,7 +490,7 @@ fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()
 pub fn join_model<'p>(
     g: &OnnxGraph,
     mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
-    mut place: Option<&mut dyn FnMut(&mut pb::TensorProto, &[u8]) -> Result<()>>,
+    mut place: Option<&mut Place<'_>>,
 ) -> Result<pb::ModelProto> {
     let mut m = pb::ModelProto::decode(g.model.as_slice())
         .map_err(|e| gerr(format!("the stored ONNX model does not decode: {e}")))?;
