@@ -355,11 +355,16 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path) -> Result<()> {
 // Split and join
 
 /// One initializer lifted out of the model as a parameter.
-struct Lifted {
-    name: String,
-    dtype: DType,
-    dims: Vec<u64>,
-    data: Vec<u8>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lifted {
+    /// The initializer's name, which the parameter takes.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub dims: Vec<u64>,
+    /// The values, little-endian row-major.
+    pub data: Vec<u8>,
 }
 
 /// An initializer's values as a parameter: dtype, dims, bytes, and whether they were in
@@ -419,7 +424,7 @@ fn lift(t: &mut pb::TensorProto) -> Result<Option<Values>> {
 
 /// Splits a ModelProto into the graph.fb model and the parameters. `dir` is the
 /// model's directory, for external data (`None`: external data is refused).
-fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGraph, Vec<Lifted>)> {
+pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGraph, Vec<Lifted>)> {
     let Some(graph) = m.graph.as_mut() else {
         return Err(gerr("the ONNX model has no graph"));
     };
