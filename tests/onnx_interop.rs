@@ -576,3 +576,45 @@ fn truncated_unknown_and_graphless_models_are_refused() {
     );
     assert!(e.contains("has no graph"), "{e}");
 }
+
+#[test]
+fn a_million_empty_nodes_are_refused_before_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    // GraphProto.node (field 1), empty, 10^6 times: 2 MB on the wire, far more decoded.
+    let graph = [0x0au8, 0x00].repeat(1_000_000);
+    let mut bytes = vec![0x08, 0x08]; // ir_version 8
+    bytes.push(0x3a); // ModelProto.graph (field 7, length-delimited)
+    let mut len = graph.len();
+    while len >= 0x80 {
+        bytes.push((len as u8) | 0x80);
+        len >>= 7;
+    }
+    bytes.push(len as u8);
+    bytes.extend(graph);
+    let file = dir.path().join("million.onnx");
+    std::fs::write(&file, &bytes).unwrap();
+    let e = import_file(dir.path(), &file);
+    assert!(e.contains("estimated decoded protobuf size"), "{e}");
+}
+
+#[test]
+fn duplicate_and_unusable_names_stay_in_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = original("mlp");
+    let inits = &mut m.graph.as_mut().unwrap().initializer;
+    let mut dup = inits[0].clone();
+    dup.raw_data = Some(vec![0; dup.raw_data.as_ref().unwrap().len()]);
+    inits.push(dup);
+    let mut newline = inits[1].clone();
+    newline.name = Some("two\nlines".into());
+    inits.push(newline);
+    let file = dir.path().join("dup.onnx");
+    std::fs::write(&file, m.encode_to_vec()).unwrap();
+    let zip = dir.path().join("dup.zip");
+    let r = onnx::import_model_file(&zip, "d", &file, &opts()).unwrap();
+    assert_eq!(r.params.len(), 6);
+    let a = Archive::open(&zip).unwrap();
+    assert!(a.verify().is_ok());
+    let (back, _, _) = onnx::export_model(&a.tag("d").unwrap()).unwrap();
+    assert_eq!(back, m);
+}
