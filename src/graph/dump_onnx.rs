@@ -111,3 +111,45 @@ pub fn json(g: &OnnxGraph) -> Value {
         "functions": m.functions.iter().map(|f| f.name()).collect::<Vec<_>>(),
     })
 }
+
+/// The model's main graph as DOT statements: graph inputs as houses, initializers as
+/// boxes (with the parameter holding them), nodes as ellipses labelled with their op
+/// and name, an edge for every value a node reads from a producer.
+pub(crate) fn dot(g: &OnnxGraph, out: &mut String, q: impl Fn(&str) -> String) {
+    use std::collections::HashMap;
+    use std::fmt::Write as _;
+    let Some(graph) = decode(g).and_then(|m| m.graph) else {
+        return;
+    };
+    // Which DOT node produces each value name.
+    let mut producer: HashMap<&str, String> = HashMap::new();
+    for (i, v) in graph.input.iter().enumerate() {
+        let _ = writeln!(out, "  i{i} [shape=invhouse, label={}];", q(v.name()));
+        producer.insert(v.name(), format!("i{i}"));
+    }
+    for (i, (t, init)) in graph.initializer.iter().zip(&g.initializers).enumerate() {
+        let label = match &init.param {
+            Some(p) => format!("{p}\n{:?}", t.dims),
+            None => format!("{}\n{:?} (in the model)", t.name(), t.dims),
+        };
+        let _ = writeln!(out, "  w{i} [shape=box, label={}];", q(&label));
+        producer.insert(t.name(), format!("w{i}"));
+    }
+    for (i, n) in graph.node.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  n{i} [shape=ellipse, label={}];",
+            q(&format!("{}\n{}", n.op_type(), n.name()))
+        );
+        for o in &n.output {
+            producer.insert(o, format!("n{i}"));
+        }
+    }
+    for (i, n) in graph.node.iter().enumerate() {
+        for input in &n.input {
+            if let Some(from) = producer.get(input.as_str()) {
+                let _ = writeln!(out, "  {from} -> n{i};");
+            }
+        }
+    }
+}
