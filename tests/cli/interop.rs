@@ -191,6 +191,21 @@ fn onnx_models_go_in_and_come_out_inline_or_with_external_data() {
         text.contains("Gemm(h5, head.weight, head.bias) -> y  head"),
         "{text}"
     );
+    let dot = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "v1", "--format", "dot"])
+        .output()
+        .unwrap();
+    let dot = String::from_utf8_lossy(&dot.stdout);
+    assert!(
+        dot.contains("w4 [shape=box, label=\"head.weight\\n[32, 10]\"];"),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("w4 -> n6;") && dot.contains("i0 -> n0;"),
+        "{dot}"
+    );
 }
 
 fn tf(file: &str) -> PathBuf {
