@@ -272,6 +272,19 @@ fn external_data_comes_in_and_goes_out_aligned() {
     .unwrap_err();
     assert!(e.to_string().contains("refusing to overwrite"), "{e}");
     assert_eq!(std::fs::read(&out).unwrap(), before);
+    // Past --max-output: refused before anything is written.
+    let small = dir.path().join("small.onnx");
+    let e = onnx::export_model_file(
+        &tag,
+        &small,
+        &ExportOptions {
+            max_output: Some(1000),
+            ..export_opts()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("ONNX export size"), "{e}");
+    assert!(!small.exists());
 }
 
 #[test]

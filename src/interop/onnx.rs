@@ -31,8 +31,8 @@
 //! ```
 
 use super::{
-    ExportOptions, Exported, Format, ImportOptions, ImportReport, has_ext, head, persist,
-    read_whole, report, write_tag, write_temp,
+    ExportOptions, Exported, Format, ImportOptions, ImportReport, check_output_size, has_ext, head,
+    persist, read_whole, report, write_tag, write_temp,
 };
 use crate::archive::{GraphEncoding, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
@@ -694,6 +694,14 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
     let g = onnx_graph(tag)?;
     let name = tag.name().to_string();
     let in_fb = |e: Error| e.in_entry(format!("{name}/graph.fb"));
+    // What would be written (and held in memory), before anything is: a graph.fb may
+    // name one parameter from many initializers.
+    let mut total = g.model.len() as u64;
+    for p in g.initializers.iter().filter_map(|i| i.param.as_ref()) {
+        let data = tag.param(p).map_err(in_fb)?;
+        total = total.saturating_add(data.view().data().len() as u64 + EXTERNAL_ALIGN);
+    }
+    check_output_size(tag, opts, "ONNX export size", total)?;
     let mut files = Vec::new();
     let (model, data_temp) = if opts.external_data {
         let location = data_path
