@@ -709,7 +709,9 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
             .and_then(|n| n.to_str())
             .ok_or_else(|| invalid("the output file name is not UTF-8"))?
             .to_string();
-        let mut chunks: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Offsets, in the order join_model meets the parameters (the initializers'
+        // order); the bytes are read from the archive again while writing, not copied.
+        let mut offsets: Vec<u64> = Vec::new();
         let mut offset = 0u64;
         let mut put = |t: &mut pb::TensorProto, data: &[u8]| -> Result<()> {
             offset = offset.div_ceil(EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
@@ -724,16 +726,18 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
             ];
             t.data_location = Some(DATA_LOCATION_EXTERNAL);
             t.raw_data = None;
-            chunks.push((offset, data.to_vec()));
+            offsets.push(offset);
             offset += data.len() as u64;
             Ok(())
         };
         let m = join_model(&g, |p| tag.param(p), Some(&mut put)).map_err(in_fb)?;
+        let params = g.initializers.iter().filter_map(|i| i.param.as_ref());
         let temp = write_temp(&data_path, opts.fsync, |w| {
             let mut at = 0u64;
-            for (off, bytes) in &chunks {
-                let pad = usize::try_from(off - at).unwrap_or(0);
-                w.write_all(&vec![0u8; pad])?;
+            for (off, p) in offsets.iter().zip(params) {
+                let data = tag.param(p).map_err(std::io::Error::other)?;
+                let bytes = data.view().data();
+                std::io::copy(&mut std::io::repeat(0).take(off - at), w)?;
                 w.write_all(bytes)?;
                 at = off + bytes.len() as u64;
             }
