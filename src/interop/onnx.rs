@@ -219,16 +219,15 @@ fn bytes_to_typed(t: &mut pb::TensorProto, d: DType, data: &[u8]) -> Result<()> 
 
 /// The dims of an initializer: non-negative, with an element count that fits.
 fn tensor_dims(t: &pb::TensorProto) -> Result<(Vec<u64>, u64)> {
-    let mut numel = 1u64;
-    let mut dims = Vec::with_capacity(t.dims.len().min(64));
-    for &d in &t.dims {
-        let d = u64::try_from(d)
-            .map_err(|_| invalid(format!("dims {:?} has a negative dimension", t.dims)))?;
-        numel = numel
-            .checked_mul(d)
-            .ok_or_else(|| invalid(format!("dims {:?} overflow an element count", t.dims)))?;
-        dims.push(d);
-    }
+    let dims = t
+        .dims
+        .iter()
+        .map(|&d| u64::try_from(d))
+        .collect::<std::result::Result<Vec<u64>, _>>()
+        .map_err(|_| invalid(format!("dims {:?} has a negative dimension", t.dims)))?;
+    // The product of the non-zero dims must fit too (as every tensor modelzip stores).
+    let numel = crate::tensor::element_count(&dims)
+        .map_err(|_| invalid(format!("dims {:?} overflow an element count", t.dims)))?;
     Ok((dims, numel))
 }
 
