@@ -2,7 +2,8 @@
 //! compiler so no system `protoc` is needed:
 //! - Paddle's ProgramDesc (schemas/paddle/framework.proto);
 //! - TensorFlow's GraphDef and what it imports (schemas/tensorflow/tensorflow/core/
-//!   framework/*.proto), with maps as BTreeMaps so encoding is deterministic.
+//!   framework/*.proto), with maps as BTreeMaps so encoding is deterministic;
+//! - ONNX's ModelProto (schemas/onnx/onnx.proto, proto2: optional fields keep presence).
 
 fn out_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"))
@@ -40,7 +41,23 @@ fn tensorflow() {
         .unwrap_or_else(|e| panic!("cannot generate Rust for {root}/{proto}: {e}"));
 }
 
+fn onnx() {
+    let proto = "schemas/onnx/onnx.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let fds = protox::compile([proto], ["schemas/onnx"])
+        .unwrap_or_else(|e| panic!("cannot compile {proto}: {e}"));
+    std::fs::write(
+        out_dir().join("onnx_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )
+    .expect("write descriptor set");
+    prost_build::Config::new()
+        .compile_fds(fds)
+        .unwrap_or_else(|e| panic!("cannot generate Rust for {proto}: {e}"));
+}
+
 fn main() {
     paddle();
     tensorflow();
+    onnx();
 }

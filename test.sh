@@ -13,8 +13,12 @@
 #      target/venv-tf (tests/tf/requirements.txt: tensorflow-cpu, kept apart from
 #      Paddle's protobuf), or in $MODELZIP_TF_PYTHON when that names a python that has
 #      TensorFlow already
+#   5. ONNX Runtime runs every ONNX export: tests/onnx/run_exported.py in its own venv
+#      target/venv-onnx (tests/onnx/requirements.txt: onnx, onnxruntime), or in
+#      $MODELZIP_ONNX_PYTHON when that names a python that has them already
 #
-# Environment: MODELZIP_VENV overrides the venv's location, MODELZIP_TF_VENV the TF one's.
+# Environment: MODELZIP_VENV overrides the venv's location, MODELZIP_TF_VENV the TF one's,
+# MODELZIP_ONNX_VENV the ONNX one's.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -53,3 +57,15 @@ if [ -z "$TF_PYTHON" ]; then
   TF_PYTHON="$TF_VENV/bin/python"
 fi
 MODELZIP="$PWD/target/debug/modelzip" TF_CPP_MIN_LOG_LEVEL=2 "$TF_PYTHON" tests/tf/run_exported.py
+
+echo "== ONNX Runtime runs the exports (tests/onnx/run_exported.py)" >&2
+ONNX_PYTHON="${MODELZIP_ONNX_PYTHON:-}"
+if [ -z "$ONNX_PYTHON" ]; then
+  ONNX_VENV="${MODELZIP_ONNX_VENV:-target/venv-onnx}"
+  if ! [ -x "$ONNX_VENV/bin/python" ]; then
+    python3 -m venv "$ONNX_VENV"
+  fi
+  "$ONNX_VENV/bin/python" -m pip --disable-pip-version-check --quiet install -r tests/onnx/requirements.txt
+  ONNX_PYTHON="$ONNX_VENV/bin/python"
+fi
+MODELZIP="$PWD/target/debug/modelzip" "$ONNX_PYTHON" tests/onnx/run_exported.py

@@ -35,6 +35,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod graph;
 pub mod interop;
+pub mod onnx_proto;
 pub mod paddle_proto;
 pub mod progress;
 #[cfg(feature = "remote")]

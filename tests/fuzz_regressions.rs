@@ -133,6 +133,45 @@ fn check_archive(data: &[u8]) {
     let _ = a.verify();
 }
 
+/// onnx_model: an accepted model that splits joins back to the same message, and every
+/// parameter it lifts is one a tag can hold.
+fn check_onnx_model(data: &[u8]) {
+    use modelzip::interop::onnx;
+    use prost::Message;
+    let Ok(m) = onnx::decode_model(data) else {
+        return;
+    };
+    let before = m.encode_to_vec();
+    let Ok((g, params)) = onnx::split_model(m, None) else {
+        return;
+    };
+    let mut tensors = std::collections::HashMap::new();
+    for p in &params {
+        let t = modelzip::TensorView::new(p.dtype, p.dims.clone(), Vec::new(), &p.data)
+            .unwrap_or_else(|e| panic!("lifted {:?} is not a tensor: {e}", p.name));
+        tensors.insert(p.name.clone(), t.to_owned());
+    }
+    let back = onnx::join_model(
+        &g,
+        |name| Ok(modelzip::archive::TensorData::Owned(tensors[name].clone())),
+        None,
+    )
+    .unwrap();
+    assert_eq!(back.encode_to_vec(), before);
+}
+
+/// onnx_model: dims with a 0 before dims whose product overflows were accepted as 0
+/// elements at import and refused only when the tensor was written. Now the import
+/// refuses them like every tensor (the product of the non-zero dims must fit).
+#[test]
+fn onnx_zero_dim_before_overflowing_dims_is_refused() {
+    use modelzip::interop::onnx;
+    let data = input("onnx_model-zero-dim-before-overflowing-dims.bin");
+    let m = onnx::decode_model(&data).unwrap();
+    let e = onnx::split_model(m, None).unwrap_err().to_string();
+    assert!(e.contains("overflow an element count"), "{e}");
+}
+
 #[test]
 fn every_regression_input_gives_an_error_or_a_sound_result() {
     let mut n = 0;
@@ -150,6 +189,7 @@ fn every_regression_input_gives_an_error_or_a_sound_result() {
             "tags_txt" => check_tags_txt(&data),
             "params_txt" => check_params_txt(&data),
             "archive" => check_archive(&data),
+            "onnx_model" => check_onnx_model(&data),
             other => panic!("{name}: no replay for fuzz target {other:?}"),
         }
         n += 1;

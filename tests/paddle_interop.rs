@@ -51,7 +51,7 @@ fn export_opts() -> ExportOptions {
     ExportOptions {
         overwrite: false,
         fsync: false,
-        max_output: None,
+        ..ExportOptions::default()
     }
 }
 

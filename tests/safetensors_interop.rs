@@ -41,7 +41,7 @@ fn export_opts() -> ExportOptions {
     ExportOptions {
         overwrite: false,
         fsync: false,
-        max_output: None,
+        ..ExportOptions::default()
     }
 }
 
@@ -633,7 +633,7 @@ fn existing_output_is_refused_unless_overwrite_and_a_full_disk_leaves_nothing() 
             &ExportOptions {
                 overwrite: true,
                 fsync: false,
-                max_output: None,
+                ..ExportOptions::default()
             },
         );
         set_write_budget(None);
@@ -647,7 +647,7 @@ fn existing_output_is_refused_unless_overwrite_and_a_full_disk_leaves_nothing() 
     let over = ExportOptions {
         overwrite: true,
         fsync: true,
-        max_output: None,
+        ..ExportOptions::default()
     };
     export_safetensors(&tag, &out, &over).unwrap();
     assert!(std::fs::read(&out).unwrap() == std::fs::read(&src).unwrap());

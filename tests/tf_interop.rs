@@ -42,7 +42,7 @@ fn export_opts() -> ExportOptions {
     ExportOptions {
         overwrite: false,
         fsync: false,
-        max_output: None,
+        ..ExportOptions::default()
     }
 }
 

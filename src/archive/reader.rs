@@ -907,6 +907,12 @@ impl Archive {
                             {
                                 r.push(Some(&format!("{t}/{}", enc.file_name())), e.to_string());
                             }
+                            // So must an ONNX model's initializers.
+                            if let Some(onnx) = &g.onnx
+                                && let Err(e) = crate::interop::onnx::check_refs(&tag, onnx)
+                            {
+                                r.push(Some(&format!("{t}/{}", enc.file_name())), e.to_string());
+                            }
                         }
                     },
                     Ok(None) => {}

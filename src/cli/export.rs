@@ -16,6 +16,9 @@ use std::path::PathBuf;
 ///           otherwise; a tag imported from TensorFlow comes out as the same message
 ///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's
 ///           shards and index; a tag imported from safetensors comes out byte for byte
+///   onnx    writes a .onnx ModelProto; a tag imported from ONNX comes out as the same
+///           message (external data inline, or with --external-data every initializer
+///           in PATH.data at 64-byte aligned offsets)
 ///
 /// A tag of another origin is refused (a Paddle program is not a TensorFlow graph and
 /// vice versa). Files are written to temp files and renamed into place; existing files
@@ -26,6 +29,7 @@ use std::path::PathBuf;
 ///   modelzip export model.zip --tag v1 --format tf --out frozen.pb
 ///   modelzip export model.zip --tag v1 --out frozen.pbtxt --force --json
 ///   modelzip export model.zip --tag hf --format safetensors --out model.safetensors
+///   modelzip export model.zip --tag v2 --out model.onnx --external-data
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
@@ -33,9 +37,9 @@ pub struct Args {
     #[command(flatten)]
     input: TagArgs,
     /// The format to write; default: the one the tag was imported from.
-    #[arg(long, value_name = "paddle|tf|safetensors")]
+    #[arg(long, value_name = "paddle|tf|safetensors|onnx")]
     format: Option<String>,
-    /// Where to write (a prefix for paddle, a file for tf).
+    /// Where to write (a prefix for paddle, a file for tf and onnx).
     #[arg(long, value_name = "PATH")]
     out: PathBuf,
     /// Replace existing files.
@@ -43,9 +47,12 @@ pub struct Args {
     force: bool,
     /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
     /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
-    /// whichever is larger. Checked before anything is written (paddle, safetensors).
+    /// whichever is larger. Checked before anything is written (paddle, safetensors, onnx).
     #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
     max_output: Option<u64>,
+    /// onnx only: write the initializers to PATH.data beside the model.
+    #[arg(long)]
+    external_data: bool,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -68,9 +75,18 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             )))
         })?,
     };
+    if args.external_data && format.name() != "onnx" {
+        return Err(fail(modelzip::Error::new(
+            modelzip::ErrorKind::InvalidInput(format!(
+                "--external-data is for onnx exports, not {}",
+                format.name()
+            )),
+        )));
+    }
     let opts = ExportOptions {
         overwrite: args.force,
         max_output: args.max_output,
+        external_data: args.external_data,
         ..ExportOptions::default()
     };
     let r = format.export(&tag, &args.out, &opts).map_err(fail)?;

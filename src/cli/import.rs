@@ -16,6 +16,7 @@ use std::path::PathBuf;
 ///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text)
 ///   safetensors  FILE.safetensors [MORE.safetensors], a model.safetensors.index.json,
 ///           or a DIR holding either (a sharded checkpoint)
+///   onnx    MODEL.onnx (external data is read from files beside it)
 /// A file of no known format is refused, saying what was tried.
 ///
 /// Paddle: the program is stored as graph.pdmodel, byte for byte, and each persistable
@@ -26,6 +27,10 @@ use std::path::PathBuf;
 /// GraphDef back (docs/TENSORFLOW.md).
 /// safetensors: every tensor becomes a parameter of the same name, its bytes as they are;
 /// __metadata__ is kept in metadata.json (docs/SAFETENSORS.md).
+/// ONNX: every top-level initializer becomes a parameter named by the initializer; the
+/// rest of the model (nodes, inputs, outputs, opsets, functions, subgraphs with their
+/// own initializers, metadata) is kept in graph.fb, so export gives the same ModelProto
+/// back (docs/ONNX.md).
 ///
 /// Tensors equal to ones already in the archive are stored once. Adding to an
 /// existing archive appends in place (crash-safe with a rollback journal); --rewrite
@@ -37,6 +42,7 @@ use std::path::PathBuf;
 ///   modelzip import model.zip --tag v1 frozen_graph.pb
 ///   modelzip import model.zip --tag v2 graph.txt --format tf
 ///   modelzip import model.zip --tag hf model.safetensors.index.json
+///   modelzip import model.zip --tag v3 model.onnx
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -49,7 +55,7 @@ pub struct Args {
     #[arg(long)]
     tag: String,
     /// The format of the input, instead of detecting it.
-    #[arg(long, value_name = "paddle|tf|safetensors")]
+    #[arg(long, value_name = "paddle|tf|safetensors|onnx")]
     format: Option<String>,
     /// Add by rewriting the whole archive to a new file and renaming it.
     #[arg(long)]

@@ -25,6 +25,9 @@ pub fn text(g: &Graph) -> String {
     if let Some(tf) = &g.tf {
         return super::dump_tf::text(tf);
     }
+    if let Some(onnx) = &g.onnx {
+        return super::dump_onnx::text(onnx);
+    }
     let mut out = String::new();
     let version = g
         .version
@@ -207,6 +210,9 @@ pub fn clean(s: &str) -> Cow<'_, str> {
 pub fn json(g: &Graph) -> Value {
     if let Some(tf) = &g.tf {
         return json!({ "tensorflow": super::dump_tf::json(tf) });
+    }
+    if let Some(onnx) = &g.onnx {
+        return json!({ "onnx": super::dump_onnx::json(onnx) });
     }
     json!({
         "version": g.version,

@@ -8,8 +8,9 @@ use ::flatbuffers::{FlatBufferBuilder, ForwardsUOffset, Vector, VerifierOptions,
 
 use super::generated::graph as fbg;
 use super::model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc,
-    TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra, var_type_name,
+    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, OnnxInit, Op, Scalar, ScalarType,
+    Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra,
+    var_type_name,
 };
 use super::programdesc::{gerr, in_where};
 use crate::error::{ErrorKind, Result};
@@ -23,6 +24,15 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// The schema_version of a graph.fb holding a TensorFlow graph (`Graph.tf`), so that
 /// builds that do not know the `tf` field refuse it instead of reading an empty graph.
 pub const SCHEMA_VERSION_TF: i32 = 2;
+
+/// The schema_version of a graph.fb holding an ONNX model (`Graph.onnx`).
+pub const SCHEMA_VERSION_ONNX: i32 = 3;
+
+/// Whether graph.fb bytes hold an ONNX model (schema_version 3 with `onnx`); `false`
+/// for anything that does not verify.
+pub fn is_onnx(bytes: &[u8]) -> bool {
+    verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb").is_ok_and(|r| r.onnx().is_some())
+}
 
 /// Whether graph.fb bytes hold a TensorFlow graph (schema_version 2 with `tf`); `false`
 /// for anything that does not verify.
@@ -87,15 +97,24 @@ where
 pub fn decode(bytes: &[u8]) -> Result<Graph> {
     let root = verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb")?;
     let tf = root.tf().map(tf_from_fb).transpose()?;
+    let onnx = root.onnx().map(onnx_from_fb).transpose()?;
+    if tf.is_some() && onnx.is_some() {
+        return Err(gerr(
+            "graph.fb holds both a TensorFlow graph and an ONNX model",
+        ));
+    }
     let want = if tf.is_some() {
         SCHEMA_VERSION_TF
+    } else if onnx.is_some() {
+        SCHEMA_VERSION_ONNX
     } else {
         SCHEMA_VERSION
     };
     if root.schema_version() != want {
         return Err(gerr(format!(
             "graph.fb schema_version {} is not supported (this build reads {SCHEMA_VERSION}, \
-             and {SCHEMA_VERSION_TF} for a TensorFlow graph)",
+             {SCHEMA_VERSION_TF} for a TensorFlow graph and {SCHEMA_VERSION_ONNX} for an \
+             ONNX model)",
             root.schema_version()
         )));
     }
@@ -118,7 +137,51 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
                 .collect()
         }),
         tf,
+        onnx,
     })
+}
+
+fn onnx_from_fb(g: fbg::OnnxGraph<'_>) -> Result<OnnxGraph> {
+    Ok(OnnxGraph {
+        model: bytes_of(g.model()),
+        initializers: g
+            .initializers()
+            .map(|v| {
+                v.iter()
+                    .map(|i| OnnxInit {
+                        param: i.param().map(str::to_string),
+                        typed: i.typed(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+fn onnx_to_fb<'a>(fbb: &mut Fbb<'a>, g: &OnnxGraph) -> WIPOffset<fbg::OnnxGraph<'a>> {
+    let inits: Vec<_> = g
+        .initializers
+        .iter()
+        .map(|i| {
+            let param = i.param.as_ref().map(|p| fbb.create_string(p));
+            fbg::OnnxInit::create(
+                fbb,
+                &fbg::OnnxInitArgs {
+                    param,
+                    typed: i.typed,
+                },
+            )
+        })
+        .collect();
+    let initializers = Some(fbb.create_vector(&inits));
+    let model = Some(fbb.create_vector(&g.model));
+    fbg::OnnxGraph::create(
+        fbb,
+        &fbg::OnnxGraphArgs {
+            model,
+            initializers,
+        },
+    )
 }
 
 fn bytes_of(v: Option<Vector<'_, u8>>) -> Vec<u8> {
@@ -642,11 +705,14 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
         fbb.create_vector(&items)
     });
     let tf = g.tf.as_ref().map(|t| tf_to_fb(&mut fbb, t));
+    let onnx = g.onnx.as_ref().map(|o| onnx_to_fb(&mut fbb, o));
     let root = fbg::Graph::create(
         &mut fbb,
         &fbg::GraphArgs {
             schema_version: if tf.is_some() {
                 SCHEMA_VERSION_TF
+            } else if onnx.is_some() {
+                SCHEMA_VERSION_ONNX
             } else {
                 SCHEMA_VERSION
             },
@@ -654,6 +720,7 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
             version: g.version,
             op_version_map,
             tf,
+            onnx,
         },
     );
     fbg::finish_graph_buffer(&mut fbb, root);

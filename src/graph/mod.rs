@@ -24,6 +24,7 @@
 //! ```
 
 pub mod dump;
+pub mod dump_onnx;
 pub mod dump_tf;
 pub mod flatbuffers;
 mod generated;
@@ -32,8 +33,8 @@ pub mod programdesc;
 pub mod training_config;
 
 pub use model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc,
-    TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra,
+    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, OnnxInit, Op, Scalar, ScalarType,
+    Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra,
 };
 pub use training_config::{HyperParam, Regularization, TrainingConfig};
 

@@ -22,6 +22,30 @@ pub struct Graph {
     /// A TensorFlow GraphDef (imported by [`crate::interop::tf`]); `blocks` is then one
     /// empty main block. `None` for Paddle and SameDiff graphs.
     pub tf: Option<TfGraph>,
+    /// An ONNX model (imported by [`crate::interop::onnx`]); `blocks` is then one empty
+    /// main block. `None` for every other graph.
+    pub onnx: Option<OnnxGraph>,
+}
+
+/// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
+/// initializers that are tag parameters removed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OnnxGraph {
+    /// The ModelProto, encoded, with those initializers' values removed.
+    pub model: Vec<u8>,
+    /// One entry per top-level initializer (`GraphProto.initializer`), in order.
+    pub initializers: Vec<OnnxInit>,
+}
+
+/// Where one top-level ONNX initializer's values are.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OnnxInit {
+    /// The tag parameter holding the values; `None` when the initializer is kept whole
+    /// in the model (strings, values the parameters cannot hold as they came).
+    pub param: Option<String>,
+    /// The values were in the dtype's typed field (`float_data`, `int32_data`, ...),
+    /// not `raw_data`.
+    pub typed: bool,
 }
 
 /// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute
@@ -591,6 +615,7 @@ impl Graph {
             version: None,
             op_version_map: None,
             tf: None,
+            onnx: None,
         }
     }
 

@@ -271,6 +271,7 @@ pub fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
                 .collect()
         }),
         tf: None,
+        onnx: None,
     })
 }
 
@@ -690,6 +691,11 @@ pub fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
     if g.tf.is_some() {
         return Err(gerr(
             "the graph is a TensorFlow GraphDef, which has no Paddle ProgramDesc form",
+        ));
+    }
+    if g.onnx.is_some() {
+        return Err(gerr(
+            "the graph is an ONNX model, which has no Paddle ProgramDesc form",
         ));
     }
     if g.blocks.is_empty() {

@@ -5,6 +5,8 @@
 //! [`detect`] / [`format()`] work through that list only, so a new format is a new
 //! module plus one line there.
 //!
+//! - [`onnx`]: ONNX models (`.onnx`, external data included) in and out, with every
+//!   top-level initializer as a parameter and the rest of the model kept in `graph.fb`.
 //! - [`paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and persistables
 //!   directories in, `.pdmodel` + `.pdiparams` out, byte for byte.
 //! - [`safetensors`]: safetensors files and sharded checkpoints in, one file or shards
@@ -15,6 +17,7 @@
 //! Converting a tag's graph between `graph.pdmodel` and `graph.fb` inside an archive is
 //! [`crate::archive::convert_graph`].
 
+pub mod onnx;
 pub mod paddle;
 pub mod safetensors;
 pub mod tf;
@@ -68,6 +71,7 @@ pub static FORMATS: &[&dyn Format] = &[
     &safetensors::SafetensorsFormat,
     &paddle::PaddleFormat,
     &tf::TfFormat,
+    &onnx::OnnxFormat,
 ];
 
 /// The registered format named `name` (case-insensitive).
@@ -221,6 +225,10 @@ pub struct ExportOptions {
     /// archive's size. A program may name one tensor file under many variable names, so
     /// what an export writes is not bounded by the archive's size.
     pub max_output: Option<u64>,
+    /// ONNX only: write the initializers to `PATH.data` beside the model, at 64-byte
+    /// aligned offsets, instead of inside it (default false). Other formats ignore it
+    /// (`modelzip export` refuses `--external-data` for them).
+    pub external_data: bool,
 }
 
 impl Default for ExportOptions {
@@ -229,6 +237,7 @@ impl Default for ExportOptions {
             overwrite: false,
             fsync: true,
             max_output: None,
+            external_data: false,
         }
     }
 }

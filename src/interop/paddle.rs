@@ -663,7 +663,10 @@ impl Format for PaddleFormat {
         Ok(match tag.graph()? {
             None => false,
             Some((GraphEncoding::ProgramDesc, _)) => true,
-            Some((GraphEncoding::FlatBuffers, bytes)) => !crate::graph::flatbuffers::is_tf(&bytes),
+            Some((GraphEncoding::FlatBuffers, bytes)) => {
+                !crate::graph::flatbuffers::is_tf(&bytes)
+                    && !crate::graph::flatbuffers::is_onnx(&bytes)
+            }
         })
     }
 

@@ -168,6 +168,35 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
 /// Deepest message nesting walked (prost's own recursion limit is 100 too).
 const MAX_DEPTH: usize = 100;
 
+/// Checks protobuf `bytes` of message `desc` before prost decodes them (shared with the
+/// ONNX import): fields the contract does not declare are refused (prost would drop
+/// them, and the message could not come back whole), as are nesting deeper than 100
+/// and an estimated decoded size past [`decode_budget`]. Malformed bytes pass, for
+/// prost to report precisely. `what` names the message in errors (`ONNX model`).
+pub(crate) fn precheck(bytes: &[u8], desc: &MessageDescriptor, what: &str) -> Result<()> {
+    let budget = decode_budget(bytes.len());
+    let mut walk = Walk {
+        left: budget,
+        unknown: None,
+    };
+    match walk.message(bytes, desc, 0) {
+        Ok(()) | Err(Stop::Malformed) => Ok(()),
+        Err(Stop::Unknown) => Err(gerr(format!(
+            "{what}{} is not in the protobuf contract this build knows; it could not be kept",
+            walk.unknown.unwrap_or_default()
+        ))),
+        Err(Stop::TooDeep) => Err(gerr(format!(
+            "invalid {what} protobuf: messages nested deeper than {MAX_DEPTH}"
+        ))),
+        Err(Stop::TooBig) => Err(ErrorKind::LimitExceeded {
+            what: "estimated decoded protobuf size",
+            size: budget.saturating_add(1),
+            limit: budget,
+        }
+        .into()),
+    }
+}
+
 /// What decoding `len` bytes may cost in memory: 8 times the input plus 64 MiB. Real
 /// GraphDefs are mostly tensor bytes (copied once) and need far less; a file of millions
 /// of empty messages or strings (each 2 bytes on the wire, up to hundreds of bytes

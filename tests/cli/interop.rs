@@ -104,7 +104,10 @@ fn a_file_of_no_known_format_is_refused_saying_what_was_tried() {
         "{msg}"
     );
     assert!(
-        msg.contains("paddle (") && msg.contains("tf (") && msg.contains("safetensors ("),
+        msg.contains("paddle (")
+            && msg.contains("tf (")
+            && msg.contains("safetensors (")
+            && msg.contains("onnx ("),
         "{msg}"
     );
     assert!(msg.contains("notes.txt"), "{msg}");
@@ -113,10 +116,96 @@ fn a_file_of_no_known_format_is_refused_saying_what_was_tried() {
         modelzip()
             .arg("import")
             .arg(&zip)
-            .args(["--tag", "t", "--format", "onnx"])
+            .args(["--tag", "t", "--format", "caffe"])
             .arg(&junk),
     );
-    assert!(msg.contains("unknown format \"onnx\""), "{msg}");
+    assert!(msg.contains("unknown format \"caffe\""), "{msg}");
+}
+
+#[test]
+fn onnx_models_go_in_and_come_out_inline_or_with_external_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let src = fixture("onnx/mlp.onnx");
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "v1"])
+            .arg(&src)
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "onnx");
+    assert_eq!(r["graph"], "graph.fb");
+    assert_eq!(r["params"].as_array().unwrap().len(), 6);
+    // Export without --format picks onnx and gives the file back byte for byte.
+    let out = dir.path().join("back.onnx");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "v1", "--out"])
+            .arg(&out)
+            .arg("--json"),
+    );
+    assert_eq!(e["format"], "onnx");
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&src).unwrap());
+    let ext = dir.path().join("ext.onnx");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "v1", "--external-data", "--out"])
+            .arg(&ext)
+            .arg("--json"),
+    );
+    let files = e["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2);
+    assert!(
+        files[1]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("ext.onnx.data")
+    );
+    // --external-data is for onnx only; nothing is written.
+    let pb = dir.path().join("x.pb");
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "v1", "--format", "tf", "--external-data", "--out"])
+            .arg(&pb),
+    );
+    assert!(msg.contains("--external-data is for onnx exports"), "{msg}");
+    assert!(!pb.exists());
+    // The graph command lists the model.
+    let text = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "v1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("ONNX model: ir_version 8"), "{text}");
+    assert!(
+        text.contains("Gemm(h5, head.weight, head.bias) -> y  head"),
+        "{text}"
+    );
+    let dot = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "v1", "--format", "dot"])
+        .output()
+        .unwrap();
+    let dot = String::from_utf8_lossy(&dot.stdout);
+    assert!(
+        dot.contains("w4 [shape=box, label=\"head.weight\\n[32, 10]\"];"),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("w4 -> n6;") && dot.contains("i0 -> n0;"),
+        "{dot}"
+    );
 }
 
 fn tf(file: &str) -> PathBuf {

@@ -3205,6 +3205,232 @@ impl ::core::fmt::Debug for TfGraph<'_> {
       ds.finish()
   }
 }
+pub enum OnnxInitOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct OnnxInit<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for OnnxInit<'a> {
+  type Inner = OnnxInit<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> OnnxInit<'a> {
+  pub const VT_PARAM: ::flatbuffers::VOffsetT = 4;
+  pub const VT_TYPED: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    OnnxInit { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args OnnxInitArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<OnnxInit<'bldr>> {
+    let mut builder = OnnxInitBuilder::new(_fbb);
+    if let Some(x) = args.param { builder.add_param(x); }
+    builder.add_typed(args.typed);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn param(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(OnnxInit::VT_PARAM, None)}
+  }
+  #[inline]
+  pub fn typed(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(OnnxInit::VT_TYPED, Some(false)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for OnnxInit<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("param", Self::VT_PARAM, false)?
+     .visit_field::<bool>("typed", Self::VT_TYPED, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct OnnxInitArgs<'a> {
+    pub param: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub typed: bool,
+}
+impl<'a> Default for OnnxInitArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    OnnxInitArgs {
+      param: None,
+      typed: false,
+    }
+  }
+}
+
+pub struct OnnxInitBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OnnxInitBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_param(&mut self, param: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(OnnxInit::VT_PARAM, param);
+  }
+  #[inline]
+  pub fn add_typed(&mut self, typed: bool) {
+    self.fbb_.push_slot::<bool>(OnnxInit::VT_TYPED, typed, false);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OnnxInitBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    OnnxInitBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<OnnxInit<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for OnnxInit<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("OnnxInit");
+      ds.field("param", &self.param());
+      ds.field("typed", &self.typed());
+      ds.finish()
+  }
+}
+pub enum OnnxGraphOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct OnnxGraph<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for OnnxGraph<'a> {
+  type Inner = OnnxGraph<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> OnnxGraph<'a> {
+  pub const VT_MODEL: ::flatbuffers::VOffsetT = 4;
+  pub const VT_INITIALIZERS: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    OnnxGraph { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args OnnxGraphArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<OnnxGraph<'bldr>> {
+    let mut builder = OnnxGraphBuilder::new(_fbb);
+    if let Some(x) = args.initializers { builder.add_initializers(x); }
+    if let Some(x) = args.model { builder.add_model(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn model(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(OnnxGraph::VT_MODEL, None)}
+  }
+  #[inline]
+  pub fn initializers(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OnnxInit<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OnnxInit>>>>(OnnxGraph::VT_INITIALIZERS, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for OnnxGraph<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("model", Self::VT_MODEL, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OnnxInit>>>>("initializers", Self::VT_INITIALIZERS, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct OnnxGraphArgs<'a> {
+    pub model: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+    pub initializers: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OnnxInit<'a>>>>>,
+}
+impl<'a> Default for OnnxGraphArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    OnnxGraphArgs {
+      model: None,
+      initializers: None,
+    }
+  }
+}
+
+pub struct OnnxGraphBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OnnxGraphBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_model(&mut self, model: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(OnnxGraph::VT_MODEL, model);
+  }
+  #[inline]
+  pub fn add_initializers(&mut self, initializers: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<OnnxInit<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(OnnxGraph::VT_INITIALIZERS, initializers);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OnnxGraphBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    OnnxGraphBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<OnnxGraph<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for OnnxGraph<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("OnnxGraph");
+      ds.field("model", &self.model());
+      ds.field("initializers", &self.initializers());
+      ds.finish()
+  }
+}
 pub enum GraphOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -3226,6 +3452,7 @@ impl<'a> Graph<'a> {
   pub const VT_VERSION: ::flatbuffers::VOffsetT = 8;
   pub const VT_OP_VERSION_MAP: ::flatbuffers::VOffsetT = 10;
   pub const VT_TF: ::flatbuffers::VOffsetT = 12;
+  pub const VT_ONNX: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3238,6 +3465,7 @@ impl<'a> Graph<'a> {
   ) -> ::flatbuffers::WIPOffset<Graph<'bldr>> {
     let mut builder = GraphBuilder::new(_fbb);
     if let Some(x) = args.version { builder.add_version(x); }
+    if let Some(x) = args.onnx { builder.add_onnx(x); }
     if let Some(x) = args.tf { builder.add_tf(x); }
     if let Some(x) = args.op_version_map { builder.add_op_version_map(x); }
     if let Some(x) = args.blocks { builder.add_blocks(x); }
@@ -3281,6 +3509,13 @@ impl<'a> Graph<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<TfGraph>>(Graph::VT_TF, None)}
   }
+  #[inline]
+  pub fn onnx(&self) -> Option<OnnxGraph<'a>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<OnnxGraph>>(Graph::VT_ONNX, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Graph<'_> {
@@ -3294,6 +3529,7 @@ impl ::flatbuffers::Verifiable for Graph<'_> {
      .visit_field::<i64>("version", Self::VT_VERSION, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OpVersion>>>>("op_version_map", Self::VT_OP_VERSION_MAP, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<TfGraph>>("tf", Self::VT_TF, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<OnnxGraph>>("onnx", Self::VT_ONNX, false)?
      .finish();
     Ok(())
   }
@@ -3304,6 +3540,7 @@ pub struct GraphArgs<'a> {
     pub version: Option<i64>,
     pub op_version_map: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OpVersion<'a>>>>>,
     pub tf: Option<::flatbuffers::WIPOffset<TfGraph<'a>>>,
+    pub onnx: Option<::flatbuffers::WIPOffset<OnnxGraph<'a>>>,
 }
 impl<'a> Default for GraphArgs<'a> {
   #[inline]
@@ -3314,6 +3551,7 @@ impl<'a> Default for GraphArgs<'a> {
       version: None,
       op_version_map: None,
       tf: None,
+      onnx: None,
     }
   }
 }
@@ -3344,6 +3582,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GraphBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<TfGraph>>(Graph::VT_TF, tf);
   }
   #[inline]
+  pub fn add_onnx(&mut self, onnx: ::flatbuffers::WIPOffset<OnnxGraph<'b >>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<OnnxGraph>>(Graph::VT_ONNX, onnx);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> GraphBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     GraphBuilder {
@@ -3366,6 +3608,7 @@ impl ::core::fmt::Debug for Graph<'_> {
       ds.field("version", &self.version());
       ds.field("op_version_map", &self.op_version_map());
       ds.field("tf", &self.tf());
+      ds.field("onnx", &self.onnx());
       ds.finish()
   }
 }

@@ -1,0 +1,155 @@
+//! Renderings of ONNX models ([`OnnxGraph`]) for `modelzip graph`: a listing for
+//! people and JSON. The stored ModelProto is decoded; initializers that are tag
+//! parameters are shown by name (their values are in the tag).
+
+use super::model::OnnxGraph;
+use crate::onnx_proto as pb;
+use prost::Message;
+use serde_json::{Value, json};
+
+fn decode(g: &OnnxGraph) -> Option<pb::ModelProto> {
+    pb::ModelProto::decode(g.model.as_slice()).ok()
+}
+
+/// A listing: the model's versions and opsets, inputs, outputs, the nodes in order as
+/// `op_type(inputs) -> outputs  name`, and the initializers.
+pub fn text(g: &OnnxGraph) -> String {
+    let Some(m) = decode(g) else {
+        return "ONNX model: the stored ModelProto does not decode\n".to_string();
+    };
+    let mut out = format!(
+        "ONNX model: ir_version {}, producer {:?} {:?}, opsets {}\n",
+        m.ir_version(),
+        m.producer_name(),
+        m.producer_version(),
+        m.opset_import
+            .iter()
+            .map(|o| format!("{}:{}", o.domain(), o.version()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let Some(graph) = &m.graph else {
+        return out;
+    };
+    let names = |v: &[pb::ValueInfoProto]| {
+        v.iter()
+            .map(|i| i.name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    out.push_str(&format!("inputs: {}\n", names(&graph.input)));
+    out.push_str(&format!("outputs: {}\n", names(&graph.output)));
+    out.push_str(&format!(
+        "{} node(s), {} initializer(s) ({} tag parameter(s)), {} function(s)\n\n",
+        graph.node.len(),
+        graph.initializer.len(),
+        g.initializers.iter().filter(|i| i.param.is_some()).count(),
+        m.functions.len()
+    ));
+    for n in &graph.node {
+        let domain = if n.domain().is_empty() {
+            String::new()
+        } else {
+            format!("{}.", n.domain())
+        };
+        let line = format!(
+            "{domain}{}({}) -> {}  {}",
+            n.op_type(),
+            n.input.join(", "),
+            n.output.join(", "),
+            n.name()
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The model as JSON: versions, opsets, inputs, outputs, nodes (op, name, inputs,
+/// outputs, attribute names) and initializers (name, parameter, form).
+pub fn json(g: &OnnxGraph) -> Value {
+    let Some(m) = decode(g) else {
+        return json!({"error": "the stored ModelProto does not decode"});
+    };
+    let graph = m.graph.clone().unwrap_or_default();
+    let inits: Vec<Value> = graph
+        .initializer
+        .iter()
+        .zip(&g.initializers)
+        .map(|(t, i)| {
+            json!({
+                "name": t.name(),
+                "data_type": t.data_type(),
+                "dims": t.dims,
+                "param": i.param,
+                "form": match (&i.param, i.typed) {
+                    (None, _) => "in the model",
+                    (Some(_), true) => "typed field",
+                    (Some(_), false) => "raw_data",
+                },
+            })
+        })
+        .collect();
+    json!({
+        "ir_version": m.ir_version(),
+        "producer_name": m.producer_name(),
+        "producer_version": m.producer_version(),
+        "opset_import": m.opset_import.iter()
+            .map(|o| json!({"domain": o.domain(), "version": o.version()}))
+            .collect::<Vec<_>>(),
+        "inputs": graph.input.iter().map(|i| i.name()).collect::<Vec<_>>(),
+        "outputs": graph.output.iter().map(|i| i.name()).collect::<Vec<_>>(),
+        "nodes": graph.node.iter().map(|n| json!({
+            "op_type": n.op_type(),
+            "domain": n.domain(),
+            "name": n.name(),
+            "inputs": n.input,
+            "outputs": n.output,
+            "attributes": n.attribute.iter().map(|a| a.name()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "initializers": inits,
+        "functions": m.functions.iter().map(|f| f.name()).collect::<Vec<_>>(),
+    })
+}
+
+/// The model's main graph as DOT statements: graph inputs as houses, initializers as
+/// boxes (with the parameter holding them), nodes as ellipses labelled with their op
+/// and name, an edge for every value a node reads from a producer.
+pub(crate) fn dot(g: &OnnxGraph, out: &mut String, q: impl Fn(&str) -> String) {
+    use std::collections::HashMap;
+    use std::fmt::Write as _;
+    let Some(graph) = decode(g).and_then(|m| m.graph) else {
+        return;
+    };
+    // Which DOT node produces each value name.
+    let mut producer: HashMap<&str, String> = HashMap::new();
+    for (i, v) in graph.input.iter().enumerate() {
+        let _ = writeln!(out, "  i{i} [shape=invhouse, label={}];", q(v.name()));
+        producer.insert(v.name(), format!("i{i}"));
+    }
+    for (i, (t, init)) in graph.initializer.iter().zip(&g.initializers).enumerate() {
+        let label = match &init.param {
+            Some(p) => format!("{p}\n{:?}", t.dims),
+            None => format!("{}\n{:?} (in the model)", t.name(), t.dims),
+        };
+        let _ = writeln!(out, "  w{i} [shape=box, label={}];", q(&label));
+        producer.insert(t.name(), format!("w{i}"));
+    }
+    for (i, n) in graph.node.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  n{i} [shape=ellipse, label={}];",
+            q(&format!("{}\n{}", n.op_type(), n.name()))
+        );
+        for o in &n.output {
+            producer.insert(o, format!("n{i}"));
+        }
+    }
+    for (i, n) in graph.node.iter().enumerate() {
+        for input in &n.input {
+            if let Some(from) = producer.get(input.as_str()) {
+                let _ = writeln!(out, "  {from} -> n{i};");
+            }
+        }
+    }
+}

@@ -1,0 +1,936 @@
+//! ONNX models in and out of archives.
+//!
+//! [`import_model`] stores a ModelProto as a tag: every top-level initializer
+//! (`graph.initializer`) of a dtype modelzip holds becomes a parameter named by the
+//! initializer (LoDTensor layout, deduplicated against the archive like every tensor),
+//! and the rest of the model goes to `graph.fb` (an [`OnnxGraph`]): the ModelProto
+//! with those initializers' values removed, plus for each initializer whether its
+//! values were in `raw_data` or in the dtype's typed field (`float_data`,
+//! `int32_data`, ...). Nodes, inputs, outputs, value_info, opset_import,
+//! metadata_props, functions, doc strings and subgraphs (with their own initializers)
+//! stay in the stored model as they came. Initializers with data in an external file
+//! (`data_location: EXTERNAL`) are read from beside the model, refusing locations
+//! outside its directory and ranges past the file's end.
+//!
+//! [`export_model`] rebuilds the ModelProto, equal to the imported one as a protobuf
+//! message (external data comes back inline in `raw_data`, or, with
+//! [`ExportOptions::external_data`], every parameter in `PATH.data` at 64-byte aligned
+//! offsets). docs/ONNX.md has the mapping and what is refused.
+//!
+//! ```no_run
+//! use modelzip::interop::{onnx, ExportOptions, ImportOptions};
+//! use modelzip::Archive;
+//! use std::path::Path;
+//!
+//! onnx::import_model_file(Path::new("model.zip"), "v1", Path::new("mlp.onnx"),
+//!                         &ImportOptions::default())?;
+//! let archive = Archive::open("model.zip")?;
+//! onnx::export_model_file(&archive.tag("v1")?, Path::new("out.onnx"),
+//!                         &ExportOptions::default())?;
+//! # Ok::<(), modelzip::Error>(())
+//! ```
+
+use super::{
+    ExportOptions, Exported, Format, ImportOptions, ImportReport, check_output_size, has_ext, head,
+    persist, read_whole, report, write_tag, write_temp,
+};
+use crate::archive::{GraphEncoding, Tag, TensorData};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{Graph, OnnxGraph, OnnxInit};
+use crate::onnx_proto as pb;
+use crate::progress::Ticker;
+use crate::tensor::{DType, TensorView};
+use prost::Message;
+use prost_reflect::{DescriptorPool, MessageDescriptor};
+use std::collections::HashSet;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Largest ModelProto accepted (protobuf's own limit is 2 GiB).
+pub const MAX_MODEL_BYTES: u64 = 1 << 31;
+
+/// Alignment of each tensor's offset in an exported external data file.
+pub const EXTERNAL_ALIGN: u64 = 64;
+
+fn gerr(msg: impl Into<String>) -> Error {
+    ErrorKind::Graph(msg.into()).into()
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    ErrorKind::InvalidInput(msg.into()).into()
+}
+
+fn pool() -> Result<&'static DescriptorPool> {
+    static POOL: OnceLock<Option<DescriptorPool>> = OnceLock::new();
+    POOL.get_or_init(|| DescriptorPool::decode(pb::FILE_DESCRIPTOR_SET).ok())
+        .as_ref()
+        .ok_or_else(|| gerr("the compiled ONNX descriptor set is unreadable"))
+}
+
+fn descriptor(name: &str) -> Result<MessageDescriptor> {
+    pool()?
+        .get_message_by_name(name)
+        .ok_or_else(|| gerr(format!("{name} is missing from the descriptor set")))
+}
+
+/// Decodes a binary ModelProto. Fields onnx.proto does not declare are refused (they
+/// could not be kept), as are nesting deeper than 100 messages (subgraphs inside
+/// subgraphs) and encodings that would decode to far more memory than their size.
+pub fn decode_model(bytes: &[u8]) -> Result<pb::ModelProto> {
+    if bytes.len() as u64 > MAX_MODEL_BYTES {
+        return Err(ErrorKind::LimitExceeded {
+            what: "ONNX model size",
+            size: bytes.len() as u64,
+            limit: MAX_MODEL_BYTES,
+        }
+        .into());
+    }
+    super::tf::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")?;
+    pb::ModelProto::decode(bytes).map_err(|e| gerr(format!("invalid ONNX protobuf: {e}")))
+}
+
+// ---------------------------------------------------------------------------------
+// Dtypes and values
+
+/// The modelzip dtype of an ONNX `TensorProto.DataType` number, when it has one.
+pub fn dtype_from_onnx(dt: i32) -> Option<DType> {
+    use pb::tensor_proto::DataType as D;
+    Some(match D::try_from(dt).ok()? {
+        D::Float => DType::Fp32,
+        D::Uint8 => DType::Uint8,
+        D::Int8 => DType::Int8,
+        D::Uint16 => DType::Uint16,
+        D::Int16 => DType::Int16,
+        D::Int32 => DType::Int32,
+        D::Int64 => DType::Int64,
+        D::Bool => DType::Bool,
+        D::Float16 => DType::Fp16,
+        D::Double => DType::Fp64,
+        D::Uint32 => DType::Uint32,
+        D::Uint64 => DType::Uint64,
+        D::Complex64 => DType::Complex64,
+        D::Complex128 => DType::Complex128,
+        D::Bfloat16 => DType::Bf16,
+        D::Float8e4m3fn => DType::Fp8E4m3fn,
+        D::Float8e5m2 => DType::Fp8E5m2,
+        _ => return None,
+    })
+}
+
+/// Values written in any typed field of a tensor.
+fn typed_total(t: &pb::TensorProto) -> usize {
+    t.float_data.len()
+        + t.int32_data.len()
+        + t.string_data.len()
+        + t.int64_data.len()
+        + t.double_data.len()
+        + t.uint64_data.len()
+}
+
+/// The values of dtype `d` in its typed field, as little-endian element bytes; `None`
+/// when a value does not fit the dtype (the initializer then stays in the model).
+fn typed_to_bytes(t: &pb::TensorProto, d: DType) -> Option<Vec<u8>> {
+    fn ints(v: &[i32], lo: i64, hi: i64, width: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(v.len() * width);
+        for &x in v {
+            let x = i64::from(x);
+            if x < lo || x > hi {
+                return None;
+            }
+            out.extend_from_slice(&x.to_le_bytes()[..width]);
+        }
+        Some(out)
+    }
+    Some(match d {
+        DType::Fp32 | DType::Complex64 => {
+            t.float_data.iter().flat_map(|x| x.to_le_bytes()).collect()
+        }
+        DType::Fp64 | DType::Complex128 => {
+            t.double_data.iter().flat_map(|x| x.to_le_bytes()).collect()
+        }
+        DType::Int64 => t.int64_data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        DType::Uint64 => t.uint64_data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        DType::Uint32 => {
+            let mut out = Vec::with_capacity(t.uint64_data.len() * 4);
+            for &x in &t.uint64_data {
+                out.extend_from_slice(&u32::try_from(x).ok()?.to_le_bytes());
+            }
+            out
+        }
+        DType::Int32 => ints(&t.int32_data, i32::MIN.into(), i32::MAX.into(), 4)?,
+        DType::Int16 => ints(&t.int32_data, i16::MIN.into(), i16::MAX.into(), 2)?,
+        DType::Int8 => ints(&t.int32_data, i8::MIN.into(), i8::MAX.into(), 1)?,
+        DType::Uint16 | DType::Fp16 | DType::Bf16 => ints(&t.int32_data, 0, 0xffff, 2)?,
+        DType::Uint8 | DType::Fp8E4m3fn | DType::Fp8E5m2 => ints(&t.int32_data, 0, 0xff, 1)?,
+        DType::Bool => ints(&t.int32_data, 0, 1, 1)?,
+        DType::SizeT => return None,
+    })
+}
+
+/// The number of values dtype `d` writes in its typed field for `n` elements.
+fn typed_count(d: DType, numel: u64) -> u64 {
+    if matches!(d, DType::Complex64 | DType::Complex128) {
+        numel.saturating_mul(2)
+    } else {
+        numel
+    }
+}
+
+/// Writes element bytes back into the dtype's typed field.
+fn bytes_to_typed(t: &mut pb::TensorProto, d: DType, data: &[u8]) -> Result<()> {
+    fn chunks<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        data.chunks_exact(N)
+            .map(|c| c.try_into().expect("chunks_exact gives N bytes"))
+    }
+    match d {
+        DType::Fp32 | DType::Complex64 => {
+            t.float_data = chunks(data).map(f32::from_le_bytes).collect()
+        }
+        DType::Fp64 | DType::Complex128 => {
+            t.double_data = chunks(data).map(f64::from_le_bytes).collect()
+        }
+        DType::Int64 => t.int64_data = chunks(data).map(i64::from_le_bytes).collect(),
+        DType::Uint64 => t.uint64_data = chunks(data).map(u64::from_le_bytes).collect(),
+        DType::Uint32 => {
+            t.uint64_data = chunks(data)
+                .map(|c| u64::from(u32::from_le_bytes(c)))
+                .collect()
+        }
+        DType::Int32 => t.int32_data = chunks(data).map(i32::from_le_bytes).collect(),
+        DType::Int16 => {
+            t.int32_data = chunks(data)
+                .map(|c| i32::from(i16::from_le_bytes(c)))
+                .collect()
+        }
+        DType::Int8 => t.int32_data = data.iter().map(|&b| i32::from(b as i8)).collect(),
+        DType::Uint16 | DType::Fp16 | DType::Bf16 => {
+            t.int32_data = chunks(data)
+                .map(|c| i32::from(u16::from_le_bytes(c)))
+                .collect()
+        }
+        DType::Uint8 | DType::Fp8E4m3fn | DType::Fp8E5m2 | DType::Bool => {
+            t.int32_data = data.iter().map(|&b| i32::from(b)).collect()
+        }
+        DType::SizeT => return Err(invalid("SizeT has no ONNX typed field")),
+    }
+    Ok(())
+}
+
+/// The dims of an initializer: non-negative, with an element count that fits.
+fn tensor_dims(t: &pb::TensorProto) -> Result<(Vec<u64>, u64)> {
+    let dims = t
+        .dims
+        .iter()
+        .map(|&d| u64::try_from(d))
+        .collect::<std::result::Result<Vec<u64>, _>>()
+        .map_err(|_| invalid(format!("dims {:?} has a negative dimension", t.dims)))?;
+    // The product of the non-zero dims must fit too (as every tensor modelzip stores).
+    let numel = crate::tensor::element_count(&dims)
+        .map_err(|_| invalid(format!("dims {:?} overflow an element count", t.dims)))?;
+    Ok((dims, numel))
+}
+
+/// Whether a name can be a parameter name (params.txt is one name a line).
+fn usable_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['\n', '\r', '\0'])
+}
+
+// ---------------------------------------------------------------------------------
+// External data
+
+const DATA_LOCATION_EXTERNAL: i32 = pb::tensor_proto::DataLocation::External as i32;
+
+/// The file an external-data `location` names, inside `dir` (the model's directory):
+/// relative, no `..`, and still inside `dir` after symbolic links are resolved.
+fn external_path(dir: &Path, location: &str) -> Result<PathBuf> {
+    let rel = Path::new(location);
+    if location.is_empty()
+        || !rel
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(invalid(format!(
+            "external data location {location:?} is not a relative path inside the model's \
+             directory"
+        )));
+    }
+    let base = dir
+        .canonicalize()
+        .map_err(|e| Error::from(e).in_file(dir))?;
+    let path = base.join(rel);
+    let real = path
+        .canonicalize()
+        .map_err(|e| Error::from(e).in_file(&path))?;
+    if !real.starts_with(&base) {
+        return Err(invalid(format!(
+            "external data location {location:?} resolves to {}, outside the model's \
+             directory {}",
+            real.display(),
+            base.display()
+        )));
+    }
+    Ok(real)
+}
+
+/// Reads an initializer's external data into `raw_data` (clearing `external_data` and
+/// `data_location`), checking the location, offset and length against the file and
+/// the initializer's dtype and dims.
+fn load_external(t: &mut pb::TensorProto, dir: &Path) -> Result<()> {
+    let (mut location, mut offset, mut length) = (None, 0u64, None);
+    for kv in &t.external_data {
+        let key = kv.key.as_deref().unwrap_or("");
+        let value = kv.value.as_deref().unwrap_or("");
+        let number = |what: &str| {
+            value.parse::<u64>().map_err(|_| {
+                invalid(format!(
+                    "external data {what} {value:?} is not a non-negative integer"
+                ))
+            })
+        };
+        match key {
+            "location" => location = Some(value.to_string()),
+            "offset" => offset = number("offset")?,
+            "length" => length = Some(number("length")?),
+            "checksum" => {}
+            other => {
+                return Err(invalid(format!(
+                    "external data key {other:?} is not one ONNX defines (location, offset, \
+                     length, checksum)"
+                )));
+            }
+        }
+    }
+    let location = location.ok_or_else(|| invalid("external data without a location"))?;
+    let path = external_path(dir, &location)?;
+    let mut f = std::fs::File::open(&path).map_err(|e| Error::from(e).in_file(&path))?;
+    let file_len = f
+        .metadata()
+        .map_err(|e| Error::from(e).in_file(&path))?
+        .len();
+    if offset > file_len {
+        return Err(Error::new(ErrorKind::Truncated {
+            what: "external data (offset past the end of the file)",
+            needed: offset,
+            available: file_len,
+        })
+        .in_file(&path));
+    }
+    let length = length.unwrap_or(file_len - offset);
+    let end = offset.saturating_add(length);
+    if end > file_len {
+        return Err(Error::new(ErrorKind::Truncated {
+            what: "external data (offset + length past the end of the file)",
+            needed: end,
+            available: file_len,
+        })
+        .in_file(&path));
+    }
+    // The length must be what the dtype and dims need, when the dtype is known; the
+    // allocation below is then bounded by both the file and the declared shape.
+    if let Some(d) = dtype_from_onnx(t.data_type.unwrap_or(0)) {
+        let (_, numel) = tensor_dims(t)?;
+        let need = numel.checked_mul(d.size() as u64);
+        if need != Some(length) {
+            return Err(invalid(format!(
+                "external data holds {length} bytes, but {d} {:?} needs {}",
+                t.dims,
+                need.map_or("more than 2^64".to_string(), |n| n.to_string())
+            )));
+        }
+    }
+    let len = usize::try_from(length).map_err(|_| invalid("external data too large"))?;
+    let mut data = vec![0u8; len];
+    f.seek(SeekFrom::Start(offset))
+        .and_then(|_| f.read_exact(&mut data))
+        .map_err(|e| Error::from(e).in_file(&path))?;
+    t.raw_data = Some(data);
+    t.external_data.clear();
+    t.data_location = None;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Split and join
+
+/// One initializer lifted out of the model as a parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lifted {
+    /// The initializer's name, which the parameter takes.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub dims: Vec<u64>,
+    /// The values, little-endian row-major.
+    pub data: Vec<u8>,
+}
+
+/// An initializer's values as a parameter: dtype, dims, bytes, and whether they were in
+/// the typed field.
+type Values = (DType, Vec<u64>, Vec<u8>, bool);
+
+/// Where [`join_model`] puts a parameter's bytes instead of back in the tensor.
+pub type Place<'f> = dyn FnMut(&mut pb::TensorProto, &[u8]) -> Result<()> + 'f;
+
+/// Takes an initializer's values out when they can be a parameter: `Some((dtype, dims,
+/// bytes, typed))`, the tensor left with its values removed; `None` leaves it whole.
+fn lift(t: &mut pb::TensorProto) -> Result<Option<Values>> {
+    let Some(d) = dtype_from_onnx(t.data_type.unwrap_or(0)) else {
+        return Ok(None);
+    };
+    if t.segment.is_some() || t.data_location.is_some() || !t.external_data.is_empty() {
+        return Ok(None);
+    }
+    let (dims, numel) = tensor_dims(t)?;
+    let need = numel
+        .checked_mul(d.size() as u64)
+        .ok_or_else(|| invalid(format!("{d} {dims:?} is more than 2^64 bytes")))?;
+    let written = typed_total(t);
+    if let Some(raw) = &t.raw_data {
+        if written != 0 {
+            return Ok(None);
+        }
+        if raw.len() as u64 != need {
+            return Err(invalid(format!(
+                "raw_data holds {} bytes, but {d} {dims:?} needs {need}",
+                raw.len()
+            )));
+        }
+        let data = t.raw_data.take().unwrap_or_default();
+        return Ok(Some((d, dims, data, false)));
+    }
+    let want = typed_count(d, numel);
+    if written as u64 != want {
+        return Err(invalid(format!(
+            "holds {written} typed values, but {d} {dims:?} needs {want}"
+        )));
+    }
+    let Some(data) = typed_to_bytes(t, d) else {
+        return Ok(None);
+    };
+    if data.len() as u64 != need {
+        // The values were in another dtype's field.
+        return Ok(None);
+    }
+    t.float_data.clear();
+    t.int32_data.clear();
+    t.int64_data.clear();
+    t.double_data.clear();
+    t.uint64_data.clear();
+    Ok(Some((d, dims, data, true)))
+}
+
+/// Splits a ModelProto into the graph.fb model and the parameters. `dir` is the
+/// model's directory, for external data (`None`: external data is refused).
+pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGraph, Vec<Lifted>)> {
+    let Some(graph) = m.graph.as_mut() else {
+        return Err(gerr("the ONNX model has no graph"));
+    };
+    let mut names = HashSet::new();
+    let mut inits = Vec::with_capacity(graph.initializer.len());
+    let mut params = Vec::new();
+    for (i, t) in graph.initializer.iter_mut().enumerate() {
+        let name = t.name.clone().unwrap_or_default();
+        let place = |e: Error| gerr(format!("initializer {i} ({name:?}): {e}"));
+        if t.data_location == Some(DATA_LOCATION_EXTERNAL) {
+            let dir = dir.ok_or_else(|| {
+                place(invalid(
+                    "its data is in an external file, and no model directory is known",
+                ))
+            })?;
+            load_external(t, dir).map_err(place)?;
+        }
+        let fresh = usable_name(&name) && names.insert(name.clone());
+        let lifted = if fresh { lift(t).map_err(place)? } else { None };
+        match lifted {
+            Some((dtype, dims, data, typed)) => {
+                inits.push(OnnxInit {
+                    param: Some(name.clone()),
+                    typed,
+                });
+                params.push(Lifted {
+                    name,
+                    dtype,
+                    dims,
+                    data,
+                });
+            }
+            None => inits.push(OnnxInit::default()),
+        }
+    }
+    Ok((
+        OnnxGraph {
+            model: m.encode_to_vec(),
+            initializers: inits,
+        },
+        params,
+    ))
+}
+
+/// Checks a parameter against the dtype and dims the model declares for it.
+fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()> {
+    let want = dtype_from_onnx(t.data_type.unwrap_or(0));
+    let (dims, _) = tensor_dims(t)?;
+    if want != Some(v.dtype()) || dims != v.dims() {
+        return Err(invalid(format!(
+            "parameter {name:?} is {} {:?}, the model declares ONNX data_type {} {dims:?}",
+            v.dtype(),
+            v.dims(),
+            t.data_type.unwrap_or(0)
+        )));
+    }
+    if !v.lod().is_empty() {
+        return Err(invalid(format!(
+            "parameter {name:?} has a LoD, which an ONNX tensor cannot hold"
+        )));
+    }
+    Ok(())
+}
+
+/// Rebuilds the ModelProto from graph.fb's model and the parameters `param` gives.
+/// `place` decides where each parameter's bytes go: `None` puts them back in the form
+/// they came in; `Some` is called with the tensor and its bytes (external data).
+pub fn join_model<'p>(
+    g: &OnnxGraph,
+    mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
+    mut place: Option<&mut Place<'_>>,
+) -> Result<pb::ModelProto> {
+    let mut m = pb::ModelProto::decode(g.model.as_slice())
+        .map_err(|e| gerr(format!("the stored ONNX model does not decode: {e}")))?;
+    let graph = m
+        .graph
+        .as_mut()
+        .ok_or_else(|| gerr("the stored ONNX model has no graph"))?;
+    if graph.initializer.len() != g.initializers.len() {
+        return Err(gerr(format!(
+            "the stored ONNX model has {} initializers, graph.fb describes {}",
+            graph.initializer.len(),
+            g.initializers.len()
+        )));
+    }
+    for (i, (t, init)) in graph
+        .initializer
+        .iter_mut()
+        .zip(&g.initializers)
+        .enumerate()
+    {
+        let Some(p) = &init.param else {
+            continue;
+        };
+        let here = |e: Error| gerr(format!("initializer {i} ({p:?}): {e}"));
+        let data = param(p).map_err(here)?;
+        let v = data.view();
+        check_param(t, &v, p).map_err(here)?;
+        match place.as_mut() {
+            Some(f) => f(t, v.data()).map_err(here)?,
+            None if init.typed => bytes_to_typed(t, v.dtype(), v.data()).map_err(here)?,
+            None => t.raw_data = Some(v.data().to_vec()),
+        }
+    }
+    Ok(m)
+}
+
+// ---------------------------------------------------------------------------------
+// Import and export
+
+/// Imports a ModelProto as tag `tag` of the archive at `archive` (created if absent):
+/// the initializers as parameters, the rest as graph.fb. External data is refused
+/// (use [`import_model_file`], which knows the model's directory).
+pub fn import_model(
+    archive: &Path,
+    tag: &str,
+    model: pb::ModelProto,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let (g, params) = split_model(model, None)?;
+    store(archive, tag, g, params, opts)
+}
+
+/// [`import_model`] from a `.onnx` file, with external data read from its directory;
+/// errors name the file.
+pub fn import_model_file(
+    archive: &Path,
+    tag: &str,
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let bytes = read_whole(path)?;
+    let m = decode_model(&bytes).map_err(|e| e.in_file(path))?;
+    drop(bytes);
+    let dir = crate::archive::parent_dir(path);
+    let (g, params) = split_model(m, Some(&dir)).map_err(|e| e.in_file(path))?;
+    store(archive, tag, g, params, opts)
+}
+
+fn store(
+    archive: &Path,
+    tag: &str,
+    onnx: OnnxGraph,
+    params: Vec<Lifted>,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let fb = Graph {
+        onnx: Some(onnx),
+        ..Graph::new()
+    }
+    .to_flatbuffers()?;
+    let mut tensors = Vec::with_capacity(params.len());
+    for p in &params {
+        tensors.push((
+            &p.name,
+            TensorView::new(p.dtype, p.dims.clone(), Vec::new(), &p.data)
+                .map_err(|e| invalid(format!("initializer {:?}: {e}", p.name)))?,
+        ));
+    }
+    tensors.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
+    let created = write_tag(archive, tag, opts, |w| {
+        w.graph(GraphEncoding::FlatBuffers, &fb)?;
+        for (name, t) in &tensors {
+            w.param(name, t)?;
+            ticker.tick();
+        }
+        Ok(())
+    })?;
+    report(archive, tag, created, Some(fb.len() as u64))
+}
+
+/// The tag's ONNX model, or an error saying the tag is not one.
+pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
+    let name = tag.name();
+    let not_onnx = |what: &str| {
+        invalid(format!(
+            "tag {name:?} {what}; only a tag imported from an ONNX model exports as one"
+        ))
+    };
+    match tag.graph()? {
+        None => Err(not_onnx("has no graph")),
+        Some((GraphEncoding::ProgramDesc, _)) => {
+            Err(not_onnx("holds a Paddle program (graph.pdmodel)"))
+        }
+        Some((GraphEncoding::FlatBuffers, bytes)) => {
+            let g = Graph::from_flatbuffers(&bytes)
+                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+            if g.tf.is_some() {
+                return Err(not_onnx("holds a TensorFlow graph"));
+            }
+            g.onnx
+                .ok_or_else(|| not_onnx("holds a Paddle/SameDiff graph.fb, not an ONNX model"))
+        }
+    }
+}
+
+/// The ModelProto of a tag imported from ONNX (values in the form they came in), with
+/// the parameters used and the ones the model does not refer to.
+pub fn export_model(tag: &Tag<'_>) -> Result<(pb::ModelProto, Vec<String>, Vec<String>)> {
+    let g = onnx_graph(tag)?;
+    let name = tag.name().to_string();
+    let m = join_model(&g, |p| tag.param(p), None)
+        .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+    let (used, unused) = used_params(tag, &g);
+    Ok((m, used, unused))
+}
+
+fn used_params(tag: &Tag<'_>, g: &OnnxGraph) -> (Vec<String>, Vec<String>) {
+    let used: Vec<String> = g
+        .initializers
+        .iter()
+        .filter_map(|i| i.param.clone())
+        .collect();
+    let set: HashSet<&str> = used.iter().map(String::as_str).collect();
+    let unused = tag
+        .params()
+        .iter()
+        .filter(|p| !set.contains(p.name.as_str()))
+        .map(|p| p.name.clone())
+        .collect();
+    (used, unused)
+}
+
+/// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
+/// and every parameter it refers to exists with the declared dtype and dims. Reads the
+/// parameters in place (no copies).
+pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
+    let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
+    join_model(g, |p| tag.param(p), Some(&mut nothing)).map(|_| ())
+}
+
+/// The external data file of a model written to `out`: `out` + `.data`.
+pub fn external_data_path(out: &Path) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(".data");
+    PathBuf::from(s)
+}
+
+/// Writes a tag imported from ONNX as a `.onnx` file, through a temp file renamed into
+/// place. With `opts.external_data`, every parameter goes to `out.data` beside it
+/// (64-byte aligned offsets) and the model refers to it.
+pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+    let dir = crate::archive::parent_dir(out);
+    if !dir.is_dir() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "the output directory does not exist".into(),
+        ))
+        .in_file(&dir));
+    }
+    let data_path = external_data_path(out);
+    let targets: Vec<&Path> = if opts.external_data {
+        vec![out, &data_path]
+    } else {
+        vec![out]
+    };
+    if !opts.overwrite {
+        for t in &targets {
+            if t.exists() {
+                return Err(Error::new(ErrorKind::InvalidInput(
+                    "file already exists; refusing to overwrite it".into(),
+                ))
+                .in_file(t));
+            }
+        }
+    }
+    let g = onnx_graph(tag)?;
+    let name = tag.name().to_string();
+    let in_fb = |e: Error| e.in_entry(format!("{name}/graph.fb"));
+    // What would be written (and held in memory), before anything is: a graph.fb may
+    // name one parameter from many initializers.
+    let mut total = g.model.len() as u64;
+    for p in g.initializers.iter().filter_map(|i| i.param.as_ref()) {
+        let data = tag.param(p).map_err(in_fb)?;
+        total = total.saturating_add(data.view().data().len() as u64 + EXTERNAL_ALIGN);
+    }
+    check_output_size(tag, opts, "ONNX export size", total)?;
+    let mut files = Vec::new();
+    let (model, data_temp) = if opts.external_data {
+        let location = data_path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| invalid("the output file name is not UTF-8"))?
+            .to_string();
+        // Offsets, in the order join_model meets the parameters (the initializers'
+        // order); the bytes are read from the archive again while writing, not copied.
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut offset = 0u64;
+        let mut put = |t: &mut pb::TensorProto, data: &[u8]| -> Result<()> {
+            offset = offset.div_ceil(EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
+            let kv = |k: &str, v: String| pb::StringStringEntryProto {
+                key: Some(k.to_string()),
+                value: Some(v),
+            };
+            t.external_data = vec![
+                kv("location", location.clone()),
+                kv("offset", offset.to_string()),
+                kv("length", data.len().to_string()),
+            ];
+            t.data_location = Some(DATA_LOCATION_EXTERNAL);
+            t.raw_data = None;
+            offsets.push(offset);
+            offset += data.len() as u64;
+            Ok(())
+        };
+        let m = join_model(&g, |p| tag.param(p), Some(&mut put)).map_err(in_fb)?;
+        let params = g.initializers.iter().filter_map(|i| i.param.as_ref());
+        let temp = write_temp(&data_path, opts.fsync, |w| {
+            let mut at = 0u64;
+            for (off, p) in offsets.iter().zip(params) {
+                let data = tag.param(p).map_err(std::io::Error::other)?;
+                let bytes = data.view().data();
+                std::io::copy(&mut std::io::repeat(0).take(off - at), w)?;
+                w.write_all(bytes)?;
+                at = off + bytes.len() as u64;
+            }
+            Ok(())
+        })?;
+        (m, Some(temp))
+    } else {
+        (join_model(&g, |p| tag.param(p), None).map_err(in_fb)?, None)
+    };
+    let bytes = model.encode_to_vec();
+    if bytes.len() as u64 > MAX_MODEL_BYTES {
+        return Err(invalid(format!(
+            "the model is {} bytes, past protobuf's 2 GiB; export it with external data",
+            bytes.len()
+        )));
+    }
+    let temp = write_temp(out, opts.fsync, |w| w.write_all(&bytes))?;
+    if let Some(d) = data_temp {
+        let len = super::file_len(d.path(), &data_path)?;
+        persist(d, &data_path, opts.overwrite)?;
+        files.push((data_path.clone(), len));
+    }
+    let len = super::file_len(temp.path(), out)?;
+    if let Err(e) = persist(temp, out, opts.overwrite) {
+        if opts.external_data {
+            let _ = std::fs::remove_file(&data_path);
+        }
+        return Err(e);
+    }
+    files.insert(0, (out.to_path_buf(), len));
+    if opts.fsync {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::from(e).in_file(&dir))?;
+    }
+    let (params, unused) = used_params(tag, &g);
+    Ok(Exported {
+        tag: tag.name().to_string(),
+        format: "onnx",
+        files,
+        params,
+        unused,
+        notes: if opts.external_data {
+            vec!["initializers in external data".to_string()]
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// ONNX in the [`super::FORMATS`] registry: `.onnx` ModelProto files.
+pub struct OnnxFormat;
+
+impl Format for OnnxFormat {
+    fn name(&self) -> &'static str {
+        "onnx"
+    }
+
+    fn recognised_from(&self) -> &'static str {
+        "an ONNX ModelProto, .onnx"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        matches!(inputs, [p] if has_ext(p, "onnx"))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        let [p] = inputs else {
+            return false;
+        };
+        // A ModelProto starts with ir_version (field 1, varint) as every producer
+        // writes it.
+        head(p, 1).first() == Some(&0x08)
+            && read_whole(p)
+                .ok()
+                .and_then(|b| decode_model(&b).ok())
+                .is_some_and(|m| m.ir_version.is_some() && m.graph.is_some())
+    }
+
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
+        match inputs {
+            [p] => import_model_file(archive, tag, p, opts),
+            _ => Err(invalid(format!(
+                "an ONNX import takes one .onnx file, not {}",
+                inputs.len()
+            ))),
+        }
+    }
+
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        Ok(match tag.graph()? {
+            Some((GraphEncoding::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_onnx(&bytes),
+            _ => false,
+        })
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        export_model_file(tag, out, opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(dt: pb::tensor_proto::DataType, dims: &[i64]) -> pb::TensorProto {
+        pb::TensorProto {
+            name: Some("w".into()),
+            data_type: Some(dt as i32),
+            dims: dims.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn round_trip(t: &pb::TensorProto) -> Option<Vec<u8>> {
+        let mut work = t.clone();
+        let (d, _, data, typed) = lift(&mut work).unwrap()?;
+        if typed {
+            bytes_to_typed(&mut work, d, &data).unwrap();
+        } else {
+            work.raw_data = Some(data.clone());
+        }
+        assert_eq!(work.encode_to_vec(), t.encode_to_vec());
+        Some(data)
+    }
+
+    #[test]
+    fn every_form_comes_back_as_written() {
+        use pb::tensor_proto::DataType as D;
+        let mut raw = tensor(D::Float, &[2]);
+        raw.raw_data = Some([1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect());
+        assert_eq!(round_trip(&raw).unwrap().len(), 8);
+        let mut i8s = tensor(D::Int8, &[3]);
+        i8s.int32_data = vec![-1, 0, 127];
+        assert_eq!(round_trip(&i8s).unwrap(), vec![0xff, 0, 127]);
+        let mut half = tensor(D::Float16, &[2]);
+        half.int32_data = vec![0x3c00, 0xffff];
+        assert_eq!(round_trip(&half).unwrap(), vec![0x00, 0x3c, 0xff, 0xff]);
+        let mut u32s = tensor(D::Uint32, &[1]);
+        u32s.uint64_data = vec![u64::from(u32::MAX)];
+        assert_eq!(round_trip(&u32s).unwrap(), vec![0xff; 4]);
+        let mut c = tensor(D::Complex128, &[1]);
+        c.double_data = vec![1.0, -2.0];
+        assert_eq!(round_trip(&c).unwrap().len(), 16);
+        let mut b = tensor(D::Bool, &[]);
+        b.int32_data = vec![1];
+        assert_eq!(round_trip(&b).unwrap(), vec![1]);
+        let empty = tensor(D::Float, &[0, 3]);
+        assert_eq!(round_trip(&empty).unwrap(), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn irregular_values_stay_in_the_model() {
+        use pb::tensor_proto::DataType as D;
+        let mut s = tensor(D::String, &[1]);
+        s.string_data = vec![b"x".to_vec()];
+        assert!(round_trip(&s).is_none());
+        let mut out_of_range = tensor(D::Uint8, &[1]);
+        out_of_range.int32_data = vec![300];
+        assert!(round_trip(&out_of_range).is_none());
+        let mut both = tensor(D::Float, &[1]);
+        both.float_data = vec![1.0];
+        both.raw_data = Some(vec![0; 4]);
+        assert!(round_trip(&both).is_none());
+        let mut wrong_field = tensor(D::Int64, &[1]);
+        wrong_field.int32_data = vec![1];
+        assert!(round_trip(&wrong_field).is_none());
+        let mut int4 = tensor(D::Int4, &[2]);
+        int4.int32_data = vec![0x12];
+        assert!(round_trip(&int4).is_none());
+    }
+
+    #[test]
+    fn malformed_initializers_are_errors() {
+        use pb::tensor_proto::DataType as D;
+        let mut short = tensor(D::Float, &[3]);
+        short.raw_data = Some(vec![0; 8]);
+        let e = lift(&mut short).unwrap_err();
+        assert!(e.to_string().contains("raw_data holds 8 bytes"), "{e}");
+        let mut neg = tensor(D::Float, &[-1]);
+        neg.float_data = vec![1.0];
+        assert!(lift(&mut neg).is_err());
+        let mut huge = tensor(D::Float, &[i64::MAX, i64::MAX]);
+        huge.raw_data = Some(vec![0; 4]);
+        assert!(lift(&mut huge).is_err());
+        let mut count = tensor(D::Double, &[2]);
+        count.double_data = vec![1.0];
+        let e = lift(&mut count).unwrap_err();
+        assert!(e.to_string().contains("holds 1 typed values"), "{e}");
+    }
+}
