@@ -34,7 +34,9 @@ __all__ = [
     "ModelzipKeyError",
     "SaveHandle",
     "Tag",
+    "export_model",
     "export_paddle",
+    "import_model",
     "import_paddle",
     "cast",
     "download",
@@ -637,6 +639,45 @@ def export_paddle(
             except OSError:
                 break
         raise
+
+
+def import_model(
+    archive: PathLike,
+    tag: str,
+    *inputs: PathLike,
+    format: Optional[str] = None,  # noqa: A002 - mirrors the CLI's --format
+    wait: bool = False,
+) -> Dict[str, Any]:
+    """Imports model files of any format as tag ``tag`` (``modelzip import``): Paddle
+    (``.pdmodel`` [+ ``.pdiparams``], a persistables directory), TensorFlow (``.pb`` /
+    ``.pbtxt`` frozen GraphDef), safetensors (files, a sharded checkpoint's index or
+    directory), ONNX (``.onnx``, external data included). The format is detected from
+    the files unless ``format`` names it. Returns the import report with ``format``."""
+    if not inputs:
+        raise ModelzipError("invalid_input", "import_model needs at least one input file")
+    return _modelzip.import_model(
+        _local(archive, "import into"), tag, [_fspath(p) for p in inputs], format, wait
+    )
+
+
+def export_model(
+    archive: PathLike,
+    tag: Optional[str],
+    out: PathLike,
+    *,
+    format: Optional[str] = None,  # noqa: A002 - mirrors the CLI's --format
+    overwrite: bool = False,
+    external_data: bool = False,
+) -> Dict[str, Any]:
+    """Writes tag ``tag`` (None: the newest) as model files (``modelzip export``): in
+    ``format`` (``"paddle"``, ``"tf"``, ``"safetensors"``, ``"onnx"``), by default the
+    one the tag was imported from. ``out`` is a prefix for Paddle, a file otherwise (a
+    directory for sharded safetensors); ``external_data`` puts ONNX initializers in
+    ``OUT.data``. Files are written atomically; existing ones are refused unless
+    ``overwrite``. Returns ``{"tag", "format", "files", "params", "unused", "notes"}``."""
+    return _modelzip.export_model(
+        _fspath(archive), tag, _fspath(out), format, overwrite, external_data
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -135,6 +135,22 @@ def import_paddle(
 def export_paddle(
     archive: PathLike, tag: Optional[str], prefix: PathLike, *, overwrite: bool = False
 ) -> Dict[str, Any]: ...
+def import_model(
+    archive: PathLike,
+    tag: str,
+    *inputs: PathLike,
+    format: Optional[str] = None,
+    wait: bool = False,
+) -> Dict[str, Any]: ...
+def export_model(
+    archive: PathLike,
+    tag: Optional[str],
+    out: PathLike,
+    *,
+    format: Optional[str] = None,
+    overwrite: bool = False,
+    external_data: bool = False,
+) -> Dict[str, Any]: ...
 def quantize(
     archive: PathLike, source: str, tag: str, *, per_channel: bool = True, wait: bool = False
 ) -> Dict[str, Any]: ...

@@ -997,6 +997,90 @@ fn export_paddle<'py>(
     Ok(d)
 }
 
+/// Imports model files of any registered format (paddle, tf, safetensors, onnx; detected
+/// from the files unless `format` is given) as a tag: `modelzip import`.
+#[pyfunction]
+#[pyo3(signature = (archive, tag, inputs, format=None, wait=false))]
+fn import_model<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    tag: &str,
+    inputs: Vec<PathBuf>,
+    format: Option<String>,
+    wait: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let opts = modelzip::interop::ImportOptions {
+        mode: AppendMode::InPlace,
+        write: write_options(wait),
+    };
+    let (name, r) = py
+        .detach(|| -> modelzip::Result<_> {
+            let f = match &format {
+                Some(name) => modelzip::interop::format(name)?,
+                None => modelzip::interop::detect(&inputs)?,
+            };
+            Ok((f.name(), f.import(&archive, tag, &inputs, &opts)?))
+        })
+        .map_err(|e| e.in_file(&archive))
+        .or_raise(py)?;
+    let d = import_report(py, &r)?;
+    d.set_item("format", name)?;
+    d.set_item("graph", r.graph_entry)?;
+    Ok(d)
+}
+
+/// Writes a tag as model files of a format (default: the one it was imported from):
+/// `modelzip export`.
+#[pyfunction]
+#[pyo3(signature = (archive, tag, out, format=None, overwrite=false, external_data=false))]
+fn export_model<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    tag: Option<String>,
+    out: PathBuf,
+    format: Option<String>,
+    overwrite: bool,
+    external_data: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let r = py
+        .detach(|| -> modelzip::Result<_> {
+            let a = CoreArchive::open(&archive)?;
+            let t = match &tag {
+                Some(name) => a.tag(name)?,
+                None => a.latest()?,
+            };
+            let f = match &format {
+                Some(name) => modelzip::interop::format(name)?,
+                None => modelzip::interop::origin_of(&t)?.ok_or_else(|| {
+                    Error::from(ErrorKind::InvalidInput(format!(
+                        "tag {:?} did not come from a known format; give format=",
+                        t.name()
+                    )))
+                })?,
+            };
+            let opts = modelzip::interop::ExportOptions {
+                overwrite,
+                external_data,
+                ..modelzip::interop::ExportOptions::default()
+            };
+            f.export(&t, &out, &opts)
+        })
+        .or_raise(py)?;
+    let d = PyDict::new(py);
+    d.set_item("tag", &r.tag)?;
+    d.set_item("format", r.format)?;
+    let files: Vec<(String, u64)> = r
+        .files
+        .iter()
+        .map(|(p, n)| (p.display().to_string(), *n))
+        .collect();
+    d.set_item("files", files)?;
+    d.set_item("params", r.params.clone())?;
+    d.set_item("unused", r.unused.clone())?;
+    d.set_item("notes", r.notes.clone())?;
+    Ok(d)
+}
+
 // ---------------------------------------------------------------------------------------
 // Variants
 // ---------------------------------------------------------------------------------------
@@ -1127,6 +1211,8 @@ fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tag_for, m)?)?;
     m.add_function(wrap_pyfunction!(import_paddle, m)?)?;
     m.add_function(wrap_pyfunction!(export_paddle, m)?)?;
+    m.add_function(wrap_pyfunction!(import_model, m)?)?;
+    m.add_function(wrap_pyfunction!(export_model, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(quantize, m)?)?;
     m.add_function(wrap_pyfunction!(cast, m)?)?;

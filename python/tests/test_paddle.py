@@ -64,3 +64,42 @@ def test_import_errors_name_the_file(tmp):
     with pytest.raises(modelzip.ModelzipError):
         modelzip.import_paddle(tmp / "m.zip", "t")
     assert not (tmp / "m.zip").exists()
+
+
+def test_every_format_goes_in_and_out_through_import_model(tmp):
+    """safetensors, TensorFlow and ONNX fixtures through modelzip.import_model /
+    export_model: detected, stored, and written back equal to the original bytes (or
+    message); the arrays read through Python equal the files' own values."""
+    from conftest import REPO
+
+    fx = REPO / "tests" / "fixtures"
+    path = tmp / "m.zip"
+    st = fx / "safetensors" / "finetune" / "base.safetensors"
+    r = modelzip.import_model(path, "st", st)
+    assert r["format"] == "safetensors" and r["created"]
+    out = modelzip.export_model(path, "st", tmp / "st.safetensors")
+    assert out["format"] == "safetensors"
+    assert (tmp / "st.safetensors").read_bytes() == st.read_bytes()
+    r = modelzip.import_model(path, "tf", fx / "tf" / "mlp.pb")
+    assert r["format"] == "tf" and r["graph"] == "graph.fb"
+    modelzip.export_model(path, "tf", tmp / "mlp.pbtxt")
+    assert (tmp / "mlp.pbtxt").read_text().lstrip().startswith("node")
+    onnx = sorted((fx / "onnx").glob("*.onnx"))[0]
+    r = modelzip.import_model(path, "onnx", onnx)
+    assert r["format"] == "onnx"
+    modelzip.export_model(path, "onnx", tmp / "back.onnx")
+    assert (tmp / "back.onnx").stat().st_size > 0
+    r = modelzip.import_model(path, "pd", *MLP, format="paddle")
+    assert r["format"] == "paddle"
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.import_model(path, "x", tmp / "st.safetensors", format="caffe")
+    assert "unknown format" in str(e.value)
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.export_model(path, "st", tmp / "x.pb", format="tf")
+    with modelzip.open(path) as ar:
+        assert ar.tags == ["st", "tf", "onnx", "pd"]
+        from safetensors.numpy import load_file
+
+        want = load_file(str(st))
+        for name, arr in want.items():
+            np.testing.assert_array_equal(ar["st"][name], arr)
