@@ -306,7 +306,7 @@ fn link_intact(d: &Path, real: &Path, link: &Path, tags: &[&str]) {
 #[cfg(unix)]
 #[test]
 fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
-    use modelzip::GraphEncoding;
+    use modelzip::GraphFormat;
     use modelzip::archive::convert_graph;
     use modelzip::archive::{WriteLock, remove_tags_in_place};
     let (d, real, link) = linked(&[("a", 1)]);
@@ -324,7 +324,7 @@ fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
             Box::new(|| remove_tag(p, "a")),
             Box::new(|| prune(p, 0).map(drop)),
             Box::new(|| remove_tags_in_place(p, &opts, |_| Ok(vec!["a".into()])).map(drop)),
-            Box::new(|| convert_graph(p, "a", GraphEncoding::FlatBuffers, &opts).map(drop)),
+            Box::new(|| convert_graph(p, "a", GraphFormat::FlatBuffers, &opts).map(drop)),
             Box::new(|| WriteLock::acquire(p, false).map(drop)),
         ];
         let n = if all { ops.len() } else { 2 };
@@ -366,7 +366,7 @@ fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
 #[cfg(unix)]
 #[test]
 fn writes_through_a_symlink_change_the_real_archive_and_keep_the_link() {
-    use modelzip::GraphEncoding;
+    use modelzip::GraphFormat;
     use modelzip::archive::convert_graph;
     use modelzip::archive::remove_tags_in_place;
     let (d, real, link) = linked(&[("a", 1), ("b", 2)]);
@@ -385,13 +385,13 @@ fn writes_through_a_symlink_change_the_real_archive_and_keep_the_link() {
     assert!(r.after < r.before, "{r:?}");
     link_intact(d.path(), &real, &link, &["d"]);
     assert_eq!(Archive::open(&real).unwrap().dead_bytes(), 0);
-    let g = convert_graph(&link, "d", GraphEncoding::FlatBuffers, &opts).unwrap();
+    let g = convert_graph(&link, "d", GraphFormat::FlatBuffers, &opts).unwrap();
     assert!(g.changed);
     link_intact(d.path(), &real, &link, &["d"]);
     let a = Archive::open(&real).unwrap();
     assert_eq!(
         a.tag("d").unwrap().graph().unwrap().unwrap().0,
-        GraphEncoding::FlatBuffers
+        GraphFormat::FlatBuffers
     );
     drop(a);
     // Creating through the link replaces the file it points at.

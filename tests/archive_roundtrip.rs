@@ -5,7 +5,7 @@
 mod support;
 
 use modelzip::{
-    AppendMode, Archive, ArchiveWriter, ErrorKind, GraphEncoding, OpenOptions, TagBuilder, Tensor,
+    AppendMode, Archive, ArchiveWriter, ErrorKind, GraphFormat, OpenOptions, TagBuilder, Tensor,
     TensorData, TensorKind, WriteOptions,
 };
 use std::io::Write;
@@ -51,7 +51,7 @@ fn round_trip_reads_back_every_part_zero_copy() {
         vec![1.0]
     );
     let (enc, g) = t.graph().unwrap().unwrap();
-    assert_eq!(enc, GraphEncoding::ProgramDesc);
+    assert_eq!(enc, GraphFormat::ProgramDesc);
     assert_eq!(&*g, sample_graph().as_slice());
     assert_eq!(
         t.training_config().unwrap().as_deref(),
@@ -97,18 +97,15 @@ fn streaming_tag_writer_and_metadata_merge() {
     assert!(t.param("", &x.view()).is_err());
     t.metadata(br#"{"description": "d"}"#).unwrap();
     // A graph must decode: bytes that do not are refused, and the tag can still take one.
-    let e = t.graph(GraphEncoding::FlatBuffers, b"g").unwrap_err();
+    let e = t.graph(GraphFormat::FlatBuffers, b"g").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
     assert!(e.to_string().contains("graph.fb"), "{e}");
     let fb = modelzip::graph::Graph::from_programdesc(&sample_graph())
         .unwrap()
         .to_flatbuffers()
         .unwrap();
-    assert!(t.graph(GraphEncoding::FlatBuffers, &fb).is_ok());
-    assert!(
-        t.graph(GraphEncoding::ProgramDesc, &sample_graph())
-            .is_err()
-    );
+    assert!(t.graph(GraphFormat::FlatBuffers, &fb).is_ok());
+    assert!(t.graph(GraphFormat::ProgramDesc, &sample_graph()).is_err());
     assert!(t.extra_entry("params.txt", b"x").is_err());
     assert!(t.extra_entry("../x", b"x").is_err());
     t.finish().unwrap();
@@ -478,7 +475,7 @@ fn failed_writer_leaves_no_temp_file_and_old_archive_intact() {
 /// Bytes that are not a graph in the encoding their name claims: PIR JSON (what Paddle 3
 /// writes by default) as graph.pdmodel, random bytes as graph.fb, and a graph.fb with the
 /// right identifier and garbage after it.
-fn bad_graphs() -> [(&'static str, GraphEncoding, Vec<u8>); 3] {
+fn bad_graphs() -> [(&'static str, GraphFormat, Vec<u8>); 3] {
     let pir = br#"{"program": {"regions": []}, "base_code": {"magic": "pir"}}"#.to_vec();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let random: Vec<u8> = (0..300)
@@ -492,9 +489,9 @@ fn bad_graphs() -> [(&'static str, GraphEncoding, Vec<u8>); 3] {
     let mut with_id = random.clone();
     with_id[4..8].copy_from_slice(b"MZGF");
     [
-        ("pir", GraphEncoding::ProgramDesc, pir),
-        ("rand", GraphEncoding::FlatBuffers, random),
-        ("fbid", GraphEncoding::FlatBuffers, with_id),
+        ("pir", GraphFormat::ProgramDesc, pir),
+        ("rand", GraphFormat::FlatBuffers, random),
+        ("fbid", GraphFormat::FlatBuffers, with_id),
     ]
 }
 
@@ -615,7 +612,7 @@ fn graphs_are_deflated_so_an_identical_tag_with_a_graph_costs_under_one_percent(
     .unwrap();
     let tag = |name: &str| {
         let mut t = TagBuilder::new(name)
-            .graph(GraphEncoding::ProgramDesc, model.clone())
+            .graph(GraphFormat::ProgramDesc, model.clone())
             .training_config(modelzip::TrainingConfig::sgd(0.1).encode().unwrap());
         for i in 0..20 {
             t = t.param(
@@ -657,7 +654,7 @@ fn graphs_are_deflated_so_an_identical_tag_with_a_graph_costs_under_one_percent(
     deflated_ok(&methods(&path));
     append_tag(&path, tag("three"), AppendMode::Rewrite, &opts).unwrap();
     deflated_ok(&methods(&path));
-    let r = convert_graph(&path, "two", GraphEncoding::FlatBuffers, &opts).unwrap();
+    let r = convert_graph(&path, "two", GraphFormat::FlatBuffers, &opts).unwrap();
     assert!(r.changed);
     let m = methods(&path);
     assert_eq!(m["two/graph.fb"], 8);

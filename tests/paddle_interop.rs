@@ -6,7 +6,7 @@
 mod support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
-use modelzip::archive::{GraphEncoding, convert_graph, replace_graph};
+use modelzip::archive::{GraphFormat, convert_graph, replace_graph};
 use modelzip::interop::paddle::{
     self, ExportOptions, ImportOptions, export_inference_model, export_inference_model_bytes,
     import_inference_model, import_inference_model_files, import_persistables_dir,
@@ -91,7 +91,7 @@ fn import_then_export_is_byte_identical_for_every_fixture_model() {
     for (tag, v, m) in &tags {
         let t = a.tag(tag).unwrap();
         let (enc, g) = t.graph().unwrap().unwrap();
-        assert_eq!(enc, GraphEncoding::ProgramDesc);
+        assert_eq!(enc, GraphFormat::ProgramDesc);
         assert_eq!(&*g, read(v, &format!("{m}.pdmodel")).as_slice());
         // Through files.
         let prefix = dir.path().join(format!("out-{tag}"));
@@ -150,11 +150,11 @@ fn convert_to_flatbuffers_and_back_then_export_is_byte_identical() {
     for (tag, v, m) in &tags {
         let pdmodel = read(v, &format!("{m}.pdmodel"));
         let pdiparams = read(v, &format!("{m}.pdiparams"));
-        let r = convert_graph(&zip, tag, GraphEncoding::FlatBuffers, &no_fsync()).unwrap();
+        let r = convert_graph(&zip, tag, GraphFormat::FlatBuffers, &no_fsync()).unwrap();
         assert!(r.changed);
         assert_eq!(
             (r.from, r.to),
-            (GraphEncoding::ProgramDesc, GraphEncoding::FlatBuffers)
+            (GraphFormat::ProgramDesc, GraphFormat::FlatBuffers)
         );
         assert_eq!(r.old_bytes, pdmodel.len() as u64);
         {
@@ -162,7 +162,7 @@ fn convert_to_flatbuffers_and_back_then_export_is_byte_identical() {
             assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
             let t = a.tag(tag).unwrap();
             let (enc, fb) = t.graph().unwrap().unwrap();
-            assert_eq!(enc, GraphEncoding::FlatBuffers);
+            assert_eq!(enc, GraphFormat::FlatBuffers);
             assert_eq!(fb.len() as u64, r.new_bytes);
             // Exporting straight from graph.fb converts on the way.
             let (model, params) = export_inference_model_bytes(&t).unwrap();
@@ -173,15 +173,15 @@ fn convert_to_flatbuffers_and_back_then_export_is_byte_identical() {
             assert!(rep.graph_converted);
         }
         // Converting to the encoding it already has changes nothing.
-        let same = convert_graph(&zip, tag, GraphEncoding::FlatBuffers, &no_fsync()).unwrap();
+        let same = convert_graph(&zip, tag, GraphFormat::FlatBuffers, &no_fsync()).unwrap();
         assert!(!same.changed);
-        let back = convert_graph(&zip, tag, GraphEncoding::ProgramDesc, &no_fsync()).unwrap();
+        let back = convert_graph(&zip, tag, GraphFormat::ProgramDesc, &no_fsync()).unwrap();
         assert!(back.changed);
         let a = Archive::open(&zip).unwrap();
         assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
         let t = a.tag(tag).unwrap();
         let (enc, g) = t.graph().unwrap().unwrap();
-        assert_eq!(enc, GraphEncoding::ProgramDesc);
+        assert_eq!(enc, GraphFormat::ProgramDesc);
         assert_eq!(&*g, pdmodel.as_slice(), "{tag}: pdmodel -> fb -> pdmodel");
         let (model, params) = export_inference_model_bytes(&t).unwrap();
         assert_eq!(model, pdmodel);
@@ -372,7 +372,7 @@ fn export_errors_no_graph_missing_param_existing_files() {
     // A tag whose program needs fc_1.w_0, which it lacks.
     let tensors =
         paddle::inference_params(&Graph::from_programdesc(&model).unwrap(), &params).unwrap();
-    let mut b = TagBuilder::new("partial").graph(GraphEncoding::ProgramDesc, model.clone());
+    let mut b = TagBuilder::new("partial").graph(GraphFormat::ProgramDesc, model.clone());
     for (n, t) in tensors.iter().filter(|(n, _)| n != "fc_1.w_0") {
         b = b.param(n.clone(), t.to_owned());
     }
@@ -437,11 +437,11 @@ fn convert_a_tag_without_a_graph_or_unknown_tag_is_an_error() {
     )
     .unwrap();
     let before = std::fs::read(&zip).unwrap();
-    let e = convert_graph(&zip, "nograph", GraphEncoding::FlatBuffers, &no_fsync())
+    let e = convert_graph(&zip, "nograph", GraphFormat::FlatBuffers, &no_fsync())
         .unwrap_err()
         .to_string();
     assert!(e.contains("no graph"), "{e}");
-    let e = convert_graph(&zip, "nope", GraphEncoding::FlatBuffers, &no_fsync())
+    let e = convert_graph(&zip, "nope", GraphFormat::FlatBuffers, &no_fsync())
         .unwrap_err()
         .to_string();
     assert!(e.contains("nope"), "{e}");
@@ -462,13 +462,13 @@ fn replace_graph_keeps_sums_and_other_tags() {
         .unwrap()
         .to_flatbuffers()
         .unwrap();
-    let r = replace_graph(&zip, "A", GraphEncoding::FlatBuffers, &fb, &no_fsync()).unwrap();
+    let r = replace_graph(&zip, "A", GraphFormat::FlatBuffers, &fb, &no_fsync()).unwrap();
     assert_eq!(r.tag, "a");
     let a = Archive::open(&zip).unwrap();
     assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
     assert_eq!(a.tags(), ["a", "b"]);
     let (enc, g) = a.tag("a").unwrap().graph().unwrap().unwrap();
-    assert_eq!((enc, &*g), (GraphEncoding::FlatBuffers, fb.as_slice()));
+    assert_eq!((enc, &*g), (GraphFormat::FlatBuffers, fb.as_slice()));
     assert!(!a.has_entry("a/graph.pdmodel"));
     let extra = a.entry_bytes("a/notes/readme.md").unwrap();
     assert_eq!(&*extra, b"kept by every copy");
@@ -486,7 +486,7 @@ fn replace_graph_keeps_sums_and_other_tags() {
         std::io::Write::write_all(&mut z, bytes).unwrap();
     }
     z.finish().unwrap();
-    let e = convert_graph(&fake, "b", GraphEncoding::FlatBuffers, &no_fsync())
+    let e = convert_graph(&fake, "b", GraphFormat::FlatBuffers, &no_fsync())
         .unwrap_err()
         .to_string();
     assert!(e.contains("b/graph.pdmodel"), "{e}");
@@ -522,7 +522,7 @@ fn convert_survives_a_full_disk_at_every_offset() {
         let a = Archive::open(&base).unwrap();
         (dump(&a.tag("m").unwrap()), dump(&a.tag("c").unwrap()))
     };
-    let op = |p: &Path| convert_graph(p, "c", GraphEncoding::FlatBuffers, &no_fsync());
+    let op = |p: &Path| convert_graph(p, "c", GraphFormat::FlatBuffers, &no_fsync());
     let total = {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("x.zip");
@@ -549,9 +549,9 @@ fn convert_survives_a_full_disk_at_every_offset() {
         assert_eq!(
             enc,
             if res.is_ok() {
-                GraphEncoding::FlatBuffers
+                GraphFormat::FlatBuffers
             } else {
-                GraphEncoding::ProgramDesc
+                GraphFormat::ProgramDesc
             },
             "budget {n}"
         );
@@ -634,7 +634,7 @@ fn a_programdesc_field_framework_proto_lacks_is_kept_and_never_converted_away() 
     assert_eq!(stored.as_ref(), model.as_slice());
     drop(a);
     let before = std::fs::read(&zip).unwrap();
-    let e = convert_graph(&zip, "t", GraphEncoding::FlatBuffers, &no_fsync())
+    let e = convert_graph(&zip, "t", GraphFormat::FlatBuffers, &no_fsync())
         .unwrap_err()
         .to_string();
     assert!(e.contains("ProgramDesc: field number 6"), "{e}");

@@ -2,7 +2,7 @@
 //! referenced through the later tag's shared.txt; removals, prunes, compaction and
 //! graph conversion keep every tag's graph whole.
 
-use modelzip::archive::{GraphEncoding, compact, convert_graph, remove_tag, remove_tags_in_place};
+use modelzip::archive::{GraphFormat, compact, convert_graph, remove_tag, remove_tags_in_place};
 use modelzip::{AppendMode, Archive, ArchiveWriter, TagBuilder, Tensor, WriteOptions, append_tag};
 use std::path::{Path, PathBuf};
 
@@ -22,7 +22,7 @@ fn opts() -> WriteOptions {
 
 fn tag(name: &str, graph: &[u8]) -> TagBuilder {
     let mut t = TagBuilder::new(name)
-        .graph(GraphEncoding::ProgramDesc, graph.to_vec())
+        .graph(GraphFormat::ProgramDesc, graph.to_vec())
         .training_config(modelzip::TrainingConfig::sgd(0.1).encode().unwrap());
     for i in 0..22 {
         let v: Vec<f32> = (0..64).map(|j| (i * 64 + j) as f32).collect();
@@ -46,7 +46,7 @@ fn three(dir: &Path) -> (PathBuf, Vec<u8>) {
 
 fn graph_of(a: &Archive, t: &str) -> Vec<u8> {
     let (enc, g) = a.tag(t).unwrap().graph().unwrap().unwrap();
-    assert_eq!(enc, GraphEncoding::ProgramDesc);
+    assert_eq!(enc, GraphFormat::ProgramDesc);
     g.into_owned()
 }
 
@@ -96,9 +96,9 @@ fn an_identical_tag_with_a_graph_costs_under_one_kib() {
     // A different graph is stored, not shared.
     let other = modelzip::Graph::from_programdesc(&g)
         .unwrap()
-        .encode(GraphEncoding::FlatBuffers)
+        .encode(GraphFormat::FlatBuffers)
         .unwrap();
-    let t = TagBuilder::new("s3").graph(GraphEncoding::FlatBuffers, other);
+    let t = TagBuilder::new("s3").graph(GraphFormat::FlatBuffers, other);
     append_tag(&path, t, AppendMode::Rewrite, &opts()).unwrap();
     let a = Archive::open(&path).unwrap();
     assert!(a.has_entry("s3/graph.fb"));
@@ -147,12 +147,12 @@ fn converting_a_shared_graph_changes_only_that_tag() {
     let d = tempfile::tempdir().unwrap();
     // The owner's graph: the users keep the old one.
     let (path, g) = three(d.path());
-    convert_graph(&path, "s1", GraphEncoding::FlatBuffers, &opts()).unwrap();
+    convert_graph(&path, "s1", GraphFormat::FlatBuffers, &opts()).unwrap();
     let a = Archive::open(&path).unwrap();
     assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
     assert_eq!(
         a.tag("s1").unwrap().graph().unwrap().unwrap().0,
-        GraphEncoding::FlatBuffers
+        GraphFormat::FlatBuffers
     );
     assert_eq!(graph_of(&a, "s2"), g);
     assert_eq!(graph_of(&a, "s3"), g);
@@ -161,7 +161,7 @@ fn converting_a_shared_graph_changes_only_that_tag() {
     // A user's graph: it gets its own.
     let d = tempfile::tempdir().unwrap();
     let (path, g) = three(d.path());
-    convert_graph(&path, "s3", GraphEncoding::FlatBuffers, &opts()).unwrap();
+    convert_graph(&path, "s3", GraphFormat::FlatBuffers, &opts()).unwrap();
     let a = Archive::open(&path).unwrap();
     assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
     assert!(a.has_entry("s3/graph.fb"));

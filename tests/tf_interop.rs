@@ -5,7 +5,7 @@
 //! the exports in tests/tf/run_exported.py (not part of cargo test).
 
 use modelzip::Archive;
-use modelzip::archive::{GraphEncoding, WriteOptions};
+use modelzip::archive::{GraphFormat, WriteOptions};
 use modelzip::interop::tf::{self, MAX_NODES};
 use modelzip::interop::{self, ExportOptions, ImportOptions};
 use modelzip::tf_proto as pb;
@@ -280,7 +280,7 @@ fn tags_of_another_format_are_refused() {
     assert!(!out.exists() && !dir.path().join("x.pdmodel").exists());
     // Converting a TensorFlow graph to a ProgramDesc is refused the same way.
     let (enc, bytes) = tf_tag.graph().unwrap().unwrap();
-    assert_eq!(enc, GraphEncoding::FlatBuffers);
+    assert_eq!(enc, GraphFormat::FlatBuffers);
     let e = Graph::from_flatbuffers(&bytes)
         .unwrap()
         .to_programdesc()
@@ -525,19 +525,19 @@ fn verify_and_export_check_a_stored_graph_against_its_parameters() {
     let two = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
     w.add_tag(
         TagBuilder::new("wrong-dims")
-            .graph(GraphEncoding::FlatBuffers, fb("w"))
+            .graph(GraphFormat::FlatBuffers, fb("w"))
             .param("w", three),
     )
     .unwrap();
     w.add_tag(
         TagBuilder::new("missing")
-            .graph(GraphEncoding::FlatBuffers, fb("nope"))
+            .graph(GraphFormat::FlatBuffers, fb("nope"))
             .param("w", two.clone()),
     )
     .unwrap();
     w.add_tag(
         TagBuilder::new("good")
-            .graph(GraphEncoding::FlatBuffers, fb("w"))
+            .graph(GraphFormat::FlatBuffers, fb("w"))
             .param("w", two),
     )
     .unwrap();

@@ -6,9 +6,7 @@ use modelzip::tensor::decode_combined;
 use modelzip::variants::{
     GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, diff_tags, quantize,
 };
-use modelzip::{
-    Archive, ArchiveWriter, DType, ErrorKind, GraphEncoding, TagBuilder, Tensor, WriteOptions,
-};
+use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +28,7 @@ fn fast() -> WriteOptions {
 
 /// A tag from a fixture `.pdmodel` + `.pdiparams`: the combined file's records are block
 /// 0's persistable variables except feed/fetch, sorted by byte value.
-fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphEncoding) -> TagBuilder {
+fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphFormat) -> TagBuilder {
     let pd = std::fs::read(fixture(&format!("{version}/{model}.pdmodel"))).unwrap();
     let graph = Graph::from_programdesc(&pd).unwrap();
     let mut names: Vec<&str> = graph.blocks[0]
@@ -44,8 +42,8 @@ fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphEncoding) -> Ta
     let records = decode_combined(&params).unwrap();
     assert_eq!(records.len(), names.len());
     let bytes = match enc {
-        GraphEncoding::ProgramDesc => pd.clone(),
-        GraphEncoding::FlatBuffers => graph.to_flatbuffers().unwrap(),
+        GraphFormat::ProgramDesc => pd.clone(),
+        GraphFormat::FlatBuffers => graph.to_flatbuffers().unwrap(),
     };
     let mut tag = TagBuilder::new(name).graph(enc, bytes);
     for (n, r) in names.iter().zip(records) {
@@ -83,14 +81,10 @@ fn metadata(archive: &Archive, tag: &str) -> serde_json::Value {
     serde_json::from_slice(&t.metadata().unwrap().unwrap()).unwrap()
 }
 
-fn new_graph(archive: &Archive, tag: &str) -> (GraphEncoding, Graph) {
+fn new_graph(archive: &Archive, tag: &str) -> (GraphFormat, Graph) {
     let t = archive.tag(tag).unwrap();
     let (enc, bytes) = t.graph().unwrap().unwrap();
-    let fmt = match enc {
-        GraphEncoding::ProgramDesc => GraphFormat::ProgramDesc,
-        GraphEncoding::FlatBuffers => GraphFormat::FlatBuffers,
-    };
-    (enc, Graph::decode(fmt, &bytes).unwrap())
+    (enc, Graph::decode(enc, &bytes).unwrap())
 }
 
 #[test]
@@ -98,7 +92,7 @@ fn quantize_mlp_with_graph_per_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let path = archive_with(
         dir.path(),
-        fixture_tag("fp32", "3.3.1", "mlp", GraphEncoding::ProgramDesc),
+        fixture_tag("fp32", "3.3.1", "mlp", GraphFormat::ProgramDesc),
     );
     let r = quantize(&path, "FP32", "int8", &QuantizeOptions::default(), &fast()).unwrap();
     assert_eq!(r.tag, "int8");
@@ -183,7 +177,7 @@ fn quantize_mlp_with_graph_per_tensor() {
 
     // The graph dequantizes before the muls.
     let (enc, g) = new_graph(&archive, "int8");
-    assert_eq!(enc, GraphEncoding::ProgramDesc);
+    assert_eq!(enc, GraphFormat::ProgramDesc);
     let b = &g.blocks[0];
     let types: Vec<_> = b.ops.iter().map(|o| o.op_type.as_str()).collect();
     assert_eq!(
@@ -223,7 +217,7 @@ fn quantize_conv_per_channel_axes_and_graph_fb() {
     let dir = tempfile::tempdir().unwrap();
     let path = archive_with(
         dir.path(),
-        fixture_tag("fp32", "2.6.2", "conv", GraphEncoding::FlatBuffers),
+        fixture_tag("fp32", "2.6.2", "conv", GraphFormat::FlatBuffers),
     );
     let opts = QuantizeOptions { per_channel: true };
     let r = quantize(&path, "fp32", "int8", &opts, &fast()).unwrap();
@@ -252,7 +246,7 @@ fn quantize_conv_per_channel_axes_and_graph_fb() {
     assert_eq!(shared.len(), 6, "{shared:?}");
     let archive = Archive::open(&path).unwrap();
     let (enc, g) = new_graph(&archive, "int8");
-    assert_eq!(enc, GraphEncoding::FlatBuffers);
+    assert_eq!(enc, GraphFormat::FlatBuffers);
     let b = &g.blocks[0];
     let conv = b.ops.iter().find(|o| o.op_type == "conv2d").unwrap();
     assert_eq!(
@@ -330,7 +324,7 @@ fn cast_values_are_half_conversions_and_graph_casts_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = archive_with(
         dir.path(),
-        fixture_tag("fp32", "3.3.1", "conv", GraphEncoding::ProgramDesc),
+        fixture_tag("fp32", "3.3.1", "conv", GraphFormat::ProgramDesc),
     );
     let r16 = cast(&path, "fp32", "fp16", DType::Fp16, &fast()).unwrap();
     let rb = cast(&path, "fp32", "bf16", DType::Bf16, &fast()).unwrap();
@@ -426,7 +420,7 @@ fn diff_reports_shared_changed_and_dequantized_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = archive_with(
         dir.path(),
-        fixture_tag("fp32", "3.3.1", "mlp", GraphEncoding::ProgramDesc),
+        fixture_tag("fp32", "3.3.1", "mlp", GraphFormat::ProgramDesc),
     );
     quantize(
         &path,
@@ -517,7 +511,7 @@ fn variants_of_variants_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = archive_with(
         dir.path(),
-        fixture_tag("fp32", "3.3.1", "mlp", GraphEncoding::ProgramDesc),
+        fixture_tag("fp32", "3.3.1", "mlp", GraphFormat::ProgramDesc),
     );
     let pc = QuantizeOptions { per_channel: true };
     quantize(&path, "fp32", "int8", &QuantizeOptions::default(), &fast()).unwrap();

@@ -8,7 +8,7 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use modelzip::tensor::{data_len, encode_tensor};
-use modelzip::{AppendMode, Appender, Archive, ArchiveWriter, DType, GraphEncoding};
+use modelzip::{AppendMode, Appender, Archive, ArchiveWriter, DType, GraphFormat};
 use modelzip::{TagBuilder, Tensor, TensorKind, WriteOptions, archive::validate_tag_name};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ struct TagCase {
     name: String,
     params: Vec<(String, Tensor)>,
     updater: Vec<(String, Vec<Tensor>)>,
-    graph: Option<(GraphEncoding, Vec<u8>)>,
+    graph: Option<(GraphFormat, Vec<u8>)>,
     config: Option<Vec<u8>>,
     metadata: Option<Vec<u8>>,
 }
@@ -78,9 +78,9 @@ fn tag(u: &mut Unstructured, pool: &[Tensor], taken: &mut Vec<String>) -> Result
     }
     let graph = match u.int_in_range(0..=2)? {
         0 => None,
-        1 => Some((GraphEncoding::ProgramDesc, modelzip::Graph::new().to_programdesc().unwrap())),
+        1 => Some((GraphFormat::ProgramDesc, modelzip::Graph::new().to_programdesc().unwrap())),
         // Writers refuse graph bytes that do not decode (the graph_fb target fuzzes those).
-        _ => Some((GraphEncoding::FlatBuffers, modelzip::Graph::new().to_flatbuffers().unwrap())),
+        _ => Some((GraphFormat::FlatBuffers, modelzip::Graph::new().to_flatbuffers().unwrap())),
     };
     let config = match u.arbitrary::<Option<f64>>()? {
         Some(lr) => Some(modelzip::TrainingConfig::sgd(lr).encode().unwrap()),

@@ -63,8 +63,9 @@ pub use maintenance::{
     remove_tag, remove_tag_report, remove_tag_with, remove_tags_in_place, remove_tags_where,
 };
 pub use reader::{
-    Archive, GraphEncoding, INFLATE_RATIO_FREE, MAX_METADATA_BYTES, OpenOptions, ParamEntry,
-    Problem, TAGS_TXT, Tag, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyReport,
+    Archive, GraphFormat, INFLATE_RATIO_FREE, MAX_METADATA_BYTES, OpenOptions, ParamEntry,
+    TAGS_TXT, Tag, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
+    VerifyReport,
 };
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 pub use shared_str::SharedStr;

@@ -232,8 +232,8 @@ impl std::fmt::Debug for Archive {
     }
 }
 
-/// Which graph encoding a tag holds: the graph module's [`GraphFormat`](crate::graph::GraphFormat).
-pub use crate::graph::GraphFormat as GraphEncoding;
+/// Which graph encoding a tag holds (re-exported from [`crate::graph`]).
+pub use crate::graph::GraphFormat;
 
 /// Whether a tensor file is a parameter or updater state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -316,7 +316,7 @@ impl TensorData<'_> {
 
 /// One integrity problem found by [`Archive::verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
+pub struct VerifyFinding {
     /// The entry concerned, if any.
     pub entry: Option<String>,
     /// What is wrong.
@@ -327,7 +327,7 @@ pub struct Problem {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
     /// Every problem found; empty when the archive is sound.
-    pub problems: Vec<Problem>,
+    pub problems: Vec<VerifyFinding>,
 }
 
 impl VerifyReport {
@@ -337,7 +337,7 @@ impl VerifyReport {
     }
 
     fn push(&mut self, entry: Option<&str>, message: impl Into<String>) {
-        self.problems.push(Problem {
+        self.problems.push(VerifyFinding {
             entry: entry.map(str::to_string),
             message: message.into(),
         });
@@ -1304,7 +1304,7 @@ impl<'a> Tag<'a> {
 
     /// The graph and its encoding, if the tag has one (its own, or the one shared.txt
     /// points at); both encodings present is an error.
-    pub fn graph(&self) -> Result<Option<(GraphEncoding, Cow<'a, [u8]>)>> {
+    pub fn graph(&self) -> Result<Option<(GraphFormat, Cow<'a, [u8]>)>> {
         let fb = self.file_entry("graph.fb");
         let pd = self.file_entry("graph.pdmodel");
         match (fb, pd) {
@@ -1316,11 +1316,11 @@ impl<'a> Tag<'a> {
                 .in_entry(pd),
             )),
             (Some(fb), None) => Ok(Some((
-                GraphEncoding::FlatBuffers,
+                GraphFormat::FlatBuffers,
                 self.archive.entry_bytes(&fb)?,
             ))),
             (None, Some(pd)) => Ok(Some((
-                GraphEncoding::ProgramDesc,
+                GraphFormat::ProgramDesc,
                 self.archive.entry_bytes(&pd)?,
             ))),
             (None, None) => Ok(None),

@@ -4,7 +4,7 @@
 use super::append::open_locked;
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
-use super::reader::{Archive, GraphEncoding, SHARED_TXT, TAGS_TXT, sha256_hex};
+use super::reader::{Archive, GraphFormat, SHARED_TXT, TAGS_TXT, sha256_hex};
 use super::text;
 use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -18,9 +18,9 @@ pub struct GraphRewrite {
     /// The tag, spelled as in tags.txt.
     pub tag: String,
     /// The encoding before.
-    pub from: GraphEncoding,
+    pub from: GraphFormat,
     /// The encoding after.
-    pub to: GraphEncoding,
+    pub to: GraphFormat,
     /// Size of the old graph entry.
     pub old_bytes: u64,
     /// Size of the new graph entry.
@@ -35,14 +35,14 @@ pub struct GraphRewrite {
 pub fn convert_graph(
     path: impl AsRef<Path>,
     tag: &str,
-    to: GraphEncoding,
+    to: GraphFormat,
     opts: &WriteOptions,
 ) -> Result<GraphRewrite> {
     rewrite_graph(path.as_ref(), tag, opts, |from, bytes| {
         if from == to {
             return Ok(None);
         }
-        if from == GraphEncoding::ProgramDesc
+        if from == GraphFormat::ProgramDesc
             && let Some(path) = crate::graph::programdesc::unknown_field(bytes)?
         {
             return Err(ErrorKind::Graph(format!(
@@ -62,7 +62,7 @@ pub fn convert_graph(
 pub fn replace_graph(
     path: impl AsRef<Path>,
     tag: &str,
-    enc: GraphEncoding,
+    enc: GraphFormat,
     bytes: &[u8],
     opts: &WriteOptions,
 ) -> Result<GraphRewrite> {
@@ -78,7 +78,7 @@ fn rewrite_graph(
     path: &Path,
     tag: &str,
     opts: &WriteOptions,
-    make: impl FnOnce(GraphEncoding, &[u8]) -> Result<Option<(GraphEncoding, Vec<u8>)>>,
+    make: impl FnOnce(GraphFormat, &[u8]) -> Result<Option<(GraphFormat, Vec<u8>)>>,
 ) -> Result<GraphRewrite> {
     let ap = ArchivePath::resolve(path)?;
     let path = ap.real.as_path();

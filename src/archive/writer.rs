@@ -8,7 +8,7 @@ use super::entry_name::check_entry_name;
 use super::hashing::{HashPool, IN_FLIGHT_LIMIT, Ticket, sha256_parts};
 use super::lock::WriteLock;
 use super::reader::{
-    Archive, GraphEncoding, SHAREABLE_FILES, SHARED_TXT, TAGS_TXT, TensorKind, hex_digest,
+    Archive, GraphFormat, SHAREABLE_FILES, SHARED_TXT, TAGS_TXT, TensorKind, hex_digest,
 };
 use super::tag_name::validate_tag_name;
 use super::text::{self, ParamRef};
@@ -414,7 +414,7 @@ impl TagWriter<'_> {
     /// Adds the graph (at most one, in either encoding). The bytes must decode as
     /// readers decode them (a ProgramDesc with its required fields; graph.fb through the
     /// FlatBuffers verifier), or [`ErrorKind::Graph`] says why and nothing is written.
-    pub fn graph(&mut self, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
+    pub fn graph(&mut self, enc: GraphFormat, bytes: &[u8]) -> Result<()> {
         if self.used.contains("graph.fb") || self.used.contains("graph.pdmodel") {
             return Err(ErrorKind::InvalidInput(format!(
                 "tag {:?} already has a graph",
@@ -654,14 +654,14 @@ impl Drop for TagWriter<'_> {
 
 /// Checks that `bytes` decode as a graph in encoding `enc`, as every reader decodes them
 /// (a graph that does not would be stored, then fail every later use).
-pub(crate) fn check_graph(tag: &str, enc: GraphEncoding, bytes: &[u8]) -> Result<()> {
+pub(crate) fn check_graph(tag: &str, enc: GraphFormat, bytes: &[u8]) -> Result<()> {
     crate::graph::Graph::decode(enc, bytes)
         .map(drop)
         .map_err(|e| {
             let why = graph_error_why(&e);
             let what = match enc {
-                GraphEncoding::ProgramDesc => "graph.pdmodel (a Paddle ProgramDesc protobuf)",
-                GraphEncoding::FlatBuffers => "graph.fb (modelzip's FlatBuffers graph)",
+                GraphFormat::ProgramDesc => "graph.pdmodel (a Paddle ProgramDesc protobuf)",
+                GraphFormat::FlatBuffers => "graph.fb (modelzip's FlatBuffers graph)",
             };
             Error::new(ErrorKind::Graph(format!(
                 "the graph of tag {tag:?} is not a valid {what}: {why}"
@@ -709,7 +709,7 @@ fn with_created(json: Option<&[u8]>) -> Result<Vec<u8>> {
 #[derive(Debug, Clone, Default)]
 pub struct TagBuilder {
     name: String,
-    graph: Option<(GraphEncoding, Vec<u8>)>,
+    graph: Option<(GraphFormat, Vec<u8>)>,
     params: Vec<(String, Tensor)>,
     updater: Vec<(String, Vec<Tensor>)>,
     training_config: Option<Vec<u8>>,
@@ -732,7 +732,7 @@ impl TagBuilder {
     }
 
     /// Sets the graph.
-    pub fn graph(mut self, enc: GraphEncoding, bytes: impl Into<Vec<u8>>) -> Self {
+    pub fn graph(mut self, enc: GraphFormat, bytes: impl Into<Vec<u8>>) -> Self {
         self.graph = Some((enc, bytes.into()));
         self
     }

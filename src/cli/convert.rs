@@ -4,7 +4,7 @@ use super::common::{WriteArgs, refuse_directory};
 use super::graph::encoding_name;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::{self, GraphEncoding};
+use modelzip::archive::{self, GraphFormat};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -54,8 +54,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ),
     )?;
     let to = match args.to {
-        Target::Flatbuffers => GraphEncoding::FlatBuffers,
-        Target::Programdesc => GraphEncoding::ProgramDesc,
+        Target::Flatbuffers => GraphFormat::FlatBuffers,
+        Target::Programdesc => GraphFormat::ProgramDesc,
     };
     let opts = args.write.options();
     let r = archive::convert_graph(&args.archive, &args.tag, to, &opts).map_err(|e| {

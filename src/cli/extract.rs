@@ -3,7 +3,7 @@
 use super::common::{OutputArgs, TagArgs, tag_err};
 use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::GraphEncoding;
+use modelzip::archive::GraphFormat;
 use modelzip::tensor;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{File, OpenOptions};
@@ -258,8 +258,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // empty, `.` and `..` components), so the collision sets borrow them.
     let graph = tag.graph().map_err(tag_err(tag_name))?;
     let graph_file = graph.as_ref().map(|(enc, _)| match enc {
-        GraphEncoding::ProgramDesc => "__model__",
-        GraphEncoding::FlatBuffers => "graph.fb",
+        GraphFormat::ProgramDesc => "__model__",
+        GraphFormat::FlatBuffers => "graph.fb",
     });
     let mut file_paths: FxHashSet<&str> = FxHashSet::default();
     let mut dir_paths: FxHashSet<&str> = FxHashSet::default();

@@ -4,7 +4,7 @@ use super::common::TagArgs;
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::Graph;
-use modelzip::archive::GraphEncoding;
+use modelzip::archive::GraphFormat;
 use modelzip::graph::dump;
 use modelzip::interop::tf;
 use serde_json::json;
@@ -45,10 +45,10 @@ enum Format {
 }
 
 /// `programdesc` / `flatbuffers`: the names `convert --to` takes.
-pub fn encoding_name(enc: GraphEncoding) -> &'static str {
+pub fn encoding_name(enc: GraphFormat) -> &'static str {
     match enc {
-        GraphEncoding::ProgramDesc => "programdesc",
-        GraphEncoding::FlatBuffers => "flatbuffers",
+        GraphFormat::ProgramDesc => "programdesc",
+        GraphFormat::FlatBuffers => "flatbuffers",
     }
 }
 
@@ -68,8 +68,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let entry = format!("{name}/{}", enc.file_name());
     let bad = |e: modelzip::Error| CliError::Failed(format!("cannot decode {entry}: {e}"));
     let graph = match enc {
-        GraphEncoding::ProgramDesc => Graph::from_programdesc(&bytes),
-        GraphEncoding::FlatBuffers => Graph::from_flatbuffers(&bytes),
+        GraphFormat::ProgramDesc => Graph::from_programdesc(&bytes),
+        GraphFormat::FlatBuffers => Graph::from_flatbuffers(&bytes),
     }
     .map_err(bad)?;
     match args.format {
@@ -96,8 +96,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }
         Format::Pbtxt => {
             let pd = match enc {
-                GraphEncoding::ProgramDesc => bytes.into_owned(),
-                GraphEncoding::FlatBuffers => graph.to_programdesc().map_err(|e| {
+                GraphFormat::ProgramDesc => bytes.into_owned(),
+                GraphFormat::FlatBuffers => graph.to_programdesc().map_err(|e| {
                     CliError::Failed(format!("cannot convert {entry} to ProgramDesc: {e}"))
                 })?,
             };

@@ -6,7 +6,7 @@ use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::Graph;
 use modelzip::archive::{
-    AppendMode, Appender, ArchiveWriter, GraphEncoding, TagWriter, validate_tag_name,
+    AppendMode, Appender, ArchiveWriter, GraphFormat, TagWriter, validate_tag_name,
 };
 use modelzip::tensor;
 use serde_json::json;
@@ -112,21 +112,21 @@ fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliErr
 
 /// The root file names of a persistables directory that hold its graph, not a
 /// parameter: what `extract` writes (and `__model__` is what Paddle writes).
-const GRAPH_FILES: [(&str, GraphEncoding); 2] = [
-    ("__model__", GraphEncoding::ProgramDesc),
-    ("graph.fb", GraphEncoding::FlatBuffers),
+const GRAPH_FILES: [(&str, GraphFormat); 2] = [
+    ("__model__", GraphFormat::ProgramDesc),
+    ("graph.fb", GraphFormat::FlatBuffers),
 ];
 
 /// A graph read and decoded before anything is written.
 struct GraphFile {
     path: PathBuf,
-    encoding: GraphEncoding,
+    encoding: GraphFormat,
     bytes: Vec<u8>,
 }
 
 /// Reads a graph file and checks that it decodes: graph.fb through the FlatBuffers
 /// verifier, anything else as a Paddle ProgramDesc.
-fn read_graph(path: &Path, encoding: Option<GraphEncoding>) -> Result<GraphFile, CliError> {
+fn read_graph(path: &Path, encoding: Option<GraphFormat>) -> Result<GraphFile, CliError> {
     let bytes = std::fs::read(path).map_err(|e| {
         if path.is_dir() {
             CliError::Failed(format!(
@@ -139,16 +139,16 @@ fn read_graph(path: &Path, encoding: Option<GraphEncoding>) -> Result<GraphFile,
     })?;
     let encoding = encoding.unwrap_or_else(|| {
         let is_fb = path.extension().is_some_and(|e| e == "fb")
-            || GraphEncoding::sniff(&bytes) == Some(GraphEncoding::FlatBuffers);
+            || GraphFormat::sniff(&bytes) == Some(GraphFormat::FlatBuffers);
         if is_fb {
-            GraphEncoding::FlatBuffers
+            GraphFormat::FlatBuffers
         } else {
-            GraphEncoding::ProgramDesc
+            GraphFormat::ProgramDesc
         }
     });
     let what = match encoding {
-        GraphEncoding::FlatBuffers => "a modelzip graph.fb",
-        GraphEncoding::ProgramDesc => "a Paddle ProgramDesc (.pdmodel)",
+        GraphFormat::FlatBuffers => "a modelzip graph.fb",
+        GraphFormat::ProgramDesc => "a Paddle ProgramDesc (.pdmodel)",
     };
     Graph::decode(encoding, &bytes).map_err(|e| {
         CliError::Failed(format!(
@@ -176,7 +176,7 @@ fn gather(args: &Args) -> Result<Inputs, CliError> {
     let mut params = tensor_files(&args.dir, "parameters from")?;
     // A graph at the root of DIR (`extract` writes one) is the graph, not a parameter;
     // --graph wins over it.
-    let mut found: Vec<(PathBuf, GraphEncoding)> = Vec::new();
+    let mut found: Vec<(PathBuf, GraphFormat)> = Vec::new();
     params.retain(
         |(name, path)| match GRAPH_FILES.iter().find(|(f, _)| f == name) {
             Some((_, enc)) => {
@@ -257,8 +257,8 @@ fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, C
         .graph()
         .map_err(|e| CliError::Failed(format!("cannot read back tag {}: {e}", tag.name())))?
         .map(|(g, _)| match g {
-            GraphEncoding::FlatBuffers => "flatbuffers",
-            GraphEncoding::ProgramDesc => "programdesc",
+            GraphFormat::FlatBuffers => "flatbuffers",
+            GraphFormat::ProgramDesc => "programdesc",
         });
     Ok(Packed {
         tag: tag.name().to_string(),

@@ -5,7 +5,7 @@ use super::common::{open, tag_err};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::DType;
-use modelzip::archive::{GraphEncoding, Tag, TensorLocation};
+use modelzip::archive::{GraphFormat, Tag, TensorLocation};
 use rustc_hash::FxHashSet as HashSet;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -73,8 +73,8 @@ fn row(tag: &Tag<'_>, own_bytes: u64) -> Result<TagRow, CliError> {
         .graph()
         .map_err(tag_err(tag.name()))?
         .map(|(g, _)| match g {
-            GraphEncoding::FlatBuffers => "flatbuffers",
-            GraphEncoding::ProgramDesc => "programdesc",
+            GraphFormat::FlatBuffers => "flatbuffers",
+            GraphFormat::ProgramDesc => "programdesc",
         });
     let created = tag
         .metadata()

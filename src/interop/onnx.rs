@@ -34,7 +34,7 @@ use super::{
     ExportOptions, Exported, Format, ImportOptions, ImportReport, check_output_size, has_ext, head,
     persist, read_whole, report, write_tag, write_temp,
 };
-use crate::archive::{GraphEncoding, Tag, TensorData};
+use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, OnnxGraph, OnnxInit};
 use crate::onnx_proto as pb;
@@ -586,7 +586,7 @@ fn store(
     tensors.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
-        w.graph(GraphEncoding::FlatBuffers, &fb)?;
+        w.graph(GraphFormat::FlatBuffers, &fb)?;
         for (name, t) in &tensors {
             w.param(name, t)?;
             ticker.tick();
@@ -606,10 +606,10 @@ pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
     };
     match tag.graph()? {
         None => Err(not_onnx("has no graph")),
-        Some((GraphEncoding::ProgramDesc, _)) => {
+        Some((GraphFormat::ProgramDesc, _)) => {
             Err(not_onnx("holds a Paddle program (graph.pdmodel)"))
         }
-        Some((GraphEncoding::FlatBuffers, bytes)) => {
+        Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)
                 .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
             if g.tf.is_some() {
@@ -834,7 +834,7 @@ impl Format for OnnxFormat {
 
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
         Ok(match tag.graph()? {
-            Some((GraphEncoding::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_onnx(&bytes),
+            Some((GraphFormat::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_onnx(&bytes),
             _ => false,
         })
     }

@@ -34,7 +34,7 @@ pub use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam, defau
 use super::{Exported, Format, has_ext, head, read_file};
 // The import and export plumbing every format shares (safetensors reaches it through here).
 pub(crate) use super::{persist, report, write_tag, write_temp};
-use crate::archive::{GraphEncoding, Tag, TensorData};
+use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, Var};
 use crate::progress::Ticker;
@@ -253,7 +253,7 @@ fn store(
 ) -> Result<ImportReport> {
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
-        w.graph(GraphEncoding::ProgramDesc, model)?;
+        w.graph(GraphFormat::ProgramDesc, model)?;
         for (name, t) in tensors {
             w.param(name, t)?;
             ticker.tick();
@@ -363,7 +363,7 @@ pub fn import_persistables_dir(
     }
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
-        w.graph(GraphEncoding::ProgramDesc, &model)?;
+        w.graph(GraphFormat::ProgramDesc, &model)?;
         for (var, path) in &files {
             let bytes = read_file(path)?;
             let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
@@ -434,12 +434,12 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
         .into());
     };
     let (graph, model, converted) = match enc {
-        GraphEncoding::ProgramDesc => {
+        GraphFormat::ProgramDesc => {
             let g = Graph::from_programdesc(&bytes)
                 .map_err(|e| e.in_entry(format!("{name}/graph.pdmodel")))?;
             (g, bytes, false)
         }
-        GraphEncoding::FlatBuffers => {
+        GraphFormat::FlatBuffers => {
             let located = |e: Error| e.in_entry(format!("{name}/graph.fb"));
             let g = Graph::from_flatbuffers(&bytes).map_err(located)?;
             let pd = g.to_programdesc().map_err(located)?;
@@ -662,8 +662,8 @@ impl Format for PaddleFormat {
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
         Ok(match tag.graph()? {
             None => false,
-            Some((GraphEncoding::ProgramDesc, _)) => true,
-            Some((GraphEncoding::FlatBuffers, bytes)) => {
+            Some((GraphFormat::ProgramDesc, _)) => true,
+            Some((GraphFormat::FlatBuffers, bytes)) => {
                 !crate::graph::flatbuffers::is_tf(&bytes)
                     && !crate::graph::flatbuffers::is_onnx(&bytes)
             }

@@ -32,7 +32,7 @@ use super::{
     ExportOptions, Exported, Format, ImportOptions, ImportReport, has_ext, head, read_whole,
     report, write_file_atomically, write_tag,
 };
-use crate::archive::{GraphEncoding, Tag, TensorData};
+use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, TfAttr, TfGraph, TfNode, TfParamRef};
 use crate::progress::Ticker;
@@ -920,7 +920,7 @@ fn store(archive: &Path, tag: &str, split: Split, opts: &ImportOptions) -> Resul
     tensors.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
-        w.graph(GraphEncoding::FlatBuffers, &fb)?;
+        w.graph(GraphFormat::FlatBuffers, &fb)?;
         for (name, t) in &tensors {
             w.param(name, t)?;
             ticker.tick();
@@ -952,10 +952,10 @@ fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
     };
     match tag.graph()? {
         None => Err(not_tf("has no graph")),
-        Some((GraphEncoding::ProgramDesc, _)) => {
+        Some((GraphFormat::ProgramDesc, _)) => {
             Err(not_tf("holds a Paddle program (graph.pdmodel)"))
         }
-        Some((GraphEncoding::FlatBuffers, bytes)) => {
+        Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)
                 .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
             g.tf.ok_or_else(|| not_tf("holds a Paddle/SameDiff graph.fb, not a TensorFlow graph"))
@@ -1073,7 +1073,7 @@ impl Format for TfFormat {
 
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
         Ok(match tag.graph()? {
-            Some((GraphEncoding::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_tf(&bytes),
+            Some((GraphFormat::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_tf(&bytes),
             _ => false,
         })
     }

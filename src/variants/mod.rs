@@ -29,7 +29,7 @@ pub use cast::cast;
 pub use diff::{GraphChange, ParamDiff, TagDiff, diff_tags};
 pub use quantize::{QuantizeOptions, quantize};
 
-use crate::archive::{AppendMode, Appender, Archive, GraphEncoding, WriteOptions};
+use crate::archive::{AppendMode, Appender, Archive, GraphFormat, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::Ticker;
 use crate::tensor::{DType, Tensor};
@@ -85,7 +85,7 @@ pub struct VariantReport {
     /// The tag it was derived from, spelled as in tags.txt.
     pub source_tag: String,
     /// The graph's encoding, if the source tag has a graph (rewritten in the same encoding).
-    pub graph: Option<GraphEncoding>,
+    pub graph: Option<GraphFormat>,
     /// Every parameter of the new tag, in params.txt order.
     pub params: Vec<VariantParam>,
 }
@@ -110,7 +110,7 @@ impl VariantReport {
 /// A variant computed in memory, ready to append.
 struct Variant {
     source_tag: String,
-    graph: Option<(GraphEncoding, Vec<u8>)>,
+    graph: Option<(GraphFormat, Vec<u8>)>,
     params: Vec<(String, Tensor, ParamChange)>,
     metadata: serde_json::Map<String, serde_json::Value>,
 }

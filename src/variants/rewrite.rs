@@ -109,7 +109,7 @@ fn declared(graph: &Graph) -> HashSet<&str> {
 /// errors name the graph entry.
 pub(crate) fn converted(
     tag: &str,
-    enc: crate::archive::GraphEncoding,
+    enc: crate::archive::GraphFormat,
     mut graph: Graph,
     convs: &[Conversion],
 ) -> Result<Vec<u8>> {

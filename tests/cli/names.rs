@@ -4,7 +4,7 @@
 use super::harness::{expect_error, json_of, modelzip};
 use modelzip::DType;
 use modelzip::Tensor;
-use modelzip::archive::{ArchiveWriter, GraphEncoding, TagBuilder};
+use modelzip::archive::{ArchiveWriter, GraphFormat, TagBuilder};
 use modelzip::graph::{Graph, Op, Var};
 use std::path::Path;
 
@@ -26,7 +26,7 @@ fn hostile_archive(path: &Path) {
     let mut w = ArchiveWriter::create(path).unwrap();
     w.add_tag(
         TagBuilder::new("a")
-            .graph(GraphEncoding::ProgramDesc, g.to_programdesc().unwrap())
+            .graph(GraphFormat::ProgramDesc, g.to_programdesc().unwrap())
             .param(EVIL, t.clone())
             .param(format!("unused{EVIL}"), t.clone())
             .updater(EVIL, vec![t.clone()])

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use modelzip::tensor::codec::decode_record_at;
-use modelzip::{GraphEncoding, Tag, TagBuilder, Tensor};
+use modelzip::{GraphFormat, Tag, TagBuilder, Tensor};
 use std::path::Path;
 use std::process::Command;
 
@@ -56,7 +56,7 @@ pub fn sample_tag(name: &str, seed: u64) -> TagBuilder {
     let m = Tensor::from_slice(vec![16, 8], &values(seed + 100, 128)).unwrap();
     let v = Tensor::from_slice(vec![16, 8], &values(seed + 200, 128)).unwrap();
     TagBuilder::new(name)
-        .graph(GraphEncoding::ProgramDesc, sample_graph())
+        .graph(GraphFormat::ProgramDesc, sample_graph())
         .param("fc.w", w)
         .param("fc.b", b)
         .param("my param%/emb", emb)
