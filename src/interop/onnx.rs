@@ -180,8 +180,9 @@ fn typed_count(d: DType, numel: u64) -> u64 {
 /// Writes element bytes back into the dtype's typed field.
 fn bytes_to_typed(t: &mut pb::TensorProto, d: DType, data: &[u8]) -> Result<()> {
     fn chunks<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        // chunks_exact yields N-byte chunks only, so first_chunk always gives one.
         data.chunks_exact(N)
-            .map(|c| c.try_into().expect("chunks_exact gives N bytes"))
+            .filter_map(|c| c.first_chunk::<N>().copied())
     }
     match d {
         DType::Fp32 | DType::Complex64 => {
