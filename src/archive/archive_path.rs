@@ -108,6 +108,24 @@ pub(crate) fn resolve(path: &Path) -> Result<PathBuf> {
     }
 }
 
+/// Path of an archive's sidecar file with `suffix` appended (`.lock`, `.journal`).
+pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Refuses a sidecar (`what`: journal, lock file) that exists and is not a regular file:
+/// opening a FIFO would block forever, and a directory or device is no journal.
+pub(crate) fn regular_file(p: &Path, what: &'static str) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if !m.file_type().is_file() => {
+            Err(Error::new(ErrorKind::NotARegularFile { what }).in_file(p))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// True for paths spelled as a directory: ending in `/`, `/.` or `..`.
 fn ends_like_a_directory(p: &Path) -> bool {
     let s = p.as_os_str().as_encoded_bytes();

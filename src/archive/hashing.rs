@@ -191,6 +191,21 @@ fn work(s: &Shared) {
     }
 }
 
+/// Lowercase hex SHA-256 of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex_digest(&sha2::Sha256::digest(bytes).into())
+}
+
+/// Lowercase hex of a SHA-256 digest.
+pub(crate) fn hex_digest(d: &[u8; 32]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(64);
+    for b in d {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,9 +18,9 @@
 //! file truncated to `original_len`, fsynced) and deleted; one with a bad checksum was cut
 //! short while being written, before the archive was touched, and is just deleted.
 
+use super::archive_path::{regular_file, sidecar};
 use super::durable::fsync_dir;
 use super::fault::Budgeted;
-use super::lock::sidecar;
 use crate::error::{Error, ErrorKind, Result};
 use sha2::Digest;
 use std::fs::{File, OpenOptions};
@@ -145,17 +145,6 @@ fn read_journal(jp: &Path, archive_len: u64) -> Result<Option<Journal>> {
         offset,
         saved: body[HEADER..].to_vec(),
     }))
-}
-
-/// Refuses a sidecar (`what`: journal, lock file) that exists and is not a regular file:
-/// opening a FIFO would block forever, and a directory or device is no journal.
-pub(crate) fn regular_file(p: &Path, what: &'static str) -> Result<()> {
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if !m.file_type().is_file() => {
-            Err(Error::new(ErrorKind::NotARegularFile { what }).in_file(p))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Whether the journal was written for this file: an interrupted append leaves the bytes

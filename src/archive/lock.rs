@@ -4,7 +4,7 @@
 //! over the archive and a lock held on the old inode would no longer exclude anyone.
 //! The lock file is never deleted: deleting it would let two writers lock two inodes.
 
-use super::archive_path::ArchivePath;
+use super::archive_path::{ArchivePath, regular_file, sidecar};
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -24,13 +24,6 @@ fn held_set<R>(f: impl FnOnce(&mut HashSet<PathBuf>) -> R) -> R {
 fn lock_key(path: &Path) -> PathBuf {
     let lock_path = sidecar(path, ".lock");
     std::fs::canonicalize(&lock_path).unwrap_or(lock_path)
-}
-
-/// Path of an archive's sidecar file with `suffix` appended (`.lock`, `.journal`).
-pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
 }
 
 /// How long a non-waiting writer retries before reporting [`ErrorKind::Locked`].
@@ -65,7 +58,7 @@ impl WriteLock {
     /// [`WriteLock::acquire`] of an archive path already resolved through symlinks.
     pub(crate) fn acquire_resolved(path: &Path, wait: bool) -> Result<WriteLock> {
         let lock_path = sidecar(path, ".lock");
-        super::journal::regular_file(&lock_path, "lock file")?;
+        regular_file(&lock_path, "lock file")?;
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -125,7 +118,7 @@ pub(crate) fn held_by_another_process(path: &Path) -> bool {
         return false;
     }
     let lock_path = sidecar(path, ".lock");
-    if super::journal::regular_file(&lock_path, "lock file").is_err() {
+    if regular_file(&lock_path, "lock file").is_err() {
         return false;
     }
     let Ok(file) = File::open(lock_path) else {

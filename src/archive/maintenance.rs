@@ -4,9 +4,11 @@
 use super::append::{finish_in_place, in_place_session, open_locked};
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
-use super::reader::{Archive, SHARED_TXT, TAGS_TXT, TensorKind, TensorLocation, sha256_hex};
+use super::hashing::sha256_hex;
+use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation};
+use super::session::{Session, WriteOptions};
+use super::tag::SHARED_TXT;
 use super::text::{self, ParamRef};
-use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::Ticker;
 use std::collections::{BTreeMap, HashMap, HashSet};

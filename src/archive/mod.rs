@@ -41,9 +41,12 @@ mod hashing;
 mod journal;
 mod lock;
 mod maintenance;
+mod open;
 mod reader;
 mod regraph;
+mod session;
 mod shared_str;
+mod tag;
 
 // Used by the `remote` feature only.
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
@@ -52,6 +55,7 @@ pub(crate) mod source;
 pub mod tag_name;
 pub mod text;
 mod time;
+mod verify;
 mod writer;
 
 pub use append::{AppendMode, Appender, append_tag};
@@ -63,13 +67,15 @@ pub use maintenance::{
     remove_tag, remove_tag_report, remove_tag_with, remove_tags_in_place, remove_tags_where,
 };
 pub use reader::{
-    Archive, GraphFormat, INFLATE_RATIO_FREE, MAX_METADATA_BYTES, OpenOptions, ParamEntry,
-    TAGS_TXT, Tag, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
-    VerifyReport,
+    Archive, GraphFormat, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData,
+    TensorKind, TensorLocation, UpdaterEntry,
 };
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
+pub use session::WriteOptions;
 pub use shared_str::SharedStr;
+pub use tag::{MAX_METADATA_BYTES, Tag};
 pub use tag_name::{TagName, validate_tag_name};
 pub use text::ParamRef;
 pub use time::rfc3339;
-pub use writer::{ArchiveWriter, TagBuilder, TagWriter, WriteOptions};
+pub use verify::{VerifyFinding, VerifyReport};
+pub use writer::{ArchiveWriter, TagBuilder, TagWriter};

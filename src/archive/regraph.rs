@@ -4,9 +4,11 @@
 use super::append::open_locked;
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
-use super::reader::{Archive, GraphFormat, SHARED_TXT, TAGS_TXT, sha256_hex};
+use super::hashing::sha256_hex;
+use super::reader::{Archive, GraphFormat, TAGS_TXT};
+use super::session::{Session, WriteOptions};
+use super::tag::SHARED_TXT;
 use super::text;
-use super::writer::{Session, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
 use std::collections::HashMap;

@@ -3,7 +3,8 @@
 //! (end records, central directory, local headers, CRC-32); a ranged archive checks an
 //! entry's local header when the entry is read, since that needs the bytes fetched anyway.
 
-use super::container::{self, At, Directory, END_RECORDS_MAX, METHOD_STORED, ZipEntry};
+use super::container::read::END_RECORDS_MAX;
+use super::container::{self, At, Directory, METHOD_STORED, ZipEntry};
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -77,7 +78,7 @@ impl Ranged {
         };
         let end = {
             let at = At::window(&tail, tail_start, len);
-            container::parse_end(&at, &mut |o, n| fetch_one(o, n))?
+            container::read::parse_end(&at, &mut |o, n| fetch_one(o, n))?
         };
         if end.cd_size > limits.max_directory_size {
             return Err(Error::new(ErrorKind::LimitExceeded {
@@ -94,7 +95,7 @@ impl Ranged {
             let cd = bytes
                 .get(from..from + end.cd_size as usize)
                 .unwrap_or_default();
-            container::parse_entries(cd, &end)?
+            container::read::parse_entries(cd, &end)?
         } else {
             // parse_end checked cd_offset + cd_size is the end record's offset (< len).
             let from = end.cd_offset.saturating_sub(limits.directory_slack);
@@ -103,12 +104,12 @@ impl Ranged {
             let parsed = {
                 let skip = (end.cd_offset - from) as usize;
                 let cd = bytes.get(skip..).unwrap_or_default();
-                container::parse_entries(cd, &end)?
+                container::read::parse_entries(cd, &end)?
             };
             windows.push((from, bytes));
             parsed
         };
-        let dir = container::directory_unchecked(entries, index, end)?;
+        let dir = container::read::directory_unchecked(entries, index, end)?;
         let mut starts: Vec<u64> = dir.entries.iter().map(|e| e.header_offset).collect();
         starts.push(dir.cd_offset);
         starts.sort_unstable();
@@ -246,7 +247,7 @@ impl Ranged {
             }
         };
         let mut window = window;
-        let data = container::check_local_in(&window, self.len(), e, cd_offset)?;
+        let data = container::read::check_local_in(&window, self.len(), e, cd_offset)?;
         // Where the data sits in the window: moved to the front below, not copied anew.
         let (from, n) = (
             data.as_ptr() as usize - window.as_ptr() as usize,

@@ -288,6 +288,9 @@ pub(crate) fn for_each_table_line(
     Ok(())
 }
 
+/// The files a tag may take from another tag through shared.txt.
+pub(crate) const SHAREABLE_FILES: [&str; 3] = ["graph.fb", "graph.pdmodel", "trainingConfig.fb"];
+
 /// Parses a tag's shared.txt: `FILE TAG` lines (FILE one of the shareable files, TAG
 /// a valid tag name), as (file, tag, line). The tag's existence is the caller's check.
 pub fn parse_shared(bytes: &[u8], entry: &str) -> Result<Vec<(&'static str, String, usize)>> {
@@ -298,15 +301,11 @@ pub fn parse_shared(bytes: &[u8], entry: &str) -> Result<Vec<(&'static str, Stri
         let (file, tag) = line
             .split_once(' ')
             .ok_or_else(|| syntax("expected `FILE TAG`".into(), entry, n))?;
-        let Some(file) = super::reader::SHAREABLE_FILES
-            .iter()
-            .copied()
-            .find(|f| *f == file)
-        else {
+        let Some(file) = SHAREABLE_FILES.iter().copied().find(|f| *f == file) else {
             return Err(syntax(
                 format!(
                     "{file:?} cannot be shared; only {}",
-                    super::reader::SHAREABLE_FILES.join(", ")
+                    SHAREABLE_FILES.join(", ")
                 ),
                 entry,
                 n,

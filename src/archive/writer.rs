@@ -2,246 +2,24 @@
 //! [`TagBuilder`] for a tag held in memory, and the session all write paths share.
 
 use super::archive_path::ArchivePath;
-use super::container::{EntrySpec, METHOD_STORED, ZipEntry, ZipOut};
+use super::container::write::EntrySpec;
 use super::durable::TempTarget;
 use super::entry_name::check_entry_name;
-use super::hashing::{HashPool, IN_FLIGHT_LIMIT, Ticket, sha256_parts};
+use super::hashing::{IN_FLIGHT_LIMIT, hex_digest, sha256_parts};
 use super::lock::WriteLock;
-use super::reader::{
-    Archive, GraphFormat, SHAREABLE_FILES, SHARED_TXT, TAGS_TXT, TensorKind, hex_digest,
-};
+use super::reader::{GraphFormat, TensorKind};
+use super::session::{Candidate, FileCandidate, FileKey, Session, Sha, WriteOptions};
+use super::tag::SHARED_TXT;
 use super::tag_name::validate_tag_name;
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::codec::{decode_record_at, encode_header};
+use crate::tensor::codec::encode_header;
 use crate::tensor::{Tensor, TensorView};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-/// Options of every write operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteOptions {
-    /// Wait for another writer to finish instead of failing with [`ErrorKind::Locked`].
-    pub wait_for_lock: bool,
-    /// fsync files and directories so a finished write survives power loss (default true).
-    pub fsync: bool,
-    /// Deflate every entry that is not a tensor: the text files (tags.txt, params.txt,
-    /// updater.txt, metadata.json, sha256sums.txt), the graph (graph.pdmodel, graph.fb)
-    /// and trainingConfig.fb (default true), each stored instead when deflating would not
-    /// make it smaller. Tensors are always stored, 64-byte aligned, so that a memory map
-    /// hands them out without copying; entries added with [`TagWriter::extra_entry`] are
-    /// stored as given.
-    pub deflate_text: bool,
-    /// Called as the work proceeds (see [`crate::progress`]), by the operations that
-    /// know their total up front: [`remove_tag`](super::remove_tag),
-    /// [`prune`](super::prune), [`compact`](super::compact) and
-    /// [`remove_tags_where`](super::remove_tags_where) count the entries of the old
-    /// archive plus the tensor files re-homed; [`crate::variants::quantize`] and
-    /// [`crate::variants::cast`] count each source parameter twice (derived, then
-    /// written); the [`crate::interop::paddle`] imports count the parameters written.
-    /// [`ArchiveWriter`] and [`Appender`](super::Appender) do not call it: their caller
-    /// knows what it adds. Default `None`.
-    pub progress: Option<crate::progress::ProgressHook>,
-}
-
-impl Default for WriteOptions {
-    fn default() -> Self {
-        WriteOptions {
-            wait_for_lock: false,
-            fsync: true,
-            deflate_text: true,
-            progress: None,
-        }
-    }
-}
-
-/// The SHA-256 of a file written in this session: known, or being computed by the pool.
-#[derive(Clone)]
-enum Sha {
-    Ready([u8; 32]),
-    Pending(Ticket),
-}
-
-impl Sha {
-    fn get(&self) -> [u8; 32] {
-        match self {
-            Sha::Ready(d) => *d,
-            Sha::Pending(t) => t.digest(),
-        }
-    }
-}
-
-/// A tensor file already in the output (or in the archive being appended to).
-struct Candidate {
-    tag: String,
-    index: u64,
-    /// SHA-256 of the record, known for files written in this session.
-    sha: Option<Sha>,
-    /// The entry in the base archive, compared byte for byte on a prefilter match.
-    base_entry: Option<String>,
-}
-
-/// Finds tensors already stored: prefilter by (kind, length, CRC-32), then SHA-256 or bytes.
-#[derive(Default)]
-struct Dedup {
-    map: HashMap<(TensorKind, u64, u32), Vec<Candidate>>,
-}
-
-impl Dedup {
-    fn find(
-        &self,
-        base: Option<&Archive>,
-        key: (TensorKind, u64, u32),
-        sha: &[u8; 32],
-        parts: &[&[u8]],
-    ) -> Option<(String, u64)> {
-        for c in self.map.get(&key)? {
-            let same = match (&c.sha, &c.base_entry, base) {
-                (Some(s), _, _) => s.get() == *sha,
-                (None, Some(entry), Some(base)) => base
-                    .entry_bytes(entry)
-                    .map(|b| {
-                        let mut rest: &[u8] = &b;
-                        parts.iter().all(|p| {
-                            let ok = rest.len() >= p.len() && &rest[..p.len()] == *p;
-                            rest = rest.get(p.len()..).unwrap_or_default();
-                            ok
-                        }) && rest.is_empty()
-                    })
-                    .unwrap_or(false),
-                _ => false,
-            };
-            if same {
-                return Some((c.tag.clone(), c.index));
-            }
-        }
-        None
-    }
-
-    fn insert(&mut self, key: (TensorKind, u64, u32), c: Candidate) {
-        self.map.entry(key).or_default().push(c);
-    }
-
-    fn forget_tag(&mut self, tag: &str) {
-        for v in self.map.values_mut() {
-            v.retain(|c| c.tag != tag);
-        }
-    }
-}
-
-/// A shareable file's prefilter key: (file name, length, CRC-32).
-type FileKey = (&'static str, u64, u32);
-
-/// A shareable file (graph, training config) already stored: in this session (its
-/// SHA-256) or in the base archive (its entry, compared byte for byte).
-struct FileCandidate {
-    tag: String,
-    sha: Option<[u8; 32]>,
-    base_entry: Option<String>,
-}
-
-/// The state every write path shares: the zip output, the tag list, the dedup index.
-pub(crate) struct Session {
-    pub out: ZipOut<Box<dyn Write>>,
-    pub tags: Vec<String>,
-    pub opts: WriteOptions,
-    pub comment: Vec<u8>,
-    dedup: Dedup,
-    /// Graphs and training configs already stored, by (file name, length, CRC-32): an
-    /// identical one in a later tag is referenced through its shared.txt instead.
-    files: HashMap<FileKey, Vec<FileCandidate>>,
-    base: Option<Archive>,
-    /// Background SHA-256 of tensors; started by the first tensor that uses it.
-    pool: PoolSlot,
-}
-
-/// The session's hash pool, started on first use (or unavailable: no threads).
-enum PoolSlot {
-    NotStarted,
-    Running(HashPool),
-    Unavailable,
-}
-
-impl PoolSlot {
-    fn get(&mut self) -> Option<&mut HashPool> {
-        if let PoolSlot::NotStarted = self {
-            *self = HashPool::start().map_or(PoolSlot::Unavailable, PoolSlot::Running);
-        }
-        match self {
-            PoolSlot::Running(p) => Some(p),
-            _ => None,
-        }
-    }
-}
-
 impl Session {
-    /// A session writing `sink`, whose first byte lands at file offset `start`.
-    pub fn new(sink: Box<dyn Write>, start: u64, opts: WriteOptions) -> Session {
-        Session {
-            out: ZipOut::new(sink, start),
-            tags: Vec::new(),
-            opts,
-            comment: Vec::new(),
-            dedup: Dedup::default(),
-            files: HashMap::new(),
-            base: None,
-            pool: PoolSlot::NotStarted,
-        }
-    }
-
-    /// Makes the tensor files of `base`'s listed tags dedup candidates, keeps its tags and
-    /// comment, and keeps `base` for byte comparisons.
-    pub fn adopt_base(&mut self, base: Archive) {
-        // One pass over the entries (not one per tag: archives may hold many tags).
-        for e in &base.directory().entries {
-            let Some((top, rel)) = e.name.split_once('/') else {
-                continue;
-            };
-            let Some(t) = base.canonical_tag(top).filter(|t| *t == top) else {
-                continue;
-            };
-            if let Some(file) = SHAREABLE_FILES.iter().copied().find(|f| *f == rel) {
-                self.files
-                    .entry((file, e.uncompressed_size, e.crc32))
-                    .or_default()
-                    .push(FileCandidate {
-                        tag: t.to_string(),
-                        sha: None,
-                        base_entry: Some(e.name.clone()),
-                    });
-                continue;
-            }
-            for kind in [TensorKind::Params, TensorKind::Updater] {
-                let Some(n) = rel
-                    .strip_prefix(kind.dir())
-                    .and_then(|r| r.strip_prefix('/'))
-                    .and_then(|r| r.strip_suffix(".lodtensor"))
-                    .and_then(|n| text::parse_index(n).ok())
-                else {
-                    continue;
-                };
-                self.dedup.insert(
-                    (kind, e.uncompressed_size, e.crc32),
-                    Candidate {
-                        tag: t.to_string(),
-                        index: n,
-                        sha: None,
-                        base_entry: Some(e.name.clone()),
-                    },
-                );
-            }
-        }
-        self.tags = base.tags().to_vec();
-        self.comment = base.directory().comment.clone();
-        self.base = Some(base);
-    }
-
-    /// Takes the base archive out (to unmap it before the file is changed).
-    pub fn take_base(&mut self) -> Option<Archive> {
-        self.base.take()
-    }
-
     /// Starts writing tag `name`.
     pub fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
         validate_tag_name(name)?;
@@ -278,59 +56,6 @@ impl Session {
             metadata: false,
             done: false,
         })
-    }
-
-    /// The tag already holding a file `file` with exactly these bytes, if any.
-    fn find_file(&self, file: &'static str, bytes: &[u8], sha: &[u8; 32]) -> Option<String> {
-        let key = (file, bytes.len() as u64, crc32fast::hash(bytes));
-        self.files.get(&key)?.iter().find_map(|c| {
-            let same = match (&c.sha, &c.base_entry, &self.base) {
-                (Some(s), _, _) => s == sha,
-                (None, Some(entry), Some(base)) => base
-                    .entry_bytes(entry)
-                    .map(|b| *b == *bytes)
-                    .unwrap_or(false),
-                _ => false,
-            };
-            same.then(|| c.tag.clone())
-        })
-    }
-
-    /// Writes a text entry, deflated when the options say so.
-    pub fn write_text(&mut self, name: &str, bytes: &[u8]) -> Result<ZipEntry> {
-        let deflate = self.opts.deflate_text;
-        self.out.write_bytes(name, bytes, deflate)
-    }
-
-    /// Copies `e` of `base` raw (no recompression) as `new_name`, re-aligning stored tensors.
-    pub fn copy_entry(&mut self, base: &Archive, e: &ZipEntry, new_name: &str) -> Result<()> {
-        let raw = base.raw_data(e)?;
-        let raw = &*raw;
-        let align = if e.method == METHOD_STORED && new_name.ends_with(".lodtensor") {
-            decode_record_at(raw, 0, 0).ok().map(|r| r.data_offset)
-        } else {
-            None
-        };
-        self.out
-            .write_entry(EntrySpec {
-                name: new_name,
-                method: e.method,
-                crc32: e.crc32,
-                uncompressed_size: e.uncompressed_size,
-                data: &[raw],
-                align_after: align,
-                template: Some(e),
-            })
-            .map_err(|err| err.in_entry(new_name))?;
-        Ok(())
-    }
-
-    /// Writes tags.txt, the central directory and the end records.
-    pub fn finish(mut self) -> Result<(Box<dyn Write>, u64)> {
-        let tags = text::render_tags_txt(&self.tags);
-        self.write_text(TAGS_TXT, tags.as_bytes())?;
-        let comment = std::mem::take(&mut self.comment);
-        self.out.finish(&comment)
     }
 }
 
@@ -658,7 +383,7 @@ pub(crate) fn check_graph(tag: &str, enc: GraphFormat, bytes: &[u8]) -> Result<(
     crate::graph::Graph::decode(enc, bytes)
         .map(drop)
         .map_err(|e| {
-            let why = graph_error_why(&e);
+            let why = crate::graph::graph_error_why(&e);
             let what = match enc {
                 GraphFormat::ProgramDesc => "graph.pdmodel (a Paddle ProgramDesc protobuf)",
                 GraphFormat::FlatBuffers => "graph.fb (modelzip's FlatBuffers graph)",
@@ -667,14 +392,6 @@ pub(crate) fn check_graph(tag: &str, enc: GraphFormat, bytes: &[u8]) -> Result<(
                 "the graph of tag {tag:?} is not a valid {what}: {why}"
             )))
         })
-}
-
-/// Why a graph did not decode, without the `graph: ` prefix of [`ErrorKind::Graph`].
-pub(crate) fn graph_error_why(e: &Error) -> String {
-    match e.kind() {
-        ErrorKind::Graph(m) => m.clone(),
-        _ => e.to_string(),
-    }
 }
 
 /// `json` (a JSON object) with a `"created"` key added if absent, or `{"created": now}`.

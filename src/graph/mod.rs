@@ -38,7 +38,7 @@ pub use model::{
 };
 pub use training_config::{HyperParam, Regularization, TrainingConfig};
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 
 /// The two ways a graph is stored in an archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,5 +117,13 @@ impl Graph {
             GraphFormat::FlatBuffers => self.to_flatbuffers(),
             GraphFormat::ProgramDesc => self.to_programdesc(),
         }
+    }
+}
+
+/// Why a graph did not decode, without the `graph: ` prefix of [`ErrorKind::Graph`].
+pub(crate) fn graph_error_why(e: &Error) -> String {
+    match e.kind() {
+        ErrorKind::Graph(m) => m.clone(),
+        _ => e.to_string(),
     }
 }

@@ -1,9 +1,8 @@
 //! Tensor files on disk, memory-mapped: a standalone LoDTensor file or a combined
 //! `.pdiparams`, decoded without copying the data.
 
-use super::Tensor;
 use super::codec::{self, Record};
-use super::view::TensorView;
+use super::view::{Tensor, TensorView};
 use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 

@@ -1,10 +1,8 @@
 //! Tensors: the borrowed zero-copy [`TensorView`] and the owned [`Tensor`].
 
 use super::dtype::DType;
+use super::lod::{Lod, check_lod};
 use crate::error::{ErrorKind, Result};
-
-/// Level-of-detail offsets: one `Vec<u64>` of offsets per level (Paddle's LoD).
-pub type Lod = Vec<Vec<u64>>;
 
 /// A Rust type that is the in-memory element of a dtype.
 pub trait Element: bytemuck::Pod {
@@ -276,7 +274,7 @@ impl Tensor {
 
     /// The same tensor with LoD levels attached (checked against dims).
     pub fn with_lod(mut self, lod: Lod) -> Result<Self> {
-        super::codec::check_lod(&lod, &self.dims)?;
+        check_lod(&lod, &self.dims)?;
         self.lod = lod;
         Ok(self)
     }

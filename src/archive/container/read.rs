@@ -1,0 +1,539 @@
+//! Reading the container: end records, the central directory, local headers (each
+//! checked against its central record, with its data descriptor measured) and the check
+//! that no two entries share a byte.
+
+use super::*;
+
+/// Finds the end-of-central-directory record in `tail`, the last bytes of a file of
+/// `file_len` bytes: the last signature whose comment length reaches exactly to the end of
+/// the file. Returns its position in `tail`.
+fn find_eocd(tail: &[u8], file_len: u64) -> Result<usize> {
+    let len = tail.len();
+    if file_len < 22 || len < 22 {
+        return Err(zip_err(
+            format!("file of {file_len} bytes is too short to be a zip archive"),
+            0,
+        ));
+    }
+    let lowest = len.saturating_sub(22 + 0xffff);
+    let mut pos = len - 22;
+    loop {
+        if u32_at(tail, pos) == SIG_EOCD && pos + 22 + usize::from(u16_at(tail, pos + 20)) == len {
+            return Ok(pos);
+        }
+        if pos == lowest {
+            break;
+        }
+        pos -= 1;
+    }
+    Err(zip_err(
+        "no end-of-central-directory record (not a zip archive, or truncated)",
+        file_len,
+    ))
+}
+
+/// Bytes at the end of a file that always hold the end records (the end record with the
+/// longest comment, and the zip64 locator before it).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) const END_RECORDS_MAX: u64 = 22 + 0xffff + 20;
+
+/// What the end records say about the central directory.
+#[derive(Debug, Clone)]
+pub(crate) struct EndRecords {
+    /// Number of entries.
+    pub count: u64,
+    /// Size of the central directory.
+    pub cd_size: u64,
+    /// Offset of the central directory.
+    pub cd_offset: u64,
+    /// Archive comment.
+    pub comment: Vec<u8>,
+}
+
+/// Parses the end records from `at`, a window that reaches the end of the file and holds
+/// at least its last [`END_RECORDS_MAX`] bytes (or all of it). A zip64 end record outside
+/// the window is read with `fetch(offset, len)`.
+pub(crate) fn parse_end(
+    at: &At<'_>,
+    fetch: &mut dyn FnMut(u64, u64) -> Result<Vec<u8>>,
+) -> Result<EndRecords> {
+    let bytes = at.bytes;
+    let eocd = find_eocd(bytes, at.file_len)?;
+    let abs = |i: usize| at.base + i as u64;
+    let e = &bytes[eocd..eocd + 22];
+    let disk = u16_at(e, 4);
+    let disk_cd = u16_at(e, 6);
+    let mut count = u64::from(u16_at(e, 10));
+    let mut cd_size = u64::from(u32_at(e, 12));
+    let mut cd_offset = u64::from(u32_at(e, 16));
+    let comment = bytes[eocd + 22..].to_vec();
+    let mut cd_end = abs(eocd);
+    if disk != 0 || disk_cd != 0 {
+        return Err(zip_err("multi-disk archives are not supported", abs(eocd)));
+    }
+    if eocd >= 20 && u32_at(bytes, eocd - 20) == SIG_LOCATOR64 {
+        let loc = &bytes[eocd - 20..eocd];
+        let z64_offset = u64_at(loc, 8);
+        if u32_at(loc, 4) != 0 || u32_at(loc, 16) > 1 {
+            return Err(zip_err(
+                "multi-disk archives are not supported",
+                abs(eocd) - 20,
+            ));
+        }
+        let fetched;
+        let rec = if at.covers(z64_offset, 56)
+            || z64_offset.checked_add(56).is_none_or(|e| e > at.file_len)
+        {
+            at.slice(z64_offset, 56, "zip64 end record")?
+        } else {
+            fetched = fetch(z64_offset, 56)?;
+            fetched.as_slice()
+        };
+        if rec.len() < 56 || u32_at(rec, 0) != SIG_EOCD64 {
+            return Err(zip_err("bad zip64 end record signature", z64_offset));
+        }
+        if z64_offset
+            .checked_add(56)
+            .is_none_or(|e| e > abs(eocd) - 20)
+        {
+            return Err(zip_err("zip64 end record overlaps the locator", z64_offset));
+        }
+        if u32_at(rec, 16) != 0 || u32_at(rec, 20) != 0 {
+            return Err(zip_err("multi-disk archives are not supported", z64_offset));
+        }
+        count = u64_at(rec, 32);
+        cd_size = u64_at(rec, 40);
+        cd_offset = u64_at(rec, 48);
+        cd_end = z64_offset;
+    }
+    if cd_offset.checked_add(cd_size) != Some(cd_end) {
+        return Err(zip_err(
+            format!(
+                "central directory at byte {cd_offset} of {cd_size} bytes does not end where the end record starts (byte {cd_end})"
+            ),
+            cd_offset,
+        ));
+    }
+    Ok(EndRecords {
+        count,
+        cd_size,
+        cd_offset,
+        comment,
+    })
+}
+
+/// Parses the central directory `cd` (the bytes the end records point at): every record,
+/// its name, no name twice, nothing after the last record. Local headers are not read.
+pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry>, NameIndex)> {
+    let (count, cd_size, cd_offset) = (end.count, end.cd_size, end.cd_offset);
+    if count > cd_size / 46 {
+        return Err(zip_err(
+            format!("{count} entries cannot fit in a central directory of {cd_size} bytes"),
+            cd_offset,
+        ));
+    }
+    let mut entries: Vec<ZipEntry> = Vec::with_capacity(count as usize);
+    let mut index = NameIndex::with_capacity(count as usize);
+    let mut pos = 0usize;
+    for _ in 0..count {
+        let abs = cd_offset + pos as u64;
+        // Offsets inside the record are relative to it.
+        let entry = parse_central(cd, &mut pos).map_err(|e| {
+            if e.location().offset.is_some() {
+                e.shift_offset(abs)
+            } else {
+                e.at_offset(abs)
+            }
+        })?;
+        entries.push(entry);
+        if !index.insert(&entries, entries.len() - 1) {
+            let name = entries.pop().map(|e| e.name).unwrap_or_default();
+            return Err(zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name));
+        }
+    }
+    if pos as u64 != cd_size {
+        return Err(zip_err(
+            format!(
+                "{} unexpected bytes after the last central directory record",
+                cd_size - pos as u64
+            ),
+            cd_offset + pos as u64,
+        ));
+    }
+    Ok((entries, index))
+}
+
+/// Parses the end records and the central directory, checks every entry's name, its
+/// local header and that no two entries overlap each other or the central directory.
+pub fn parse(bytes: &[u8]) -> Result<Directory> {
+    let at = At::whole(bytes);
+    // The whole file is in the window: nothing is ever fetched.
+    let end = parse_end(&at, &mut |offset, len| {
+        at.slice(offset, len, "zip64 end record")
+            .map(<[u8]>::to_vec)
+    })?;
+    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
+    let (mut entries, index) = parse_entries(cd, &end)?;
+    let cd_offset = end.cd_offset;
+    for entry in &mut entries {
+        check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
+    }
+    check_overlaps(&entries)?;
+    Ok(Directory {
+        entries,
+        index,
+        cd_offset,
+        comment: end.comment,
+    })
+}
+
+/// The directory of a file whose local headers are read later, entry by entry
+/// ([`check_local_in`]): each entry's `data_offset` is a lower bound (its header with no
+/// extra field) until then, and the overlap check uses those bounds.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn directory_unchecked(
+    mut entries: Vec<ZipEntry>,
+    index: NameIndex,
+    end: EndRecords,
+) -> Result<Directory> {
+    for e in &mut entries {
+        e.data_offset = e
+            .header_offset
+            .saturating_add(30)
+            .saturating_add(e.name.len() as u64);
+        if e.data_end() > end.cd_offset {
+            return Err(zip_err(
+                format!(
+                    "data of {} bytes at byte {} runs into the central directory (byte {})",
+                    e.compressed_size, e.data_offset, end.cd_offset
+                ),
+                e.header_offset,
+            )
+            .in_entry(e.name.clone()));
+        }
+    }
+    check_overlaps(&entries)?;
+    Ok(Directory {
+        entries,
+        index,
+        cd_offset: end.cd_offset,
+        comment: end.comment,
+    })
+}
+
+/// Checks entry `e`'s local header in `window` (the first bytes of the entry, as fetched)
+/// and returns the part of its stored data the window holds.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn check_local_prefix<'w>(
+    window: &'w [u8],
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> Result<&'w [u8]> {
+    let at = At::window(window, e.header_offset, file_len);
+    let mut checked = e.clone();
+    check_local(&at, &mut checked, cd_offset)?;
+    let have = (e.header_offset + window.len() as u64).saturating_sub(checked.data_offset);
+    at.slice(
+        checked.data_offset,
+        have.min(checked.compressed_size),
+        "entry data",
+    )
+}
+
+/// Checks entry `e`'s local header in `window` (bytes from the entry's header on, as
+/// fetched) as [`parse`] checks it in a whole file, and returns the entry's stored data.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn check_local_in<'w>(
+    window: &'w [u8],
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> Result<&'w [u8]> {
+    let at = At::window(window, e.header_offset, file_len);
+    let mut checked = e.clone();
+    check_local(&at, &mut checked, cd_offset)?;
+    at.slice(checked.data_offset, checked.compressed_size, "entry data")
+}
+
+fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
+    let rest = cd.len() - *pos;
+    if rest < 46 {
+        return Err(zip_err("truncated central directory record", 0));
+    }
+    let r = &cd[*pos..*pos + 46];
+    if u32_at(r, 0) != SIG_CENTRAL {
+        return Err(zip_err("bad central directory record signature", 0));
+    }
+    let n = usize::from(u16_at(r, 28));
+    let m = usize::from(u16_at(r, 30));
+    let k = usize::from(u16_at(r, 32));
+    if 46 + n + m + k > rest {
+        return Err(zip_err(
+            "central directory record runs past the directory",
+            0,
+        ));
+    }
+    let name_raw = &cd[*pos + 46..*pos + 46 + n];
+    let extra = &cd[*pos + 46 + n..*pos + 46 + n + m];
+    let comment = cd[*pos + 46 + n + m..*pos + 46 + n + m + k].to_vec();
+    *pos += 46 + n + m + k;
+    let name = std::str::from_utf8(name_raw)
+        .map_err(|_| {
+            zip_err(
+                format!(
+                    "entry name {:?} is not UTF-8",
+                    name_raw.escape_ascii().to_string()
+                ),
+                0,
+            )
+        })?
+        .to_string();
+    check_entry_name(&name).map_err(|e| e.in_entry(name.clone()))?;
+    let flags = u16_at(r, 8);
+    let version_made_by = u16_at(r, 4);
+    let external_attrs = u32_at(r, 38);
+    if flags & FLAG_ENCRYPTED != 0 {
+        return Err(zip_err("encrypted entries are not supported", 0).in_entry(name));
+    }
+    if version_made_by >> 8 == 3 && (external_attrs >> 16) & 0o170000 == 0o120000 {
+        return Err(Error::new(ErrorKind::UnsafeName {
+            name: name.clone(),
+            why: "symbolic link entry",
+        })
+        .in_entry(name));
+    }
+    let mut compressed_size = u64::from(u32_at(r, 20));
+    let mut uncompressed_size = u64::from(u32_at(r, 24));
+    let mut header_offset = u64::from(u32_at(r, 42));
+    let mut cd_extra = Vec::new();
+    for (id, data) in extra_fields(extra).map_err(|e| e.in_entry(name.clone()))? {
+        if id == ZIP64_EXTRA {
+            let mut p = 0;
+            let mut next = |v: &mut u64| -> Result<()> {
+                if *v == U32_MAX {
+                    let b = data.get(p..p + 8).ok_or_else(|| {
+                        zip_err("zip64 extra field is too short", 0).in_entry(name.clone())
+                    })?;
+                    *v = u64_at(b, 0);
+                    p += 8;
+                }
+                Ok(())
+            };
+            next(&mut uncompressed_size)?;
+            next(&mut compressed_size)?;
+            next(&mut header_offset)?;
+        } else {
+            cd_extra.extend_from_slice(&id.to_le_bytes());
+            cd_extra.extend_from_slice(&(data.len() as u16).to_le_bytes());
+            cd_extra.extend_from_slice(data);
+        }
+    }
+    Ok(ZipEntry {
+        name,
+        method: u16_at(r, 10),
+        flags,
+        crc32: u32_at(r, 16),
+        compressed_size,
+        uncompressed_size,
+        header_offset,
+        data_offset: 0,
+        descriptor_len: 0,
+        dos_time: u16_at(r, 12),
+        dos_date: u16_at(r, 14),
+        version_made_by,
+        external_attrs,
+        internal_attrs: u16_at(r, 36),
+        cd_extra,
+        comment,
+    })
+}
+
+/// Splits an extra-field block into (id, data) pairs.
+fn extra_fields(mut b: &[u8]) -> Result<Vec<(u16, &[u8])>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 4 {
+            return Err(zip_err("truncated extra field", 0));
+        }
+        let id = u16_at(b, 0);
+        let len = usize::from(u16_at(b, 2));
+        let data = b
+            .get(4..4 + len)
+            .ok_or_else(|| zip_err("extra field runs past its block", 0))?;
+        out.push((id, data));
+        b = &b[4 + len..];
+    }
+    Ok(out)
+}
+
+fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
+    let off = e.header_offset;
+    if off.checked_add(30).is_none_or(|end| end > cd_offset) {
+        return Err(zip_err(
+            format!(
+                "local header at byte {off} lies past the central directory (byte {cd_offset})"
+            ),
+            off,
+        ));
+    }
+    let h = at.slice(off, 30, "local header")?;
+    if u32_at(h, 0) != SIG_LOCAL {
+        return Err(zip_err(
+            format!("no local header signature at byte {off}"),
+            off,
+        ));
+    }
+    let n = u64::from(u16_at(h, 26));
+    let m = u64::from(u16_at(h, 28));
+    let name = at.slice(off + 30, n, "local header name")?;
+    if name != e.name.as_bytes() {
+        return Err(zip_err(
+            format!(
+                "local header name {:?} differs from the central directory",
+                name.escape_ascii().to_string()
+            ),
+            off,
+        ));
+    }
+    let method = u16_at(h, 8);
+    if method != e.method {
+        return Err(zip_err(
+            format!(
+                "local header method {method} differs from the central directory's {}",
+                e.method
+            ),
+            off,
+        ));
+    }
+    let extra = at.slice(off + 30 + n, m, "local extra field")?;
+    let flags = u16_at(h, 6);
+    if flags & FLAG_DESCRIPTOR == 0 && e.flags & FLAG_DESCRIPTOR == 0 {
+        let crc = u32_at(h, 14);
+        let mut csize = u64::from(u32_at(h, 18));
+        let mut usize_ = u64::from(u32_at(h, 22));
+        let zip64 = if csize == U32_MAX || usize_ == U32_MAX {
+            extra_fields(extra)?
+                .into_iter()
+                .find(|(id, d)| *id == ZIP64_EXTRA && d.len() >= 16)
+        } else {
+            None
+        };
+        if let Some((_, d)) = zip64 {
+            usize_ = u64_at(d, 0);
+            csize = u64_at(d, 8);
+        }
+        if crc != e.crc32 || csize != e.compressed_size || usize_ != e.uncompressed_size {
+            return Err(zip_err(
+                format!(
+                    "local header (crc {crc:08x}, sizes {csize}/{usize_}) differs from the central directory (crc {:08x}, sizes {}/{})",
+                    e.crc32, e.compressed_size, e.uncompressed_size
+                ),
+                off,
+            ));
+        }
+    }
+    if e.method == METHOD_STORED && e.compressed_size != e.uncompressed_size {
+        return Err(zip_err(
+            format!(
+                "stored entry has compressed size {} but uncompressed size {}",
+                e.compressed_size, e.uncompressed_size
+            ),
+            off,
+        ));
+    }
+    e.data_offset = off + 30 + n + m;
+    let data_end = match e.data_offset.checked_add(e.compressed_size) {
+        Some(end) if end <= cd_offset => end,
+        _ => {
+            return Err(zip_err(
+                format!(
+                    "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
+                    e.compressed_size, e.data_offset
+                ),
+                e.data_offset,
+            ));
+        }
+    };
+    if (flags | e.flags) & FLAG_DESCRIPTOR != 0 {
+        let zip64 = extra_fields(extra)
+            .map(|f| f.iter().any(|(id, _)| *id == ZIP64_EXTRA))
+            .unwrap_or(false);
+        e.descriptor_len = descriptor_len(at, e, data_end, cd_offset, zip64)?;
+    }
+    Ok(())
+}
+
+/// The length of the data descriptor that follows an entry's data (general-purpose flag
+/// bit 3), one of the four forms APPNOTE 4.3.9 allows: an optional signature, the CRC,
+/// then both sizes in 4 bytes each, or in 8 when the local header has a Zip64 extra field
+/// (12, 16, 20 or 24 bytes; Python's zipfile and Info-ZIP write the signed ones). The form
+/// is the one whose CRC and sizes are the central directory's, tried in the order the
+/// local header suggests; a descriptor that matches none is refused, as its length, and
+/// so what the entry occupies, would be a guess.
+fn descriptor_len(
+    at: &At<'_>,
+    e: &ZipEntry,
+    data_end: u64,
+    cd_offset: u64,
+    zip64: bool,
+) -> Result<u64> {
+    let room = cd_offset - data_end;
+    let window = at.slice(data_end, room.min(24), "data descriptor")?;
+    for signed in [true, false] {
+        for wide in [zip64, !zip64] {
+            let start = if signed { 4 } else { 0 };
+            let len = start + if wide { 20 } else { 12 };
+            let Some(d) = window.get(..len) else {
+                continue;
+            };
+            if signed && u32_at(d, 0) != SIG_DESCRIPTOR {
+                continue;
+            }
+            let (csize, usize_) = if wide {
+                (u64_at(d, start + 4), u64_at(d, start + 12))
+            } else {
+                (
+                    u64::from(u32_at(d, start + 4)),
+                    u64::from(u32_at(d, start + 8)),
+                )
+            };
+            if u32_at(d, start) == e.crc32
+                && csize == e.compressed_size
+                && usize_ == e.uncompressed_size
+            {
+                return Ok(len as u64);
+            }
+        }
+    }
+    Err(zip_err(
+        format!(
+            "no data descriptor with the central directory's crc {:08x} and sizes {}/{} after the entry's data (bit 3 of its flags says one follows)",
+            e.crc32, e.compressed_size, e.uncompressed_size
+        ),
+        data_end,
+    ))
+}
+
+/// Refuses two entries that share bytes: each occupies its local header, data and data
+/// descriptor ([`ZipEntry::footprint`]); `check_local` has already kept each of them
+/// before the central directory.
+pub(super) fn check_overlaps(entries: &[ZipEntry]) -> Result<()> {
+    let mut order: Vec<&ZipEntry> = entries.iter().collect();
+    order.sort_by_key(|e| e.header_offset);
+    for w in order.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let a_end = a.header_offset.saturating_add(a.footprint());
+        if a_end > b.header_offset {
+            return Err(zip_err(
+                format!(
+                    "entries {:?} (bytes {}..{}) and {:?} (from byte {}) overlap",
+                    a.name, a.header_offset, a_end, b.name, b.header_offset
+                ),
+                b.header_offset,
+            )
+            .in_entry(b.name.clone()));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,156 @@
+use super::read::*;
+use super::write::{EntrySpec, ZipOut};
+use super::*;
+
+#[test]
+fn round_trip_and_alignment() {
+    let mut out = ZipOut::new(Vec::new(), 0);
+    out.write_bytes("a.txt", b"hello hello hello", true)
+        .unwrap();
+    let e = out
+        .write_entry(EntrySpec {
+            align_after: Some(2),
+            ..EntrySpec::stored(
+                "t/params/0.lodtensor",
+                crc32fast::hash(b"xyzw"),
+                &[b"xy", b"zw"],
+            )
+        })
+        .unwrap();
+    assert_eq!((e.data_offset + 2) % 64, 0);
+    let (bytes, end) = out.finish(b"").unwrap();
+    assert_eq!(end, bytes.len() as u64);
+    let dir = parse(&bytes).unwrap();
+    assert_eq!(dir.entries.len(), 2);
+    let e = &dir.entries[dir.index.get(&dir.entries, "t/params/0.lodtensor").unwrap()];
+    assert_eq!(
+        &bytes[e.data_offset as usize..e.data_end() as usize],
+        b"xyzw"
+    );
+}
+
+#[test]
+fn hostile_headers_are_refused() {
+    let mut out = ZipOut::new(Vec::new(), 0);
+    out.write_bytes("a", b"abc", false).unwrap();
+    let (good, _) = out.finish(b"").unwrap();
+    // Truncation anywhere must error, never panic.
+    for cut in 0..good.len() {
+        let _ = parse(&good[..cut]);
+    }
+    // Any single-byte corruption must error or parse, never panic.
+    for i in 0..good.len() {
+        let mut b = good.clone();
+        b[i] ^= 0xff;
+        let _ = parse(&b);
+    }
+    // Local name differing from the central directory.
+    let mut b = good.clone();
+    b[30] = b'b';
+    assert!(
+        parse(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("local header name")
+    );
+}
+
+/// (file, descriptor length of each entry in central-directory order).
+const FOREIGN: [(&str, &[u8], &[u64]); 4] = [
+    (
+        "python-streamed.zip",
+        include_bytes!("../../../tests/fixtures/foreign/python-streamed.zip"),
+        &[16, 16, 24],
+    ),
+    (
+        "infozip-fd.zip",
+        include_bytes!("../../../tests/fixtures/foreign/infozip-fd.zip"),
+        &[16, 16, 16],
+    ),
+    (
+        "infozip-pipe.zip",
+        include_bytes!("../../../tests/fixtures/foreign/infozip-pipe.zip"),
+        &[16, 16, 16],
+    ),
+    (
+        "infozip-stdin.zip",
+        include_bytes!("../../../tests/fixtures/foreign/infozip-stdin.zip"),
+        &[16, 16, 16, 24],
+    ),
+];
+
+#[test]
+fn foreign_descriptors_are_measured_exactly() {
+    for (file, bytes, lens) in FOREIGN {
+        let dir = parse(bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let found: Vec<u64> = dir.entries.iter().map(|e| e.descriptor_len).collect();
+        assert_eq!(found, lens, "{file}");
+        // The entries tile the file up to the central directory: each one's footprint
+        // ends where the next local header (or the directory) starts.
+        let mut pos = 0;
+        for e in &dir.entries {
+            assert_eq!(e.header_offset, pos, "{file}: {}", e.name);
+            pos += e.footprint();
+        }
+        assert_eq!(pos, dir.cd_offset, "{file}");
+    }
+}
+
+#[test]
+fn an_overlap_with_a_zip64_descriptor_is_refused() {
+    let (_, bytes, _) = FOREIGN[0];
+    let dir = parse(bytes).unwrap();
+    let mut entries = dir.entries.clone();
+    // Move the entry before the Zip64 descriptor's entry to 8 bytes before that
+    // descriptor's end (a count of 16 bytes missed them; of 12, by 12 bytes).
+    assert_eq!(entries[2].descriptor_len, 24);
+    let end = entries[2].header_offset + entries[2].footprint();
+    entries[1].header_offset = end - 8;
+    let e = check_overlaps(&entries).unwrap_err().to_string();
+    assert!(e.contains("overlap"), "{e}");
+    entries[1].header_offset = end;
+    check_overlaps(&entries).unwrap();
+}
+
+/// A one-entry archive ("a", stored "abc") whose entry has flag bit 3 set and
+/// `descriptor` after its data.
+fn with_descriptor(descriptor: &[u8]) -> Vec<u8> {
+    let mut out = ZipOut::new(Vec::new(), 0);
+    out.write_bytes("a", b"abc", false).unwrap();
+    let (plain, _) = out.finish(b"").unwrap();
+    let data_end = 30 + 1 + 3;
+    let mut b = plain[..data_end].to_vec();
+    b.extend_from_slice(descriptor);
+    b.extend_from_slice(&plain[data_end..]);
+    let cd = data_end + descriptor.len();
+    b[6] |= FLAG_DESCRIPTOR as u8;
+    b[cd + 8] |= FLAG_DESCRIPTOR as u8;
+    let eocd = b.len() - 22;
+    b[eocd + 16..eocd + 20].copy_from_slice(&(cd as u32).to_le_bytes());
+    b
+}
+
+#[test]
+fn all_four_descriptor_forms_are_measured() {
+    let crc = crc32fast::hash(b"abc").to_le_bytes();
+    let sig = SIG_DESCRIPTOR.to_le_bytes();
+    let (s32, s64) = (3u32.to_le_bytes(), 3u64.to_le_bytes());
+    let forms: [Vec<u8>; 4] = [
+        [&crc[..], &s32, &s32].concat(),
+        [&sig[..], &crc, &s32, &s32].concat(),
+        [&crc[..], &s64, &s64].concat(),
+        [&sig[..], &crc, &s64, &s64].concat(),
+    ];
+    for d in forms {
+        let bytes = with_descriptor(&d);
+        let dir = parse(&bytes).unwrap_or_else(|e| panic!("{} bytes: {e}", d.len()));
+        assert_eq!(dir.entries[0].descriptor_len, d.len() as u64);
+        assert_eq!(dir.entries[0].footprint(), dir.cd_offset);
+    }
+    // A descriptor that does not repeat the central directory's CRC and sizes.
+    let wrong = [&sig[..], &crc, &s32, &2u32.to_le_bytes()].concat();
+    let e = parse(&with_descriptor(&wrong)).unwrap_err();
+    assert!(e.to_string().contains("no data descriptor"), "{e}");
+    assert_eq!(e.location().offset, Some(34));
+    assert_eq!(e.location().entry.as_deref(), Some("a"));
+}

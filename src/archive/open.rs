@@ -1,0 +1,206 @@
+//! Opening an archive: [`OpenOptions`] and [`Archive::open`], with the rollback of an
+//! unfinished in-place append and the retries while a writer changes the file.
+
+use super::archive_path::{ArchivePath, sidecar};
+use super::journal;
+use super::reader::{Archive, Backing, OpenOptions};
+use super::source::{RangeSource, Ranged, RangedLimits};
+use crate::error::{Error, ErrorKind, Result};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+impl OpenOptions {
+    /// Opens the archive at `path` with these limits (see [`Archive::open`]).
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Archive> {
+        // The journal and lock are the real file's, also when `path` is a symlink.
+        let ap = ArchivePath::for_reading(path.as_ref());
+        self.open_resolved(&ap).map_err(|e| ap.located(e))
+    }
+
+    fn open_resolved(&self, ap: &ArchivePath) -> Result<Archive> {
+        let path = ap.real.as_path();
+        let jpath = sidecar(path, ".journal");
+        let mut attempt = 0;
+        loop {
+            if jpath.exists() {
+                recover_for_reader(path)?;
+            }
+            let before = FileStamp::of(path);
+            let opened = Archive::open_unrecovered(path, &ap.shown, self.clone());
+            attempt += 1;
+            // A writer may have started an in-place append after the check above. Parsed
+            // while its journal exists, the bytes may be torn (any parse error) or be the
+            // new end of an append not yet durable (which a rollback would truncate under
+            // the map): wait for the writer and read again. A parse error while the file
+            // changed, or while another process holds the write lock, is retried too; a
+            // file that is not changing is answered as it is.
+            match opened {
+                Ok(a) if !jpath.exists() || attempt >= 4 * MAX_OPEN_ATTEMPTS => return Ok(a),
+                Err(e) if attempt >= MAX_OPEN_ATTEMPTS => return Err(e),
+                Ok(_) => {}
+                Err(e) if jpath.exists() => {
+                    recover_for_reader(path).map_err(|_| e)?;
+                }
+                Err(e) => {
+                    if FileStamp::of(path) == before {
+                        if !super::lock::held_by_another_process(path) {
+                            return Err(e);
+                        }
+                        wait_for_writer(path);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads a whole archive from `r` into memory (see [`Archive::from_reader`]).
+    pub fn from_reader<R: Read + Seek>(&self, mut r: R) -> Result<Archive> {
+        let len = r.seek(SeekFrom::End(0))?;
+        r.seek(SeekFrom::Start(0))?;
+        let len = usize::try_from(len).map_err(|_| {
+            Error::new(ErrorKind::LimitExceeded {
+                what: "archive size",
+                size: len,
+                limit: usize::MAX as u64,
+            })
+        })?;
+        // u64 words so that tensor data keeps up to 8-byte alignment in memory.
+        let mut words = vec![0u64; len.div_ceil(8)];
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        r.read_exact(&mut buf[..len])?;
+        Archive::from_backing(Backing::Owned(words, len), None, self.clone())
+    }
+}
+
+/// How often [`OpenOptions::open`] reads an archive that changes while it is read.
+const MAX_OPEN_ATTEMPTS: u32 = 5;
+
+/// What identifies a version of a file: length, modification time, inode.
+#[derive(PartialEq, Eq)]
+struct FileStamp(Option<(u64, Option<std::time::SystemTime>, u64)>);
+
+impl FileStamp {
+    fn of(path: &Path) -> FileStamp {
+        FileStamp(std::fs::metadata(path).ok().map(|m| {
+            #[cfg(unix)]
+            let ino = std::os::unix::fs::MetadataExt::ino(&m);
+            #[cfg(not(unix))]
+            let ino = 0;
+            (m.len(), m.modified().ok(), ino)
+        }))
+    }
+}
+
+/// Waits (at most [`RECOVERY_WAIT`]) for another process's writer to release the lock.
+fn wait_for_writer(path: &Path) {
+    let _ = super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT);
+}
+
+/// How long a reader waits for a running in-place append before giving up.
+const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Takes the write lock (waiting for a running append to finish) and rolls back an
+/// unfinished in-place append.
+fn recover_for_reader(path: &Path) -> Result<()> {
+    let unfinished = |why: &str| {
+        Error::new(ErrorKind::UnfinishedAppend {
+            why: why.to_string(),
+        })
+        .in_file(path)
+    };
+    let _lock = match super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT) {
+        Ok(l) => l,
+        Err(e) if matches!(e.kind(), ErrorKind::Locked) => {
+            return Err(Error::new(ErrorKind::Locked).in_file(path));
+        }
+        Err(e) => return Err(unfinished(&e.to_string())),
+    };
+    journal::recover(path).map_err(|e| match e.kind() {
+        // A journal that is not one, or not the archive's, says so itself.
+        ErrorKind::ForeignJournal { .. } | ErrorKind::NotARegularFile { .. } => e,
+        _ => unfinished(&e.to_string()),
+    })?;
+    Ok(())
+}
+
+impl Archive {
+    /// Opens the archive at `path` by memory-mapping it, parsing only the central
+    /// directory, the local headers and tags.txt. If a rollback journal of an unfinished
+    /// in-place append lies beside it (beside the file a symlinked `path` points at), the
+    /// append is rolled back first (this needs write access to the archive and its
+    /// directory).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("model.zip");
+    /// # let w = modelzip::Tensor::from_slice(vec![2], &[1.0f32, 2.0])?;
+    /// # let mut writer = modelzip::ArchiveWriter::create(&path)?;
+    /// # writer.add_tag(modelzip::TagBuilder::new("fp32").param("fc.w", w))?;
+    /// # writer.finish()?;
+    /// use modelzip::Archive;
+    ///
+    /// let archive = Archive::open(&path)?;
+    /// assert_eq!(archive.tags(), &["fp32"]);
+    /// assert_eq!(archive.default_tag(), Some("fp32"));
+    /// let tag = archive.tag("FP32")?; // tag names ignore ASCII case
+    /// assert_eq!(tag.params().len(), 1);
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
+        OpenOptions::default().open(path)
+    }
+
+    /// Reads a whole archive from `r` into memory.
+    pub fn from_reader<R: Read + Seek>(r: R) -> Result<Archive> {
+        OpenOptions::default().from_reader(r)
+    }
+
+    /// Opens `path` without looking for a journal (the caller holds the lock and
+    /// recovered); errors and [`Archive::path`] name `shown`.
+    pub(crate) fn open_unrecovered(
+        path: &Path,
+        shown: &Path,
+        opts: OpenOptions,
+    ) -> Result<Archive> {
+        let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(shown))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::from(e).in_file(shown))?
+            .len();
+        let backing = if len == 0 {
+            Backing::Owned(Vec::new(), 0)
+        } else {
+            // Safety: the map is read-only and private to this value. modelzip writers never
+            // change bytes of live entries in place: they write new files and rename them over
+            // the archive, or (in-place append) write past the old central directory, whose
+            // bytes are parsed into owned structures here and never read from the map again.
+            // Another program truncating or rewriting the file while it is mapped is outside
+            // what this library can guard against (reads could then fault).
+            let map =
+                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).in_file(shown))?;
+            Backing::Map(map, file)
+        };
+        Archive::from_backing(backing, Some(shown.to_path_buf()), opts)
+    }
+
+    /// Opens an archive read by byte ranges from `source`, whose last bytes `tail` the
+    /// caller read first (with the object's length and version); errors name `shown`.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn from_source(
+        source: Box<dyn RangeSource>,
+        tail: Vec<u8>,
+        limits: &RangedLimits,
+        shown: &str,
+        opts: OpenOptions,
+    ) -> Result<Archive> {
+        let (ranged, dir) = Ranged::open(source, tail, limits).map_err(|e| e.in_file(shown))?;
+        Archive::from_directory(
+            Backing::Ranged(Box::new(ranged)),
+            dir,
+            Some(PathBuf::from(shown)),
+            opts,
+        )
+    }
+}

@@ -1,0 +1,464 @@
+//! One tag of an archive: [`Tag`], its params.txt / updater.txt / shared.txt tables
+//! resolved to tensor locations, and its files.
+
+use super::reader::{
+    Archive, Backing, ParamEntry, TensorData, TensorKind, TensorLocation, UpdaterEntry,
+};
+use super::shared_str::SharedStr;
+use super::text::{self, ParamRef};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::GraphFormat;
+use crate::tensor::Tensor;
+use std::borrow::Cow;
+
+impl Archive {
+    /// The tag named `name` (ASCII case ignored), with its params.txt and updater.txt parsed.
+    pub fn tag(&self, name: &str) -> Result<Tag<'_>> {
+        let canon = self
+            .canonical_tag(name)
+            .ok_or_else(|| self.located(ErrorKind::tag_not_found(name, &self.tags).into()))?;
+        Tag::load(self, canon).map_err(|e| self.located(e))
+    }
+
+    /// The default (newest) tag.
+    pub fn latest(&self) -> Result<Tag<'_>> {
+        match self.default_tag() {
+            Some(t) => self.tag(t),
+            None => Err(self.located(Error::new(ErrorKind::InvalidInput(
+                "the archive has no tags".into(),
+            )))),
+        }
+    }
+    /// Resolves one ref of the table `table_entry` (line `line`) of tag `own`.
+    fn resolve(
+        &self,
+        own: &str,
+        r: &ParamRef,
+        kind: TensorKind,
+        table_entry: &str,
+        line: usize,
+    ) -> Result<TensorLocation> {
+        let tag = match &r.tag {
+            None => own,
+            Some(t) => self.canonical_tag(t).ok_or_else(|| {
+                Error::new(ErrorKind::Syntax(format!(
+                    "reference {r} names tag {t:?}, which tags.txt does not list"
+                )))
+                .in_entry(table_entry)
+                .at_line(line)
+            })?,
+        };
+        // Built by hand: this runs once per params.txt line, and format! costs 3x more.
+        let index = r.index.to_string();
+        let mut entry = String::with_capacity(tag.len() + kind.dir().len() + index.len() + 12);
+        for part in [tag, "/", kind.dir(), "/", &index, ".lodtensor"] {
+            entry.push_str(part);
+        }
+        let Some(entry_hint) = self.dir.index.get(&self.dir.entries, &entry) else {
+            return Err(Error::new(ErrorKind::MissingEntry(entry))
+                .in_entry(table_entry)
+                .at_line(line));
+        };
+        Ok(TensorLocation {
+            tag: SharedStr::from(tag),
+            kind,
+            index: r.index,
+            entry: SharedStr::from(entry),
+            shared: tag != own,
+            entry_hint,
+        })
+    }
+}
+
+/// The largest metadata.json a reader accepts (created time, description, quantization
+/// records, user keys: kilobytes in practice). Its parsed form costs several times its
+/// size, so the bound keeps a hostile one from costing gigabytes.
+pub const MAX_METADATA_BYTES: u64 = 4 << 20;
+/// Reads `<tag>/shared.txt` (FORMAT.md): `FILE TAG` lines, FILE one of
+/// [`SHAREABLE_FILES`](text::SHAREABLE_FILES) at most once, TAG another listed tag that
+/// holds `TAG/FILE` itself, and the tag not holding FILE too.
+fn load_shared<'a>(archive: &'a Archive, tag: &str) -> Result<Vec<(&'static str, &'a str)>> {
+    let entry = format!("{tag}/{SHARED_TXT}");
+    if !archive.has_entry(&entry) {
+        return Ok(Vec::new());
+    }
+    let e = archive
+        .entry(&entry)
+        .map(|e| e.uncompressed_size)
+        .unwrap_or(0);
+    if e > MAX_SHARED_TXT {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "shared.txt size",
+            size: e,
+            limit: MAX_SHARED_TXT,
+        })
+        .in_entry(entry));
+    }
+    let bytes = archive.entry_bytes(&entry)?;
+    let mut out: Vec<(&'static str, &'a str)> = Vec::new();
+    for (file, owner, line) in text::parse_shared(&bytes, &entry)? {
+        let bad = |why: String| {
+            Error::new(ErrorKind::Syntax(why))
+                .in_entry(entry.clone())
+                .at_line(line)
+        };
+        let owner = archive.canonical_tag(&owner).ok_or_else(|| {
+            bad(format!(
+                "{file} is shared from tag {owner:?}, which tags.txt does not list"
+            ))
+        })?;
+        if owner == tag {
+            return Err(bad(format!("{file} is shared from the tag itself")));
+        }
+        let held = format!("{owner}/{file}");
+        if !archive.has_entry(&held) {
+            return Err(Error::new(ErrorKind::MissingEntry(held))
+                .in_entry(entry.clone())
+                .at_line(line));
+        }
+        if archive.has_entry(&format!("{tag}/{file}")) {
+            return Err(bad(format!(
+                "the tag has its own {file} and shares one from tag {owner:?}"
+            )));
+        }
+        if out.iter().any(|(f, _)| *f == file) {
+            return Err(bad(format!("{file} is listed twice")));
+        }
+        out.push((file, owner));
+    }
+    Ok(out)
+}
+
+/// Whether `tag` takes `file` from another tag.
+pub(super) fn is_shared(tag: &Tag<'_>, file: &str) -> bool {
+    tag.shared_files().iter().any(|(f, _)| *f == file)
+}
+
+/// Name of a tag's shared-files table (FORMAT.md): files it uses from another tag.
+pub const SHARED_TXT: &str = "shared.txt";
+
+/// Largest shared.txt read (three short lines in practice).
+const MAX_SHARED_TXT: u64 = 64 << 10;
+
+/// Parses one table of a tag (params.txt, or updater.txt when `updater`) line by line:
+/// `resolve` turns a line's refs into locations, `build` makes the row. Sized once from
+/// the line count (growing by doubling would hold the old and the new buffer at once).
+/// Errors come in the order of the checks, not of the lines: syntax anywhere, then
+/// duplicate names, then refs (a ref that does not resolve is kept until the rest of the
+/// file has been read for the other two).
+fn load_table<T, R>(
+    bytes: &[u8],
+    entry: &str,
+    updater: bool,
+    name_of: impl Fn(&T) -> &str,
+    mut resolve: impl FnMut(&[ParamRef], usize) -> Result<R>,
+    build: impl Fn(String, R) -> T,
+) -> Result<Vec<T>> {
+    let n = line_count(bytes);
+    let mut rows = Vec::new();
+    rows.reserve_exact(n);
+    let mut lines = Vec::with_capacity(n);
+    let mut unresolved: Option<Error> = None;
+    let mut rest: Vec<(String, usize)> = Vec::new();
+    text::for_each_table_line(bytes, entry, updater, |name, refs, line| {
+        if unresolved.is_none() {
+            match resolve(refs, line) {
+                Ok(r) => {
+                    rows.push(build(name, r));
+                    lines.push(line);
+                    return Ok(());
+                }
+                Err(e) => unresolved = Some(e),
+            }
+        }
+        rest.push((name, line));
+        Ok(())
+    })?;
+    text::check_unique_names(
+        rows.iter()
+            .zip(&lines)
+            .map(|(row, &l)| (name_of(row), l))
+            .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+        entry,
+    )?;
+    match unresolved {
+        Some(e) => Err(e),
+        None => Ok(rows),
+    }
+}
+
+/// Lines in a table (an upper bound on its rows: blank lines are skipped).
+fn line_count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// One tag of an open archive, with its tables parsed.
+#[derive(Debug)]
+pub struct Tag<'a> {
+    archive: &'a Archive,
+    name: &'a str,
+    params: Vec<ParamEntry>,
+    updater: Vec<UpdaterEntry>,
+    /// Built on the first lookup by name: listing a tag's params should not pay for it.
+    by_name: std::sync::OnceLock<rustc_hash::FxHashMap<String, usize>>,
+    /// The files shared.txt says the tag uses from other tags: (file, owning tag).
+    shared: Vec<(&'static str, &'a str)>,
+}
+
+impl<'a> Tag<'a> {
+    fn load(archive: &'a Archive, name: &'a str) -> Result<Tag<'a>> {
+        // Many names may refer to one file (that is what sharing is): each distinct ref
+        // is resolved once, and every name that uses it shares its location's strings.
+        let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), TensorLocation> =
+            rustc_hash::FxHashMap::default();
+        let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
+            if let Some(loc) = resolved.get(&(kind, r.clone())) {
+                return Ok(loc.clone());
+            }
+            let loc = archive.resolve(name, r, kind, table, line)?;
+            resolved.insert((kind, r.clone()), loc.clone());
+            Ok::<_, Error>(loc)
+        };
+        let mut params = Vec::new();
+        let pname = format!("{name}/params.txt");
+        let uname = format!("{name}/updater.txt");
+        let mname = format!("{name}/metadata.json");
+        // A remote archive fetches the tag's tables in one batched request; metadata.json
+        // only within the limit `metadata` holds it to.
+        let meta_ok = archive.entry(&mname).is_some_and(|e| {
+            e.uncompressed_size <= MAX_METADATA_BYTES && e.compressed_size <= MAX_METADATA_BYTES
+        });
+        let mut ahead = vec![pname.as_str(), uname.as_str()];
+        if meta_ok {
+            ahead.push(&mname);
+        }
+        archive.prefetch(&ahead)?;
+        if archive.has_entry(&pname) {
+            let bytes = archive.entry_bytes(&pname)?;
+            params = load_table(
+                &bytes,
+                &pname,
+                false,
+                |p: &ParamEntry| p.name.as_str(),
+                |refs, line| resolve(&refs[0], TensorKind::Params, &pname, line),
+                |name, location| ParamEntry { name, location },
+            )?;
+        }
+        let mut updater = Vec::new();
+        if archive.has_entry(&uname) {
+            let bytes = archive.entry_bytes(&uname)?;
+            updater = load_table(
+                &bytes,
+                &uname,
+                true,
+                |u: &UpdaterEntry| u.name.as_str(),
+                |refs, line| {
+                    refs.iter()
+                        .map(|r| resolve(r, TensorKind::Updater, &uname, line))
+                        .collect::<Result<Vec<_>>>()
+                },
+                |name, arrays| UpdaterEntry { name, arrays },
+            )?;
+        }
+        params.shrink_to_fit();
+        updater.shrink_to_fit();
+        let by_name = std::sync::OnceLock::new();
+        let shared = load_shared(archive, name)?;
+        Ok(Tag {
+            archive,
+            name,
+            params,
+            updater,
+            by_name,
+            shared,
+        })
+    }
+
+    /// The files of this tag stored once in another tag (shared.txt): (file, owning tag),
+    /// e.g. `("graph.pdmodel", "step-1")`.
+    pub fn shared_files(&self) -> &[(&'static str, &'a str)] {
+        &self.shared
+    }
+
+    /// The entry holding the tag's file `file` (`graph.fb`, `graph.pdmodel`,
+    /// `trainingConfig.fb`): its own, or the owner's that shared.txt names; `None` when
+    /// the tag has neither.
+    pub fn file_entry(&self, file: &str) -> Option<String> {
+        let own = format!("{}/{file}", self.name);
+        if self.archive.has_entry(&own) {
+            return Some(own);
+        }
+        self.shared
+            .iter()
+            .find(|(f, _)| *f == file)
+            .map(|(f, owner)| format!("{owner}/{f}"))
+    }
+
+    /// The tag's name, spelled as in tags.txt.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The archive this tag belongs to.
+    pub fn archive(&self) -> &'a Archive {
+        self.archive
+    }
+
+    fn optional(&self, file: &str) -> Result<Option<Cow<'a, [u8]>>> {
+        let name = format!("{}/{file}", self.name);
+        if self.archive.has_entry(&name) {
+            self.archive.entry_bytes(&name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The graph and its encoding, if the tag has one (its own, or the one shared.txt
+    /// points at); both encodings present is an error.
+    pub fn graph(&self) -> Result<Option<(GraphFormat, Cow<'a, [u8]>)>> {
+        let fb = self.file_entry("graph.fb");
+        let pd = self.file_entry("graph.pdmodel");
+        match (fb, pd) {
+            (Some(_), Some(pd)) => Err(self.archive.located(
+                Error::new(ErrorKind::InvalidInput(format!(
+                    "tag {:?} has both graph.fb and graph.pdmodel; at most one is allowed",
+                    self.name
+                )))
+                .in_entry(pd),
+            )),
+            (Some(fb), None) => Ok(Some((
+                GraphFormat::FlatBuffers,
+                self.archive.entry_bytes(&fb)?,
+            ))),
+            (None, Some(pd)) => Ok(Some((
+                GraphFormat::ProgramDesc,
+                self.archive.entry_bytes(&pd)?,
+            ))),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The parameters, in params.txt order.
+    pub fn params(&self) -> &[ParamEntry] {
+        &self.params
+    }
+
+    /// The parameter `name`'s tensor.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("model.zip");
+    /// # let w = modelzip::Tensor::from_slice(vec![2, 2], &[1.0f32, 2.0, 3.0, 4.0])?;
+    /// # let mut writer = modelzip::ArchiveWriter::create(&path)?;
+    /// # writer.add_tag(modelzip::TagBuilder::new("fp32").param("fc.w", w))?;
+    /// # writer.finish()?;
+    /// let archive = modelzip::Archive::open(&path)?;
+    /// let tag = archive.latest()?;
+    /// let data = tag.param("fc.w")?;
+    /// assert!(data.is_mapped()); // stored entries are views of the memory map
+    /// let view = data.view();
+    /// assert_eq!(view.dims(), &[2, 2]);
+    /// assert_eq!(view.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+    /// assert!(tag.param("missing").is_err());
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
+    pub fn param(&self, name: &str) -> Result<TensorData<'a>> {
+        let by_name = self.by_name.get_or_init(|| {
+            self.params
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.name.clone(), i))
+                .collect()
+        });
+        let i = by_name.get(name).ok_or_else(|| {
+            self.archive.located(Error::new(ErrorKind::ParamNotFound(
+                name.to_string(),
+                self.name.to_string(),
+            )))
+        })?;
+        self.tensor(&self.params[*i].location)
+    }
+
+    /// The updater state, in updater.txt order.
+    pub fn updater(&self) -> &[UpdaterEntry] {
+        &self.updater
+    }
+
+    /// Reads the tensor at `loc`: zero-copy when the entry is stored.
+    pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'a>> {
+        self.archive.tensor(loc)
+    }
+
+    /// Reads the tensor at `loc` into owned memory. From a memory-mapped archive the data
+    /// is read from the file (`pread`) rather than copied out of the map, so loading a whole
+    /// tag costs its tensor bytes once in resident memory, not twice (copy + mapped pages).
+    pub fn tensor_owned(&self, loc: &TensorLocation) -> Result<Tensor> {
+        let archive = self.archive;
+        let view = match self.tensor(loc)? {
+            TensorData::Owned(t) => return Ok(t),
+            TensorData::Mapped(v) => v,
+        };
+        #[cfg(unix)]
+        if let Backing::Map(map, file) = &archive.backing {
+            use std::os::unix::fs::FileExt;
+            // Decoding touched only the record header; the data's file offset is its
+            // distance from the start of the map.
+            let offset = (view.data().as_ptr() as usize - map.as_ptr() as usize) as u64;
+            let mut data = vec![0u8; view.data().len()];
+            file.read_exact_at(&mut data, offset).map_err(|e| {
+                archive.located(Error::from(e).in_entry(loc.entry.clone()).at_offset(offset))
+            })?;
+            let t = Tensor::from_bytes(view.dtype(), view.dims().to_vec(), data)?;
+            return if view.lod().is_empty() {
+                Ok(t)
+            } else {
+                t.with_lod(view.lod().clone())
+            };
+        }
+        Ok(view.to_owned())
+    }
+
+    /// `<tag>/trainingConfig.fb` (or the owner's, when shared.txt points at it), raw.
+    pub fn training_config(&self) -> Result<Option<Cow<'a, [u8]>>> {
+        match self.file_entry("trainingConfig.fb") {
+            Some(e) => self.archive.entry_bytes(&e).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `<tag>/metadata.json`, raw; at most [`MAX_METADATA_BYTES`] (checked before it is
+    /// read or inflated).
+    pub fn metadata(&self) -> Result<Option<Cow<'a, [u8]>>> {
+        let name = format!("{}/metadata.json", self.name);
+        if let Some(e) = self.archive.entry(&name)
+            && e.uncompressed_size > MAX_METADATA_BYTES
+        {
+            return Err(self.archive.located(
+                Error::new(ErrorKind::LimitExceeded {
+                    what: "metadata.json size",
+                    size: e.uncompressed_size,
+                    limit: MAX_METADATA_BYTES,
+                })
+                .in_entry(name),
+            ));
+        }
+        self.optional("metadata.json")
+    }
+
+    /// Bytes the file at `loc` takes in the archive as stored (0 if it has none).
+    pub fn stored_size(&self, loc: &TensorLocation) -> u64 {
+        self.archive
+            .location_entry(loc)
+            .map_or(0, |e| e.compressed_size)
+    }
+
+    /// Every zip entry under `<tag>/`.
+    pub fn own_entries(&self) -> Vec<&'a str> {
+        self.archive
+            .entries_under(self.name)
+            .map(|e| e.name.as_str())
+            .collect()
+    }
+}
