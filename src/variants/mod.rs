@@ -21,6 +21,7 @@
 
 mod cast;
 mod diff;
+mod onnx;
 mod quantize;
 pub mod quantize_math;
 mod rewrite;

@@ -1,6 +1,7 @@
 //! `quantize`: an INT8 tag derived from a float tag (symmetric, per tensor or per
 //! output channel), with a graph that dequantizes the weights before use.
 
+use super::onnx::OnnxQuant;
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
 use super::{
@@ -116,6 +117,29 @@ fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
         .collect()
 }
 
+/// The channel axis a weight of `dims` is quantized along: its rule's axis per
+/// channel, `None` per tensor (or when the rule does not fit the rank).
+fn channel_axis(
+    options: &QuantizeOptions,
+    rule: Option<ChannelAxis>,
+    dims: &[u64],
+) -> Option<usize> {
+    if options.per_channel {
+        rule.and_then(|a| a.resolve(dims.len()))
+    } else {
+        None
+    }
+}
+
+/// The dims of an ONNX weight's scales: `[C]` per channel, a scalar per tensor (what
+/// DequantizeLinear takes).
+fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
+    match axis.and_then(|a| dims.get(a)) {
+        Some(&c) => vec![c],
+        None => Vec::new(),
+    }
+}
+
 /// Derives INT8 tag `new_tag` from float tag `from_tag` of the archive at `path` and
 /// appends it in place.
 ///
@@ -180,20 +204,11 @@ fn build(
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
             let g = Graph::decode(enc, &bytes).map_err(|e| e.in_entry(entry))?;
-            if g.onnx.is_some() {
-                // Quantizing needs DequantizeLinear nodes in the stored ModelProto, which
-                // is not written yet: refused rather than an INT8 tag no export can run.
-                return Err(ErrorKind::InvalidInput(format!(
-                    "tag {:?} holds an ONNX model, which quantize does not handle yet \
-                     (docs/ONNX.md)",
-                    tag.name()
-                ))
-                .into());
-            }
             Some((enc, g))
         }
         None => None,
     };
+    let onnx = graph.as_ref().and_then(|(_, g)| g.onnx.as_ref());
     let params: HashMap<&str, usize> = tag
         .params()
         .iter()
@@ -203,7 +218,18 @@ fn build(
 
     // Which parameters to quantize, and along which axis (before knowing their rank).
     let mut chosen: HashMap<String, Option<ChannelAxis>> = HashMap::new();
-    if let Some((_, g)) = &graph {
+    if let Some(o) = onnx {
+        let entry = format!("{}/graph.fb", tag.name());
+        for w in super::onnx::weights(o).map_err(|e| e.in_entry(entry))? {
+            if let Some(&i) = params.get(w.param.as_str()) {
+                let t = tag.tensor(&tag.params()[i].location)?;
+                let v = t.view();
+                if v.dtype() == DType::Fp32 && v.dims().len() >= 2 {
+                    chosen.insert(w.param, w.axis.map(ChannelAxis::Fixed));
+                }
+            }
+        }
+    } else if let Some((_, g)) = &graph {
         for (name, axis) in graph_weights(g) {
             if let Some(&i) = params.get(name.as_str()) {
                 let t = tag.tensor(&tag.params()[i].location)?;
@@ -233,7 +259,11 @@ fn build(
     }
 
     if chosen.is_empty() {
-        let which = if graph.is_some() {
+        let which = if onnx.is_some() {
+            "no FP32 initializer of rank >= 2 of its ONNX main graph is read as the weight of a \
+             MatMul, Gemm or Conv node (weights inside subgraphs and functions, and \
+             initializers that are also graph inputs, stay FP32)"
+        } else if graph.is_some() {
             "no FP32 parameter of rank >= 2 is read as a weight by a matmul/conv-style op of its graph"
         } else {
             "it has no graph and no float parameter of rank >= 2"
@@ -252,6 +282,31 @@ fn build(
         .into());
     }
 
+    // An ONNX model is rewritten first, from the weights' dims alone: a model whose
+    // opset is too old or that has a name the rewrite needs is refused before any
+    // values are quantized.
+    let onnx_rewritten = match onnx {
+        Some(o) => {
+            let mut quants = Vec::new();
+            for p in tag.params() {
+                let Some(rule) = chosen.get(&p.name) else {
+                    continue;
+                };
+                let dims = tag.tensor(&p.location)?.view().dims().to_vec();
+                let axis = channel_axis(options, *rule, &dims);
+                quants.push(OnnxQuant {
+                    param: p.name.clone(),
+                    scale_param: format!("{}@scale", p.name),
+                    scale_dims: onnx_scale_dims(axis, &dims),
+                    axis,
+                });
+            }
+            let entry = format!("{}/graph.fb", tag.name());
+            Some(super::onnx::rewrite(o, &quants).map_err(|e| e.in_entry(entry))?)
+        }
+        None => None,
+    };
+    let is_onnx = onnx_rewritten.is_some();
     let mut out = Vec::with_capacity(tag.params().len() + chosen.len());
     let mut convs = Vec::new();
     let mut recorded = serde_json::Map::new();
@@ -269,11 +324,7 @@ fn build(
         let values = view
             .to_f32_vec()
             .map_err(|e| e.in_entry(p.location.entry.clone()))?;
-        let axis = if options.per_channel {
-            axis_rule.and_then(|a| a.resolve(dims.len()))
-        } else {
-            None
-        };
+        let axis = channel_axis(options, *axis_rule, &dims);
         let q: Quantized = match axis {
             Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
                 Error::new(ErrorKind::InvalidInput(format!(
@@ -285,7 +336,11 @@ fn build(
             })?,
             None => quantize_math::per_tensor(&values),
         };
-        let scale_dims = vec![q.scales.len() as u64];
+        let scale_dims = if is_onnx {
+            onnx_scale_dims(axis, &dims)
+        } else {
+            vec![q.scales.len() as u64]
+        };
         let qt = Tensor::from_slice(dims.clone(), &q.values)?
             .with_lod(view.lod().clone())
             .map_err(|e| e.in_entry(p.location.entry.clone()))?;
@@ -318,6 +373,11 @@ fn build(
     }
 
     let graph = match graph {
+        Some((enc, mut g)) if is_onnx => {
+            let entry = format!("{}/{}", tag.name(), enc.file_name());
+            g.onnx = onnx_rewritten;
+            Some((enc, g.encode(enc).map_err(|e| e.in_entry(entry))?))
+        }
         Some((enc, g)) => Some((enc, converted(tag.name(), enc, g, &convs)?)),
         None => None,
     };
