@@ -15,7 +15,8 @@
 #      TensorFlow already
 #   5. ONNX Runtime runs every ONNX export: tests/onnx/run_exported.py in its own venv
 #      target/venv-onnx (tests/onnx/requirements.txt: onnx, onnxruntime), or in
-#      $MODELZIP_ONNX_PYTHON when that names a python that has them already
+#      $MODELZIP_ONNX_PYTHON when that names a python that has them already; it also
+#      runs the INT8 exports cargo test left in target/onnx-exports
 #
 # Environment: MODELZIP_VENV overrides the venv's location, MODELZIP_TF_VENV the TF one's,
 # MODELZIP_ONNX_VENV the ONNX one's.
@@ -26,6 +27,9 @@ echo "== cargo test" >&2
 # The safetensors suite keeps its exports here for python/tests/test_safetensors_export.py.
 export MODELZIP_ST_EXPORT_DIR="$PWD/target/st-exports"
 rm -rf "$MODELZIP_ST_EXPORT_DIR"
+# The ONNX quantize suite keeps its INT8 exports here for tests/onnx/run_exported.py.
+export MODELZIP_ONNX_EXPORT_DIR="$PWD/target/onnx-exports"
+rm -rf "$MODELZIP_ONNX_EXPORT_DIR"
 cargo test
 
 echo "== Python venv" >&2

@@ -12,8 +12,12 @@ use std::path::{Path, PathBuf};
 ///
 /// Symmetric linear quantization, one scale per tensor or (--per-channel) per output
 /// channel: q = round_half_even(x / scale) saturated to [-127, 127], scale =
-/// max|x| / 127. With a graph, the weights of matmul/mul/fc/conv ops are quantized
-/// and the graph dequantizes them before use (Paddle runs the result); without one,
+/// max|x| / 127. With a Paddle graph, the weights of matmul/mul/fc/conv ops are
+/// quantized and the graph dequantizes them before use (Paddle runs the result).
+/// With an ONNX model (a tag imported from .onnx), the weights of the main graph's
+/// MatMul/Gemm/Conv nodes are quantized and the model gets a DequantizeLinear node
+/// per weight (`modelzip export` writes it, ONNX Runtime runs it; per channel needs
+/// opset 13, raised from 11/12 only when safe; docs/ONNX.md). Without a graph,
 /// every float parameter of rank >= 2. Each quantized parameter keeps its name and
 /// gets its FP32 scales as <name>@scale. Everything else (biases, norms) is shared
 /// with the source tag at no cost. The scheme is recorded in the tag's
@@ -21,7 +25,8 @@ use std::path::{Path, PathBuf};
 ///
 /// Refused (exit 2, nothing written): a source tag that is quantized already (it
 /// has a <name>@scale parameter or a "quantization" record) or that has nothing to
-/// quantize (e.g. an FP16 tag whose graph reads its weights through cast ops).
+/// quantize (e.g. an FP16 tag whose graph reads its weights through cast ops), and
+/// an ONNX model whose opset is too old for DequantizeLinear.
 ///
 /// Example:
 ///   modelzip quantize model.zip --from fp32 --tag int8 --per-channel

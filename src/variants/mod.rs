@@ -2,7 +2,7 @@
 //!
 //! [`quantize`] and [`cast`] read a float tag, derive new tensors, rewrite the graph so
 //! that it converts the stored values back to FP32 before use (Paddle runs the result
-//! unchanged), and append the variant as a new tag in place. Parameters the variant does
+//! unchanged; an ONNX model gets DequantizeLinear nodes that ONNX Runtime runs), and append the variant as a new tag in place. Parameters the variant does
 //! not change are written as they are, so the archive writer's dedup turns them into
 //! references to the source tag's files: they cost no bytes. [`diff_tags`] compares two
 //! tags parameter by parameter.

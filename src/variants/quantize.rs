@@ -153,10 +153,18 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 /// (the one before it when `trans_y`/`transpose_Y`); without a graph, the last axis of a
 /// rank-2 tensor and axis 0 otherwise.
 ///
+/// A tag imported from ONNX: the FP32 initializers of rank ≥ 2 that the main graph's
+/// `MatMul` (B, last axis), `Gemm` (B, axis 1, or 0 with `transB`) and `Conv` (W, axis
+/// 0) nodes read; not weights read only in subgraphs or functions, nor initializers
+/// that are graph inputs. Their per-tensor scales are scalars (dims `[]`).
+///
 /// Every other parameter is written unchanged and so shared with the source tag. The
 /// graph (if any) gets, per weight, `cast` (INT8 → FP32) and `elementwise_mul` by the
 /// scale inserted after the feed ops, and its users read `<name>@dequant`; it is written
-/// in the source tag's encoding. metadata.json records the scheme under
+/// in the source tag's encoding. An ONNX model instead gets, per weight `W`, the
+/// initializers `W_quantized` (INT8) and `W_scale` and a node
+/// `DequantizeLinear(W_quantized, W_scale) -> W` at the start of the main graph
+/// (docs/ONNX.md). metadata.json records the scheme under
 /// `"quantization"`, beside the source tag's user keys (not its checkpoint keys `step`
 /// and `metrics`: a variant is not a checkpoint). Updater state and the training config
 /// are not carried over.
@@ -165,7 +173,9 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 /// quantized already (a `<name>@scale` parameter beside `<name>`, or a `quantization`
 /// record in its metadata.json), and one with nothing to quantize (no parameter the
 /// rules above choose, e.g. an FP16 tag whose graph reads its weights through `cast`
-/// ops). Also refused: an invalid or existing new tag name, an unknown source tag.
+/// ops), and an ONNX model whose default-domain opset is below 10 (13 per channel) and
+/// cannot safely be raised, or that already uses a name the rewrite needs. Also
+/// refused: an invalid or existing new tag name, an unknown source tag.
 pub fn quantize(
     path: impl AsRef<Path>,
     from_tag: &str,

@@ -13,6 +13,16 @@ tests/fixtures/onnx/ (manifest.json lists the runnable ones):
 Then the two fine-tuned versions: the second tag's own bytes (entries not shared with
 the first) are at most 40% of the first's.
 
+INT8 variants (issue 15): `modelzip quantize` the mlp and cnn tags (per channel and per
+tensor), export them, and check that each export passes onnx.checker (full check), has
+one DequantizeLinear per quantized weight, runs in ONNX Runtime within 3e-2 of the FP32
+model (rel = max |int8 - fp32| / max |fp32|, on the fixture's inputs and on 64 seeded
+random inputs), gives the same outputs as the FP32 model with the weights dequantized by
+numpy (q x scale), and that the tag's own parameter bytes are at most 30% of the FP32
+tag's. With MODELZIP_ONNX_EXPORT_DIR set (./test.sh sets it and runs cargo test first),
+the exports tests/onnx_quantize.rs wrote there (the library's quantize) are checked the
+same way, and a missing one fails the run.
+
     cargo build && /work/venvs/onnx/bin/python tests/onnx/run_exported.py [--record]
 
 --record writes the result to tests/onnx/last_run.md.
@@ -82,6 +92,144 @@ def own_bytes(archive, tag):
         return sum(i.compress_size for i in z.infolist() if i.filename.startswith(tag + "/"))
 
 
+TOLERANCE = 3e-2
+# The INT8 exports tests/onnx_quantize.rs writes to $MODELZIP_ONNX_EXPORT_DIR, and the
+# fixture each one is an INT8 variant of.
+CARGO_INT8 = {
+    "mlp_int8": "mlp", "mlp_int8_tensor": "mlp",
+    "cnn_int8": "cnn", "cnn_int8_tensor": "cnn",
+    "finetune_v1_int8": "finetune_v1", "finetune_v1_int8_tensor": "finetune_v1",
+}
+
+
+def run(model, feeds, optimize=True):
+    """Runs in ONNX Runtime with its default graph optimizations, or none."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def rel_error(got, want):
+    return max(float(np.abs(g - w).max() / np.abs(w).max()) for g, w in zip(got, want))
+
+
+def feed_sets(fixture):
+    """The fixture's own inputs, then 32 seeded random ones of the same shape."""
+    io = np.load(os.path.join(FIX, fixture + ".io.npz"))
+    feeds = {k[3:]: io[k] for k in io.files if k.startswith("in:")}
+    rng = np.random.default_rng(15)
+    rand = [{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()}
+            for _ in range(32)]
+    return [("fixture inputs", [feeds]), ("32 random inputs", rand)]
+
+
+def dequantized_fp32(int8, fp32):
+    """The FP32 model with each quantized weight replaced by numpy's q x scale."""
+    inits = {t.name: numpy_helper.to_array(t) for t in int8.graph.initializer}
+    m = onnx.ModelProto()
+    m.CopyFrom(fp32)
+    for n in int8.graph.node:
+        if n.op_type != "DequantizeLinear":
+            continue
+        q, s = inits[n.input[0]].astype(np.float32), inits[n.input[1]]
+        axis = next((a.i for a in n.attribute if a.name == "axis"), None)
+        if axis is not None:
+            shape = [1] * q.ndim
+            shape[axis] = -1
+            s = s.reshape(shape)
+        for t in m.graph.initializer:
+            if t.name == n.output[0]:
+                t.CopyFrom(numpy_helper.from_array((q * s).astype(np.float32), t.name))
+    return m
+
+
+def check_int8(path, fixture, weights):
+    """Checks one INT8 export against its FP32 fixture; returns (ok, note)."""
+    if not os.path.exists(path):
+        return False, "%s: MISSING" % os.path.basename(path)
+    int8 = onnx.load(path)
+    fp32 = onnx.load(os.path.join(FIX, fixture + ".onnx"))
+    onnx.checker.check_model(int8, full_check=True)
+    dq = [n for n in int8.graph.node if n.op_type == "DequantizeLinear"]
+    ok = len(dq) == weights
+    notes = ["%d DequantizeLinear" % len(dq)]
+    numpy_dq = dequantized_fp32(int8, fp32)
+    for what, sets in feed_sets(fixture):
+        rel, plain, same = 0.0, 0.0, True
+        for feeds in sets:
+            want = run(fp32, feeds, optimize=False)
+            # What users get: ORT's defaults (which fuse DequantizeLinear + MatMul/Gemm
+            # into MatMulNBits, quantizing the activations too).
+            rel = max(rel, rel_error(run(int8, feeds), want))
+            # The model as written: FP32 compute on the dequantized weights, equal to
+            # the FP32 model with numpy's q x scale weights.
+            got = run(int8, feeds, optimize=False)
+            plain = max(plain, rel_error(got, want))
+            same &= all(np.allclose(g, d, rtol=1e-5, atol=1e-5 * np.abs(d).max())
+                        for g, d in zip(got, run(numpy_dq, feeds, optimize=False)))
+        ok &= max(rel, plain) <= TOLERANCE and same
+        notes.append("%s rel %.1e (unoptimized %.1e)%s" % (
+            what, rel, plain, ", = numpy-dequantized FP32" if same else
+            " (numpy-dequantized FP32 DIFFERS)"))
+    return ok, "%s: %s" % (os.path.basename(path), ", ".join(notes))
+
+
+def param_bytes(archive, tag):
+    with zipfile.ZipFile(archive) as z:
+        return sum(i.compress_size for i in z.infolist()
+                   if i.filename.startswith(tag + "/params/"))
+
+
+def int8_checks(archive, d):
+    lines, ok = [], True
+    for fixture, weights in [("mlp", 3), ("cnn", 2)]:
+        for tag, extra in [(fixture + "_int8", ["--per-channel"]), (fixture + "_int8_tensor", [])]:
+            mz("quantize", archive, "--from", fixture, "--tag", tag, "--quiet", *extra)
+            out = os.path.join(d, tag + ".onnx")
+            mz("export", archive, "--tag", tag, "--out", out, "--quiet")
+            good, note = check_int8(out, fixture, weights)
+            own, full = param_bytes(archive, tag), param_bytes(archive, fixture)
+            share = 100.0 * own / full
+            good &= share <= 30
+            whole = 100.0 * own_bytes(archive, tag) / own_bytes(archive, fixture)
+            note += ", parameter bytes %d of %d (%.1f%%, limit 30%%; whole tag %.1f%%)" % (
+                own, full, share, whole)
+            ok &= good
+            lines.append("- int8 (modelzip quantize%s): %s%s" % (
+                " --per-channel" if extra else "", note, "" if good else " FAIL"))
+    mz("verify", archive)
+    exports = os.environ.get("MODELZIP_ONNX_EXPORT_DIR")
+    if exports:
+        for name, fixture in sorted(CARGO_INT8.items()):
+            good, note = check_int8(os.path.join(exports, name + ".onnx"), fixture,
+                                    3 if fixture != "cnn" else 2)
+            ok &= good
+            lines.append("- int8 (cargo test, library): %s%s" % (note, "" if good else " FAIL"))
+        # A weight read only inside an If branch stays FP32; both branches run.
+        good = True
+        paths = [os.path.join(exports, n + ".onnx") for n in ("subgraph_int8", "subgraph")]
+        if not all(os.path.exists(p) for p in paths):
+            good, note = False, "subgraph_int8.onnx / subgraph.onnx MISSING"
+        else:
+            int8, fp32 = (onnx.load(p) for p in paths)
+            onnx.checker.check_model(int8, full_check=True)
+            rels = []
+            for flag in (True, False):
+                feeds = {"x": np.random.default_rng(1).standard_normal((1, 4)).astype(np.float32),
+                         "flag": np.array(flag)}
+                rels.append(rel_error(run(int8, feeds), run(fp32, feeds)))
+            good = max(rels) <= TOLERANCE
+            note = "subgraph_int8.onnx: then rel %.1e, else rel %.1e" % tuple(rels)
+        ok &= good
+        lines.append("- int8 (cargo test, library): %s%s" % (note, "" if good else " FAIL"))
+    else:
+        lines.append("- int8 (cargo test exports): not checked, MODELZIP_ONNX_EXPORT_DIR is not set")
+    return ok, lines
+
+
 def main():
     manifest = json.load(open(os.path.join(FIX, "manifest.json")))
     lines, ok = [], True
@@ -132,6 +280,9 @@ def main():
         ok &= share <= 40
         lines.append("- dedup: finetune_v1 owns %d bytes, finetune_v2 owns %d bytes (%.1f%%, limit 40%%)"
                      % (v1, v2, share))
+        good, more = int8_checks(archive, d)
+        ok &= good
+        lines.extend(more)
     result = "PASS" if ok else "FAIL"
     text = "\n".join(lines) + "\n\nResult: " + result + "\n"
     print(text)
