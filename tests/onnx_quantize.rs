@@ -535,3 +535,21 @@ fn a_name_the_rewrite_needs_that_exists_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn cast_refuses_onnx_and_tensorflow_tags_it_cannot_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("c.zip");
+    onnx::import_model_file(&zip, "onnx", &fixture("mlp.onnx"), &opts()).unwrap();
+    let tf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tf/mlp.pb");
+    modelzip::interop::tf::import_graphdef_file(&zip, "tf", &tf, &opts()).unwrap();
+    for (tag, what) in [("onnx", "an ONNX model"), ("tf", "a TensorFlow graph")] {
+        for dtype in [DType::Fp16, DType::Bf16] {
+            let e = modelzip::variants::cast(&zip, tag, "half", dtype, &write_opts()).unwrap_err();
+            assert!(e.to_string().contains(what), "{tag}: {e}");
+        }
+    }
+    let a = Archive::open(&zip).unwrap();
+    assert_eq!(a.tags(), ["onnx", "tf"]);
+    assert!(a.verify().is_ok());
+}

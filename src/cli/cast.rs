@@ -23,8 +23,10 @@ pub enum CastDType {
 /// "cast": {"dtype", "source_tag"}.
 ///
 /// Refused (exit 2, nothing written): a quantized source tag (its <name>@scale
-/// parameters would be cast and its quantization record dropped) and a source tag
-/// with no FP32 parameter (e.g. an FP16 tag: cast its FP32 source instead).
+/// parameters would be cast and its quantization record dropped), a source tag
+/// with no FP32 parameter (e.g. an FP16 tag: cast its FP32 source instead), and a
+/// tag imported from ONNX or TensorFlow (its model declares the parameters' dtypes,
+/// which cast does not rewrite).
 ///
 /// Example:
 ///   modelzip cast model.zip --from fp32 --tag fp16 --dtype fp16

@@ -30,7 +30,9 @@ use std::path::Path;
 /// Refused before any work, with [`ErrorKind::InvalidInput`]: a quantized source tag (a
 /// `<name>@scale` parameter beside `<name>`, or a `quantization` record: a cast would
 /// turn its scales into `dtype` and drop the record), and a source tag with no FP32
-/// parameter (e.g. an FP16 variant). Also refused: a `dtype` other than FP16/BF16, an
+/// parameter (e.g. an FP16 variant), and a tag whose graph is an ONNX model or a
+/// TensorFlow graph (they declare the parameters' dtypes, which cast does not
+/// rewrite). Also refused: a `dtype` other than FP16/BF16, an
 /// invalid or existing new tag name, an unknown source tag.
 pub fn cast(
     path: impl AsRef<Path>,
@@ -120,6 +122,24 @@ fn build(
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
             let g = Graph::decode(enc, &bytes).map_err(|e| e.in_entry(entry))?;
+            // Their parameters' dtypes are declared in the stored model (ONNX
+            // initializers, TensorFlow Const nodes), which cast does not rewrite: the
+            // tag would not verify nor export.
+            let foreign = if g.onnx.is_some() {
+                Some("an ONNX model (quantize derives an INT8 variant of it)")
+            } else if g.tf.is_some() {
+                Some("a TensorFlow graph")
+            } else {
+                None
+            };
+            if let Some(what) = foreign {
+                return Err(ErrorKind::InvalidInput(format!(
+                    "tag {:?} holds {what}, whose declared parameter dtypes cast does not \
+                     rewrite: cast the model before importing it",
+                    tag.name()
+                ))
+                .into());
+            }
             Some((enc, g))
         }
         None => None,
