@@ -287,6 +287,250 @@ fn external_data_comes_in_and_goes_out_aligned() {
     assert!(!small.exists());
 }
 
+/// The external fixture laid out afresh in `dir`: the model with offsets from 0 and
+/// `name` as its data file holding the referenced bytes only. (tests/fixtures/onnx/
+/// external.bin starts with 7720 bytes no initializer refers to: onnx appends to an
+/// existing data file, and the fixture script saved twice.)
+fn fresh_external(dir: &Path, model: &str, name: &str) -> PathBuf {
+    let mut m = original("external");
+    let data = std::fs::read(fixture("external.bin")).unwrap();
+    let start: u64 = 7720;
+    for t in &mut m.graph.as_mut().unwrap().initializer {
+        for kv in &mut t.external_data {
+            match kv.key() {
+                "offset" => {
+                    kv.value = Some((kv.value().parse::<u64>().unwrap() - start).to_string())
+                }
+                "location" => kv.value = Some(name.to_string()),
+                _ => {}
+            }
+        }
+    }
+    std::fs::write(dir.join(name), &data[start as usize..]).unwrap();
+    let path = dir.join(model);
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    path
+}
+
+#[test]
+fn external_data_goes_back_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("e.zip");
+    onnx::import_model_file(&zip, "fixture", &fixture("external.onnx"), &opts()).unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let fresh = fresh_external(&src, "fresh.onnx", "fresh.weights");
+    onnx::import_model_file(&zip, "fresh", &fresh, &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    assert!(a.verify().is_ok());
+
+    // The fixture: the model byte for byte, its data file as long as the original and
+    // equal at every byte an initializer refers to; the unreferenced prefix is zeros.
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let e = onnx::export_model_file(
+        &a.tag("fixture").unwrap(),
+        &out.join("m.onnx"),
+        &export_opts(),
+    )
+    .unwrap();
+    assert_eq!(
+        e.files.iter().map(|f| f.0.clone()).collect::<Vec<_>>(),
+        [out.join("m.onnx"), out.join("external.bin")]
+    );
+    assert!(e.notes[0].contains("external.bin"), "{:?}", e.notes);
+    assert_eq!(
+        std::fs::read(out.join("m.onnx")).unwrap(),
+        std::fs::read(fixture("external.onnx")).unwrap()
+    );
+    let (got, want) = (
+        std::fs::read(out.join("external.bin")).unwrap(),
+        std::fs::read(fixture("external.bin")).unwrap(),
+    );
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got[7720..], want[7720..]);
+    assert!(got[..7720].iter().all(|&b| b == 0));
+
+    // Laid out as onnx writes it into a fresh directory: both files byte for byte.
+    let e = onnx::export_model_file(
+        &a.tag("fresh").unwrap(),
+        &out.join("fresh.onnx"),
+        &export_opts(),
+    )
+    .unwrap();
+    assert_eq!(e.files[1].0, out.join("fresh.weights"));
+    for f in ["fresh.onnx", "fresh.weights"] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(src.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // An existing data file is refused without overwrite, and nothing is written.
+    let e = onnx::export_model_file(
+        &a.tag("fresh").unwrap(),
+        &out.join("again.onnx"),
+        &export_opts(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("refusing to overwrite"), "{e}");
+    assert!(e.to_string().contains("fresh.weights"), "{e}");
+    assert!(!out.join("again.onnx").exists());
+    let overwrite = ExportOptions {
+        overwrite: true,
+        ..export_opts()
+    };
+    onnx::export_model_file(
+        &a.tag("fresh").unwrap(),
+        &out.join("again.onnx"),
+        &overwrite,
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read(out.join("fresh.weights")).unwrap(),
+        std::fs::read(src.join("fresh.weights")).unwrap()
+    );
+    // The in-memory model stays whole (inline), and --external-data still writes
+    // PATH.data instead.
+    let (m, _, _) = onnx::export_model(&a.tag("fresh").unwrap()).unwrap();
+    assert!(
+        initializers(&m)
+            .iter()
+            .all(|t| t.raw_data.is_some() && t.external_data.is_empty())
+    );
+    let ext = ExportOptions {
+        external_data: true,
+        ..export_opts()
+    };
+    let e = onnx::export_model_file(&a.tag("fresh").unwrap(), &out.join("x.onnx"), &ext).unwrap();
+    assert_eq!(e.files[1].0, out.join("x.onnx.data"));
+}
+
+#[test]
+fn external_data_in_a_subdirectory_and_inline_initializers_mix() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("weights")).unwrap();
+    // Kernels in weights/k.bin, biases inline.
+    let inlined = external_inlined();
+    let mut m = inlined.clone();
+    let mut blob = Vec::new();
+    for t in &mut m.graph.as_mut().unwrap().initializer {
+        if !t.name().contains("kernel") {
+            continue;
+        }
+        let data = t.raw_data.take().unwrap();
+        let kv = |k: &str, v: String| pb::StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v),
+        };
+        t.external_data = vec![
+            kv("location", "weights/k.bin".into()),
+            kv("offset", blob.len().to_string()),
+            kv("length", data.len().to_string()),
+        ];
+        t.data_location = Some(1);
+        blob.extend_from_slice(&data);
+        blob.extend_from_slice(&[0; 3]); // a gap, as an aligning writer leaves
+    }
+    std::fs::write(src.join("weights/k.bin"), &blob).unwrap();
+    std::fs::write(src.join("m.onnx"), m.encode_to_vec()).unwrap();
+    let zip = dir.path().join("e.zip");
+    onnx::import_model_file(&zip, "t", &src.join("m.onnx"), &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let tag = a.tag("t").unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // Without the subdirectory: refused, nothing written.
+    let e = onnx::export_model_file(&tag, &out.join("m.onnx"), &export_opts()).unwrap_err();
+    assert!(e.to_string().contains("weights"), "{e}");
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none());
+    std::fs::create_dir(out.join("weights")).unwrap();
+    onnx::export_model_file(&tag, &out.join("m.onnx"), &export_opts()).unwrap();
+    // The last gap is not written (nothing after it); the rest byte for byte.
+    let got = std::fs::read(out.join("weights/k.bin")).unwrap();
+    assert_eq!(got[..], blob[..blob.len() - 3]);
+    assert_eq!(
+        std::fs::read(out.join("m.onnx")).unwrap(),
+        std::fs::read(src.join("m.onnx")).unwrap()
+    );
+}
+
+#[test]
+fn stored_external_locations_cannot_write_outside_the_output_directory() {
+    use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("e.zip");
+    onnx::import_model_file(&zip, "e", &fixture("external.onnx"), &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let tag = a.tag("e").unwrap();
+    let (_, fb) = tag.graph().unwrap().unwrap();
+    let good = Graph::from_flatbuffers(&fb).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let cases: [(&str, Box<dyn Fn(&mut Vec<(String, String)>, usize)>); 5] = [
+        (
+            "is not a relative file path",
+            Box::new(|e, _| e[0].1 = "../evil.bin".into()),
+        ),
+        (
+            "is not a relative file path",
+            Box::new(|e, _| e[0].1 = "/tmp/evil.bin".into()),
+        ),
+        (
+            "is not the parameter's",
+            Box::new(|e, _| e[2].1 = "4".into()),
+        ),
+        ("overflows", Box::new(|e, _| e[1].1 = u64::MAX.to_string())),
+        (
+            "overlap",
+            Box::new(|e, i| {
+                if i == 1 {
+                    e[1].1 = "7722".into()
+                }
+            }),
+        ),
+    ];
+    for (n, (why, edit)) in cases.iter().enumerate() {
+        let mut g = good.clone();
+        for (i, init) in g.onnx.as_mut().unwrap().initializers.iter_mut().enumerate() {
+            if i == 0 || *why == "overlap" {
+                edit(&mut init.external, i);
+            }
+        }
+        let bad = dir.path().join(format!("bad{n}.zip"));
+        let mut b =
+            TagBuilder::new("bad").graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap());
+        for p in tag.params() {
+            b = b.param(p.name.clone(), tag.tensor_owned(&p.location).unwrap());
+        }
+        let mut w = ArchiveWriter::create_with(
+            &bad,
+            &WriteOptions {
+                fsync: false,
+                ..WriteOptions::default()
+            },
+        )
+        .unwrap();
+        w.add_tag(b).unwrap();
+        w.finish().unwrap();
+        let ba = Archive::open(&bad).unwrap();
+        let e =
+            onnx::export_model_file(&ba.tag("bad").unwrap(), &out.join("m.onnx"), &export_opts())
+                .unwrap_err();
+        assert!(e.to_string().contains(why), "{why}: {e}");
+        assert!(
+            std::fs::read_dir(&out).unwrap().next().is_none(),
+            "{why}: something written"
+        );
+        if *why != "overlap" {
+            let v = ba.verify();
+            assert!(!v.is_ok(), "{why}: verify finds nothing");
+        }
+    }
+    assert!(!dir.path().join("evil.bin").exists());
+}
+
 #[test]
 fn a_fine_tuned_version_costs_only_its_changed_tensors() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,8 +17,10 @@ use std::path::PathBuf;
 ///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's
 ///           shards and index; a tag imported from safetensors comes out byte for byte
 ///   onnx    writes a .onnx ModelProto; a tag imported from ONNX comes out as the same
-///           message (external data inline, or with --external-data every initializer
-///           in PATH.data at 64-byte aligned offsets)
+///           message, external data included: the initializers that were in external
+///           files go back to the same file names beside PATH at the same offsets (a
+///           location in a subdirectory needs that directory); with --external-data
+///           every initializer goes to PATH.data instead, at 64-byte aligned offsets
 ///
 /// A tag of another origin is refused (a Paddle program is not a TensorFlow graph and
 /// vice versa). Files are written to temp files and renamed into place; existing files
@@ -50,7 +52,8 @@ pub struct Args {
     /// whichever is larger. Checked before anything is written (paddle, safetensors, onnx).
     #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
     max_output: Option<u64>,
-    /// onnx only: write the initializers to PATH.data beside the model.
+    /// onnx only: write every initializer to PATH.data beside the model (instead of
+    /// inline, or the external files a model imported with external data named).
     #[arg(long)]
     external_data: bool,
     #[command(flatten)]

@@ -151,6 +151,19 @@ fn onnx_from_fb(g: fbg::OnnxGraph<'_>) -> Result<OnnxGraph> {
                     .map(|i| OnnxInit {
                         param: i.param().map(str::to_string),
                         typed: i.typed(),
+                        external: i
+                            .external()
+                            .map(|v| {
+                                v.iter()
+                                    .map(|e| {
+                                        (
+                                            e.key().unwrap_or_default().to_string(),
+                                            e.value().unwrap_or_default().to_string(),
+                                        )
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
                     })
                     .collect()
             })
@@ -164,11 +177,26 @@ fn onnx_to_fb<'a>(fbb: &mut Fbb<'a>, g: &OnnxGraph) -> WIPOffset<fbg::OnnxGraph<
         .iter()
         .map(|i| {
             let param = i.param.as_ref().map(|p| fbb.create_string(p));
+            let external = if i.external.is_empty() {
+                None
+            } else {
+                let entries: Vec<_> = i
+                    .external
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = Some(fbb.create_string(k));
+                        let value = Some(fbb.create_string(v));
+                        fbg::OnnxEntry::create(fbb, &fbg::OnnxEntryArgs { key, value })
+                    })
+                    .collect();
+                Some(fbb.create_vector(&entries))
+            };
             fbg::OnnxInit::create(
                 fbb,
                 &fbg::OnnxInitArgs {
                     param,
                     typed: i.typed,
+                    external,
                 },
             )
         })

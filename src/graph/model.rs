@@ -46,6 +46,10 @@ pub struct OnnxInit {
     /// The values were in the dtype's typed field (`float_data`, `int32_data`, ...),
     /// not `raw_data`.
     pub typed: bool,
+    /// The values came from external data: its `external_data` entries (`location`,
+    /// `offset`, `length`, `checksum`) as (key, value) pairs, as they came; empty when
+    /// they were in the model. A plain export writes them back there.
+    pub external: Vec<(String, String)>,
 }
 
 /// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute

@@ -13,7 +13,8 @@
 //! outside its directory and ranges past the file's end.
 //!
 //! [`export_model`] rebuilds the ModelProto, equal to the imported one as a protobuf
-//! message (external data comes back inline in `raw_data`, or, with
+//! message but with external data inline in `raw_data`; [`export_model_file`] writes
+//! external data back to the files and offsets it came from (or, with
 //! [`ExportOptions::external_data`], every parameter in `PATH.data` at 64-byte aligned
 //! offsets). docs/ONNX.md has the mapping and what is refused.
 //!
@@ -434,7 +435,18 @@ pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGra
     for (i, t) in graph.initializer.iter_mut().enumerate() {
         let name = t.name.clone().unwrap_or_default();
         let place = |e: Error| gerr(format!("initializer {i} ({name:?}): {e}"));
+        let mut external = Vec::new();
         if t.data_location == Some(DATA_LOCATION_EXTERNAL) {
+            external = t
+                .external_data
+                .iter()
+                .map(|kv| {
+                    (
+                        kv.key.clone().unwrap_or_default(),
+                        kv.value.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
             let dir = dir.ok_or_else(|| {
                 place(invalid(
                     "its data is in an external file, and no model directory is known",
@@ -449,6 +461,7 @@ pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGra
                 inits.push(OnnxInit {
                     param: Some(name.clone()),
                     typed,
+                    external,
                 });
                 params.push(Lifted {
                     name,
@@ -622,7 +635,8 @@ pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
     }
 }
 
-/// The ModelProto of a tag imported from ONNX (values in the form they came in), with
+/// The ModelProto of a tag imported from ONNX (values in the form they came in, external
+/// data inline in `raw_data`), with
 /// the parameters used and the ones the model does not refer to.
 pub fn export_model(tag: &Tag<'_>) -> Result<(pb::ModelProto, Vec<String>, Vec<String>)> {
     let g = onnx_graph(tag)?;
@@ -650,11 +664,21 @@ fn used_params(tag: &Tag<'_>, g: &OnnxGraph) -> (Vec<String>, Vec<String>) {
 }
 
 /// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
-/// and every parameter it refers to exists with the declared dtype and dims. Reads the
-/// parameters in place (no copies).
+/// every parameter it refers to exists with the declared dtype and dims, and the kept
+/// external data entries name a plain relative location with the parameter's length.
+/// Reads the parameters in place (no copies).
 pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
     let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
-    join_model(g, |p| tag.param(p), Some(&mut nothing)).map(|_| ())
+    join_model(g, |p| tag.param(p), Some(&mut nothing))?;
+    // Where a plain export would write the initializers imported from external data.
+    for (i, init) in g.initializers.iter().enumerate() {
+        let (Some(p), false) = (&init.param, init.external.is_empty()) else {
+            continue;
+        };
+        let len = tag.param(p)?.view().data().len() as u64;
+        external_slot(init, len).map_err(|e| gerr(format!("initializer {i} ({p:?}): {e}")))?;
+    }
+    Ok(())
 }
 
 /// The external data file of a model written to `out`: `out` + `.data`.
@@ -664,9 +688,151 @@ pub fn external_data_path(out: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The file an external-data `location` names for an export beside `dir`: a relative
+/// path of plain components whose directory exists inside `dir` (symbolic links
+/// resolved), so a stored model cannot make an export write elsewhere.
+fn export_location(dir: &Path, location: &str) -> Result<PathBuf> {
+    let rel = plain_location(location)?;
+    let base = dir
+        .canonicalize()
+        .map_err(|e| Error::from(e).in_file(dir))?;
+    let parent = base.join(rel.parent().unwrap_or(Path::new("")));
+    let real = parent
+        .canonicalize()
+        .map_err(|e| Error::from(e).in_file(&parent))?;
+    if !real.starts_with(&base) {
+        return Err(invalid(format!(
+            "external data location {location:?} resolves to {}, outside the output \
+             directory {}",
+            real.display(),
+            base.display()
+        )));
+    }
+    Ok(dir.join(rel))
+}
+
+/// `location` as a relative file path of plain components (no root, no `..`).
+fn plain_location(location: &str) -> Result<&Path> {
+    let rel = Path::new(location);
+    let plain = rel
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if !plain || location.is_empty() || rel.file_name().is_none() {
+        return Err(invalid(format!(
+            "external data location {location:?} is not a relative file path inside the \
+             model's directory"
+        )));
+    }
+    Ok(rel)
+}
+
+/// The location and offset a parameter of `len` bytes imported from external data goes
+/// back to, from its initializer's stored entries: a plain relative location, numbers
+/// where numbers belong, the length (when given) the parameter's, an end that fits.
+fn external_slot(init: &OnnxInit, len: u64) -> Result<(&str, u64)> {
+    let get = |k: &str| {
+        init.external
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let number = |k: &str| -> Result<Option<u64>> {
+        get(k)
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    invalid(format!(
+                        "external data {k} {v:?} is not a non-negative integer"
+                    ))
+                })
+            })
+            .transpose()
+    };
+    let location = get("location").ok_or_else(|| invalid("external data without a location"))?;
+    plain_location(location)?;
+    let offset = number("offset")?.unwrap_or(0);
+    if let Some(l) = number("length")? {
+        if l != len {
+            return Err(invalid(format!(
+                "external data length {l} is not the parameter's {len} bytes"
+            )));
+        }
+    }
+    offset
+        .checked_add(len)
+        .ok_or_else(|| invalid(format!("external data offset {offset} overflows")))?;
+    Ok((location, offset))
+}
+
+/// Where one parameter goes back in an external data file.
+struct Slot {
+    offset: u64,
+    len: u64,
+    param: String,
+}
+
+/// The external data files of a plain export of a model imported with external data:
+/// each file (as [`export_location`] resolves it) with its parameters by offset, and
+/// its size. Ranges that overlap are refused unless they are the same parameter bytes
+/// at the same place (one tensor named twice).
+type Layout = Vec<(PathBuf, Vec<Slot>, u64)>;
+
+fn imported_layout(tag: &Tag<'_>, g: &OnnxGraph, dir: &Path) -> Result<Layout> {
+    let mut files: Vec<(String, PathBuf, Vec<Slot>)> = Vec::new();
+    for (i, init) in g.initializers.iter().enumerate() {
+        let (Some(p), false) = (&init.param, init.external.is_empty()) else {
+            continue;
+        };
+        let here = |e: Error| gerr(format!("initializer {i} ({p:?}): {e}"));
+        let len = tag.param(p).map_err(here)?.view().data().len() as u64;
+        let (location, offset) = external_slot(init, len).map_err(here)?;
+        let slot = Slot {
+            offset,
+            len,
+            param: p.clone(),
+        };
+        match files.iter_mut().find(|f| f.0 == location) {
+            Some(f) => f.2.push(slot),
+            None => {
+                let path = export_location(dir, location).map_err(here)?;
+                files.push((location.to_string(), path, vec![slot]));
+            }
+        }
+    }
+    let mut layout: Layout = Vec::new();
+    for (location, path, mut slots) in files {
+        if layout.iter().any(|f| f.0 == path) {
+            return Err(invalid(format!(
+                "two external data locations name the same file {location:?}"
+            )));
+        }
+        slots.sort_by_key(|s| (s.offset, s.len));
+        for w in slots.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if b.offset < a.offset + a.len {
+                let same = a.offset == b.offset
+                    && a.len == b.len
+                    && tag.param(&a.param)?.view().data() == tag.param(&b.param)?.view().data();
+                if !same {
+                    return Err(invalid(format!(
+                        "the external data of {:?} and {:?} overlap in {location:?}; \
+                         export with --external-data instead",
+                        a.param, b.param
+                    )));
+                }
+            }
+        }
+        let size = slots.iter().map(|s| s.offset + s.len).max().unwrap_or(0);
+        layout.push((path, slots, size));
+    }
+    Ok(layout)
+}
+
 /// Writes a tag imported from ONNX as a `.onnx` file, through a temp file renamed into
 /// place. With `opts.external_data`, every parameter goes to `out.data` beside it
-/// (64-byte aligned offsets) and the model refers to it.
+/// (64-byte aligned offsets) and the model refers to it. Without it, initializers that
+/// were imported from external data go back to the files they came from (the same
+/// `location`, relative to `out`, at the same offsets, with the same entries), and the
+/// others inline.
 pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
     let dir = crate::archive::parent_dir(out);
     if !dir.is_dir() {
@@ -675,12 +841,36 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         ))
         .in_file(&dir));
     }
+    let g = onnx_graph(tag)?;
+    let name = tag.name().to_string();
+    let in_fb = |e: Error| e.in_entry(format!("{name}/graph.fb"));
     let data_path = external_data_path(out);
-    let targets: Vec<&Path> = if opts.external_data {
-        vec![out, &data_path]
+    let layout = if opts.external_data {
+        Vec::new()
     } else {
-        vec![out]
+        imported_layout(tag, &g, &dir).map_err(in_fb)?
     };
+    let mut targets: Vec<&Path> = vec![out];
+    if opts.external_data {
+        targets.push(&data_path);
+    }
+    let real = |p: &Path| {
+        crate::archive::parent_dir(p)
+            .canonicalize()
+            .ok()
+            .zip(p.file_name())
+            .map(|(d, f)| d.join(f))
+    };
+    let out_real = real(out);
+    for (path, _, _) in &layout {
+        if out_real.is_some() && out_real == real(path) {
+            return Err(Error::new(ErrorKind::InvalidInput(
+                "the model's external data location names the output file itself".into(),
+            ))
+            .in_file(out));
+        }
+        targets.push(path);
+    }
     if !opts.overwrite {
         for t in &targets {
             if t.exists() {
@@ -691,19 +881,21 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
             }
         }
     }
-    let g = onnx_graph(tag)?;
-    let name = tag.name().to_string();
-    let in_fb = |e: Error| e.in_entry(format!("{name}/graph.fb"));
     // What would be written (and held in memory), before anything is: a graph.fb may
-    // name one parameter from many initializers.
+    // name one parameter from many initializers, and external data offsets may leave
+    // gaps.
     let mut total = g.model.len() as u64;
     for p in g.initializers.iter().filter_map(|i| i.param.as_ref()) {
         let data = tag.param(p).map_err(in_fb)?;
         total = total.saturating_add(data.view().data().len() as u64 + EXTERNAL_ALIGN);
     }
+    for (_, _, size) in &layout {
+        total = total.saturating_add(*size);
+    }
     check_output_size(tag, opts, "ONNX export size", total)?;
     let mut files = Vec::new();
-    let (model, data_temp) = if opts.external_data {
+    let mut data_temps = Vec::new();
+    let model = if opts.external_data {
         let location = data_path
             .file_name()
             .and_then(|n| n.to_str())
@@ -743,9 +935,59 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
             }
             Ok(())
         })?;
-        (m, Some(temp))
+        data_temps.push((temp, data_path.clone()));
+        m
+    } else if !layout.is_empty() {
+        // The initializers with external data get their entries back as they came; the
+        // others go inline in the form they came in.
+        let mut forms = g
+            .initializers
+            .iter()
+            .filter(|i| i.param.is_some())
+            .map(|i| (i.typed, &i.external));
+        let mut put = |t: &mut pb::TensorProto, data: &[u8]| -> Result<()> {
+            let (typed, external) = forms
+                .next()
+                .ok_or_else(|| gerr("more parameters than initializers"))?;
+            if !external.is_empty() {
+                t.external_data = external
+                    .iter()
+                    .map(|(k, v)| pb::StringStringEntryProto {
+                        key: Some(k.clone()),
+                        value: Some(v.clone()),
+                    })
+                    .collect();
+                t.data_location = Some(DATA_LOCATION_EXTERNAL);
+                t.raw_data = None;
+            } else if typed {
+                let d = dtype_from_onnx(t.data_type.unwrap_or(0))
+                    .ok_or_else(|| gerr("a parameter's initializer has no modelzip dtype"))?;
+                bytes_to_typed(t, d, data)?;
+            } else {
+                t.raw_data = Some(data.to_vec());
+            }
+            Ok(())
+        };
+        let m = join_model(&g, |p| tag.param(p), Some(&mut put)).map_err(in_fb)?;
+        for (path, slots, _) in &layout {
+            let temp = write_temp(path, opts.fsync, |w| {
+                let mut at = 0u64;
+                for s in slots {
+                    if s.offset < at {
+                        continue; // the same bytes as the slot before (checked)
+                    }
+                    let data = tag.param(&s.param).map_err(std::io::Error::other)?;
+                    std::io::copy(&mut std::io::repeat(0).take(s.offset - at), w)?;
+                    w.write_all(data.view().data())?;
+                    at = s.offset + s.len;
+                }
+                Ok(())
+            })?;
+            data_temps.push((temp, path.clone()));
+        }
+        m
     } else {
-        (join_model(&g, |p| tag.param(p), None).map_err(in_fb)?, None)
+        join_model(&g, |p| tag.param(p), None).map_err(in_fb)?
     };
     let bytes = model.encode_to_vec();
     if bytes.len() as u64 > MAX_MODEL_BYTES {
@@ -755,36 +997,64 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         )));
     }
     let temp = write_temp(out, opts.fsync, |w| w.write_all(&bytes))?;
-    if let Some(d) = data_temp {
-        let len = super::file_len(d.path(), &data_path)?;
-        persist(d, &data_path, opts.overwrite)?;
-        files.push((data_path.clone(), len));
+    let mut persisted: Vec<PathBuf> = Vec::new();
+    let undo = |persisted: &[PathBuf]| {
+        for p in persisted {
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    for (d, path) in data_temps {
+        let len = super::file_len(d.path(), &path)?;
+        if let Err(e) = persist(d, &path, opts.overwrite) {
+            undo(&persisted);
+            return Err(e);
+        }
+        persisted.push(path.clone());
+        files.push((path, len));
     }
     let len = super::file_len(temp.path(), out)?;
     if let Err(e) = persist(temp, out, opts.overwrite) {
-        if opts.external_data {
-            let _ = std::fs::remove_file(&data_path);
-        }
+        undo(&persisted);
         return Err(e);
     }
     files.insert(0, (out.to_path_buf(), len));
     if opts.fsync {
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::from(e).in_file(&dir))?;
+        let mut dirs: Vec<PathBuf> = vec![dir.clone()];
+        for (path, _, _) in &layout {
+            let d = crate::archive::parent_dir(path);
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+        for d in dirs {
+            std::fs::File::open(&d)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::from(e).in_file(&d))?;
+        }
     }
     let (params, unused) = used_params(tag, &g);
+    let notes = if opts.external_data {
+        vec!["initializers in external data".to_string()]
+    } else if !layout.is_empty() {
+        let names: Vec<String> = layout
+            .iter()
+            .filter_map(|(p, _, _)| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        vec![format!(
+            "initializers imported from external data written back to {}",
+            names.join(", ")
+        )]
+    } else {
+        Vec::new()
+    };
     Ok(Exported {
         tag: tag.name().to_string(),
         format: "onnx",
         files,
         params,
         unused,
-        notes: if opts.external_data {
-            vec!["initializers in external data".to_string()]
-        } else {
-            Vec::new()
-        },
+        notes,
     })
 }
 

@@ -4,8 +4,8 @@ tests/fixtures/onnx/ (manifest.json lists the runnable ones):
 
 1. `modelzip import` NAME.onnx as tag NAME (external.onnx reads external.bin);
 2. `modelzip verify` the archive;
-3. `modelzip export` each tag as NAME.onnx, and with --external-data as NAME-ext.onnx
-   + NAME-ext.onnx.data;
+3. `modelzip export` each tag as NAME.onnx (external.onnx writes external.bin back
+   beside it), and with --external-data as NAME-ext.onnx + NAME-ext.onnx.data;
 4. both exports load (onnx.load, external data included) to a ModelProto equal to the
    original loaded the same way, and pass onnx.checker;
 5. ONNX Runtime runs both exports of the runnable models on the fixture's feeds and
@@ -230,6 +230,11 @@ def int8_checks(archive, d):
     return ok, lines
 
 
+def commit():
+    r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h (%s)"], capture_output=True, text=True)
+    return r.stdout.strip() or "an unknown commit"
+
+
 def main():
     manifest = json.load(open(os.path.join(FIX, "manifest.json")))
     lines, ok = [], True
@@ -256,6 +261,20 @@ def main():
                     what = "message equal"
                 ok &= equal
                 note = "%s: %s" % (os.path.basename(out), what if equal else "DIFFERS")
+                if name == "external" and not suffix:
+                    # A plain export writes the external data back where it came from:
+                    # external.bin beside the model, equal at every byte an initializer
+                    # refers to (the fixture's first 7720 bytes are left over from an
+                    # earlier save; no initializer refers to them).
+                    raw = onnx.load(out, load_external_data=False)
+                    first = min(int(kv.value) for t in raw.graph.initializer
+                                for kv in t.external_data if kv.key == "offset")
+                    got_bin = open(os.path.join(d, "external.bin"), "rb").read()
+                    want_bin = open(os.path.join(FIX, "external.bin"), "rb").read()
+                    back = len(got_bin) == len(want_bin) and got_bin[first:] == want_bin[first:]
+                    ok &= back and open(out, "rb").read() == open(os.path.join(FIX, name + ".onnx"), "rb").read()
+                    note += ", model byte for byte, external.bin %s from byte %d" % (
+                        "equal" if back else "DIFFERS", first)
                 if suffix:
                     offs = [int(kv.value) for t in onnx.load(out, load_external_data=False).graph.initializer
                             for kv in t.external_data if kv.key == "offset"]
@@ -288,7 +307,7 @@ def main():
     print(text)
     if "--record" in sys.argv:
         head = ("# Last run of tests/onnx/run_exported.py\n\nonnx %s, onnxruntime %s (from PyPI), "
-                "modelzip debug build of branch onnx.\n\n" % (onnx.__version__, ort.__version__))
+                "modelzip debug build at %s.\n\n" % (onnx.__version__, ort.__version__, commit()))
         open(os.path.join(HERE, "last_run.md"), "w").write(head + text)
     return 0 if ok else 1
 

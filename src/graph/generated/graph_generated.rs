@@ -3223,6 +3223,7 @@ impl<'a> ::flatbuffers::Follow<'a> for OnnxInit<'a> {
 impl<'a> OnnxInit<'a> {
   pub const VT_PARAM: ::flatbuffers::VOffsetT = 4;
   pub const VT_TYPED: ::flatbuffers::VOffsetT = 6;
+  pub const VT_EXTERNAL: ::flatbuffers::VOffsetT = 8;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3234,6 +3235,7 @@ impl<'a> OnnxInit<'a> {
     args: &'args OnnxInitArgs<'args>
   ) -> ::flatbuffers::WIPOffset<OnnxInit<'bldr>> {
     let mut builder = OnnxInitBuilder::new(_fbb);
+    if let Some(x) = args.external { builder.add_external(x); }
     if let Some(x) = args.param { builder.add_param(x); }
     builder.add_typed(args.typed);
     builder.finish()
@@ -3254,6 +3256,13 @@ impl<'a> OnnxInit<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(OnnxInit::VT_TYPED, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn external(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OnnxEntry<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OnnxEntry>>>>(OnnxInit::VT_EXTERNAL, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for OnnxInit<'_> {
@@ -3264,6 +3273,7 @@ impl ::flatbuffers::Verifiable for OnnxInit<'_> {
     v.visit_table(pos)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("param", Self::VT_PARAM, false)?
      .visit_field::<bool>("typed", Self::VT_TYPED, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OnnxEntry>>>>("external", Self::VT_EXTERNAL, false)?
      .finish();
     Ok(())
   }
@@ -3271,6 +3281,7 @@ impl ::flatbuffers::Verifiable for OnnxInit<'_> {
 pub struct OnnxInitArgs<'a> {
     pub param: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub typed: bool,
+    pub external: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OnnxEntry<'a>>>>>,
 }
 impl<'a> Default for OnnxInitArgs<'a> {
   #[inline]
@@ -3278,6 +3289,7 @@ impl<'a> Default for OnnxInitArgs<'a> {
     OnnxInitArgs {
       param: None,
       typed: false,
+      external: None,
     }
   }
 }
@@ -3294,6 +3306,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OnnxInitBuilder<'a, 'b, A> {
   #[inline]
   pub fn add_typed(&mut self, typed: bool) {
     self.fbb_.push_slot::<bool>(OnnxInit::VT_TYPED, typed, false);
+  }
+  #[inline]
+  pub fn add_external(&mut self, external: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<OnnxEntry<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(OnnxInit::VT_EXTERNAL, external);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OnnxInitBuilder<'a, 'b, A> {
@@ -3315,6 +3331,120 @@ impl ::core::fmt::Debug for OnnxInit<'_> {
     let mut ds = f.debug_struct("OnnxInit");
       ds.field("param", &self.param());
       ds.field("typed", &self.typed());
+      ds.field("external", &self.external());
+      ds.finish()
+  }
+}
+pub enum OnnxEntryOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct OnnxEntry<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for OnnxEntry<'a> {
+  type Inner = OnnxEntry<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> OnnxEntry<'a> {
+  pub const VT_KEY: ::flatbuffers::VOffsetT = 4;
+  pub const VT_VALUE: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    OnnxEntry { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args OnnxEntryArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<OnnxEntry<'bldr>> {
+    let mut builder = OnnxEntryBuilder::new(_fbb);
+    if let Some(x) = args.value { builder.add_value(x); }
+    if let Some(x) = args.key { builder.add_key(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn key(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(OnnxEntry::VT_KEY, None)}
+  }
+  #[inline]
+  pub fn value(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(OnnxEntry::VT_VALUE, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for OnnxEntry<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("key", Self::VT_KEY, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("value", Self::VT_VALUE, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct OnnxEntryArgs<'a> {
+    pub key: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub value: Option<::flatbuffers::WIPOffset<&'a str>>,
+}
+impl<'a> Default for OnnxEntryArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    OnnxEntryArgs {
+      key: None,
+      value: None,
+    }
+  }
+}
+
+pub struct OnnxEntryBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OnnxEntryBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_key(&mut self, key: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(OnnxEntry::VT_KEY, key);
+  }
+  #[inline]
+  pub fn add_value(&mut self, value: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(OnnxEntry::VT_VALUE, value);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OnnxEntryBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    OnnxEntryBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<OnnxEntry<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for OnnxEntry<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("OnnxEntry");
+      ds.field("key", &self.key());
+      ds.field("value", &self.value());
       ds.finish()
   }
 }
