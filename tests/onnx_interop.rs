@@ -468,7 +468,8 @@ fn stored_external_locations_cannot_write_outside_the_output_directory() {
     let good = Graph::from_flatbuffers(&fb).unwrap();
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    let cases: [(&str, Box<dyn Fn(&mut Vec<(String, String)>, usize)>); 5] = [
+    type Edit = Box<dyn Fn(&mut Vec<(String, String)>, usize)>;
+    let cases: [(&str, Edit); 5] = [
         (
             "is not a relative file path",
             Box::new(|e, _| e[0].1 = "../evil.bin".into()),

@@ -750,12 +750,12 @@ fn external_slot(init: &OnnxInit, len: u64) -> Result<(&str, u64)> {
     let location = get("location").ok_or_else(|| invalid("external data without a location"))?;
     plain_location(location)?;
     let offset = number("offset")?.unwrap_or(0);
-    if let Some(l) = number("length")? {
-        if l != len {
-            return Err(invalid(format!(
-                "external data length {l} is not the parameter's {len} bytes"
-            )));
-        }
+    if let Some(l) = number("length")?
+        && l != len
+    {
+        return Err(invalid(format!(
+            "external data length {l} is not the parameter's {len} bytes"
+        )));
     }
     offset
         .checked_add(len)
