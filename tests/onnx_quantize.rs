@@ -437,6 +437,13 @@ fn nothing_to_quantize_is_refused() {
         e.contains("nothing to quantize") && e.contains("graph inputs"),
         "{e}"
     );
+    // A weight whose name a second initializer (kept whole in the model) shares.
+    let mut m = small(17, "Relu");
+    let mut twin = weight("w", &[4, 3]);
+    twin.doc_string = Some("the second w".into());
+    m.graph.as_mut().unwrap().initializer.push(twin);
+    let e = refused(&m, true);
+    assert!(e.contains("nothing to quantize"), "{e}");
     // A weight no MatMul / Gemm / Conv reads.
     let mut m = small(17, "Relu");
     let g = m.graph.as_mut().unwrap();

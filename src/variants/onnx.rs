@@ -96,6 +96,21 @@ pub(super) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
         .flat_map(|t| &t.update_binding)
         .filter_map(|kv| kv.key.as_deref())
         .collect();
+    // A name two initializers share (the second kept whole in the model) cannot become
+    // a node output: such weights stay as they are.
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    let sparse = graph
+        .sparse_initializer
+        .iter()
+        .filter_map(|s| s.values.as_ref().and_then(|v| v.name.as_deref()));
+    for n in graph
+        .initializer
+        .iter()
+        .filter_map(|t| t.name.as_deref())
+        .chain(sparse)
+    {
+        *count.entry(n).or_default() += 1;
+    }
     // Initializer name -> (parameter, rank), for those that can be quantized at all.
     let mut candidates: HashMap<&str, (&str, usize)> = HashMap::new();
     for (t, init) in graph.initializer.iter().zip(&g.initializers) {
@@ -103,7 +118,9 @@ pub(super) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
             continue;
         };
         let fp32 = t.data_type == Some(pb::tensor_proto::DataType::Float as i32);
-        if fp32 && t.dims.len() >= 2 && !inputs.contains(name) && !trained.contains(name) {
+        let unique = count.get(name) == Some(&1);
+        if fp32 && unique && t.dims.len() >= 2 && !inputs.contains(name) && !trained.contains(name)
+        {
             candidates.insert(name, (param, t.dims.len()));
         }
     }
