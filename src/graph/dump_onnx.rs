@@ -66,7 +66,8 @@ pub fn text(g: &OnnxGraph) -> String {
 }
 
 /// The model as JSON: versions, opsets, inputs, outputs, nodes (op, name, inputs,
-/// outputs, attribute names) and initializers (name, parameter, form).
+/// outputs, attribute names) and initializers (name, parameter, form, the external
+/// data entries they were imported from).
 pub fn json(g: &OnnxGraph) -> Value {
     let Some(m) = decode(g) else {
         return json!({"error": "the stored ModelProto does not decode"});
@@ -87,6 +88,13 @@ pub fn json(g: &OnnxGraph) -> Value {
                     (Some(_), true) => "typed field",
                     (Some(_), false) => "raw_data",
                 },
+                // Where the values were imported from (and a plain export writes them).
+                "external": (!i.external.is_empty()).then(|| {
+                    i.external
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                        .collect::<serde_json::Map<String, Value>>()
+                }),
             })
         })
         .collect();

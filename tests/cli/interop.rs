@@ -547,3 +547,74 @@ fn safetensors_files_shards_and_directories_go_in_and_come_out_byte_for_byte() {
     );
     assert!(msg.contains("has no graph"), "{msg}");
 }
+
+#[test]
+fn onnx_int8_variant_and_external_data_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    modelzip()
+        .arg("import")
+        .arg(&zip)
+        .args(["--tag", "fp32", "-q"])
+        .arg(fixture("onnx/external.onnx"))
+        .assert()
+        .success();
+    // graph --format json names where each initializer's values came from.
+    let g = json_of(
+        modelzip()
+            .arg("graph")
+            .arg(&zip)
+            .args(["--tag", "fp32", "--format", "json"]),
+    );
+    let init = &g["graph"]["onnx"]["initializers"][0];
+    assert_eq!(init["external"]["location"], "external.bin", "{init}");
+    let q = json_of(modelzip().arg("quantize").arg(&zip).args([
+        "--from",
+        "fp32",
+        "--tag",
+        "int8",
+        "--per-channel",
+        "--json",
+    ]));
+    assert_eq!(q["changed"], 3, "{q}");
+    let head = q["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "head.weight")
+        .unwrap();
+    assert_eq!(head["axis"], 1, "Gemm without transB: [K, N]");
+    // The plain export of the FP32 tag writes external.bin beside it; the INT8 tag's
+    // model is inline, with a DequantizeLinear node per weight.
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    modelzip()
+        .arg("export")
+        .arg(&zip)
+        .args(["--tag", "fp32", "-q", "--out"])
+        .arg(out.join("fp32.onnx"))
+        .assert()
+        .success();
+    assert!(out.join("external.bin").is_file());
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "int8", "--json", "--out"])
+            .arg(out.join("int8.onnx")),
+    );
+    assert_eq!(e["files"].as_array().unwrap().len(), 1, "{e}");
+    let text = modelzip()
+        .arg("graph")
+        .arg(&zip)
+        .args(["--tag", "int8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("DequantizeLinear(head.weight_quantized, head.weight_scale) -> head.weight"),
+        "{text}"
+    );
+    let help = modelzip().args(["quantize", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("DequantizeLinear"));
+}
