@@ -46,6 +46,7 @@ mod reader;
 mod regraph;
 mod session;
 mod shared_str;
+mod summary;
 mod tag;
 
 // Used by the `remote` feature only.
@@ -73,6 +74,7 @@ pub use reader::{
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 pub use session::WriteOptions;
 pub use shared_str::SharedStr;
+pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};
 pub use tag::{MAX_METADATA_BYTES, Tag};
 pub use tag_name::{TagName, validate_tag_name};
 pub use text::ParamRef;

@@ -30,7 +30,7 @@ impl VerifyReport {
         self.problems.is_empty()
     }
 
-    fn push(&mut self, entry: Option<&str>, message: impl Into<String>) {
+    pub(crate) fn push(&mut self, entry: Option<&str>, message: impl Into<String>) {
         self.problems.push(VerifyFinding {
             entry: entry.map(str::to_string),
             message: message.into(),
@@ -44,7 +44,7 @@ impl Archive {
     /// required fields, graph.fb through the FlatBuffers verifier; a TensorFlow graph's
     /// constants refer to parameters of the tag with their dtype and dims), metadata.json,
     /// sha256sums.txt manifests, files under unlisted tag directories and listed tags with
-    /// no files.
+    /// no files, and that a current summary (`_summary.txt`) says what the tables say.
     pub fn verify(&self) -> VerifyReport {
         self.verify_inner(None)
     }
@@ -112,6 +112,7 @@ impl Archive {
             self.verify_tag(t, &mut r);
             ticker.tick();
         }
+        self.verify_summary(&mut r);
         r
     }
 

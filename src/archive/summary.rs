@@ -1,0 +1,724 @@
+//! The archive summary (`_summary.txt`, format 1.2): per tag, what `modelzip tags` lists,
+//! written by every commit as the last entry before the central directory, with a
+//! fingerprint of that directory so a reader can tell cheaply whether it is current.
+//! A listing then needs only the archive's tail (one or two requests for a remote one);
+//! a stale, absent or malformed summary is ignored and the tables are read instead.
+
+use super::container::ZipEntry;
+use super::hashing::hex_digest;
+use super::reader::{Archive, TensorLocation};
+use super::tag::{MAX_METADATA_BYTES, SHARED_TXT};
+use super::verify::VerifyReport;
+use super::text;
+use crate::error::Result;
+use crate::graph::GraphFormat;
+use crate::tensor::DType;
+use sha2::Digest;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Name of the summary entry. It starts with `_`, which no tag name can, so it never
+/// collides with a tag's directory.
+pub const SUMMARY_TXT: &str = "_summary.txt";
+
+/// The largest summary a reader reads (about 200 bytes a tag: 80,000 tags).
+pub const MAX_SUMMARY_BYTES: u64 = 16 << 20;
+
+/// First word and version of the summary's first line.
+const MAGIC: &str = "modelzip-summary";
+const VERSION: u32 = 1;
+
+/// What `modelzip tags` lists of one tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagSummary {
+    /// The tag's name, spelled as in tags.txt.
+    pub name: String,
+    /// Parameters (lines of params.txt).
+    pub params: u64,
+    /// Updater state arrays (refs in updater.txt).
+    pub updater_arrays: u64,
+    /// Stored bytes of every entry under the tag's directory.
+    pub own_bytes: u64,
+    /// Stored bytes of the files the tag uses from other tags (tensors, shared graph or
+    /// training config), each file counted once.
+    pub shared_bytes: u64,
+    /// The graph's encoding (own or shared), if the tag has a graph.
+    pub graph: Option<GraphFormat>,
+    /// The element types of the tag's tensors (parameters and updater state), sorted.
+    pub dtypes: Vec<DType>,
+    /// metadata.json's `"created"`, when it is a string.
+    pub created: Option<String>,
+}
+
+/// Whether an archive's summary can be used, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SummaryStatus {
+    /// Present and describing exactly this central directory.
+    Current,
+    /// No `_summary.txt` (written by a modelzip before format 1.2, or another tool).
+    Absent,
+    /// Present but written for another central directory (the archive was changed by a
+    /// tool that does not maintain it) or in a newer summary version: ignored.
+    Stale(String),
+    /// Present, current, but malformed or implausible: ignored (and a `verify` finding).
+    Invalid(String),
+}
+
+impl std::fmt::Display for SummaryStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SummaryStatus::Current => f.write_str("current"),
+            SummaryStatus::Absent => f.write_str("absent"),
+            SummaryStatus::Stale(why) => write!(f, "stale: {why}"),
+            SummaryStatus::Invalid(why) => write!(f, "invalid: {why}"),
+        }
+    }
+}
+
+/// One tag's line of the summary: [`TagSummary`] without `own_bytes`, which the central
+/// directory gives exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub name: String,
+    pub params: u64,
+    pub updater_arrays: u64,
+    pub shared_bytes: u64,
+    pub graph: Option<GraphFormat>,
+    pub dtypes: Vec<DType>,
+    pub created: Option<String>,
+}
+
+impl Record {
+    fn of(s: &TagSummary) -> Record {
+        Record {
+            name: s.name.clone(),
+            params: s.params,
+            updater_arrays: s.updater_arrays,
+            shared_bytes: s.shared_bytes,
+            graph: s.graph,
+            dtypes: s.dtypes.clone(),
+            created: s.created.clone(),
+        }
+    }
+
+    fn with_own(self, own_bytes: u64) -> TagSummary {
+        TagSummary {
+            name: self.name,
+            params: self.params,
+            updater_arrays: self.updater_arrays,
+            own_bytes,
+            shared_bytes: self.shared_bytes,
+            graph: self.graph,
+            dtypes: self.dtypes,
+            created: self.created,
+        }
+    }
+}
+
+/// Count and SHA-256 of the central-directory records of `entries` other than the
+/// summary (name, method, CRC-32, stored and uncompressed size; not offsets), in order.
+pub(crate) fn fingerprint<'e>(entries: impl Iterator<Item = &'e ZipEntry>) -> (u64, [u8; 32]) {
+    let mut h = sha2::Sha256::new();
+    let mut n = 0u64;
+    for e in entries.filter(|e| e.name != SUMMARY_TXT) {
+        n += 1;
+        h.update((e.name.len() as u64).to_le_bytes());
+        h.update(e.name.as_bytes());
+        h.update(e.method.to_le_bytes());
+        h.update(e.crc32.to_le_bytes());
+        h.update(e.compressed_size.to_le_bytes());
+        h.update(e.uncompressed_size.to_le_bytes());
+    }
+    (n, h.finalize().into())
+}
+
+fn graph_word(g: Option<GraphFormat>) -> &'static str {
+    match g {
+        Some(GraphFormat::FlatBuffers) => "flatbuffers",
+        Some(GraphFormat::ProgramDesc) => "programdesc",
+        None => "-",
+    }
+}
+
+/// The summary's bytes for `records` (in tags.txt order) of a directory with this
+/// fingerprint.
+pub(crate) fn render(count: u64, fp: &[u8; 32], records: &[Record]) -> String {
+    let mut out = format!(
+        "{MAGIC} {VERSION} {count} {}\n",
+        hex_digest(fp)
+    );
+    for r in records {
+        let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
+        let created = match r.created.as_deref() {
+            None => "-".to_string(),
+            Some("-") => "%2D".to_string(),
+            Some(c) => text::escape_name(c),
+        };
+        out.push_str(&format!(
+            "{} {} {} {} {} {} {}\n",
+            r.name,
+            r.params,
+            r.updater_arrays,
+            r.shared_bytes,
+            graph_word(r.graph),
+            if dtypes.is_empty() {
+                "-".to_string()
+            } else {
+                dtypes.join(",")
+            },
+            created
+        ));
+    }
+    out
+}
+
+/// Why a summary cannot be used: `Ok(stale reason)` when it is to be ignored quietly,
+/// `Err(reason)` when it is malformed.
+type Refusal = std::result::Result<String, String>;
+
+/// Parses the first line; checks it against the directory.
+fn check_header(first: &str, a: &Archive) -> std::result::Result<(), Refusal> {
+    let mut f = first.split(' ');
+    if f.next() != Some(MAGIC) {
+        return Err(Err(format!("line 1 does not start with {MAGIC:?}")));
+    }
+    let version = f
+        .next()
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| Err("line 1: the version is not a number".to_string()))?;
+    if version != VERSION {
+        return Err(Ok(format!(
+            "summary version {version}, which this reader does not know (it reads {VERSION})"
+        )));
+    }
+    let count = f
+        .next()
+        .and_then(|v| text::parse_index(v).ok())
+        .ok_or_else(|| Err("line 1: the entry count is not a decimal number".to_string()))?;
+    let fp = f
+        .next()
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .ok_or_else(|| Err("line 1: the fingerprint is not 64 lowercase hex digits".to_string()))?;
+    if f.next().is_some() {
+        return Err(Err("line 1 has more than 4 fields".to_string()));
+    }
+    let (n, actual) = fingerprint(a.directory().entries.iter());
+    if n != count {
+        return Err(Ok(format!(
+            "it describes a central directory of {count} other entries; the archive has {n}"
+        )));
+    }
+    if hex_digest(&actual) != fp {
+        return Err(Ok(
+            "it describes another central directory (the fingerprint differs): the archive \
+             was changed by a tool that does not maintain it"
+                .to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses one record line, checking each number against what the entries it counts
+/// could hold (a summary that claims more is refused, whatever its fingerprint).
+fn parse_record(line: &str, n: usize, a: &Archive) -> std::result::Result<Record, String> {
+    let at = |m: String| format!("line {n}: {m}");
+    let fields: Vec<&str> = line.split(' ').collect();
+    let [name, params, updater, shared, graph, dtypes, created] = fields[..] else {
+        return Err(at(format!("expected 7 fields, found {}", fields.len())));
+    };
+    let num = |what: &str, v: &str| {
+        text::parse_index(v).map_err(|m| at(format!("{what} {v:?}: {m}")))
+    };
+    let params = num("the parameter count", params)?;
+    let updater_arrays = num("the updater array count", updater)?;
+    let shared_bytes = num("the shared byte count", shared)?;
+    let size_of = |file: &str| {
+        a.entry(&format!("{name}/{file}"))
+            .map_or(0, |e| e.uncompressed_size)
+    };
+    // A params.txt line is at least `x 0\n`; each updater ref after the name at least
+    // ` 0` (the first one's line `x 0\n`).
+    let most_params = size_of("params.txt") / 4;
+    if params > most_params {
+        return Err(at(format!(
+            "{params} parameters, more than {name}/params.txt ({} bytes) can list",
+            size_of("params.txt")
+        )));
+    }
+    let most_arrays = size_of("updater.txt") / 2;
+    if updater_arrays > most_arrays {
+        return Err(at(format!(
+            "{updater_arrays} updater arrays, more than {name}/updater.txt ({} bytes) can list",
+            size_of("updater.txt")
+        )));
+    }
+    if shared_bytes > a.len_bytes() {
+        return Err(at(format!(
+            "{shared_bytes} shared bytes, more than the archive's {} bytes",
+            a.len_bytes()
+        )));
+    }
+    let graph = match graph {
+        "flatbuffers" => Some(GraphFormat::FlatBuffers),
+        "programdesc" => Some(GraphFormat::ProgramDesc),
+        "-" => None,
+        g => return Err(at(format!("unknown graph encoding {g:?}"))),
+    };
+    let mut set = BTreeSet::new();
+    if dtypes != "-" {
+        for d in dtypes.split(',') {
+            let dt = DType::from_name(d).map_err(|_| at(format!("unknown dtype {d:?}")))?;
+            if !set.insert(dt) {
+                return Err(at(format!("dtype {d} is listed twice")));
+            }
+        }
+    }
+    let created = match created {
+        "-" => None,
+        c => {
+            let c = text::unescape_name(c).map_err(|m| at(format!("created: {m}")))?;
+            if c.len() as u64 > size_of("metadata.json") {
+                return Err(at(format!(
+                    "a created time of {} bytes, longer than {name}/metadata.json",
+                    c.len()
+                )));
+            }
+            Some(c)
+        }
+    };
+    Ok(Record {
+        name: name.to_string(),
+        params,
+        updater_arrays,
+        shared_bytes,
+        graph,
+        dtypes: set.into_iter().collect(),
+        created,
+    })
+}
+
+impl Archive {
+    /// The summary's records when it is current and well formed, else why not.
+    fn summary_records(&self) -> std::result::Result<Vec<Record>, SummaryStatus> {
+        let Some(e) = self.entry(SUMMARY_TXT) else {
+            return Err(SummaryStatus::Absent);
+        };
+        let invalid = |m: String| SummaryStatus::Invalid(m);
+        if e.uncompressed_size > MAX_SUMMARY_BYTES || e.compressed_size > MAX_SUMMARY_BYTES {
+            return Err(invalid(format!(
+                "{} bytes, over the {MAX_SUMMARY_BYTES}-byte limit",
+                e.uncompressed_size.max(e.compressed_size)
+            )));
+        }
+        let bytes = self.read_entry(e).map_err(|e| invalid(e.to_string()))?;
+        let s = std::str::from_utf8(&bytes).map_err(|err| {
+            invalid(format!("not UTF-8 (byte {})", err.valid_up_to()))
+        })?;
+        let mut lines = s.split_terminator('\n').enumerate();
+        let first = lines.next().map_or("", |(_, l)| l);
+        check_header(first, self).map_err(|r| match r {
+            Ok(stale) => SummaryStatus::Stale(stale),
+            Err(bad) => SummaryStatus::Invalid(bad),
+        })?;
+        let mut records = Vec::new();
+        for (i, line) in lines {
+            let n = i + 1;
+            let Some(want) = self.tags().get(records.len()) else {
+                return Err(invalid(format!(
+                    "line {n}: more records than tags.txt has tags ({})",
+                    self.tags().len()
+                )));
+            };
+            let r = parse_record(line, n, self).map_err(invalid)?;
+            if r.name != *want {
+                return Err(invalid(format!(
+                    "line {n}: record of {:?} where tags.txt has {want:?}",
+                    r.name
+                )));
+            }
+            records.push(r);
+        }
+        if records.len() != self.tags().len() {
+            return Err(invalid(format!(
+                "{} records for {} tags",
+                records.len(),
+                self.tags().len()
+            )));
+        }
+        Ok(records)
+    }
+
+    /// Every tag's summary from the archive's summary entry (`_summary.txt`, FORMAT.md)
+    /// when it is current and well formed (reading nothing but that entry: for a remote
+    /// archive, no request beyond the open's); else why it cannot be used.
+    pub fn summary(&self) -> std::result::Result<Vec<TagSummary>, SummaryStatus> {
+        let records = self.summary_records()?;
+        Ok(records
+            .into_iter()
+            .map(|r| {
+                let own = self.stored_bytes_under(&r.name);
+                r.with_own(own)
+            })
+            .collect())
+    }
+
+    /// What `modelzip tags` lists of every tag, in tags.txt order: from the summary when
+    /// it is current (no table or tensor is read: a remote archive needs no request
+    /// beyond the open's), else from each tag's tables and tensor headers.
+    pub fn tag_summaries(&self) -> Result<Vec<TagSummary>> {
+        if let Ok(summaries) = self.summary() {
+            return Ok(summaries);
+        }
+        // Tags are independent: described on every core (two threads halve the listing
+        // of 100 tags x 1,000 params; docs/BENCHMARKS.md, P5).
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let chunk = self.tags().len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = self
+                .tags()
+                .chunks(chunk)
+                .map(|names| {
+                    s.spawn(move || {
+                        names
+                            .iter()
+                            .map(|n| self.tag_summary_from_tables(n))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(self.tags().len());
+            for w in workers {
+                let part = w.join().map_err(|_| {
+                    crate::Error::new(crate::ErrorKind::InvalidInput(
+                        "a thread describing tags panicked".into(),
+                    ))
+                })??;
+                out.extend(part);
+            }
+            Ok(out)
+        })
+    }
+
+    /// One tag's summary from its tables, metadata and tensor headers (not the summary).
+    pub fn tag_summary_from_tables(&self, name: &str) -> Result<TagSummary> {
+        let tag = self.tag(name)?;
+        let mut dtypes = BTreeSet::new();
+        let locations = tag
+            .params()
+            .iter()
+            .map(|p| &p.location)
+            .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+        // Many names may refer to one file: decode each file once.
+        let mut seen: HashSet<&str> = HashSet::new();
+        let unique: Vec<&TensorLocation> = locations.filter(|l| seen.insert(&l.entry)).collect();
+        // From a remote archive: only each tensor's first bytes, in one batched request.
+        let heads = self.tensor_heads(&unique)?;
+        let mut shared_bytes = 0u64;
+        for (loc, head) in unique.iter().zip(&heads) {
+            if loc.shared {
+                shared_bytes += tag.stored_size(loc);
+            }
+            dtypes.insert(head.dtype);
+        }
+        for (file, owner) in tag.shared_files() {
+            shared_bytes += self
+                .entry_stored_size(&format!("{owner}/{file}"))
+                .unwrap_or(0);
+        }
+        let graph = tag.graph()?.map(|(g, _)| g);
+        let created = tag.metadata()?.and_then(|m| created_of(&m));
+        Ok(TagSummary {
+            name: tag.name().to_string(),
+            params: tag.params().len() as u64,
+            updater_arrays: tag.updater().iter().map(|u| u.arrays.len() as u64).sum(),
+            own_bytes: self.stored_bytes_under(tag.name()),
+            shared_bytes,
+            graph,
+            dtypes: dtypes.into_iter().collect(),
+            created,
+        })
+    }
+
+    /// `verify`'s check of the summary: a malformed one, or a current one that says
+    /// something else than the tables, is a finding; a stale or absent one is not.
+    pub(crate) fn verify_summary(&self, r: &mut VerifyReport) {
+        let records = match self.summary_records() {
+            Ok(records) => records,
+            Err(SummaryStatus::Invalid(why)) => {
+                r.push(Some(SUMMARY_TXT), format!("ignored: {why}"));
+                return;
+            }
+            Err(_) => return,
+        };
+        for rec in records {
+            // A tag that cannot be read is reported by the tag's own checks.
+            let Ok(actual) = self.tag_summary_from_tables(&rec.name) else {
+                continue;
+            };
+            let actual = Record::of(&actual);
+            if actual != rec {
+                r.push(
+                    Some(SUMMARY_TXT),
+                    format!(
+                        "says tag {:?} has {}; its tables say {}",
+                        rec.name,
+                        describe(&rec),
+                        describe(&actual)
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn describe(r: &Record) -> String {
+    let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
+    format!(
+        "{} params, {} updater arrays, {} shared bytes, graph {}, dtypes [{}], created {:?}",
+        r.params,
+        r.updater_arrays,
+        r.shared_bytes,
+        graph_word(r.graph),
+        dtypes.join(","),
+        r.created
+    )
+}
+
+/// metadata.json's `"created"` when it is a string (the rest is skipped unparsed).
+pub(crate) fn created_of(metadata: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Created {
+        created: Option<String>,
+    }
+    serde_json::from_slice::<Created>(metadata)
+        .ok()
+        .and_then(|c| c.created)
+}
+
+/// What a write session learns for the summary as it writes: the text files that feed
+/// it, and the dtypes of each new tag's tensors.
+#[derive(Debug, Default)]
+pub(crate) struct SummaryInputs {
+    /// Bytes of the params.txt, updater.txt, shared.txt and metadata.json written.
+    tables: HashMap<String, Vec<u8>>,
+    /// Dtypes of the tensors of tags written in this session (by their writers).
+    dtypes: HashMap<String, BTreeSet<DType>>,
+}
+
+/// The files of a tag whose bytes the summary is made from.
+const FED_BY: [&str; 6] = [
+    "params.txt",
+    "updater.txt",
+    SHARED_TXT,
+    "metadata.json",
+    "graph.fb",
+    "graph.pdmodel",
+];
+
+impl SummaryInputs {
+    /// Notes a text entry written (kept if the summary is made from it).
+    pub(crate) fn note_text(&mut self, name: &str, bytes: &[u8]) {
+        if let Some((_, rel)) = name.split_once('/')
+            && FED_BY[..4].contains(&rel)
+        {
+            self.tables.insert(name.to_string(), bytes.to_vec());
+        }
+    }
+
+    /// Notes a finished new tag and its tensors' dtypes.
+    pub(crate) fn note_tag(&mut self, tag: &str, dtypes: BTreeSet<DType>) {
+        self.dtypes.insert(tag.to_string(), dtypes);
+    }
+
+    /// The summary of the archive about to be committed: `entries` is its central
+    /// directory (every entry but the summary), `tags` its tag list, `base` the archive
+    /// the session started from. `None` when a tag cannot be described (its tables do
+    /// not parse, a ref names nothing): readers then read the tables, and report what
+    /// is wrong with them as they always have.
+    pub(crate) fn render_for(
+        &self,
+        entries: &[ZipEntry],
+        tags: &[String],
+        base: Option<&Archive>,
+    ) -> Option<String> {
+        let fed: HashMap<&str, &ZipEntry> = entries
+            .iter()
+            .filter(|e| {
+                e.name
+                    .split_once('/')
+                    .is_some_and(|(_, rel)| FED_BY.contains(&rel))
+            })
+            .map(|e| (e.name.as_str(), e))
+            .collect();
+        let base_records: Option<HashMap<String, Record>> = base
+            .and_then(|b| b.summary_records().ok())
+            .map(|rs| rs.into_iter().map(|r| (r.name.clone(), r)).collect());
+        let canon: HashMap<String, &str> = tags
+            .iter()
+            .map(|t| (t.to_ascii_lowercase(), t.as_str()))
+            .collect();
+        let mut records = Vec::with_capacity(tags.len());
+        // Entries whose stored size a record needs (files used from other tags).
+        let mut sized: Vec<(usize, Vec<String>)> = Vec::new();
+        for t in tags {
+            let base_record = base_records.as_ref().and_then(|m| m.get(t));
+            if let (Some(b), Some(rec)) = (base, base_record)
+                && !self.dtypes.contains_key(t)
+                && FED_BY.iter().all(|f| {
+                    let name = format!("{t}/{f}");
+                    same_entry(fed.get(name.as_str()).copied(), b.entry(&name))
+                })
+            {
+                // The tag's files are as they were; the files it uses from other tags
+                // are never changed under the same name by modelzip (a removal rewrites
+                // the tables of the tags that used the removed files).
+                records.push(rec.clone());
+                continue;
+            }
+            let (rec, used) = self.describe(t, &fed, &canon, base, base_record)?;
+            sized.push((records.len(), used));
+            records.push(rec);
+        }
+        if !sized.is_empty() {
+            let wanted: HashSet<&str> = sized
+                .iter()
+                .flat_map(|(_, u)| u.iter().map(String::as_str))
+                .collect();
+            let sizes: HashMap<&str, u64> = entries
+                .iter()
+                .filter(|e| wanted.contains(e.name.as_str()))
+                .map(|e| (e.name.as_str(), e.compressed_size))
+                .collect();
+            for (i, used) in &sized {
+                let mut total = 0u64;
+                for u in used {
+                    total = total.saturating_add(*sizes.get(u.as_str())?);
+                }
+                records.get_mut(*i)?.shared_bytes = total;
+            }
+        }
+        let (count, fp) = fingerprint(entries.iter());
+        Some(render(count, &fp, &records))
+    }
+
+    /// A tag's record from its files as committed (shared_bytes left 0) and the entries
+    /// it uses from other tags.
+    fn describe(
+        &self,
+        t: &str,
+        fed: &HashMap<&str, &ZipEntry>,
+        canon: &HashMap<String, &str>,
+        base: Option<&Archive>,
+        base_record: Option<&Record>,
+    ) -> Option<(Record, Vec<String>)> {
+        let file = |rel: &str| -> Option<Option<Vec<u8>>> {
+            let name = format!("{t}/{rel}");
+            let Some(e) = fed.get(name.as_str()) else {
+                return Some(None);
+            };
+            if let Some(b) = self.tables.get(&name) {
+                return Some(Some(b.clone()));
+            }
+            let b = base?;
+            // Copied from the base unchanged (same CRC-32 and sizes).
+            if !same_entry(Some(*e), b.entry(&name)) {
+                return None;
+            }
+            b.entry_bytes(&name).ok().map(|c| Some(c.into_owned()))
+        };
+        let owner = |r: &text::ParamRef| -> Option<&str> {
+            match &r.tag {
+                None => Some(t),
+                Some(o) => canon.get(&o.to_ascii_lowercase()).copied(),
+            }
+        };
+        let mut used: Vec<String> = Vec::new();
+        let mut params = 0u64;
+        let mut arrays = 0u64;
+        for (rel, kind_dir, updater) in [("params.txt", "params", false), ("updater.txt", "updater", true)] {
+            let Some(bytes) = file(rel)? else {
+                continue;
+            };
+            let entry = format!("{t}/{rel}");
+            let mut fail = false;
+            text::for_each_table_line(&bytes, &entry, updater, |_, refs, _| {
+                if updater {
+                    arrays += refs.len() as u64;
+                } else {
+                    params += 1;
+                }
+                for r in refs {
+                    match owner(r) {
+                        Some(o) if o == t => {}
+                        Some(o) => used.push(format!("{o}/{kind_dir}/{}.lodtensor", r.index)),
+                        None => fail = true,
+                    }
+                }
+                Ok(())
+            })
+            .ok()?;
+            if fail {
+                return None;
+            }
+        }
+        let mut graph_files: Vec<&str> = ["graph.fb", "graph.pdmodel"]
+            .into_iter()
+            .filter(|g| fed.contains_key(format!("{t}/{g}").as_str()))
+            .collect();
+        if let Some(bytes) = file(SHARED_TXT)? {
+            let rows = text::parse_shared(&bytes, &format!("{t}/{SHARED_TXT}")).ok()?;
+            for (f, o, _) in rows {
+                let o = canon.get(&o.to_ascii_lowercase()).copied()?;
+                used.push(format!("{o}/{f}"));
+                if f.starts_with("graph.") {
+                    graph_files.push(f);
+                }
+            }
+        }
+        let graph = match graph_files[..] {
+            [] => None,
+            ["graph.fb"] => Some(GraphFormat::FlatBuffers),
+            ["graph.pdmodel"] => Some(GraphFormat::ProgramDesc),
+            _ => return None,
+        };
+        let created = match file("metadata.json")? {
+            Some(m) if m.len() as u64 > MAX_METADATA_BYTES => return None,
+            Some(m) => created_of(&m),
+            None => None,
+        };
+        let dtypes: Vec<DType> = match (self.dtypes.get(t), base_record) {
+            (Some(d), _) => d.iter().copied().collect(),
+            (None, Some(r)) => r.dtypes.clone(),
+            // A tag of an archive without a current summary (written before format 1.2):
+            // its tensors are the base's, under the same names.
+            (None, None) => base?.tag_summary_from_tables(t).ok()?.dtypes,
+        };
+        used.sort_unstable();
+        used.dedup();
+        Some((
+            Record {
+                name: t.to_string(),
+                params,
+                updater_arrays: arrays,
+                shared_bytes: 0,
+                graph,
+                dtypes,
+                created,
+            },
+            used,
+        ))
+    }
+}
+
+/// True when both are absent, or both present with the same CRC-32, sizes and method.
+fn same_entry(a: Option<&ZipEntry>, b: Option<&ZipEntry>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.crc32 == b.crc32
+                && a.compressed_size == b.compressed_size
+                && a.uncompressed_size == b.uncompressed_size
+                && a.method == b.method
+        }
+        _ => false,
+    }
+}
