@@ -5,7 +5,8 @@ use super::durable::TempTarget;
 use super::fault::Budgeted;
 use super::journal;
 use super::lock::WriteLock;
-use super::reader::{Archive, OpenOptions, TAGS_TXT};
+use super::reader::{Archive, OpenOptions};
+use super::summary::written_by_commit;
 use super::session::{Session, WriteOptions};
 use super::writer::{TagBuilder, TagWriter};
 use crate::error::{Error, Result};
@@ -127,12 +128,22 @@ pub(crate) fn in_place_session(
     Ok((s, file))
 }
 
-/// Finishes an in-place session: writes tags.txt and the central directory, cuts the
-/// file to its new end, fsyncs, and removes the journal (rolling back on failure).
-pub(crate) fn finish_in_place(path: &Path, mut session: Session, file: File) -> Result<u64> {
+/// Finishes an in-place session on `base`: writes tags.txt, the summary and the central
+/// directory, cuts the file to its new end, fsyncs, and removes the journal (rolling
+/// back on failure).
+pub(crate) fn finish_in_place(
+    path: &Path,
+    session: Session,
+    file: File,
+    base: Archive,
+) -> Result<u64> {
     let fsync = session.opts.fsync;
-    drop(session.take_base());
-    let (sink, end) = session.finish()?;
+    // The base's entries lie before the old central directory, which is all the session
+    // overwrites: the summary may still read them.
+    let finished = session.finish(Some(&base));
+    // Unmapped before the file's length changes.
+    drop(base);
+    let (sink, end) = finished?;
     drop(sink);
     let done = file
         .set_len(end)
@@ -171,7 +182,7 @@ impl Appender {
                 let temp = TempTarget::create(path)?;
                 let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
                 for e in &base.directory().entries {
-                    if e.name != TAGS_TXT {
+                    if !written_by_commit(&e.name) {
                         s.copy_entry(&base, e, &e.name)?;
                     }
                 }
@@ -179,7 +190,7 @@ impl Appender {
                 (s, Target::Rewrite { temp })
             }
             AppendMode::InPlace => {
-                let (mut s, file) = in_place_session(path, &base, opts, |e| e.name != TAGS_TXT)?;
+                let (mut s, file) = in_place_session(path, &base, opts, |e| !written_by_commit(&e.name))?;
                 s.adopt_base(base);
                 (s, Target::InPlace { file })
             }
@@ -220,9 +231,11 @@ impl Appender {
             return Ok(());
         };
         let fsync = session.opts.fsync;
+        let base = session.take_base();
+        let finished = session.finish(base.as_ref());
         // Unmap the old file before its length changes.
-        drop(session.take_base());
-        let (sink, end) = session.finish()?;
+        drop(base);
+        let (sink, end) = finished?;
         drop(sink);
         match self.target.take() {
             Some(Target::Rewrite { temp }) => temp.commit(fsync),

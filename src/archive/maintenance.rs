@@ -5,7 +5,8 @@ use super::append::{finish_in_place, in_place_session, open_locked};
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::hashing::sha256_hex;
-use super::reader::{Archive, TAGS_TXT, TensorKind, TensorLocation};
+use super::reader::{Archive, TensorKind, TensorLocation};
+use super::summary::written_by_commit;
 use super::session::{Session, WriteOptions};
 use super::tag::SHARED_TXT;
 use super::text::{self, ParamRef};
@@ -129,7 +130,7 @@ pub fn remove_tags_in_place(
         let plan = Plan::make(&base, &removed)?;
         let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
         let keep = |e: &super::container::ZipEntry| {
-            e.name != TAGS_TXT
+            !written_by_commit(&e.name)
                 && !plan.replaced.contains_key(&e.name)
                 && !plan.dropped.contains(&e.name)
                 && !e
@@ -157,16 +158,16 @@ pub fn remove_tags_in_place(
             Ok(())
         })();
         let rehomed = plan.copies.len() as u64;
-        // Unmap the old file before its length changes.
-        drop(base);
         if let Err(e) = written {
+            // Unmap the old file before its length changes.
+            drop(base);
             drop(s);
             drop(file);
             let _ = super::journal::recover(path);
             return Err(e);
         }
         s.tags = plan.kept.clone();
-        let after = finish_in_place(path, s, file)?;
+        let after = finish_in_place(path, s, file, base)?;
         Ok(RemoveReport {
             removed,
             kept: plan.kept,
@@ -230,7 +231,7 @@ fn rewrite(
         let total = (base.directory().entries.len() + plan.copies.len()) as u64;
         let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
         for e in &base.directory().entries {
-            let dropped = e.name == TAGS_TXT
+            let dropped = written_by_commit(&e.name)
                 || plan.dropped.contains(&e.name)
                 || e.name
                     .split_once('/')
@@ -256,8 +257,9 @@ fn rewrite(
         let kept = plan.kept.clone();
         s.tags = plan.kept;
         s.comment = base.directory().comment.clone();
+        let finished = s.finish(Some(&base));
         drop(base);
-        let (sink, after) = s.finish()?;
+        let (sink, after) = finished?;
         drop(sink);
         temp.commit(opts.fsync)?;
         Ok(RemoveReport {

@@ -5,7 +5,8 @@ use super::append::open_locked;
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::hashing::sha256_hex;
-use super::reader::{Archive, GraphFormat, TAGS_TXT};
+use super::reader::{Archive, GraphFormat};
+use super::summary::written_by_commit;
 use super::session::{Session, WriteOptions};
 use super::tag::SHARED_TXT;
 use super::text;
@@ -177,7 +178,7 @@ fn rewrite_graph(
         let temp = TempTarget::create(path)?;
         let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
         for e in &base.directory().entries {
-            if e.name == TAGS_TXT || e.name == old_name || dropped.contains(&e.name) {
+            if written_by_commit(&e.name) || e.name == old_name || dropped.contains(&e.name) {
                 continue;
             }
             match replaced.get(&e.name) {
@@ -203,8 +204,9 @@ fn rewrite_graph(
         }
         s.tags = base.tags().to_vec();
         s.comment = base.directory().comment.clone();
+        let finished = s.finish(Some(&base));
         drop(base);
-        let (sink, _) = s.finish()?;
+        let (sink, _) = finished?;
         drop(sink);
         temp.commit(opts.fsync)?;
         Ok(GraphRewrite {

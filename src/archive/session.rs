@@ -5,6 +5,7 @@ use super::container::write::{EntrySpec, ZipOut};
 use super::container::{METHOD_STORED, ZipEntry};
 use super::hashing::{HashPool, Ticket};
 use super::reader::{Archive, TAGS_TXT, TensorKind};
+use super::summary::{SUMMARY_TXT, SummaryInputs};
 use super::text::{self, SHAREABLE_FILES};
 use crate::error::Result;
 use crate::tensor::codec::decode_record_at;
@@ -146,6 +147,8 @@ pub(crate) struct Session {
     pub(super) base: Option<Archive>,
     /// Background SHA-256 of tensors; started by the first tensor that uses it.
     pub(super) pool: PoolSlot,
+    /// What the archive summary (`_summary.txt`) is made from, noted as it is written.
+    pub(super) summary: SummaryInputs,
 }
 
 /// The session's hash pool, started on first use (or unavailable: no threads).
@@ -179,6 +182,7 @@ impl Session {
             files: HashMap::new(),
             base: None,
             pool: PoolSlot::NotStarted,
+            summary: SummaryInputs::default(),
         }
     }
 
@@ -256,6 +260,7 @@ impl Session {
 
     /// Writes a text entry, deflated when the options say so.
     pub fn write_text(&mut self, name: &str, bytes: &[u8]) -> Result<ZipEntry> {
+        self.summary.note_text(name, bytes);
         let deflate = self.opts.deflate_text;
         self.out.write_bytes(name, bytes, deflate)
     }
@@ -283,10 +288,17 @@ impl Session {
         Ok(())
     }
 
-    /// Writes tags.txt, the central directory and the end records.
-    pub fn finish(mut self) -> Result<(Box<dyn Write>, u64)> {
+    /// Writes tags.txt, the summary, the central directory and the end records. `base`
+    /// is the archive the session started from (its tags' files are read for the
+    /// summary where it does not already describe them).
+    pub fn finish(mut self, base: Option<&Archive>) -> Result<(Box<dyn Write>, u64)> {
         let tags = text::render_tags_txt(&self.tags);
         self.write_text(TAGS_TXT, tags.as_bytes())?;
+        // Last before the central directory, fingerprinting it (FORMAT.md, format 1.2);
+        // left out when a tag cannot be described (readers then read the tables).
+        if let Some(summary) = self.summary.render_for(&self.out.entries, &self.tags, base) {
+            self.write_text(SUMMARY_TXT, summary.as_bytes())?;
+        }
         let comment = std::mem::take(&mut self.comment);
         self.out.finish(&comment)
     }

@@ -494,6 +494,12 @@ pub(crate) fn created_of(metadata: &[u8]) -> Option<String> {
         .and_then(|c| c.created)
 }
 
+/// True for the entries every commit writes anew (tags.txt and the summary): a write
+/// that keeps or copies an archive's entries leaves these out.
+pub(crate) fn written_by_commit(name: &str) -> bool {
+    name == super::reader::TAGS_TXT || name == SUMMARY_TXT
+}
+
 /// What a write session learns for the summary as it writes: the text files that feed
 /// it, and the dtypes of each new tag's tensors.
 #[derive(Debug, Default)]

@@ -14,8 +14,8 @@ use super::tag_name::validate_tag_name;
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::codec::encode_header;
-use crate::tensor::{Tensor, TensorView};
-use std::collections::HashSet;
+use crate::tensor::{DType, Tensor, TensorView};
+use std::collections::{BTreeSet, HashSet};
 use std::io::Write;
 use std::path::Path;
 
@@ -53,6 +53,7 @@ impl Session {
             used: HashSet::new(),
             shared: Vec::new(),
             shareable: Vec::new(),
+            dtypes: BTreeSet::new(),
             metadata: false,
             done: false,
         })
@@ -93,6 +94,8 @@ pub struct TagWriter<'s> {
     shared: Vec<(&'static str, String)>,
     /// Files this tag stores that later tags may share: (key, SHA-256).
     shareable: Vec<(FileKey, [u8; 32])>,
+    /// Element types of the tag's tensors (for the summary).
+    dtypes: BTreeSet<DType>,
     metadata: bool,
     done: bool,
 }
@@ -169,6 +172,7 @@ impl TagWriter<'_> {
     }
 
     fn add_tensor(&mut self, kind: TensorKind, t: &TensorView<'_>) -> Result<ParamRef> {
+        self.dtypes.insert(t.dtype());
         let header = encode_header(t);
         let len = header.len() as u64 + t.data().len() as u64;
         let parts: [&[u8]; 2] = [&header, t.data()];
@@ -355,6 +359,8 @@ impl TagWriter<'_> {
         let full = format!("{}/sha256sums.txt", self.name);
         self.s.write_text(&full, sums.as_bytes())?;
         self.s.tags.push(self.name.clone());
+        let dtypes = std::mem::take(&mut self.dtypes);
+        self.s.summary.note_tag(&self.name, dtypes);
         for (key, sha) in std::mem::take(&mut self.shareable) {
             self.s.files.entry(key).or_default().push(FileCandidate {
                 tag: self.name.clone(),
@@ -605,7 +611,7 @@ impl ArchiveWriter {
     pub fn finish(self) -> Result<()> {
         let path = self.path;
         let fsync = self.session.opts.fsync;
-        let (sink, _) = self.session.finish().map_err(|e| path.located(e))?;
+        let (sink, _) = self.session.finish(None).map_err(|e| path.located(e))?;
         drop(sink);
         self.temp.commit(fsync).map_err(|e| path.located(e))
     }
