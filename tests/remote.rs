@@ -181,6 +181,90 @@ fn listing_a_large_archive_reads_only_its_tail() {
     let v = tag.param("p7").unwrap();
     assert_eq!(v.view().as_slice::<f32>().unwrap(), &[42007.0]);
     assert_eq!(server.count(), before + 2);
+    // What `modelzip tags` lists comes from the summary read with the tail: no request
+    // after the open's (at most 2), and the same as the local file's tables.
+    let b = open(&server.url("big.zip")).unwrap();
+    let before = server.count();
+    let listed = b.summary().unwrap();
+    assert_eq!(server.count(), before, "{:#?}", &server.requests()[before..]);
+    assert_eq!(listed, local.tag_summaries().unwrap());
+    assert_eq!(listed[42].params, 1000);
+}
+
+/// 10 tags x 10 tensors of 64 KiB each, every tensor its own: an archive far larger than
+/// the first request.
+fn ten_by_ten(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("ten.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    for t in 0..10u64 {
+        let mut b = TagBuilder::new(format!("tag-{t}"));
+        for p in 0..10u64 {
+            let x = Tensor::from_slice(vec![16_384], &support::values(t * 10 + p, 16_384)).unwrap();
+            b = b.param(format!("p{p}"), x);
+        }
+        w.add_tag(b).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+#[test]
+fn listing_tags_costs_only_the_open_and_falls_back_without_a_current_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ten_by_ten(dir.path());
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 20 * (256 << 10));
+    let local = Archive::open(&path).unwrap();
+    let expected: Vec<_> = local
+        .tags()
+        .iter()
+        .map(|t| local.tag_summary_from_tables(t).unwrap())
+        .collect();
+    let server = Server::start();
+    server.put("ten.zip", bytes.clone());
+    let a = open(&server.url("ten.zip")).unwrap();
+    assert_eq!(a.tag_summaries().unwrap(), expected);
+    // One request: the tail holds the directory, tags.txt and the summary.
+    assert_eq!(server.count(), 1, "{:#?}", server.requests());
+    assert!(server.bytes_sent() <= 256 << 10);
+    // Without a summary (an archive an older modelzip wrote) the same listing, from the
+    // tables and tensor headers: two requests per tag.
+    let cut = Archive::open(&path).unwrap();
+    let summary_at = cut
+        .entry_names()
+        .position(|n| n == modelzip::archive::SUMMARY_TXT)
+        .unwrap();
+    assert_eq!(summary_at + 1, cut.entry_names().count(), "the summary is last");
+    let old = without_summary(&bytes);
+    server.put("old.zip", old);
+    let before = server.count();
+    let b = open(&server.url("old.zip")).unwrap();
+    assert_eq!(b.summary().unwrap_err(), modelzip::archive::SummaryStatus::Absent);
+    let listed = b.tag_summaries().unwrap();
+    assert_eq!(listed.len(), 10);
+    for (l, e) in listed.iter().zip(&expected) {
+        // The copy's entries are the same bytes: all but own bytes (no summary) agree.
+        assert_eq!((l.params, &l.dtypes, l.shared_bytes), (e.params, &e.dtypes, e.shared_bytes));
+    }
+    assert!(server.count() - before > 2, "{}", server.count() - before);
+}
+
+/// `bytes` copied by another tool (the zip crate, entries raw) without the summary, as an
+/// older modelzip would have written it.
+fn without_summary(bytes: &[u8]) -> Vec<u8> {
+    let a = Archive::from_reader(std::io::Cursor::new(bytes.to_vec())).unwrap();
+    let names: Vec<String> = a
+        .entry_names()
+        .filter(|n| *n != modelzip::archive::SUMMARY_TXT)
+        .map(str::to_string)
+        .collect();
+    drop(a);
+    let mut r = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for n in &names {
+        w.raw_copy_file(r.by_name_raw(n.as_bytes()).unwrap()).unwrap();
+    }
+    w.finish().unwrap().into_inner()
 }
 
 #[test]
@@ -419,4 +503,49 @@ fn uploads_are_create_only_unless_told_and_large_ones_go_in_parts() {
         "{err:?}"
     );
     assert_eq!(std::fs::read(store.join("m0.zip")).unwrap(), before);
+}
+
+/// The hostile archives that come with sidecar files (a rollback journal beside them):
+/// an object in a store has no sidecars, so a remote archive is read as the object's
+/// bytes are, exactly as `Archive::from_reader` reads them (no journal is looked for or
+/// replayed; docs/REMOTE.md), while the local file with its journal is rolled back or
+/// refused as tests/hostile/expected.json says.
+#[test]
+fn hostile_archives_with_sidecars_read_remotely_as_their_bytes_alone() {
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(hostile.join("expected.json")).unwrap())
+            .unwrap();
+    let server = Server::start();
+    let mut checked = 0;
+    for (file, row) in expected.as_object().unwrap() {
+        if row.get("extra_files").is_none() {
+            continue;
+        }
+        let bytes = std::fs::read(hostile.join(file)).unwrap();
+        let in_memory = Archive::from_reader(std::io::Cursor::new(bytes.clone()))
+            .and_then(|a| read_everything(&a).map(|v| (a.tags().to_vec(), v)));
+        server.put(file, bytes);
+        let remote = open(&server.url(file))
+            .and_then(|a| read_everything(&a).map(|v| (a.tags().to_vec(), v)));
+        match (&in_memory, &remote) {
+            (Ok(m), Ok(r)) => assert_eq!(m, r, "{file}"),
+            (Err(m), Err(r)) => assert_eq!(
+                std::mem::discriminant(m.kind()),
+                std::mem::discriminant(r.kind()),
+                "{file}: in memory {m} / remote {r}"
+            ),
+            _ => panic!("{file}: in memory {in_memory:?} / remote {remote:?}"),
+        }
+        // Never the journal's verdict: a journal of another archive is not an error
+        // remotely, since no journal is read.
+        if let Err(r) = &remote {
+            assert!(
+                !matches!(r.kind(), ErrorKind::ForeignJournal { .. }),
+                "{file}: {r}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
 }

@@ -28,13 +28,16 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on 127.0.0.1 with one bucket; the environment the CLI reads."""
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 with one bucket; the environment the CLI reads. Its
+    request recorder (off until a test starts it) writes to a file of this module's."""
     port = free_port()
+    recording = tmp_path_factory.mktemp("moto") / "requests.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)},
     )
     endpoint = f"http://127.0.0.1:{port}"
     try:
@@ -119,6 +122,69 @@ def test_s3_round_trip(s3, tmp):
     again = cli(s3, "cp", local, url, check=False)
     assert again.returncode == 2
     assert "already exists" in again.stderr
+
+
+def moto_api(env, action: str) -> bytes:
+    """Calls moto's request recorder (`start-recording`, `stop-recording`,
+    `reset-recording`, `download-recording`)."""
+    method = "GET" if action == "download-recording" else "POST"
+    req = urllib.request.Request(
+        f"{env['AWS_ENDPOINT_URL']}/moto-api/recorder/{action}", method=method
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.read()
+
+
+def lodtensor_fp32(values: bytes, n: int) -> bytes:
+    """One Paddle LoDTensor record: FP32, dims [n], no LoD."""
+    import struct
+
+    desc = b"\x08\x05\x10" + varint(n)
+    return struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc + values
+
+
+def test_tags_through_s3_is_at_most_two_gets(s3, tmp):
+    """`modelzip tags s3://...` of 10 tags x 10 tensors of 64 KiB (far larger than the
+    256 KiB the first request reads) lists what the local file lists with at most 2 GETs,
+    counted by moto's own request recorder; reading one tag's tensor costs more."""
+    import json
+    import random
+
+    local = tmp / "ten.zip"
+    rng = random.Random(7)
+    for t in range(10):
+        d = tmp / f"ten-{t}"
+        d.mkdir()
+        for p in range(10):
+            (d / f"p{p}").write_bytes(lodtensor_fp32(rng.randbytes(65536), 16384))
+        cli(s3, "pack", local, d, "--tag", f"tag-{t}", "-q")
+    assert local.stat().st_size > 20 * (256 << 10)
+    url = f"s3://{BUCKET}/count/ten.zip"
+    cli(s3, "cp", local, url)
+    key = "/count/ten.zip"
+
+    def gets_of(args):
+        moto_api(s3, "reset-recording")
+        moto_api(s3, "start-recording")
+        try:
+            out = cli(s3, *args).stdout
+        finally:
+            moto_api(s3, "stop-recording")
+        rows = [json.loads(line) for line in moto_api(s3, "download-recording").splitlines()]
+        gets = [r for r in rows if r["method"] == "GET" and key in r["url"]]
+        return out, gets, rows
+
+    out, gets, rows = gets_of(["tags", url])
+    assert out == cli(s3, "tags", local).stdout
+    assert 1 <= len(gets) <= 2, rows
+    assert all(r["method"] in ("GET", "HEAD") for r in rows), rows
+    doc, _, _ = gets_of(["tags", url, "--json"])
+    assert without_archive(json.loads(doc)) == without_archive(
+        json.loads(cli(s3, "tags", local, "--json").stdout)
+    )
+    # The recorder counts for real: one tensor read is more than the listing.
+    _, more, _ = gets_of(["cat", url, "p3", "--tag", "tag-4", "--json"])
+    assert len(more) > len(gets), more
 
 
 def first_param(env, local: Path) -> str:

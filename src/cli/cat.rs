@@ -13,7 +13,7 @@ use std::path::PathBuf;
 /// Example:
 ///   modelzip cat model.zip fc_0.w_0 --tag fp32
 ///   modelzip cat model.zip fc_0.w_0 --raw > w.bin
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// The archive.

@@ -10,7 +10,7 @@ use modelzip::archive::{Archive, Tag, TensorLocation};
 use std::path::{Path, PathBuf};
 
 /// The archive and the tag a reading command works on (`ARCHIVE [--tag TAG]`).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct TagArgs {
     /// The archive.
     pub archive: PathBuf,
@@ -33,7 +33,7 @@ impl TagArgs {
 
 /// The archive and `--json` of a command that reports on a whole archive (`tags`,
 /// `verify`).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
     /// The archive.
     pub archive: PathBuf,
@@ -45,7 +45,7 @@ pub struct ReportArgs {
 /// How a command that reports an action prints: `--json` or `-q/--quiet`. A command
 /// whose `--json` lists the document's fields says so with `mut_arg("json", ...)`, and
 /// one that prints a summary besides JSON makes `--quiet` conflict with `--json` the same way.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct OutputArgs {
     /// Print one JSON document instead of a summary.
     #[arg(long)]
@@ -63,7 +63,7 @@ impl OutputArgs {
 }
 
 /// The switches of every command that writes an archive: `--wait`, `--json`, `--quiet`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct WriteArgs {
     /// Wait for another writer to finish instead of failing.
     #[arg(long)]
@@ -118,13 +118,44 @@ pub fn is_url(path: &Path) -> bool {
 /// of the environment), turning a failure into `cannot open PATH: why`.
 pub fn open(path: &Path) -> Result<Archive, CliError> {
     if let Some(url) = path.to_str().filter(|_| is_url(path)) {
-        return modelzip::remote::RemoteOptions::default()
+        let archive = modelzip::remote::RemoteOptions::default()
             .open(url)
-            .map_err(|e| CliError::Failed(format!("cannot open {url}: {e}")));
+            .map_err(|e| CliError::Failed(format!("cannot open {url}: {e}")))?;
+        let seen = (url.to_string(), archive.remote_version().map(str::to_string));
+        *OPENED_REMOTE.lock().unwrap_or_else(|p| p.into_inner()) = Some(seen);
+        return Ok(archive);
     }
     refuse_directory(path, &format!("cannot open {}", path.display()))?;
     Archive::open(path)
         .map_err(|e| CliError::Failed(format!("cannot open {}: {e}", path.display())))
+}
+
+/// The remote archive last opened: its URL and the version (ETag) read.
+static OPENED_REMOTE: std::sync::Mutex<Option<(String, Option<String>)>> =
+    std::sync::Mutex::new(None);
+
+/// Runs a reading command; if it failed before printing anything and the remote object
+/// it read has been replaced since it was opened (its ETag differs now: the failure may
+/// be [`modelzip::ErrorKind::RemoteChanged`] or what a half-read new version looks like),
+/// runs it once more, opening the new version: its output is all of one version or none.
+pub fn reopen_once_if_changed(
+    run: impl Fn() -> Result<super::Outcome, CliError>,
+) -> Result<super::Outcome, CliError> {
+    let first = run();
+    if !matches!(first, Err(CliError::Failed(_))) || super::output::started() {
+        return first;
+    }
+    let opened = OPENED_REMOTE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let Some((url, Some(seen))) = opened else {
+        return first;
+    };
+    match modelzip::remote::remote_version(&url, &modelzip::remote::RemoteOptions::default()) {
+        Ok(Some(now)) if now != seen => run(),
+        _ => first,
+    }
 }
 
 /// The tag named `name`, or the default (newest) tag.

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 /// Example:
 ///   modelzip diff model.zip fp32 int8
 ///   modelzip diff model.zip step-1000 step-2000 --json --exit-code
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// The archive.
@@ -150,7 +150,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     if args.json {
         print_json(&DiffJson(&d))?;
     } else {
-        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, super::output::stdout());
         text(&d, &mut out).map_err(io_error)?;
     }
     if args.exit_code && !d.is_identical() {

@@ -22,7 +22,7 @@ use serde_json::json;
 ///   modelzip graph model.zip --tag fp32 --format json
 ///   modelzip graph model.zip --format pbtxt > program.pbtxt
 ///   modelzip graph model.zip --format dot | dot -Tsvg > graph.svg
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     #[command(flatten)]

@@ -110,9 +110,11 @@ pub fn run() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Tags(a) => tags::run(a),
-        Command::Show(a) => show::run(a),
-        Command::Cat(a) => cat::run(a),
+        // Reading commands print only after reading: one whose remote archive was
+        // replaced while it read runs once more on the new version (docs/REMOTE.md).
+        Command::Tags(a) => common::reopen_once_if_changed(|| tags::run(a.clone())),
+        Command::Show(a) => common::reopen_once_if_changed(|| show::run(a.clone())),
+        Command::Cat(a) => common::reopen_once_if_changed(|| cat::run(a.clone())),
         Command::Pack(a) => pack::run(a),
         Command::Rm(a) => rm::run(a),
         Command::Prune(a) => prune::run(a),
@@ -120,7 +122,7 @@ pub fn run() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Tensor(a) => tensor::run(a),
-        Command::Graph(a) => graph::run(a),
+        Command::Graph(a) => common::reopen_once_if_changed(|| graph::run(a.clone())),
         Command::Convert(a) => convert::run(a),
         Command::Import(a) => import::run(a),
         Command::Export(a) => export::run(a),
@@ -128,7 +130,7 @@ pub fn run() -> ExitCode {
         Command::ExportPaddle(a) => export_paddle::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Cast(a) => cast::run(a),
-        Command::Diff(a) => diff::run(a),
+        Command::Diff(a) => common::reopen_once_if_changed(|| diff::run(a.clone())),
         Command::Cp(a) => cp::run(a),
     };
     match result {

@@ -2,10 +2,26 @@
 
 use super::CliError;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once anything is written to stdout: a command that failed after that cannot be
+/// run again without printing twice.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Stdout, noting that output has started.
+pub fn stdout() -> std::io::StdoutLock<'static> {
+    STARTED.store(true, Ordering::SeqCst);
+    std::io::stdout().lock()
+}
+
+/// True once anything was written to stdout.
+pub fn started() -> bool {
+    STARTED.load(Ordering::SeqCst)
+}
 
 /// Writes `text` to stdout; a closed pipe becomes [`CliError::BrokenPipe`].
 pub fn print(text: &str) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout();
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(io_error)
@@ -13,7 +29,7 @@ pub fn print(text: &str) -> Result<(), CliError> {
 
 /// Writes raw bytes to stdout.
 pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout();
     out.write_all(bytes)
         .and_then(|_| out.flush())
         .map_err(io_error)
@@ -22,7 +38,7 @@ pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
 /// Prints one JSON document followed by a newline, written as it is serialized (a
 /// document streamed from the data, like `cat --json`'s values, is never held whole).
 pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), CliError> {
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout());
     serde_json::to_writer_pretty(&mut out, value)
         .map_err(std::io::Error::from)
         .and_then(|()| writeln!(out))

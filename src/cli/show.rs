@@ -15,7 +15,7 @@ use std::io::Write;
 /// Example:
 ///   modelzip show model.zip --tag int8
 ///   modelzip show model.zip --json
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     #[command(flatten)]
@@ -141,7 +141,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         };
         return print_json(&doc).map(|_| Outcome::Success);
     }
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, super::output::stdout());
     let mut write = || -> std::io::Result<()> {
         writeln!(
             out,

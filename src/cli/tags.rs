@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// Example:
 ///   modelzip tags model.zip
 ///   modelzip tags model.zip --json
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     #[command(flatten)]

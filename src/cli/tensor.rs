@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         return print_json(&doc).map(|_| Outcome::Success);
     }
     // Written as it is rendered, for the same reason.
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, super::output::stdout());
     write_table(&mut out, &shown, bytes.len(), &records)
         .and_then(|()| out.flush())
         .map_err(io_error)?;

@@ -71,8 +71,9 @@ impl Default for RemoteOptions {
 }
 
 /// Bytes before the central directory read with it when the first request did not
-/// cover it: tags.txt, written just before the directory, comes along.
-const DIRECTORY_SLACK: u64 = 64 << 10;
+/// cover it: tags.txt and the summary, written just before the directory, come along
+/// (the summary of a few thousand tags).
+const DIRECTORY_SLACK: u64 = 256 << 10;
 
 /// Ranges closer than this are fetched as one request.
 const COALESCE: u64 = 1 << 20;

@@ -191,3 +191,38 @@ fn a_download_that_does_not_verify_leaves_nothing() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// An object replaced right after the open (someone uploads a new version while `cat`
+/// or `show` reads): the next request fails on the old ETag, the command sees the new
+/// version and runs once more on it, printing only the new version's output.
+#[test]
+fn a_read_command_runs_once_more_when_the_object_is_replaced_mid_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = archive(dir.path(), "v1.zip", 1);
+    let v2 = archive(dir.path(), "v2.zip", 5);
+    let server = Server::start();
+    let url = server.url("m.zip");
+    let commands: [&[&str]; 2] = [
+        &["cat", "fc.w", "--json", "--tag", "fp32"],
+        &["show", "--json", "--tag", "step-2"],
+    ];
+    for args in commands {
+        server.put("m.zip", std::fs::read(&v1).unwrap());
+        server.replace_after(1, "m.zip", std::fs::read(&v2).unwrap());
+        let before = server.count();
+        let got = json_on(args, &url);
+        let new = json_on(args, v2.to_str().unwrap());
+        assert_eq!(got, new, "{args:?}");
+        assert_ne!(got, json_on(args, v1.to_str().unwrap()), "{args:?}");
+        let seen = &server.requests()[before..];
+        // The open, the request refused with 412, a HEAD for the version, then the
+        // whole command again.
+        assert_eq!(seen[1].if_match.is_some(), true, "{seen:#?}");
+        assert!(seen.iter().any(|r| r.method == "HEAD"), "{seen:#?}");
+        assert_eq!(
+            seen.iter().filter(|r| r.if_match.is_none() && r.method == "GET").count(),
+            2,
+            "two opens: {seen:#?}"
+        );
+    }
+}

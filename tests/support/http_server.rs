@@ -31,6 +31,9 @@ struct State {
     versions: u64,
     /// Added before each answer (a far-away store, for the benchmark).
     latency: std::time::Duration,
+    /// An object replaced (path, new bytes) once this many requests have been answered:
+    /// someone uploading a new version while a client reads.
+    replace_after: Option<(usize, String, Vec<u8>)>,
 }
 
 /// One request as the server saw it.
@@ -89,6 +92,13 @@ impl Server {
         s.versions += 1;
         let etag = format!("\"v{}-{}\"", s.versions, bytes.len());
         s.objects.insert(format!("/{name}"), (bytes, etag));
+    }
+
+    /// Replaces the object at `/name` with `bytes` (a new ETag) right after the `n`th
+    /// request from now has been answered.
+    pub fn replace_after(&self, n: usize, name: &str, bytes: Vec<u8>) {
+        let at = self.count() + n;
+        self.state.lock().unwrap().replace_after = Some((at, format!("/{name}"), bytes));
     }
 
     /// Delays every answer by `d`.
@@ -192,6 +202,17 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
             return;
         }
         sent.fetch_add(n as u64, Ordering::SeqCst);
+        {
+            let answered = log.lock().unwrap().len();
+            let mut s = state.lock().unwrap();
+            if s.replace_after.as_ref().is_some_and(|(at, _, _)| answered >= *at)
+                && let Some((_, path, bytes)) = s.replace_after.take()
+            {
+                s.versions += 1;
+                let etag = format!("\"v{}-{}\"", s.versions, bytes.len());
+                s.objects.insert(path, (bytes, etag));
+            }
+        }
         if n < body.len() {
             let _ = out.shutdown(Shutdown::Both);
             return;
