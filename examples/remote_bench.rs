@@ -64,8 +64,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     })?;
     let a = archive.take().ok_or("not opened")?;
+    row("the summary (what `modelzip tags` lists)", &mut || {
+        a.summary().map_err(|s| {
+            modelzip::Error::new(modelzip::ErrorKind::InvalidInput(format!("summary {s}")))
+        })?;
+        Ok(())
+    })?;
     row(
-        "every tag's tables and tensor headers (what `modelzip tags` reads)",
+        "every tag's tables and tensor headers (`tags` without a current summary)",
         &mut || {
             for t in a.tags() {
                 let tag = a.tag(t)?;

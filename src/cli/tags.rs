@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 /// List the tags of an archive, oldest first; the default (newest) is marked.
 ///
 /// Per tag: params, updater arrays, bytes stored in the tag itself, bytes it uses
-/// from other tags, graph encoding, dtypes, created time.
+/// from other tags, graph encoding, dtypes, created time. Read from the archive's
+/// summary (_summary.txt) when it is current, else from every tag's tables and
+/// tensor headers: the same output either way (for a URL, the summary needs no
+/// request beyond the open's).
 ///
 /// Example:
 ///   modelzip tags model.zip

@@ -511,6 +511,51 @@ def journal_cases():
          stdout='"name": "a"', extra_files={".journal": journal[:-40]})
 
 
+def summary_fingerprint(entries):
+    """(count, SHA-256 hex) of the central-directory records of `entries` other than
+    _summary.txt, as docs/FORMAT.md (format 1.2) defines them."""
+    h = hashlib.sha256()
+    n = 0
+    for e in entries:
+        if e.name == b"_summary.txt":
+            continue
+        n += 1
+        h.update(struct.pack("<Q", len(e.name)) + e.name)
+        h.update(struct.pack("<HIQQ", e.method, e.crc, e.csize, e.usize))
+    return n, h.hexdigest()
+
+
+def summary_attacks():
+    """Summaries (_summary.txt, FORMAT.md format 1.2) made current for their archive (the
+    right fingerprint) that lie or break the grammar: ignored with a reason, the tags
+    listed from the tables (`"params": 1`), and reported by verify. The true summary of
+    these archives is `t 1 0 0 - FP32 -`."""
+    def with_summary(body, deflate=False, fingerprint=None):
+        entries = base_entries()
+        n, fp = summary_fingerprint(entries)
+        text = f"modelzip-summary 1 {n} {fingerprint or fp}\n".encode() + body
+        return build(entries + [E("_summary.txt", text, deflate=deflate)])
+    emit("summary-params-count-huge.zip", with_summary(b"t 18446744073709551615 0 0 - FP32 -\n"),
+         "tags --json", None, exit_code=0, stdout='"params": 1')
+    emit("summary-params-count-huge-verify.zip",
+         with_summary(b"t 18446744073709551615 0 0 - FP32 -\n"), "verify",
+         "more than t/params.txt", exit_code=1)
+    emit("summary-not-utf8.zip", with_summary(b"t 1 0 0 - FP32 \xff\n"), "verify", "not UTF-8",
+         exit_code=1)
+    # Plausible but wrong: listed as the archive claims (a current summary is trusted for
+    # a listing); verify compares it with the tables.
+    emit("summary-lying-plausible.zip", with_summary(b"t 0 0 0 - FP32 -\n"), "verify",
+         "its tables say", exit_code=1)
+    # 20 MiB once inflated: over the 16 MiB limit, refused from the directory's sizes
+    # before anything is inflated.
+    emit("summary-deflate-bomb.zip", with_summary(b"t" * (20 << 20), deflate=True),
+         "tags --json", None, exit_code=0, stdout='"params": 1')
+    # Written for another directory: stale, ignored quietly (verify finds nothing).
+    emit("summary-wrong-fingerprint.zip",
+         with_summary(b"t 7 0 0 - FP32 -\n", fingerprint="0" * 64), "tags --json", None,
+         exit_code=0, stdout='"params": 1')
+
+
 def main():
     for f in os.listdir(HERE):
         if f.endswith(".zip") or f.endswith(".journal"):
@@ -522,6 +567,7 @@ def main():
     text_attacks()
     extract_attacks()
     journal_cases()
+    summary_attacks()
     with open(os.path.join(HERE, "expected.json"), "w") as f:
         json.dump(MANIFEST, f, indent=1, sort_keys=True)
         f.write("\n")
