@@ -101,6 +101,7 @@ fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) ->
         }
         let r = a.verify();
         assert!(r.is_ok(), "{name} budget {n}: {:?}", r.problems);
+        assert_summary_current(&a, &format!("{name} budget {n}"));
         assert_eq!(dump(&a.tag("a").unwrap()), reference.0, "{name} budget {n}");
         assert_eq!(dump(&a.tag("b").unwrap()), reference.1, "{name} budget {n}");
         assert_eq!(
@@ -238,6 +239,7 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         assert_eq!(dump_files(&a.tag("b").unwrap()), files_b, "budget {n}");
         let r = a.verify();
         assert!(r.is_ok(), "budget {n}: {:?}", r.problems);
+        assert_summary_current(&a, &format!("removal budget {n}"));
         drop(a);
         let stray = stray_files(d.path(), &p);
         assert!(stray.is_empty(), "budget {n}: stray files {stray:?}");
@@ -257,6 +259,20 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
 
 const CHILD_ENV: &str = "MODELZIP_CRASH_CHILD";
 const NONCE_ENV: &str = "MODELZIP_CRASH_NONCE";
+
+/// The summary (`_summary.txt`) is written inside the same commit as everything else:
+/// whichever state survived, it is current and says what the tables say.
+fn assert_summary_current(a: &Archive, at: &str) {
+    let s = a
+        .summary()
+        .unwrap_or_else(|st| panic!("{at}: summary {st}"));
+    let tables: Vec<_> = a
+        .tags()
+        .iter()
+        .map(|t| a.tag_summary_from_tables(t).unwrap())
+        .collect();
+    assert_eq!(s, tables, "{at}");
+}
 
 fn seed_of(tag: &str) -> u64 {
     let (k, i) = tag[1..].split_once('-').unwrap();
@@ -400,6 +416,7 @@ fn sigkill_at_random_moments() {
         if kill % 20 == 0 {
             let r = a.verify();
             assert!(r.is_ok(), "kill {kill}: {:?}", r.problems);
+            assert_summary_current(&a, &format!("kill {kill}"));
         }
         let temps = stray_files(d.path(), &path);
         assert!(temps.len() <= 1, "kill {kill}: {temps:?}");
