@@ -1,8 +1,16 @@
 //! A small HTTP/1.1 file server on 127.0.0.1 for the remote-archive tests: GET and HEAD of
 //! in-memory objects with single byte ranges (`bytes=a-b`, `a-`, `-n`), an ETag per object
 //! version and If-Match. It counts requests and bytes served, and can misbehave on purpose:
-//! ignore Range (answer 200 with the whole body) or cut bodies short. Started by the test
-//! and stopped when dropped.
+//! ignore Range (answer 200 with the whole body), cut bodies short, or replace an object
+//! right after a chosen request. Started by the test and stopped when dropped.
+//!
+//! Why not axum + tower-http's `ServeDir` behind a counting layer (issue 13 suggests it):
+//! the tests need the misbehaviour above on purpose, which `ServeDir` cannot do (it always
+//! honours Range, never truncates, and serves files, not versions swapped between two
+//! requests); the counting layer and the hooks would make the replacement about as long
+//! as this file, for two more dev-dependencies and a tokio server in every test. What
+//! this server does not do — HTTP/2, chunked bodies, several ranges per request — no
+//! client here asks for: object_store sends one single range per request.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
