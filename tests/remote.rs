@@ -186,7 +186,12 @@ fn listing_a_large_archive_reads_only_its_tail() {
     let b = open(&server.url("big.zip")).unwrap();
     let before = server.count();
     let listed = b.summary().unwrap();
-    assert_eq!(server.count(), before, "{:#?}", &server.requests()[before..]);
+    assert_eq!(
+        server.count(),
+        before,
+        "{:#?}",
+        &server.requests()[before..]
+    );
     assert_eq!(listed, local.tag_summaries().unwrap());
     assert_eq!(listed[42].params, 1000);
 }
@@ -234,17 +239,27 @@ fn listing_tags_costs_only_the_open_and_falls_back_without_a_current_summary() {
         .entry_names()
         .position(|n| n == modelzip::archive::SUMMARY_TXT)
         .unwrap();
-    assert_eq!(summary_at + 1, cut.entry_names().count(), "the summary is last");
+    assert_eq!(
+        summary_at + 1,
+        cut.entry_names().count(),
+        "the summary is last"
+    );
     let old = without_summary(&bytes);
     server.put("old.zip", old);
     let before = server.count();
     let b = open(&server.url("old.zip")).unwrap();
-    assert_eq!(b.summary().unwrap_err(), modelzip::archive::SummaryStatus::Absent);
+    assert_eq!(
+        b.summary().unwrap_err(),
+        modelzip::archive::SummaryStatus::Absent
+    );
     let listed = b.tag_summaries().unwrap();
     assert_eq!(listed.len(), 10);
     for (l, e) in listed.iter().zip(&expected) {
         // The copy's entries are the same bytes: all but own bytes (no summary) agree.
-        assert_eq!((l.params, &l.dtypes, l.shared_bytes), (e.params, &e.dtypes, e.shared_bytes));
+        assert_eq!(
+            (l.params, &l.dtypes, l.shared_bytes),
+            (e.params, &e.dtypes, e.shared_bytes)
+        );
     }
     assert!(server.count() - before > 2, "{}", server.count() - before);
 }
@@ -262,7 +277,8 @@ fn without_summary(bytes: &[u8]) -> Vec<u8> {
     let mut r = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for n in &names {
-        w.raw_copy_file(r.by_name_raw(n.as_bytes()).unwrap()).unwrap();
+        w.raw_copy_file(r.by_name_raw(n.as_bytes()).unwrap())
+            .unwrap();
     }
     w.finish().unwrap().into_inner()
 }

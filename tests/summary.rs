@@ -85,8 +85,7 @@ fn every_commit_leaves_a_current_summary() {
     assert_eq!(s[0].name, "step-2");
     assert_eq!(s[0].shared_bytes, 0, "{s:?}");
     assert!(s[1].shared_bytes > 0, "{s:?}");
-    modelzip::archive::remove_tags_in_place(&path, &opts, |_| Ok(vec!["step-2".into()]))
-        .unwrap();
+    modelzip::archive::remove_tags_in_place(&path, &opts, |_| Ok(vec!["step-2".into()])).unwrap();
     assert_current(&path, "remove in place");
     modelzip::archive::convert_graph(&path, "again", GraphFormat::FlatBuffers, &opts).unwrap();
     let s = assert_current(&path, "convert graph");
@@ -97,6 +96,12 @@ fn every_commit_leaves_a_current_summary() {
     assert_current(&path, "compact");
     assert_eq!(Archive::open(&path).unwrap().dead_bytes(), 0);
 }
+
+/// Makes a summary's bytes from its head line (current for the archive it goes in).
+type MakeSummary<'a> = dyn Fn(&str) -> Vec<u8> + 'a;
+
+/// (what, the summary, what the reason says).
+type Case<'a> = (&'a str, Box<MakeSummary<'a>>, &'a str);
 
 /// How an entry is carried into a copy made by another zip tool.
 enum Edit {
@@ -109,7 +114,7 @@ enum Edit {
 /// replaced (stored) as `edit` says; then, if `summary` is given, a `_summary.txt` with
 /// its text after the head line `summary` makes current for that copy (its
 /// fingerprint computed here from the spec, not by modelzip).
-fn rezip(src: &[u8], edit: impl Fn(&str) -> Edit, summary: Option<&dyn Fn(&str) -> Vec<u8>>) -> Vec<u8> {
+fn rezip(src: &[u8], edit: impl Fn(&str) -> Edit, summary: Option<&MakeSummary<'_>>) -> Vec<u8> {
     use zip::write::SimpleFileOptions;
     let stored = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     let copy = |with: Option<Vec<u8>>| -> Vec<u8> {
@@ -157,11 +162,7 @@ fn rezip(src: &[u8], edit: impl Fn(&str) -> Edit, summary: Option<&dyn Fn(&str) 
         h.update(f.compressed_size().to_le_bytes());
         h.update(f.size().to_le_bytes());
     }
-    let hex: String = h
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let head = format!("modelzip-summary 1 {} {hex}", r.len());
     copy(Some(summary(&head)))
 }
@@ -185,7 +186,13 @@ fn an_archive_without_a_summary_is_listed_from_its_tables_and_gets_one_on_the_ne
     let expected = assert_current(&path, "create");
     let old = rezip(
         &std::fs::read(&path).unwrap(),
-        |n| if n == SUMMARY_TXT { Edit::Drop } else { Edit::Keep },
+        |n| {
+            if n == SUMMARY_TXT {
+                Edit::Drop
+            } else {
+                Edit::Keep
+            }
+        },
         None,
     );
     let older = dir.path().join("older.zip");
@@ -257,7 +264,7 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
     let good = String::from_utf8(summary_text(&a)).unwrap();
     let records: Vec<&str> = good.lines().skip(1).collect();
     let src = std::fs::read(&path).unwrap();
-    let with = |f: &dyn Fn(&str) -> Vec<u8>| rezip(&src, |_| Edit::Keep, Some(f));
+    let with = |f: &MakeSummary<'_>| rezip(&src, |_| Edit::Keep, Some(f));
     // The untouched records under a head made current for the copy: used.
     let plain = with(&|head| format!("{head}\n{}\n", records.join("\n")).into_bytes());
     let b = Archive::from_reader(Cursor::new(plain)).unwrap();
@@ -269,7 +276,7 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
         format!("{}\n{}\n", f.join(" "), records[1])
     };
     let big = "x".repeat(17 << 20);
-    let cases: Vec<(&str, Box<dyn Fn(&str) -> Vec<u8>>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "huge params count",
             Box::new(|h| format!("{h}\n{}", field(1, "18446744073709551615")).into_bytes()),
@@ -321,7 +328,14 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
         ),
         (
             "bad head",
-            Box::new(|h| format!("{}\n{}", h.replace("modelzip-summary 1", "modelzip-summary x"), field(0, "fp32")).into_bytes()),
+            Box::new(|h| {
+                format!(
+                    "{}\n{}",
+                    h.replace("modelzip-summary 1", "modelzip-summary x"),
+                    field(0, "fp32")
+                )
+                .into_bytes()
+            }),
             "version",
         ),
     ];
@@ -343,7 +357,7 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
     }
     // Ignored quietly: a wrong fingerprint (written for another directory) and a newer
     // summary version.
-    let quiet: Vec<(&str, Box<dyn Fn(&str) -> Vec<u8>>, &str)> = vec![
+    let quiet: Vec<Case> = vec![
         (
             "wrong fingerprint",
             Box::new(|h| {
@@ -384,9 +398,12 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
     assert_eq!(b.summary().unwrap()[0].params, 4);
     let report = b.verify();
     assert!(
-        report.problems.iter().any(|p| p.entry.as_deref() == Some(SUMMARY_TXT)
-            && p.message.contains("4 params")
-            && p.message.contains("5 params")),
+        report
+            .problems
+            .iter()
+            .any(|p| p.entry.as_deref() == Some(SUMMARY_TXT)
+                && p.message.contains("4 params")
+                && p.message.contains("5 params")),
         "{report:?}"
     );
 }

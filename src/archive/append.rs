@@ -6,8 +6,8 @@ use super::fault::Budgeted;
 use super::journal;
 use super::lock::WriteLock;
 use super::reader::{Archive, OpenOptions};
-use super::summary::written_by_commit;
 use super::session::{Session, WriteOptions};
+use super::summary::written_by_commit;
 use super::writer::{TagBuilder, TagWriter};
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -190,7 +190,8 @@ impl Appender {
                 (s, Target::Rewrite { temp })
             }
             AppendMode::InPlace => {
-                let (mut s, file) = in_place_session(path, &base, opts, |e| !written_by_commit(&e.name))?;
+                let (mut s, file) =
+                    in_place_session(path, &base, opts, |e| !written_by_commit(&e.name))?;
                 s.adopt_base(base);
                 (s, Target::InPlace { file })
             }

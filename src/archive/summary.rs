@@ -8,8 +8,8 @@ use super::container::ZipEntry;
 use super::hashing::hex_digest;
 use super::reader::{Archive, TensorLocation};
 use super::tag::{MAX_METADATA_BYTES, SHARED_TXT};
-use super::verify::VerifyReport;
 use super::text;
+use super::verify::VerifyReport;
 use crate::error::Result;
 use crate::graph::GraphFormat;
 use crate::tensor::DType;
@@ -142,10 +142,7 @@ fn graph_word(g: Option<GraphFormat>) -> &'static str {
 /// The summary's bytes for `records` (in tags.txt order) of a directory with this
 /// fingerprint.
 pub(crate) fn render(count: u64, fp: &[u8; 32], records: &[Record]) -> String {
-    let mut out = format!(
-        "{MAGIC} {VERSION} {count} {}\n",
-        hex_digest(fp)
-    );
+    let mut out = format!("{MAGIC} {VERSION} {count} {}\n", hex_digest(fp));
     for r in records {
         let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
         let created = match r.created.as_deref() {
@@ -225,9 +222,8 @@ fn parse_record(line: &str, n: usize, a: &Archive) -> std::result::Result<Record
     let [name, params, updater, shared, graph, dtypes, created] = fields[..] else {
         return Err(at(format!("expected 7 fields, found {}", fields.len())));
     };
-    let num = |what: &str, v: &str| {
-        text::parse_index(v).map_err(|m| at(format!("{what} {v:?}: {m}")))
-    };
+    let num =
+        |what: &str, v: &str| text::parse_index(v).map_err(|m| at(format!("{what} {v:?}: {m}")));
     let params = num("the parameter count", params)?;
     let updater_arrays = num("the updater array count", updater)?;
     let shared_bytes = num("the shared byte count", shared)?;
@@ -310,9 +306,8 @@ impl Archive {
             )));
         }
         let bytes = self.read_entry(e).map_err(|e| invalid(e.to_string()))?;
-        let s = std::str::from_utf8(&bytes).map_err(|err| {
-            invalid(format!("not UTF-8 (byte {})", err.valid_up_to()))
-        })?;
+        let s = std::str::from_utf8(&bytes)
+            .map_err(|err| invalid(format!("not UTF-8 (byte {})", err.valid_up_to())))?;
         let mut lines = s.split_terminator('\n').enumerate();
         let first = lines.next().map_or("", |(_, l)| l);
         check_header(first, self).map_err(|r| match r {
@@ -640,7 +635,10 @@ impl SummaryInputs {
         let mut used: Vec<String> = Vec::new();
         let mut params = 0u64;
         let mut arrays = 0u64;
-        for (rel, kind_dir, updater) in [("params.txt", "params", false), ("updater.txt", "updater", true)] {
+        for (rel, kind_dir, updater) in [
+            ("params.txt", "params", false),
+            ("updater.txt", "updater", true),
+        ] {
             let Some(bytes) = file(rel)? else {
                 continue;
             };

@@ -121,7 +121,10 @@ pub fn open(path: &Path) -> Result<Archive, CliError> {
         let archive = modelzip::remote::RemoteOptions::default()
             .open(url)
             .map_err(|e| CliError::Failed(format!("cannot open {url}: {e}")))?;
-        let seen = (url.to_string(), archive.remote_version().map(str::to_string));
+        let seen = (
+            url.to_string(),
+            archive.remote_version().map(str::to_string),
+        );
         *OPENED_REMOTE.lock().unwrap_or_else(|p| p.into_inner()) = Some(seen);
         return Ok(archive);
     }

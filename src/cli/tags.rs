@@ -36,11 +36,7 @@ fn from_tables(archive: &Archive, args: &Args) -> Result<Vec<TagSummary>, CliErr
     let describe = |names: &[String]| -> Result<Vec<TagSummary>, CliError> {
         names
             .iter()
-            .map(|name| {
-                archive
-                    .tag_summary_from_tables(name)
-                    .map_err(tag_err(name))
-            })
+            .map(|name| archive.tag_summary_from_tables(name).map_err(tag_err(name)))
             .collect()
     };
     let threads = std::thread::available_parallelism().map_or(1, usize::from);

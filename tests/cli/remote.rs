@@ -217,10 +217,12 @@ fn a_read_command_runs_once_more_when_the_object_is_replaced_mid_read() {
         let seen = &server.requests()[before..];
         // The open, the request refused with 412, a HEAD for the version, then the
         // whole command again.
-        assert_eq!(seen[1].if_match.is_some(), true, "{seen:#?}");
+        assert!(seen[1].if_match.is_some(), "{seen:#?}");
         assert!(seen.iter().any(|r| r.method == "HEAD"), "{seen:#?}");
         assert_eq!(
-            seen.iter().filter(|r| r.if_match.is_none() && r.method == "GET").count(),
+            seen.iter()
+                .filter(|r| r.if_match.is_none() && r.method == "GET")
+                .count(),
             2,
             "two opens: {seen:#?}"
         );

@@ -213,7 +213,9 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
         {
             let answered = log.lock().unwrap().len();
             let mut s = state.lock().unwrap();
-            if s.replace_after.as_ref().is_some_and(|(at, _, _)| answered >= *at)
+            if s.replace_after
+                .as_ref()
+                .is_some_and(|(at, _, _)| answered >= *at)
                 && let Some((_, path, bytes)) = s.replace_after.take()
             {
                 s.versions += 1;
