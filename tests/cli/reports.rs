@@ -489,3 +489,50 @@ fn usage_errors_are_one_line_naming_the_command() {
     ]));
     assert!(!line.contains("usage:"), "{line}");
 }
+
+/// `tags` prints the same from the summary as from the tables: an archive against its
+/// copy without `_summary.txt` (written by another tool, the zip crate, entries raw), in
+/// both output forms.
+#[test]
+fn tags_prints_the_same_from_the_summary_as_from_the_tables() {
+    use std::io::Cursor;
+    let dir = tempfile::tempdir().unwrap();
+    let with = dir.path().join("with.zip");
+    let mut w = modelzip::ArchiveWriter::create(&with).unwrap();
+    w.add_tag(super::support::sample_tag("fp32", 1)).unwrap();
+    w.add_tag(super::support::sample_tag("step-2", 2)).unwrap();
+    w.finish().unwrap();
+    pack_json(&with, "mlp", &["--graph", mlp_model().to_str().unwrap()]);
+    let bytes = std::fs::read(&with).unwrap();
+    let mut r = zip::ZipArchive::new(Cursor::new(&bytes)).unwrap();
+    let mut out = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    for i in 0..r.len() {
+        let f = r.by_index_raw(i).unwrap();
+        if f.name().unwrap() != "_summary.txt" {
+            out.raw_copy_file(f).unwrap();
+        }
+    }
+    let without = dir.path().join("without.zip");
+    std::fs::write(&without, out.finish().unwrap().into_inner()).unwrap();
+    assert!(modelzip::Archive::open(&with).unwrap().summary().is_ok());
+    assert_eq!(
+        modelzip::Archive::open(&without)
+            .unwrap()
+            .summary()
+            .unwrap_err(),
+        modelzip::archive::SummaryStatus::Absent
+    );
+    let text = |p: &Path| {
+        let out = modelzip().arg("tags").arg(p).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(text(&with), text(&without));
+    assert!(text(&with).contains("programdesc"), "{}", text(&with));
+    let json = |p: &Path| {
+        let mut v = json_of(modelzip().arg("tags").arg(p).arg("--json"));
+        v.as_object_mut().unwrap().remove("archive");
+        v
+    };
+    assert_eq!(json(&with), json(&without));
+}
