@@ -266,8 +266,23 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     file_paths.extend(graph_file);
     let mut total_bytes: u64 = graph.as_ref().map_or(0, |(_, b)| b.len() as u64);
     let mut total_files: u64 = u64::from(graph.is_some());
-    // Encoded length of each tensor file the tag uses.
+    // Encoded length of each tensor file the tag uses. From a remote archive, from the
+    // tensors' headers (one batched request): a full decode here would fetch every
+    // tensor twice, since it is fetched again to be written (and checked then).
     let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
+    if archive.is_remote() {
+        let mut seen: FxHashSet<&str> = FxHashSet::default();
+        let unique: Vec<&modelzip::TensorLocation> = tag
+            .params()
+            .iter()
+            .map(|p| &p.location)
+            .filter(|l| seen.insert(l.entry.as_str()))
+            .collect();
+        let heads = archive.tensor_heads(&unique).map_err(tag_err(tag_name))?;
+        for (l, h) in unique.iter().zip(&heads) {
+            sizes.insert(l.entry.as_str(), h.encoded_len());
+        }
+    }
     for p in tag.params() {
         safe_relative(tag_name, &p.name)?;
         let collides = |what: &str| {

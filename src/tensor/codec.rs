@@ -356,16 +356,28 @@ const MIN_RECORD_BYTES: u64 = 4 + 8 + 4 + 4 + 2;
 
 /// The bytes of a record before its data: versions, LoD and TensorDesc.
 pub fn encode_header(tensor: &TensorView<'_>) -> Vec<u8> {
+    header_bytes(tensor.dtype(), tensor.dims(), tensor.lod())
+}
+
+impl RecordHead {
+    /// Size of the record modelzip writes for this tensor (`encode_tensor`): its header
+    /// as modelzip encodes it, then the data.
+    pub fn encoded_len(&self) -> u64 {
+        header_bytes(self.dtype, &self.dims, &self.lod).len() as u64 + self.data_len
+    }
+}
+
+fn header_bytes(dtype: DType, dims: &[u64], lod: &Lod) -> Vec<u8> {
     let desc = TensorDescWire {
-        data_type: Some(tensor.dtype().code()),
-        dims: tensor.dims().iter().map(|&d| d as i64).collect(),
+        data_type: Some(dtype.code()),
+        dims: dims.iter().map(|&d| d as i64).collect(),
     };
     let desc = prost::Message::encode_to_vec(&desc);
-    let lod_bytes: usize = tensor.lod().iter().map(|l| 8 + 8 * l.len()).sum();
+    let lod_bytes: usize = lod.iter().map(|l| 8 + 8 * l.len()).sum();
     let mut out = Vec::with_capacity(4 + 8 + lod_bytes + 8 + desc.len());
     out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&(tensor.lod().len() as u64).to_le_bytes());
-    for level in tensor.lod() {
+    out.extend_from_slice(&(lod.len() as u64).to_le_bytes());
+    for level in lod {
         out.extend_from_slice(&(8 * level.len() as u64).to_le_bytes());
         for o in level {
             out.extend_from_slice(&o.to_le_bytes());

@@ -228,3 +228,35 @@ fn a_read_command_runs_once_more_when_the_object_is_replaced_mid_read() {
         );
     }
 }
+
+/// `extract` of a URL fetches each tensor once: what it would write is added up from the
+/// tensors' headers (one batched request), not from the tensors, which are fetched when
+/// written.
+#[test]
+fn extract_from_a_url_fetches_each_tensor_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive(dir.path(), "m.zip", 1);
+    let server = Server::start();
+    server.put("m.zip", std::fs::read(&path).unwrap());
+    let before = server.bytes_sent();
+    let out = dir.path().join("big");
+    modelzip()
+        .args([
+            "extract",
+            &server.url("m.zip"),
+            "--tag",
+            "big",
+            "-q",
+            "--out",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let sent = server.bytes_sent() - before;
+    let tensor = std::fs::metadata(out.join("x")).unwrap().len();
+    assert!(tensor > 1_200_000, "{tensor}");
+    assert!(
+        sent >= tensor && sent < tensor + tensor / 4,
+        "{sent} for {tensor}"
+    );
+}
