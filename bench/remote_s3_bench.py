@@ -47,21 +47,38 @@ def free_port():
 
 
 class Counter:
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.requests = []  # (method, path, body bytes)
+    """Requests seen by the proxy: [method, path, range, body bytes sent]. A request is
+    counted when it arrives; its bytes as they are sent."""
 
-    def add(self, method, path, n):
-        with self.lock:
-            self.requests.append((method, path, n))
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.requests = []
+        self.active = 0
+
+    def start(self, method, path, rng):
+        with self.cond:
+            self.requests.append([method, path, rng, 0])
+            self.active += 1
+            return len(self.requests) - 1
+
+    def sent(self, i, n):
+        with self.cond:
+            self.requests[i][3] += n
+
+    def done(self):
+        with self.cond:
+            self.active -= 1
+            self.cond.notify_all()
 
     def snapshot(self):
-        with self.lock:
+        with self.cond:
             return len(self.requests)
 
     def since(self, i):
-        with self.lock:
-            return self.requests[i:]
+        """The requests from the `i`th on, once none is being answered."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.active == 0, timeout=60)
+            return [tuple(r) for r in self.requests[i:]]
 
 
 def make_proxy(upstream_port, latency, counter):
@@ -74,6 +91,13 @@ def make_proxy(upstream_port, latency, counter):
             pass
 
         def forward(self):
+            i = counter.start(self.command, self.path, self.headers.get("Range"))
+            try:
+                self.relay(i)
+            finally:
+                counter.done()
+
+        def relay(self, i):
             time.sleep(latency)
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else None
@@ -100,18 +124,16 @@ def make_proxy(upstream_port, latency, counter):
             if length is not None:
                 self.send_header("Content-Length", length)
             self.end_headers()
-            sent = 0
             if self.command != "HEAD":
                 if data is not None:
                     self.wfile.write(data)
-                    sent = len(data)
+                    counter.sent(i, len(data))
                 else:
                     while chunk := resp.read(1 << 20):
                         self.wfile.write(chunk)
-                        sent += len(chunk)
+                        counter.sent(i, len(chunk))
             else:
                 resp.read()
-            counter.add(self.command, self.path, sent)
 
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = forward
 
@@ -210,10 +232,21 @@ def main():
                 fn()
             secs = time.monotonic() - t0
             seen = counter.since(i)
-            rows.append((what, len(seen), sum(n for _, _, n in seen), secs))
+            rows.append((what, len(seen), sum(r[3] for r in seen), secs))
+            for r in seen:
+                log(f"  {what}: {r[0]} {r[1]} range={r[2]} -> {r[3]} bytes")
             return seen
 
         load_before = os.getloadavg()
+
+        def one_byte():
+            req = urllib.request.Request(
+                f"{proxy_url}/{BUCKET}/big.zip", headers={"Range": "bytes=0-0"}
+            )
+            with urllib.request.urlopen(req, timeout=600) as r:
+                r.read()
+
+        measure("one 1-byte range GET (the server's own cost per request)", fn=one_byte)
         measure("`modelzip tags` (open + summary)", [cli, "tags", url])
         tag = f"t{args.tags // 2}"
         out = work / "extract"
@@ -221,7 +254,7 @@ def main():
             f"`modelzip extract --tag {tag}`: one 100 MiB tag",
             [cli, "extract", url, "--tag", tag, "--out", out, "-q"],
         )
-        one_tag = sum(n for _, _, n in seen)
+        one_tag = sum(r[3] for r in seen)
         shutil.rmtree(out, ignore_errors=True)
         down = work / "down.zip"
         measure("`modelzip cp URL LOCAL` (download, verify)", [cli, "cp", url, down, "-q"])
