@@ -67,8 +67,25 @@ fn every_commit_leaves_a_current_summary() {
         .param("q", q)
         .metadata(br#"{"created":"-","note":"x"}"#.to_vec());
     modelzip::append_tag(&path, int8, AppendMode::InPlace, &opts).unwrap();
+    // Created times the summary must escape, or that are not strings.
+    for (name, meta) in [
+        ("odd-1", r#"{"created":"a b%c\n\u0001"}"#),
+        ("odd-2", r#"{"created":""}"#),
+        ("odd-3", r#"{"created":17}"#),
+    ] {
+        let t = TagBuilder::new(name).metadata(meta.as_bytes().to_vec());
+        modelzip::append_tag(&path, t, AppendMode::InPlace, &opts).unwrap();
+    }
     let s = assert_current(&path, "append in place");
     assert_eq!(s[3].created.as_deref(), Some("-"));
+    assert_eq!(s[4].created.as_deref(), Some("a b%c\n\u{1}"));
+    assert_eq!(s[5].created.as_deref(), Some(""));
+    assert_eq!(s[6].created, None);
+    assert!(s[4].dtypes.is_empty() && s[4].params == 0);
+    modelzip::archive::remove_tags_in_place(&path, &opts, |_| {
+        Ok(vec!["odd-1".into(), "odd-2".into(), "odd-3".into()])
+    })
+    .unwrap();
     assert_eq!(s[3].dtypes, [DType::Int8]);
     // The old summaries are dead bytes until a compaction.
     assert!(Archive::open(&path).unwrap().dead_bytes() > 0);
