@@ -93,6 +93,21 @@ fn every_fixture_exports_as_the_message_it_was_imported_from() {
             assert_eq!(e.files[0].1, std::fs::metadata(&out).unwrap().len());
             let back = tf::read_graphdef_file(&out).unwrap();
             assert!(same_message(&back, &original(m)), "{m}.{ext} differs");
+            // Written node by node, the binary file is byte for byte the whole message's
+            // encoding, and the text one the same single `node: [...]` list (text maps
+            // come out in no fixed order, so text is compared as messages above).
+            let whole = if ext == "pb" {
+                def.encode_to_vec()
+            } else {
+                let t = std::fs::read_to_string(&out).unwrap();
+                assert!(t.starts_with("node: [{\n"), "{m}");
+                assert_eq!(t.matches("\nnode: ").count(), 0, "{m}: one node list");
+                t.into_bytes()
+            };
+            assert!(
+                std::fs::read(&out).unwrap() == whole,
+                "{m}.{ext}: bytes differ"
+            );
         }
         // The text export is text format.
         let text = std::fs::read_to_string(dir.path().join(format!("{m}.pbtxt"))).unwrap();
@@ -570,4 +585,118 @@ fn verify_and_export_check_a_stored_graph_against_its_parameters() {
         panic!("no tensor");
     };
     assert_eq!(t.tensor_content.len(), 8);
+}
+
+/// A graph of `n` Const nodes that all name one parameter of `elems` f32 values.
+fn alias_graph_archive(dir: &Path, n: usize, elems: usize) -> PathBuf {
+    use modelzip::graph::{TfAttr, TfGraph, TfNode, TfParamRef};
+    use modelzip::{ArchiveWriter, TagBuilder, Tensor};
+    let value = pb::AttrValue {
+        value: Some(pb::attr_value::Value::Tensor(pb::TensorProto {
+            dtype: pb::DataType::DtFloat as i32,
+            tensor_shape: shape(&[elems as i64]),
+            ..Default::default()
+        })),
+    };
+    let nodes = (0..n)
+        .map(|i| TfNode {
+            name: format!("c{i}"),
+            op: "Const".into(),
+            attrs: vec![TfAttr {
+                name: "value".into(),
+                value: value.encode_to_vec(),
+                param: Some(TfParamRef {
+                    param: "w".into(),
+                    typed_count: None,
+                }),
+            }],
+            ..Default::default()
+        })
+        .collect();
+    let fb = Graph {
+        tf: Some(TfGraph {
+            nodes,
+            rest: Vec::new(),
+        }),
+        ..Graph::new()
+    }
+    .to_flatbuffers()
+    .unwrap();
+    let zip = dir.join("alias.zip");
+    let w_tensor = Tensor::from_slice(vec![elems as u64], &vec![0.25f32; elems]).unwrap();
+    let mut w = ArchiveWriter::create(&zip).unwrap();
+    w.add_tag(
+        TagBuilder::new("a")
+            .graph(GraphFormat::FlatBuffers, fb)
+            .param("w", w_tensor),
+    )
+    .unwrap();
+    w.finish().unwrap();
+    zip
+}
+
+#[test]
+fn export_counts_its_size_first_and_refuses_above_max_output() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100 constants naming one 64 KiB parameter: 6.4 MB of GraphDef from a small archive.
+    let zip = alias_graph_archive(dir.path(), 100, 16_384);
+    let a = Archive::open(&zip).unwrap();
+    let tag = a.tag("a").unwrap();
+    let (def, _, _) = tf::export_graphdef(&tag).unwrap();
+    let size = def.encoded_len() as u64;
+    let listing = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing(dir.path());
+    for ext in ["pb", "pbtxt"] {
+        let out = dir.path().join(format!("alias.{ext}"));
+        let with_limit = |limit: u64| ExportOptions {
+            max_output: Some(limit),
+            ..export_opts()
+        };
+        // The lower bound (the parameters' bytes) already passes 1 MB.
+        let e = tf::export_graphdef_file(&tag, &out, &with_limit(1_000_000)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("TensorFlow export size (at least)")
+                && msg.contains("exceeds the limit of 1000000"),
+            "{msg}"
+        );
+        assert!(!out.exists(), "nothing is written before the check");
+        let whole = if ext == "pb" {
+            size
+        } else {
+            tf::graphdef_to_text(&def).unwrap().len() as u64
+        };
+        // One byte short of the exact size: refused by the exact count.
+        let e = tf::export_graphdef_file(&tag, &out, &with_limit(whole - 1)).unwrap_err();
+        assert!(e.to_string().contains("exceeds the limit of"), "{e}");
+        assert!(!out.exists(), "nothing is written before the check");
+        assert_eq!(listing(dir.path()), before, "no temp file is left behind");
+        // The exact size is allowed.
+        let r = tf::export_graphdef_file(&tag, &out, &with_limit(whole)).unwrap();
+        assert_eq!(r.files[0].1, whole);
+        assert_eq!(std::fs::metadata(&out).unwrap().len(), whole);
+        std::fs::remove_file(&out).unwrap();
+    }
+    // Through the CLI: exit 2, saying how much and the limit.
+    let out = dir.path().join("cli.pb");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_modelzip"))
+        .args(["export", "--format", "tf", "--max-output", "1M", "--out"])
+        .arg(&out)
+        .arg(&zip)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        msg.contains("TensorFlow export size") && msg.contains("limit of 1048576"),
+        "{msg}"
+    );
+    assert!(!out.exists());
 }

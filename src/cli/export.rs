@@ -49,7 +49,7 @@ pub struct Args {
     force: bool,
     /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
     /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
-    /// whichever is larger. Checked before anything is written (paddle, safetensors, onnx).
+    /// whichever is larger. Checked before anything is written.
     #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
     max_output: Option<u64>,
     /// onnx only: write every initializer to PATH.data beside the model (instead of

@@ -800,39 +800,53 @@ pub fn join_graphdef<'p>(
     g: &TfGraph,
     mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
 ) -> Result<pb::GraphDef> {
-    let mut out = pb::GraphDef::decode(g.rest.as_slice())
-        .map_err(|e| gerr(format!("the stored GraphDef fields do not decode: {e}")))?;
+    let mut out = graph_fields(g)?;
     out.node.reserve(g.nodes.len());
     for (i, n) in g.nodes.iter().enumerate() {
-        let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
-        let mut node = pb::NodeDef::decode(n.rest.as_slice())
-            .map_err(|e| place(gerr(format!("its stored fields do not decode: {e}"))))?;
-        node.name = n.name.clone();
-        node.op = n.op.clone();
-        node.input = n.inputs.clone();
-        node.device = n.device.clone();
-        let mut attrs = BTreeMap::new();
-        for a in &n.attrs {
-            let mut value = pb::AttrValue::decode(a.value.as_slice())
-                .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
-            if let Some(r) = &a.param {
-                let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value else {
-                    return Err(place(gerr(format!(
-                        "attr {:?} refers to parameter {:?} but holds no tensor",
-                        a.name, r.param
-                    ))));
-                };
-                let data = param(&r.param).map_err(place)?;
-                let v = data.view();
-                check_param(t, &v, &r.param).map_err(place)?;
-                lower(t, v.data(), r.typed_count).map_err(place)?;
-            }
-            attrs.insert(a.name.clone(), value);
-        }
-        node.attr = attrs;
-        out.node.push(node);
+        out.node.push(join_node(i, n, &mut param)?);
     }
     Ok(out)
+}
+
+/// The GraphDef's fields other than its nodes (library, versions, debug info).
+fn graph_fields(g: &TfGraph) -> Result<pb::GraphDef> {
+    pb::GraphDef::decode(g.rest.as_slice())
+        .map_err(|e| gerr(format!("the stored GraphDef fields do not decode: {e}")))
+}
+
+/// Node `i` of the graph, each attribute that refers to a parameter filled with its values.
+fn join_node<'p>(
+    i: usize,
+    n: &TfNode,
+    param: &mut impl FnMut(&str) -> Result<TensorData<'p>>,
+) -> Result<pb::NodeDef> {
+    let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
+    let mut node = pb::NodeDef::decode(n.rest.as_slice())
+        .map_err(|e| place(gerr(format!("its stored fields do not decode: {e}"))))?;
+    node.name = n.name.clone();
+    node.op = n.op.clone();
+    node.input = n.inputs.clone();
+    node.device = n.device.clone();
+    let mut attrs = BTreeMap::new();
+    for a in &n.attrs {
+        let mut value = pb::AttrValue::decode(a.value.as_slice())
+            .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
+        if let Some(r) = &a.param {
+            let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value else {
+                return Err(place(gerr(format!(
+                    "attr {:?} refers to parameter {:?} but holds no tensor",
+                    a.name, r.param
+                ))));
+            };
+            let data = param(&r.param).map_err(place)?;
+            let v = data.view();
+            check_param(t, &v, &r.param).map_err(place)?;
+            lower(t, v.data(), r.typed_count).map_err(place)?;
+        }
+        attrs.insert(a.name.clone(), value);
+    }
+    node.attr = attrs;
+    Ok(node)
 }
 
 /// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
@@ -990,20 +1004,82 @@ pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<
 
 /// Writes a tag imported from TensorFlow as a GraphDef file: text format when `out`
 /// ends in `.pbtxt`, binary otherwise; through a temp file renamed into place.
+///
+/// The file's size is counted before anything is written and refused above
+/// `opts.max_output` (a graph may name one parameter from many constants, so the export
+/// is not bounded by the archive's size), and the GraphDef is written node by node: the
+/// whole message is never held in memory.
 pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-    let (def, params, unused) = export_graphdef(tag)?;
+    let g = tf_graph(tag)?;
+    let name = tag.name().to_string();
+    let in_fb = |e: Error| e.in_entry(format!("{name}/graph.fb"));
     let text = has_ext(out, "pbtxt");
-    let bytes = if text {
-        graphdef_to_text(&def)?.into_bytes()
-    } else {
-        def.encode_to_vec()
+    let limit = opts
+        .max_output
+        .unwrap_or_else(|| super::default_max_output(tag.archive().len_bytes()));
+    let over = |what: &'static str, size: u64| {
+        Err(Error::new(ErrorKind::LimitExceeded { what, size, limit }))
     };
-    let len = write_file_atomically(out, opts.overwrite, opts.fsync, |w| w.write_all(&bytes))?;
+    // A lower bound first, from the parameters' sizes alone (no values converted): a
+    // graph naming one large parameter from many constants is refused at once.
+    let mut least = g.rest.len() as u64;
+    for n in &g.nodes {
+        least = least.saturating_add(n.rest.len() as u64);
+        for r in n.attrs.iter().filter_map(|a| a.param.as_ref()) {
+            let data = tag.param(&r.param).map_err(in_fb)?;
+            least = least.saturating_add(data.view().data().len() as u64);
+        }
+        if least > limit {
+            return over("TensorFlow export size (at least)", least);
+        }
+    }
+    // The exact size, node by node (each one built, measured and dropped).
+    let fields = graph_fields(&g).map_err(in_fb)?;
+    let mut used = Vec::new();
+    let mut param = |p: &str| {
+        used.push(p.to_string());
+        tag.param(p).map_err(|e| {
+            invalid(format!(
+                "the graph refers to parameter {p:?}, which tag {name:?} cannot give: {e}"
+            ))
+        })
+    };
+    let tail = graph_fields_bytes(&fields, g.nodes.len(), text)?;
+    let mut total = tail.len() as u64;
+    for (i, n) in g.nodes.iter().enumerate() {
+        let node = join_node(i, n, &mut param).map_err(in_fb)?;
+        total = total.saturating_add(node_bytes(node, i, text)?.len() as u64);
+        if total > limit {
+            return over("TensorFlow export size (at least)", total);
+        }
+    }
+    drop(param);
+    let mut again = |p: &str| tag.param(p);
+    let len = write_file_atomically(out, opts.overwrite, opts.fsync, |w| {
+        let io = |e: Error| std::io::Error::other(e.to_string());
+        for (i, n) in g.nodes.iter().enumerate() {
+            let node = join_node(i, n, &mut again).map_err(|e| io(in_fb(e)))?;
+            w.write_all(&node_bytes(node, i, text).map_err(io)?)?;
+        }
+        w.write_all(&tail)
+    })?;
+    if len != total {
+        return Err(gerr(format!(
+            "the GraphDef written is {len} bytes, not the {total} counted before writing"
+        )));
+    }
+    let used_set: HashSet<&str> = used.iter().map(String::as_str).collect();
+    let unused = tag
+        .params()
+        .iter()
+        .filter(|p| !used_set.contains(p.name.as_str()))
+        .map(|p| p.name.clone())
+        .collect();
     Ok(Exported {
         tag: tag.name().to_string(),
         format: "tf",
         files: vec![(out.to_path_buf(), len)],
-        params,
+        params: used,
         unused,
         notes: vec![
             if text {
@@ -1014,6 +1090,48 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
             .to_string(),
         ],
     })
+}
+
+/// The bytes node `i` takes in the file: its encoding as field 1 of a GraphDef (prost
+/// writes fields in number order, so the nodes come first), or its text inside the
+/// `node: [{ ... }, { ... }]` list the whole message's text format writes.
+fn node_bytes(node: pb::NodeDef, i: usize, text: bool) -> Result<Vec<u8>> {
+    if !text {
+        return Ok(pb::GraphDef {
+            node: vec![node],
+            ..Default::default()
+        }
+        .encode_to_vec());
+    }
+    let mut msg = DynamicMessage::new(descriptor("tensorflow.NodeDef")?);
+    msg.transcode_from(&node)
+        .map_err(|e| gerr(format!("cannot convert node {i} for text output: {e}")))?;
+    let body = msg.to_text_format_with_options(
+        &prost_reflect::text_format::FormatOptions::new().pretty(true),
+    );
+    let mut out = String::with_capacity(body.len() + body.len() / 8 + 16);
+    out.push_str(if i == 0 { "node: [{\n" } else { "}, {\n" });
+    for line in body.lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out.into_bytes())
+}
+
+/// The bytes after the last node: the text list's end, then the GraphDef's other fields.
+fn graph_fields_bytes(fields: &pb::GraphDef, nodes: usize, text: bool) -> Result<Vec<u8>> {
+    if !text {
+        return Ok(fields.encode_to_vec());
+    }
+    let mut out = String::new();
+    if nodes > 0 {
+        out.push_str("}]\n");
+    }
+    if *fields != pb::GraphDef::default() || nodes == 0 {
+        out.push_str(&graphdef_to_text(fields)?);
+    }
+    Ok(out.into_bytes())
 }
 
 /// How many nodes of each op a TensorFlow graph has (for summaries).
