@@ -158,3 +158,50 @@ fn size_arguments_parse_with_units() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
 }
+
+/// An archive with tags `a` and `b` whose `n` parameters (the same names) all refer to
+/// one tensor file each, with different values: every name is a changed pair.
+fn alias_pair_archive(dir: &Path, n: usize) -> PathBuf {
+    let path = dir.join(format!("pair{n}.zip"));
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    for (tag_name, v) in [("a", 0.5f32), ("b", 0.75f32)] {
+        let t = Tensor::from_slice(vec![64], &[v; 64]).unwrap();
+        let mut tag = TagBuilder::new(tag_name);
+        for i in 0..n {
+            tag = tag.param(format!("layer{i:06}.some_weight_name"), t.clone());
+        }
+        w.add_tag(tag).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+#[test]
+fn diff_costs_at_most_300_bytes_a_pair_beyond_the_names() {
+    let d = tempfile::tempdir().unwrap();
+    let name_len = "layer000000.some_weight_name".len() as u64;
+    let (small, large) = (20_000u64, 120_000u64);
+    let a_small = alias_pair_archive(d.path(), small as usize);
+    let a_large = alias_pair_archive(d.path(), large as usize);
+    for json in [true, false] {
+        let peak = |path: &Path| {
+            let mut a: Vec<&std::ffi::OsStr> = vec!["diff".as_ref()];
+            if json {
+                a.push("--json".as_ref());
+            }
+            a.extend([path.as_os_str(), "a".as_ref(), "b".as_ref()]);
+            let (code, kib) = peak_rss_kib(&a);
+            assert_eq!(code, Some(0), "diff (json {json}) failed");
+            kib * 1024
+        };
+        let (lo, hi) = (peak(&a_small), peak(&a_large));
+        // The growth between the two sizes, per name pair: memory that scales with the
+        // names, not the process's fixed cost. Each name is held by both tags' tables.
+        let per_pair = hi.saturating_sub(lo) / (large - small);
+        eprintln!("diff json={json}: {lo} B at {small}, {hi} B at {large}: {per_pair} B a pair");
+        assert!(
+            per_pair <= 300 + 2 * name_len,
+            "diff (json {json}) costs {per_pair} bytes a name pair (limit 300 + 2 × {name_len} for the names)"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 use super::common::open;
 use super::output::{clean, io_error, print_json};
 use super::{CliError, Outcome};
-use modelzip::variants::{ParamDiff, TagDiff, diff_tags};
+use modelzip::variants::{ParamDiff, TagComparison, compare_tags};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,12 +43,12 @@ fn num(x: Option<f64>) -> Value {
     }
 }
 
-struct ChangedJson<'a>(&'a ParamDiff);
+struct ChangedJson(ParamDiff);
 
-impl serde::Serialize for ChangedJson<'_> {
+impl serde::Serialize for ChangedJson {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let c = self.0;
+        let c = &self.0;
         let mut m = s.serialize_map(Some(8))?;
         m.serialize_entry("name", &c.name)?;
         m.serialize_entry("dtype_a", c.dtype_a.name())?;
@@ -62,25 +62,52 @@ impl serde::Serialize for ChangedJson<'_> {
     }
 }
 
-/// The `diff --json` document, serialized as it is written (the name lists are not
-/// copied into a JSON tree first).
-struct DiffJson<'a>(&'a TagDiff);
+/// A JSON array written from an iterator as it goes (nothing collected first).
+struct Seq<F>(F);
 
-impl serde::Serialize for DiffJson<'_> {
+impl<I, F> serde::Serialize for Seq<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: serde::Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq((self.0)())
+    }
+}
+
+/// The changed parameters, each built when it is written.
+struct ChangedSeq<'c, 'a>(&'c TagComparison<'a>);
+
+impl serde::Serialize for ChangedSeq<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = s.serialize_seq(Some(self.0.counts()[2]))?;
+        for c in self.0.changed() {
+            seq.serialize_element(&ChangedJson(c.map_err(S::Error::custom)?))?;
+        }
+        seq.end()
+    }
+}
+
+/// The `diff --json` document, serialized as it is written (the name lists are not
+/// copied first).
+struct DiffJson<'c, 'a>(&'c TagComparison<'a>);
+
+impl serde::Serialize for DiffJson<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let d = self.0;
         let mut m = s.serialize_map(Some(9))?;
-        m.serialize_entry("tag_a", &d.tag_a)?;
-        m.serialize_entry("tag_b", &d.tag_b)?;
+        m.serialize_entry("tag_a", d.tag_a().name())?;
+        m.serialize_entry("tag_b", d.tag_b().name())?;
         m.serialize_entry("identical", &d.is_identical())?;
-        m.serialize_entry("graph", d.graph.name())?;
-        m.serialize_entry("added", &d.added)?;
-        m.serialize_entry("removed", &d.removed)?;
-        let changed: Vec<ChangedJson<'_>> = d.changed.iter().map(ChangedJson).collect();
-        m.serialize_entry("changed", &changed)?;
-        m.serialize_entry("shared", &d.shared)?;
-        m.serialize_entry("copied", &d.copied)?;
+        m.serialize_entry("graph", d.graph().name())?;
+        m.serialize_entry("added", &Seq(|| d.added()))?;
+        m.serialize_entry("removed", &Seq(|| d.removed()))?;
+        m.serialize_entry("changed", &ChangedSeq(d))?;
+        m.serialize_entry("shared", &Seq(|| d.shared()))?;
+        m.serialize_entry("copied", &Seq(|| d.copied()))?;
         m.end()
     }
 }
@@ -93,26 +120,23 @@ fn fmt_num(x: Option<f64>) -> String {
 }
 
 /// Writes the summary as it goes (a list of 200,000 names is not built first).
-fn text(d: &TagDiff, out: &mut impl Write) -> std::io::Result<()> {
+fn text(d: &TagComparison<'_>, out: &mut impl Write) -> std::io::Result<()> {
+    let [added, removed, changed, shared, copied] = d.counts();
     writeln!(
         out,
-        "{} -> {}: graph {}, {} added, {} removed, {} changed, {} shared, {} copied",
-        clean(&d.tag_a),
-        clean(&d.tag_b),
-        d.graph.name(),
-        d.added.len(),
-        d.removed.len(),
-        d.changed.len(),
-        d.shared.len(),
-        d.copied.len()
+        "{} -> {}: graph {}, {added} added, {removed} removed, {changed} changed, {shared} shared, {copied} copied",
+        clean(d.tag_a().name()),
+        clean(d.tag_b().name()),
+        d.graph().name(),
     )?;
-    for n in &d.added {
+    for n in d.added() {
         writeln!(out, "+ {}", clean(n))?;
     }
-    for n in &d.removed {
+    for n in d.removed() {
         writeln!(out, "- {}", clean(n))?;
     }
-    for c in &d.changed {
+    for c in d.changed() {
+        let c = c.map_err(std::io::Error::other)?;
         let types = if c.dtype_a == c.dtype_b {
             c.dtype_a.name().to_string()
         } else {
@@ -139,7 +163,7 @@ fn text(d: &TagDiff, out: &mut impl Write) -> std::io::Result<()> {
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
-    let d = diff_tags(&archive, &args.tag_a, &args.tag_b).map_err(|e| {
+    let d = compare_tags(&archive, &args.tag_a, &args.tag_b).map_err(|e| {
         CliError::Failed(format!(
             "cannot diff {} and {} of {}: {e}",
             args.tag_a,

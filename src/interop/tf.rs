@@ -1053,7 +1053,6 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
             return over("TensorFlow export size (at least)", total);
         }
     }
-    drop(param);
     let mut again = |p: &str| tag.param(p);
     let len = write_file_atomically(out, opts.overwrite, opts.fsync, |w| {
         let io = |e: Error| std::io::Error::other(e.to_string());

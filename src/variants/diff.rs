@@ -4,7 +4,7 @@
 use crate::archive::{Archive, Tag};
 use crate::error::Result;
 use crate::tensor::{DType, TensorView};
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 /// How the graphs of two tags compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +88,61 @@ impl TagDiff {
     }
 }
 
-/// Compares tags `a` and `b` of `archive` (names ignore ASCII case).
+/// Compares tags `a` and `b` of `archive` (names ignore ASCII case), collecting every
+/// name. [`compare_tags`] gives the same answer without copying the names.
 pub fn diff_tags(archive: &Archive, a: &str, b: &str) -> Result<TagDiff> {
+    let c = compare_tags(archive, a, b)?;
+    Ok(TagDiff {
+        tag_a: c.tag_a().name().to_string(),
+        tag_b: c.tag_b().name().to_string(),
+        graph: c.graph(),
+        added: c.added().map(str::to_string).collect(),
+        removed: c.removed().map(str::to_string).collect(),
+        changed: c.changed().collect::<Result<_>>()?,
+        shared: c.shared().map(str::to_string).collect(),
+        copied: c.copied().map(str::to_string).collect(),
+    })
+}
+
+/// What a parameter of the first tag is in the second: one of these, or the position
+/// of its [`Change`].
+const REMOVED: u32 = u32::MAX;
+const SHARED: u32 = u32::MAX - 1;
+const COPIED: u32 = u32::MAX - 2;
+/// Parameters past this many in one tag are refused (they could not be classified).
+const MAX_PARAMS: usize = (u32::MAX - 3) as usize;
+
+/// The value differences of a changed parameter (its dtypes and dims are read again from
+/// the tensor headers when asked for).
+#[derive(Debug, Clone, Copy)]
+struct Change {
+    dequantized: bool,
+    max_abs_diff: Option<f64>,
+    max_rel_diff: Option<f64>,
+}
+
+/// Two tags compared, holding a few bytes per parameter beside the tags' own tables (no
+/// copies of names): [`TagComparison::added`], [`TagComparison::removed`], ... iterate
+/// the names in the tags' order, so a caller can write a diff of millions of names as
+/// it goes. Built by [`compare_tags`].
+pub struct TagComparison<'a> {
+    a: Tag<'a>,
+    b: Tag<'a>,
+    graph: GraphChange,
+    /// Per parameter of `a`: `REMOVED`, `SHARED`, `COPIED` or a position in `changes`.
+    class: Vec<u32>,
+    /// Per parameter of `a`: the position of the same name in `b` (unused when removed).
+    partner: Vec<u32>,
+    /// Per parameter of `b`: true when `a` has it too.
+    in_a: Vec<bool>,
+    changes: Vec<Change>,
+    counts: [usize; 5],
+}
+
+/// Compares tags `a` and `b` of `archive` (names ignore ASCII case). Each pair of tensor
+/// files is compared once however many names refer to it (unless a side is INT8, whose
+/// dequantization depends on the name's `@scale` sibling).
+pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagComparison<'a>> {
     let ta = archive.tag(a)?;
     let tb = archive.tag(b)?;
     let graph = match (ta.graph()?, tb.graph()?) {
@@ -104,64 +157,215 @@ pub fn diff_tags(archive: &Archive, a: &str, b: &str) -> Result<TagDiff> {
             }
         }
     };
-    let in_b: HashMap<&str, usize> = tb
-        .params()
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.name.as_str(), i))
-        .collect();
-    let mut d = TagDiff {
-        tag_a: ta.name().to_string(),
-        tag_b: tb.name().to_string(),
-        graph,
-        added: Vec::new(),
-        removed: Vec::new(),
-        changed: Vec::new(),
-        shared: Vec::new(),
-        copied: Vec::new(),
+    let (pa_all, pb_all) = (ta.params(), tb.params());
+    if pa_all.len() > MAX_PARAMS || pb_all.len() > MAX_PARAMS {
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::LimitExceeded {
+                what: "parameters of a tag to diff",
+                size: pa_all.len().max(pb_all.len()) as u64,
+                limit: MAX_PARAMS as u64,
+            },
+        ));
+    }
+    let hasher = rustc_hash::FxBuildHasher;
+    // b's names by position (4 bytes a name; the names stay in the tag's table).
+    let mut in_b = hashbrown::HashTable::<u32>::with_capacity(pb_all.len());
+    for (i, p) in pb_all.iter().enumerate() {
+        let h = hasher.hash_one(p.name.as_str());
+        if in_b
+            .find(h, |&j| pb_all[j as usize].name == p.name)
+            .is_none()
+        {
+            in_b.insert_unique(h, i as u32, |&j| {
+                hasher.hash_one(pb_all[j as usize].name.as_str())
+            });
+        }
+    }
+    // Pairs of tensor files already compared, by a parameter of `a` that has the answer.
+    let pair_hash = |ea: &str, eb: &str| hasher.hash_one((ea, eb));
+    let mut pairs = hashbrown::HashTable::<u32>::new();
+    let mut c = Classes {
+        class: Vec::with_capacity(pa_all.len()),
+        partner: Vec::with_capacity(pa_all.len()),
+        in_a: vec![false; pb_all.len()],
+        changes: Vec::new(),
     };
-    let mut same_pairs: std::collections::HashSet<(&str, &str)> = Default::default();
-    // Which of tb's parameters ta has too (no second name index).
-    let mut in_both = vec![false; tb.params().len()];
-    for pa in ta.params() {
-        let Some(&ib) = in_b.get(pa.name.as_str()) else {
-            d.removed.push(pa.name.clone());
+    for pa in pa_all {
+        let h = hasher.hash_one(pa.name.as_str());
+        let Some(&ib) = in_b.find(h, |&j| pb_all[j as usize].name == pa.name) else {
+            c.class.push(REMOVED);
+            c.partner.push(0);
             continue;
         };
-        let pb = &tb.params()[ib];
-        in_both[ib] = true;
+        c.partner.push(ib);
+        let pb = &pb_all[ib as usize];
+        c.in_a[ib as usize] = true;
         if pa.location.entry == pb.location.entry {
-            d.shared.push(pa.name.clone());
+            c.class.push(SHARED);
             continue;
         }
         // Many names may refer to one pair of files: compare each pair once.
-        let pair = (pa.location.entry.as_str(), pb.location.entry.as_str());
-        if same_pairs.contains(&pair) {
-            d.copied.push(pa.name.clone());
+        let (ea, eb) = (pa.location.entry.as_str(), pb.location.entry.as_str());
+        let ph = pair_hash(ea, eb);
+        let same_pair = |&i: &u32| {
+            let i = i as usize;
+            pa_all[i].location.entry.as_str() == ea
+                && pb_all[c.partner[i] as usize].location.entry.as_str() == eb
+        };
+        if let Some(&rep) = pairs.find(ph, same_pair) {
+            c.class.push(c.class[rep as usize]);
             continue;
         }
         let da = ta.tensor(&pa.location)?;
         let db = tb.tensor(&pb.location)?;
         let (va, vb) = (da.view(), db.view());
-        if va.dtype() == vb.dtype()
+        let by_pair = va.dtype() != DType::Int8 && vb.dtype() != DType::Int8;
+        let class = if va.dtype() == vb.dtype()
             && va.dims() == vb.dims()
             && va.lod() == vb.lod()
             && va.data() == vb.data()
         {
-            same_pairs.insert(pair);
-            d.copied.push(pa.name.clone());
-            continue;
+            COPIED
+        } else {
+            let d = compare(&pa.name, &ta, &va, &tb, &vb)?;
+            c.changes.push(Change {
+                dequantized: d.dequantized,
+                max_abs_diff: d.max_abs_diff,
+                max_rel_diff: d.max_rel_diff,
+            });
+            (c.changes.len() - 1) as u32
+        };
+        if class == COPIED || by_pair {
+            let me = c.class.len() as u32;
+            let partner = &c.partner;
+            pairs.insert_unique(ph, me, |&i| {
+                let i = i as usize;
+                pair_hash(
+                    pa_all[i].location.entry.as_str(),
+                    pb_all[partner[i] as usize].location.entry.as_str(),
+                )
+            });
         }
-        d.changed.push(compare(&pa.name, &ta, &va, &tb, &vb)?);
+        c.class.push(class);
     }
-    d.added = tb
-        .params()
-        .iter()
-        .zip(&in_both)
-        .filter(|(_, both)| !**both)
-        .map(|(p, _)| p.name.clone())
-        .collect();
-    Ok(d)
+    let mut counts = [0; 5];
+    for &k in &c.class {
+        counts[match k {
+            REMOVED => 1,
+            SHARED => 3,
+            COPIED => 4,
+            _ => 2,
+        }] += 1;
+    }
+    counts[0] = c.in_a.iter().filter(|&&x| !x).count();
+    Ok(TagComparison {
+        a: ta,
+        b: tb,
+        graph,
+        class: c.class,
+        partner: c.partner,
+        in_a: c.in_a,
+        changes: c.changes,
+        counts,
+    })
+}
+
+/// [`TagComparison`]'s tables while they are built.
+struct Classes {
+    class: Vec<u32>,
+    partner: Vec<u32>,
+    in_a: Vec<bool>,
+    changes: Vec<Change>,
+}
+
+impl<'a> TagComparison<'a> {
+    /// The first tag.
+    pub fn tag_a(&self) -> &Tag<'a> {
+        &self.a
+    }
+
+    /// The second tag.
+    pub fn tag_b(&self) -> &Tag<'a> {
+        &self.b
+    }
+
+    /// How the graphs compare.
+    pub fn graph(&self) -> GraphChange {
+        self.graph
+    }
+
+    /// How many parameters are added, removed, changed, shared and copied, in that order.
+    pub fn counts(&self) -> [usize; 5] {
+        self.counts
+    }
+
+    /// True when the tags hold the same parameters with the same values and the same graph.
+    pub fn is_identical(&self) -> bool {
+        self.counts[..3] == [0, 0, 0] && matches!(self.graph, GraphChange::None | GraphChange::Same)
+    }
+
+    /// Parameters only in the second tag, in its order.
+    pub fn added(&self) -> impl Iterator<Item = &str> + '_ {
+        self.b
+            .params()
+            .iter()
+            .zip(&self.in_a)
+            .filter(|(_, both)| !**both)
+            .map(|(p, _)| p.name.as_str())
+    }
+
+    fn of_class(&self, want: u32) -> impl Iterator<Item = &str> + '_ {
+        self.a
+            .params()
+            .iter()
+            .zip(&self.class)
+            .filter(move |(_, k)| **k == want)
+            .map(|(p, _)| p.name.as_str())
+    }
+
+    /// Parameters only in the first tag, in its order.
+    pub fn removed(&self) -> impl Iterator<Item = &str> + '_ {
+        self.of_class(REMOVED)
+    }
+
+    /// Identical parameters stored once (both tags point at the same tensor file).
+    pub fn shared(&self) -> impl Iterator<Item = &str> + '_ {
+        self.of_class(SHARED)
+    }
+
+    /// Identical parameters stored twice (same dtype, dims, LoD and bytes, two files).
+    pub fn copied(&self) -> impl Iterator<Item = &str> + '_ {
+        self.of_class(COPIED)
+    }
+
+    /// Parameters in both whose dtype, dims, LoD or data differ, in the first tag's
+    /// order; each [`ParamDiff`] is built when it is reached (its dtypes and dims read
+    /// from the tensor headers again).
+    pub fn changed(&self) -> impl Iterator<Item = Result<ParamDiff>> + '_ {
+        let (pa_all, pb_all) = (self.a.params(), self.b.params());
+        pa_all
+            .iter()
+            .zip(&self.class)
+            .zip(&self.partner)
+            .filter(|((_, k), _)| **k < COPIED)
+            .map(move |((pa, &k), &ib)| {
+                let ch = self.changes[k as usize];
+                let pb = &pb_all[ib as usize];
+                let da = self.a.tensor(&pa.location)?;
+                let db = self.b.tensor(&pb.location)?;
+                let (va, vb) = (da.view(), db.view());
+                Ok(ParamDiff {
+                    name: pa.name.clone(),
+                    dtype_a: va.dtype(),
+                    dtype_b: vb.dtype(),
+                    dims_a: va.dims().to_vec(),
+                    dims_b: vb.dims().to_vec(),
+                    dequantized: ch.dequantized,
+                    max_abs_diff: ch.max_abs_diff,
+                    max_rel_diff: ch.max_rel_diff,
+                })
+            })
+    }
 }
 
 /// The values of `v` as f32, dequantizing INT8 with the tag's `<name>@scale`.

@@ -27,7 +27,7 @@ pub mod quantize_math;
 mod rewrite;
 
 pub use cast::cast;
-pub use diff::{GraphChange, ParamDiff, TagDiff, diff_tags};
+pub use diff::{GraphChange, ParamDiff, TagComparison, TagDiff, compare_tags, diff_tags};
 pub use quantize::{QuantizeOptions, quantize};
 
 use crate::archive::{AppendMode, Appender, Archive, GraphFormat, WriteOptions};
