@@ -133,14 +133,26 @@ fn make_parents(root: &Path, rel: &Path, created: &mut Vec<PathBuf>) -> Result<(
 }
 
 /// Opens `path` for writing without following a symlink, replacing a file only when `force`.
+/// Without `force`, one `open(O_CREAT | O_EXCL)`: it fails on anything in the way,
+/// symlinks included, so nothing is looked up first.
 fn create_file(path: &Path, force: bool) -> Result<File, CliError> {
+    if !force {
+        return OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    CliError::Failed(format!(
+                        "cannot write {}: the file exists (use --force to overwrite)",
+                        path.display()
+                    ))
+                } else {
+                    CliError::Failed(format!("cannot create {}: {e}", path.display()))
+                }
+            });
+    }
     if let Ok(m) = std::fs::symlink_metadata(path) {
-        if !force {
-            return Err(CliError::Failed(format!(
-                "cannot write {}: the file exists (use --force to overwrite)",
-                path.display()
-            )));
-        }
         if m.is_dir() {
             return Err(CliError::Failed(format!(
                 "cannot write {}: a directory is in the way",
@@ -208,6 +220,38 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// Makes `files` and `dirs` durable: many files (at least [`SYNCFS_FILES`]) on Linux
+/// with one `syncfs` per filesystem that holds them (measured on 200,000 files: one
+/// call instead of 600,000 opens, fsyncs and closes), otherwise with
+/// [`sync_all_parallel`].
+fn sync_output(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError> {
+    #[cfg(target_os = "linux")]
+    if files.len() >= SYNCFS_FILES {
+        use std::os::unix::fs::MetadataExt;
+        // Every directory that holds one of the files or directories: usually one or a
+        // few, each on its filesystem (a directory in the way may be a mount point).
+        let mut holders: rustc_hash::FxHashSet<&Path> = rustc_hash::FxHashSet::default();
+        holders.extend(files.iter().chain(dirs).filter_map(|p| p.parent()));
+        holders.extend(dirs.iter().map(PathBuf::as_path));
+        let mut synced = rustc_hash::FxHashSet::default();
+        for d in holders {
+            let d = if d.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                d
+            };
+            let failed =
+                |e: std::io::Error| CliError::Failed(format!("cannot sync {}: {e}", d.display()));
+            let f = File::open(d).map_err(failed)?;
+            if synced.insert(f.metadata().map_err(failed)?.dev()) {
+                rustix::fs::syncfs(&f).map_err(|e| failed(e.into()))?;
+            }
+        }
+        return Ok(());
+    }
+    sync_all_parallel(files, dirs)
+}
+
 /// Fsyncs `files` (and then `dirs`) from several threads at once: one fsync after
 /// another would cost a journal commit each (200,000 files took over a minute), while
 /// concurrent ones share commits.
@@ -245,6 +289,16 @@ fn sync_all_parallel(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError
 
 /// Threads that fsync the extracted files (the work waits on the disk, not the CPU).
 const SYNC_THREADS: usize = 32;
+
+/// Largest encoded tensor file kept in memory for the names that alias it.
+const ALIAS_FILE_KEPT: usize = 1 << 20;
+
+/// Most bytes of encoded tensor files kept in memory at once for aliases.
+const ALIAS_BYTES_KEPT: usize = 64 << 20;
+
+/// From this many files on, Linux makes the extract durable with one `syncfs` of the
+/// output's filesystem instead of an fsync (and an open) per file.
+const SYNCFS_FILES: usize = 1_000;
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
@@ -344,8 +398,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))?;
         }
         // The first file written for each tensor file: later names that refer to it
+        // write its bytes again from memory (up to ALIAS_BYTES_KEPT of them in all) or
         // copy it (copy_file_range where the OS has it) instead of decoding it again.
         let mut first: FxHashMap<&str, usize> = FxHashMap::default();
+        let mut kept: FxHashMap<&str, Vec<u8>> = FxHashMap::default();
+        let mut kept_bytes = 0usize;
         for p in tag.params() {
             let rel = safe_relative(tag_name, &p.name)?;
             make_parents(&args.out, &rel, &mut created_dirs)?;
@@ -355,6 +412,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             let failed = |e: std::io::Error| {
                 CliError::Failed(format!("cannot write {}: {e}", path.display()))
             };
+            if let Some(bytes) = kept.get(p.location.entry.as_str()) {
+                f.write_all(bytes).map_err(failed)?;
+                continue;
+            }
             match first.get(p.location.entry.as_str()) {
                 Some(&i) => {
                     let src = &created_files[i];
@@ -366,10 +427,21 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 None => {
                     first.insert(p.location.entry.as_str(), created_files.len() - 1);
                     let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
-                    let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut f);
-                    tensor::encode_tensor(&data.view(), &mut w)
-                        .and_then(|_| w.flush())
-                        .map_err(failed)?;
+                    let len = sizes.get(p.location.entry.as_str()).copied().unwrap_or(0);
+                    let small = len <= ALIAS_FILE_KEPT as u64;
+                    if small && kept_bytes + len as usize <= ALIAS_BYTES_KEPT {
+                        // One write, and the bytes stay for the names that alias it.
+                        let mut bytes = Vec::with_capacity(len as usize);
+                        tensor::encode_tensor(&data.view(), &mut bytes).map_err(failed)?;
+                        f.write_all(&bytes).map_err(failed)?;
+                        kept_bytes += bytes.len();
+                        kept.insert(p.location.entry.as_str(), bytes);
+                    } else {
+                        let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut f);
+                        tensor::encode_tensor(&data.view(), &mut w)
+                            .and_then(|_| w.flush())
+                            .map_err(failed)?;
+                    }
                 }
             }
         }
@@ -384,7 +456,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 parent.to_path_buf()
             });
         }
-        sync_all_parallel(&created_files, &dirs)
+        sync_output(&created_files, &dirs)
     })();
     if let Err(e) = result {
         for f in created_files.iter().rev() {
