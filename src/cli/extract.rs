@@ -230,10 +230,10 @@ fn sync_output(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError> {
         use std::os::unix::fs::MetadataExt;
         // Every directory that holds one of the files or directories: usually one or a
         // few, each on its filesystem (a directory in the way may be a mount point).
-        let mut holders: rustc_hash::FxHashSet<&Path> = rustc_hash::FxHashSet::default();
+        let mut holders: FxHashSet<&Path> = FxHashSet::default();
         holders.extend(files.iter().chain(dirs).filter_map(|p| p.parent()));
         holders.extend(dirs.iter().map(PathBuf::as_path));
-        let mut synced = rustc_hash::FxHashSet::default();
+        let mut synced = FxHashSet::default();
         for d in holders {
             let d = if d.as_os_str().is_empty() {
                 Path::new(".")
@@ -324,6 +324,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // tensors' headers (one batched request): a full decode here would fetch every
     // tensor twice, since it is fetched again to be written (and checked then).
     let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
+    // Tensor files that more than one name refers to.
+    let mut aliased: FxHashSet<&str> = FxHashSet::default();
     if archive.is_remote() {
         let mut seen: FxHashSet<&str> = FxHashSet::default();
         let unique: Vec<&modelzip::TensorLocation> = tag
@@ -360,7 +362,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }
         file_paths.insert(&p.name);
         let len = match sizes.get(p.location.entry.as_str()) {
-            Some(&n) => n,
+            Some(&n) => {
+                aliased.insert(p.location.entry.as_str());
+                n
+            }
             None => {
                 let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
                 let n = tensor::codec::encoded_len(&data.view());
@@ -428,8 +433,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                     first.insert(p.location.entry.as_str(), created_files.len() - 1);
                     let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
                     let len = sizes.get(p.location.entry.as_str()).copied().unwrap_or(0);
-                    let small = len <= ALIAS_FILE_KEPT as u64;
-                    if small && kept_bytes + len as usize <= ALIAS_BYTES_KEPT {
+                    let keep = aliased.contains(p.location.entry.as_str())
+                        && len <= ALIAS_FILE_KEPT as u64
+                        && kept_bytes + len as usize <= ALIAS_BYTES_KEPT;
+                    if keep {
                         // One write, and the bytes stay for the names that alias it.
                         let mut bytes = Vec::with_capacity(len as usize);
                         tensor::encode_tensor(&data.view(), &mut bytes).map_err(failed)?;
