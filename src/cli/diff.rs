@@ -163,14 +163,21 @@ fn text(d: &TagComparison<'_>, out: &mut impl Write) -> std::io::Result<()> {
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
-    let d = compare_tags(&archive, &args.tag_a, &args.tag_b).map_err(|e| {
+    let failed = |e: modelzip::Error| {
         CliError::Failed(format!(
             "cannot diff {} and {} of {}: {e}",
             args.tag_a,
             args.tag_b,
             args.archive.display()
         ))
-    })?;
+    };
+    let d = compare_tags(&archive, &args.tag_a, &args.tag_b).map_err(failed)?;
+    // The changed parameters are described again while writing, from the same mapped
+    // headers: read them once first, so an error is reported as what it is, before any
+    // output, and not as a failed write.
+    for c in d.changed() {
+        c.map_err(failed)?;
+    }
     if args.json {
         print_json(&DiffJson(&d))?;
     } else {
