@@ -91,6 +91,39 @@ fn emit(cmd: &str, fields: &[(&str, String)]) {
     println!("{s}");
 }
 
+/// Minor page faults and user and system clock ticks of this process so far (zeros
+/// where /proc is missing).
+fn proc_cost() -> [u64; 3] {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses: minflt is field 10,
+    // utime 14, stime 15 (1-based over the whole line).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| f.get(i - 3).copied().unwrap_or(0);
+    [at(10), at(14), at(15)]
+}
+
+fn cost_since(c0: [u64; 3]) -> [u64; 3] {
+    let c = proc_cost();
+    [
+        c[0].saturating_sub(c0[0]),
+        c[1].saturating_sub(c0[1]),
+        c[2].saturating_sub(c0[2]),
+    ]
+}
+
+/// `[[faults, user s, sys s], ...]` (clock ticks of 1/100 s).
+fn costs_json(c: &[[u64; 3]]) -> String {
+    let items: Vec<String> = c
+        .iter()
+        .map(|[f, u, s]| format!("[{f},{:.2},{:.2}]", *u as f64 / 100.0, *s as f64 / 100.0))
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
 fn timed<T>(f: impl FnOnce() -> Res<T>) -> Res<(f64, T)> {
     let t = Instant::now();
     let r = f()?;
@@ -199,17 +232,24 @@ fn save(a: &Args) -> Res<()> {
     let dir = PathBuf::from(&a.pos[2]);
     let tensors = s.all(a.salt);
     let (mut mz, mut st) = (Vec::new(), Vec::new());
+    // Per repetition: minor page faults, and user and system CPU seconds of the whole
+    // process (all threads), from /proc/self/stat: what makes first repetitions slow.
+    let (mut mz_cost, mut st_cost) = (Vec::new(), Vec::new());
     let mzp = dir.join("save.mz");
     let stp = dir.join("save.safetensors");
     for _ in 0..a.reps {
         if a.only.as_deref() != Some("st") {
             settle();
+            let c0 = proc_cost();
             mz.push(timed(|| write_archive(&mzp, "t", &tensors, a.fsync))?.0);
+            mz_cost.push(cost_since(c0));
             std::fs::remove_file(&mzp)?;
         }
         if a.only.as_deref() != Some("mz") {
             settle();
+            let c0 = proc_cost();
             st.push(timed(|| write_st(&stp, &tensors, a.fsync))?.0);
+            st_cost.push(cost_since(c0));
             std::fs::remove_file(&stp)?;
         }
     }
@@ -220,6 +260,8 @@ fn save(a: &Args) -> Res<()> {
             ("bytes", s.tensor_bytes().to_string()),
             ("mz", secs_json(&mz)),
             ("st", secs_json(&st)),
+            ("mz_faults_user_sys", costs_json(&mz_cost)),
+            ("st_faults_user_sys", costs_json(&st_cost)),
         ],
     );
     Ok(())
