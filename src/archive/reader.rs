@@ -68,7 +68,8 @@ impl OpenOptions {
 }
 
 pub(super) enum Backing {
-    /// The map and the file it maps (read with `pread` by [`Tag::tensor_owned`](super::Tag::tensor_owned)).
+    /// The map and the file it maps (read with `pread` by
+    /// [`Tag::tensor_owned`](super::Tag::tensor_owned)).
     Map(memmap2::Mmap, std::fs::File),
     Owned(Vec<u64>, usize),
     /// Read by byte ranges (a remote object): entries are fetched as they are read.

@@ -12,8 +12,9 @@
 //!   `zip` 9.4.1's `SimpleFileOptions::with_alignment` aligns only the start of an
 //!   entry's data, and when the padding would not fit the extra field it skips the
 //!   alignment silently (`write.rs`, "Skip alignment.") rather than fail. Here
-//!   [`EntrySpec::align_after`](write::EntrySpec::align_after) pads so that the byte `h` into the data is aligned, and
-//!   the exact local-header bytes are known before they are written.
+//!   [`EntrySpec::align_after`](write::EntrySpec::align_after) pads so that the byte `h`
+//!   into the data is aligned, and the exact local-header bytes are known before they
+//!   are written.
 //! - **A crash-safe in-place append.** `zip` 9.4.1's `ZipWriter::new_append` writes the
 //!   new entries and a new central directory over the existing archive's end in place,
 //!   with no journal or other rollback: a crash in between leaves a file without a valid
