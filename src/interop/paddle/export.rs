@@ -1,0 +1,241 @@
+//! A tag out as a Paddle inference model: `PREFIX.pdmodel` + `PREFIX.pdiparams`.
+
+use super::vars::{check_declared, persistable_vars};
+use crate::archive::{GraphFormat, Tag, TensorData};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::Graph;
+use crate::interop::{ExportOptions, persist, write_temp};
+use crate::tensor::{TensorView, encode_combined};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    /// The tag exported, spelled as in tags.txt.
+    pub tag: String,
+    /// `PREFIX.pdmodel`.
+    pub model_path: PathBuf,
+    /// `PREFIX.pdiparams`; `None` when the program has no persistable variables (like
+    /// Paddle's own `save_inference_model`, no params file is written then).
+    pub params_path: Option<PathBuf>,
+    /// Bytes of the `.pdmodel`.
+    pub model_bytes: u64,
+    /// Bytes of the `.pdiparams`.
+    pub params_bytes: u64,
+    /// True when the tag's graph was graph.fb and was converted to ProgramDesc.
+    pub graph_converted: bool,
+    /// The parameters written, in file order.
+    pub params: Vec<String>,
+    /// Parameters of the tag the program does not use (not written).
+    pub unused: Vec<String>,
+}
+
+/// A tag ready to be written as an inference model.
+struct Prepared<'a> {
+    model: Cow<'a, [u8]>,
+    converted: bool,
+    /// Each variable's name and its tensor (a position in `data`).
+    params: Vec<(String, usize)>,
+    /// Each tensor file the variables use, read once (many names may share one).
+    data: Vec<TensorData<'a>>,
+    unused: Vec<String>,
+}
+
+impl Prepared<'_> {
+    /// Bytes the `.pdiparams` file takes.
+    fn params_len(&self) -> u64 {
+        let lens: Vec<u64> = self
+            .data
+            .iter()
+            .map(|d| crate::tensor::codec::encoded_len(&d.view()))
+            .collect();
+        self.params
+            .iter()
+            .map(|&(_, i)| lens[i])
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
+    let name = tag.name();
+    let Some((enc, bytes)) = tag.graph()? else {
+        return Err(ErrorKind::InvalidInput(format!(
+            "tag {name:?} has no graph; exporting a Paddle inference model needs a program"
+        ))
+        .into());
+    };
+    let (graph, model, converted) = match enc {
+        GraphFormat::ProgramDesc => {
+            let g = Graph::from_programdesc(&bytes)
+                .map_err(|e| e.in_entry(format!("{name}/graph.pdmodel")))?;
+            (g, bytes, false)
+        }
+        GraphFormat::FlatBuffers => {
+            let located = |e: Error| e.in_entry(format!("{name}/graph.fb"));
+            let g = Graph::from_flatbuffers(&bytes).map_err(located)?;
+            let pd = g.to_programdesc().map_err(located)?;
+            (g, Cow::Owned(pd), true)
+        }
+    };
+    let vars = persistable_vars(&graph)?;
+    let mut params = Vec::with_capacity(vars.len());
+    let mut data_of: HashMap<&str, usize> = HashMap::new();
+    let mut all_data: Vec<TensorData<'a>> = Vec::new();
+    let by_name: HashMap<&str, &crate::archive::TensorLocation> = tag
+        .params()
+        .iter()
+        .map(|p| (p.name.as_str(), &p.location))
+        .collect();
+    for v in &vars {
+        if !by_name.contains_key(v.name.as_str()) {
+            return Err(ErrorKind::InvalidInput(format!(
+                "variable {:?} is persistable in the program but tag {name:?} has no \
+                 parameter of that name",
+                v.name
+            ))
+            .into());
+        }
+        let loc = by_name[v.name.as_str()];
+        let i = match data_of.get(loc.entry.as_str()) {
+            Some(&i) => i,
+            None => {
+                all_data.push(tag.tensor(loc)?);
+                data_of.insert(loc.entry.as_str(), all_data.len() - 1);
+                all_data.len() - 1
+            }
+        };
+        check_declared(
+            v,
+            &all_data[i].view(),
+            &format!("parameter {:?} of tag {name:?}", v.name),
+        )?;
+        params.push((v.name.clone(), i));
+    }
+    let used: HashSet<&str> = vars.iter().map(|v| v.name.as_str()).collect();
+    let unused = tag
+        .params()
+        .iter()
+        .filter(|p| !used.contains(p.name.as_str()))
+        .map(|p| p.name.clone())
+        .collect();
+    Ok(Prepared {
+        model,
+        converted,
+        params,
+        data: all_data,
+        unused,
+    })
+}
+
+fn write_params(p: &Prepared<'_>, w: &mut dyn Write) -> std::io::Result<u64> {
+    let views: Vec<TensorView<'_>> = p.data.iter().map(TensorData::view).collect();
+    encode_combined(p.params.iter().map(|&(_, i)| &views[i]), w)
+}
+
+/// The `.pdmodel` and `.pdiparams` bytes of tag `tag`, in memory (see
+/// [`export_inference_model`] for the rules).
+pub fn export_inference_model_bytes(tag: &Tag<'_>) -> Result<(Vec<u8>, Vec<u8>)> {
+    let p = prepare(tag)?;
+    let mut params = Vec::new();
+    write_params(&p, &mut params)?;
+    Ok((p.model.into_owned(), params))
+}
+
+/// `prefix` with `ext` appended (`out/model.v1` + `.pdmodel`, not a replaced extension).
+fn with_suffix(prefix: &Path, ext: &str) -> PathBuf {
+    let mut s = prefix.as_os_str().to_owned();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// The two paths an export of `prefix` writes: `PREFIX.pdmodel`, `PREFIX.pdiparams`.
+pub fn export_paths(prefix: &Path) -> (PathBuf, PathBuf) {
+    (
+        with_suffix(prefix, ".pdmodel"),
+        with_suffix(prefix, ".pdiparams"),
+    )
+}
+
+/// Writes tag `tag` as `PREFIX.pdmodel` + `PREFIX.pdiparams`, the files
+/// `paddle.static.load_inference_model(PREFIX, exe)` loads.
+///
+/// The program is the tag's `graph.pdmodel` as stored, or its `graph.fb` converted to
+/// ProgramDesc; a tag without a graph is an error. The params file holds, in the order
+/// of [`persistable_vars`], the tag's parameter of each variable (each must exist and
+/// match the declared dtype and dims), written with [`encode_combined`]; parameters the
+/// program does not use are left out and listed in the report.
+///
+/// Both files are written to temp files beside their targets, fsynced, then renamed
+/// into place; existing files are refused unless `opts.overwrite`. If the second rename
+/// fails, the first file is removed again, so no half pair is left behind.
+pub fn export_inference_model(
+    tag: &Tag<'_>,
+    prefix: &Path,
+    opts: &ExportOptions,
+) -> Result<ExportReport> {
+    let p = prepare(tag)?;
+    let total = (p.model.len() as u64).saturating_add(p.params_len());
+    crate::interop::check_output_size(
+        tag,
+        opts,
+        "export size (the .pdmodel and .pdiparams files together)",
+        total,
+    )?;
+    let (model_path, params_path) = export_paths(prefix);
+    let dir = crate::archive::parent_dir(&model_path);
+    if !dir.is_dir() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "the output directory does not exist".into(),
+        ))
+        .in_file(&dir));
+    }
+    if !opts.overwrite {
+        for path in [&model_path, &params_path] {
+            if path.exists() {
+                return Err(Error::new(ErrorKind::InvalidInput(
+                    "file already exists; refusing to overwrite it".into(),
+                ))
+                .in_file(path));
+            }
+        }
+    }
+    let model_tmp = write_temp(&model_path, opts.fsync, |w| w.write_all(&p.model))?;
+    let mut params_bytes = 0;
+    let wrote_params = !p.params.is_empty();
+    if wrote_params {
+        let params_tmp = write_temp(&params_path, opts.fsync, |w| {
+            write_params(&p, w).map(|_| ())
+        })?;
+        params_bytes = crate::interop::file_len(params_tmp.path(), &params_path)?;
+        persist(params_tmp, &params_path, opts.overwrite)?;
+    } else if params_path.exists() {
+        // Only reached with `overwrite`: a params file of an earlier export would not
+        // belong to this program.
+        std::fs::remove_file(&params_path).map_err(|e| Error::from(e).in_file(&params_path))?;
+    }
+    if let Err(e) = persist(model_tmp, &model_path, opts.overwrite) {
+        // Never leave a params file without its program.
+        if wrote_params {
+            let _ = std::fs::remove_file(&params_path);
+        }
+        return Err(e);
+    }
+    if opts.fsync {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::from(e).in_file(&dir))?;
+    }
+    Ok(ExportReport {
+        tag: tag.name().to_string(),
+        model_bytes: p.model.len() as u64,
+        params_bytes,
+        model_path,
+        params_path: wrote_params.then_some(params_path),
+        graph_converted: p.converted,
+        params: p.params.iter().map(|(n, _)| n.clone()).collect(),
+        unused: p.unused,
+    })
+}

@@ -1,0 +1,264 @@
+//! Paddle models into archives: an inference model's `.pdmodel` + `.pdiparams`, or a
+//! persistables directory.
+
+use super::vars::{check_declared, persistable_vars};
+use crate::archive::GraphFormat;
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{Graph, Var};
+use crate::interop::{ImportOptions, ImportReport, read_file, report, write_tag};
+use crate::progress::Ticker;
+use crate::tensor::{TensorView, decode_combined, decode_tensor};
+use std::path::{Component, Path, PathBuf};
+
+fn name_list(vars: &[&Var]) -> String {
+    const SHOWN: usize = 8;
+    let mut names: Vec<String> = vars
+        .iter()
+        .take(SHOWN)
+        .map(|v| format!("{:?}", v.name))
+        .collect();
+    if vars.len() > SHOWN {
+        names.push(format!("... {} more", vars.len() - SHOWN));
+    }
+    names.join(", ")
+}
+
+/// Decodes a `.pdiparams` against its program: one record per [`persistable_vars`]
+/// entry, in that order, each with the declared dtype and dims. Returns (name, tensor)
+/// pairs borrowing `params`.
+pub fn inference_params<'a>(
+    graph: &Graph,
+    params: &'a [u8],
+) -> Result<Vec<(String, TensorView<'a>)>> {
+    let vars = persistable_vars(graph)?;
+    let records = decode_combined(params)?;
+    if records.len() != vars.len() {
+        return Err(ErrorKind::InvalidInput(format!(
+            "the params file holds {} record(s), the program has {} persistable variable(s) \
+             to load from it ({})",
+            records.len(),
+            vars.len(),
+            name_list(&vars)
+        ))
+        .into());
+    }
+    vars.iter()
+        .zip(records)
+        .map(|(var, rec)| {
+            let what = format!("params record {} (byte {})", rec.index, rec.offset);
+            check_declared(var, &rec.tensor, &what)
+                .map_err(|e| e.in_record(rec.index).at_offset(rec.offset))?;
+            Ok((var.name.clone(), rec.tensor))
+        })
+        .collect()
+}
+
+/// Imports a program that loads no parameters (Paddle's `jit.save` writes only the
+/// `.pdmodel` of such a model) as tag `tag`: graph.pdmodel and no params. A program with
+/// persistable variables is refused, naming them: its `.pdiparams` is needed.
+pub fn import_program(
+    archive: &Path,
+    tag: &str,
+    model_path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let model = read_file(model_path)?;
+    let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(model_path))?;
+    let vars = persistable_vars(&graph).map_err(|e| e.in_file(model_path))?;
+    if !vars.is_empty() {
+        return Err(Error::new(ErrorKind::InvalidInput(format!(
+            "the program loads {} persistable variable(s) ({}); give its .pdiparams too",
+            vars.len(),
+            name_list(&vars)
+        )))
+        .in_file(model_path));
+    }
+    store(archive, tag, &model, &[], opts)
+}
+
+/// Imports an inference model (`.pdmodel` and `.pdiparams` bytes) as tag `tag` of the
+/// archive at `archive` (created if absent). `graph.pdmodel` is the exact model bytes;
+/// the parameters are checked with [`inference_params`] before anything is written.
+/// Tensors identical to ones already in the archive are referenced, not copied.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::interop::paddle::{self, ImportOptions};
+///
+/// let fixtures = std::path::Path::new("tests/fixtures/paddle/3.3.1");
+/// let model = std::fs::read(fixtures.join("mlp.pdmodel"))?;
+/// let params = std::fs::read(fixtures.join("mlp.pdiparams"))?;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let report =
+///     paddle::import_inference_model(&path, "fp32", &model, &params, &ImportOptions::default())?;
+/// assert!(report.created && !report.params.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn import_inference_model(
+    archive: &Path,
+    tag: &str,
+    model: &[u8],
+    params: &[u8],
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let graph = Graph::from_programdesc(model)?;
+    let tensors = inference_params(&graph, params)?;
+    store(archive, tag, model, &tensors, opts)
+}
+
+fn store(
+    archive: &Path,
+    tag: &str,
+    model: &[u8],
+    tensors: &[(String, TensorView<'_>)],
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
+    let created = write_tag(archive, tag, opts, |w| {
+        w.graph(GraphFormat::ProgramDesc, model)?;
+        for (name, t) in tensors {
+            w.param(name, t)?;
+            ticker.tick();
+        }
+        Ok(())
+    })?;
+    report(archive, tag, created, Some(model.len() as u64))
+}
+
+/// [`import_inference_model`] from files; errors name the file they concern.
+pub fn import_inference_model_files(
+    archive: &Path,
+    tag: &str,
+    model_path: &Path,
+    params_path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let model = read_file(model_path)?;
+    let params = read_file(params_path)?;
+    let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(model_path))?;
+    // A program that cannot say which variables it loads is the model file's fault.
+    persistable_vars(&graph).map_err(|e| e.in_file(model_path))?;
+    let tensors = inference_params(&graph, &params).map_err(|e| e.in_file(params_path))?;
+    store(archive, tag, &model, &tensors, opts)
+}
+
+/// The file of variable `name` in a persistables directory (Paddle joins the name onto
+/// the directory); names that could leave the directory are refused.
+pub(super) fn var_file(dir: &Path, name: &str) -> Result<PathBuf> {
+    let rel = Path::new(name);
+    let plain = !name.is_empty()
+        && !name.contains('\0')
+        && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return Err(ErrorKind::InvalidInput(format!(
+            "variable name {name:?} is not a plain relative file name; refusing to read it \
+             from a directory"
+        ))
+        .into());
+    }
+    Ok(dir.join(rel))
+}
+
+/// Name of the model file `save_inference_model(dirname)` writes into the directory.
+pub const DIR_MODEL_FILE: &str = "__model__";
+
+/// Imports a persistables directory (one LoDTensor file per variable, named after it)
+/// as tag `tag`. The model is `model`, else `DIR/__model__` when present, else
+/// `DIR/graph.fb` (what `modelzip extract` writes for a graph.fb tag; a model whose name
+/// ends in `.fb` is read as graph.fb and stored as the ProgramDesc it converts to). With a model:
+/// exactly its [`persistable_vars`] (a missing file is an error; other files are
+/// ignored), each checked against its declaration, and the model becomes
+/// `graph.pdmodel`. Without one: every regular file directly in `dir`, named by its file
+/// name, sorted by byte value, and no graph.
+pub fn import_persistables_dir(
+    archive: &Path,
+    tag: &str,
+    dir: &Path,
+    model: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    let default_model = dir.join(DIR_MODEL_FILE);
+    // What `modelzip extract` writes for a graph.fb tag.
+    let default_fb = dir.join("graph.fb");
+    let model_path = match model {
+        Some(m) => Some(m.to_path_buf()),
+        None if default_model.is_file() => Some(default_model),
+        None if default_fb.is_file() => Some(default_fb),
+        None => None,
+    };
+    let Some(model_path) = model_path else {
+        let files = dir_files(dir)?;
+        let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
+        let created = write_tag(archive, tag, opts, |w| {
+            for (name, path) in &files {
+                let bytes = read_file(path)?;
+                let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
+                w.param(name, &t)?;
+                ticker.tick();
+            }
+            Ok(())
+        })?;
+        return report(archive, tag, created, None);
+    };
+    let mut model = read_file(&model_path)?;
+    let graph = if model_path.extension().is_some_and(|e| e == "fb") {
+        // A modelzip graph.fb: stored as the ProgramDesc it converts to.
+        let g = Graph::from_flatbuffers(&model).map_err(|e| e.in_file(&model_path))?;
+        model = g.to_programdesc().map_err(|e| e.in_file(&model_path))?;
+        g
+    } else {
+        Graph::from_programdesc(&model).map_err(|e| e.in_file(&model_path))?
+    };
+    let vars = persistable_vars(&graph).map_err(|e| e.in_file(&model_path))?;
+    let mut files = Vec::with_capacity(vars.len());
+    for v in &vars {
+        let path = var_file(dir, &v.name).map_err(|e| e.in_file(dir))?;
+        if !path.is_file() {
+            return Err(Error::new(ErrorKind::InvalidInput(format!(
+                "variable {:?} is persistable in the program but the directory has no \
+                 file {:?} for it",
+                v.name, v.name
+            )))
+            .in_file(dir));
+        }
+        files.push((*v, path));
+    }
+    let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
+    let created = write_tag(archive, tag, opts, |w| {
+        w.graph(GraphFormat::ProgramDesc, &model)?;
+        for (var, path) in &files {
+            let bytes = read_file(path)?;
+            let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
+            check_declared(var, &t, &format!("file {}", path.display()))?;
+            w.param(&var.name, &t)?;
+            ticker.tick();
+        }
+        Ok(())
+    })?;
+    report(archive, tag, created, Some(model.len() as u64))
+}
+
+/// Regular files directly in `dir` as (file name, path), sorted by name bytes.
+fn dir_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::from(e).in_file(dir))?;
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::from(e).in_file(dir))?;
+        let path = entry.path();
+        // Follows symlinks: a linked tensor file is still a tensor file.
+        if !path.is_file() {
+            continue;
+        }
+        let name = entry.file_name().into_string().map_err(|n| {
+            Error::new(ErrorKind::InvalidInput(format!(
+                "file name {n:?} is not UTF-8, so it cannot be a parameter name"
+            )))
+            .in_file(dir)
+        })?;
+        out.push((name, path));
+    }
+    out.sort();
+    Ok(out)
+}
