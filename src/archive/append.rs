@@ -10,6 +10,7 @@ use super::session::{Session, WriteOptions};
 use super::summary::written_by_commit;
 use super::writer::{TagBuilder, TagWriter};
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom};
 use std::path::Path;
@@ -115,45 +116,72 @@ pub(crate) fn in_place_session(
         }
     };
     let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
-    let mut s = Session::new(Box::new(sink), cd_offset, opts.clone());
-    s.out.entries = base
-        .directory()
-        .entries
-        .iter()
-        .filter(|e| keep(e))
-        .cloned()
-        .collect();
-    s.tags = base.tags().to_vec();
-    s.comment = base.directory().comment.clone();
+    let s = Session::in_place(Box::new(sink), base, opts.clone(), keep);
     Ok((s, file))
 }
 
-/// Finishes an in-place session on `base`: writes tags.txt, the summary and the central
-/// directory, cuts the file to its new end, fsyncs, and removes the journal (rolling
-/// back on failure).
-pub(crate) fn finish_in_place(
-    path: &Path,
-    session: Session,
-    file: File,
-    base: Archive,
-) -> Result<u64> {
-    let fsync = session.opts.fsync;
-    // The base's entries lie before the old central directory, which is all the session
-    // overwrites: the summary may still read them.
-    let finished = session.finish(Some(&base));
+/// Writes tags.txt, the summary and the central directory of a session started from
+/// `base` (or from the base it adopted), then unmaps the base. Returns the new length.
+fn finish_session(mut session: Session, base: Option<Archive>) -> Result<u64> {
+    let adopted = session.take_base();
+    let base = base.or(adopted);
+    // An in-place session overwrites only the old central directory: the summary may
+    // still read the base's entries.
+    let finished = session.finish(base.as_ref());
     // Unmapped before the file's length changes.
     drop(base);
     let (sink, end) = finished?;
     drop(sink);
+    Ok(end)
+}
+
+/// Finishes an in-place session on `base` (or the base it adopted): writes tags.txt, the
+/// summary and the central directory, cuts the file to its new end, fsyncs, and removes
+/// the journal (rolling back on failure). Returns the new file length.
+pub(crate) fn finish_in_place(
+    path: &Path,
+    session: Session,
+    file: File,
+    base: Option<Archive>,
+) -> Result<u64> {
+    let fsync = session.opts.fsync;
+    let end = match finish_session(session, base) {
+        Ok(end) => end,
+        Err(e) => {
+            abandon_in_place(path, file);
+            return Err(e);
+        }
+    };
     let done = file
         .set_len(end)
         .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
-    drop(file);
     if let Err(e) = done {
-        let _ = journal::recover(path);
+        abandon_in_place(path, file);
         return Err(e.into());
     }
+    drop(file);
     journal::remove(path)?;
+    Ok(end)
+}
+
+/// Rolls back an in-place session whose writer is gone (best effort: if this fails the
+/// journal stays, and the next open rolls back).
+pub(crate) fn abandon_in_place(path: &Path, file: File) {
+    drop(file);
+    let _ = journal::recover(path);
+}
+
+/// Finishes a rewrite session from `base` (or the base it adopted): writes tags.txt, the
+/// summary and the central directory, then fsyncs the temp file and renames it over the
+/// archive. Returns the new file length.
+pub(crate) fn finish_rewrite(
+    session: Session,
+    temp: TempTarget,
+    base: Option<Archive>,
+) -> Result<u64> {
+    let fsync = session.opts.fsync;
+    let end = finish_session(session, base)?;
+    temp.commit(fsync)?;
     Ok(end)
 }
 
@@ -181,11 +209,12 @@ impl Appender {
             AppendMode::Rewrite => {
                 let temp = TempTarget::create(path)?;
                 let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
-                for e in &base.directory().entries {
-                    if !written_by_commit(&e.name) {
-                        s.copy_entry(&base, e, &e.name)?;
-                    }
-                }
+                s.copy_archive(
+                    &base,
+                    |e| written_by_commit(&e.name),
+                    &HashMap::new(),
+                    &mut || {},
+                )?;
                 s.adopt_base(base);
                 (s, Target::Rewrite { temp })
             }
@@ -228,30 +257,14 @@ impl Appender {
     }
 
     fn finish_inner(&mut self) -> Result<()> {
-        let Some(mut session) = self.session.take() else {
+        let (Some(session), Some(target)) = (self.session.take(), self.target.take()) else {
             return Ok(());
         };
-        let fsync = session.opts.fsync;
-        let base = session.take_base();
-        let finished = session.finish(base.as_ref());
-        // Unmap the old file before its length changes.
-        drop(base);
-        let (sink, end) = finished?;
-        drop(sink);
-        match self.target.take() {
-            Some(Target::Rewrite { temp }) => temp.commit(fsync),
-            Some(Target::InPlace { file }) => {
-                let done = file
-                    .set_len(end)
-                    .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
-                drop(file);
-                if let Err(e) = done {
-                    let _ = journal::recover(&self.path.real);
-                    return Err(e.into());
-                }
-                journal::remove(&self.path.real)
+        match target {
+            Target::Rewrite { temp } => finish_rewrite(session, temp, None).map(drop),
+            Target::InPlace { file } => {
+                finish_in_place(&self.path.real, session, file, None).map(drop)
             }
-            None => Ok(()),
         }
     }
 }

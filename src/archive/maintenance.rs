@@ -1,7 +1,9 @@
 //! Removing tags, pruning old ones and compacting: atomic rewrites that never lose a
 //! tensor a kept tag references.
 
-use super::append::{finish_in_place, in_place_session, open_locked};
+use super::append::{
+    abandon_in_place, finish_in_place, finish_rewrite, in_place_session, open_locked,
+};
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::hashing::sha256_hex;
@@ -10,7 +12,7 @@ use super::session::{Session, WriteOptions};
 use super::summary::written_by_commit;
 use super::tag::SHARED_TXT;
 use super::text::{self, ParamRef};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::progress::Ticker;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -148,26 +150,18 @@ pub fn remove_tags_in_place(
                 s.write_text(name, bytes)?;
                 ticker.tick();
             }
-            for (from, to) in &plan.copies {
-                let e = base.entry(from).ok_or_else(|| {
-                    Error::new(ErrorKind::MissingEntry(from.clone())).in_entry(from.clone())
-                })?;
-                s.copy_entry(&base, e, to)?;
-                ticker.tick();
-            }
-            Ok(())
+            s.copy_entries(&base, &plan.copies, &mut || ticker.tick())
         })();
         let rehomed = plan.copies.len() as u64;
         if let Err(e) = written {
             // Unmap the old file before its length changes.
             drop(base);
             drop(s);
-            drop(file);
-            let _ = super::journal::recover(path);
+            abandon_in_place(path, file);
             return Err(e);
         }
-        s.tags = plan.kept.clone();
-        let after = finish_in_place(path, s, file, base)?;
+        s.set_tags(plan.kept.clone());
+        let after = finish_in_place(path, s, file, Some(base))?;
         Ok(RemoveReport {
             removed,
             kept: plan.kept,
@@ -230,38 +224,20 @@ fn rewrite(
         let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
         let total = (base.directory().entries.len() + plan.copies.len()) as u64;
         let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
-        for e in &base.directory().entries {
-            let dropped = written_by_commit(&e.name)
+        let skip = |e: &super::container::ZipEntry| {
+            written_by_commit(&e.name)
                 || plan.dropped.contains(&e.name)
                 || e.name
                     .split_once('/')
-                    .is_some_and(|(top, _)| removed_set.contains(top));
-            if !dropped {
-                match plan.replaced.get(&e.name) {
-                    Some(bytes) => {
-                        s.write_text(&e.name, bytes)?;
-                    }
-                    None => s.copy_entry(&base, e, &e.name)?,
-                }
-            }
-            ticker.tick();
-        }
-        for (from, to) in &plan.copies {
-            let e = base.entry(from).ok_or_else(|| {
-                Error::new(ErrorKind::MissingEntry(from.clone())).in_entry(from.clone())
-            })?;
-            s.copy_entry(&base, e, to)?;
-            ticker.tick();
-        }
+                    .is_some_and(|(top, _)| removed_set.contains(top))
+        };
+        s.copy_archive(&base, skip, &plan.replaced, &mut || ticker.tick())?;
+        s.copy_entries(&base, &plan.copies, &mut || ticker.tick())?;
         let rehomed = plan.copies.len() as u64;
         let kept = plan.kept.clone();
-        s.tags = plan.kept;
-        s.comment = base.directory().comment.clone();
-        let finished = s.finish(Some(&base));
-        drop(base);
-        let (sink, after) = finished?;
-        drop(sink);
-        temp.commit(opts.fsync)?;
+        s.keep_tags_of(&base);
+        s.set_tags(plan.kept);
+        let after = finish_rewrite(s, temp, Some(base))?;
         Ok(RemoveReport {
             removed,
             kept,

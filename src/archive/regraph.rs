@@ -1,7 +1,7 @@
 //! Replacing one tag's graph entry (e.g. converting graph.pdmodel to graph.fb): an atomic
 //! rewrite of the whole archive, like compaction, with the tag's sha256sums.txt updated.
 
-use super::append::open_locked;
+use super::append::{finish_rewrite, open_locked};
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
 use super::hashing::sha256_hex;
@@ -177,38 +177,21 @@ fn rewrite_graph(
         }
         let temp = TempTarget::create(path)?;
         let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
-        for e in &base.directory().entries {
-            if written_by_commit(&e.name) || e.name == old_name || dropped.contains(&e.name) {
-                continue;
-            }
-            match replaced.get(&e.name) {
-                Some(bytes) => {
-                    s.write_text(&e.name, bytes)?;
-                }
-                None => s.copy_entry(&base, e, &e.name)?,
-            }
-        }
+        let skip = |e: &super::container::ZipEntry| {
+            written_by_commit(&e.name) || e.name == old_name || dropped.contains(&e.name)
+        };
+        s.copy_archive(&base, skip, &replaced, &mut || {})?;
         // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
         s.write_text(&new_name, &new_bytes)
             .map_err(|err| err.in_entry(new_name.clone()))?;
-        for (from_entry, to_entry) in &copies {
-            let e = base.entry(from_entry).ok_or_else(|| {
-                Error::new(ErrorKind::MissingEntry(from_entry.clone())).in_entry(from_entry.clone())
-            })?;
-            s.copy_entry(&base, e, to_entry)?;
-        }
+        s.copy_entries(&base, &copies, &mut || {})?;
         let mut added: Vec<&String> = replaced.keys().filter(|n| !base.has_entry(n)).collect();
         added.sort();
         for name in added {
             s.write_text(name, &replaced[name])?;
         }
-        s.tags = base.tags().to_vec();
-        s.comment = base.directory().comment.clone();
-        let finished = s.finish(Some(&base));
-        drop(base);
-        let (sink, _) = finished?;
-        drop(sink);
-        temp.commit(opts.fsync)?;
+        s.keep_tags_of(&base);
+        finish_rewrite(s, temp, Some(base))?;
         Ok(GraphRewrite {
             tag: canon,
             from,

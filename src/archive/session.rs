@@ -7,7 +7,7 @@ use super::hashing::{HashPool, Ticket};
 use super::reader::{Archive, TAGS_TXT, TensorKind};
 use super::summary::{SUMMARY_TXT, SummaryInputs};
 use super::text::{self, SHAREABLE_FILES};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::codec::decode_record_at;
 use std::collections::HashMap;
 use std::io::Write;
@@ -137,10 +137,12 @@ pub(super) struct FileCandidate {
 
 /// The state every write path shares: the zip output, the tag list, the dedup index.
 pub(crate) struct Session {
-    pub out: ZipOut<Box<dyn Write>>,
-    pub tags: Vec<String>,
-    pub opts: WriteOptions,
-    pub comment: Vec<u8>,
+    /// Written by the session's methods and by the [`TagWriter`](super::TagWriter) of a
+    /// tag (tags.txt's list, the directory's entries); other callers use the methods.
+    pub(super) out: ZipOut<Box<dyn Write>>,
+    pub(super) tags: Vec<String>,
+    pub(super) opts: WriteOptions,
+    comment: Vec<u8>,
     pub(super) dedup: Dedup,
     /// Graphs and training configs already stored, by (file name, length, CRC-32): an
     /// identical one in a later tag is referenced through its shared.txt instead.
@@ -187,6 +189,81 @@ impl Session {
         }
     }
 
+    /// A session that continues `base` in place from its central directory (`sink` is
+    /// positioned there): the new directory lists the old entries `keep` accepts, then
+    /// whatever the session writes; tags.txt lists `base`'s tags until
+    /// [`Session::set_tags`].
+    pub fn in_place(
+        sink: Box<dyn Write>,
+        base: &Archive,
+        opts: WriteOptions,
+        keep: impl Fn(&ZipEntry) -> bool,
+    ) -> Session {
+        let mut s = Session::new(sink, base.directory().cd_offset, opts);
+        s.out.entries = base
+            .directory()
+            .entries
+            .iter()
+            .filter(|e| keep(e))
+            .cloned()
+            .collect();
+        s.keep_tags_of(base);
+        s
+    }
+
+    /// Takes `base`'s tag list and archive comment (a rewrite that copies `base`).
+    pub fn keep_tags_of(&mut self, base: &Archive) {
+        self.tags = base.tags().to_vec();
+        self.comment = base.directory().comment.clone();
+    }
+
+    /// Sets the tag list tags.txt will hold.
+    pub fn set_tags(&mut self, tags: Vec<String>) {
+        self.tags = tags;
+    }
+
+    /// Copies every entry of `base` in order except those `skip` picks: an entry named
+    /// in `replaced` with its new bytes (as a text entry), any other raw. `tick` is called
+    /// after each entry of `base`.
+    pub fn copy_archive(
+        &mut self,
+        base: &Archive,
+        skip: impl Fn(&ZipEntry) -> bool,
+        replaced: &HashMap<String, Vec<u8>>,
+        tick: &mut dyn FnMut(),
+    ) -> Result<()> {
+        for e in &base.directory().entries {
+            if !skip(e) {
+                match replaced.get(&e.name) {
+                    Some(bytes) => {
+                        self.write_text(&e.name, bytes)?;
+                    }
+                    None => self.copy_entry(base, e, &e.name)?,
+                }
+            }
+            tick();
+        }
+        Ok(())
+    }
+
+    /// Copies the entries of `base` that `copies` names (source, new name) raw, calling
+    /// `tick` after each.
+    pub fn copy_entries(
+        &mut self,
+        base: &Archive,
+        copies: &[(String, String)],
+        tick: &mut dyn FnMut(),
+    ) -> Result<()> {
+        for (from, to) in copies {
+            let e = base.entry(from).ok_or_else(|| {
+                Error::new(ErrorKind::MissingEntry(from.clone())).in_entry(from.clone())
+            })?;
+            self.copy_entry(base, e, to)?;
+            tick();
+        }
+        Ok(())
+    }
+
     /// Makes the tensor files of `base`'s listed tags dedup candidates, keeps its tags and
     /// comment, and keeps `base` for byte comparisons.
     pub fn adopt_base(&mut self, base: Archive) {
@@ -229,8 +306,7 @@ impl Session {
                 );
             }
         }
-        self.tags = base.tags().to_vec();
-        self.comment = base.directory().comment.clone();
+        self.keep_tags_of(&base);
         self.base = Some(base);
     }
 
