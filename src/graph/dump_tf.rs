@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use prost::Message;
 use serde_json::{Value, json};
 
-use super::dump::clean;
+use super::clean::clean;
 use super::model::{Graph, TfAttr, TfGraph};
 use crate::tf_proto as pb;
 

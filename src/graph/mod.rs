@@ -23,6 +23,7 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
+mod clean;
 pub mod dump;
 pub mod dump_onnx;
 pub mod dump_tf;
