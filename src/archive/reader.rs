@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// Bytes of a remote tensor's data fetched to read its header ([`Archive::tensor_heads`]).
 const HEAD_PROBE: u64 = 512;
@@ -106,6 +107,10 @@ pub struct Archive {
     /// Top-level directory -> its entries' positions in the central directory, so that
     /// per-tag work does not scan every entry once per tag.
     by_dir: HashMap<String, Vec<usize>>,
+    /// Each tag's tables (by position in `tags`), parsed and checked by the first
+    /// [`Archive::tag`](super::Archive::tag) that asks for them and shared by every
+    /// [`Tag`](super::Tag) after it.
+    pub(super) tables: Box<[OnceLock<Arc<TagTables>>]>,
     path: Option<PathBuf>,
     opts: OpenOptions,
 }
@@ -118,6 +123,18 @@ impl std::fmt::Debug for Archive {
             .field("entries", &self.dir.entries.len())
             .finish()
     }
+}
+
+/// One tag's params.txt, updater.txt and shared.txt, resolved and checked.
+#[derive(Debug)]
+pub(super) struct TagTables {
+    pub(super) params: Vec<ParamEntry>,
+    pub(super) updater: Vec<UpdaterEntry>,
+    /// Built on the first lookup by name: listing a tag's params should not pay for it.
+    pub(super) by_name: OnceLock<rustc_hash::FxHashMap<String, usize>>,
+    /// The files shared.txt says the tag uses from other tags: (file, owning tag's
+    /// position in tags.txt).
+    pub(super) shared: Vec<(&'static str, usize)>,
 }
 
 /// Which graph encoding a tag holds (re-exported from [`crate::graph`]).
@@ -178,7 +195,14 @@ pub struct UpdaterEntry {
     pub arrays: Vec<TensorLocation>,
 }
 
-/// A tensor read from an archive: borrowed from the map when stored, else owned.
+/// A tensor read from an archive ([`Tag::param`](super::Tag::param),
+/// [`Tag::tensor`](super::Tag::tensor), [`Archive::tensor`]): [`TensorData::Mapped`], a
+/// zero-copy [`TensorView`] of the archive's bytes, when the entry is stored (every
+/// tensor modelzip writes is) and the archive is local (memory-mapped or read into
+/// memory); [`TensorData::Owned`], a [`Tensor`], when the entry is deflated (a foreign
+/// archive) or read by byte ranges from a remote one. [`TensorData::view`] borrows
+/// either; [`Tag::tensor_owned`](super::Tag::tensor_owned) gives a `Tensor` without
+/// copying out of the map.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorData<'a> {
     /// Zero-copy view into the archive's bytes.
@@ -260,6 +284,7 @@ impl Archive {
             tags: Vec::new(),
             tag_index: HashMap::new(),
             by_dir,
+            tables: Box::default(),
             path: path.clone(),
             opts,
         };
@@ -285,6 +310,7 @@ impl Archive {
             .enumerate()
             .map(|(i, t)| (t.to_ascii_lowercase(), i))
             .collect();
+        a.tables = tags.iter().map(|_| OnceLock::new()).collect();
         a.tags = tags;
         Ok(a)
     }
@@ -306,10 +332,14 @@ impl Archive {
 
     /// The tags.txt spelling of `name`, compared ignoring ASCII case.
     pub fn canonical_tag(&self, name: &str) -> Option<&str> {
-        self.tag_index
-            .get(&name.to_ascii_lowercase())
-            .and_then(|&i| self.tags.get(i))
+        self.tag_position(name)
+            .and_then(|i| self.tags.get(i))
             .map(String::as_str)
+    }
+
+    /// The position in tags.txt of tag `name`, compared ignoring ASCII case.
+    pub(super) fn tag_position(&self, name: &str) -> Option<usize> {
+        self.tag_index.get(&name.to_ascii_lowercase()).copied()
     }
 
     /// The entries under the top-level directory `dir`, in central-directory order.

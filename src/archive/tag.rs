@@ -1,23 +1,58 @@
 //! One tag of an archive: [`Tag`], its params.txt / updater.txt / shared.txt tables
 //! resolved to tensor locations, and its files.
 
+#[cfg(unix)]
+use super::container::METHOD_STORED;
 use super::reader::{
-    Archive, Backing, ParamEntry, TensorData, TensorKind, TensorLocation, UpdaterEntry,
+    Archive, Backing, ParamEntry, TagTables, TensorData, TensorKind, TensorLocation, UpdaterEntry,
 };
 use super::shared_str::SharedStr;
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::GraphFormat;
 use crate::tensor::Tensor;
+#[cfg(unix)]
+use crate::tensor::codec::decode_tensor_record;
 use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 impl Archive {
     /// The tag named `name` (ASCII case ignored), with its params.txt and updater.txt parsed.
+    /// The tables are read and checked once per archive; later calls share them.
     pub fn tag(&self, name: &str) -> Result<Tag<'_>> {
-        let canon = self
-            .canonical_tag(name)
+        self.tag_cached(name, true)
+    }
+
+    /// [`Archive::tag`]; with `keep` false, tables not cached yet are not kept (a
+    /// caller visiting every tag once, as verify does, needs one tag's at a time).
+    pub(super) fn tag_cached(&self, name: &str, keep: bool) -> Result<Tag<'_>> {
+        let i = self
+            .tag_position(name)
             .ok_or_else(|| self.located(ErrorKind::tag_not_found(name, &self.tags).into()))?;
-        Tag::load(self, canon).map_err(|e| self.located(e))
+        let canon = self.tags[i].as_str();
+        let slot = &self.tables[i];
+        let tables = match slot.get() {
+            Some(t) => Arc::clone(t),
+            None => {
+                let t = Arc::new(TagTables::load(self, canon).map_err(|e| self.located(e))?);
+                if keep {
+                    Arc::clone(slot.get_or_init(|| t))
+                } else {
+                    t
+                }
+            }
+        };
+        let shared = tables
+            .shared
+            .iter()
+            .map(|&(file, owner)| (file, self.tags[owner].as_str()))
+            .collect();
+        Ok(Tag {
+            archive: self,
+            name: canon,
+            tables,
+            shared,
+        })
     }
 
     /// The default (newest) tag.
@@ -192,21 +227,19 @@ fn line_count(bytes: &[u8]) -> usize {
     bytes.iter().filter(|&&b| b == b'\n').count() + 1
 }
 
-/// One tag of an open archive, with its tables parsed.
+/// One tag of an open archive, with its tables parsed (once per archive: every `Tag` of
+/// one tag shares them).
 #[derive(Debug)]
 pub struct Tag<'a> {
     archive: &'a Archive,
     name: &'a str,
-    params: Vec<ParamEntry>,
-    updater: Vec<UpdaterEntry>,
-    /// Built on the first lookup by name: listing a tag's params should not pay for it.
-    by_name: std::sync::OnceLock<rustc_hash::FxHashMap<String, usize>>,
+    tables: Arc<TagTables>,
     /// The files shared.txt says the tag uses from other tags: (file, owning tag).
     shared: Vec<(&'static str, &'a str)>,
 }
 
-impl<'a> Tag<'a> {
-    fn load(archive: &'a Archive, name: &'a str) -> Result<Tag<'a>> {
+impl TagTables {
+    fn load(archive: &Archive, name: &str) -> Result<TagTables> {
         // Many names may refer to one file (that is what sharing is): each distinct ref
         // is resolved once, and every name that uses it shares its location's strings.
         let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), TensorLocation> =
@@ -262,18 +295,20 @@ impl<'a> Tag<'a> {
         }
         params.shrink_to_fit();
         updater.shrink_to_fit();
-        let by_name = std::sync::OnceLock::new();
-        let shared = load_shared(archive, name)?;
-        Ok(Tag {
-            archive,
-            name,
+        let shared = load_shared(archive, name)?
+            .into_iter()
+            .filter_map(|(file, owner)| Some((file, archive.tag_position(owner)?)))
+            .collect();
+        Ok(TagTables {
             params,
             updater,
-            by_name,
+            by_name: OnceLock::new(),
             shared,
         })
     }
+}
 
+impl<'a> Tag<'a> {
     /// The files of this tag stored once in another tag (shared.txt): (file, owning tag),
     /// e.g. `("graph.pdmodel", "step-1")`.
     pub fn shared_files(&self) -> &[(&'static str, &'a str)] {
@@ -340,7 +375,7 @@ impl<'a> Tag<'a> {
 
     /// The parameters, in params.txt order.
     pub fn params(&self) -> &[ParamEntry] {
-        &self.params
+        &self.tables.params
     }
 
     /// The parameter `name`'s tensor.
@@ -365,8 +400,9 @@ impl<'a> Tag<'a> {
     /// # Ok::<(), modelzip::Error>(())
     /// ```
     pub fn param(&self, name: &str) -> Result<TensorData<'a>> {
-        let by_name = self.by_name.get_or_init(|| {
-            self.params
+        let by_name = self.tables.by_name.get_or_init(|| {
+            self.tables
+                .params
                 .iter()
                 .enumerate()
                 .map(|(i, p)| (p.name.clone(), i))
@@ -378,12 +414,12 @@ impl<'a> Tag<'a> {
                 self.name.to_string(),
             )))
         })?;
-        self.tensor(&self.params[*i].location)
+        self.tensor(&self.tables.params[*i].location)
     }
 
     /// The updater state, in updater.txt order.
     pub fn updater(&self) -> &[UpdaterEntry] {
-        &self.updater
+        &self.tables.updater
     }
 
     /// Reads the tensor at `loc`: zero-copy when the entry is stored.
@@ -396,16 +432,19 @@ impl<'a> Tag<'a> {
     /// tag costs its tensor bytes once in resident memory, not twice (copy + mapped pages).
     pub fn tensor_owned(&self, loc: &TensorLocation) -> Result<Tensor> {
         let archive = self.archive;
-        let view = match self.tensor(loc)? {
-            TensorData::Owned(t) => return Ok(t),
-            TensorData::Mapped(v) => v,
-        };
         #[cfg(unix)]
-        if let Backing::Map(map, file) = &archive.backing {
+        if let Backing::Map(_, file) = &archive.backing
+            && let Some(e) = archive.location_entry(loc)
+            && e.method == METHOD_STORED
+        {
             use std::os::unix::fs::FileExt;
-            // Decoding touched only the record header; the data's file offset is its
-            // distance from the start of the map.
-            let offset = (view.data().as_ptr() as usize - map.as_ptr() as usize) as u64;
+            let located = |err: Error| archive.located(err.in_entry(loc.entry.clone()));
+            let raw = archive.raw_data(e).map_err(located)?;
+            // Decoding touches only the record header; the data lies in the file at the
+            // entry's data offset plus the record's.
+            let rec = decode_tensor_record(&raw).map_err(located)?;
+            let view = rec.tensor;
+            let offset = e.data_offset + rec.data_offset;
             let mut data = vec![0u8; view.data().len()];
             file.read_exact_at(&mut data, offset).map_err(|e| {
                 archive.located(Error::from(e).in_entry(loc.entry.clone()).at_offset(offset))
@@ -417,7 +456,10 @@ impl<'a> Tag<'a> {
                 t.with_lod(view.lod().clone())
             };
         }
-        Ok(view.to_owned())
+        match self.tensor(loc)? {
+            TensorData::Owned(t) => Ok(t),
+            TensorData::Mapped(v) => Ok(v.to_owned()),
+        }
     }
 
     /// `<tag>/trainingConfig.fb` (or the owner's, when shared.txt points at it), raw.
@@ -460,5 +502,48 @@ impl<'a> Tag<'a> {
             .entries_under(self.name)
             .map(|e| e.name.as_str())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Archive, ArchiveWriter, TagBuilder, Tensor};
+
+    fn two_tags() -> (tempfile::TempDir, Archive) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.mz");
+        let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+        let mut writer = ArchiveWriter::create(&path).unwrap();
+        for t in ["a", "b"] {
+            writer
+                .add_tag(TagBuilder::new(t).param("w", w.clone()))
+                .unwrap();
+        }
+        writer.finish().unwrap();
+        let archive = Archive::open(&path).unwrap();
+        (dir, archive)
+    }
+
+    #[test]
+    fn a_tags_tables_are_parsed_once_and_shared() {
+        let (_dir, archive) = two_tags();
+        let first = archive.tag("a").unwrap();
+        let again = archive.tag("A").unwrap();
+        assert!(std::ptr::eq(first.params(), again.params()));
+        let other = archive.tag("b").unwrap();
+        assert!(!std::ptr::eq(first.params(), other.params()));
+        assert_eq!(
+            again.param("w").unwrap().view().as_slice::<f32>().unwrap(),
+            &[1.0, 2.0]
+        );
+    }
+
+    #[test]
+    fn verify_leaves_the_table_cache_as_it_was() {
+        let (_dir, archive) = two_tags();
+        archive.tag("b").unwrap();
+        assert!(archive.verify().is_ok());
+        let kept: Vec<bool> = archive.tables.iter().map(|s| s.get().is_some()).collect();
+        assert_eq!(kept, [false, true]);
     }
 }

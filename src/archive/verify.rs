@@ -123,7 +123,7 @@ impl Archive {
         {
             r.push(None, format!("tag {t:?} has no params.txt"));
         }
-        match self.tag(t) {
+        match self.tag_cached(t, false) {
             Ok(tag) => {
                 match tag.graph() {
                     Err(e) => r.push(None, e.to_string()),

@@ -85,6 +85,11 @@ impl<'a> Cursor<'a> {
 
 /// Decodes the one record of a standalone tensor file; bytes after it are an error.
 pub fn decode_tensor(bytes: &[u8]) -> Result<TensorView<'_>> {
+    decode_tensor_record(bytes).map(|rec| rec.tensor)
+}
+
+/// [`decode_tensor`], keeping where the data starts ([`Record::data_offset`]).
+pub(crate) fn decode_tensor_record(bytes: &[u8]) -> Result<Record<'_>> {
     let rec = decode_record_at(bytes, 0, 0)?;
     let end = rec.offset + rec.length;
     if end != bytes.len() as u64 {
@@ -94,7 +99,7 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<TensorView<'_>> {
         .in_record(0)
         .at_offset(end));
     }
-    Ok(rec.tensor)
+    Ok(rec)
 }
 
 /// Decodes every record of a combined file (`save_combine`, `.pdiparams`).

@@ -54,7 +54,19 @@ pub fn data_len(dtype: DType, dims: &[u64]) -> Result<u64> {
         })
 }
 
-/// A tensor whose data borrows from elsewhere (a memory map, a file buffer).
+/// A tensor whose data borrows from elsewhere (a memory map, a file buffer): dtype, dims
+/// and LoD checked against the data, no copy of it.
+///
+/// One of three tensor types: [`Tensor`] owns its data (what is built, written and
+/// returned by conversions); `TensorView<'a>` borrows it (what decoding a record
+/// returns, and what every reader and writer takes: [`Tensor::view`] makes one from an
+/// owned tensor); [`TensorData`](crate::archive::TensorData) is what reading a tensor
+/// from an archive returns: a view into the archive's bytes when the entry is stored
+/// ([`TensorData::Mapped`](crate::archive::TensorData::Mapped), the usual case), an
+/// owned tensor when it had to be inflated or fetched
+/// ([`TensorData::Owned`](crate::archive::TensorData::Owned)); its
+/// [`view`](crate::archive::TensorData::view) works for both. [`TensorView::to_owned`]
+/// copies a view into a `Tensor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorView<'a> {
     dtype: DType,
@@ -238,7 +250,10 @@ fn fp8_e4m3fn_to_f32(b: u8) -> f32 {
     }
 }
 
-/// A tensor that owns its data.
+/// A tensor that owns its data: what is built ([`Tensor::from_slice`],
+/// [`Tensor::from_bytes`]), converted and handed to writers (by [`Tensor::view`]), and
+/// what [`Tag::tensor_owned`](crate::archive::Tag::tensor_owned) reads from an archive.
+/// See [`TensorView`] for the borrowed form and how the three tensor types differ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tensor {
     dtype: DType,
