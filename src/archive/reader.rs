@@ -129,12 +129,29 @@ impl std::fmt::Debug for Archive {
 #[derive(Debug)]
 pub(super) struct TagTables {
     pub(super) params: Vec<ParamEntry>,
+    /// Each parameter's slot in `heads` (one per distinct tensor file: aliases share).
+    pub(super) param_slot: Box<[u32]>,
+    /// Slots in `heads`.
+    pub(super) header_slots: usize,
+    /// The decoded record headers of the parameters' stored entries, filled as
+    /// [`Tag::param`](super::Tag::param) reads them; allocated on the first call.
+    pub(super) heads: OnceLock<Box<[OnceLock<CachedHead>]>>,
     pub(super) updater: Vec<UpdaterEntry>,
     /// Built on the first lookup by name: listing a tag's params should not pay for it.
     pub(super) by_name: OnceLock<rustc_hash::FxHashMap<String, usize>>,
     /// The files shared.txt says the tag uses from other tags: (file, owning tag's
     /// position in tags.txt).
     pub(super) shared: Vec<(&'static str, usize)>,
+}
+
+/// A stored tensor entry's record header as decoding checked it: the data is the
+/// entry's bytes from `header_len` on.
+#[derive(Debug)]
+pub(super) struct CachedHead {
+    pub(super) dtype: crate::tensor::DType,
+    pub(super) dims: Vec<u64>,
+    pub(super) lod: crate::tensor::Lod,
+    pub(super) header_len: usize,
 }
 
 /// Which graph encoding a tag holds (re-exported from [`crate::graph`]).
@@ -382,6 +399,20 @@ impl Archive {
             Some(e) if e.name == loc.entry => Some(e),
             _ => self.entry(&loc.entry),
         }
+    }
+
+    /// The bytes of the stored entry `loc` names, in a local archive's map or buffer;
+    /// `None` for a deflated entry, a remote archive or a missing entry.
+    pub(super) fn mapped_stored(&self, loc: &TensorLocation) -> Option<&[u8]> {
+        if matches!(self.backing, Backing::Ranged(_)) {
+            return None;
+        }
+        let e = self.location_entry(loc)?;
+        if e.method != METHOD_STORED {
+            return None;
+        }
+        self.bytes()
+            .get(usize::try_from(e.data_offset).ok()?..usize::try_from(e.data_end()).ok()?)
     }
 
     /// Stored bytes of every entry under the top-level directory `dir` (a tag's own bytes).

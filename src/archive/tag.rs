@@ -4,15 +4,16 @@
 #[cfg(unix)]
 use super::container::METHOD_STORED;
 use super::reader::{
-    Archive, Backing, ParamEntry, TagTables, TensorData, TensorKind, TensorLocation, UpdaterEntry,
+    Archive, Backing, CachedHead, ParamEntry, TagTables, TensorData, TensorKind, TensorLocation,
+    UpdaterEntry,
 };
 use super::shared_str::SharedStr;
 use super::text::{self, ParamRef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::GraphFormat;
-use crate::tensor::Tensor;
 #[cfg(unix)]
 use crate::tensor::codec::decode_tensor_record;
+use crate::tensor::{Tensor, TensorView};
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
@@ -187,7 +188,7 @@ fn load_table<T, R>(
     updater: bool,
     name_of: impl Fn(&T) -> &str,
     mut resolve: impl FnMut(&[ParamRef], usize) -> Result<R>,
-    build: impl Fn(String, R) -> T,
+    mut build: impl FnMut(String, R) -> T,
 ) -> Result<Vec<T>> {
     let n = line_count(bytes);
     let mut rows = Vec::new();
@@ -242,16 +243,22 @@ impl TagTables {
     fn load(archive: &Archive, name: &str) -> Result<TagTables> {
         // Many names may refer to one file (that is what sharing is): each distinct ref
         // is resolved once, and every name that uses it shares its location's strings.
-        let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), TensorLocation> =
+        // Each distinct ref also gets a number: a parameter's is its slot in the header
+        // cache (params are read first, so theirs are 0..the count of distinct ones).
+        let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), (TensorLocation, u32)> =
             rustc_hash::FxHashMap::default();
         let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
-            if let Some(loc) = resolved.get(&(kind, r.clone())) {
-                return Ok(loc.clone());
+            if let Some(found) = resolved.get(&(kind, r.clone())) {
+                return Ok(found.clone());
             }
             let loc = archive.resolve(name, r, kind, table, line)?;
-            resolved.insert((kind, r.clone()), loc.clone());
-            Ok::<_, Error>(loc)
+            // At most one per line of a table held in memory: fits u32 on 64-bit targets
+            // for any table under 4 G lines; saturating keeps a larger one correct.
+            let id = u32::try_from(resolved.len()).unwrap_or(u32::MAX);
+            resolved.insert((kind, r.clone()), (loc.clone(), id));
+            Ok::<_, Error>((loc, id))
         };
+        let mut param_slot = Vec::new();
         let mut params = Vec::new();
         let pname = format!("{name}/params.txt");
         let uname = format!("{name}/updater.txt");
@@ -274,9 +281,13 @@ impl TagTables {
                 false,
                 |p: &ParamEntry| p.name.as_str(),
                 |refs, line| resolve(&refs[0], TensorKind::Params, &pname, line),
-                |name, location| ParamEntry { name, location },
+                |name, (location, slot)| {
+                    param_slot.push(slot);
+                    ParamEntry { name, location }
+                },
             )?;
         }
+        let header_slots = param_slot.iter().max().map_or(0, |&m| m as usize + 1);
         let mut updater = Vec::new();
         if archive.has_entry(&uname) {
             let bytes = archive.entry_bytes(&uname)?;
@@ -287,7 +298,7 @@ impl TagTables {
                 |u: &UpdaterEntry| u.name.as_str(),
                 |refs, line| {
                     refs.iter()
-                        .map(|r| resolve(r, TensorKind::Updater, &uname, line))
+                        .map(|r| resolve(r, TensorKind::Updater, &uname, line).map(|(l, _)| l))
                         .collect::<Result<Vec<_>>>()
                 },
                 |name, arrays| UpdaterEntry { name, arrays },
@@ -301,6 +312,9 @@ impl TagTables {
             .collect();
         Ok(TagTables {
             params,
+            param_slot: param_slot.into_boxed_slice(),
+            header_slots,
+            heads: OnceLock::new(),
             updater,
             by_name: OnceLock::new(),
             shared,
@@ -378,7 +392,9 @@ impl<'a> Tag<'a> {
         &self.tables.params
     }
 
-    /// The parameter `name`'s tensor.
+    /// The parameter `name`'s tensor. The first read of a stored tensor file decodes and
+    /// checks its record header; later reads of it (under any name, through any [`Tag`]
+    /// of this archive) reuse the decoded header.
     ///
     /// # Examples
     ///
@@ -414,7 +430,42 @@ impl<'a> Tag<'a> {
                 self.name.to_string(),
             )))
         })?;
-        self.tensor(&self.tables.params[*i].location)
+        let loc = &self.tables.params[*i].location;
+        // A stored entry of a local archive: the header decoded by the first call is
+        // reused (the bytes cannot change while the archive is open).
+        let slot = self.tables.param_slot.get(*i).and_then(|&s| {
+            self.tables
+                .heads
+                .get_or_init(|| {
+                    (0..self.tables.header_slots)
+                        .map(|_| OnceLock::new())
+                        .collect()
+                })
+                .get(s as usize)
+        });
+        if let Some(head) = slot.and_then(OnceLock::get)
+            && let Some(bytes) = self.archive.mapped_stored(loc)
+            && let Some(data) = bytes.get(head.header_len..)
+        {
+            return Ok(TensorData::Mapped(TensorView::from_checked_parts(
+                head.dtype,
+                head.dims.clone(),
+                head.lod.clone(),
+                data,
+            )));
+        }
+        let t = self.tensor(loc)?;
+        if let (Some(slot), TensorData::Mapped(v)) = (slot, &t)
+            && let Some(bytes) = self.archive.mapped_stored(loc)
+        {
+            let _ = slot.set(CachedHead {
+                dtype: v.dtype(),
+                dims: v.dims().to_vec(),
+                lod: v.lod().clone(),
+                header_len: bytes.len().saturating_sub(v.data().len()),
+            });
+        }
+        Ok(t)
     }
 
     /// The updater state, in updater.txt order.
@@ -536,6 +587,41 @@ mod tests {
             again.param("w").unwrap().view().as_slice::<f32>().unwrap(),
             &[1.0, 2.0]
         );
+    }
+
+    #[test]
+    fn a_params_header_is_decoded_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.mz");
+        let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+        let seq = Tensor::from_slice(vec![3, 1], &[1i64, 2, 3])
+            .unwrap()
+            .with_lod(vec![vec![0, 1, 3]])
+            .unwrap();
+        let tag = TagBuilder::new("a")
+            .param("w", w.clone())
+            .param("alias", w)
+            .param("seq", seq.clone());
+        let mut writer = ArchiveWriter::create(&path).unwrap();
+        writer.add_tag(tag).unwrap();
+        writer.finish().unwrap();
+        let archive = Archive::open(&path).unwrap();
+        let tag = archive.tag("a").unwrap();
+        // Aliases of one file share its slot.
+        assert_eq!(tag.tables.param_slot[..], [0, 0, 1]);
+        assert_eq!(tag.tables.header_slots, 2);
+        let first = tag.param("seq").unwrap();
+        let heads = tag.tables.heads.get().unwrap();
+        assert!(heads[1].get().is_some() && heads[0].get().is_none());
+        let again = tag.param("seq").unwrap();
+        assert!(again.is_mapped());
+        assert_eq!(again, first);
+        assert_eq!(again.view().data().as_ptr(), first.view().data().as_ptr());
+        assert_eq!(again.view().to_owned(), seq);
+        tag.param("w").unwrap();
+        assert!(heads[0].get().is_some());
+        let alias = tag.param("alias").unwrap();
+        assert_eq!(alias.view().as_slice::<f32>().unwrap(), &[1.0, 2.0]);
     }
 
     #[test]

@@ -94,6 +94,23 @@ impl<'a> TensorView<'a> {
         })
     }
 
+    /// A view of parts a decode has already checked against each other (data length
+    /// against dtype × dims, LoD against dims), for the header cache of
+    /// [`Tag::param`](crate::archive::Tag::param).
+    pub(crate) fn from_checked_parts(
+        dtype: DType,
+        dims: Vec<u64>,
+        lod: Lod,
+        data: &'a [u8],
+    ) -> Self {
+        TensorView {
+            dtype,
+            dims,
+            lod,
+            data,
+        }
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
