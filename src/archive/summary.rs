@@ -395,7 +395,9 @@ impl Archive {
 
     /// One tag's summary from its tables, metadata and tensor headers (not the summary).
     pub fn tag_summary_from_tables(&self, name: &str) -> Result<TagSummary> {
-        let tag = self.tag(name)?;
+        // Not kept in the archive's table cache: describing every tag needs one tag's
+        // tables at a time.
+        let tag = self.tag_cached(name, false)?;
         let mut dtypes = BTreeSet::new();
         let locations = tag
             .params()
