@@ -45,9 +45,9 @@ pub mod tf_proto;
 pub mod variants;
 
 pub use archive::{
-    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, OpenOptions, ParamEntry, Tag,
-    TagBuilder, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
-    VerifyReport, WriteOptions, append_tag, compact, prune, remove_tag,
+    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, OpenOptions, ParamEntry, Removal,
+    RemoveReport, Tag, TagBuilder, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry,
+    VerifyFinding, VerifyReport, WriteOptions, append_tag, compact, remove_tags,
 };
 pub use error::{Error, ErrorKind, Location, Result};
 pub use graph::{Graph, GraphFormat, TrainingConfig};

@@ -4,8 +4,8 @@
 mod support;
 
 use modelzip::{
-    AppendMode, Appender, Archive, ArchiveWriter, ErrorKind, Tensor, WriteOptions, append_tag,
-    compact, prune, remove_tag,
+    AppendMode, Appender, Archive, ArchiveWriter, ErrorKind, Removal, Tensor, WriteOptions,
+    append_tag, compact, remove_tags,
 };
 use std::path::{Path, PathBuf};
 use support::*;
@@ -74,7 +74,7 @@ fn append_in_place_and_rewrite_keep_old_tags_and_dedup() {
         drop(a);
         all_checks(dir.path(), &path);
         // Compaction drops the dead bytes and keeps everything else.
-        let r = compact(&path).unwrap();
+        let r = compact(&path, &WriteOptions::default()).unwrap();
         let a = Archive::open(&path).unwrap();
         assert_eq!(a.dead_bytes(), 0);
         assert_eq!(r.after, a.len_bytes());
@@ -121,7 +121,7 @@ fn second_writer_is_locked_out() {
     .unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Locked), "{e}");
     assert!(matches!(
-        compact(&path).unwrap_err().kind(),
+        compact(&path, &WriteOptions::default()).unwrap_err().kind(),
         ErrorKind::Locked
     ));
     assert!(matches!(
@@ -152,7 +152,7 @@ fn remove_rehomes_shared_files_into_oldest_kept_referrer() {
         let a = Archive::open(&path).unwrap();
         (dump(&a.tag("b").unwrap()), dump(&a.tag("c").unwrap()))
     };
-    remove_tag(&path, "A").unwrap();
+    remove_tags(&path, Removal::tags(["A"]), &WriteOptions::default()).unwrap();
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.tags(), &["b", "c"]);
     assert!(!a.entry_names().any(|n| n.starts_with("a/")));
@@ -169,14 +169,23 @@ fn remove_rehomes_shared_files_into_oldest_kept_referrer() {
     drop(a);
     all_checks(dir.path(), &path);
 
-    let removed = prune(&path, 1).unwrap();
+    let removed = remove_tags(&path, Removal::keep_newest(1), &WriteOptions::default())
+        .unwrap()
+        .removed;
     assert_eq!(removed, vec!["b"]);
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.tags(), &["c"]);
     assert_eq!(dump(&a.tag("c").unwrap()), c_before);
-    assert!(prune(&path, 5).unwrap().is_empty());
+    assert!(
+        remove_tags(&path, Removal::keep_newest(5), &WriteOptions::default())
+            .unwrap()
+            .removed
+            .is_empty()
+    );
     assert!(matches!(
-        remove_tag(&path, "zzz").unwrap_err().kind(),
+        remove_tags(&path, Removal::tags(["zzz"]), &WriteOptions::default())
+            .unwrap_err()
+            .kind(),
         ErrorKind::TagNotFound { .. }
     ));
     drop(a);
@@ -200,7 +209,7 @@ fn appends_after_inplace_and_many_cycles_stay_valid() {
         )
         .unwrap();
         if i % 3 == 0 {
-            prune(&path, 4).unwrap();
+            remove_tags(&path, Removal::keep_newest(4), &WriteOptions::default()).unwrap();
         }
     }
     let a = Archive::open(&path).unwrap();
@@ -307,8 +316,8 @@ fn link_intact(d: &Path, real: &Path, link: &Path, tags: &[&str]) {
 #[test]
 fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
     use modelzip::GraphFormat;
+    use modelzip::archive::WriteLock;
     use modelzip::archive::convert_graph;
-    use modelzip::archive::{WriteLock, remove_tags_in_place};
     let (d, real, link) = linked(&[("a", 1)]);
     std::os::unix::fs::symlink("real", d.path().join("dirlink")).unwrap();
     let via_dir = d.path().join("dirlink/s.zip");
@@ -320,10 +329,10 @@ fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
             Box::new(|| append_tag(p, sample_tag("x", 9), AppendMode::InPlace, &opts)),
             Box::new(|| append_tag(p, sample_tag("x", 9), AppendMode::Rewrite, &opts)),
             Box::new(|| ArchiveWriter::create(p).map(drop)),
-            Box::new(|| compact(p).map(drop)),
-            Box::new(|| remove_tag(p, "a")),
-            Box::new(|| prune(p, 0).map(drop)),
-            Box::new(|| remove_tags_in_place(p, &opts, |_| Ok(vec!["a".into()])).map(drop)),
+            Box::new(|| compact(p, &opts).map(drop)),
+            Box::new(|| remove_tags(p, Removal::tags(["a"]), &opts).map(drop)),
+            Box::new(|| remove_tags(p, Removal::keep_newest(0), &opts).map(drop)),
+            Box::new(|| remove_tags(p, Removal::tags(["a"]).in_place(true), &opts).map(drop)),
             Box::new(|| convert_graph(p, "a", GraphFormat::FlatBuffers, &opts).map(drop)),
             Box::new(|| WriteLock::acquire(p, false).map(drop)),
         ];
@@ -368,20 +377,24 @@ fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
 fn writes_through_a_symlink_change_the_real_archive_and_keep_the_link() {
     use modelzip::GraphFormat;
     use modelzip::archive::convert_graph;
-    use modelzip::archive::remove_tags_in_place;
     let (d, real, link) = linked(&[("a", 1), ("b", 2)]);
     let opts = WriteOptions::default();
     append_tag(&link, sample_tag("c", 3), AppendMode::Rewrite, &opts).unwrap();
     link_intact(d.path(), &real, &link, &["a", "b", "c"]);
     append_tag(&link, sample_tag("d", 4), AppendMode::InPlace, &opts).unwrap();
     link_intact(d.path(), &real, &link, &["a", "b", "c", "d"]);
-    remove_tag(&link, "c").unwrap();
+    remove_tags(&link, Removal::tags(["c"]), &opts).unwrap();
     link_intact(d.path(), &real, &link, &["a", "b", "d"]);
-    assert_eq!(prune(&link, 2).unwrap(), ["a"]);
+    assert_eq!(
+        remove_tags(&link, Removal::keep_newest(2), &opts)
+            .unwrap()
+            .removed,
+        ["a"]
+    );
     link_intact(d.path(), &real, &link, &["b", "d"]);
-    remove_tags_in_place(&link, &opts, |_| Ok(vec!["b".into()])).unwrap();
+    remove_tags(&link, Removal::tags(["b"]).in_place(true), &opts).unwrap();
     link_intact(d.path(), &real, &link, &["d"]);
-    let r = compact(&link).unwrap();
+    let r = compact(&link, &opts).unwrap();
     assert!(r.after < r.before, "{r:?}");
     link_intact(d.path(), &real, &link, &["d"]);
     assert_eq!(Archive::open(&real).unwrap().dead_bytes(), 0);

@@ -5,10 +5,9 @@
 mod support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
-use modelzip::archive::remove_tags_in_place;
 use modelzip::{
-    AppendMode, Archive, ArchiveWriter, Result, TagBuilder, Tensor, WriteOptions, append_tag,
-    compact, prune,
+    AppendMode, Archive, ArchiveWriter, Removal, Result, TagBuilder, Tensor, WriteOptions,
+    append_tag, compact, remove_tags,
 };
 use std::path::{Path, PathBuf};
 use support::*;
@@ -158,7 +157,9 @@ fn rewrite_append_survives_a_full_disk_at_every_offset() {
 
 #[test]
 fn compaction_survives_a_full_disk_at_every_offset() {
-    let n = sweep("compact", None, |p| compact(p).map(|_| ()));
+    let n = sweep("compact", None, |p| {
+        compact(p, &WriteOptions::default()).map(|_| ())
+    });
     assert!(n >= CUT_POINTS as usize, "{n} cut points");
 }
 
@@ -181,8 +182,10 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         assert!(f.0.is_some() && f.1.is_some());
         f
     };
-    let remove_a =
-        |p: &Path| remove_tags_in_place(p, &WriteOptions::default(), |_| Ok(vec!["a".to_string()]));
+    let remove_a = |p: &Path| {
+        let removal = Removal::tags(["a"]).in_place(true);
+        remove_tags(p, removal, &WriteOptions::default())
+    };
     let total = {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("m.zip");
@@ -205,7 +208,7 @@ fn in_place_removal_survives_a_full_disk_at_every_offset() {
         assert!(a.tag("b").unwrap().shared_files().is_empty());
         assert_eq!(dump_files(&a.tag("b").unwrap()), files_b);
         drop(a);
-        compact(&p).unwrap();
+        compact(&p, &WriteOptions::default()).unwrap();
         let a = Archive::open(&p).unwrap();
         assert_eq!(a.dead_bytes(), 0);
         assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
@@ -331,17 +334,14 @@ fn crash_child_entry() {
         };
         append_tag(&path, child_tag(&name), mode, &opts).unwrap();
         if i % 5 == 4 {
-            compact(&path).unwrap();
+            compact(&path, &WriteOptions::default()).unwrap();
         }
         if Archive::open(&path).unwrap().tags().len() > 30 {
             if i % 2 == 0 {
-                prune(&path, 20).unwrap();
+                remove_tags(&path, Removal::keep_newest(20), &WriteOptions::default()).unwrap();
             } else {
-                remove_tags_in_place(&path, &opts, |a| {
-                    let n = a.tags().len().saturating_sub(20);
-                    Ok(a.tags()[..n].to_vec())
-                })
-                .unwrap();
+                let removal = Removal::keep_newest(20).in_place(true);
+                remove_tags(&path, removal, &opts).unwrap();
             }
         }
     }

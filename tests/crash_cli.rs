@@ -11,10 +11,9 @@
 mod support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
-use modelzip::archive::remove_tags_in_place;
 use modelzip::{
-    AppendMode, Archive, ArchiveWriter, Result, Tensor, WriteOptions, append_tag, compact, prune,
-    remove_tag,
+    AppendMode, Archive, ArchiveWriter, Removal, Result, Tensor, WriteOptions, append_tag, compact,
+    remove_tags,
 };
 use serde_json::Value;
 use sha2::Digest;
@@ -602,6 +601,7 @@ fn full_disk_sweep(name: &str, op: impl Fn(&Path) -> Result<()>) -> usize {
 
 #[test]
 fn every_write_operation_survives_a_full_disk() {
+    let opts = WriteOptions::default();
     let mut points = 0;
     points += full_disk_sweep("create", |p| {
         let mut w = ArchiveWriter::create(p)?;
@@ -624,12 +624,16 @@ fn every_write_operation_survives_a_full_disk() {
             &WriteOptions::default(),
         )
     });
-    points += full_disk_sweep("rm", |p| remove_tag(p, "a"));
-    points += full_disk_sweep("prune", |p| prune(p, 1).map(|_| ()));
-    points += full_disk_sweep("rm-in-place", |p| {
-        remove_tags_in_place(p, &WriteOptions::default(), |_| Ok(vec!["a".into()])).map(|_| ())
+    points += full_disk_sweep("rm", |p| {
+        remove_tags(p, Removal::tags(["a"]), &opts).map(drop)
     });
-    points += full_disk_sweep("compact", |p| compact(p).map(|_| ()));
+    points += full_disk_sweep("prune", |p| {
+        remove_tags(p, Removal::keep_newest(1), &opts).map(drop)
+    });
+    points += full_disk_sweep("rm-in-place", |p| {
+        remove_tags(p, Removal::tags(["a"]).in_place(true), &opts).map(drop)
+    });
+    points += full_disk_sweep("compact", |p| compact(p, &opts).map(drop));
     eprintln!("full-disk injection: {points} write budgets over 7 operations, 0 failures");
     assert!(points >= 6 * 40);
 }

@@ -2,8 +2,11 @@
 //! referenced through the later tag's shared.txt; removals, prunes, compaction and
 //! graph conversion keep every tag's graph whole.
 
-use modelzip::archive::{GraphFormat, compact, convert_graph, remove_tag, remove_tags_in_place};
-use modelzip::{AppendMode, Archive, ArchiveWriter, TagBuilder, Tensor, WriteOptions, append_tag};
+use modelzip::archive::{GraphFormat, convert_graph};
+use modelzip::{
+    AppendMode, Archive, ArchiveWriter, Removal, TagBuilder, Tensor, WriteOptions, append_tag,
+    compact, remove_tags,
+};
 use std::path::{Path, PathBuf};
 
 fn model() -> Vec<u8> {
@@ -110,7 +113,7 @@ fn removing_the_owner_keeps_every_other_tag_whole() {
     let d = tempfile::tempdir().unwrap();
     // By rewrite.
     let (path, g) = three(d.path());
-    remove_tag(&path, "s1").unwrap();
+    remove_tags(&path, Removal::tags(["s1"]), &WriteOptions::default()).unwrap();
     check_whole(&path, &["s2", "s3"], &g);
     let a = Archive::open(&path).unwrap();
     assert!(
@@ -123,20 +126,20 @@ fn removing_the_owner_keeps_every_other_tag_whole() {
         &[("graph.pdmodel", "s2"), ("trainingConfig.fb", "s2")]
     );
     drop(a);
-    compact(&path).unwrap();
+    compact(&path, &WriteOptions::default()).unwrap();
     check_whole(&path, &["s2", "s3"], &g);
-    remove_tag(&path, "s2").unwrap();
+    remove_tags(&path, Removal::tags(["s2"]), &WriteOptions::default()).unwrap();
     check_whole(&path, &["s3"], &g);
 
     // In place.
     let d = tempfile::tempdir().unwrap();
     let (path, g) = three(d.path());
-    remove_tags_in_place(&path, &opts(), |_| Ok(vec!["s1".to_string()])).unwrap();
+    remove_tags(&path, Removal::tags(["s1"]).in_place(true), &opts()).unwrap();
     check_whole(&path, &["s2", "s3"], &g);
     // Pruning the two oldest at once.
     let d = tempfile::tempdir().unwrap();
     let (path, g) = three(d.path());
-    modelzip::archive::prune_with(&path, 1, &opts()).unwrap();
+    remove_tags(&path, Removal::keep_newest(1), &opts()).unwrap();
     check_whole(&path, &["s3"], &g);
     let a = Archive::open(&path).unwrap();
     assert!(a.has_entry("s3/graph.pdmodel") && !a.has_entry("s3/shared.txt"));

@@ -8,7 +8,8 @@ mod support;
 
 use modelzip::archive::{SUMMARY_TXT, SummaryStatus, TagSummary};
 use modelzip::{
-    AppendMode, Archive, ArchiveWriter, DType, GraphFormat, TagBuilder, Tensor, WriteOptions,
+    AppendMode, Archive, ArchiveWriter, DType, GraphFormat, Removal, TagBuilder, Tensor,
+    WriteOptions,
 };
 use sha2::Digest;
 use std::io::{Cursor, Read, Write};
@@ -82,10 +83,8 @@ fn every_commit_leaves_a_current_summary() {
     assert_eq!(s[5].created.as_deref(), Some(""));
     assert_eq!(s[6].created, None);
     assert!(s[4].dtypes.is_empty() && s[4].params == 0);
-    modelzip::archive::remove_tags_in_place(&path, &opts, |_| {
-        Ok(vec!["odd-1".into(), "odd-2".into(), "odd-3".into()])
-    })
-    .unwrap();
+    let odd = Removal::tags(["odd-1", "odd-2", "odd-3"]).in_place(true);
+    modelzip::remove_tags(&path, odd, &opts).unwrap();
     assert_eq!(s[3].dtypes, [DType::Int8]);
     // The old summaries are dead bytes until a compaction.
     assert!(Archive::open(&path).unwrap().dead_bytes() > 0);
@@ -96,20 +95,20 @@ fn every_commit_leaves_a_current_summary() {
     // Removing fp32 re-homes what step-2 used of it (fc.b, graph, training config) into
     // step-2, which then uses nothing from other tags; `again` now uses step-2's copies.
     let before = assert_current(&path, "before remove");
-    modelzip::remove_tag(&path, "fp32").unwrap();
+    modelzip::remove_tags(&path, Removal::tags(["fp32"]), &opts).unwrap();
     let s = assert_current(&path, "remove (rewrite)");
     assert!(before[1].shared_bytes > 0);
     assert_eq!(s[0].name, "step-2");
     assert_eq!(s[0].shared_bytes, 0, "{s:?}");
     assert!(s[1].shared_bytes > 0, "{s:?}");
-    modelzip::archive::remove_tags_in_place(&path, &opts, |_| Ok(vec!["step-2".into()])).unwrap();
+    modelzip::remove_tags(&path, Removal::tags(["step-2"]).in_place(true), &opts).unwrap();
     assert_current(&path, "remove in place");
     modelzip::archive::convert_graph(&path, "again", GraphFormat::FlatBuffers, &opts).unwrap();
     let s = assert_current(&path, "convert graph");
     assert_eq!(s[0].graph, Some(GraphFormat::FlatBuffers));
-    modelzip::prune(&path, 2).unwrap();
+    modelzip::remove_tags(&path, Removal::keep_newest(2), &opts).unwrap();
     assert_current(&path, "prune");
-    modelzip::compact(&path).unwrap();
+    modelzip::compact(&path, &opts).unwrap();
     assert_current(&path, "compact");
     assert_eq!(Archive::open(&path).unwrap().dead_bytes(), 0);
 }

@@ -2,8 +2,8 @@
 //!
 //! See FORMAT.md for the layout. [`Archive`] reads (zero-copy over a memory map),
 //! [`ArchiveWriter`] writes a new archive atomically, [`Appender`] / [`append_tag`] add
-//! tags to an existing one, and [`remove_tag`], [`prune`], [`compact`] and
-//! [`convert_graph`] rewrite it.
+//! tags to an existing one, [`remove_tags`] removes tags (by a rewrite or in place),
+//! and [`compact`] and [`convert_graph`] rewrite it.
 //!
 //! ```
 //! use modelzip::{AppendMode, Archive, ArchiveWriter, TagBuilder, Tensor, WriteOptions};
@@ -63,10 +63,7 @@ pub use append::{AppendMode, Appender, append_tag};
 pub use container::{ALIGN_EXTRA, DATA_ALIGN};
 pub use entry_name::check_entry_name;
 pub use lock::WriteLock;
-pub use maintenance::{
-    CompactReport, RemoveReport, compact, compact_with, prune, prune_report, prune_with,
-    remove_tag, remove_tag_report, remove_tag_with, remove_tags_in_place, remove_tags_where,
-};
+pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
 pub use reader::{
     Archive, GraphFormat, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData,
     TensorKind, TensorLocation, UpdaterEntry,

@@ -27,10 +27,9 @@ pub struct WriteOptions {
     /// stored as given.
     pub deflate_text: bool,
     /// Called as the work proceeds (see [`crate::progress`]), by the operations that
-    /// know their total up front: [`remove_tag`](super::remove_tag),
-    /// [`prune`](super::prune), [`compact`](super::compact) and
-    /// [`remove_tags_where`](super::remove_tags_where) count the entries of the old
-    /// archive plus the tensor files re-homed; [`crate::variants::quantize`] and
+    /// know their total up front: [`remove_tags`](super::remove_tags) by rewrite and
+    /// [`compact`](super::compact) count the entries of the old archive plus the tensor
+    /// files re-homed, [`remove_tags`](super::remove_tags) in place the files it writes; [`crate::variants::quantize`] and
     /// [`crate::variants::cast`] count each source parameter twice (derived, then
     /// written); the [`crate::interop::paddle`] imports count the parameters written.
     /// [`ArchiveWriter`] and [`Appender`](super::Appender) do not call it: their caller
