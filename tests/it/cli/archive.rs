@@ -90,7 +90,7 @@ fn pack_append_rewrite_and_list() {
             .args(["--tag", "AGAIN", "--json"]),
     );
     assert_eq!(show["tag"], "Again");
-    super::support::external_tools_accept(&a);
+    crate::support::external_tools_accept(&a);
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn rm_prune_compact_keep_everything_kept_tags_use() {
     modelzip().arg("verify").arg(&a).assert().success();
     let line = expect_error(modelzip().arg("rm").arg(&a).arg("one"));
     assert!(line.contains("one"), "{line}");
-    super::support::external_tools_accept(&a);
+    crate::support::external_tools_accept(&a);
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! Appending (in place and by rewrite), removing, pruning, compacting, and the write lock.
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::{
     AppendMode, Appender, Archive, ArchiveWriter, ErrorKind, Removal, Tensor, WriteOptions,

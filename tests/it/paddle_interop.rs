@@ -2,8 +2,7 @@
 //! conversion inside the archive (also under a full disk at every offset), persistables
 //! directories, and the errors that name the variable and record.
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
 use modelzip::archive::{GraphFormat, convert_graph, replace_graph};

@@ -2,9 +2,8 @@
 //! is) must stay cheap to read and bounded to expand: the peak memory of `show --json`
 //! on 200,000 aliases, and the output limits of `extract` and `export-paddle`.
 
+use crate::support::rss;
 use modelzip::{ArchiveWriter, TagBuilder, Tensor};
-#[path = "support/rss.rs"]
-mod rss;
 use rss::peak_rss_kib;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,8 +3,7 @@
 //! tools) and a malformed or implausible one are ignored for the tables, with a reason,
 //! and `verify` reports a malformed one and one that disagrees with the tables.
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::archive::{SUMMARY_TXT, SummaryStatus, TagSummary};
 use modelzip::{

@@ -499,8 +499,8 @@ fn tags_prints_the_same_from_the_summary_as_from_the_tables() {
     let dir = tempfile::tempdir().unwrap();
     let with = dir.path().join("with.zip");
     let mut w = modelzip::ArchiveWriter::create(&with).unwrap();
-    w.add_tag(super::support::sample_tag("fp32", 1)).unwrap();
-    w.add_tag(super::support::sample_tag("step-2", 2)).unwrap();
+    w.add_tag(crate::support::sample_tag("fp32", 1)).unwrap();
+    w.add_tag(crate::support::sample_tag("step-2", 2)).unwrap();
     w.finish().unwrap();
     pack_json(&with, "mlp", &["--graph", mlp_model().to_str().unwrap()]);
     let bytes = std::fs::read(&with).unwrap();

@@ -2,8 +2,8 @@
 //! for the local file; `cp` uploads create-only or conditionally and downloads atomically.
 
 use super::harness::{expect_error, json_of, modelzip};
-use super::http_server::Server;
-use super::support;
+use crate::support;
+use crate::support::http_server::Server;
 use modelzip::{ArchiveWriter, TagBuilder, Tensor};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

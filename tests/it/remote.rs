@@ -4,10 +4,8 @@
 //! hostile archives of tests/hostile/ served remotely.
 #![cfg(feature = "remote")]
 
-#[path = "support/http_server.rs"]
-mod http_server;
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
+use crate::support::http_server;
 
 use http_server::{Mode, Server};
 use modelzip::remote::RemoteOptions;
@@ -133,6 +131,23 @@ fn open_is_one_request_a_tag_one_more_and_a_tensor_one() {
         assert_eq!(r.if_match.as_deref(), a.remote_version(), "{r:?}");
         assert!(r.range.is_some(), "{r:?}");
     }
+    // Ranged GETs only: no HEAD, no listing.
+    assert!(reqs.iter().all(|r| r.method == "GET"), "{reqs:#?}");
+}
+
+/// A slow store (every answer delayed, as remote_bench measures) reads the same values.
+#[test]
+fn a_slow_store_reads_the_same_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put("m.zip", spread_archive(dir.path(), 1));
+    server.set_latency(std::time::Duration::from_millis(20));
+    let a = open(&server.url("m.zip")).unwrap();
+    let w = a.tag("fp32").unwrap().param("fc.w").unwrap();
+    assert_eq!(
+        w.view().as_slice::<f32>().unwrap(),
+        &support::values(1, 128)[..]
+    );
 }
 
 /// 100 tags × 1,000 params: a central directory far larger than the first request.

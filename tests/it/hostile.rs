@@ -3,11 +3,10 @@
 //! the outcome expected.json gives for it; the memory a bomb can make the CLI use; and
 //! `extract` never writing outside its target.
 
+use crate::support::rss;
 use modelzip::{Archive, Error, ErrorKind, Tag};
-use serde_json::Value;
-#[path = "support/rss.rs"]
-mod rss;
 use rss::peak_rss_kib;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

@@ -1,11 +1,14 @@
-//! Helpers shared by the archive tests: sample tags and checks by independent tools.
-#![allow(dead_code)]
+//! Helpers shared by the tests: sample tags and checks by independent tools (here), a
+//! local HTTP server ([`http_server`]) and peak-RSS measurement ([`rss`]).
 
 use modelzip::tensor::codec::decode_record_at;
 use modelzip::{GraphFormat, Tag, TagBuilder, Tensor};
 use std::path::Path;
 use std::process::Command;
 
+#[cfg(feature = "remote")]
+pub mod http_server;
+pub mod rss;
 /// Deterministic pseudo-random f32 values.
 pub fn values(seed: u64, n: usize) -> Vec<f32> {
     let mut x = seed
@@ -177,7 +180,6 @@ pub type DumpedFiles = (Option<(String, Vec<u8>)>, Option<Vec<u8>>);
 
 /// The graph (encoding, bytes) and trainingConfig.fb of `tag`, as readers resolve them
 /// (its own, or the ones shared.txt points at).
-#[allow(dead_code)]
 pub fn dump_files(tag: &Tag<'_>) -> DumpedFiles {
     let graph = tag
         .graph()

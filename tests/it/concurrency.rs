@@ -2,8 +2,7 @@
 //! readers opened before or during in-place appends (by other processes) always see a
 //! consistent set of complete tags.
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::archive::WriteLock;
 use modelzip::{Archive, ArchiveWriter, TagBuilder, Tensor};

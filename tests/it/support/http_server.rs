@@ -11,7 +11,6 @@
 //! as this file, for two more dev-dependencies and a tokio server in every test. What
 //! this server does not do — HTTP/2, chunked bodies, several ranges per request — no
 //! client here asks for: object_store sends one single range per request.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

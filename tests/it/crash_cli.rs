@@ -4,11 +4,10 @@
 //! library, every write operation failing after a byte budget (a full disk).
 //!
 //! The quick run (not ignored) lands 30 kills; the full run lands 500:
-//! `cargo test --release --test crash_cli -- --ignored --nocapture`
+//! `cargo test --release --test it crash_cli:: -- --ignored --nocapture`
 //! (MODELZIP_CRASH_KILLS and MODELZIP_CRASH_SEED override the count and the seed).
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::archive::fault::{bytes_written, set_write_budget};
 use modelzip::{

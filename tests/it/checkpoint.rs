@@ -10,9 +10,6 @@ use modelzip::checkpoint::{
     Checkpoint, CheckpointOptions, Checkpointer, Goal, KeepBest, OpenReport, Retention,
 };
 
-#[path = "../examples/checkpoint_loop.rs"]
-mod checkpoint_loop;
-
 fn ckpt(step: u64, loss: f64) -> Checkpoint {
     let mut c = Checkpoint::new(step);
     c.params.push((
@@ -33,48 +30,6 @@ fn with(retention: Retention) -> CheckpointOptions {
         retention,
         ..CheckpointOptions::default()
     }
-}
-
-#[test]
-fn the_example_loop_ends_as_its_policy_says() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = checkpoint_loop::run(&dir.path().join("c.zip")).unwrap();
-    assert_eq!(out.tags, out.expected_tags);
-    assert!(out.resumed_identical);
-    assert_eq!(out.tensor_bytes, out.predicted_tensor_bytes);
-    assert_eq!(out.problems, 0);
-}
-
-#[test]
-fn the_example_loop_resumes_after_being_stopped_and_ends_the_same() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.zip");
-    let zero = std::time::Duration::ZERO;
-    // Stopped after step 9, then after step 15: each run resumes from the newest tag.
-    let first = checkpoint_loop::run_steps(&path, 9, zero).unwrap();
-    assert_eq!(
-        first.tags,
-        ["step-000000007", "step-000000008", "step-000000009"]
-    );
-    assert_eq!(first.tags, first.expected_tags);
-    let second = checkpoint_loop::run_steps(&path, 15, zero).unwrap();
-    assert_eq!(
-        second.tags,
-        [
-            "step-000000012",
-            "step-000000013",
-            "step-000000014",
-            "step-000000015"
-        ]
-    );
-    let done = checkpoint_loop::run(&path).unwrap();
-    assert_eq!(done.tags, done.expected_tags);
-    assert!(done.resumed_identical);
-    assert_eq!(done.tensor_bytes, done.predicted_tensor_bytes);
-    assert_eq!(done.problems, 0);
-    // A run on a finished archive has nothing left to do and changes nothing.
-    let again = checkpoint_loop::run(&path).unwrap();
-    assert_eq!(again.tags, done.tags);
 }
 
 /// Retention removes checkpoints in place: over 20 saves of a 64 KiB checkpoint with
@@ -326,35 +281,6 @@ fn a_crash_between_append_and_retention_converges_when_the_archive_is_opened() {
     // Opening again has nothing to do.
     let again = Checkpointer::open(&path, keep_last(3)).unwrap();
     assert_eq!(again.open_report(), &OpenReport::default());
-}
-
-/// The audit's repro (`KILL_AT=42` on the example loop: killed after the append of step
-/// 20, before its retention pass), made deterministic: the loop's run to step 19, then
-/// step 20 appended without retention, then the loop run again.
-#[test]
-fn the_example_loop_ends_as_its_policy_says_after_a_kill_before_the_last_retention_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.zip");
-    let zero = std::time::Duration::ZERO;
-    checkpoint_loop::run_steps(&path, 19, zero).unwrap();
-    let state = checkpoint_loop::state_at(checkpoint_loop::LAST_STEP).unwrap();
-    Checkpointer::open(&path, CheckpointOptions::default())
-        .unwrap()
-        .save(&state)
-        .unwrap();
-    assert_eq!(
-        Checkpointer::open(&path, CheckpointOptions::default())
-            .unwrap()
-            .tags()
-            .unwrap(),
-        names(&[12, 17, 18, 19, 20])
-    );
-    let done = checkpoint_loop::run(&path).unwrap();
-    assert_eq!(done.tags, names(&[12, 18, 19, 20]));
-    assert_eq!(done.tags, done.expected_tags);
-    assert!(done.resumed_identical);
-    assert_eq!(done.tensor_bytes, done.predicted_tensor_bytes);
-    assert_eq!(done.problems, 0);
 }
 
 /// A save cut short at every 1/50th of the bytes it writes (as a full disk would cut

@@ -5,8 +5,7 @@
 //!
 //! Set MODELZIP_ST_EXPORT_DIR to keep the exports for tests/safetensors/check_export.py.
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::archive::fault::set_write_budget;
 use modelzip::interop::paddle;

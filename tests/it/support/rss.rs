@@ -1,5 +1,5 @@
 //! Peak resident set size of a `modelzip` run, for the tests that bound memory
-//! (included with `#[path]` by tests/hostile.rs and tests/alias_amplification.rs).
+//! (tests/it/hostile.rs and tests/it/alias_amplification.rs).
 
 use std::path::Path;
 use std::process::{Command, Stdio};

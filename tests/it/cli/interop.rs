@@ -1,5 +1,5 @@
 //! `modelzip import` / `modelzip export`: format detection, --format, Paddle and
-//! TensorFlow through the generic surface (tests/tf_interop.rs has the library's TF
+//! TensorFlow through the generic surface (tests/it/tf_interop.rs has the library's TF
 //! tests).
 
 use super::harness::{expect_error, fixture, json_of, modelzip};

@@ -1,8 +1,7 @@
 //! Writing and reading archives: round trips, zero-copy, alignment, dedup, validation of
 //! hostile input, interop with other zip tools, Zip64.
 
-#[path = "support/archive.rs"]
-mod support;
+use crate::support;
 
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, ErrorKind, GraphFormat, OpenOptions, TagBuilder, Tensor,
