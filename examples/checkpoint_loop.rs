@@ -167,7 +167,7 @@ pub fn run_steps(
 
     // What sharing predicts: each distinct tensor of the archive's tags (the kept
     // checkpoints, and any other tag) once.
-    let a = modelzip::archive::Archive::open(archive)?;
+    let a = modelzip::Archive::open(archive)?;
     let mut distinct = HashSet::new();
     let mut predicted_tensor_bytes = 0u64;
     for tag in a.tags() {

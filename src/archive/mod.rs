@@ -34,8 +34,7 @@ mod durable;
 #[cfg(feature = "remote")]
 pub(crate) use durable::fsync_dir;
 pub(crate) use durable::{new_temp_beside, parent_dir};
-pub mod entry_name;
-#[doc(hidden)]
+mod entry_name;
 pub mod fault;
 mod hashing;
 mod journal;
@@ -53,15 +52,13 @@ mod tag;
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) mod source;
 
-pub mod tag_name;
+mod tag_name;
 pub mod text;
 mod time;
 mod verify;
 mod writer;
 
 pub use append::{AppendMode, Appender, append_tag};
-pub use container::{ALIGN_EXTRA, DATA_ALIGN};
-pub use entry_name::check_entry_name;
 pub use lock::WriteLock;
 pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
 pub use reader::{
@@ -73,8 +70,6 @@ pub use session::WriteOptions;
 pub use shared_str::SharedStr;
 pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};
 pub use tag::{MAX_METADATA_BYTES, Tag};
-pub use tag_name::{TagName, validate_tag_name};
-pub use text::ParamRef;
-pub use time::rfc3339;
+pub use tag_name::{MAX_TAG_NAME_LEN, TagName, validate_tag_name};
 pub use verify::{VerifyFinding, VerifyReport};
 pub use writer::{ArchiveWriter, TagBuilder, TagWriter};

@@ -15,7 +15,7 @@ use std::io::Write;
 /// Options of every write operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteOptions {
-    /// Wait for another writer to finish instead of failing with [`ErrorKind::Locked`].
+    /// Wait for another writer to finish instead of failing with [`ErrorKind::Locked`](crate::ErrorKind::Locked).
     pub wait_for_lock: bool,
     /// fsync files and directories so a finished write survives power loss (default true).
     pub fsync: bool,
@@ -23,7 +23,7 @@ pub struct WriteOptions {
     /// updater.txt, metadata.json, sha256sums.txt), the graph (graph.pdmodel, graph.fb)
     /// and trainingConfig.fb (default true), each stored instead when deflating would not
     /// make it smaller. Tensors are always stored, 64-byte aligned, so that a memory map
-    /// hands them out without copying; entries added with [`TagWriter::extra_entry`] are
+    /// hands them out without copying; entries added with [`TagWriter::extra_entry`](crate::TagWriter::extra_entry) are
     /// stored as given.
     pub deflate_text: bool,
     /// Called as the work proceeds (see [`crate::progress`]), by the operations that
@@ -32,7 +32,7 @@ pub struct WriteOptions {
     /// files re-homed, [`remove_tags`](super::remove_tags) in place the files it writes; [`crate::variants::quantize`] and
     /// [`crate::variants::cast`] count each source parameter twice (derived, then
     /// written); the [`crate::interop::paddle`] imports count the parameters written.
-    /// [`ArchiveWriter`] and [`Appender`](super::Appender) do not call it: their caller
+    /// [`ArchiveWriter`](crate::ArchiveWriter) and [`Appender`](super::Appender) do not call it: their caller
     /// knows what it adds. Default `None`.
     pub progress: Option<crate::progress::ProgressHook>,
 }

@@ -1,7 +1,7 @@
 //! The graph.fb codec: [`Graph`] ⇄ FlatBuffers bytes of `schemas/graph.fbs`.
 //!
 //! Reading checks the file identifier, runs the FlatBuffers verifier with the limits in
-//! [`verifier_options`], then converts, checking every enum value and the lengths of
+//! `verifier_options`, then converts, checking every enum value and the lengths of
 //! the parallel vectors. docs/GRAPH.md documents the mapping.
 
 use ::flatbuffers::{FlatBufferBuilder, ForwardsUOffset, Vector, VerifierOptions, WIPOffset};
@@ -46,7 +46,7 @@ pub const MAX_GRAPH_FB_BYTES: usize = 1 << 31;
 /// bytes. The apparent size (what the object graph expands to, counting shared objects
 /// each time) is held to 16 times the input, at least 16 MiB, so a small file whose
 /// offsets all point at one big string cannot make the reader allocate gigabytes.
-pub fn verifier_options(len: usize) -> VerifierOptions {
+pub(crate) fn verifier_options(len: usize) -> VerifierOptions {
     VerifierOptions {
         max_depth: 32,
         max_tables: 10_000_000,

@@ -250,7 +250,7 @@ pub fn encode(graph: &Graph) -> Result<Vec<u8>> {
 }
 
 /// Converts a decoded ProgramDesc into the model, checking every enum value.
-pub fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
+pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
     if p.blocks.is_empty() {
         return Err(gerr("ProgramDesc has no blocks"));
     }
@@ -687,7 +687,7 @@ fn modelzip_attr(attrs: &[Attr]) -> Option<(String, Vec<String>)> {
 }
 
 /// Converts the model into prost's ProgramDesc.
-pub fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
+pub(crate) fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
     if g.tf.is_some() {
         return Err(gerr(
             "the graph is a TensorFlow GraphDef, which has no Paddle ProgramDesc form",

@@ -315,8 +315,8 @@ fn link_intact(d: &Path, real: &Path, link: &Path, tags: &[&str]) {
 #[test]
 fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
     use modelzip::GraphFormat;
-    use modelzip::archive::WriteLock;
-    use modelzip::archive::convert_graph;
+    use modelzip::WriteLock;
+    use modelzip::convert_graph;
     let (d, real, link) = linked(&[("a", 1)]);
     std::os::unix::fs::symlink("real", d.path().join("dirlink")).unwrap();
     let via_dir = d.path().join("dirlink/s.zip");
@@ -375,7 +375,7 @@ fn writers_through_a_symlink_and_the_real_path_exclude_each_other() {
 #[test]
 fn writes_through_a_symlink_change_the_real_archive_and_keep_the_link() {
     use modelzip::GraphFormat;
-    use modelzip::archive::convert_graph;
+    use modelzip::convert_graph;
     let (d, real, link) = linked(&[("a", 1), ("b", 2)]);
     let opts = WriteOptions::default();
     append_tag(&link, sample_tag("c", 3), AppendMode::Rewrite, &opts).unwrap();

@@ -567,14 +567,8 @@ fn writers_refuse_graphs_that_do_not_decode() {
         )
         .unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
-        let e = modelzip::archive::replace_graph(
-            &p,
-            "a",
-            enc,
-            &bytes,
-            &modelzip::WriteOptions::default(),
-        )
-        .unwrap_err();
+        let e = modelzip::replace_graph(&p, "a", enc, &bytes, &modelzip::WriteOptions::default())
+            .unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
         assert_eq!(std::fs::read(&p).unwrap(), before, "the archive changed");
     }
@@ -602,7 +596,7 @@ fn methods(path: &Path) -> std::collections::BTreeMap<String, u16> {
 /// stored; `deflate_text: false` stores everything.
 #[test]
 fn graphs_are_deflated_so_an_identical_tag_with_a_graph_costs_under_one_percent() {
-    use modelzip::archive::convert_graph;
+    use modelzip::convert_graph;
     use modelzip::{AppendMode, WriteOptions, append_tag};
     use modelzip::{Removal, compact, remove_tags};
     let (_d, path) = tmp();

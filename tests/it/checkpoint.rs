@@ -2,12 +2,12 @@
 
 use modelzip::ErrorKind;
 use modelzip::Tensor;
-use modelzip::archive::fault::set_write_budget;
-use modelzip::archive::{
-    AppendMode, Archive, ArchiveWriter, TagBuilder, WriteLock, WriteOptions, append_tag,
-};
 use modelzip::checkpoint::{
     Checkpoint, CheckpointOptions, Checkpointer, Goal, KeepBest, OpenReport, Retention,
+};
+use modelzip::fault::set_write_budget;
+use modelzip::{
+    AppendMode, Archive, ArchiveWriter, TagBuilder, WriteLock, WriteOptions, append_tag,
 };
 
 fn ckpt(step: u64, loss: f64) -> Checkpoint {
@@ -37,7 +37,7 @@ fn with(retention: Retention) -> CheckpointOptions {
 /// compaction), far below rewriting the 5 kept checkpoints at every save.
 #[test]
 fn retention_removes_in_place_not_by_rewriting_the_archive() {
-    use modelzip::archive::fault::bytes_written;
+    use modelzip::fault::bytes_written;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.zip");
     let mut c = Checkpointer::open(
@@ -309,7 +309,7 @@ fn a_save_cut_short_anywhere_converges_when_the_archive_is_opened() {
     set_write_budget(None);
     let r = c.save(&ckpt(4, 0.5)).unwrap();
     assert_eq!(r.removed, names(&[2]));
-    let total = modelzip::archive::fault::bytes_written();
+    let total = modelzip::fault::bytes_written();
     drop(c);
     // Cut before the append committed, after it, and after it but before the removal.
     let mut outcomes = [0usize; 3];

@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use modelzip::archive::WriteLock;
+use modelzip::WriteLock;
 use modelzip::{Archive, ArchiveWriter, TagBuilder, Tensor};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -9,7 +9,7 @@
 
 use crate::support;
 
-use modelzip::archive::fault::{bytes_written, set_write_budget};
+use modelzip::fault::{bytes_written, set_write_budget};
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, Removal, Result, Tensor, WriteOptions, append_tag, compact,
     remove_tags,

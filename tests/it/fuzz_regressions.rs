@@ -4,8 +4,8 @@
 //! `<target>`, which must return an error or a result with the property the target
 //! asserts (round trips), never panic. The named tests pin down each fix.
 
-use modelzip::archive::text::{parse_table, parse_tags_txt, render_table, render_tags_txt};
 use modelzip::graph::VarKind;
+use modelzip::internals::text::{parse_table, parse_tags_txt, render_table, render_tags_txt};
 use modelzip::{Graph, OpenOptions, TrainingConfig};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -153,7 +153,7 @@ fn check_onnx_model(data: &[u8]) {
     }
     let back = onnx::join_model(
         &g,
-        |name| Ok(modelzip::archive::TensorData::Owned(tensors[name].clone())),
+        |name| Ok(modelzip::TensorData::Owned(tensors[name].clone())),
         None,
     )
     .unwrap();

@@ -5,7 +5,7 @@
 //! exports in tests/onnx/run_exported.py (not part of cargo test).
 
 use modelzip::Archive;
-use modelzip::archive::WriteOptions;
+use modelzip::WriteOptions;
 use modelzip::interop::onnx::{self, EXTERNAL_ALIGN};
 use modelzip::interop::{self, ExportOptions, ImportOptions};
 use modelzip::onnx_proto as pb;

@@ -2,7 +2,7 @@
 //! tests/paddle/make_fixtures.py) decode to exactly their manifest and re-encode
 //! byte for byte.
 
-use modelzip::tensor::{self, codec};
+use modelzip::tensor;
 use serde_json::Value;
 use sha2::Digest;
 use std::path::{Path, PathBuf};
@@ -75,7 +75,7 @@ fn every_fixture_decodes_to_its_manifest_and_reencodes_byte_for_byte() {
                 check_record(&shown, i, got, w);
             }
             let mut again = Vec::new();
-            codec::encode_combined(recs.iter(), &mut again).unwrap();
+            tensor::encode_combined(recs.iter(), &mut again).unwrap();
             assert!(
                 again == bytes,
                 "{shown}: re-encoding differs from Paddle's bytes"

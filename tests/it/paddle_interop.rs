@@ -4,14 +4,14 @@
 
 use crate::support;
 
-use modelzip::archive::fault::{bytes_written, set_write_budget};
-use modelzip::archive::{GraphFormat, convert_graph, replace_graph};
+use modelzip::fault::{bytes_written, set_write_budget};
 use modelzip::interop::paddle::{
     self, ExportOptions, ImportOptions, export_inference_model, export_inference_model_bytes,
     import_inference_model, import_inference_model_files, import_persistables_dir,
 };
 use modelzip::tensor::{decode_combined, encode_combined};
 use modelzip::{Archive, ArchiveWriter, Graph, TagBuilder, Tensor, TensorView, WriteOptions};
+use modelzip::{GraphFormat, convert_graph, replace_graph};
 use std::path::{Path, PathBuf};
 use support::{dump, stray_files};
 

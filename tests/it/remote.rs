@@ -252,7 +252,7 @@ fn listing_tags_costs_only_the_open_and_falls_back_without_a_current_summary() {
     let cut = Archive::open(&path).unwrap();
     let summary_at = cut
         .entry_names()
-        .position(|n| n == modelzip::archive::SUMMARY_TXT)
+        .position(|n| n == modelzip::SUMMARY_TXT)
         .unwrap();
     assert_eq!(
         summary_at + 1,
@@ -263,10 +263,7 @@ fn listing_tags_costs_only_the_open_and_falls_back_without_a_current_summary() {
     server.put("old.zip", old);
     let before = server.count();
     let b = open(&server.url("old.zip")).unwrap();
-    assert_eq!(
-        b.summary().unwrap_err(),
-        modelzip::archive::SummaryStatus::Absent
-    );
+    assert_eq!(b.summary().unwrap_err(), modelzip::SummaryStatus::Absent);
     let listed = b.tag_summaries().unwrap();
     assert_eq!(listed.len(), 10);
     for (l, e) in listed.iter().zip(&expected) {
@@ -285,7 +282,7 @@ fn without_summary(bytes: &[u8]) -> Vec<u8> {
     let a = Archive::from_reader(std::io::Cursor::new(bytes.to_vec())).unwrap();
     let names: Vec<String> = a
         .entry_names()
-        .filter(|n| *n != modelzip::archive::SUMMARY_TXT)
+        .filter(|n| *n != modelzip::SUMMARY_TXT)
         .map(str::to_string)
         .collect();
     drop(a);

@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use modelzip::archive::fault::set_write_budget;
+use modelzip::fault::set_write_budget;
 use modelzip::interop::paddle;
 use modelzip::interop::safetensors::{
     ExportOptions, ImportOptions, METADATA_KEY, export_safetensors, export_safetensors_bytes,

@@ -2,11 +2,11 @@
 //! referenced through the later tag's shared.txt; removals, prunes, compaction and
 //! graph conversion keep every tag's graph whole.
 
-use modelzip::archive::{GraphFormat, convert_graph};
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, Removal, TagBuilder, Tensor, WriteOptions, append_tag,
     compact, remove_tags,
 };
+use modelzip::{GraphFormat, convert_graph};
 use std::path::{Path, PathBuf};
 
 fn model() -> Vec<u8> {

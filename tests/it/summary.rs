@@ -5,11 +5,11 @@
 
 use crate::support;
 
-use modelzip::archive::{SUMMARY_TXT, SummaryStatus, TagSummary};
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, DType, GraphFormat, Removal, TagBuilder, Tensor,
     WriteOptions,
 };
+use modelzip::{SUMMARY_TXT, SummaryStatus, TagSummary};
 use sha2::Digest;
 use std::io::{Cursor, Read, Write};
 use std::path::Path;
@@ -102,7 +102,7 @@ fn every_commit_leaves_a_current_summary() {
     assert!(s[1].shared_bytes > 0, "{s:?}");
     modelzip::remove_tags(&path, Removal::tags(["step-2"]).in_place(true), &opts).unwrap();
     assert_current(&path, "remove in place");
-    modelzip::archive::convert_graph(&path, "again", GraphFormat::FlatBuffers, &opts).unwrap();
+    modelzip::convert_graph(&path, "again", GraphFormat::FlatBuffers, &opts).unwrap();
     let s = assert_current(&path, "convert graph");
     assert_eq!(s[0].graph, Some(GraphFormat::FlatBuffers));
     modelzip::remove_tags(&path, Removal::keep_newest(2), &opts).unwrap();
@@ -236,7 +236,7 @@ fn a_summary_another_tool_left_stale_is_ignored() {
     assert_eq!(a.tag("fp32").unwrap().params()[4].name, "half");
     let int8 = Tensor::from_slice(vec![3], &[1i8, 2, 3]).unwrap();
     let mut rec = Vec::new();
-    modelzip::tensor::codec::encode_tensor(&int8.view(), &mut rec).unwrap();
+    modelzip::tensor::encode_tensor(&int8.view(), &mut rec).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let edited = rezip(
         &bytes,

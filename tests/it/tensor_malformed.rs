@@ -1,7 +1,7 @@
 //! Hand-made malformed LoDTensor records, each asserted to give its specific error
 //! with the record index and the byte offset of the bad field.
 
-use modelzip::tensor::{self, codec};
+use modelzip::tensor;
 use modelzip::{DType, ErrorKind, Tensor};
 
 /// Builds a record field by field so each test can break exactly one thing.
@@ -452,7 +452,7 @@ fn records_report_offsets_and_lengths() {
     let t2 = Tensor::from_bytes(DType::Bool, vec![], vec![1]).unwrap();
     let mut bytes = Vec::new();
     let (v1, v2) = (t1.view(), t2.view());
-    codec::encode_combined([&v1, &v2], &mut bytes).unwrap();
+    tensor::encode_combined([&v1, &v2], &mut bytes).unwrap();
     let recs = tensor::decode_combined(&bytes).unwrap();
     assert_eq!(recs.len(), 2);
     assert_eq!(recs[0].offset, 0);

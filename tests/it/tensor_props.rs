@@ -1,7 +1,7 @@
 //! Property tests of the LoDTensor codec: encode → decode round trips over random
 //! dtypes, shapes (0-D and empty included) and LoD levels; decoding never panics.
 
-use modelzip::tensor::{self, codec};
+use modelzip::tensor;
 use modelzip::{DType, Tensor};
 use proptest::prelude::*;
 
@@ -63,7 +63,7 @@ proptest! {
         let mut bytes = Vec::new();
         let n = tensor::encode_tensor(&t.view(), &mut bytes).unwrap();
         prop_assert_eq!(n, bytes.len() as u64);
-        prop_assert_eq!(codec::encoded_len(&t.view()), n);
+        prop_assert_eq!(tensor::encoded_len(&t.view()), n);
         let back = tensor::decode_tensor(&bytes).unwrap();
         prop_assert_eq!(back, t.view());
     }
@@ -72,7 +72,7 @@ proptest! {
     fn combined_round_trip(ts in proptest::collection::vec(tensor_strategy(), 0..5)) {
         let views: Vec<_> = ts.iter().map(|t| t.view()).collect();
         let mut bytes = Vec::new();
-        codec::encode_combined(views.iter(), &mut bytes).unwrap();
+        tensor::encode_combined(views.iter(), &mut bytes).unwrap();
         let recs = tensor::decode_combined(&bytes).unwrap();
         prop_assert_eq!(recs.len(), ts.len());
         for (r, t) in recs.iter().zip(&ts) {

@@ -5,11 +5,11 @@
 //! the exports in tests/tf/run_exported.py (not part of cargo test).
 
 use modelzip::Archive;
-use modelzip::archive::{GraphFormat, WriteOptions};
 use modelzip::interop::tf::{self, MAX_NODES};
 use modelzip::interop::{self, ExportOptions, ImportOptions};
 use modelzip::tf_proto as pb;
 use modelzip::{DType, Graph};
+use modelzip::{GraphFormat, WriteOptions};
 use prost::Message;
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 
 use super::harness::{expect_error, fixture, json_of, modelzip};
 use modelzip::Tensor;
-use modelzip::archive::{ArchiveWriter, TagBuilder, WriteLock};
+use modelzip::{ArchiveWriter, TagBuilder, WriteLock};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

@@ -4,8 +4,8 @@
 use super::harness::{expect_error, json_of, modelzip};
 use modelzip::DType;
 use modelzip::Tensor;
-use modelzip::archive::{ArchiveWriter, GraphFormat, TagBuilder};
 use modelzip::graph::{Graph, Op, Var};
+use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
 use std::path::Path;
 
 const EVIL: &str = "evil\u{1b}[31mRED\u{1b}[0m\nfake_row\u{202e}";

@@ -520,7 +520,7 @@ fn tags_prints_the_same_from_the_summary_as_from_the_tables() {
             .unwrap()
             .summary()
             .unwrap_err(),
-        modelzip::archive::SummaryStatus::Absent
+        modelzip::SummaryStatus::Absent
     );
     let text = |p: &Path| {
         let out = modelzip().arg("tags").arg(p).output().unwrap();

@@ -2,7 +2,7 @@
 //! link points at, so the link stays a link and the real archive changes.
 
 use super::harness::{expect_error, fixture, json_of, modelzip};
-use modelzip::archive::WriteLock;
+use modelzip::WriteLock;
 use std::path::{Path, PathBuf};
 
 fn tag_names(archive: &Path) -> Vec<String> {

@@ -100,7 +100,7 @@ fn a_long_lod_is_summarized_in_the_table_and_complete_in_json() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("seq.bin");
     let mut bytes = Vec::new();
-    modelzip::tensor::codec::encode_tensor(&t.view(), &mut bytes).unwrap();
+    modelzip::tensor::encode_tensor(&t.view(), &mut bytes).unwrap();
     std::fs::write(&path, &bytes).unwrap();
     let out = modelzip().arg("tensor").arg(&path).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();

@@ -1,7 +1,7 @@
 //! Helpers shared by the tests: sample tags and checks by independent tools (here), a
 //! local HTTP server ([`http_server`]) and peak-RSS measurement ([`rss`]).
 
-use modelzip::tensor::codec::decode_record_at;
+use modelzip::internals::decode_record_at;
 use modelzip::{GraphFormat, Tag, TagBuilder, Tensor};
 use std::path::Path;
 use std::process::Command;
