@@ -9,7 +9,7 @@ use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use modelzip::tensor::{data_len, encode_tensor};
 use modelzip::{AppendMode, Appender, Archive, ArchiveWriter, DType, GraphFormat, Removal};
-use modelzip::{TagBuilder, Tensor, TensorKind, WriteOptions, archive::validate_tag_name};
+use modelzip::{TagBuilder, Tensor, TensorKind, WriteOptions, validate_tag_name};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
