@@ -167,7 +167,7 @@ pub fn run_steps(
 
     // What sharing predicts: each distinct tensor of the archive's tags (the kept
     // checkpoints, and any other tag) once.
-    let a = modelzip::archive::Archive::open(archive)?;
+    let a = modelzip::Archive::open(archive)?;
     let mut distinct = HashSet::new();
     let mut predicted_tensor_bytes = 0u64;
     for tag in a.tags() {
@@ -202,7 +202,7 @@ pub fn run_steps(
     })
 }
 
-#[allow(dead_code)]
+#[cfg(not(test))]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut path = None;
     let mut step_ms = 0u64;
@@ -250,4 +250,85 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("the checkpoint loop did not end as its policy says".into());
     }
     Ok(())
+}
+
+/// Run by `cargo test` (the example is a test target: `test = true` in Cargo.toml).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_loop_ends_as_its_policy_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(&dir.path().join("c.zip")).unwrap();
+        assert_eq!(out.tags, out.expected_tags);
+        assert!(out.resumed_identical);
+        assert_eq!(out.tensor_bytes, out.predicted_tensor_bytes);
+        assert_eq!(out.problems, 0);
+    }
+
+    #[test]
+    fn the_example_loop_resumes_after_being_stopped_and_ends_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.zip");
+        let zero = std::time::Duration::ZERO;
+        // Stopped after step 9, then after step 15: each run resumes from the newest tag.
+        let first = run_steps(&path, 9, zero).unwrap();
+        assert_eq!(
+            first.tags,
+            ["step-000000007", "step-000000008", "step-000000009"]
+        );
+        assert_eq!(first.tags, first.expected_tags);
+        let second = run_steps(&path, 15, zero).unwrap();
+        assert_eq!(
+            second.tags,
+            [
+                "step-000000012",
+                "step-000000013",
+                "step-000000014",
+                "step-000000015"
+            ]
+        );
+        let done = run(&path).unwrap();
+        assert_eq!(done.tags, done.expected_tags);
+        assert!(done.resumed_identical);
+        assert_eq!(done.tensor_bytes, done.predicted_tensor_bytes);
+        assert_eq!(done.problems, 0);
+        // A run on a finished archive has nothing left to do and changes nothing.
+        let again = run(&path).unwrap();
+        assert_eq!(again.tags, done.tags);
+    }
+
+    fn steps(steps: &[u64]) -> Vec<String> {
+        steps.iter().map(|s| format!("step-{s:09}")).collect()
+    }
+
+    /// The audit's repro (`KILL_AT=42` on the example loop: killed after the append of step
+    /// 20, before its retention pass), made deterministic: the loop's run to step 19, then
+    /// step 20 appended without retention, then the loop run again.
+    #[test]
+    fn the_example_loop_ends_as_its_policy_says_after_a_kill_before_the_last_retention_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.zip");
+        let zero = std::time::Duration::ZERO;
+        run_steps(&path, 19, zero).unwrap();
+        let state = state_at(LAST_STEP).unwrap();
+        Checkpointer::open(&path, CheckpointOptions::default())
+            .unwrap()
+            .save(&state)
+            .unwrap();
+        assert_eq!(
+            Checkpointer::open(&path, CheckpointOptions::default())
+                .unwrap()
+                .tags()
+                .unwrap(),
+            steps(&[12, 17, 18, 19, 20])
+        );
+        let done = run(&path).unwrap();
+        assert_eq!(done.tags, steps(&[12, 18, 19, 20]));
+        assert_eq!(done.tags, done.expected_tags);
+        assert!(done.resumed_identical);
+        assert_eq!(done.tensor_bytes, done.predicted_tensor_bytes);
+        assert_eq!(done.problems, 0);
+    }
 }

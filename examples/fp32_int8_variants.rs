@@ -4,9 +4,9 @@
 //!
 //! `cargo run --example fp32_int8_variants [ARCHIVE]`
 
-use modelzip::archive::{Archive, WriteOptions};
 use modelzip::interop::paddle::{self, ImportOptions};
 use modelzip::variants::{self, QuantizeOptions};
+use modelzip::{Archive, WriteOptions};
 use std::path::{Path, PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -4,7 +4,7 @@
 //!
 //! `cargo run --example list_tags -- ARCHIVE`
 
-use modelzip::archive::Archive;
+use modelzip::Archive;
 use std::collections::{BTreeSet, HashSet};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

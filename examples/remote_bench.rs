@@ -5,7 +5,9 @@
 //!   cargo run --release --example remote_bench
 //! (needs about 4 GiB of memory and 1 GiB in the temp directory).
 
-#[path = "../tests/support/http_server.rs"]
+// The integration tests' HTTP server, of which this program uses a part.
+#[path = "../tests/it/support/http_server.rs"]
+#[allow(dead_code)]
 mod http_server;
 
 use modelzip::remote::{self, RemoteOptions};

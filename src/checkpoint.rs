@@ -27,7 +27,7 @@
 //! **How long a save blocks.** [`Checkpointer::save`] returns when the new tag is
 //! durable on disk (written, fsynced, and the retention policy applied). Its cost is
 //! proportional to the new checkpoint (an in-place append), plus, when the policy
-//! removes tags, the in-place removal ([`archive::remove_tags_in_place`]: the files of
+//! removes tags, the in-place removal ([`archive::Removal::in_place`]: the files of
 //! removed checkpoints that kept ones still use are copied, the kept tables rewritten,
 //! the removed bytes left dead), plus one rewrite of the archive (a compaction) when
 //! dead bytes pass [`CheckpointOptions::compact_dead_fraction`].
@@ -503,7 +503,7 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
     drop(a);
     let compacted = dead / len > opts.compact_dead_fraction;
     if compacted {
-        archive::compact_with(path, &opts.write)?;
+        archive::compact(path, &opts.write)?;
     }
     Ok(SaveReport {
         tag,
@@ -528,10 +528,8 @@ fn apply_retention(path: &Path, opts: &CheckpointOptions) -> Result<Vec<String>>
     }
     // In place: the cost is the change, not the archive; the removed checkpoints' bytes
     // become dead bytes, which a save's compaction reclaims in bulk.
-    Ok(
-        archive::remove_tags_in_place(path, &opts.write, |a| to_remove(a, &opts.retention))?
-            .removed,
-    )
+    let removal = archive::Removal::picked_by(|a| to_remove(a, &opts.retention)).in_place(true);
+    Ok(archive::remove_tags(path, removal, &opts.write)?.removed)
 }
 
 /// Why tag `tag` is not a checkpoint (`Err`), or its step and metrics (`Ok`).

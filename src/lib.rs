@@ -7,8 +7,11 @@
 //! Paddle models move in and out byte for byte.
 //!
 //! The building blocks:
+//! - [`Archive`] and [`Tag`] read archives (zero-copy over a memory map), [`ArchiveWriter`]
+//!   writes one, [`Appender`] / [`append_tag`] add tags, [`remove_tags`] and [`compact`]
+//!   maintain it;
 //! - [`DType`], [`Tensor`] and the zero-copy [`TensorView`];
-//! - [`tensor::codec`]: the LoDTensor record codec, byte-exact with Paddle;
+//! - [`tensor`]: the LoDTensor record codec, byte-exact with Paddle;
 //! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
 //!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
@@ -28,27 +31,91 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+//! # The shape of the API
+//!
+//! The modules that hold the code are private; what users need is re-exported here, at
+//! the root: the archive types and functions, the error type, the tensor types, and the
+//! graph and training-config types users name most ([`Graph`], [`GraphFormat`],
+//! [`TrainingConfig`]). A module is public only where it groups the functions of one
+//! format or area whose names would clash or mislead at the root: [`interop`] (one
+//! submodule per model format: `import_*` / `export_*`), [`graph`] (the graph model, its
+//! two encodings [`graph::flatbuffers`] and [`graph::programdesc`], and the [`graph::dump`]
+//! renderings), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
+//! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`progress`] and
+//! [`remote`]. No type of a dependency appears in a public signature (but `half`'s `f16`
+//! and `bf16`, the element types of FP16 / BF16 tensors), and docs/public-api.txt lists
+//! the whole surface (checked by scripts/check-public-api.sh).
+
 #![deny(missing_docs)]
 
-pub mod archive;
+/// Declares a module private, or public and hidden with the `test-internals` feature
+/// (the crate's own tests and fuzz targets use the raw protobuf types).
+macro_rules! internal_mod {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[cfg(feature = "test-internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "test-internals"))]
+        mod $name;
+    };
+}
+
+/// An item whose signature holds the raw protobuf types: `pub(crate)`, or public and
+/// hidden with the `test-internals` feature (the crate's tests and fuzz targets call it).
+macro_rules! internal {
+    ($(#[$attr:meta])* pub $($item:tt)*) => {
+        $(#[$attr])*
+        #[cfg(feature = "test-internals")]
+        #[doc(hidden)]
+        pub $($item)*
+        $(#[$attr])*
+        #[cfg(not(feature = "test-internals"))]
+        #[allow(dead_code)] // Some are used by the tests only.
+        pub(crate) $($item)*
+    };
+}
+
+mod archive;
 pub mod checkpoint;
-pub mod error;
+mod error;
 pub mod graph;
 pub mod interop;
-pub mod onnx_proto;
-pub mod paddle_proto;
+internal_mod!(onnx_proto);
+internal_mod!(paddle_proto);
 pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod tensor;
-pub mod tf_proto;
+internal_mod!(tf_proto);
 pub mod variants;
 
 pub use archive::{
-    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, OpenOptions, ParamEntry, Tag,
-    TagBuilder, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
-    VerifyReport, WriteOptions, append_tag, compact, prune, remove_tag,
+    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, GraphRewrite, INFLATE_RATIO_FREE,
+    MAX_METADATA_BYTES, MAX_SUMMARY_BYTES, MAX_TAG_NAME_LEN, OpenOptions, ParamEntry, Removal,
+    RemoveReport, SUMMARY_TXT, SharedStr, SummaryStatus, TAGS_TXT, Tag, TagBuilder, TagName,
+    TagSummary, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
+    VerifyReport, WriteLock, WriteOptions, append_tag, compact, convert_graph, remove_tags,
+    replace_graph, validate_tag_name,
 };
 pub use error::{Error, ErrorKind, Location, Result};
 pub use graph::{Graph, GraphFormat, TrainingConfig};
-pub use tensor::{DType, Lod, Tensor, TensorView};
+pub use tensor::{DType, Element, Lod, Tensor, TensorView};
+
+/// The write-fault hook (`fault-injection` feature, for the crate's own tests): makes this
+/// thread's archive writes fail after a byte budget, as a full disk would.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault {
+    pub use crate::archive::fault::{bytes_written, set_write_budget};
+}
+
+/// Internals the crate's own tests and fuzz targets reach (`test-internals` feature): the
+/// text-file parsers and the record decoder. No stability promise.
+#[cfg(feature = "test-internals")]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::archive::text;
+    pub use crate::tensor::codec::decode_record_at;
+}

@@ -3,6 +3,8 @@
 //! optional field is an `Option` and a message re-encodes with the fields it came with.
 
 #![allow(missing_docs, clippy::all)]
+// Private without the test-internals feature: the crate uses only some of the messages.
+#![cfg_attr(not(feature = "test-internals"), allow(dead_code))]
 
 include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 

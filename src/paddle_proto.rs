@@ -2,6 +2,8 @@
 //! generated at build time by prost-build with protox as the compiler.
 
 #![allow(missing_docs, clippy::all)]
+// Private without the test-internals feature: the crate uses only some of the messages.
+#![cfg_attr(not(feature = "test-internals"), allow(dead_code))]
 
 include!(concat!(env!("OUT_DIR"), "/paddle.framework.proto.rs"));
 

@@ -163,14 +163,14 @@ mod tests {
             progress: Some(hook),
             ..WriteOptions::default()
         };
-        let r = crate::archive::prune_report(&path, 2, &opts).unwrap();
+        let r = crate::archive::remove_tags(&path, crate::Removal::keep_newest(2), &opts).unwrap();
         assert_eq!(r.removed, ["a"]);
         assert_eq!(r.kept, ["b", "c"]);
         assert_eq!(r.rehomed, 2);
         assert_counts_up(&seen.lock().unwrap());
 
         seen.lock().unwrap().clear();
-        crate::archive::compact_with(&path, &opts).unwrap();
+        crate::archive::compact(&path, &opts).unwrap();
         assert_counts_up(&seen.lock().unwrap());
 
         seen.lock().unwrap().clear();

@@ -3,6 +3,8 @@
 //! `BTreeMap`s, so a message encodes the same way every time (keys in order).
 
 #![allow(missing_docs, clippy::all)]
+// Private without the test-internals feature: the crate uses only some of the messages.
+#![cfg_attr(not(feature = "test-internals"), allow(dead_code))]
 
 include!(concat!(env!("OUT_DIR"), "/tensorflow.rs"));
 

@@ -8,8 +8,8 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use modelzip::tensor::{data_len, encode_tensor};
-use modelzip::{AppendMode, Appender, Archive, ArchiveWriter, DType, GraphFormat};
-use modelzip::{TagBuilder, Tensor, TensorKind, WriteOptions, archive::validate_tag_name};
+use modelzip::{AppendMode, Appender, Archive, ArchiveWriter, DType, GraphFormat, Removal};
+use modelzip::{TagBuilder, Tensor, TensorKind, WriteOptions, validate_tag_name};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -203,10 +203,10 @@ fuzz_target!(|case: Case| {
     assert!(a.dead_bytes() > 0, "an in-place append leaves the old directory behind");
     drop(a);
     let gone = tags.remove(case.remove % tags.len()).name.clone();
-    let r = modelzip::archive::remove_tags_in_place(path(), &opts, |_| Ok(vec![gone.clone()])).unwrap();
+    let r = modelzip::remove_tags(path(), Removal::tags([&gone]).in_place(true), &opts).unwrap();
     assert_eq!(r.removed, [gone]);
     check(&Archive::open(path()).unwrap(), &tags);
-    modelzip::archive::compact_with(path(), &opts).unwrap();
+    modelzip::compact(path(), &opts).unwrap();
     let a = Archive::open(path()).unwrap();
     check(&a, &tags);
     assert_eq!(a.dead_bytes(), 0);

@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let g2 = Graph::from_flatbuffers(&fb).expect("re-encoded graph.fb does not decode");
     assert!(same(&g, &g2), "graph.fb → Graph → graph.fb changed the graph");
     assert_eq!(g2.to_flatbuffers().unwrap(), fb, "graph.fb encoding is not a fixed point");
-    let _ = (dump::text(&g), dump::json(&g).to_string());
+    let _ = (dump::text(&g), dump::json(&g));
     // Not every graph.fb graph has a ProgramDesc form; those that do must survive it.
     if let Ok(pd) = g.to_programdesc() {
         let g3 = Graph::from_programdesc(&pd).expect("ProgramDesc of a decoded graph does not decode");

@@ -21,6 +21,6 @@ fuzz_target!(|data: &[u8]| {
     let g3 = Graph::from_flatbuffers(&fb).expect("graph.fb of a decoded graph does not decode");
     assert!(same(&g, &g3), "ProgramDesc → graph.fb → Graph changed the graph");
     assert_eq!(g3.to_programdesc().unwrap(), pd, "graph.fb round trip changed the ProgramDesc");
-    let _ = (dump::text(&g), dump::json(&g).to_string());
+    let _ = (dump::text(&g), dump::json(&g));
     dump::pbtxt(data).expect("accepted ProgramDesc has no pbtxt");
 });

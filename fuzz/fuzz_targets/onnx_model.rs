@@ -3,7 +3,7 @@
 //! decodes to the same graph, and the listings succeed.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::archive::TensorData;
+use modelzip::TensorData;
 use modelzip::interop::onnx;
 use modelzip::{Graph, Tensor};
 use prost::Message;

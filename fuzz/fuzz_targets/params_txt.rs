@@ -3,7 +3,7 @@
 //! name is one field of a line.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::archive::text::{ParamRef, escape_name, parse_table, render_table, unescape_name};
+use modelzip::internals::text::{ParamRef, escape_name, parse_table, render_table, unescape_name};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };

@@ -2,8 +2,8 @@
 //! case, and survive render → parse unchanged.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::archive::text::{ParamRef, parse_tags_txt, render_tags_txt};
-use modelzip::archive::validate_tag_name;
+use modelzip::internals::text::{ParamRef, parse_tags_txt, render_tags_txt};
+use modelzip::validate_tag_name;
 use std::collections::HashSet;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! survives encode → decode unchanged (the encoding is canonical from then on).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::tensor::{codec::encoded_len, decode_tensor, encode_tensor};
+use modelzip::tensor::{decode_tensor, encode_tensor, encoded_len};
 
 fuzz_target!(|data: &[u8]| {
     let t = match decode_tensor(data) {

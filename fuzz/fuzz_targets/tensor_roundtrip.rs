@@ -3,7 +3,7 @@
 #![no_main]
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use modelzip::tensor::{codec::encoded_len, data_len, decode_combined, decode_tensor, encode_tensor};
+use modelzip::tensor::{data_len, decode_combined, decode_tensor, encode_tensor, encoded_len};
 use modelzip::{DType, Lod, Tensor};
 
 #[derive(Debug)]

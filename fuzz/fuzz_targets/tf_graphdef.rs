@@ -3,7 +3,7 @@
 //! to the same message, and its graph.fb decodes to the same graph.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::archive::TensorData;
+use modelzip::TensorData;
 use modelzip::interop::tf;
 use modelzip::{Graph, Tensor};
 use prost::Message;

@@ -1,6 +1,6 @@
 """modelzip's safetensors exports read by the safetensors package itself.
 
-`cargo test` (tests/safetensors_interop.rs) keeps its exports under
+`cargo test` (tests/it/safetensors_interop.rs) keeps its exports under
 $MODELZIP_ST_EXPORT_DIR (./test.sh sets it); tests/safetensors/check_export.py then
 compares each with its original through `safetensors.numpy.load_file` / `safe_open`
 (names, dtypes, shapes, values bit for bit, __metadata__), and a Paddle-imported tag's

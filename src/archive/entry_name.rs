@@ -4,7 +4,7 @@ use crate::error::{ErrorKind, Result};
 
 /// Refuses an entry name that is empty, absolute, uses `\`, NUL, a drive letter,
 /// or has an empty, `.` or `..` path component (a trailing `/` marks a directory).
-pub fn check_entry_name(name: &str) -> Result<()> {
+pub(crate) fn check_entry_name(name: &str) -> Result<()> {
     let fail = |why: &'static str| {
         Err(ErrorKind::UnsafeName {
             name: name.to_string(),

@@ -1,5 +1,7 @@
 //! Test hook: make this thread's archive writes fail after a byte budget, as a full disk
-//! would, so crash safety can be tested at every write offset.
+//! would, so crash safety can be tested at every write offset. The setter and the counter
+//! are public (as `modelzip::fault`) only with the `fault-injection` feature, which the
+//! crate's own tests enable; without it no budget is ever set and writes pass through.
 
 use std::cell::Cell;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -11,7 +13,7 @@ thread_local! {
 
 /// Sets how many more bytes this thread may write to archive, temp and journal files
 /// before writes fail with `StorageFull` (`None`: no limit). Resets the byte counter.
-#[doc(hidden)]
+#[cfg(feature = "fault-injection")]
 pub fn set_write_budget(budget: Option<u64>) {
     BUDGET.with(|b| b.set(budget));
     WRITTEN.with(|w| w.set(0));
@@ -19,7 +21,7 @@ pub fn set_write_budget(budget: Option<u64>) {
 
 /// Bytes this thread has written to archive, temp and journal files since the last
 /// [`set_write_budget`].
-#[doc(hidden)]
+#[cfg(feature = "fault-injection")]
 pub fn bytes_written() -> u64 {
     WRITTEN.with(|w| w.get())
 }

@@ -12,7 +12,7 @@ use super::session::{Session, WriteOptions};
 use super::summary::written_by_commit;
 use super::tag::SHARED_TXT;
 use super::text::{self, ParamRef};
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::progress::Ticker;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -26,7 +26,7 @@ pub struct CompactReport {
     pub after: u64,
 }
 
-/// What a removal ([`remove_tag_report`], [`prune_report`]) did.
+/// What [`remove_tags`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoveReport {
     /// The tags removed (canonical names, tags.txt order).
@@ -41,80 +41,129 @@ pub struct RemoveReport {
     pub after: u64,
 }
 
-/// Removes tag `name` (ASCII case ignored). Files of it that other tags reference move
-/// into the oldest such tag.
-pub fn remove_tag(path: impl AsRef<Path>, name: &str) -> Result<()> {
-    remove_tag_with(path, name, &WriteOptions::default())
+/// The tags picked from the archive as it is under the write lock.
+type Picker<'a> = Box<dyn FnOnce(&Archive) -> Result<Vec<String>> + 'a>;
+
+/// Which tags [`remove_tags`] removes, and how: by a rewrite of the archive (the
+/// default) or in place ([`Removal::in_place`]).
+///
+/// The tags are picked from the archive as it is under the write lock, so a removal
+/// never races another writer's append.
+pub struct Removal<'a> {
+    pick: Picker<'a>,
+    in_place: bool,
 }
 
-/// [`remove_tag`] with options.
-pub fn remove_tag_with(path: impl AsRef<Path>, name: &str, opts: &WriteOptions) -> Result<()> {
-    remove_tag_report(path, name, opts).map(|_| ())
+impl<'a> Removal<'a> {
+    /// These tags (ASCII case ignored; a name given twice is removed once). A name that
+    /// is not a tag of the archive fails the removal with [`ErrorKind::TagNotFound`]
+    /// before anything is written.
+    pub fn tags<I, S>(names: I) -> Removal<'a>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+        Removal::picked_by(move |a: &Archive| {
+            let mut picked: Vec<String> = Vec::with_capacity(names.len());
+            for name in &names {
+                let tag = a
+                    .canonical_tag(name)
+                    .ok_or_else(|| Error::from(ErrorKind::tag_not_found(name, a.tags())))?;
+                if !picked.iter().any(|p| p == tag) {
+                    picked.push(tag.to_string());
+                }
+            }
+            Ok(picked)
+        })
+    }
+
+    /// All but the newest `n` tags (tags.txt order); none when the archive has `n` tags
+    /// or fewer.
+    pub fn keep_newest(n: usize) -> Removal<'a> {
+        Removal::picked_by(move |a: &Archive| {
+            let k = a.tags().len().saturating_sub(n);
+            Ok(a.tags()[..k].to_vec())
+        })
+    }
+
+    /// The tags `pick` returns (canonical names, as [`Archive::tags`] spells them) from
+    /// the archive as it is under the write lock. Retention policies use this to drop
+    /// several checkpoints at the cost of one removal.
+    pub fn picked_by(pick: impl FnOnce(&Archive) -> Result<Vec<String>> + 'a) -> Removal<'a> {
+        Removal {
+            pick: Box::new(pick),
+            in_place: false,
+        }
+    }
+
+    /// Removes **in place** (`true`) instead of rewriting the archive (`false`, the
+    /// default): the cost is proportional to what changes, not to the archive. Files of
+    /// removed tags that kept tags reference are copied into a kept tag, the kept tags'
+    /// tables are rewritten to match, and a new tags.txt and central directory that no
+    /// longer list the removed tags' files are appended under the same rollback journal
+    /// as an in-place append. The removed tags' bytes stay in the file as dead bytes
+    /// until a [`compact`]. Picking nothing writes nothing.
+    pub fn in_place(mut self, in_place: bool) -> Removal<'a> {
+        self.in_place = in_place;
+        self
+    }
 }
 
-/// [`remove_tag_with`], reporting what was removed and moved.
-pub fn remove_tag_report(
+impl std::fmt::Debug for Removal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Removal")
+            .field("in_place", &self.in_place)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Removes the tags `removal` picks, in one atomic step, and reports what was removed,
+/// kept and moved. Files of removed tags that kept tags reference move into the oldest
+/// such kept tag, so nothing a kept tag uses is lost. By default the archive is
+/// rewritten to a new file renamed over the old one (a symlinked `path` rewrites the
+/// file it points at; the link stays); [`Removal::in_place`] appends the changes
+/// instead.
+///
+/// # Examples
+///
+/// ```
+/// use modelzip::{ArchiveWriter, Removal, TagBuilder, Tensor, WriteOptions};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("model.zip");
+/// let mut writer = ArchiveWriter::create(&path)?;
+/// for step in ["step-1", "step-2", "step-3"] {
+///     writer.add_tag(TagBuilder::new(step).param("w", Tensor::from_slice(vec![1], &[1.0f32])?))?;
+/// }
+/// writer.finish()?;
+/// let opts = WriteOptions::default();
+/// let r = modelzip::remove_tags(&path, Removal::tags(["STEP-2"]), &opts)?;
+/// assert_eq!(r.removed, ["step-2"]);
+/// let r = modelzip::remove_tags(&path, Removal::keep_newest(1).in_place(true), &opts)?;
+/// assert_eq!((r.removed, r.kept), (vec!["step-1".to_string()], vec!["step-3".to_string()]));
+/// assert_eq!(modelzip::Archive::open(&path)?.tags(), &["step-3"]);
+/// # Ok::<(), modelzip::Error>(())
+/// ```
+pub fn remove_tags(
     path: impl AsRef<Path>,
-    name: &str,
+    removal: Removal<'_>,
     opts: &WriteOptions,
 ) -> Result<RemoveReport> {
-    rewrite(path.as_ref(), opts, |a| {
-        a.canonical_tag(name)
-            .map(|t| vec![t.to_string()])
-            .ok_or_else(|| ErrorKind::tag_not_found(name, a.tags()).into())
-    })
+    if removal.in_place {
+        remove_in_place(path.as_ref(), opts, removal.pick)
+    } else {
+        rewrite(path.as_ref(), opts, removal.pick)
+    }
 }
 
-/// Keeps the newest `keep_newest` tags and removes the others; returns the removed names.
-pub fn prune(path: impl AsRef<Path>, keep_newest: usize) -> Result<Vec<String>> {
-    prune_with(path, keep_newest, &WriteOptions::default())
-}
-
-/// [`prune`] with options.
-pub fn prune_with(
-    path: impl AsRef<Path>,
-    keep_newest: usize,
-    opts: &WriteOptions,
-) -> Result<Vec<String>> {
-    prune_report(path, keep_newest, opts).map(|r| r.removed)
-}
-
-/// [`prune_with`], reporting what was removed, kept and moved.
-pub fn prune_report(
-    path: impl AsRef<Path>,
-    keep_newest: usize,
-    opts: &WriteOptions,
-) -> Result<RemoveReport> {
-    rewrite(path.as_ref(), opts, |a| {
-        let n = a.tags().len().saturating_sub(keep_newest);
-        Ok(a.tags()[..n].to_vec())
-    })
-}
-
-/// Removes, in one atomic rewrite, the tags `choose` picks (canonical names) from the
-/// archive as it is under the write lock; returns the names removed. Retention
-/// policies use this to drop several checkpoints at the cost of one rewrite.
-pub fn remove_tags_where(
-    path: impl AsRef<Path>,
+/// The in-place removal ([`Removal::in_place`]).
+fn remove_in_place(
+    path: &Path,
     opts: &WriteOptions,
     choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
-) -> Result<Vec<String>> {
-    rewrite(path.as_ref(), opts, choose).map(|r| r.removed)
-}
-
-/// Removes, **in place**, the tags `choose` picks (canonical names): the cost is
-/// proportional to what changes, not to the archive. Files of removed tags that kept tags
-/// reference are copied into a kept tag, the kept tags' tables are rewritten to match,
-/// and a new tags.txt and central directory that no longer list the removed tags' files
-/// are appended under the same rollback journal as an in-place append. The removed
-/// tags' bytes stay in the file as dead bytes until a [`compact`]. Picking nothing
-/// writes nothing.
-pub fn remove_tags_in_place(
-    path: impl AsRef<Path>,
-    opts: &WriteOptions,
-    choose: impl FnOnce(&Archive) -> Result<Vec<String>>,
 ) -> Result<RemoveReport> {
-    let ap = ArchivePath::resolve(path.as_ref())?;
+    let ap = ArchivePath::resolve(path)?;
     let path = ap.real.as_path();
     let run = || -> Result<RemoveReport> {
         let (_lock, base) = open_locked(&ap, opts)?;
@@ -173,7 +222,8 @@ pub fn remove_tags_in_place(
     run().map_err(|e| ap.located(e))
 }
 
-/// Rewrites the archive without the dead bytes in-place appends leave behind.
+/// Rewrites the archive without the dead bytes in-place appends and removals leave
+/// behind, atomically (a new file renamed over the old one).
 ///
 /// # Examples
 ///
@@ -188,16 +238,11 @@ pub fn remove_tags_in_place(
 /// let b = TagBuilder::new("b").param("w", Tensor::from_slice(vec![1], &[2.0f32])?);
 /// modelzip::append_tag(&path, b, AppendMode::InPlace, &WriteOptions::default())?;
 /// assert!(modelzip::Archive::open(&path)?.dead_bytes() > 0); // the old central directory
-/// modelzip::compact(&path)?;
+/// modelzip::compact(&path, &WriteOptions::default())?;
 /// assert_eq!(modelzip::Archive::open(&path)?.dead_bytes(), 0);
 /// # Ok::<(), modelzip::Error>(())
 /// ```
-pub fn compact(path: impl AsRef<Path>) -> Result<CompactReport> {
-    compact_with(path, &WriteOptions::default())
-}
-
-/// [`compact`] with options.
-pub fn compact_with(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<CompactReport> {
+pub fn compact(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<CompactReport> {
     rewrite(path.as_ref(), opts, |_| Ok(Vec::new())).map(|r| CompactReport {
         before: r.before,
         after: r.after,

@@ -2,8 +2,8 @@
 //!
 //! See FORMAT.md for the layout. [`Archive`] reads (zero-copy over a memory map),
 //! [`ArchiveWriter`] writes a new archive atomically, [`Appender`] / [`append_tag`] add
-//! tags to an existing one, and [`remove_tag`], [`prune`], [`compact`] and
-//! [`convert_graph`] rewrite it.
+//! tags to an existing one, [`remove_tags`] removes tags (by a rewrite or in place),
+//! and [`compact`] and [`convert_graph`] rewrite it.
 //!
 //! ```
 //! use modelzip::{AppendMode, Archive, ArchiveWriter, TagBuilder, Tensor, WriteOptions};
@@ -34,8 +34,7 @@ mod durable;
 #[cfg(feature = "remote")]
 pub(crate) use durable::fsync_dir;
 pub(crate) use durable::{new_temp_beside, parent_dir};
-pub mod entry_name;
-#[doc(hidden)]
+mod entry_name;
 pub mod fault;
 mod hashing;
 mod journal;
@@ -53,20 +52,15 @@ mod tag;
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) mod source;
 
-pub mod tag_name;
+mod tag_name;
 pub mod text;
 mod time;
 mod verify;
 mod writer;
 
 pub use append::{AppendMode, Appender, append_tag};
-pub use container::{ALIGN_EXTRA, DATA_ALIGN};
-pub use entry_name::check_entry_name;
 pub use lock::WriteLock;
-pub use maintenance::{
-    CompactReport, RemoveReport, compact, compact_with, prune, prune_report, prune_with,
-    remove_tag, remove_tag_report, remove_tag_with, remove_tags_in_place, remove_tags_where,
-};
+pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
 pub use reader::{
     Archive, GraphFormat, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData,
     TensorKind, TensorLocation, UpdaterEntry,
@@ -76,8 +70,6 @@ pub use session::WriteOptions;
 pub use shared_str::SharedStr;
 pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};
 pub use tag::{MAX_METADATA_BYTES, Tag};
-pub use tag_name::{TagName, validate_tag_name};
-pub use text::ParamRef;
-pub use time::rfc3339;
+pub use tag_name::{MAX_TAG_NAME_LEN, TagName, validate_tag_name};
 pub use verify::{VerifyFinding, VerifyReport};
 pub use writer::{ArchiveWriter, TagBuilder, TagWriter};

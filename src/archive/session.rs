@@ -15,8 +15,7 @@ use std::io::Write;
 /// Options of every write operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteOptions {
-    /// Wait for another writer to finish instead of failing with
-    /// [`ErrorKind::Locked`](crate::ErrorKind::Locked).
+    /// Wait for another writer to finish instead of failing with [`ErrorKind::Locked`](crate::ErrorKind::Locked).
     pub wait_for_lock: bool,
     /// fsync files and directories so a finished write survives power loss (default true).
     pub fsync: bool,
@@ -24,18 +23,17 @@ pub struct WriteOptions {
     /// updater.txt, metadata.json, sha256sums.txt), the graph (graph.pdmodel, graph.fb)
     /// and trainingConfig.fb (default true), each stored instead when deflating would not
     /// make it smaller. Tensors are always stored, 64-byte aligned, so that a memory map
-    /// hands them out without copying; entries added with
-    /// [`TagWriter::extra_entry`](super::TagWriter::extra_entry) are stored as given.
+    /// hands them out without copying; entries added with [`TagWriter::extra_entry`](crate::TagWriter::extra_entry) are
+    /// stored as given.
     pub deflate_text: bool,
     /// Called as the work proceeds (see [`crate::progress`]), by the operations that
-    /// know their total up front: [`remove_tag`](super::remove_tag),
-    /// [`prune`](super::prune), [`compact`](super::compact) and
-    /// [`remove_tags_where`](super::remove_tags_where) count the entries of the old
-    /// archive plus the tensor files re-homed; [`crate::variants::quantize`] and
+    /// know their total up front: [`remove_tags`](super::remove_tags) by rewrite and
+    /// [`compact`](super::compact) count the entries of the old archive plus the tensor
+    /// files re-homed, [`remove_tags`](super::remove_tags) in place the files it writes; [`crate::variants::quantize`] and
     /// [`crate::variants::cast`] count each source parameter twice (derived, then
     /// written); the [`crate::interop::paddle`] imports count the parameters written.
-    /// [`ArchiveWriter`](super::ArchiveWriter) and [`Appender`](super::Appender) do not
-    /// call it: their caller knows what it adds. Default `None`.
+    /// [`ArchiveWriter`](crate::ArchiveWriter) and [`Appender`](super::Appender) do not call it: their caller
+    /// knows what it adds. Default `None`.
     pub progress: Option<crate::progress::ProgressHook>,
 }
 

@@ -112,9 +112,3 @@ impl PartialEq<SharedStr> for String {
         self.as_str() == &*other.0
     }
 }
-
-impl serde::Serialize for SharedStr {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}

@@ -180,6 +180,7 @@ pub fn render_tags_txt(tags: &[String]) -> String {
 }
 
 /// One parsed line of params.txt / updater.txt.
+#[cfg(any(test, feature = "test-internals"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableLine {
     /// The decoded name.
@@ -191,7 +192,10 @@ pub struct TableLine {
 }
 
 /// Parses params.txt (`updater == false`: exactly one ref per line) or updater.txt
-/// (one or more refs). Names must be unique; `entry` names the file in errors.
+/// (one or more refs). Names must be unique; `entry` names the file in errors. The
+/// reader streams lines through `for_each_table_line`; this collecting form is for the
+/// tests and fuzz targets.
+#[cfg(any(test, feature = "test-internals"))]
 pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<TableLine>> {
     let mut out = Vec::new();
     for_each_table_line(bytes, entry, updater, |name, refs, line| {

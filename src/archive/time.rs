@@ -27,7 +27,7 @@ fn parts(t: SystemTime) -> (i64, u32, u32, u32, u32, u32) {
 }
 
 /// `t` as RFC 3339 UTC with second precision, e.g. `2024-05-01T12:00:00Z`.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let (y, mo, d, h, mi, s) = parts(t);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }

@@ -6,7 +6,7 @@ use super::output::sha256_hex;
 use super::progress::Progress;
 use modelzip::TensorView;
 use modelzip::WriteOptions;
-use modelzip::archive::{Archive, Tag, TensorLocation};
+use modelzip::{Archive, Tag, TensorLocation};
 use std::path::{Path, PathBuf};
 
 /// The archive and the tag a reading command works on (`ARCHIVE [--tag TAG]`).

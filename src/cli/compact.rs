@@ -3,7 +3,6 @@
 use super::common::{WriteArgs, refuse_directory};
 use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -35,7 +34,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     )?;
     let progress = args.write.output.progress("compacting");
     let opts = args.write.options_reporting(&progress);
-    let report = archive::compact_with(&args.archive, &opts)
+    let report = modelzip::compact(&args.archive, &opts)
         .map_err(|e| CliError::Failed(format!("cannot compact {}: {e}", args.archive.display())))?;
     progress.finish();
     if args.write.output.json {

@@ -4,7 +4,7 @@ use super::common::{WriteArgs, refuse_directory};
 use super::graph::encoding_name;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::{self, GraphFormat};
+use modelzip::GraphFormat;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Target::Programdesc => GraphFormat::ProgramDesc,
     };
     let opts = args.write.options();
-    let r = archive::convert_graph(&args.archive, &args.tag, to, &opts).map_err(|e| {
+    let r = modelzip::convert_graph(&args.archive, &args.tag, to, &opts).map_err(|e| {
         CliError::Failed(format!(
             "cannot convert the graph of tag {:?}: {e}",
             args.tag

@@ -3,7 +3,7 @@
 use super::common::{OutputArgs, TagArgs, tag_err};
 use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::GraphFormat;
+use modelzip::GraphFormat;
 use modelzip::tensor;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{File, OpenOptions};
@@ -368,7 +368,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             }
             None => {
                 let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
-                let n = tensor::codec::encoded_len(&data.view());
+                let n = tensor::encoded_len(&data.view());
                 sizes.insert(p.location.entry.as_str(), n);
                 n
             }
@@ -498,13 +498,13 @@ struct ExtractJson<'a> {
     tag: &'a str,
     out: &'a Path,
     graph: Option<&'a str>,
-    params: &'a [modelzip::archive::ParamEntry],
+    params: &'a [modelzip::ParamEntry],
 }
 
 impl serde::Serialize for ExtractJson<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        struct Files<'a>(Option<&'a str>, &'a [modelzip::archive::ParamEntry]);
+        struct Files<'a>(Option<&'a str>, &'a [modelzip::ParamEntry]);
         impl serde::Serialize for Files<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_seq(

@@ -4,7 +4,7 @@ use super::common::TagArgs;
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::Graph;
-use modelzip::archive::GraphFormat;
+use modelzip::GraphFormat;
 use modelzip::graph::dump;
 use modelzip::interop::tf;
 use serde_json::json;
@@ -85,14 +85,16 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             "entry": entry,
             "encoding": encoding_name(enc),
             "bytes": bytes.len(),
-            "graph": dump::json(&graph),
+            // The library renders text; embedded here as a value, not a string.
+            "graph": serde_json::from_str::<serde_json::Value>(&dump::json(&graph))
+                .map_err(|e| CliError::Failed(format!("cannot render {entry} as JSON: {e}")))?,
         }))?,
         Format::Dot => print(&dump::dot(&graph))?,
         Format::Pbtxt if graph.tf.is_some() => {
-            let (def, _, _) = tf::export_graphdef(&tag).map_err(|e| {
+            let text = tf::export_graphdef_text(&tag).map_err(|e| {
                 CliError::Failed(format!("cannot rebuild the GraphDef of tag {name:?}: {e}"))
             })?;
-            print(&tf::graphdef_to_text(&def).map_err(bad)?)?
+            print(&text)?
         }
         Format::Pbtxt => {
             let pd = match enc {

@@ -3,7 +3,7 @@
 use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::AppendMode;
+use modelzip::AppendMode;
 use modelzip::interop::{self, ImportOptions, ImportReport};
 use serde_json::json;
 use std::path::PathBuf;

@@ -5,10 +5,8 @@ use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::Graph;
-use modelzip::archive::{
-    AppendMode, Appender, ArchiveWriter, GraphFormat, TagWriter, validate_tag_name,
-};
 use modelzip::tensor;
+use modelzip::{AppendMode, Appender, ArchiveWriter, GraphFormat, TagWriter, validate_tag_name};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

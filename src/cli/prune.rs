@@ -2,7 +2,7 @@
 
 use super::rm::{RemovalArgs, rehomed_note};
 use super::{CliError, Outcome};
-use modelzip::archive;
+use modelzip::Removal;
 use std::path::PathBuf;
 
 /// Remove all but the newest N tags. Files the kept tags reference are kept
@@ -32,11 +32,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         &args.archive,
         &failed,
         "pruning",
-        |a| {
-            let n = a.tags().len().saturating_sub(keep);
-            Ok(a.tags()[..n].to_vec())
-        },
-        |opts| archive::prune_report(&args.archive, keep, opts),
+        Removal::keep_newest(keep),
         |report| {
             if report.removed.is_empty() {
                 "nothing to remove\n".to_string()

@@ -3,8 +3,7 @@
 use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::WriteOptions;
-use modelzip::archive::{self, Archive, RemoveReport};
+use modelzip::{Removal, RemoveReport};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -34,12 +33,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         &args.archive,
         &failed,
         "removing",
-        |a| {
-            a.canonical_tag(&args.tag)
-                .map(|t| vec![t.to_string()])
-                .ok_or_else(|| modelzip::ErrorKind::tag_not_found(&args.tag, a.tags()).into())
-        },
-        |opts| archive::remove_tag_report(&args.archive, &args.tag, opts),
+        Removal::tags([&args.tag]),
         |report| {
             let name = report.removed.first().unwrap_or(&args.tag);
             format!("removed tag {name}{}\n", rehomed_note(report))
@@ -61,28 +55,22 @@ pub struct RemovalArgs {
 }
 
 impl RemovalArgs {
-    /// Removes tags from `archive`, with a progress bar labelled `label`: in place, the
-    /// ones `select` picks from the open archive, else by `rewrite` (a new file); then
-    /// prints the report (`summary` gives the line of human output). `failed` starts an
-    /// error line.
+    /// Removes the tags `removal` picks from `archive` (in place with `--in-place`),
+    /// with a progress bar labelled `label`; then prints the report (`summary` gives the
+    /// line of human output). `failed` starts an error line.
     pub fn run(
         &self,
         archive: &Path,
         failed: &str,
         label: &str,
-        select: impl FnOnce(&Archive) -> modelzip::Result<Vec<String>>,
-        rewrite: impl FnOnce(&WriteOptions) -> modelzip::Result<RemoveReport>,
+        removal: Removal<'_>,
         summary: impl FnOnce(&RemoveReport) -> String,
     ) -> Result<Outcome, CliError> {
         refuse_directory(archive, failed)?;
         let progress = self.write.output.progress(label);
         let opts = self.write.options_reporting(&progress);
-        let result = if self.in_place {
-            archive::remove_tags_in_place(archive, &opts, select)
-        } else {
-            rewrite(&opts)
-        };
-        let report = result.map_err(|e| CliError::Failed(format!("{failed}: {e}")))?;
+        let report = modelzip::remove_tags(archive, removal.in_place(self.in_place), &opts)
+            .map_err(|e| CliError::Failed(format!("{failed}: {e}")))?;
         progress.finish();
         if self.write.output.json {
             print_json(&removal_json(archive, &report))?;

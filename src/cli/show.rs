@@ -3,7 +3,7 @@
 use super::common::{TagArgs, TensorInfo, TensorJson, tag_err};
 use super::output::{clean, io_error, print_json};
 use super::{CliError, Outcome};
-use modelzip::archive::{Tag, TensorLocation};
+use modelzip::{Tag, TensorLocation};
 use rustc_hash::FxHashMap;
 use serde::ser::{SerializeMap, SerializeSeq};
 use std::io::Write;

@@ -4,8 +4,7 @@ use super::common::ReportArgs;
 use super::common::{open, tag_err};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
-use modelzip::Archive;
-use modelzip::archive::{GraphFormat, TagSummary};
+use modelzip::{Archive, GraphFormat, TagSummary};
 use serde_json::{Value, json};
 
 /// List the tags of an archive, oldest first; the default (newest) is marked.

@@ -3,7 +3,7 @@
 use super::output::{io_error, print_json, sha256_hex};
 use super::{CliError, Outcome};
 use modelzip::tensor::Lod;
-use modelzip::tensor::codec::{self, Record};
+use modelzip::tensor::{self, Record};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -29,7 +29,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let file = modelzip::tensor::TensorFile::open(&args.file)
         .map_err(|e| CliError::Failed(format!("cannot read {shown}: {}", e.kind())))?;
     let bytes = file.bytes();
-    let records = codec::decode_combined(bytes)
+    let records = tensor::decode_combined(bytes)
         .map_err(|e| CliError::Failed(format!("cannot decode {shown}: {e}")))?;
     if args.json {
         let recs: Vec<RecordJson<'_>> = records.iter().map(RecordJson::new).collect();

@@ -167,8 +167,14 @@ fn attr_text(a: &Attr) -> String {
     format!("{}={v}", clean(&a.name))
 }
 
-/// The whole graph as JSON (every field; shape documented in docs/GRAPH.md).
-pub fn json(g: &Graph) -> Value {
+/// The whole graph as a JSON document, compact (every field; shape documented in
+/// docs/GRAPH.md).
+pub fn json(g: &Graph) -> String {
+    json_value(g).to_string()
+}
+
+/// [`json()`] as a value.
+pub(crate) fn json_value(g: &Graph) -> Value {
     if let Some(tf) = &g.tf {
         return json!({ "tensorflow": super::dump_tf::json(tf) });
     }
@@ -277,7 +283,7 @@ fn attr_json(a: &Attr) -> Value {
     json!({"name": a.name, "type": a.value.type_name(), "value": value})
 }
 
-/// Any graph as Graphviz DOT (see [`super::dump_tf::dot`]).
+/// Any graph (Paddle, TensorFlow or ONNX) as Graphviz DOT.
 pub fn dot(g: &Graph) -> String {
     super::dump_tf::dot(g)
 }
@@ -374,7 +380,7 @@ mod tests {
 
     #[test]
     fn json_has_every_field() {
-        let j = json(&sample());
+        let j = json_value(&sample());
         assert_eq!(j["version"], 2006002);
         assert_eq!(j["blocks"][0]["vars"][0]["kind"], "placeholder");
         assert_eq!(j["blocks"][0]["vars"][1]["dtype"], "FP32");

@@ -25,17 +25,18 @@
 
 mod clean;
 pub mod dump;
-pub mod dump_onnx;
-pub mod dump_tf;
+pub(crate) mod dump_onnx;
+pub(crate) mod dump_tf;
 pub mod flatbuffers;
 mod generated;
-pub mod model;
+pub(crate) mod model;
 pub mod programdesc;
-pub mod training_config;
+pub(crate) mod training_config;
 
 pub use model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, OnnxInit, Op, Scalar, ScalarType,
-    Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra,
+    Attr, AttrValue, Block, DENSE_TENSOR, DENSE_TENSOR_ARRAY, DenseTensorDesc, Graph, OnnxGraph,
+    OnnxInit, Op, Scalar, ScalarType, Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var,
+    VarKind, VarTypeExtra, attr_type_name, var_type_name,
 };
 pub use training_config::{HyperParam, Regularization, TrainingConfig};
 

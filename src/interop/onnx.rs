@@ -1,6 +1,6 @@
 //! ONNX models in and out of archives.
 //!
-//! [`import_model`] stores a ModelProto as a tag: every top-level initializer
+//! `import_model` stores a ModelProto as a tag: every top-level initializer
 //! (`graph.initializer`) of a dtype modelzip holds becomes a parameter named by the
 //! initializer (LoDTensor layout, deduplicated against the archive like every tensor),
 //! and the rest of the model goes to `graph.fb` (an [`OnnxGraph`]): the ModelProto
@@ -12,7 +12,7 @@
 //! (`data_location: EXTERNAL`) are read from beside the model, refusing locations
 //! outside its directory and ranges past the file's end.
 //!
-//! [`export_model`] rebuilds the ModelProto, equal to the imported one as a protobuf
+//! `export_model` rebuilds the ModelProto, equal to the imported one as a protobuf
 //! message but with external data inline in `raw_data`; [`export_model_file`] writes
 //! external data back to the files and offsets it came from (or, with
 //! [`ExportOptions::external_data`], every parameter in `PATH.data` at 64-byte aligned
@@ -75,6 +75,7 @@ fn descriptor(name: &str) -> Result<MessageDescriptor> {
         .ok_or_else(|| gerr(format!("{name} is missing from the descriptor set")))
 }
 
+internal! {
 /// Decodes a binary ModelProto. Fields onnx.proto does not declare are refused (they
 /// could not be kept), as are nesting deeper than 100 messages (subgraphs inside
 /// subgraphs) and encodings that would decode to far more memory than their size.
@@ -89,6 +90,7 @@ pub fn decode_model(bytes: &[u8]) -> Result<pb::ModelProto> {
     }
     super::tf::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")?;
     pb::ModelProto::decode(bytes).map_err(|e| gerr(format!("invalid ONNX protobuf: {e}")))
+}
 }
 
 // ---------------------------------------------------------------------------------
@@ -372,8 +374,10 @@ pub struct Lifted {
 /// the typed field.
 type Values = (DType, Vec<u64>, Vec<u8>, bool);
 
+internal! {
 /// Where [`join_model`] puts a parameter's bytes instead of back in the tensor.
 pub type Place<'f> = dyn FnMut(&mut pb::TensorProto, &[u8]) -> Result<()> + 'f;
+}
 
 /// Takes an initializer's values out when they can be a parameter: `Some((dtype, dims,
 /// bytes, typed))`, the tensor left with its values removed; `None` leaves it whole.
@@ -423,6 +427,7 @@ fn lift(t: &mut pb::TensorProto) -> Result<Option<Values>> {
     Ok(Some((d, dims, data, true)))
 }
 
+internal! {
 /// Splits a ModelProto into the graph.fb model and the parameters. `dir` is the
 /// model's directory, for external data (`None`: external data is refused).
 pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGraph, Vec<Lifted>)> {
@@ -481,6 +486,7 @@ pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGra
         params,
     ))
 }
+}
 
 /// Checks a parameter against the dtype and dims the model declares for it.
 fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()> {
@@ -502,6 +508,7 @@ fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()
     Ok(())
 }
 
+internal! {
 /// Rebuilds the ModelProto from graph.fb's model and the parameters `param` gives.
 /// `place` decides where each parameter's bytes go: `None` puts them back in the form
 /// they came in; `Some` is called with the tensor and its bytes (external data).
@@ -544,10 +551,12 @@ pub fn join_model<'p>(
     }
     Ok(m)
 }
+}
 
 // ---------------------------------------------------------------------------------
 // Import and export
 
+internal! {
 /// Imports a ModelProto as tag `tag` of the archive at `archive` (created if absent):
 /// the initializers as parameters, the rest as graph.fb. External data is refused
 /// (use [`import_model_file`], which knows the model's directory).
@@ -560,8 +569,9 @@ pub fn import_model(
     let (g, params) = split_model(model, None)?;
     store(archive, tag, g, params, opts)
 }
+}
 
-/// [`import_model`] from a `.onnx` file, with external data read from its directory;
+/// `import_model` from a `.onnx` file, with external data read from its directory;
 /// errors name the file.
 pub fn import_model_file(
     archive: &Path,
@@ -635,6 +645,7 @@ pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
     }
 }
 
+internal! {
 /// The ModelProto of a tag imported from ONNX (values in the form they came in, external
 /// data inline in `raw_data`), with
 /// the parameters used and the ones the model does not refer to.
@@ -645,6 +656,7 @@ pub fn export_model(tag: &Tag<'_>) -> Result<(pb::ModelProto, Vec<String>, Vec<S
         .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
     let (used, unused) = used_params(tag, &g);
     Ok((m, used, unused))
+}
 }
 
 fn used_params(tag: &Tag<'_>, g: &OnnxGraph) -> (Vec<String>, Vec<String>) {

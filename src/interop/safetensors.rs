@@ -11,7 +11,7 @@
 //!   `model.safetensors.index.json`) or several shards as one tag: every tensor becomes a
 //!   parameter of the same name, `__metadata__` goes to the tag's metadata.json.
 //! - [`export_safetensors`] writes a tag back as one safetensors file, each tensor a
-//!   [`View`] borrowing the archive's memory; [`export_safetensors_sharded`] as a sharded
+//!   safetensors `View` borrowing the archive's memory; [`export_safetensors_sharded`] as a sharded
 //!   checkpoint (the shards it was imported from, or cut to a size). A tag imported from one file exports to that
 //!   file byte for byte when the file was written by the safetensors library, and a
 //!   sharded checkpoint its shards and index ([`ImportReport::exact_export`] says whether
@@ -41,7 +41,7 @@ use crate::archive::{Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorFile, TensorView, data_len};
-pub use safetensors::tensor::{Dtype, View};
+use safetensors::tensor::{Dtype, View};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -69,7 +69,7 @@ const HEADER_METADATA: &str = "__metadata__";
 
 /// The modelzip element type of a safetensors dtype; `None` for the types modelzip
 /// cannot hold (F4, F6_E2M3, F6_E3M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ).
-pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
+pub(crate) fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::BOOL => DType::Bool,
         Dtype::U8 => DType::Uint8,
@@ -94,7 +94,7 @@ pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
 
 /// The safetensors dtype of a modelzip element type; `None` for SIZE_T and COMPLEX128,
 /// which safetensors has no dtype for.
-pub fn dtype_to_safetensors(d: DType) -> Option<Dtype> {
+pub(crate) fn dtype_to_safetensors(d: DType) -> Option<Dtype> {
     Some(match d {
         DType::Bool => Dtype::BOOL,
         DType::Uint8 => Dtype::U8,
@@ -133,8 +133,8 @@ fn invalid(msg: String) -> Error {
 pub struct FileTensor<'a> {
     /// Its name in the header.
     pub name: String,
-    /// Its safetensors dtype (as the header spells it, see [`dtype_from_safetensors`]).
-    pub st_dtype: Dtype,
+    /// Its safetensors dtype (as the header spells it).
+    pub(crate) st_dtype: Dtype,
     /// Its dtype, dims and bytes, borrowed from the file.
     pub view: TensorView<'a>,
     /// Where its bytes are, counted from the end of the header (the header's
@@ -151,7 +151,7 @@ pub struct SafetensorsFile<'a> {
     /// The header as stored (the JSON and its padding).
     pub header: &'a [u8],
     /// `__metadata__`, keys in file order; `None` when the header has none.
-    pub metadata: Option<Map<String, Value>>,
+    pub(crate) metadata: Option<Map<String, Value>>,
     /// The tensors, in data-offset order.
     pub tensors: Vec<FileTensor<'a>>,
 }
@@ -782,7 +782,7 @@ pub fn import_safetensors(
 
 /// A parameter as safetensors sees it: dtype, shape and the archive's bytes, borrowed.
 #[derive(Debug)]
-pub struct ParamView<'a> {
+pub(crate) struct ParamView<'a> {
     dtype: Dtype,
     shape: Vec<usize>,
     data: TensorData<'a>,

@@ -1,13 +1,13 @@
 //! TensorFlow frozen GraphDefs in and out of archives.
 //!
 //! A frozen GraphDef is a graph whose variables have become `Const` nodes holding the
-//! weights. [`import_graphdef`] stores one as a tag: every numeric `Const` node's value
+//! weights. `import_graphdef` stores one as a tag: every numeric `Const` node's value
 //! becomes a parameter named after the node (LoDTensor layout, deduplicated against the
 //! archive like every tensor), and the graph goes to `graph.fb` (a [`TfGraph`]) with
 //! each such Const referring to its parameter. Everything else is kept as it came:
 //! string and other non-numeric constants, attributes of every kind, control inputs
 //! (`^node`), devices, the function library, versions and debug info.
-//! [`export_graphdef`] rebuilds the GraphDef, equal to the imported one as a protobuf
+//! `export_graphdef` rebuilds the GraphDef, equal to the imported one as a protobuf
 //! message: node order, attributes, library, versions, and each Const's value in the
 //! form it came in (`tensor_content`, the typed field, or the splat form where fewer
 //! values than elements are written and TensorFlow repeats the last one).
@@ -118,6 +118,7 @@ fn check_size(len: u64) -> Result<()> {
     Ok(())
 }
 
+internal! {
 /// Decodes a binary GraphDef, refusing more than [`MAX_NODES`] nodes and nesting deeper
 /// than protobuf's recursion limit (100).
 pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
@@ -163,6 +164,7 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
         }
     }
     pb::GraphDef::decode(bytes).map_err(invalid_pb)
+}
 }
 
 /// Deepest message nesting walked (prost's own recursion limit is 100 too).
@@ -347,6 +349,7 @@ fn text_shape(text: &str) -> (usize, u64) {
 /// typed message).
 const TEXT_ITEM_COST: u64 = 128;
 
+internal! {
 /// Parses a text-format GraphDef (`.pbtxt`).
 pub fn parse_graphdef_text(text: &str) -> Result<pb::GraphDef> {
     check_size(text.len() as u64)?;
@@ -375,7 +378,15 @@ pub fn parse_graphdef_text(text: &str) -> Result<pb::GraphDef> {
         .map_err(|e| gerr(format!("invalid text GraphDef: {e}")))?;
     decode_graphdef(&msg.encode_to_vec())
 }
+}
 
+/// The GraphDef [`export_graphdef_file`] writes for `tag`, as text format (`.pbtxt`), the
+/// way TensorFlow's `text_format` reads it.
+pub fn export_graphdef_text(tag: &Tag<'_>) -> Result<String> {
+    graphdef_to_text(&export_graphdef(tag)?.0)
+}
+
+internal! {
 /// A GraphDef as text format, the way TensorFlow's `text_format` reads it.
 pub fn graphdef_to_text(g: &pb::GraphDef) -> Result<String> {
     let mut msg = DynamicMessage::new(descriptor("tensorflow.GraphDef")?);
@@ -387,7 +398,9 @@ pub fn graphdef_to_text(g: &pb::GraphDef) -> Result<String> {
     text.push('\n');
     Ok(text)
 }
+}
 
+internal! {
 /// Reads a GraphDef file: text format when the name ends in `.pbtxt` (or the content is
 /// not binary protobuf but parses as text), binary otherwise.
 pub fn read_graphdef_file(path: &Path) -> Result<pb::GraphDef> {
@@ -409,6 +422,7 @@ pub fn read_graphdef_file(path: &Path) -> Result<pb::GraphDef> {
             _ => Err(located(binary)),
         },
     }
+}
 }
 
 /// Whether text starts like a text-format GraphDef (`node {`, `library {`, ...).
@@ -726,6 +740,7 @@ fn lower(t: &mut pb::TensorProto, data: &[u8], typed_count: Option<u64>) -> Resu
 // ---------------------------------------------------------------------------------
 // GraphDef <-> TfGraph
 
+internal! {
 /// A GraphDef split into the graph graph.fb keeps and the parameters it refers to.
 pub struct Split {
     /// The graph, with each lifted Const referring to its parameter.
@@ -733,7 +748,9 @@ pub struct Split {
     /// The parameters as (name, dtype, dims, little-endian bytes), in node order.
     pub params: Vec<(String, DType, Vec<u64>, Vec<u8>)>,
 }
+}
 
+internal! {
 /// Splits a GraphDef: every numeric `Const` node's `value` becomes a parameter named
 /// after the node; the rest is kept in a [`TfGraph`].
 pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
@@ -794,7 +811,9 @@ pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
         params,
     })
 }
+}
 
+internal! {
 /// Rebuilds the GraphDef of a [`TfGraph`], taking each parameter's values from `param`.
 pub fn join_graphdef<'p>(
     g: &TfGraph,
@@ -806,6 +825,7 @@ pub fn join_graphdef<'p>(
         out.node.push(join_node(i, n, &mut param)?);
     }
     Ok(out)
+}
 }
 
 /// The GraphDef's fields other than its nodes (library, versions, debug info).
@@ -904,6 +924,7 @@ fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()
 // ---------------------------------------------------------------------------------
 // Import and export
 
+internal! {
 /// Imports a GraphDef as tag `tag` of the archive at `archive` (created if absent): the
 /// numeric Const values as parameters, the graph as graph.fb. Tensors identical to ones
 /// already in the archive are referenced, not copied.
@@ -914,6 +935,7 @@ pub fn import_graphdef(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     store(archive, tag, split_graphdef(graph)?, opts)
+}
 }
 
 fn store(archive: &Path, tag: &str, split: Split, opts: &ImportOptions) -> Result<ImportReport> {
@@ -944,7 +966,7 @@ fn store(archive: &Path, tag: &str, split: Split, opts: &ImportOptions) -> Resul
     report(archive, tag, created, Some(fb.len() as u64))
 }
 
-/// [`import_graphdef`] from a `.pb` or `.pbtxt` file; errors name the file.
+/// `import_graphdef` from a `.pb` or `.pbtxt` file; errors name the file.
 pub fn import_graphdef_file(
     archive: &Path,
     tag: &str,
@@ -977,6 +999,7 @@ fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
     }
 }
 
+internal! {
 /// The GraphDef of a tag imported from TensorFlow, with the parameters the graph does
 /// not refer to.
 pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<String>)> {
@@ -1000,6 +1023,7 @@ pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<
         .map(|p| p.name.clone())
         .collect();
     Ok((def, used, unused))
+}
 }
 
 /// Writes a tag imported from TensorFlow as a GraphDef file: text format when `out`

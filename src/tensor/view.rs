@@ -4,8 +4,17 @@ use super::dtype::DType;
 use super::lod::{Lod, check_lod};
 use crate::error::{ErrorKind, Result};
 
-/// A Rust type that is the in-memory element of a dtype.
-pub trait Element: bytemuck::Pod {
+/// Sealing [`Element`]: its supertrait is plain old data as bytemuck defines it, without
+/// bytemuck's trait appearing in the public API.
+mod sealed {
+    /// Plain old data: any bit pattern is a value, no padding (`bytemuck::Pod`).
+    pub trait Pod: bytemuck::Pod {}
+    impl<T: bytemuck::Pod> Pod for T {}
+}
+
+/// A Rust type that is the in-memory element of a dtype: the integer and float types,
+/// and `half`'s `f16` / `bf16`. Sealed: implemented by this crate only.
+pub trait Element: sealed::Pod {
     /// The dtype a tensor made from these values has ([`Tensor::from_slice`]).
     const DTYPE: DType;
     /// Other dtypes whose elements this type reads as they are stored: `u8` reads BOOL

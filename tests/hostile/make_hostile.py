@@ -7,7 +7,7 @@ Every file is named after the attack it carries. The zip bytes are assembled by 
     python3 tests/hostile/make_hostile.py
 
 The output is deterministic (fixed DOS times, fixed data), so re-running it after a change
-shows the change in `git diff --stat`. tests/hostile.rs runs every file through the library
+shows the change in `git diff --stat`. tests/it/hostile.rs runs every file through the library
 and through the `modelzip` CLI and checks the error in expected.json.
 """
 

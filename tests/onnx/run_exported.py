@@ -20,7 +20,7 @@ model (rel = max |int8 - fp32| / max |fp32|, on the fixture's inputs and on 32 s
 random draws of them, the maxima taken over all 32), gives the same outputs as the FP32 model with the weights dequantized by
 numpy (q x scale), and that the tag's own parameter bytes are at most 30% of the FP32
 tag's. With MODELZIP_ONNX_EXPORT_DIR set (./test.sh sets it and runs cargo test first),
-the exports tests/onnx_quantize.rs wrote there (the library's quantize) are checked the
+the exports tests/it/onnx_quantize.rs wrote there (the library's quantize) are checked the
 same way, and a missing one fails the run.
 
     cargo build && /work/venvs/onnx/bin/python tests/onnx/run_exported.py [--record]
@@ -93,7 +93,7 @@ def own_bytes(archive, tag):
 
 
 TOLERANCE = 3e-2
-# The INT8 exports tests/onnx_quantize.rs writes to $MODELZIP_ONNX_EXPORT_DIR, and the
+# The INT8 exports tests/it/onnx_quantize.rs writes to $MODELZIP_ONNX_EXPORT_DIR, and the
 # fixture each one is an INT8 variant of.
 CARGO_INT8 = {
     "mlp_int8": "mlp", "mlp_int8_tensor": "mlp",

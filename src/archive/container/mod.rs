@@ -50,9 +50,9 @@ const SIG_DESCRIPTOR: u32 = 0x0807_4b50;
 const ZIP64_EXTRA: u16 = 0x0001;
 /// The extra-field id of Android's zipalign padding (data: u16 alignment, then zeros).
 /// Readers that do not know it skip it, as the zip spec requires.
-pub const ALIGN_EXTRA: u16 = 0xd935;
+pub(crate) const ALIGN_EXTRA: u16 = 0xd935;
 /// Alignment of tensor raw data in the file.
-pub const DATA_ALIGN: u64 = 64;
+pub(crate) const DATA_ALIGN: u64 = 64;
 const FLAG_ENCRYPTED: u16 = 0x0001;
 const FLAG_DESCRIPTOR: u16 = 0x0008;
 const FLAG_UTF8: u16 = 0x0800;

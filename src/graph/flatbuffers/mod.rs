@@ -1,7 +1,7 @@
 //! The graph.fb codec: [`Graph`](crate::graph::Graph) ⇄ FlatBuffers bytes of `schemas/graph.fbs`.
 //!
 //! Reading checks the file identifier, runs the FlatBuffers verifier with the limits in
-//! [`verifier_options`], then converts, checking every enum value and the lengths of
+//! `verifier_options`, then converts, checking every enum value and the lengths of
 //! the parallel vectors. docs/GRAPH.md documents the mapping.
 
 mod decode;
@@ -15,5 +15,5 @@ pub use encode::encode;
 pub(crate) use schema::verified_root;
 pub use schema::{
     IDENTIFIER, MAX_GRAPH_FB_BYTES, SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_TF,
-    is_onnx, is_tf, verifier_options,
+    is_onnx, is_tf,
 };

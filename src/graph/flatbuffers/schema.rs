@@ -37,7 +37,7 @@ pub const MAX_GRAPH_FB_BYTES: usize = 1 << 31;
 /// bytes. The apparent size (what the object graph expands to, counting shared objects
 /// each time) is held to 16 times the input, at least 16 MiB, so a small file whose
 /// offsets all point at one big string cannot make the reader allocate gigabytes.
-pub fn verifier_options(len: usize) -> VerifierOptions {
+pub(crate) fn verifier_options(len: usize) -> VerifierOptions {
     VerifierOptions {
         max_depth: 32,
         max_tables: 10_000_000,

@@ -20,7 +20,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
 }
 
 /// Converts a decoded ProgramDesc into the model, checking every enum value.
-pub fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
+pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
     if p.blocks.is_empty() {
         return Err(gerr("ProgramDesc has no blocks"));
     }

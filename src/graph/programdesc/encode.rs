@@ -16,7 +16,7 @@ pub fn encode(graph: &Graph) -> Result<Vec<u8>> {
 }
 
 /// Converts the model into prost's ProgramDesc.
-pub fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
+pub(crate) fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
     if g.tf.is_some() {
         return Err(gerr(
             "the graph is a TensorFlow GraphDef, which has no Paddle ProgramDesc form",

@@ -18,5 +18,5 @@ mod tests;
 
 pub use common::{MAX_PROGRAM_ITEMS, MAX_PROGRAMDESC_BYTES, MODELZIP_ATTR, unknown_field};
 pub(crate) use common::{decode_dynamic, delimited_fields, gerr, in_where};
-pub use decode::{decode, from_proto};
-pub use encode::{encode, to_proto};
+pub use decode::decode;
+pub use encode::encode;

@@ -1,0 +1,394 @@
+//! Crash safety: writes that fail after every possible number of bytes (a full disk), and
+//! writer processes killed with SIGKILL at random moments.
+
+use crate::support;
+
+use modelzip::fault::{bytes_written, set_write_budget};
+use modelzip::{
+    AppendMode, Archive, ArchiveWriter, Removal, Result, TagBuilder, Tensor, WriteOptions,
+    append_tag, compact, remove_tags,
+};
+use std::path::{Path, PathBuf};
+use support::*;
+
+/// Cut points of each operation's sweep, evenly spread over every byte it writes (issue 3
+/// asks for at least 200 per operation).
+const CUT_POINTS: u64 = 200;
+
+/// Evenly spread budgets over `0..=total`, plus every small value (the journal phase).
+fn budgets(total: u64, count: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..10).collect();
+    v.extend((0..count).map(|i| i * total / count));
+    v.push(total.saturating_sub(1));
+    v.push(total);
+    // Text entries deflate to a byte or two more or less from run to run (their created
+    // time and hashes differ): one budget that surely suffices, so success is checked too.
+    v.push(total + 4096);
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Base archive: two tags, the second appended in place (so compaction has dead bytes).
+fn base(dir: &Path) -> PathBuf {
+    let p = dir.join("base.zip");
+    let mut w = ArchiveWriter::create(&p).unwrap();
+    w.add_tag(sample_tag("a", 1)).unwrap();
+    w.finish().unwrap();
+    append_tag(
+        &p,
+        sample_tag("b", 2),
+        AppendMode::InPlace,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    p
+}
+
+/// Runs `op` on fresh copies of the base archive with write budgets across its whole
+/// byte range; after each, the archive must open (rolling back as needed) with the old
+/// tags or old + new, verify clean, hold the same data, and leave no stray files.
+fn sweep(name: &str, new_tag: Option<&str>, op: impl Fn(&Path) -> Result<()>) -> usize {
+    let root = tempfile::tempdir().unwrap();
+    let base = base(root.path());
+    let reference = {
+        let a = Archive::open(&base).unwrap();
+        (dump(&a.tag("a").unwrap()), dump(&a.tag("b").unwrap()))
+    };
+    // b's graph and training config are a's, shared (shared.txt).
+    let files = {
+        let a = Archive::open(&base).unwrap();
+        assert!(!a.tag("b").unwrap().shared_files().is_empty());
+        (
+            dump_files(&a.tag("a").unwrap()),
+            dump_files(&a.tag("b").unwrap()),
+        )
+    };
+    let old: Vec<String> = vec!["a".into(), "b".into()];
+    let mut with_new = old.clone();
+    with_new.extend(new_tag.map(String::from));
+    // Measure the bytes a successful run writes.
+    let total = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(None);
+        op(&p).unwrap();
+        bytes_written()
+    };
+    let list = budgets(total, CUT_POINTS);
+    let mut failures = 0;
+    for &n in &list {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(Some(n));
+        let res = op(&p);
+        set_write_budget(None);
+        if res.is_err() {
+            failures += 1;
+        }
+        let a = Archive::open(&p).unwrap_or_else(|e| panic!("{name} budget {n}: {e}"));
+        assert!(
+            a.tags() == old.as_slice() || a.tags() == with_new.as_slice(),
+            "{name} budget {n}: tags {:?}",
+            a.tags()
+        );
+        if res.is_ok() {
+            assert_eq!(a.tags(), with_new.as_slice(), "{name} budget {n}");
+        }
+        let r = a.verify();
+        assert!(r.is_ok(), "{name} budget {n}: {:?}", r.problems);
+        assert_summary_current(&a, &format!("{name} budget {n}"));
+        assert_eq!(dump(&a.tag("a").unwrap()), reference.0, "{name} budget {n}");
+        assert_eq!(dump(&a.tag("b").unwrap()), reference.1, "{name} budget {n}");
+        assert_eq!(
+            dump_files(&a.tag("a").unwrap()),
+            files.0,
+            "{name} budget {n}"
+        );
+        assert_eq!(
+            dump_files(&a.tag("b").unwrap()),
+            files.1,
+            "{name} budget {n}"
+        );
+        drop(a);
+        let stray = stray_files(d.path(), &p);
+        assert!(stray.is_empty(), "{name} budget {n}: stray files {stray:?}");
+    }
+    assert!(
+        failures > list.len() / 2 && failures < list.len(),
+        "{name}: {failures} of {} runs failed",
+        list.len()
+    );
+    eprintln!(
+        "{name}: {} cut points over {total} bytes, {failures} failed writes",
+        list.len()
+    );
+    list.len()
+}
+
+#[test]
+fn in_place_append_survives_a_full_disk_at_every_offset() {
+    let n = sweep("in-place", Some("c"), |p| {
+        append_tag(
+            p,
+            sample_tag("c", 3),
+            AppendMode::InPlace,
+            &WriteOptions::default(),
+        )
+    });
+    assert!(n >= CUT_POINTS as usize, "{n} cut points");
+}
+
+#[test]
+fn rewrite_append_survives_a_full_disk_at_every_offset() {
+    let n = sweep("rewrite", Some("c"), |p| {
+        append_tag(
+            p,
+            sample_tag("c", 3),
+            AppendMode::Rewrite,
+            &WriteOptions::default(),
+        )
+    });
+    assert!(n >= CUT_POINTS as usize, "{n} cut points");
+}
+
+#[test]
+fn compaction_survives_a_full_disk_at_every_offset() {
+    let n = sweep("compact", None, |p| {
+        compact(p, &WriteOptions::default()).map(|_| ())
+    });
+    assert!(n >= CUT_POINTS as usize, "{n} cut points");
+}
+
+/// In-place removal of tag `a` (whose bias, embedding and half tensors tag `b` shares, so
+/// they must be re-homed into `b`) with write budgets across its whole byte range: the
+/// archive afterwards holds `a` and `b` unchanged, or `b` alone with the same data.
+#[test]
+fn in_place_removal_survives_a_full_disk_at_every_offset() {
+    let root = tempfile::tempdir().unwrap();
+    let base = base(root.path());
+    let (ref_a, ref_b) = {
+        let a = Archive::open(&base).unwrap();
+        (dump(&a.tag("a").unwrap()), dump(&a.tag("b").unwrap()))
+    };
+    // b's graph and training config are a's (shared.txt): removing a re-homes them.
+    let files_b = {
+        let a = Archive::open(&base).unwrap();
+        assert!(!a.tag("b").unwrap().shared_files().is_empty());
+        let f = dump_files(&a.tag("b").unwrap());
+        assert!(f.0.is_some() && f.1.is_some());
+        f
+    };
+    let remove_a = |p: &Path| {
+        let removal = Removal::tags(["a"]).in_place(true);
+        remove_tags(p, removal, &WriteOptions::default())
+    };
+    let total = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(None);
+        let r = remove_a(&p).unwrap();
+        // The removal's own bytes (not the compaction's below): every cut point lies
+        // inside the operation under test.
+        let total = bytes_written();
+        assert_eq!(r.removed, ["a"]);
+        assert_eq!(r.kept, ["b"]);
+        assert!(r.rehomed >= 3, "rehomed {}", r.rehomed);
+        let a = Archive::open(&p).unwrap();
+        assert!(
+            a.dead_bytes() > 0,
+            "the removed tag's bytes are dead, not gone"
+        );
+        assert!(a.verify().is_ok());
+        assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
+        assert!(a.tag("b").unwrap().shared_files().is_empty());
+        assert_eq!(dump_files(&a.tag("b").unwrap()), files_b);
+        drop(a);
+        compact(&p, &WriteOptions::default()).unwrap();
+        let a = Archive::open(&p).unwrap();
+        assert_eq!(a.dead_bytes(), 0);
+        assert_eq!(dump(&a.tag("b").unwrap()), ref_b);
+        total
+    };
+    let list = budgets(total, CUT_POINTS);
+    let mut failures = 0;
+    for &n in &list {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(Some(n));
+        let res = remove_a(&p);
+        set_write_budget(None);
+        let a = Archive::open(&p).unwrap_or_else(|e| panic!("budget {n}: {e}"));
+        match res {
+            Ok(_) => assert_eq!(a.tags(), ["b"], "budget {n}"),
+            Err(_) => {
+                failures += 1;
+                assert!(
+                    a.tags() == ["a", "b"] || a.tags() == ["b"],
+                    "budget {n}: {:?}",
+                    a.tags()
+                );
+            }
+        }
+        if a.tags().len() == 2 {
+            assert_eq!(dump(&a.tag("a").unwrap()), ref_a, "budget {n}");
+        }
+        assert_eq!(dump(&a.tag("b").unwrap()), ref_b, "budget {n}");
+        assert_eq!(dump_files(&a.tag("b").unwrap()), files_b, "budget {n}");
+        let r = a.verify();
+        assert!(r.is_ok(), "budget {n}: {:?}", r.problems);
+        assert_summary_current(&a, &format!("removal budget {n}"));
+        drop(a);
+        let stray = stray_files(d.path(), &p);
+        assert!(stray.is_empty(), "budget {n}: stray files {stray:?}");
+    }
+    eprintln!(
+        "in-place removal: {} cut points over {total} bytes, {failures} failed writes",
+        list.len()
+    );
+    assert!(
+        list.len() >= CUT_POINTS as usize && failures > list.len() / 2 && failures < list.len(),
+        "{failures} of {}",
+        list.len()
+    );
+}
+
+// ---- SIGKILL ------------------------------------------------------------------------
+
+/// The summary (`_summary.txt`) is written inside the same commit as everything else:
+/// whichever state survived, it is current and says what the tables say.
+fn assert_summary_current(a: &Archive, at: &str) {
+    let s = a
+        .summary()
+        .unwrap_or_else(|st| panic!("{at}: summary {st}"));
+    let tables: Vec<_> = a
+        .tags()
+        .iter()
+        .map(|t| a.tag_summary_from_tables(t).unwrap())
+        .collect();
+    assert_eq!(s, tables, "{at}");
+}
+
+/// The values of tag `c{nonce}-{i}` the child (tests/bin/crash_child.rs) writes, by the
+/// same formula: parameter `w` and its updater array.
+fn child_values(tag: &str) -> (Vec<f32>, Vec<f32>) {
+    let (nonce, i) = tag[1..].split_once('-').unwrap();
+    let (nonce, i): (u16, u16) = (nonce.parse().unwrap(), i.parse().unwrap());
+    let mut w: Vec<f32> = (0..64u16).map(f32::from).collect();
+    let mut m = w.clone();
+    (w[0], w[1]) = (f32::from(nonce), f32::from(i));
+    (m[0], m[1]) = (f32::from(i), f32::from(nonce));
+    (w, m)
+}
+
+/// The nonce of the child run that wrote `tag`.
+fn nonce_of(tag: &str) -> u64 {
+    tag[1..].split_once('-').unwrap().0.parse().unwrap()
+}
+
+fn check_tag(a: &Archive, name: &str) {
+    let t = a.tag(name).unwrap();
+    let (w, m) = child_values(name);
+    assert_eq!(
+        t.param("w").unwrap().view().to_vec::<f32>().unwrap(),
+        w,
+        "{name}"
+    );
+    assert_eq!(
+        t.param("shared").unwrap().view().to_vec::<f32>().unwrap(),
+        [7.0f32; 64]
+    );
+    let u = t.tensor(&t.updater()[0].arrays[0]).unwrap();
+    assert_eq!(u.view().to_vec::<f32>().unwrap(), m, "{name}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigkill_at_random_moments() {
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("model.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    let (w0, m0) = child_values("c0-0");
+    let first = TagBuilder::new("c0-0")
+        .param("w", Tensor::from_slice(vec![64], &w0).unwrap())
+        .param(
+            "shared",
+            Tensor::from_slice(vec![64], &[7.0f32; 64]).unwrap(),
+        )
+        .updater("w", vec![Tensor::from_slice(vec![64], &m0).unwrap()]);
+    w.add_tag(first).unwrap();
+    w.finish().unwrap();
+    let exe = env!("CARGO_BIN_EXE_crash-child");
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut prev: Vec<String> = vec!["c0-0".into()];
+    let mut changes = 0;
+    let mut journals = 0;
+    for kill in 1..=200u64 {
+        let mut child = Command::new(exe)
+            .arg(&path)
+            .arg(kill.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % 60));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        if modelzip_journal(&path).exists() {
+            journals += 1;
+        }
+        let a = Archive::open(&path).unwrap_or_else(|e| panic!("after kill {kill}: {e}"));
+        assert!(!modelzip_journal(&path).exists(), "journal left after open");
+        let tags = a.tags().to_vec();
+        // Old tags (less the oldest ones a prune removed), then only new ones, in order.
+        let kept: Vec<&String> = tags.iter().filter(|t| prev.contains(t)).collect();
+        let pruned = prev.len() - kept.len();
+        assert_eq!(
+            kept,
+            prev[pruned..].iter().collect::<Vec<_>>(),
+            "kill {kill}"
+        );
+        assert!(
+            tags[..kept.len()].iter().all(|t| prev.contains(t)),
+            "kill {kill}: {tags:?}"
+        );
+        for t in &tags[kept.len()..] {
+            assert!(nonce_of(t) == kill, "kill {kill}: unexpected tag {t}");
+        }
+        for t in &tags {
+            check_tag(&a, t);
+        }
+        if tags != prev {
+            changes += 1;
+        }
+        if kill % 20 == 0 {
+            let r = a.verify();
+            assert!(r.is_ok(), "kill {kill}: {:?}", r.problems);
+            assert_summary_current(&a, &format!("kill {kill}"));
+        }
+        let temps = stray_files(d.path(), &path);
+        assert!(temps.len() <= 1, "kill {kill}: {temps:?}");
+        prev = tags;
+    }
+    eprintln!("{changes} runs changed the tags, {journals} left a journal to roll back");
+    assert!(
+        changes > 20,
+        "the child made progress in only {changes} runs"
+    );
+    assert!(journals > 0, "no kill landed inside an in-place append");
+}
+
+fn modelzip_journal(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".journal");
+    PathBuf::from(s)
+}

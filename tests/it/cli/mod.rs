@@ -1,0 +1,13 @@
+//! CLI tests: the real `modelzip` binary, run in temporary directories.
+
+mod archive;
+mod harness;
+mod interop;
+mod names;
+mod paddle;
+mod remote;
+mod reports;
+#[cfg(unix)]
+mod symlink;
+mod tensor;
+mod variants;

@@ -1,0 +1,113 @@
+//! Names from an archive are data, not terminal input: human output escapes control and
+//! invisible format characters in them (JSON output escapes on its own).
+
+use super::harness::{expect_error, json_of, modelzip};
+use modelzip::DType;
+use modelzip::Tensor;
+use modelzip::graph::{Graph, Op, Var};
+use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
+use std::path::Path;
+
+const EVIL: &str = "evil\u{1b}[31mRED\u{1b}[0m\nfake_row\u{202e}";
+const SHOWN: &str = "evil\\u{1b}[31mRED\\u{1b}[0m\\nfake_row\\u{202e}";
+
+fn hostile_archive(path: &Path) {
+    let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+    let t2 = Tensor::from_slice(vec![2], &[1.0f32, 3.0]).unwrap();
+    let mut g = Graph::new();
+    g.blocks[0]
+        .vars
+        .push(Var::parameter(EVIL, DType::Fp32, vec![2]));
+    g.blocks[0].ops.push(
+        Op::new(EVIL, "relu")
+            .input("X", &[EVIL])
+            .output("Out", &["y"]),
+    );
+    let mut w = ArchiveWriter::create(path).unwrap();
+    w.add_tag(
+        TagBuilder::new("a")
+            .graph(GraphFormat::ProgramDesc, g.to_programdesc().unwrap())
+            .param(EVIL, t.clone())
+            .param(format!("unused{EVIL}"), t.clone())
+            .updater(EVIL, vec![t.clone()])
+            .metadata(br#"{"created": "\u001b[2J\nfake"}"#.to_vec()),
+    )
+    .unwrap();
+    w.add_tag(
+        TagBuilder::new("b")
+            .param(EVIL, t2)
+            .param(format!("{EVIL}2"), t),
+    )
+    .unwrap();
+    w.finish().unwrap();
+}
+
+fn stdout_of(args: &[&str], archive: &Path) -> String {
+    let out = modelzip()
+        .arg(args[0])
+        .arg(archive)
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn assert_clean(what: &str, text: &str) {
+    assert!(
+        !text
+            .chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+        "{what}: {text:?}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("fake")),
+        "{what}: a name started a line: {text}"
+    );
+}
+
+#[test]
+fn human_output_escapes_control_characters_in_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    hostile_archive(&a);
+    let cases: [&[&str]; 6] = [
+        &["show", "--tag", "a"],
+        &["show", "--tag", "b"],
+        &["cat", EVIL, "--tag", "a"],
+        &["diff", "a", "b"],
+        &["graph", "--tag", "a"],
+        &["tags"],
+    ];
+    for args in cases {
+        let text = stdout_of(args, &a);
+        assert_clean(args[0], &text);
+        if args[0] != "tags" {
+            assert!(text.contains(SHOWN), "{args:?}: {text}");
+        }
+    }
+    let show = stdout_of(&["show", "--tag", "a"], &a);
+    assert_eq!(show.lines().count(), 5, "{show}"); // header, columns, 2 params, updater
+    let prefix = dir.path().join("m");
+    let prefix = prefix.to_str().unwrap();
+    let export = stdout_of(&["export-paddle", "--tag", "a", "--out", prefix], &a);
+    assert_clean("export-paddle", &export);
+    assert!(export.contains(&format!("unused{SHOWN}")), "{export}");
+    let tags = stdout_of(&["tags"], &a);
+    assert!(tags.contains("\\u{1b}[2J\\nfake"), "{tags}");
+    // JSON keeps the name exactly.
+    let doc = json_of(
+        modelzip()
+            .arg("show")
+            .arg(&a)
+            .args(["--tag", "a", "--json"]),
+    );
+    assert_eq!(doc["params"][0]["name"], EVIL);
+    // An error line that quotes a name is one clean line too.
+    let line = expect_error(modelzip().arg("cat").arg(&a).arg(format!("{EVIL}x")));
+    assert_clean("cat error", &line);
+}

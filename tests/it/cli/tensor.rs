@@ -1,0 +1,110 @@
+//! `modelzip tensor`.
+
+use super::harness::{expect_error, fixture, json_of, modelzip};
+use serde_json::Value;
+
+#[test]
+fn json_matches_the_paddle_manifest_for_every_fixture() {
+    for version in ["2.6.2", "3.3.1"] {
+        let dir = fixture(&format!("paddle/{version}"));
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+        for file in manifest["files"].as_array().unwrap() {
+            let Some(want) = file["records"].as_array() else {
+                continue;
+            };
+            let path = dir.join(file["path"].as_str().unwrap());
+            let got = json_of(modelzip().arg("tensor").arg(&path).arg("--json"));
+            assert_eq!(got["file"], path.display().to_string());
+            let recs = got["records"].as_array().unwrap();
+            assert_eq!(recs.len(), want.len(), "{}", path.display());
+            let size = std::fs::metadata(&path).unwrap().len();
+            let mut offset = 0;
+            for (i, (r, w)) in recs.iter().zip(want).enumerate() {
+                assert_eq!(r["index"], i);
+                assert_eq!(r["offset"], offset);
+                offset += r["length"].as_u64().unwrap();
+                for key in ["dtype", "dtype_code", "dims", "lod", "data_sha256"] {
+                    assert_eq!(r[key], w[key], "{} record {i} {key}", path.display());
+                }
+            }
+            assert_eq!(offset, size, "{}", path.display());
+        }
+    }
+}
+
+#[test]
+fn table_output_names_dtype_and_number() {
+    let out = modelzip()
+        .arg("tensor")
+        .arg(fixture("paddle/3.3.1/mlp.pdiparams"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("FP32 (5)"), "{text}");
+    assert!(text.contains("4 record(s)"), "{text}");
+}
+
+#[test]
+fn malformed_file_is_one_line_exit_2_with_record_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.bin");
+    let mut bytes = std::fs::read(fixture("paddle/3.3.1/mlp.pdiparams")).unwrap();
+    bytes.truncate(bytes.len() - 3);
+    std::fs::write(&path, &bytes).unwrap();
+    let line = expect_error(modelzip().arg("tensor").arg(&path).arg("--json"));
+    assert!(line.contains("bad.bin"), "{line}");
+    assert!(line.contains("record 3"), "{line}");
+    assert!(line.contains("truncated tensor data"), "{line}");
+    assert!(line.contains("byte "), "{line}");
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let line = expect_error(modelzip().args(["tensor", "/nonexistent/file.bin"]));
+    assert!(line.contains("/nonexistent/file.bin"), "{line}");
+}
+
+#[test]
+fn a_directory_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = expect_error(modelzip().arg("tensor").arg(dir.path()));
+    assert!(line.contains("is a directory"), "{line}");
+}
+
+#[test]
+fn bytes_after_a_single_record_are_trailing_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lod.bin");
+    let mut bytes = std::fs::read(fixture("paddle/3.3.1/save_op/lod2_int64")).unwrap();
+    let end = bytes.len();
+    bytes.extend_from_slice(&[0, 0, 0, 0]);
+    std::fs::write(&path, &bytes).unwrap();
+    let line = expect_error(modelzip().arg("tensor").arg(&path));
+    assert!(
+        line.contains("4 unexpected bytes after the record"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("record 0, byte {end}")), "{line}");
+}
+
+#[test]
+fn a_long_lod_is_summarized_in_the_table_and_complete_in_json() {
+    // 40 sequences of one row each: 41 offsets.
+    let offsets: Vec<u64> = (0..=40).collect();
+    let t = modelzip::Tensor::from_slice(vec![40], &[1.0f32; 40])
+        .unwrap()
+        .with_lod(vec![offsets.clone()])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seq.bin");
+    let mut bytes = Vec::new();
+    modelzip::tensor::encode_tensor(&t.view(), &mut bytes).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let out = modelzip().arg("tensor").arg(&path).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("1 level(s), 41 offsets"), "{text}");
+    let got = json_of(modelzip().arg("tensor").arg(&path).arg("--json"));
+    assert_eq!(got["records"][0]["lod"], serde_json::json!([offsets]));
+}

@@ -1,0 +1,579 @@
+//! Remote archives over HTTP byte ranges, against a real server on 127.0.0.1 (started and
+//! stopped by each test) that counts requests: request counts, the same results and errors
+//! as the local reader, a server that ignores Range, an object replaced mid-read, and the
+//! hostile archives of tests/hostile/ served remotely.
+#![cfg(feature = "remote")]
+
+use crate::support;
+use crate::support::http_server;
+
+use http_server::{Mode, Server};
+use modelzip::remote::RemoteOptions;
+use modelzip::{Archive, ArchiveWriter, ErrorKind, Tag, TagBuilder, Tensor, WriteOptions};
+use std::path::Path;
+
+/// Retries off: a misbehaving server is answered at once.
+fn opts() -> RemoteOptions {
+    RemoteOptions::new().max_retries(0)
+}
+
+fn open(url: &str) -> modelzip::Result<Archive> {
+    opts().open(url)
+}
+
+/// A few sample tags (graph, params of several dtypes, LoD, updater, shared tensors).
+fn sample_archive(dir: &Path, deflate_text: bool) -> Vec<u8> {
+    let path = dir.join("sample.zip");
+    let wopts = WriteOptions {
+        deflate_text,
+        ..WriteOptions::default()
+    };
+    let mut w = ArchiveWriter::create_with(&path, &wopts).unwrap();
+    w.add_tag(support::sample_tag("fp32", 1)).unwrap();
+    w.add_tag(support::sample_tag("step-2", 2)).unwrap();
+    w.finish().unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+/// The sample tags, then a tag of one 1.6 MB tensor: the first tags' entries lie far
+/// before the tail the first request reads.
+fn spread_archive(dir: &Path, seed: u64) -> Vec<u8> {
+    let path = dir.join(format!("spread-{seed}.zip"));
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    w.add_tag(support::sample_tag("fp32", seed)).unwrap();
+    w.add_tag(support::sample_tag("step-2", seed + 1)).unwrap();
+    let big = Tensor::from_slice(vec![400_000], &support::values(seed, 400_000)).unwrap();
+    w.add_tag(TagBuilder::new("big").param("x", big)).unwrap();
+    w.finish().unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+/// Everything a reader can see of an archive, as comparable values.
+fn everything(a: &Archive) -> Vec<String> {
+    let mut out = vec![format!("tags {:?}", a.tags())];
+    for t in a.tags() {
+        let tag = a.tag(t).unwrap();
+        out.push(format!("{t} graph {:?}", tag.graph().unwrap()));
+        out.push(format!("{t} metadata {:?}", tag.metadata().unwrap()));
+        out.push(format!("{t} training {:?}", tag.training_config().unwrap()));
+        out.push(format!("{t} own {:?}", tag.own_entries()));
+        for d in support::dump(&tag) {
+            out.push(format!("{t} {d:?}"));
+        }
+        for p in tag.params() {
+            let data = tag.tensor(&p.location).unwrap();
+            let v = data.view();
+            out.push(format!(
+                "{t} {} {:?} {:?} {:?} {:?}",
+                p.name,
+                v.dtype(),
+                v.dims(),
+                v.lod(),
+                v.data()
+            ));
+        }
+    }
+    out.push(format!("verify {:?}", a.verify()));
+    out
+}
+
+#[test]
+fn remote_reads_are_identical_to_local_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    for deflate in [false, true] {
+        let bytes = sample_archive(dir.path(), deflate);
+        let local = Archive::from_reader(std::io::Cursor::new(bytes.clone())).unwrap();
+        server.put("m.zip", bytes);
+        let remote = open(&server.url("m.zip")).unwrap();
+        assert!(remote.is_remote());
+        assert_eq!(
+            everything(&local),
+            everything(&remote),
+            "deflate_text {deflate}"
+        );
+        assert_eq!(local.len_bytes(), remote.len_bytes());
+        assert!(remote.verify().is_ok());
+    }
+}
+
+#[test]
+fn open_is_one_request_a_tag_one_more_and_a_tensor_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put("m.zip", spread_archive(dir.path(), 1));
+    let a = open(&server.url("m.zip")).unwrap();
+    // The first (suffix) request holds the end records, the central directory and
+    // tags.txt.
+    assert_eq!(server.count(), 1, "{:#?}", server.requests());
+    assert_eq!(a.tags(), &["fp32", "step-2", "big"]);
+    let tag = a.tag("fp32").unwrap();
+    let after_tag = server.count();
+    assert!(after_tag <= 2, "{:#?}", server.requests());
+    let before = server.count();
+    let w = tag.param("fc.w").unwrap();
+    assert!(!w.is_mapped(), "remote tensors are owned buffers");
+    assert_eq!(server.count(), before + 1, "{:#?}", server.requests());
+    assert_eq!(
+        w.view().as_slice::<f32>().unwrap(),
+        &support::values(1, 128)[..]
+    );
+    // Every request after the first is conditional on the first one's ETag.
+    let reqs = server.requests();
+    assert!(reqs[0].if_match.is_none());
+    assert!(
+        reqs[0]
+            .range
+            .as_deref()
+            .is_some_and(|r| r.starts_with("bytes=-"))
+    );
+    for r in &reqs[1..] {
+        assert_eq!(r.if_match.as_deref(), a.remote_version(), "{r:?}");
+        assert!(r.range.is_some(), "{r:?}");
+    }
+    // Ranged GETs only: no HEAD, no listing.
+    assert!(reqs.iter().all(|r| r.method == "GET"), "{reqs:#?}");
+}
+
+/// A slow store (every answer delayed, as remote_bench measures) reads the same values.
+#[test]
+fn a_slow_store_reads_the_same_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put("m.zip", spread_archive(dir.path(), 1));
+    server.set_latency(std::time::Duration::from_millis(20));
+    let a = open(&server.url("m.zip")).unwrap();
+    let w = a.tag("fp32").unwrap().param("fc.w").unwrap();
+    assert_eq!(
+        w.view().as_slice::<f32>().unwrap(),
+        &support::values(1, 128)[..]
+    );
+}
+
+/// 100 tags × 1,000 params: a central directory far larger than the first request.
+#[test]
+fn listing_a_large_archive_reads_only_its_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    for t in 0..100u32 {
+        let mut b = TagBuilder::new(format!("t{t}"));
+        for p in 0..1000u32 {
+            let x = Tensor::from_slice(vec![1], &[(t * 1000 + p) as f32]).unwrap();
+            b = b.param(format!("p{p}"), x);
+        }
+        w.add_tag(b).unwrap();
+    }
+    w.finish().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let local = Archive::open(&path).unwrap();
+    let len = bytes.len() as u64;
+    let server = Server::start();
+    server.put("big.zip", bytes);
+    let a = open(&server.url("big.zip")).unwrap();
+    assert!(server.count() <= 2, "{:#?}", server.requests());
+    assert_eq!(a.tags(), local.tags());
+    assert_eq!(a.tags().len(), 100);
+    // What was read: the tail (end records, central directory, tags.txt), not the tensors.
+    let tensor_bytes: u64 = (0..100)
+        .map(|t| local.stored_bytes_under(&format!("t{t}")))
+        .sum();
+    let sent = server.bytes_sent();
+    assert!(
+        sent < len - tensor_bytes / 2,
+        "read {sent} of {len} bytes ({tensor_bytes} in tags)"
+    );
+    // One tag's tables: one more request; one tensor of it: one more.
+    let before = server.count();
+    let tag = a.tag("t42").unwrap();
+    assert_eq!(
+        server.count(),
+        before + 1,
+        "{:#?}",
+        &server.requests()[before..]
+    );
+    assert_eq!(tag.params().len(), 1000);
+    let v = tag.param("p7").unwrap();
+    assert_eq!(v.view().as_slice::<f32>().unwrap(), &[42007.0]);
+    assert_eq!(server.count(), before + 2);
+    // What `modelzip tags` lists comes from the summary read with the tail: no request
+    // after the open's (at most 2), and the same as the local file's tables.
+    let b = open(&server.url("big.zip")).unwrap();
+    let before = server.count();
+    let listed = b.summary().unwrap();
+    assert_eq!(
+        server.count(),
+        before,
+        "{:#?}",
+        &server.requests()[before..]
+    );
+    assert_eq!(listed, local.tag_summaries().unwrap());
+    assert_eq!(listed[42].params, 1000);
+}
+
+/// 10 tags x 10 tensors of 64 KiB each, every tensor its own: an archive far larger than
+/// the first request.
+fn ten_by_ten(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("ten.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    for t in 0..10u64 {
+        let mut b = TagBuilder::new(format!("tag-{t}"));
+        for p in 0..10u64 {
+            let x = Tensor::from_slice(vec![16_384], &support::values(t * 10 + p, 16_384)).unwrap();
+            b = b.param(format!("p{p}"), x);
+        }
+        w.add_tag(b).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+#[test]
+fn listing_tags_costs_only_the_open_and_falls_back_without_a_current_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ten_by_ten(dir.path());
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 20 * (256 << 10));
+    let local = Archive::open(&path).unwrap();
+    let expected: Vec<_> = local
+        .tags()
+        .iter()
+        .map(|t| local.tag_summary_from_tables(t).unwrap())
+        .collect();
+    let server = Server::start();
+    server.put("ten.zip", bytes.clone());
+    let a = open(&server.url("ten.zip")).unwrap();
+    assert_eq!(a.tag_summaries().unwrap(), expected);
+    // One request: the tail holds the directory, tags.txt and the summary.
+    assert_eq!(server.count(), 1, "{:#?}", server.requests());
+    assert!(server.bytes_sent() <= 256 << 10);
+    // Without a summary (an archive an older modelzip wrote) the same listing, from the
+    // tables and tensor headers: two requests per tag.
+    let cut = Archive::open(&path).unwrap();
+    let summary_at = cut
+        .entry_names()
+        .position(|n| n == modelzip::SUMMARY_TXT)
+        .unwrap();
+    assert_eq!(
+        summary_at + 1,
+        cut.entry_names().count(),
+        "the summary is last"
+    );
+    let old = without_summary(&bytes);
+    server.put("old.zip", old);
+    let before = server.count();
+    let b = open(&server.url("old.zip")).unwrap();
+    assert_eq!(b.summary().unwrap_err(), modelzip::SummaryStatus::Absent);
+    let listed = b.tag_summaries().unwrap();
+    assert_eq!(listed.len(), 10);
+    for (l, e) in listed.iter().zip(&expected) {
+        // The copy's entries are the same bytes: all but own bytes (no summary) agree.
+        assert_eq!(
+            (l.params, &l.dtypes, l.shared_bytes),
+            (e.params, &e.dtypes, e.shared_bytes)
+        );
+    }
+    assert!(server.count() - before > 2, "{}", server.count() - before);
+}
+
+/// `bytes` copied by another tool (the zip crate, entries raw) without the summary, as an
+/// older modelzip would have written it.
+fn without_summary(bytes: &[u8]) -> Vec<u8> {
+    let a = Archive::from_reader(std::io::Cursor::new(bytes.to_vec())).unwrap();
+    let names: Vec<String> = a
+        .entry_names()
+        .filter(|n| *n != modelzip::SUMMARY_TXT)
+        .map(str::to_string)
+        .collect();
+    drop(a);
+    let mut r = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for n in &names {
+        w.raw_copy_file(r.by_name_raw(n.as_bytes()).unwrap())
+            .unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+#[test]
+fn a_server_that_ignores_range_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put("m.zip", sample_archive(dir.path(), false));
+    server.set_mode(Mode::IgnoreRange);
+    let err = open(&server.url("m.zip")).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::RangeNotSupported),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("Range"), "{err}");
+}
+
+#[test]
+fn an_object_replaced_between_requests_is_an_error_not_a_mix() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put("m.zip", spread_archive(dir.path(), 1));
+    let a = open(&server.url("m.zip")).unwrap();
+    // Someone uploads a new version (same size, other bytes) after the open.
+    server.put("m.zip", spread_archive(dir.path(), 9));
+    let err = a
+        .tag("fp32")
+        .and_then(|t| t.param("fc.w").map(drop))
+        .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::RemoteChanged { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("changed"), "{err}");
+    // Opened again, the new version reads whole.
+    let b = open(&server.url("m.zip")).unwrap();
+    let w = b.tag("fp32").unwrap().param("fc.w").unwrap();
+    assert_eq!(
+        w.view().as_slice::<f32>().unwrap(),
+        &support::values(9, 128)[..]
+    );
+}
+
+#[test]
+fn truncated_responses_and_missing_objects_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put("m.zip", spread_archive(dir.path(), 1));
+    let err = open(&server.url("nothing.zip")).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Remote(_)), "{err:?}");
+    server.set_mode(Mode::Truncate);
+    let err = open(&server.url("m.zip")).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Remote(_)), "{err:?}");
+    server.set_mode(Mode::Normal);
+    let a = open(&server.url("m.zip")).unwrap();
+    let tag = a.tag("fp32").unwrap();
+    server.set_mode(Mode::Truncate);
+    let err = tag.param("fc.w").unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Remote(_)), "{err:?}");
+    server.put("empty.zip", Vec::new());
+    server.set_mode(Mode::Normal);
+    let err = open(&server.url("empty.zip")).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Zip(_)), "{err:?}");
+}
+
+/// Reads what `modelzip tags` reads of every tag: tables, graph, metadata, tensors.
+fn read_everything(a: &Archive) -> modelzip::Result<Vec<String>> {
+    fn read_tag(tag: &Tag<'_>) -> modelzip::Result<()> {
+        tag.graph()?;
+        tag.metadata()?;
+        let locations = tag
+            .params()
+            .iter()
+            .map(|p| &p.location)
+            .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+        let mut seen = std::collections::HashSet::new();
+        for loc in locations {
+            if seen.insert(&loc.entry) {
+                tag.tensor(loc)?;
+            }
+        }
+        Ok(())
+    }
+    for t in a.tags() {
+        read_tag(&a.tag(t)?)?;
+    }
+    Ok(a.verify().problems.into_iter().map(|p| p.message).collect())
+}
+
+/// Every hostile archive, served remotely, fails with the kind of error it fails with
+/// locally (or reads the same), and never panics. Remote reads check local headers as
+/// entries are read, so the error may come later than at open, never not at all.
+#[test]
+fn hostile_archives_served_remotely_fail_as_they_do_locally() {
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(hostile.join("expected.json")).unwrap())
+            .unwrap();
+    let server = Server::start();
+    let mut checked = 0;
+    for (file, row) in expected.as_object().unwrap() {
+        // Journals and locks are local-file matters: a remote object has neither.
+        if row.get("extra_files").is_some() {
+            continue;
+        }
+        let bytes = std::fs::read(hostile.join(file)).unwrap();
+        let local = Archive::from_reader(std::io::Cursor::new(bytes.clone()))
+            .and_then(|a| read_everything(&a));
+        server.put(file, bytes);
+        let remote = open(&server.url(file)).and_then(|a| read_everything(&a));
+        match (&local, &remote) {
+            (Ok(l), Ok(r)) => {
+                assert_eq!(l.is_empty(), r.is_empty(), "{file}: {l:?} vs {r:?}")
+            }
+            (Err(l), Err(r)) => assert_eq!(
+                std::mem::discriminant(l.kind()),
+                std::mem::discriminant(r.kind()),
+                "{file}: local {l} / remote {r}"
+            ),
+            (Ok(l), Err(r)) => {
+                // A stored entry's CRC-32 is checked as it is fetched: the local reader
+                // finds the same problem only in verify.
+                assert!(
+                    matches!(r.kind(), ErrorKind::Checksum(_)) && !l.is_empty(),
+                    "{file}: local {l:?} / remote {r}"
+                )
+            }
+            (Err(l), Ok(r)) => panic!("{file}: local {l} / remote read {r:?}"),
+        }
+        checked += 1;
+    }
+    assert!(checked > 50, "{checked}");
+}
+
+/// What `modelzip tags` reads of each tensor: the header (dtype, dims, LoD), one batched
+/// request per tag, not the data.
+#[test]
+fn tensor_heads_read_the_headers_not_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = spread_archive(dir.path(), 3);
+    let local = Archive::from_reader(std::io::Cursor::new(bytes.clone())).unwrap();
+    let server = Server::start();
+    server.put("m.zip", bytes);
+    let remote = open(&server.url("m.zip")).unwrap();
+    for t in ["fp32", "step-2", "big"] {
+        let (lt, rt) = (local.tag(t).unwrap(), remote.tag(t).unwrap());
+        let locs = |tag: &Tag<'_>| -> Vec<modelzip::TensorLocation> {
+            tag.params()
+                .iter()
+                .map(|p| p.location.clone())
+                .chain(tag.updater().iter().flat_map(|u| u.arrays.iter().cloned()))
+                .collect()
+        };
+        let (ll, rl) = (locs(&lt), locs(&rt));
+        let (count, sent) = (server.count(), server.bytes_sent());
+        let heads = remote.tensor_heads(&rl.iter().collect::<Vec<_>>()).unwrap();
+        assert!(
+            server.count() <= count + 1,
+            "{t}: {:#?}",
+            &server.requests()[count..]
+        );
+        assert!(server.bytes_sent() - sent < 64 << 10, "{t}");
+        assert_eq!(
+            heads,
+            local.tensor_heads(&ll.iter().collect::<Vec<_>>()).unwrap(),
+            "{t}"
+        );
+        for (loc, h) in ll.iter().zip(&heads) {
+            let full = lt.tensor(loc).unwrap();
+            assert_eq!(h.dtype, full.view().dtype());
+            assert_eq!(h.dims, full.view().dims());
+        }
+    }
+}
+
+/// Uploads through object_store's local-file store (`file://`): one conditional PUT for a
+/// small archive, parts for a large one; create-only refuses an existing object; downloads
+/// are byte-identical.
+#[test]
+fn uploads_are_create_only_unless_told_and_large_ones_go_in_parts() {
+    use modelzip::remote::{self, UploadMode};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let small = dir.path().join("small.zip");
+    std::fs::write(&small, spread_archive(dir.path(), 1)).unwrap();
+    let large = dir.path().join("large.zip");
+    let mut w = ArchiveWriter::create(&large).unwrap();
+    let n = (remote::MULTIPART_THRESHOLD / 4 + 1024) as usize;
+    let t = Tensor::from_slice(vec![n as u64], &support::values(5, n)).unwrap();
+    w.add_tag(TagBuilder::new("large").param("x", t)).unwrap();
+    w.finish().unwrap();
+    assert!(std::fs::metadata(&large).unwrap().len() > remote::MULTIPART_THRESHOLD);
+    let calls = std::sync::atomic::AtomicU64::new(0);
+    let progress = |_: u64, _: u64| {
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    };
+    for (i, file) in [&small, &large].into_iter().enumerate() {
+        let url = format!("file://{}/m{i}.zip", store.display());
+        remote::upload(file, &url, UploadMode::Create, &opts(), &progress).unwrap();
+        let err = remote::upload(&small, &url, UploadMode::Create, &opts(), &progress).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::RemoteConflict(_)),
+            "{i}: {err:?}"
+        );
+        assert!(err.to_string().contains("already exists"), "{err}");
+        let down = dir.path().join(format!("down{i}.zip"));
+        remote::download(&url, &down, &opts(), &progress).unwrap();
+        assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(file).unwrap());
+        // Replace regardless: the other file is there afterwards.
+        let other = if i == 0 { &large } else { &small };
+        remote::upload(other, &url, UploadMode::Replace, &opts(), &progress).unwrap();
+        remote::download(&url, &down, &opts(), &progress).unwrap();
+        assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(other).unwrap());
+    }
+    assert!(calls.load(std::sync::atomic::Ordering::SeqCst) > 4);
+    // Nothing but the two objects is left in the store (no staging keys).
+    let mut names: Vec<String> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["m0.zip", "m1.zip"]);
+    // A large file cannot replace one version conditionally: refused, nothing changed.
+    let url = format!("file://{}/m0.zip", store.display());
+    let before = std::fs::read(store.join("m0.zip")).unwrap();
+    let err = remote::upload(
+        &large,
+        &url,
+        UploadMode::ReplaceVersion("\"x\"".into()),
+        &opts(),
+        &progress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::RemoteConflict(_)),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read(store.join("m0.zip")).unwrap(), before);
+}
+
+/// The hostile archives that come with sidecar files (a rollback journal beside them):
+/// an object in a store has no sidecars, so a remote archive is read as the object's
+/// bytes are, exactly as `Archive::from_reader` reads them (no journal is looked for or
+/// replayed; docs/REMOTE.md), while the local file with its journal is rolled back or
+/// refused as tests/hostile/expected.json says.
+#[test]
+fn hostile_archives_with_sidecars_read_remotely_as_their_bytes_alone() {
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(hostile.join("expected.json")).unwrap())
+            .unwrap();
+    let server = Server::start();
+    let mut checked = 0;
+    for (file, row) in expected.as_object().unwrap() {
+        if row.get("extra_files").is_none() {
+            continue;
+        }
+        let bytes = std::fs::read(hostile.join(file)).unwrap();
+        let in_memory = Archive::from_reader(std::io::Cursor::new(bytes.clone()))
+            .and_then(|a| read_everything(&a).map(|v| (a.tags().to_vec(), v)));
+        server.put(file, bytes);
+        let remote = open(&server.url(file))
+            .and_then(|a| read_everything(&a).map(|v| (a.tags().to_vec(), v)));
+        match (&in_memory, &remote) {
+            (Ok(m), Ok(r)) => assert_eq!(m, r, "{file}"),
+            (Err(m), Err(r)) => assert_eq!(
+                std::mem::discriminant(m.kind()),
+                std::mem::discriminant(r.kind()),
+                "{file}: in memory {m} / remote {r}"
+            ),
+            _ => panic!("{file}: in memory {in_memory:?} / remote {remote:?}"),
+        }
+        // Never the journal's verdict: a journal of another archive is not an error
+        // remotely, since no journal is read.
+        if let Err(r) = &remote {
+            assert!(
+                !matches!(r.kind(), ErrorKind::ForeignJournal { .. }),
+                "{file}: {r}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+}
