@@ -18,10 +18,10 @@ def test_quantize_an_onnx_tag_and_export_it(tmp):
     q = modelzip.quantize(path, "fp32", "int8")  # per channel
     quantized = sorted(p["name"] for p in q["params"] if p["change"].startswith("Quantized"))
     assert quantized == ["conv.w", "fc.w"]
-    # conv.w [4, 3, 3, 3] along its output channels (axis 0); fc.w is Gemm's B with
-    # transB, [5, 64], also axis 0.
+    # conv.w [32, 3, 3, 3] along its output channels (axis 0); fc.w is Gemm's B with
+    # transB, [10, 2048], also axis 0.
     with modelzip.open(path) as ar:
-        for name, shape in [("conv.w", (4, 1, 1, 1)), ("fc.w", (5, 1))]:
+        for name, shape in [("conv.w", (32, 1, 1, 1)), ("fc.w", (10, 1))]:
             w, qw = ar["fp32"][name], ar["int8"][name]
             scale = ar["int8"][name + "@scale"].reshape(shape)
             assert qw.dtype == np.int8 and qw.shape == w.shape

@@ -287,26 +287,19 @@ fn external_data_comes_in_and_goes_out_aligned() {
     assert!(!small.exists());
 }
 
-/// The external fixture laid out afresh in `dir`: the model with offsets from 0 and
-/// `name` as its data file holding the referenced bytes only. (tests/fixtures/onnx/
-/// external.bin starts with 7720 bytes no initializer refers to: onnx appends to an
-/// existing data file, and the fixture script saved twice.)
+/// The external fixture under other names in `dir`: the model `model` with `name` as its
+/// data file (the same bytes and offsets as onnx wrote them).
 fn fresh_external(dir: &Path, model: &str, name: &str) -> PathBuf {
     let mut m = original("external");
     let data = std::fs::read(fixture("external.bin")).unwrap();
-    let start: u64 = 7720;
     for t in &mut m.graph.as_mut().unwrap().initializer {
         for kv in &mut t.external_data {
-            match kv.key() {
-                "offset" => {
-                    kv.value = Some((kv.value().parse::<u64>().unwrap() - start).to_string())
-                }
-                "location" => kv.value = Some(name.to_string()),
-                _ => {}
+            if kv.key() == "location" {
+                kv.value = Some(name.to_string());
             }
         }
     }
-    std::fs::write(dir.join(name), &data[start as usize..]).unwrap();
+    std::fs::write(dir.join(name), &data).unwrap();
     let path = dir.join(model);
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     path
@@ -324,8 +317,7 @@ fn external_data_goes_back_where_it_came_from() {
     let a = Archive::open(&zip).unwrap();
     assert!(a.verify().is_ok());
 
-    // The fixture: the model byte for byte, its data file as long as the original and
-    // equal at every byte an initializer refers to; the unreferenced prefix is zeros.
+    // The fixture: the model and its data file byte for byte.
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let e = onnx::export_model_file(
@@ -347,9 +339,7 @@ fn external_data_goes_back_where_it_came_from() {
         std::fs::read(out.join("external.bin")).unwrap(),
         std::fs::read(fixture("external.bin")).unwrap(),
     );
-    assert_eq!(got.len(), want.len());
-    assert_eq!(got[7720..], want[7720..]);
-    assert!(got[..7720].iter().all(|&b| b == 0));
+    assert_eq!(got, want);
 
     // Laid out as onnx writes it into a fresh directory: both files byte for byte.
     let e = onnx::export_model_file(
@@ -487,7 +477,7 @@ fn stored_external_locations_cannot_write_outside_the_output_directory() {
             "overlap",
             Box::new(|e, i| {
                 if i == 1 {
-                    e[1].1 = "7722".into()
+                    e[1].1 = "2".into()
                 }
             }),
         ),

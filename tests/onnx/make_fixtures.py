@@ -21,7 +21,8 @@ manifest.json lists the runnable models with their inputs and outputs.
 - external: the MLP with every initializer in external.bin beside it (onnx's
   save_as_external_data; offsets as onnx writes them).
 - finetune_v1 / finetune_v2: one MLP twice, v2 with only the last layer changed.
-Seeds are fixed; the files are small.
+Seeds are fixed; the files are small (mlp 128 wide and cnn 32 channels, so that INT8
+variants are dominated by their weights).
 """
 import json
 import os
@@ -85,7 +86,9 @@ def mlp(rng, hidden=32, last=None):
 
 
 def cnn(rng):
-    c = 4
+    # 32 channels on a 16x16 input and 10 classes: big enough that an INT8 variant's own
+    # bytes are dominated by its weights (the INT8 acceptance is whole-tag bytes <= 30%).
+    c = 32
     inits = [
         numpy_helper.from_array(rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3, "conv.w"),
         numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "conv.b"),
@@ -93,8 +96,8 @@ def cnn(rng):
         numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "bn.bias"),
         numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "bn.mean"),
         numpy_helper.from_array((rng.random(c) + 0.5).astype(np.float32), "bn.var"),
-        numpy_helper.from_array(rng.standard_normal((5, c * 4 * 4)).astype(np.float32) * 0.2, "fc.w"),
-        numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "fc.b"),
+        numpy_helper.from_array(rng.standard_normal((10, c * 8 * 8)).astype(np.float32) * 0.05, "fc.w"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc.b"),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "conv.w", "conv.b"], ["c"], pads=[1, 1, 1, 1]),
@@ -105,8 +108,8 @@ def cnn(rng):
         helper.make_node("Flatten", ["p"], ["f"]),
         helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["y"], transB=1),
     ]
-    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], inits)
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], inits)
     return model(g)
 
 
@@ -197,12 +200,16 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(15)
     x16 = rng.standard_normal((3, 16)).astype(np.float32)
-    m, _ = mlp(rng)
+    # 128 wide: an INT8 variant's own bytes are then dominated by its weights.
+    m, _ = mlp(rng, hidden=128)
     save("mlp", m, {"x": x16})
-    save("cnn", cnn(rng), {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)})
+    save("cnn", cnn(rng), {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)})
     save("control", control(rng), {"flag": np.array(True), "x": np.arange(4, dtype=np.float32)})
     save("dtypes", dtypes(rng))
     m, _ = mlp(np.random.default_rng(1))
+    # onnx appends to an existing data file: start from none, so every byte is an initializer's.
+    if os.path.exists(os.path.join(OUT, "external.bin")):
+        os.remove(os.path.join(OUT, "external.bin"))
     save("external", m, {"x": x16}, save_as_external_data=True, all_tensors_to_one_file=True,
          location="external.bin", size_threshold=0)
     v1, (w3, b3) = mlp(np.random.default_rng(2), hidden=128)

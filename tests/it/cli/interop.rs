@@ -199,7 +199,7 @@ fn onnx_models_go_in_and_come_out_inline_or_with_external_data() {
         .unwrap();
     let dot = String::from_utf8_lossy(&dot.stdout);
     assert!(
-        dot.contains("w4 [shape=box, label=\"head.weight\\n[32, 10]\"];"),
+        dot.contains("w4 [shape=box, label=\"head.weight\\n[128, 10]\"];"),
         "{dot}"
     );
     assert!(
