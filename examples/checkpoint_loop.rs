@@ -172,11 +172,7 @@ pub fn run_steps(
     let mut predicted_tensor_bytes = 0u64;
     for tag in a.tags() {
         let t = a.tag(tag)?;
-        let locations = t
-            .params()
-            .iter()
-            .map(|p| &p.location)
-            .chain(t.updater().iter().flat_map(|u| u.arrays.iter()));
+        let locations = t.locations();
         for loc in locations {
             let mut bytes = Vec::new();
             modelzip::tensor::encode_tensor(&t.tensor(loc)?.view(), &mut bytes)?;

@@ -336,11 +336,7 @@ impl Plan {
         let mut next: HashMap<(String, TensorKind), u64> = HashMap::new();
         let mut added_files: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
         for tag in &tags {
-            let locs = tag
-                .params()
-                .iter()
-                .map(|p| &p.location)
-                .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+            let locs = tag.locations();
             for loc in locs {
                 if !removed_set.contains(loc.tag.as_str()) {
                     continue;

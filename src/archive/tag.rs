@@ -473,6 +473,17 @@ impl<'a> Tag<'a> {
         &self.tables.updater
     }
 
+    /// Every tensor location the tag's names refer to: the parameters' in params.txt
+    /// order, then the updater arrays'. A file that several names share appears once
+    /// per name; callers that read each file once keep a set of `entry`s.
+    pub fn locations(&self) -> impl Iterator<Item = &TensorLocation> {
+        self.tables
+            .params
+            .iter()
+            .map(|p| &p.location)
+            .chain(self.tables.updater.iter().flat_map(|u| u.arrays.iter()))
+    }
+
     /// Reads the tensor at `loc`: zero-copy when the entry is stored.
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'a>> {
         self.archive.tensor(loc)

@@ -2,6 +2,7 @@
 
 use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
+use super::progress::Progress;
 use super::{CliError, Outcome};
 use modelzip::AppendMode;
 use modelzip::interop::{self, ImportOptions, ImportReport};
@@ -64,6 +65,23 @@ pub struct Args {
     write: WriteArgs,
 }
 
+/// The options of an import: in place, or by rewrite with `--rewrite`; the write
+/// switches; progress reported to `progress`.
+pub(super) fn import_options(
+    rewrite: bool,
+    write: &WriteArgs,
+    progress: &Progress,
+) -> ImportOptions {
+    ImportOptions {
+        mode: if rewrite {
+            AppendMode::Rewrite
+        } else {
+            AppendMode::InPlace
+        },
+        write: write.options_reporting(progress),
+    }
+}
+
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
@@ -73,14 +91,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         None => interop::detect(&args.inputs).map_err(fail)?,
     };
     let progress = args.write.output.progress("importing");
-    let opts = ImportOptions {
-        mode: if args.rewrite {
-            AppendMode::Rewrite
-        } else {
-            AppendMode::InPlace
-        },
-        write: args.write.options_reporting(&progress),
-    };
+    let opts = import_options(args.rewrite, &args.write, &progress);
     let report = format
         .import(&args.archive, &args.tag, &args.inputs, &opts)
         .map_err(fail)?;

@@ -3,8 +3,7 @@
 use super::common::{WriteArgs, refuse_directory};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::AppendMode;
-use modelzip::interop::paddle::{self, ImportOptions, ImportReport};
+use modelzip::interop::paddle::{self, ImportReport};
 use std::path::PathBuf;
 
 /// Import a Paddle inference model (MODEL.pdmodel + PARAMS.pdiparams) or a
@@ -55,14 +54,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let progress = args.write.output.progress("importing");
-    let opts = ImportOptions {
-        mode: if args.rewrite {
-            AppendMode::Rewrite
-        } else {
-            AppendMode::InPlace
-        },
-        write: args.write.options_reporting(&progress),
-    };
+    let opts = super::import::import_options(args.rewrite, &args.write, &progress);
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;

@@ -31,11 +31,7 @@ type Infos<'t> = FxHashMap<&'t str, TensorInfo>;
 
 fn describe_files<'t>(tag: &'t Tag<'_>) -> Result<Infos<'t>, CliError> {
     let mut infos: Infos<'t> = FxHashMap::default();
-    let locations = tag
-        .params()
-        .iter()
-        .map(|p| &p.location)
-        .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+    let locations = tag.locations();
     for loc in locations {
         if infos.contains_key(loc.entry.as_str()) {
             continue;

@@ -4,7 +4,7 @@
 use super::onnx::OnnxQuant;
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
-use super::{
+use super::variant::{
     CAST, ParamChange, QUANTIZATION, Variant, VariantReport, append_variant, cast_dtype,
     check_new_tag, derive_instead, progress_for, quantized_because, source_metadata, user_metadata,
 };

@@ -51,11 +51,7 @@ fn read_tag(tag: &Tag<'_>) -> Result<(), Error> {
     tag.graph()?;
     tag.metadata()?;
     let mut seen = std::collections::HashSet::new();
-    let locations = tag
-        .params()
-        .iter()
-        .map(|p| &p.location)
-        .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+    let locations = tag.locations();
     for loc in locations {
         if seen.insert(&loc.entry) {
             tag.tensor(loc)?;

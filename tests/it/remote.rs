@@ -362,11 +362,7 @@ fn read_everything(a: &Archive) -> modelzip::Result<Vec<String>> {
     fn read_tag(tag: &Tag<'_>) -> modelzip::Result<()> {
         tag.graph()?;
         tag.metadata()?;
-        let locations = tag
-            .params()
-            .iter()
-            .map(|p| &p.location)
-            .chain(tag.updater().iter().flat_map(|u| u.arrays.iter()));
+        let locations = tag.locations();
         let mut seen = std::collections::HashSet::new();
         for loc in locations {
             if seen.insert(&loc.entry) {

@@ -1,0 +1,258 @@
+//! What quantize and cast share: the report of a variant, the records a variant leaves
+//! in the new tag's metadata.json (and the refusals they allow), and appending the
+//! derived tag to the archive.
+
+use crate::archive::{AppendMode, Appender, Archive, GraphFormat, WriteOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::progress::Ticker;
+use crate::tensor::{DType, Tensor};
+use std::path::Path;
+
+/// What a variant did to one parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamChange {
+    /// Quantized to INT8; `axis` is the channel axis (per channel) or `None` (per tensor),
+    /// `scale` names the FP32 parameter holding the scales.
+    Quantized {
+        /// The per-channel axis, `None` for per-tensor.
+        axis: Option<usize>,
+        /// The scale parameter's name (`<name>@scale`).
+        scale: String,
+    },
+    /// The scales of the quantized parameter `of`.
+    Scale {
+        /// The quantized parameter.
+        of: String,
+    },
+    /// Cast from `from` to the variant's dtype.
+    Cast {
+        /// The source dtype.
+        from: DType,
+    },
+    /// Written as it was (and so shared with the source tag).
+    Unchanged,
+}
+
+/// One parameter of a variant tag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantParam {
+    /// Parameter name.
+    pub name: String,
+    /// Its dtype in the new tag.
+    pub dtype: DType,
+    /// Its dims.
+    pub dims: Vec<u64>,
+    /// What happened to it.
+    pub change: ParamChange,
+    /// True when its tensor file is owned by another tag (no bytes of its own).
+    pub shared: bool,
+    /// Bytes its own tensor file takes (0 when shared).
+    pub stored_bytes: u64,
+}
+
+/// What [`quantize`] or [`cast`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantReport {
+    /// The new tag, spelled as in tags.txt.
+    pub tag: String,
+    /// The tag it was derived from, spelled as in tags.txt.
+    pub source_tag: String,
+    /// The graph's encoding, if the source tag has a graph (rewritten in the same encoding).
+    pub graph: Option<GraphFormat>,
+    /// Every parameter of the new tag, in params.txt order.
+    pub params: Vec<VariantParam>,
+}
+
+impl VariantReport {
+    /// The parameters that were quantized or cast.
+    pub fn changed(&self) -> impl Iterator<Item = &VariantParam> {
+        self.params.iter().filter(|p| {
+            matches!(
+                p.change,
+                ParamChange::Quantized { .. } | ParamChange::Cast { .. }
+            )
+        })
+    }
+
+    /// Bytes of tensor files the new tag owns.
+    pub fn stored_bytes(&self) -> u64 {
+        self.params.iter().map(|p| p.stored_bytes).sum()
+    }
+}
+
+/// A variant computed in memory, ready to append.
+pub(super) struct Variant {
+    pub(super) source_tag: String,
+    pub(super) graph: Option<(GraphFormat, Vec<u8>)>,
+    pub(super) params: Vec<(String, Tensor, ParamChange)>,
+    pub(super) metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Checks the new tag's name and that it does not exist yet, before any work is done.
+pub(super) fn check_new_tag(archive: &Archive, new_tag: &str) -> Result<()> {
+    crate::archive::validate_tag_name(new_tag)?;
+    if let Some(t) = archive.canonical_tag(new_tag) {
+        return Err(ErrorKind::TagExists(t.to_string()).into());
+    }
+    Ok(())
+}
+
+/// The source tag's metadata.json as a JSON object (empty when it has none).
+pub(super) fn source_metadata(
+    tag: &crate::archive::Tag<'_>,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(bytes) = tag.metadata()? else {
+        return Ok(serde_json::Map::new());
+    };
+    let entry = format!("{}/metadata.json", tag.name());
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::new(ErrorKind::InvalidInput(format!(
+            "metadata.json is not valid JSON: {e}"
+        )))
+        .in_entry(entry.clone())
+    })?;
+    let serde_json::Value::Object(m) = v else {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "metadata.json is not a JSON object".into(),
+        ))
+        .in_entry(entry));
+    };
+    Ok(m)
+}
+
+/// The keys of the source tag's metadata `meta` that belong to users, to carry over into
+/// the variant: everything but the keys modelzip writes itself (`created`, the variant
+/// records, and the checkpoint keys `step` and `metrics`, which would make the variant
+/// look like a checkpoint to a [`Checkpointer`](crate::checkpoint::Checkpointer)).
+pub(super) fn user_metadata(
+    mut meta: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    for k in ["created", QUANTIZATION, CAST]
+        .into_iter()
+        .chain(crate::checkpoint::CHECKPOINT_KEYS)
+    {
+        meta.remove(k);
+    }
+    meta
+}
+
+/// The metadata.json record of a quantized variant.
+pub(super) const QUANTIZATION: &str = "quantization";
+/// The metadata.json record of a cast variant.
+pub(super) const CAST: &str = "cast";
+
+/// What to derive from instead of a variant: the source tag its `record` names, if any.
+pub(super) fn derive_instead(
+    meta: &serde_json::Map<String, serde_json::Value>,
+    record: &str,
+) -> String {
+    match meta
+        .get(record)
+        .and_then(|r| r.get("source_tag"))
+        .and_then(serde_json::Value::as_str)
+    {
+        Some(s) => format!("its source tag {s:?}"),
+        None => "a float tag".into(),
+    }
+}
+
+/// Why `tag` (with metadata `meta`) is already quantized, if it is: it has a
+/// `<name>@scale` parameter beside a parameter `<name>`, or a quantization record.
+pub(super) fn quantized_because(
+    tag: &crate::archive::Tag<'_>,
+    meta: &serde_json::Map<String, serde_json::Value>,
+) -> Option<String> {
+    let names: std::collections::HashSet<&str> =
+        tag.params().iter().map(|p| p.name.as_str()).collect();
+    let scale = tag.params().iter().find_map(|p| {
+        let of = p.name.strip_suffix("@scale")?;
+        names.contains(of).then_some((of, p.name.as_str()))
+    });
+    match scale {
+        Some((of, scale)) => Some(format!(
+            "already has a parameter {scale:?} (the scales of {of:?})"
+        )),
+        None => meta
+            .contains_key(QUANTIZATION)
+            .then(|| format!("already has a {QUANTIZATION:?} record in its metadata.json")),
+    }
+}
+
+/// The dtype a cast variant (metadata `meta`) was cast to, if it is one.
+pub(super) fn cast_dtype(meta: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let r = meta.get(CAST)?;
+    Some(
+        r.get("dtype")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("FP16/BF16")
+            .to_string(),
+    )
+}
+
+/// The progress of deriving tag `from_tag` of `archive`: each source parameter is one
+/// unit when derived and one when written (scale params are not counted).
+pub(super) fn progress_for<'a>(
+    archive: &Archive,
+    from_tag: &str,
+    opts: &'a WriteOptions,
+) -> Ticker<'a> {
+    let n = archive.tag(from_tag).map_or(0, |t| t.params().len() as u64);
+    Ticker::from_hook(opts.progress.as_ref(), 2 * n)
+}
+
+/// Appends `v` as tag `new_tag` in place, then reads it back to report sharing.
+pub(super) fn append_variant(
+    path: &Path,
+    new_tag: &str,
+    v: Variant,
+    opts: &WriteOptions,
+    ticker: &mut Ticker<'_>,
+) -> Result<VariantReport> {
+    let located = |e: Error| e.in_file(path);
+    let mut app = Appender::open_with(path, AppendMode::InPlace, opts)?;
+    {
+        let mut w = app.begin_tag(new_tag).map_err(located)?;
+        if let Some((enc, bytes)) = &v.graph {
+            w.graph(*enc, bytes).map_err(located)?;
+        }
+        for (name, t, change) in &v.params {
+            w.param(name, &t.view()).map_err(located)?;
+            if !matches!(change, ParamChange::Scale { .. }) {
+                ticker.tick();
+            }
+        }
+        let meta = serde_json::to_vec(&serde_json::Value::Object(v.metadata.clone()))
+            .map_err(|e| ErrorKind::InvalidInput(format!("cannot render metadata.json: {e}")))?;
+        w.metadata(&meta).map_err(located)?;
+        w.finish().map_err(located)?;
+    }
+    app.finish()?;
+
+    let archive = Archive::open(path)?;
+    let tag = archive.tag(new_tag)?;
+    let mut params = Vec::with_capacity(v.params.len());
+    for ((name, t, change), entry) in v.params.into_iter().zip(tag.params()) {
+        let shared = entry.location.shared;
+        let stored_bytes = if shared {
+            0
+        } else {
+            archive
+                .entry_stored_size(&entry.location.entry)
+                .unwrap_or(0)
+        };
+        params.push(VariantParam {
+            name,
+            dtype: t.dtype(),
+            dims: t.dims().to_vec(),
+            change,
+            shared,
+            stored_bytes,
+        });
+    }
+    Ok(VariantReport {
+        tag: tag.name().to_string(),
+        source_tag: v.source_tag,
+        graph: v.graph.map(|(e, _)| e),
+        params,
+    })
+}
