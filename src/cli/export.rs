@@ -44,20 +44,38 @@ pub struct Args {
     /// Where to write (a prefix for paddle, a file for tf and onnx).
     #[arg(long, value_name = "PATH")]
     out: PathBuf,
-    /// Replace existing files.
-    #[arg(long)]
-    force: bool,
-    /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
-    /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
-    /// whichever is larger. Checked before anything is written.
-    #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
-    max_output: Option<u64>,
+    #[command(flatten)]
+    limits: ExportLimits,
     /// onnx only: write every initializer to PATH.data beside the model (instead of
     /// inline, or the external files a model imported with external data named).
     #[arg(long)]
     external_data: bool,
     #[command(flatten)]
     output: OutputArgs,
+}
+
+/// The switches of every export: `--force` and `--max-output`.
+#[derive(clap::Args, Debug)]
+pub struct ExportLimits {
+    /// Replace existing files.
+    #[arg(long)]
+    pub force: bool,
+    /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
+    /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
+    /// whichever is larger. Checked before anything is written.
+    #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
+    pub max_output: Option<u64>,
+}
+
+impl ExportLimits {
+    /// The export options these switches ask for.
+    pub fn options(&self) -> ExportOptions {
+        ExportOptions {
+            overwrite: self.force,
+            max_output: self.max_output,
+            ..ExportOptions::default()
+        }
+    }
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
@@ -87,10 +105,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         )));
     }
     let opts = ExportOptions {
-        overwrite: args.force,
-        max_output: args.max_output,
         external_data: args.external_data,
-        ..ExportOptions::default()
+        ..args.limits.options()
     };
     let r = format.export(&tag, &args.out, &opts).map_err(fail)?;
     if args.output.json {

@@ -1,9 +1,10 @@
 //! `modelzip export-paddle`: a tag as PREFIX.pdmodel + PREFIX.pdiparams.
 
 use super::common::{OutputArgs, TagArgs};
+use super::export::ExportLimits;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::interop::paddle::{self, ExportOptions};
+use modelzip::interop::paddle;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -20,29 +21,22 @@ use std::path::PathBuf;
 ///   modelzip export-paddle model.zip --out inference --force --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
     #[command(flatten)]
     input: TagArgs,
     /// Output prefix: writes PREFIX.pdmodel and PREFIX.pdiparams.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
-    /// Replace existing files.
-    #[arg(long)]
-    force: bool,
+    #[command(flatten)]
+    limits: ExportLimits,
     #[command(flatten)]
     output: OutputArgs,
-    /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
-    /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
-    /// whichever is larger. Checked before anything is written.
-    #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
-    max_output: Option<u64>,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
-    if !args.force {
+    if !args.limits.force {
         let (m, p) = paddle::export_paths(&args.out);
         for path in [m, p] {
             if path.exists() {
@@ -53,18 +47,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             }
         }
     }
-    let opts = ExportOptions {
-        overwrite: args.force,
-        max_output: args.max_output,
-        ..ExportOptions::default()
-    };
-    let r = paddle::export_inference_model(&tag, &args.out, &opts).map_err(|e| {
-        CliError::Failed(format!(
-            "cannot export tag {:?} of {}: {e}",
-            tag.name(),
-            args.input.archive.display()
-        ))
-    })?;
+    let r =
+        paddle::export_inference_model(&tag, &args.out, &args.limits.options()).map_err(|e| {
+            CliError::Failed(format!(
+                "cannot export tag {:?} of {}: {e}",
+                tag.name(),
+                args.input.archive.display()
+            ))
+        })?;
     if args.output.json {
         return print_json(&json!({
             "tag": r.tag,
