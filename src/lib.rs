@@ -97,7 +97,7 @@ pub use archive::{
     RemoveReport, SUMMARY_TXT, SharedStr, SummaryStatus, TAGS_TXT, Tag, TagBuilder, TagName,
     TagSummary, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
     VerifyReport, WriteLock, WriteOptions, append_tag, compact, convert_graph, remove_tags,
-    replace_graph, validate_tag_name,
+    replace_graph, sha256_hex, validate_tag_name,
 };
 pub use error::{Error, ErrorKind, Location, Result};
 pub use graph::{Graph, GraphFormat, TrainingConfig};

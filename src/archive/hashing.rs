@@ -191,8 +191,18 @@ fn work(s: &Shared) {
     }
 }
 
-/// Lowercase hex SHA-256 of `bytes`.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+/// Lowercase hex SHA-256 of `bytes`, as a tag's sha256sums.txt records each file's (and
+/// as `modelzip show --json` prints a tensor's `data_sha256`).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(
+///     modelzip::sha256_hex(b"abc"),
+///     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+/// );
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
     hex_digest(&sha2::Sha256::digest(bytes).into())
 }
 

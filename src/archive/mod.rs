@@ -59,6 +59,7 @@ mod verify;
 mod writer;
 
 pub use append::{AppendMode, Appender, append_tag};
+pub use hashing::sha256_hex;
 pub use lock::WriteLock;
 pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
 pub use reader::{

@@ -2,10 +2,10 @@
 //! error, tensor JSON.
 
 use super::CliError;
-use super::output::sha256_hex;
 use super::progress::Progress;
 use modelzip::TensorView;
 use modelzip::WriteOptions;
+use modelzip::sha256_hex;
 use modelzip::{Archive, Tag, TensorLocation};
 use std::path::{Path, PathBuf};
 

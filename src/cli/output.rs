@@ -70,13 +70,6 @@ pub fn human_bytes(n: u64, exact: bool) -> String {
     format!("{v:.1} {}", units[i])
 }
 
-/// Lowercase hex of a SHA-256 digest of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(bytes);
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A name from an archive made safe for human output (JSON output escapes on its own).
 pub use modelzip::graph::dump::clean;
 

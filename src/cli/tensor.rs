@@ -1,7 +1,8 @@
 //! `modelzip tensor`: decode a standalone LoDTensor file or a combined file.
 
-use super::output::{io_error, print_json, sha256_hex};
+use super::output::{io_error, print_json};
 use super::{CliError, Outcome};
+use modelzip::sha256_hex;
 use modelzip::tensor::Lod;
 use modelzip::tensor::{self, Record};
 use std::io::Write;
