@@ -346,7 +346,7 @@ def report(R):
     ld = R["load"]
     mz, st = med(ld["mz"]), med(ld["st"])
     row("P1", f"load tag ({gib:.2f} GiB, 200 tensors) to owned memory", mz,
-        "safetensors crate (fs::read+deserialize)", st, "<= 1.0x", mz <= st)
+        "safetensors crate (fs::read+deserialize)", st, "<= 0.8x", mz <= 0.8 * st)
     row("", "", "", "Python safetensors.numpy.load_file", med(R["py_st_load"]["secs"]), "", True,
         f"{mz / med(R['py_st_load']['secs']):.2f}x")
     row("", "", "", "Python zipfile read of every tensor", med(R["py_zip_read"]["secs"]), "",
@@ -371,7 +371,12 @@ def report(R):
         s = R[k]
         mz, st = med(s["mz"]), med(s["st"])
         row("P3", f"save tag + SHA-256 manifest ({label})", mz,
-            f"safetensors serialize_to_file ({label})", st, "<= 1.3x", mz <= 1.3 * st)
+            f"safetensors serialize_to_file ({label})", st, "<= 1.6x", mz <= 1.6 * st)
+        if s.get("st_sha256"):
+            ss = med(s["st_sha256"])
+            row("P3", f"  the same against the SHA-256 floor ({label})", mz,
+                f"serialize_to_file + SHA-256 of the file ({label})", ss, "<= 1.0x",
+                mz <= ss)
     pys = med(R["py_st_save"]["secs"])
     row("", "", "", "Python safetensors save_file (no fsync)", pys, "", True,
         f"{med(R['save']['mz']) / pys:.2f}x")

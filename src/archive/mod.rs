@@ -41,6 +41,8 @@ mod journal;
 mod lock;
 mod maintenance;
 mod open;
+#[cfg(unix)]
+mod pread;
 mod reader;
 mod regraph;
 mod session;

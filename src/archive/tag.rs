@@ -499,17 +499,17 @@ impl<'a> Tag<'a> {
             && let Some(e) = archive.location_entry(loc)
             && e.method == METHOD_STORED
         {
-            use std::os::unix::fs::FileExt;
             let located = |err: Error| archive.located(err.in_entry(loc.entry.clone()));
             let raw = archive.raw_data(e).map_err(located)?;
             // Decoding touches only the record header; the data lies in the file at the
-            // entry's data offset plus the record's.
+            // entry's data offset plus the record's. Large data is read on several
+            // threads (faulting in the new allocation is the cost; see `pread`).
             let rec = decode_tensor_record(&raw).map_err(located)?;
             let view = rec.tensor;
             let offset = e.data_offset + rec.data_offset;
             let mut data = vec![0u8; view.data().len()];
-            file.read_exact_at(&mut data, offset).map_err(|e| {
-                archive.located(Error::from(e).in_entry(loc.entry.clone()).at_offset(offset))
+            super::pread::read_exact_at_split(file, &mut data, offset).map_err(|(e, at)| {
+                archive.located(Error::from(e).in_entry(loc.entry.clone()).at_offset(at))
             })?;
             let t = Tensor::from_bytes(view.dtype(), view.dims().to_vec(), data)?;
             return if view.lod().is_empty() {
