@@ -125,23 +125,12 @@ impl HashPool {
         })
     }
 
-    /// Copies `parts` (concatenated) for hashing and returns the ticket of its digest.
-    /// Waits while more than the in-flight bound would be waiting to be hashed (a
-    /// larger submission waits until nothing else is in flight).
-    pub(crate) fn submit(&mut self, parts: &[&[u8]]) -> Ticket {
-        self.submit_inner(parts, None)
-    }
-
-    /// [`HashPool::submit`], also returning the CRC-32 of the concatenated parts,
-    /// computed from the copy piece by piece while the piece is in cache (one pass over
-    /// the caller's bytes for both the copy and the CRC).
-    pub(crate) fn submit_crc(&mut self, parts: &[&[u8]]) -> (Ticket, u32) {
-        let mut crc = crc32fast::Hasher::new();
-        let t = self.submit_inner(parts, Some(&mut crc));
-        (t, crc.finalize())
-    }
-
-    fn submit_inner(&mut self, parts: &[&[u8]], mut crc: Option<&mut crc32fast::Hasher>) -> Ticket {
+    /// Copies `parts` (concatenated) for hashing and returns the ticket of its digest,
+    /// with the CRC-32 of the parts, computed from the copy piece by piece while the
+    /// piece is in cache (one pass over the caller's bytes for both). Waits while more
+    /// than the in-flight bound would be waiting to be hashed (a larger submission waits
+    /// until nothing else is in flight).
+    pub(crate) fn submit(&mut self, parts: &[&[u8]]) -> (Ticket, u32) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut g = self.shared.lock();
         while g.in_flight > 0 && g.in_flight + len > self.limit {
@@ -160,26 +149,23 @@ impl HashPool {
         drop(g);
         buf.clear();
         buf.reserve_exact(len);
+        let mut crc = crc32fast::Hasher::new();
         for p in parts {
-            match crc.as_deref_mut() {
-                None => buf.extend_from_slice(p),
-                Some(crc) => {
-                    for piece in p.chunks(COPY_PIECE) {
-                        let at = buf.len();
-                        buf.extend_from_slice(piece);
-                        crc.update(&buf[at..]);
-                    }
-                }
+            for piece in p.chunks(COPY_PIECE) {
+                let at = buf.len();
+                buf.extend_from_slice(piece);
+                crc.update(&buf[at..]);
             }
         }
         let id = self.next;
         self.next += 1;
         self.shared.lock().queue.push_back((id, buf));
         self.shared.changed.notify_all();
-        Ticket {
+        let ticket = Ticket {
             shared: Arc::clone(&self.shared),
             id,
-        }
+        };
+        (ticket, crc.finalize())
     }
 }
 
@@ -256,29 +242,18 @@ mod tests {
                 (0..len).map(|j| (j * 31 + i as usize) as u8).collect()
             })
             .collect();
-        let tickets: Vec<(Ticket, Option<u32>)> = data
-            .iter()
-            .enumerate()
-            .map(|(i, d)| match i % 2 {
-                0 => (pool.submit(&[b"hdr", d]), None),
-                _ => {
-                    let (t, c) = pool.submit_crc(&[b"hdr", d]);
-                    (t, Some(c))
-                }
-            })
-            .collect();
+        let tickets: Vec<(Ticket, u32)> = data.iter().map(|d| pool.submit(&[b"hdr", d])).collect();
         for (d, (t, c)) in data.iter().zip(&tickets).rev() {
             assert_eq!(t.digest(), sha256_parts(&[b"hdr", d]));
-            if let Some(c) = c {
-                let mut want = crc32fast::Hasher::new();
-                want.update(b"hdr");
-                want.update(d);
-                assert_eq!(*c, want.finalize(), "CRC-32 of {} bytes", d.len() + 3);
-            }
+            let mut want = crc32fast::Hasher::new();
+            want.update(b"hdr");
+            want.update(d);
+            assert_eq!(*c, want.finalize(), "CRC-32 of {} bytes", d.len() + 3);
         }
         // One over the in-flight bound goes through alone rather than waiting forever.
         let big = vec![7u8; limit + 5];
-        let t = pool.submit(&[&big]);
+        let (t, c) = pool.submit(&[&big]);
         assert_eq!(t.digest(), sha256_parts(&[&big]));
+        assert_eq!(c, crc32fast::hash(&big));
     }
 }

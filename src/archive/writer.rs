@@ -179,7 +179,7 @@ impl TagWriter<'_> {
         // A tensor the pool hashes is copied for it; its CRC-32 is computed from the copy
         // as it is made (one read of the caller's bytes instead of two).
         let pooled = if t.data().len() >= POOL_HASH_MIN && len <= IN_FLIGHT_LIMIT as u64 {
-            self.s.pool.get().map(|pool| pool.submit_crc(&parts))
+            self.s.pool.get().map(|pool| pool.submit(&parts))
         } else {
             None
         };
