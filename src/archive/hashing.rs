@@ -3,8 +3,8 @@
 //!
 //! SHA-256 (~1.8 GB/s with SHA-NI) is the slowest step of a save; writing into the page
 //! cache and CRC-32 are several times faster. A tensor handed to [`HashPool::submit`] is
-//! copied (the caller's borrow ends when `param` returns) into a recycled buffer and hashed
-//! by one of the workers; the writer asks for the digest only when it needs it (a dedup
+//! copied (the caller's borrow ends when `param` returns) into a recycled buffer, its
+//! CRC-32 computed from the copy as it is made, and hashed by one of the workers; the writer asks for the digest only when it needs it (a dedup
 //! comparison, or the tag's sha256sums.txt). The copies in flight are bounded by
 //! [`IN_FLIGHT_LIMIT`], so the memory a save needs stays the tensors plus that bound.
 
