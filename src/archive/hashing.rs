@@ -3,8 +3,8 @@
 //!
 //! SHA-256 (~1.8 GB/s with SHA-NI) is the slowest step of a save; writing into the page
 //! cache and CRC-32 are several times faster. A tensor handed to [`HashPool::submit`] is
-//! copied (the caller's borrow ends when `param` returns) into a recycled buffer, its
-//! CRC-32 computed from the copy as it is made, and hashed by one of the workers; the writer asks for the digest only when it needs it (a dedup
+//! copied (the caller's borrow ends when `param` returns) into a recycled buffer and hashed
+//! by one of the workers; the writer asks for the digest only when it needs it (a dedup
 //! comparison, or the tag's sha256sums.txt). The copies in flight are bounded by
 //! [`IN_FLIGHT_LIMIT`], so the memory a save needs stays the tensors plus that bound.
 
@@ -16,9 +16,6 @@ use std::thread::JoinHandle;
 /// Bytes copied for hashing and not yet hashed, at most. Larger tensors are not submitted
 /// (the writer hashes them beside the write without a copy).
 pub(crate) const IN_FLIGHT_LIMIT: usize = 32 << 20;
-
-/// Bytes copied before their CRC-32 is computed from the copy (fits in L2 cache).
-const COPY_PIECE: usize = 64 << 10;
 
 /// Workers at most; each is one core's worth of SHA-256.
 const MAX_WORKERS: usize = 4;
@@ -125,12 +122,10 @@ impl HashPool {
         })
     }
 
-    /// Copies `parts` (concatenated) for hashing and returns the ticket of its digest,
-    /// with the CRC-32 of the parts, computed from the copy piece by piece while the
-    /// piece is in cache (one pass over the caller's bytes for both). Waits while more
-    /// than the in-flight bound would be waiting to be hashed (a larger submission waits
-    /// until nothing else is in flight).
-    pub(crate) fn submit(&mut self, parts: &[&[u8]]) -> (Ticket, u32) {
+    /// Copies `parts` (concatenated) for hashing and returns the ticket of its digest.
+    /// Waits while more than the in-flight bound would be waiting to be hashed (a
+    /// larger submission waits until nothing else is in flight).
+    pub(crate) fn submit(&mut self, parts: &[&[u8]]) -> Ticket {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut g = self.shared.lock();
         while g.in_flight > 0 && g.in_flight + len > self.limit {
@@ -149,23 +144,17 @@ impl HashPool {
         drop(g);
         buf.clear();
         buf.reserve_exact(len);
-        let mut crc = crc32fast::Hasher::new();
         for p in parts {
-            for piece in p.chunks(COPY_PIECE) {
-                let at = buf.len();
-                buf.extend_from_slice(piece);
-                crc.update(&buf[at..]);
-            }
+            buf.extend_from_slice(p);
         }
         let id = self.next;
         self.next += 1;
         self.shared.lock().queue.push_back((id, buf));
         self.shared.changed.notify_all();
-        let ticket = Ticket {
+        Ticket {
             shared: Arc::clone(&self.shared),
             id,
-        };
-        (ticket, crc.finalize())
+        }
     }
 }
 
@@ -242,18 +231,13 @@ mod tests {
                 (0..len).map(|j| (j * 31 + i as usize) as u8).collect()
             })
             .collect();
-        let tickets: Vec<(Ticket, u32)> = data.iter().map(|d| pool.submit(&[b"hdr", d])).collect();
-        for (d, (t, c)) in data.iter().zip(&tickets).rev() {
+        let tickets: Vec<Ticket> = data.iter().map(|d| pool.submit(&[b"hdr", d])).collect();
+        for (d, t) in data.iter().zip(&tickets).rev() {
             assert_eq!(t.digest(), sha256_parts(&[b"hdr", d]));
-            let mut want = crc32fast::Hasher::new();
-            want.update(b"hdr");
-            want.update(d);
-            assert_eq!(*c, want.finalize(), "CRC-32 of {} bytes", d.len() + 3);
         }
         // One over the in-flight bound goes through alone rather than waiting forever.
         let big = vec![7u8; limit + 5];
-        let (t, c) = pool.submit(&[&big]);
+        let t = pool.submit(&[&big]);
         assert_eq!(t.digest(), sha256_parts(&[&big]));
-        assert_eq!(c, crc32fast::hash(&big));
     }
 }

@@ -176,33 +176,17 @@ impl TagWriter<'_> {
         let header = encode_header(t);
         let len = header.len() as u64 + t.data().len() as u64;
         let parts: [&[u8]; 2] = [&header, t.data()];
-        // A tensor the pool hashes is copied for it; its CRC-32 is computed from the copy
-        // as it is made (one read of the caller's bytes instead of two).
-        let pooled = if t.data().len() >= POOL_HASH_MIN && len <= IN_FLIGHT_LIMIT as u64 {
-            self.s.pool.get().map(|pool| pool.submit(&parts))
-        } else {
-            None
-        };
-        let crc = match &pooled {
-            Some((_, crc)) => *crc,
-            None => {
-                let mut crc = crc32fast::Hasher::new();
-                crc.update(&header);
-                crc.update(t.data());
-                crc.finalize()
-            }
-        };
-        let key = (kind, len, crc);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        crc.update(t.data());
+        let key = (kind, len, crc.finalize());
         // SHA-256 is the slowest step of a save (~1.8 GB/s with SHA-NI, CRC-32 ~15x
         // faster). Only a tensor with a dedup candidate of its kind, length and CRC-32
         // needs its digest before it is written; any other is written while it is hashed:
         // by the pool (a copy, hashed on another core while later tensors are written), or
         // beside its own write when it is too large to copy.
         let (sha, (rel, index)) = if self.s.dedup.map.contains_key(&key) {
-            let sha = match &pooled {
-                Some((ticket, _)) => ticket.digest(),
-                None => sha256_parts(&parts),
-            };
+            let sha = sha256_parts(&parts);
             let found = self.s.dedup.find(self.s.base.as_ref(), key, &sha, &parts);
             if let Some((tag, index)) = found {
                 let tag = if tag == self.name { None } else { Some(tag) };
@@ -214,7 +198,8 @@ impl TagWriter<'_> {
                 Sha::Ready(sha256_parts(&parts)),
                 self.write_tensor(key, &parts)?,
             )
-        } else if let Some((ticket, _)) = pooled {
+        } else if let Some(pool) = self.s.pool.get().filter(|_| len <= IN_FLIGHT_LIMIT as u64) {
+            let ticket = pool.submit(&parts);
             (Sha::Pending(ticket), self.write_tensor(key, &parts)?)
         } else {
             let (sha, written) = std::thread::scope(|scope| {
