@@ -492,6 +492,8 @@ impl<'a> Tag<'a> {
     /// Reads the tensor at `loc` into owned memory. From a memory-mapped archive the data
     /// is read from the file (`pread`) rather than copied out of the map, so loading a whole
     /// tag costs its tensor bytes once in resident memory, not twice (copy + mapped pages).
+    /// Data of 2 MiB or more is read in page-aligned pieces on up to 4 threads (one per
+    /// core), which fault the new memory in parallel.
     pub fn tensor_owned(&self, loc: &TensorLocation) -> Result<Tensor> {
         let archive = self.archive;
         #[cfg(unix)]
