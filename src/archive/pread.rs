@@ -2,19 +2,23 @@
 //!
 //! Reading a tensor into a new allocation is bound by the kernel faulting in (and
 //! zeroing) the allocation's pages, one 4 KiB page at a time, not by the copy out of the
-//! page cache. Pages of one allocation fault in independently, so the range is split into
-//! page-aligned pieces read by `pread` on scoped threads, one per core (at most
-//! [`MAX_THREADS`]), the calling thread reading the first piece.
+//! page cache. Pages of one allocation fault in independently, so the range is cut into
+//! page-aligned pieces that the calling thread and helper threads (one per other core, at
+//! most [`MAX_THREADS`] in all) take one at a time and read with `pread`. The calling
+//! thread never waits for a helper that has not been scheduled: it goes on taking pieces,
+//! so on a busy machine the read costs at most about what one thread's read costs.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
 
 /// Below this, one `pread` on the calling thread (starting a thread costs more).
 const SPLIT_MIN: usize = 2 << 20;
 /// Threads at most (including the calling one).
 const MAX_THREADS: usize = 4;
-const PAGE: usize = 4096;
+/// Bytes a thread takes at a time (whole pages).
+const PIECE: usize = 256 << 10;
 
 /// Fills `buf` from `file` at `offset`, like [`FileExt::read_exact_at`]. On error,
 /// returns the file offset of the piece that failed with the error.
@@ -25,52 +29,38 @@ pub(crate) fn read_exact_at_split(
 ) -> Result<(), (io::Error, u64)> {
     let n = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .clamp(1, MAX_THREADS)
-        .min(buf.len() / (SPLIT_MIN / 2).max(1))
-        .max(1);
+        .clamp(1, MAX_THREADS);
     if n == 1 || buf.len() < SPLIT_MIN {
         return file.read_exact_at(buf, offset).map_err(|e| (e, offset));
     }
-    // Pieces of whole pages (of the buffer), the last one taking the rest.
-    let piece = buf.len().div_ceil(n).div_ceil(PAGE) * PAGE;
-    let mut no_thread = false;
-    let result = std::thread::scope(|scope| {
-        let mut pieces = buf.chunks_mut(piece).enumerate();
-        let first = pieces.next();
-        let handles: Vec<_> = pieces
-            .map(|(i, chunk)| {
-                let at = offset + (i * piece) as u64;
-                let h = std::thread::Builder::new()
-                    .spawn_scoped(scope, move || file.read_exact_at(chunk, at));
-                (h, at)
-            })
-            .collect();
-        let mut result = match first {
-            Some((_, chunk)) => file.read_exact_at(chunk, offset).map_err(|e| (e, offset)),
-            None => Ok(()),
-        };
-        for (h, at) in handles {
-            let r = match h {
-                Err(_) => {
-                    no_thread = true;
-                    Ok(())
+    let pieces = Mutex::new(buf.chunks_mut(PIECE).enumerate());
+    let failed: Mutex<Option<(io::Error, u64)>> = Mutex::new(None);
+    let work = || {
+        loop {
+            // A helper never panics while holding either lock, so poison is ignored.
+            let next = pieces.lock().unwrap_or_else(|p| p.into_inner()).next();
+            let Some((i, chunk)) = next else { return };
+            let at = offset + (i * PIECE) as u64;
+            if let Err(e) = file.read_exact_at(chunk, at) {
+                let mut f = failed.lock().unwrap_or_else(|p| p.into_inner());
+                if f.as_ref().is_none_or(|(_, first)| at < *first) {
+                    *f = Some((e, at));
                 }
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                    .map_err(|e| (e, at)),
-            };
-            if result.is_ok() {
-                result = r;
+                return;
             }
         }
-        result
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..n {
+            // A helper that cannot be started leaves its share to the others.
+            let _ = std::thread::Builder::new().spawn_scoped(scope, work);
+        }
+        work();
     });
-    if no_thread && result.is_ok() {
-        // A thread could not be started (resources): the whole range again, here.
-        return file.read_exact_at(buf, offset).map_err(|e| (e, offset));
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(err) => Err(err),
+        None => Ok(()),
     }
-    result
 }
 
 #[cfg(test)]
