@@ -4,10 +4,11 @@
 //! refusals of other formats' tags and of hostile models. ONNX Runtime itself runs the
 //! exports in tests/onnx/run_exported.py (not part of cargo test).
 
+use crate::support::{export_opts, import_opts as opts};
 use modelzip::Archive;
 use modelzip::WriteOptions;
 use modelzip::interop::onnx::{self, EXTERNAL_ALIGN};
-use modelzip::interop::{self, ExportOptions, ImportOptions};
+use modelzip::interop::{self, ExportOptions};
 use modelzip::onnx_proto as pb;
 use modelzip::{DType, Graph};
 use prost::Message;
@@ -26,23 +27,6 @@ fn fixture(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/onnx")
         .join(file)
-}
-
-fn opts() -> ImportOptions {
-    ImportOptions {
-        write: WriteOptions {
-            fsync: false,
-            ..WriteOptions::default()
-        },
-        ..ImportOptions::default()
-    }
-}
-
-fn export_opts() -> ExportOptions {
-    ExportOptions {
-        fsync: false,
-        ..ExportOptions::default()
-    }
 }
 
 fn original(model: &str) -> pb::ModelProto {

@@ -7,11 +7,12 @@
 //! ONNX Runtime runs the exports in tests/onnx/run_exported.py: set
 //! MODELZIP_ONNX_EXPORT_DIR (./test.sh does) to keep them there for it.
 
+use crate::support::{import_opts as opts, write_opts};
+use modelzip::interop::ExportOptions;
 use modelzip::interop::onnx;
-use modelzip::interop::{ExportOptions, ImportOptions};
 use modelzip::onnx_proto as pb;
 use modelzip::variants::{ParamChange, QuantizeOptions, VariantReport, quantize};
-use modelzip::{Archive, DType, WriteOptions};
+use modelzip::{Archive, DType};
 use prost::Message;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,20 +21,6 @@ fn fixture(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/onnx")
         .join(file)
-}
-
-fn write_opts() -> WriteOptions {
-    WriteOptions {
-        fsync: false,
-        ..WriteOptions::default()
-    }
-}
-
-fn opts() -> ImportOptions {
-    ImportOptions {
-        write: write_opts(),
-        ..ImportOptions::default()
-    }
 }
 
 fn original(model: &str) -> pb::ModelProto {

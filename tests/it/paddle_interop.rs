@@ -3,14 +3,15 @@
 //! directories, and the errors that name the variable and record.
 
 use crate::support;
+use crate::support::{export_opts, import_opts as opts, write_opts as no_fsync};
 
 use modelzip::fault::{bytes_written, set_write_budget};
 use modelzip::interop::paddle::{
-    self, ExportOptions, ImportOptions, export_inference_model, export_inference_model_bytes,
+    self, ExportOptions, export_inference_model, export_inference_model_bytes,
     import_inference_model, import_inference_model_files, import_persistables_dir,
 };
 use modelzip::tensor::{decode_combined, encode_combined};
-use modelzip::{Archive, ArchiveWriter, Graph, TagBuilder, Tensor, TensorView, WriteOptions};
+use modelzip::{Archive, ArchiveWriter, Graph, TagBuilder, Tensor, TensorView};
 use modelzip::{GraphFormat, convert_graph, replace_graph};
 use std::path::{Path, PathBuf};
 use support::{dump, stray_files};
@@ -27,31 +28,6 @@ fn fixture(version: &str, file: &str) -> PathBuf {
 
 fn read(version: &str, file: &str) -> Vec<u8> {
     std::fs::read(fixture(version, file)).unwrap()
-}
-
-fn opts() -> ImportOptions {
-    ImportOptions {
-        write: WriteOptions {
-            fsync: false,
-            ..WriteOptions::default()
-        },
-        ..ImportOptions::default()
-    }
-}
-
-fn no_fsync() -> WriteOptions {
-    WriteOptions {
-        fsync: false,
-        ..WriteOptions::default()
-    }
-}
-
-fn export_opts() -> ExportOptions {
-    ExportOptions {
-        overwrite: false,
-        fsync: false,
-        ..ExportOptions::default()
-    }
 }
 
 /// Imports every fixture model of both versions into one archive, tags `<model>-<v>`.

@@ -6,11 +6,12 @@
 //! Set MODELZIP_ST_EXPORT_DIR to keep the exports for tests/safetensors/check_export.py.
 
 use crate::support;
+use crate::support::{export_opts, import_opts as opts};
 
 use modelzip::fault::set_write_budget;
 use modelzip::interop::paddle;
 use modelzip::interop::safetensors::{
-    ExportOptions, ImportOptions, METADATA_KEY, export_safetensors, export_safetensors_bytes,
+    ExportOptions, METADATA_KEY, export_safetensors, export_safetensors_bytes,
     export_safetensors_sharded, import_safetensors,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
@@ -24,24 +25,6 @@ fn fixtures() -> PathBuf {
 
 fn manifest() -> Value {
     serde_json::from_slice(&std::fs::read(fixtures().join("manifest.json")).unwrap()).unwrap()
-}
-
-fn opts() -> ImportOptions {
-    ImportOptions {
-        write: WriteOptions {
-            fsync: false,
-            ..WriteOptions::default()
-        },
-        ..ImportOptions::default()
-    }
-}
-
-fn export_opts() -> ExportOptions {
-    ExportOptions {
-        overwrite: false,
-        fsync: false,
-        ..ExportOptions::default()
-    }
 }
 
 fn hex(bytes: &[u8]) -> String {

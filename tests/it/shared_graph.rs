@@ -2,6 +2,7 @@
 //! referenced through the later tag's shared.txt; removals, prunes, compaction and
 //! graph conversion keep every tag's graph whole.
 
+use crate::support::write_opts as opts;
 use modelzip::{
     AppendMode, Archive, ArchiveWriter, Removal, TagBuilder, Tensor, WriteOptions, append_tag,
     compact, remove_tags,
@@ -14,13 +15,6 @@ fn model() -> Vec<u8> {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/paddle/3.3.1/mlp.pdmodel"),
     )
     .unwrap()
-}
-
-fn opts() -> WriteOptions {
-    WriteOptions {
-        fsync: false,
-        ..WriteOptions::default()
-    }
 }
 
 fn tag(name: &str, graph: &[u8]) -> TagBuilder {

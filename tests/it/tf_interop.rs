@@ -4,12 +4,13 @@
 //! refusals of other formats' tags and of hostile GraphDefs. TensorFlow itself runs
 //! the exports in tests/tf/run_exported.py (not part of cargo test).
 
+use crate::support::{export_opts, import_opts as opts};
 use modelzip::Archive;
+use modelzip::GraphFormat;
 use modelzip::interop::tf::{self, MAX_NODES};
-use modelzip::interop::{self, ExportOptions, ImportOptions};
+use modelzip::interop::{self, ExportOptions};
 use modelzip::tf_proto as pb;
 use modelzip::{DType, Graph};
-use modelzip::{GraphFormat, WriteOptions};
 use prost::Message;
 use std::path::{Path, PathBuf};
 
@@ -26,24 +27,6 @@ fn fixture(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/tf")
         .join(file)
-}
-
-fn opts() -> ImportOptions {
-    ImportOptions {
-        write: WriteOptions {
-            fsync: false,
-            ..WriteOptions::default()
-        },
-        ..ImportOptions::default()
-    }
-}
-
-fn export_opts() -> ExportOptions {
-    ExportOptions {
-        overwrite: false,
-        fsync: false,
-        ..ExportOptions::default()
-    }
 }
 
 fn original(model: &str) -> pb::GraphDef {

@@ -188,3 +188,27 @@ pub fn dump_files(tag: &Tag<'_>) -> DumpedFiles {
     let tc = tag.training_config().unwrap().map(|b| b.into_owned());
     (graph, tc)
 }
+
+/// Write options of the tests: no fsync (they check what is written, not durability).
+pub fn write_opts() -> modelzip::WriteOptions {
+    modelzip::WriteOptions {
+        fsync: false,
+        ..modelzip::WriteOptions::default()
+    }
+}
+
+/// Import options of the tests: in place, no fsync.
+pub fn import_opts() -> modelzip::interop::ImportOptions {
+    modelzip::interop::ImportOptions {
+        write: write_opts(),
+        ..modelzip::interop::ImportOptions::default()
+    }
+}
+
+/// Export options of the tests: existing files refused, no fsync.
+pub fn export_opts() -> modelzip::interop::ExportOptions {
+    modelzip::interop::ExportOptions {
+        fsync: false,
+        ..modelzip::interop::ExportOptions::default()
+    }
+}
