@@ -50,7 +50,7 @@ pub struct VariantParam {
     pub stored_bytes: u64,
 }
 
-/// What [`quantize`] or [`cast`] wrote.
+/// What [`quantize`](super::quantize) or [`cast`](super::cast) wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VariantReport {
     /// The new tag, spelled as in tags.txt.
