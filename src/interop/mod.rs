@@ -150,7 +150,22 @@ pub(crate) fn has_ext(p: &Path, ext: &str) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case(ext))
 }
 
-/// Up to `n` first bytes of a file (empty when it cannot be read).
+/// The one input file of a format that imports exactly one (`takes`: what it takes, for
+/// the error, e.g. "one .onnx file").
+pub(crate) fn single_input<'a>(
+    inputs: &'a [PathBuf],
+    format: &str,
+    takes: &str,
+) -> Result<&'a Path> {
+    match inputs {
+        [p] => Ok(p),
+        _ => Err(Error::new(ErrorKind::InvalidInput(format!(
+            "{format} import takes {takes}, not {}",
+            inputs.len()
+        )))),
+    }
+}
+
 /// A whole file for content detection, refused past 2 GiB (protobuf's own limit).
 pub(crate) fn read_whole(p: &Path) -> Result<Vec<u8>> {
     let len = std::fs::metadata(p)
@@ -167,6 +182,7 @@ pub(crate) fn read_whole(p: &Path) -> Result<Vec<u8>> {
     read_file(p)
 }
 
+/// Up to `n` first bytes of a file (empty when it cannot be read).
 pub(crate) fn head(p: &Path, n: u64) -> Vec<u8> {
     use std::io::Read;
     let mut out = Vec::new();

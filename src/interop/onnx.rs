@@ -1106,13 +1106,8 @@ impl Format for OnnxFormat {
         inputs: &[PathBuf],
         opts: &ImportOptions,
     ) -> Result<ImportReport> {
-        match inputs {
-            [p] => import_model_file(archive, tag, p, opts),
-            _ => Err(invalid(format!(
-                "an ONNX import takes one .onnx file, not {}",
-                inputs.len()
-            ))),
-        }
+        let p = super::single_input(inputs, "an ONNX", "one .onnx file")?;
+        import_model_file(archive, tag, p, opts)
     }
 
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {

@@ -1203,13 +1203,8 @@ impl Format for TfFormat {
         inputs: &[PathBuf],
         opts: &ImportOptions,
     ) -> Result<ImportReport> {
-        match inputs {
-            [p] => import_graphdef_file(archive, tag, p, opts),
-            _ => Err(invalid(format!(
-                "a TensorFlow import takes one GraphDef file (.pb or .pbtxt), not {}",
-                inputs.len()
-            ))),
-        }
+        let p = super::single_input(inputs, "a TensorFlow", "one GraphDef file (.pb or .pbtxt)")?;
+        import_graphdef_file(archive, tag, p, opts)
     }
 
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
