@@ -68,6 +68,10 @@ impl OpenOptions {
     }
 }
 
+/// Bytes of a tensor record read to decode its header without the map: a header with
+/// LoD or many dims longer than this is decoded in the map.
+const HEAD_PREAD: usize = 256;
+
 pub(super) enum Backing {
     /// The map and the file it maps (read with `pread` by
     /// [`Tag::tensor_owned`](super::Tag::tensor_owned)).
@@ -249,7 +253,15 @@ impl Archive {
         path: Option<PathBuf>,
         opts: OpenOptions,
     ) -> Result<Archive> {
-        let dir = container::read::parse(backing.bytes()).map_err(|e| match &path {
+        let dir = match &backing {
+            #[cfg(unix)]
+            Backing::Map(map, file) => {
+                use std::os::unix::fs::FileExt;
+                container::read::parse_mapped(map, &|buf, at| file.read_exact_at(buf, at))
+            }
+            b => container::read::parse(b.bytes()),
+        };
+        let dir = dir.map_err(|e| match &path {
             Some(p) => e.in_file(p),
             None => e,
         })?;
@@ -550,6 +562,9 @@ impl Archive {
     /// bindings that keep the locations can read without re-parsing.
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'_>> {
         let archive = self;
+        if let Some(view) = self.location_entry(loc).and_then(|e| self.view_unmapped(e)) {
+            return Ok(TensorData::Mapped(view));
+        }
         let bytes = match archive.location_entry(loc) {
             Some(e) => archive
                 .read_entry(e)
@@ -563,6 +578,43 @@ impl Archive {
                 .map(|t| TensorData::Owned(t.to_owned()))
                 .map_err(located),
         }
+    }
+
+    /// The view of stored tensor entry `e` of a mapped archive whose local header was read
+    /// without the map ([`ZipEntry::header_mapped`]), decoding its record header from the
+    /// first bytes kept from that read ([`ZipEntry::head_prefix`]) or else a `pread` of
+    /// them, so that the view touches none of the map's pages (the data is mapped, not
+    /// read). `None` when that does not apply or does not settle it
+    /// (a long header, any error): the caller decodes the record in the map, with every
+    /// check and the error it gives.
+    fn view_unmapped(&self, e: &ZipEntry) -> Option<TensorView<'_>> {
+        #[cfg(unix)]
+        if let Backing::Map(map, file) = &self.backing
+            && !e.header_mapped
+            && e.method == METHOD_STORED
+        {
+            use std::os::unix::fs::FileExt;
+            let kept = e
+                .head_prefix
+                .as_deref()
+                .and_then(|p| decode_head(p, e.compressed_size).ok().flatten());
+            let head = match kept {
+                Some(h) => h,
+                None => {
+                    let mut prefix = [0u8; HEAD_PREAD];
+                    let n = (e.compressed_size as usize).min(HEAD_PREAD);
+                    file.read_exact_at(&mut prefix[..n], e.data_offset).ok()?;
+                    decode_head(&prefix[..n], e.compressed_size).ok()??
+                }
+            };
+            // decode_head checked header + data = the entry's size, and the parser that
+            // the entry lies inside the file.
+            let start = usize::try_from(e.data_offset + head.header_len).ok()?;
+            let data = map.get(start..start.checked_add(usize::try_from(head.data_len).ok()?)?)?;
+            return TensorView::new(head.dtype, head.dims, head.lod, data).ok();
+        }
+        let _ = e;
+        None
     }
 
     /// What each tensor's header says (dtype, dims, LoD), checked as a full read checks

@@ -100,6 +100,14 @@ pub struct ZipEntry {
     pub cd_extra: Vec<u8>,
     /// Entry comment.
     pub comment: Vec<u8>,
+    /// True when the parser checked the local header through the file's memory map (so
+    /// its page is mapped); false when it read the header with `pread` (an entry alone in
+    /// its 64 KiB of the file) or did not read it (remote, written here).
+    pub header_mapped: bool,
+    /// The first bytes of a stored entry's data, read with its local header when that was
+    /// read with `pread` (up to 64: a tensor record's header without LoD fits), so that
+    /// decoding the record's header needs no second read.
+    pub head_prefix: Option<Box<[u8]>>,
 }
 
 impl ZipEntry {

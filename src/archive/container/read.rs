@@ -166,6 +166,45 @@ pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry
 /// Parses the end records and the central directory, checks every entry's name, its
 /// local header and that no two entries overlap each other or the central directory.
 pub fn parse(bytes: &[u8]) -> Result<Directory> {
+    parse_with(bytes, None)
+}
+
+/// Reads `buf.len()` bytes of the file from the given offset.
+pub(crate) type ReadAt<'r> = &'r dyn Fn(&mut [u8], u64) -> std::io::Result<()>;
+
+/// The local headers of a 64 KiB block of the file that holds fewer than this many are
+/// read with `pread` by [`parse_mapped`]: faulting a page into the map costs ~2 µs, and
+/// tearing the mapping down later ~1 µs more (the kernel maps the 16 pages around a
+/// fault, 64 KiB, so headers closer together share one fault), against ~0.4 µs a `pread`
+/// (measured, docs/BENCHMARKS.md P2).
+const SPARSE_MAX_HEADERS: usize = 4;
+/// The kernel's fault-around window (`fault_around_bytes`, 64 KiB by default).
+const SPARSE_BLOCK_SHIFT: u32 = 16;
+/// Bytes read for a local header beyond its fixed part and name (its extra field, which
+/// modelzip's writer uses for alignment padding, fits); a longer one is read from the map.
+const LOCAL_EXTRA_WINDOW: u64 = 256;
+/// Bytes of a stored entry's data kept from that read ([`ZipEntry::head_prefix`]).
+const HEAD_PREFIX: usize = 64;
+
+/// [`parse`] of a file mapped as `bytes` that `read_at` also reads: the local headers of
+/// entries that lie far apart (tensor files of ≥ 16 KiB) are read with `read_at` instead
+/// of through the map, so opening an archive of large tensors touches none of their
+/// pages ([`ZipEntry::header_mapped`] says which were). The checks and errors are
+/// [`parse`]'s: an entry whose header the read window does not settle is checked in
+/// the map.
+pub(crate) fn parse_mapped(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Directory> {
+    parse_with(bytes, Some((read_at, SPARSE_MAX_HEADERS)))
+}
+
+/// [`parse_mapped`] reading every local header with `read_at` (tests: the two paths
+/// must agree on every input).
+#[cfg(test)]
+pub(crate) fn parse_all_read(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Directory> {
+    parse_with(bytes, Some((read_at, usize::MAX)))
+}
+
+/// `read_at` with the most headers a 64 KiB block may hold for them to be read with it.
+fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Directory> {
     let at = At::whole(bytes);
     // The whole file is in the window: nothing is ever fetched.
     let end = parse_end(&at, &mut |offset, len| {
@@ -175,8 +214,19 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
     let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
     let (mut entries, index) = parse_entries(cd, &end)?;
     let cd_offset = end.cd_offset;
-    for entry in &mut entries {
+    let sparse = match read_at {
+        Some((_, max)) => sparse_headers(&entries, max),
+        None => vec![false; entries.len()],
+    };
+    let mut window = Vec::new();
+    for (entry, sparse) in entries.iter_mut().zip(sparse) {
+        if let (true, Some((read_at, _))) = (sparse, read_at)
+            && check_local_read(read_at, &mut window, bytes.len() as u64, entry, cd_offset)
+        {
+            continue;
+        }
         check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
+        entry.header_mapped = true;
     }
     check_overlaps(&entries)?;
     Ok(Directory {
@@ -185,6 +235,67 @@ pub fn parse(bytes: &[u8]) -> Result<Directory> {
         cd_offset,
         comment: end.comment,
     })
+}
+
+/// Which entries' local headers lie with fewer than `max` headers (themselves included)
+/// in their 64 KiB block of the file (entries with a data descriptor excepted: checking one
+/// reads past its data).
+fn sparse_headers(entries: &[ZipEntry], max: usize) -> Vec<bool> {
+    let blocks: Vec<u64> = entries
+        .iter()
+        .map(|e| e.header_offset >> SPARSE_BLOCK_SHIFT)
+        .collect();
+    let few = |n: usize| n < max;
+    let mut out: Vec<bool> = if blocks.is_sorted() {
+        // Entries in file order (as every writer lays them out): count runs in one pass.
+        blocks
+            .chunk_by(|a, b| a == b)
+            .flat_map(|run| std::iter::repeat_n(few(run.len()), run.len()))
+            .collect()
+    } else {
+        let mut sorted = blocks.clone();
+        sorted.sort_unstable();
+        blocks
+            .iter()
+            .map(|b| few(sorted.partition_point(|x| x <= b) - sorted.partition_point(|x| x < b)))
+            .collect()
+    };
+    for (sparse, e) in out.iter_mut().zip(entries) {
+        *sparse &= e.flags & FLAG_DESCRIPTOR == 0;
+    }
+    out
+}
+
+/// Checks `e`'s local header in bytes read with `read_at` into `window`; false when the
+/// read fails or the check does not pass, for the caller to check it in the map, which
+/// gives the authoritative answer and error.
+fn check_local_read(
+    read_at: ReadAt<'_>,
+    window: &mut Vec<u8>,
+    file_len: u64,
+    e: &mut ZipEntry,
+    cd_offset: u64,
+) -> bool {
+    let start = e.header_offset;
+    let want = 30 + e.name.len() as u64 + LOCAL_EXTRA_WINDOW;
+    let len = want.min(file_len.saturating_sub(start));
+    // `len` ≤ 30 + 65,535 + 256: the name's length is a u16 of the central directory.
+    window.resize(len as usize, 0);
+    if len == 0 || read_at(window, start).is_err() {
+        return false;
+    }
+    // A failed check may have set some of `e`'s fields: the map's check sets them again.
+    if check_local(&At::window(window, start, file_len), e, cd_offset).is_err() {
+        return false;
+    }
+    if e.method == METHOD_STORED {
+        let from = (e.data_offset - start) as usize;
+        let n = (window.len() - from)
+            .min(HEAD_PREFIX)
+            .min(e.compressed_size as usize);
+        e.head_prefix = Some(window[from..from + n].into());
+    }
+    true
 }
 
 /// The directory of a file whose local headers are read later, entry by entry
@@ -346,6 +457,8 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
         internal_attrs: u16_at(r, 36),
         cd_extra,
         comment,
+        header_mapped: false,
+        head_prefix: None,
     })
 }
 

@@ -154,3 +154,116 @@ fn all_four_descriptor_forms_are_measured() {
     assert_eq!(e.location().offset, Some(34));
     assert_eq!(e.location().entry.as_deref(), Some("a"));
 }
+
+/// Reads `bytes` as `pread` reads a file: an error past the end.
+fn reader(bytes: &[u8]) -> impl Fn(&mut [u8], u64) -> std::io::Result<()> + '_ {
+    move |buf, at| {
+        let start = usize::try_from(at).map_err(std::io::Error::other)?;
+        match bytes.get(start..start + buf.len()) {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            None => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+}
+
+/// What a parse found, without `header_mapped` (which says only how it was found).
+fn outcome(r: Result<Directory>) -> std::result::Result<Vec<(String, u64, u64)>, String> {
+    r.map(|d| {
+        d.entries
+            .iter()
+            .map(|e| (e.name.clone(), e.data_offset, e.descriptor_len))
+            .collect()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Local headers read with `pread` ([`parse_mapped`]) must give exactly what the map gives:
+/// every hostile archive of tests/hostile and every single-byte corruption of the local
+/// headers of an archive of far-apart entries (the layout that takes the read path).
+#[test]
+fn local_headers_read_or_mapped_agree_on_every_input() {
+    let hostile = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let mut n = 0;
+    for f in std::fs::read_dir(&hostile).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_some_and(|x| x == "zip") {
+            let b = std::fs::read(&f).unwrap();
+            assert_eq!(
+                outcome(parse(&b)),
+                outcome(parse_all_read(&b, &reader(&b))),
+                "{}",
+                f.display()
+            );
+            n += 1;
+        }
+    }
+    assert!(n > 100, "only {n} hostile archives");
+
+    let mut out = ZipOut::new(Vec::new(), 0);
+    let big = vec![7u8; 70_000];
+    let mut headers = vec![];
+    for i in 0..3 {
+        let name = format!("t/params/{i}.lodtensor");
+        let e = out
+            .write_entry(EntrySpec {
+                align_after: Some(20),
+                ..EntrySpec::stored(&name, crc32fast::hash(&big), &[&big])
+            })
+            .unwrap();
+        headers.push((e.header_offset as usize, e.data_offset as usize));
+    }
+    let (good, _) = out.finish(b"").unwrap();
+    let dir = parse_mapped(&good, &reader(&good)).unwrap();
+    assert!(
+        dir.entries.iter().all(|e| !e.header_mapped),
+        "far apart: read"
+    );
+    assert!(
+        parse(&good)
+            .unwrap()
+            .entries
+            .iter()
+            .all(|e| e.header_mapped)
+    );
+    assert_eq!(
+        outcome(parse(&good)),
+        outcome(parse_mapped(&good, &reader(&good)))
+    );
+    let mut refused = 0;
+    for &(h, d) in &headers {
+        for i in h..d {
+            for flip in [0xffu8, 0x01, 0x80] {
+                let mut b = good.clone();
+                b[i] ^= flip;
+                let mapped = outcome(parse(&b));
+                refused += usize::from(mapped.is_err());
+                assert_eq!(
+                    mapped,
+                    outcome(parse_mapped(&b, &reader(&b))),
+                    "byte {i} ^ {flip:#x}"
+                );
+            }
+        }
+    }
+    assert!(refused > 50, "corruptions refused: {refused}");
+}
+
+/// Entries packed close together are checked through the map (one fault covers many),
+/// and a reader that fails sends the check to the map too.
+#[test]
+fn dense_entries_and_failed_reads_use_the_map() {
+    let mut out = ZipOut::new(Vec::new(), 0);
+    for i in 0..10 {
+        out.write_bytes(&format!("a/{i}"), b"small", false).unwrap();
+    }
+    let (b, _) = out.finish(b"").unwrap();
+    let dir = parse_mapped(&b, &reader(&b)).unwrap();
+    assert!(dir.entries.iter().all(|e| e.header_mapped));
+    let failing = |_: &mut [u8], _: u64| Err(std::io::ErrorKind::Other.into());
+    let dir = parse_all_read(&b, &failing).unwrap();
+    assert!(dir.entries.iter().all(|e| e.header_mapped));
+    assert_eq!(outcome(Ok(dir)), outcome(parse(&b)));
+}

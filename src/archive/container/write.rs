@@ -146,6 +146,8 @@ impl<W: Write> ZipOut<W> {
             internal_attrs: template.map_or(0, |e| e.internal_attrs),
             cd_extra: template.map_or_else(Vec::new, |e| e.cd_extra.clone()),
             comment: template.map_or_else(Vec::new, |e| e.comment.clone()),
+            header_mapped: false,
+            head_prefix: None,
         };
         self.entries.push(entry.clone());
         Ok(entry)
