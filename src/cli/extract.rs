@@ -23,12 +23,19 @@ use std::path::{Path, PathBuf};
 /// added up first and refused above --max-files / --max-output (many names may share
 /// one tensor file, so a small archive can describe a large directory).
 ///
+/// With --link, a name whose tensor file was already written in this extract is a
+/// hard link to that first file instead of a copy: no bytes and no inode per alias
+/// (much faster for many aliases). Names that share a tensor file then share one
+/// inode: writing to one changes all of them. Use it for read-only use or to save disk
+/// and time. Where a link cannot be made (another filesystem, links unsupported, the
+/// filesystem's limit of links per file) that name is written as a copy.
+///
 /// Example:
 ///   modelzip extract model.zip --tag fp32 --out fp32_params/
 ///   modelzip extract model.zip --out latest/ --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "out", "files"}"#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "out", "files", "links"}"#)))]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 #[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
@@ -37,18 +44,27 @@ pub struct Args {
     /// The target directory (created if missing).
     #[arg(long)]
     out: PathBuf,
-    /// Replace existing files.
+    /// Replace existing files (with --link, a link replaces a file atomically:
+    /// made under a temporary name in the same directory, then renamed over it).
     #[arg(long)]
     force: bool,
+    /// Make every further name of an already written tensor file a hard link to the
+    /// first file written for it, not a copy. Linked names share one inode: writing
+    /// to one changes them all (for read-only use, or to save disk and time). Where a
+    /// link cannot be made, that name is a copy.
+    #[arg(long)]
+    link: bool,
     #[command(flatten)]
     output: OutputArgs,
     /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
     /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
-    /// whichever is larger. Checked before anything is written.
+    /// whichever is larger. Checked before anything is written. With --link, only
+    /// the distinct files count (links add no bytes; a copy made where a link
+    /// cannot be is counted when made).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_output: Option<u64>,
     /// Refuse to write more than N files. Default: 100000. Checked before anything
-    /// is written.
+    /// is written. Every name counts, hard links (--link) included.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FILES)]
     max_files: u64,
 }
@@ -169,6 +185,92 @@ fn create_file(path: &Path, force: bool) -> Result<File, CliError> {
         .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", path.display())))
 }
 
+/// Makes `path` a hard link of `src` (a file this extract wrote). `Ok(false)` when the
+/// link cannot be made where a copy could ([`link_unavailable`]): the caller writes a
+/// copy. Something in the way is an error without `force`; with it, the link is made
+/// under a temporary name in the same directory and renamed over it, so `path` is
+/// never missing and no temporary is left behind.
+fn link_file(src: &Path, path: &Path, force: bool, tmp_seq: &mut u64) -> Result<bool, CliError> {
+    let failed = |e: std::io::Error| {
+        CliError::Failed(format!(
+            "cannot link {} to {}: {e}",
+            path.display(),
+            src.display()
+        ))
+    };
+    match std::fs::hard_link(src, path) {
+        Ok(()) => return Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if !force {
+                return Err(CliError::Failed(format!(
+                    "cannot write {}: the file exists (use --force to overwrite)",
+                    path.display()
+                )));
+            }
+        }
+        Err(e) if link_unavailable(&e) => return Ok(false),
+        Err(e) => return Err(failed(e)),
+    }
+    let in_way = std::fs::symlink_metadata(path).map_err(failed)?;
+    if in_way.is_dir() {
+        return Err(CliError::Failed(format!(
+            "cannot write {}: a directory is in the way",
+            path.display()
+        )));
+    }
+    #[cfg(unix)]
+    {
+        // Already a name of `src`: rename would do nothing and leave the temporary.
+        use std::os::unix::fs::MetadataExt;
+        let s = std::fs::symlink_metadata(src).map_err(failed)?;
+        if (s.dev(), s.ino()) == (in_way.dev(), in_way.ino()) {
+            return Ok(true);
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut attempts = 0;
+    let tmp = loop {
+        let tmp = dir.join(format!(
+            ".modelzip-link.{}.{}",
+            std::process::id(),
+            *tmp_seq
+        ));
+        *tmp_seq += 1;
+        match std::fs::hard_link(src, &tmp) {
+            Ok(()) => break tmp,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 100 => {
+                attempts += 1;
+            }
+            Err(e) if link_unavailable(&e) => return Ok(false),
+            Err(e) => return Err(failed(e)),
+        }
+    };
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        CliError::Failed(format!("cannot replace {}: {e}", path.display()))
+    })?;
+    Ok(true)
+}
+
+/// Whether a failed `hard_link` means "no link here" rather than a failure: another
+/// filesystem (EXDEV), too many links to the file (EMLINK; 65,000 on ext4), links not
+/// supported or not permitted by the filesystem (EPERM, EOPNOTSUPP, ENOSYS). A copy
+/// is written instead; if the directory itself refuses it, that write says why.
+fn link_unavailable(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    if matches!(
+        e.kind(),
+        K::CrossesDevices | K::TooManyLinks | K::Unsupported | K::PermissionDenied
+    ) {
+        return true;
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(code) = e.raw_os_error() {
+        return code == rustix::io::Errno::OPNOTSUPP.raw_os_error();
+    }
+    false
+}
+
 /// Creates `out` and any missing parents, returning the directories it created
 /// (outermost first), so a failed extract can remove them again.
 fn create_out_dir(out: &Path) -> Result<Vec<PathBuf>, CliError> {
@@ -220,18 +322,26 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
-/// Makes `files` and `dirs` durable: many files (at least [`SYNCFS_FILES`]) on Linux
-/// with one `syncfs` per filesystem that holds them (measured on 200,000 files: one
-/// call instead of 600,000 opens, fsyncs and closes), otherwise with
-/// [`sync_all_parallel`].
-fn sync_output(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError> {
+/// Makes `files`, the hard links `links` (names of some of `files`) and `dirs` durable:
+/// many names (at least [`SYNCFS_FILES`]) on Linux with one `syncfs` per filesystem
+/// that holds them (measured on 200,000 files: one call instead of 600,000 opens,
+/// fsyncs and closes), otherwise with [`sync_all_parallel`] of the files, then of
+/// `dirs` and every directory that holds a file or a link (a link is only a
+/// directory entry).
+fn sync_output(files: &[PathBuf], links: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError> {
     #[cfg(target_os = "linux")]
-    if files.len() >= SYNCFS_FILES {
+    if files.len() + links.len() >= SYNCFS_FILES {
         use std::os::unix::fs::MetadataExt;
         // Every directory that holds one of the files or directories: usually one or a
         // few, each on its filesystem (a directory in the way may be a mount point).
         let mut holders: FxHashSet<&Path> = FxHashSet::default();
-        holders.extend(files.iter().chain(dirs).filter_map(|p| p.parent()));
+        holders.extend(
+            files
+                .iter()
+                .chain(links)
+                .chain(dirs)
+                .filter_map(|p| p.parent()),
+        );
         holders.extend(dirs.iter().map(PathBuf::as_path));
         let mut synced = FxHashSet::default();
         for d in holders {
@@ -249,7 +359,19 @@ fn sync_output(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    sync_all_parallel(files, dirs)
+    let mut seen: FxHashSet<&Path> = FxHashSet::default();
+    let mut all_dirs: Vec<PathBuf> = Vec::new();
+    let holders = files.iter().chain(links).filter_map(|p| p.parent());
+    for d in dirs.iter().map(PathBuf::as_path).chain(holders) {
+        if seen.insert(d) {
+            all_dirs.push(if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d.to_path_buf()
+            });
+        }
+    }
+    sync_all_parallel(files, &all_dirs)
 }
 
 /// Fsyncs `files` (and then `dirs`) from several threads at once: one fsync after
@@ -326,6 +448,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
     // Tensor files that more than one name refers to.
     let mut aliased: FxHashSet<&str> = FxHashSet::default();
+    // With --link, the tensor files whose bytes are counted (once each).
+    let mut counted: FxHashSet<&str> = FxHashSet::default();
     if archive.is_remote() {
         let mut seen: FxHashSet<&str> = FxHashSet::default();
         let unique: Vec<&modelzip::TensorLocation> = tag
@@ -373,7 +497,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 n
             }
         };
-        total_bytes = total_bytes.saturating_add(len);
+        if !args.link || counted.insert(p.location.entry.as_str()) {
+            total_bytes = total_bytes.saturating_add(len);
+        }
         total_files += 1;
     }
     if total_files > args.max_files {
@@ -391,9 +517,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     drop(file_paths);
     drop(dir_paths);
+    drop(counted);
     let out_dirs = create_out_dir(&args.out)?;
     let mut created_files: Vec<PathBuf> = Vec::new();
+    // Hard links it made (--link): removed with the files on failure, not fsynced
+    // themselves (their inode is a created file; their directory is synced).
+    let mut created_links: Vec<PathBuf> = Vec::new();
     let mut created_dirs: Vec<PathBuf> = Vec::new();
+    let mut tmp_seq = 0u64;
     let result = (|| {
         if let (Some((_, bytes)), Some(name)) = (&graph, graph_file) {
             let path = args.out.join(name);
@@ -403,37 +534,66 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))?;
         }
         // The first file written for each tensor file: later names that refer to it
-        // write its bytes again from memory (up to ALIAS_BYTES_KEPT of them in all) or
-        // copy it (copy_file_range where the OS has it) instead of decoding it again.
+        // are hard links to it (--link), or write its bytes again from memory (up to
+        // ALIAS_BYTES_KEPT of them in all) or copy it (copy_file_range where the OS has
+        // it) instead of decoding it again. With --link, a copy made where a link could
+        // not be becomes the file later names link to.
         let mut first: FxHashMap<&str, usize> = FxHashMap::default();
         let mut kept: FxHashMap<&str, Vec<u8>> = FxHashMap::default();
         let mut kept_bytes = 0usize;
+        // Bytes of the copies made where a link could not be (--link): not in
+        // total_bytes, so checked against --max-output as they are made.
+        let mut copied_bytes = 0u64;
         for p in tag.params() {
             let rel = safe_relative(tag_name, &p.name)?;
             make_parents(&args.out, &rel, &mut created_dirs)?;
             let path = args.out.join(&rel);
+            let entry = p.location.entry.as_str();
+            if args.link
+                && let Some(&i) = first.get(entry)
+            {
+                if link_file(&created_files[i], &path, args.force, &mut tmp_seq)? {
+                    created_links.push(path);
+                    continue;
+                }
+                let len = sizes.get(entry).copied().unwrap_or(0);
+                copied_bytes = copied_bytes.saturating_add(len);
+                if total_bytes.saturating_add(copied_bytes) > max_output {
+                    return Err(CliError::Failed(format!(
+                        "cannot extract tag {tag_name}: {} cannot be a hard link of {} here, and copies would write more than the limit of {max_output} bytes ({}; raise it with --max-output)",
+                        path.display(),
+                        created_files[i].display(),
+                        human_bytes(max_output, false),
+                    )));
+                }
+            }
             let mut f = create_file(&path, args.force)?;
             created_files.push(path.clone());
             let failed = |e: std::io::Error| {
                 CliError::Failed(format!("cannot write {}: {e}", path.display()))
             };
-            if let Some(bytes) = kept.get(p.location.entry.as_str()) {
+            if let Some(bytes) = kept.get(entry) {
                 f.write_all(bytes).map_err(failed)?;
                 continue;
             }
-            match first.get(p.location.entry.as_str()) {
+            match first.get(entry) {
                 Some(&i) => {
                     let src = &created_files[i];
                     let mut from = File::open(src).map_err(|e| {
                         CliError::Failed(format!("cannot read {}: {e}", src.display()))
                     })?;
                     std::io::copy(&mut from, &mut f).map_err(failed)?;
+                    if args.link {
+                        first.insert(entry, created_files.len() - 1);
+                    }
                 }
                 None => {
-                    first.insert(p.location.entry.as_str(), created_files.len() - 1);
+                    first.insert(entry, created_files.len() - 1);
                     let data = tag.tensor(&p.location).map_err(tag_err(tag_name))?;
-                    let len = sizes.get(p.location.entry.as_str()).copied().unwrap_or(0);
-                    let keep = aliased.contains(p.location.entry.as_str())
+                    let len = sizes.get(entry).copied().unwrap_or(0);
+                    // With --link, aliases are links: their bytes are not needed again.
+                    let keep = !args.link
+                        && aliased.contains(entry)
                         && len <= ALIAS_FILE_KEPT as u64
                         && kept_bytes + len as usize <= ALIAS_BYTES_KEPT;
                     if keep {
@@ -442,7 +602,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                         tensor::encode_tensor(&data.view(), &mut bytes).map_err(failed)?;
                         f.write_all(&bytes).map_err(failed)?;
                         kept_bytes += bytes.len();
-                        kept.insert(p.location.entry.as_str(), bytes);
+                        kept.insert(entry, bytes);
                     } else {
                         let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut f);
                         tensor::encode_tensor(&data.view(), &mut w)
@@ -463,10 +623,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 parent.to_path_buf()
             });
         }
-        sync_output(&created_files, &dirs)
+        sync_output(&created_files, &created_links, &dirs)
     })();
     if let Err(e) = result {
-        for f in created_files.iter().rev() {
+        for f in created_links.iter().chain(created_files.iter()).rev() {
             let _ = std::fs::remove_file(f);
         }
         remove_dirs(&created_dirs);
@@ -480,10 +640,16 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             out: &args.out,
             graph: graph_file,
             params: tag.params(),
+            links: created_links.len(),
         })?;
     } else if !args.output.quiet {
+        let links = if args.link {
+            format!(", {} of them hard links", created_links.len())
+        } else {
+            String::new()
+        };
         print(&format!(
-            "extracted tag {} ({} files) to {}\n",
+            "extracted tag {} ({} files{links}) to {}\n",
             tag.name(),
             total_files,
             args.out.display()
@@ -499,6 +665,7 @@ struct ExtractJson<'a> {
     out: &'a Path,
     graph: Option<&'a str>,
     params: &'a [modelzip::ParamEntry],
+    links: usize,
 }
 
 impl serde::Serialize for ExtractJson<'_> {
@@ -514,11 +681,12 @@ impl serde::Serialize for ExtractJson<'_> {
                 )
             }
         }
-        let mut m = s.serialize_map(Some(4))?;
+        let mut m = s.serialize_map(Some(5))?;
         m.serialize_entry("archive", &self.archive.display().to_string())?;
         m.serialize_entry("tag", self.tag)?;
         m.serialize_entry("out", &self.out.display().to_string())?;
         m.serialize_entry("files", &Files(self.graph, self.params))?;
+        m.serialize_entry("links", &self.links)?;
         m.end()
     }
 }
