@@ -204,3 +204,282 @@ fn diff_costs_at_most_300_bytes_a_pair_beyond_the_names() {
         );
     }
 }
+
+/// A tag whose names share three tensor files: `w0`..`w4` one, `b2`, `sub/b0` and
+/// `sub/b1` another (a subdirectory among them), `c` a third of its own.
+fn shared_groups_archive(dir: &Path) -> PathBuf {
+    let path = dir.join("groups.zip");
+    let t = |v: f32| Tensor::from_slice(vec![300], &[v; 300]).unwrap();
+    let mut tag = TagBuilder::new("a");
+    for i in 0..5 {
+        tag = tag.param(format!("w{i}"), t(0.5));
+    }
+    for name in ["b2", "sub/b0", "sub/b1"] {
+        tag = tag.param(name, t(0.25));
+    }
+    tag = tag.param("c", t(2.0));
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    w.add_tag(tag).unwrap();
+    w.finish().unwrap();
+    path
+}
+
+const GROUPS: [&[&str]; 3] = [
+    &["w0", "w1", "w2", "w3", "w4"],
+    &["b2", "sub/b0", "sub/b1"],
+    &["c"],
+];
+
+/// Runs `extract ARCHIVE --out OUT EXTRA --json`, expects success, returns the document.
+fn extract_json(archive: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = modelzip()
+        .arg("extract")
+        .arg(archive)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "extract {extra:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// (device, inode, link count) of a file.
+#[cfg(unix)]
+fn inode(path: &Path) -> (u64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).unwrap();
+    assert!(m.is_file(), "{} is not a file", path.display());
+    (m.dev(), m.ino(), m.nlink())
+}
+
+/// Every name under `dir` (recursively, relative, `/`-separated), sorted.
+fn names_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(
+                p.strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/"),
+            );
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(unix)]
+#[test]
+fn extract_link_makes_aliases_one_inode_and_copies_without_it() {
+    let d = tempfile::tempdir().unwrap();
+    let path = shared_groups_archive(d.path());
+    let (copied, linked) = (d.path().join("copied"), d.path().join("linked"));
+    let plain = extract_json(&path, &copied, &[]);
+    assert_eq!(plain["links"], 0);
+    let doc = extract_json(&path, &linked, &["--link"]);
+    // Every name but the first of each group is a link; the files list is unchanged.
+    assert_eq!(doc["links"], 4 + 2);
+    assert_eq!(doc["files"], plain["files"]);
+    assert_eq!(doc["files"].as_array().unwrap().len(), 9);
+    let mut inodes = std::collections::HashSet::new();
+    for group in GROUPS {
+        let first = inode(&linked.join(group[0]));
+        assert!(
+            inodes.insert(first),
+            "{group:?} shares an inode with another group"
+        );
+        assert_eq!(first.2, group.len() as u64, "link count of {group:?}");
+        for name in group {
+            assert_eq!(inode(&linked.join(name)), first, "{name}");
+            assert_eq!(
+                std::fs::read(linked.join(name)).unwrap(),
+                std::fs::read(copied.join(name)).unwrap(),
+                "{name}"
+            );
+        }
+    }
+    // Without --link, every name is a file of its own.
+    let mut plain_inodes = std::collections::HashSet::new();
+    for name in GROUPS.concat() {
+        let (dev, ino, nlink) = inode(&copied.join(name));
+        assert_eq!(nlink, 1, "{name}");
+        assert!(plain_inodes.insert((dev, ino)), "{name} shares an inode");
+    }
+    let line = String::from_utf8_lossy(
+        &modelzip()
+            .arg("extract")
+            .arg(&path)
+            .args(["--link", "--out"])
+            .arg(d.path().join("human"))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(line.contains("(9 files, 6 of them hard links)"), "{line}");
+}
+
+#[cfg(unix)]
+#[test]
+fn extract_link_force_replaces_existing_files_and_leaves_no_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let path = shared_groups_archive(d.path());
+    let out = d.path().join("out");
+    extract_json(&path, &out, &[]);
+    let before = names_under(&out);
+    // Without --force, a link refuses to replace a file like a copy does.
+    let refused = modelzip()
+        .arg("extract")
+        .arg(&path)
+        .args(["--link", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--force"));
+    // Over a copied extract, then over a linked one (the links replaced are names of
+    // the previous run's inode).
+    for round in 0..2 {
+        let doc = extract_json(&path, &out, &["--link", "--force"]);
+        assert_eq!(doc["links"], 6, "round {round}");
+        assert_eq!(names_under(&out), before, "round {round}: names changed");
+        for group in GROUPS {
+            let first = inode(&out.join(group[0]));
+            assert_eq!(first.2, group.len() as u64, "round {round}: {group:?}");
+            for name in group {
+                assert_eq!(inode(&out.join(name)), first, "round {round}: {name}");
+            }
+        }
+    }
+    // And back to copies: --force without --link gives every name its own inode again.
+    extract_json(&path, &out, &["--force"]);
+    for name in GROUPS.concat() {
+        assert_eq!(inode(&out.join(name)).2, 1, "{name}");
+    }
+}
+
+#[test]
+fn extract_link_counts_only_distinct_bytes_against_max_output() {
+    let d = tempfile::tempdir().unwrap();
+    // 1,000 names of one file of a 1,024-byte payload: about 1 MiB as copies.
+    let path = alias_archive(d.path(), 1_000, 256);
+    let out = d.path().join("out");
+    let run = |extra: &[&str]| {
+        modelzip()
+            .arg("extract")
+            .arg(&path)
+            .arg("--out")
+            .arg(&out)
+            .args(["--max-output", "100K"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&[]);
+    assert_eq!(refused.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert!(msg.contains("limit of 102400 bytes"), "{msg}");
+    assert!(!out.exists());
+    // --max-files still counts every name, links included.
+    let refused = run(&["--link", "--max-files", "999"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert!(msg.contains("would write 1000 files"), "{msg}");
+    assert!(!out.exists());
+    let ok = run(&["--link", "--json"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(v["links"], 999);
+    assert_eq!(names_under(&out).len(), 1000);
+    let last = std::fs::read(out.join("layer000999.some_weight_name")).unwrap();
+    assert_eq!(
+        modelzip::tensor::decode_tensor(&last)
+            .unwrap()
+            .to_f32_vec()
+            .unwrap(),
+        vec![0.5; 256]
+    );
+}
+
+#[test]
+fn extract_link_output_packs_back_to_the_same_params() {
+    let d = tempfile::tempdir().unwrap();
+    let path = shared_groups_archive(d.path());
+    let out = d.path().join("out");
+    extract_json(&path, &out, &["--link"]);
+    let packed = d.path().join("packed.zip");
+    let o = modelzip()
+        .arg("pack")
+        .arg(&packed)
+        .arg(&out)
+        .args(["--tag", "a"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sorted = |p: &Path| {
+        let archive = modelzip::Archive::open(p).unwrap();
+        let mut v = crate::support::dump(&archive.tag("a").unwrap());
+        v.sort();
+        v
+    };
+    let (was, now) = (sorted(&path), sorted(&packed));
+    assert_eq!(was.len(), 9);
+    assert_eq!(now, was);
+    // Shared bytes stay shared: three tensor files in the packed tag as in the original.
+    let archive = modelzip::Archive::open(&packed).unwrap();
+    let tag = archive.tag("a").unwrap();
+    let entries: std::collections::HashSet<_> = tag
+        .params()
+        .iter()
+        .map(|p| p.location.entry.to_string())
+        .collect();
+    assert_eq!(entries.len(), 3);
+}
+
+#[test]
+fn failed_extract_link_removes_its_links() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("late.zip");
+    // Names of one file, then one whose directory a file in the output is in the way
+    // of: found only when it is written, after the links.
+    let t = Tensor::from_slice(vec![4], &[1.0f32; 4]).unwrap();
+    let mut tag = TagBuilder::new("a");
+    for i in 0..5 {
+        tag = tag.param(format!("n{i}"), t.clone());
+    }
+    tag = tag.param("zz/w", Tensor::from_slice(vec![1], &[3.0f32]).unwrap());
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    w.add_tag(tag).unwrap();
+    w.finish().unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("zz"), b"in the way").unwrap();
+    let o = modelzip()
+        .arg("extract")
+        .arg(&path)
+        .args(["--link", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(msg.contains("not a directory is in the way"), "{msg}");
+    assert_eq!(names_under(&out), ["zz"], "files or links left behind");
+    assert_eq!(std::fs::read(out.join("zz")).unwrap(), b"in the way");
+}
