@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 /// Example:
 ///   modelzip extract model.zip --tag fp32 --out fp32_params/
 ///   modelzip extract model.zip --out latest/ --json
+///   modelzip extract aliases.zip --out big/ --link --max-files 300000
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "out", "files", "links"}"#)))]
