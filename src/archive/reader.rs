@@ -70,6 +70,7 @@ impl OpenOptions {
 
 /// Bytes of a tensor record read to decode its header without the map: a header with
 /// LoD or many dims longer than this is decoded in the map.
+#[cfg_attr(not(unix), allow(dead_code))]
 const HEAD_PREAD: usize = 256;
 
 pub(super) enum Backing {
@@ -581,8 +582,8 @@ impl Archive {
     }
 
     /// The view of stored tensor entry `e` of a mapped archive whose local header was read
-    /// without the map ([`ZipEntry::header_mapped`]), decoding its record header from the
-    /// first bytes kept from that read ([`ZipEntry::head_prefix`]) or else a `pread` of
+    /// without the map, decoding its record header from the first bytes kept from that
+    /// read ([`ZipEntry::read_head`]) or else a `pread` of
     /// them, so that the view touches none of the map's pages (the data is mapped, not
     /// read). `None` when that does not apply or does not settle it
     /// (a long header, any error): the caller decodes the record in the map, with every
@@ -590,14 +591,11 @@ impl Archive {
     fn view_unmapped(&self, e: &ZipEntry) -> Option<TensorView<'_>> {
         #[cfg(unix)]
         if let Backing::Map(map, file) = &self.backing
-            && !e.header_mapped
+            && let Some(kept) = &e.read_head
             && e.method == METHOD_STORED
         {
             use std::os::unix::fs::FileExt;
-            let kept = e
-                .head_prefix
-                .as_deref()
-                .and_then(|p| decode_head(p, e.compressed_size).ok().flatten());
+            let kept = decode_head(kept, e.compressed_size).ok().flatten();
             let head = match kept {
                 Some(h) => h,
                 None => {

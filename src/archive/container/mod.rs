@@ -97,17 +97,16 @@ pub struct ZipEntry {
     /// Internal attributes.
     pub internal_attrs: u16,
     /// Central-directory extra fields other than Zip64.
-    pub cd_extra: Vec<u8>,
+    pub cd_extra: Box<[u8]>,
     /// Entry comment.
-    pub comment: Vec<u8>,
-    /// True when the parser checked the local header through the file's memory map (so
-    /// its page is mapped); false when it read the header with `pread` (an entry alone in
-    /// its 64 KiB of the file) or did not read it (remote, written here).
-    pub header_mapped: bool,
-    /// The first bytes of a stored entry's data, read with its local header when that was
-    /// read with `pread` (up to 64: a tensor record's header without LoD fits), so that
-    /// decoding the record's header needs no second read.
-    pub head_prefix: Option<Box<[u8]>>,
+    pub comment: Box<[u8]>,
+    /// `Some` when [`parse_mapped`](read::parse_mapped) checked the local header in bytes
+    /// read with `pread` rather than through the file's map (an entry with few others in
+    /// its 64 KiB of the file, whose page is then not mapped): the first bytes of the
+    /// entry's data read with it, up to 64 for a stored entry (a tensor record's header
+    /// without LoD fits, so decoding it needs no second read), none for a deflated one.
+    /// `None` when the header was checked through the map, or not read (remote, written).
+    pub read_head: Option<Box<[u8]>>,
 }
 
 impl ZipEntry {

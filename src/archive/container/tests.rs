@@ -169,7 +169,7 @@ fn reader(bytes: &[u8]) -> impl Fn(&mut [u8], u64) -> std::io::Result<()> + '_ {
     }
 }
 
-/// What a parse found, without `header_mapped` (which says only how it was found).
+/// What a parse found, without `read_head` (which says only how it was found).
 fn outcome(r: Result<Directory>) -> std::result::Result<Vec<(String, u64, u64)>, String> {
     r.map(|d| {
         d.entries
@@ -218,7 +218,7 @@ fn local_headers_read_or_mapped_agree_on_every_input() {
     let (good, _) = out.finish(b"").unwrap();
     let dir = parse_mapped(&good, &reader(&good)).unwrap();
     assert!(
-        dir.entries.iter().all(|e| !e.header_mapped),
+        dir.entries.iter().all(|e| e.read_head.is_some()),
         "far apart: read"
     );
     assert!(
@@ -226,7 +226,7 @@ fn local_headers_read_or_mapped_agree_on_every_input() {
             .unwrap()
             .entries
             .iter()
-            .all(|e| e.header_mapped)
+            .all(|e| e.read_head.is_none())
     );
     assert_eq!(
         outcome(parse(&good)),
@@ -261,9 +261,9 @@ fn dense_entries_and_failed_reads_use_the_map() {
     }
     let (b, _) = out.finish(b"").unwrap();
     let dir = parse_mapped(&b, &reader(&b)).unwrap();
-    assert!(dir.entries.iter().all(|e| e.header_mapped));
+    assert!(dir.entries.iter().all(|e| e.read_head.is_none()));
     let failing = |_: &mut [u8], _: u64| Err(std::io::ErrorKind::Other.into());
     let dir = parse_all_read(&b, &failing).unwrap();
-    assert!(dir.entries.iter().all(|e| e.header_mapped));
+    assert!(dir.entries.iter().all(|e| e.read_head.is_none()));
     assert_eq!(outcome(Ok(dir)), outcome(parse(&b)));
 }

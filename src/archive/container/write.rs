@@ -144,10 +144,9 @@ impl<W: Write> ZipOut<W> {
             version_made_by: template.map_or(0x031e, |e| e.version_made_by),
             external_attrs: template.map_or(0o100644 << 16, |e| e.external_attrs),
             internal_attrs: template.map_or(0, |e| e.internal_attrs),
-            cd_extra: template.map_or_else(Vec::new, |e| e.cd_extra.clone()),
-            comment: template.map_or_else(Vec::new, |e| e.comment.clone()),
-            header_mapped: false,
-            head_prefix: None,
+            cd_extra: template.map_or_else(Box::default, |e| e.cd_extra.clone()),
+            comment: template.map_or_else(Box::default, |e| e.comment.clone()),
+            read_head: None,
         };
         self.entries.push(entry.clone());
         Ok(entry)
