@@ -2,12 +2,12 @@
 
 use super::archive_path::ArchivePath;
 use super::durable::TempTarget;
-use super::fault::Budgeted;
 use super::journal;
 use super::lock::WriteLock;
 use super::reader::{Archive, OpenOptions};
 use super::session::{Session, WriteOptions};
 use super::summary::written_by_commit;
+use super::writeback::EarlyWriteback;
 use super::writer::{TagBuilder, TagWriter};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -115,7 +115,7 @@ pub(crate) fn in_place_session(
             return Err(Error::from(e).in_file(path));
         }
     };
-    let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
+    let sink = BufWriter::with_capacity(1 << 20, EarlyWriteback::new(w, cd_offset, opts.fsync));
     let s = Session::in_place(Box::new(sink), base, opts.clone(), keep);
     Ok((s, file))
 }
@@ -208,7 +208,7 @@ impl Appender {
         let (session, target) = match mode {
             AppendMode::Rewrite => {
                 let temp = TempTarget::create(path)?;
-                let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
+                let mut s = Session::new(Box::new(temp.writer(opts.fsync)?), 0, opts.clone());
                 s.copy_archive(
                     &base,
                     |e| written_by_commit(&e.name),

@@ -1,6 +1,6 @@
 //! Durable file replacement: a temp file beside the target, fsync, rename, fsync the directory.
 
-use super::fault::Budgeted;
+use super::writeback::EarlyWriteback;
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::io::BufWriter;
@@ -101,10 +101,14 @@ impl TempTarget {
         })
     }
 
-    /// A buffered, budget-charged writer on the temp file.
-    pub fn writer(&self) -> Result<BufWriter<Budgeted<File>>> {
+    /// A buffered, budget-charged writer on the temp file; when the file will be
+    /// fsynced, it starts writeback as it goes ([`EarlyWriteback`]).
+    pub fn writer(&self, fsync: bool) -> Result<BufWriter<EarlyWriteback>> {
         let f = self.temp.as_file().try_clone()?;
-        Ok(BufWriter::with_capacity(1 << 20, Budgeted(f)))
+        Ok(BufWriter::with_capacity(
+            1 << 20,
+            EarlyWriteback::new(f, 0, fsync),
+        ))
     }
 
     /// fsyncs the temp file, renames it over the target and fsyncs the directory.

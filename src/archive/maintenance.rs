@@ -265,7 +265,7 @@ fn rewrite(
         let before = base.len_bytes();
         let plan = Plan::make(&base, &removed)?;
         let temp = TempTarget::create(path)?;
-        let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
+        let mut s = Session::new(Box::new(temp.writer(opts.fsync)?), 0, opts.clone());
         let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
         let total = (base.directory().entries.len() + plan.copies.len()) as u64;
         let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);

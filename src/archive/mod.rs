@@ -34,6 +34,7 @@ mod durable;
 #[cfg(feature = "remote")]
 pub(crate) use durable::fsync_dir;
 pub(crate) use durable::{new_temp_beside, parent_dir};
+pub(crate) use writeback::EarlyWriteback;
 mod entry_name;
 pub mod fault;
 mod hashing;
@@ -58,6 +59,7 @@ mod tag_name;
 pub mod text;
 mod time;
 mod verify;
+mod writeback;
 mod writer;
 
 pub use append::{AppendMode, Appender, append_tag};

@@ -176,7 +176,7 @@ fn rewrite_graph(
             edit.apply(&base, name, &mut replaced, &mut dropped)?;
         }
         let temp = TempTarget::create(path)?;
-        let mut s = Session::new(Box::new(temp.writer()?), 0, opts.clone());
+        let mut s = Session::new(Box::new(temp.writer(opts.fsync)?), 0, opts.clone());
         let skip = |e: &super::container::ZipEntry| {
             written_by_commit(&e.name) || e.name == old_name || dropped.contains(&e.name)
         };

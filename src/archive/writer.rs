@@ -587,7 +587,7 @@ impl ArchiveWriter {
             super::journal::remove(path)?;
         }
         let temp = TempTarget::create(path)?;
-        let sink: Box<dyn Write> = Box::new(temp.writer()?);
+        let sink: Box<dyn Write> = Box::new(temp.writer(opts.fsync)?);
         Ok(ArchiveWriter {
             session: Session::new(sink, 0, opts.clone()),
             temp,

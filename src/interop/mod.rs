@@ -22,7 +22,6 @@ pub mod paddle;
 pub mod safetensors;
 pub mod tf;
 
-use crate::archive::fault::Budgeted;
 use crate::archive::{AppendMode, Appender, Archive, ArchiveWriter, Tag, TagWriter, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::DType;
@@ -395,7 +394,10 @@ pub(crate) fn write_temp(
     let temp = crate::archive::new_temp_beside(target)?;
     let written = (|| -> std::io::Result<()> {
         let f = temp.as_file().try_clone()?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, Budgeted(f));
+        let mut w = std::io::BufWriter::with_capacity(
+            1 << 20,
+            crate::archive::EarlyWriteback::new(f, 0, fsync),
+        );
         fill(&mut w)?;
         w.flush()?;
         drop(w);
