@@ -267,3 +267,54 @@ fn dense_entries_and_failed_reads_use_the_map() {
     assert!(dir.entries.iter().all(|e| e.read_head.is_none()));
     assert_eq!(outcome(Ok(dir)), outcome(parse(&b)));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Archives mixing small and large entries (so some headers take the `pread` path
+    /// and some the map, decided by their neighbours), with one byte of a local header
+    /// (or, one time in four, anywhere) changed: [`parse_mapped`] answers exactly as
+    /// [`parse`] does.
+    #[test]
+    fn parse_mapped_agrees_with_parse_on_mixed_archives(
+        sizes in proptest::collection::vec(
+            proptest::prop_oneof![0usize..300, 60_000usize..140_000], 1..12),
+        which in proptest::prelude::any::<proptest::sample::Index>(),
+        offset in proptest::prelude::any::<proptest::sample::Index>(),
+        anywhere in 0u8..4,
+        flip in 1u8..=255,
+    ) {
+        let mut out = ZipOut::new(Vec::new(), 0);
+        let mut headers = vec![];
+        for (i, &n) in sizes.iter().enumerate() {
+            let data = vec![(i % 251) as u8; n];
+            let name = format!("t/params/{i}.lodtensor");
+            let e = out
+                .write_entry(EntrySpec::stored(&name, crc32fast::hash(&data), &[&data]))
+                .unwrap();
+            headers.push((e.header_offset as usize, e.data_offset as usize));
+        }
+        let (good, _) = out.finish(b"").unwrap();
+        let dir = parse_mapped(&good, &reader(&good)).unwrap();
+        // Read with `pread`: exactly the headers with fewer than 4 in their 64 KiB block.
+        for (e, &(h, _)) in dir.entries.iter().zip(&headers) {
+            let in_block = headers.iter().filter(|&&(o, _)| o >> 16 == h >> 16).count();
+            proptest::prop_assert_eq!(e.read_head.is_some(), in_block < 4, "header at {}", h);
+        }
+        proptest::prop_assert_eq!(outcome(parse(&good)), outcome(Ok(dir)));
+        let mut b = good.clone();
+        let i = if anywhere == 0 {
+            offset.index(b.len())
+        } else {
+            let (h, d) = headers[which.index(headers.len())];
+            h + offset.index(d - h)
+        };
+        b[i] ^= flip;
+        proptest::prop_assert_eq!(
+            outcome(parse(&b)),
+            outcome(parse_mapped(&b, &reader(&b))),
+            "byte {}",
+            i
+        );
+    }
+}
