@@ -76,16 +76,7 @@ fn extract_refuses_above_its_limits_before_writing_and_obeys_raised_ones() {
     let path = alias_archive(d.path(), 1_000, 256);
     // Each file: a 1,024-byte payload behind a small record header.
     let out_dir = d.path().join("out");
-    let run = |extra: &[&str]| {
-        modelzip()
-            .arg("extract")
-            .arg(&path)
-            .arg("--out")
-            .arg(&out_dir)
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let run = |extra: &[&str]| extract(&path, &out_dir, extra);
     let refused = run(&["--max-files", "999"]);
     assert_eq!(refused.status.code(), Some(2));
     let msg = String::from_utf8_lossy(&refused.stderr);
@@ -126,13 +117,7 @@ fn extract_default_limit_refuses_200k_files() {
     let d = tempfile::tempdir().unwrap();
     let path = alias_archive(d.path(), 100_001, 1);
     let out_dir = d.path().join("out");
-    let out = modelzip()
-        .arg("extract")
-        .arg(&path)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let out = extract(&path, &out_dir, &[]);
     assert_eq!(out.status.code(), Some(2));
     let msg = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -146,14 +131,7 @@ fn extract_default_limit_refuses_200k_files() {
 fn size_arguments_parse_with_units() {
     let d = tempfile::tempdir().unwrap();
     let path = alias_archive(d.path(), 1, 1);
-    let out = modelzip()
-        .arg("extract")
-        .arg(&path)
-        .arg("--out")
-        .arg(d.path().join("o"))
-        .args(["--max-output", "12Q"])
-        .output()
-        .unwrap();
+    let out = extract(&path, &d.path().join("o"), &["--max-output", "12Q"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
 }
@@ -230,17 +208,21 @@ const GROUPS: [&[&str]; 3] = [
     &["c"],
 ];
 
-/// Runs `extract ARCHIVE --out OUT EXTRA --json`, expects success, returns the document.
-fn extract_json(archive: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
-    let o = modelzip()
+/// Runs `extract ARCHIVE --out OUT EXTRA`.
+fn extract(archive: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    modelzip()
         .arg("extract")
         .arg(archive)
         .arg("--out")
         .arg(out)
         .args(extra)
-        .arg("--json")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `extract ARCHIVE --out OUT EXTRA --json`, expects success, returns the document.
+fn extract_json(archive: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = extract(archive, out, &[extra, &["--json"]].concat());
     assert!(
         o.status.success(),
         "extract {extra:?}: {}",
@@ -376,17 +358,7 @@ fn extract_link_counts_only_distinct_bytes_against_max_output() {
     // 1,000 names of one file of a 1,024-byte payload: about 1 MiB as copies.
     let path = alias_archive(d.path(), 1_000, 256);
     let out = d.path().join("out");
-    let run = |extra: &[&str]| {
-        modelzip()
-            .arg("extract")
-            .arg(&path)
-            .arg("--out")
-            .arg(&out)
-            .args(["--max-output", "100K"])
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let run = |extra: &[&str]| extract(&path, &out, &[&["--max-output", "100K"], extra].concat());
     let refused = run(&[]);
     assert_eq!(refused.status.code(), Some(2));
     let msg = String::from_utf8_lossy(&refused.stderr);
@@ -470,13 +442,7 @@ fn failed_extract_link_removes_its_links() {
     let out = d.path().join("out");
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join("zz"), b"in the way").unwrap();
-    let o = modelzip()
-        .arg("extract")
-        .arg(&path)
-        .args(["--link", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = extract(&path, &out, &["--link"]);
     assert_eq!(o.status.code(), Some(2));
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(msg.contains("not a directory is in the way"), "{msg}");
