@@ -563,10 +563,11 @@ impl Archive {
     /// bindings that keep the locations can read without re-parsing.
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'_>> {
         let archive = self;
-        if let Some(view) = self.location_entry(loc).and_then(|e| self.view_unmapped(e)) {
+        let entry = archive.location_entry(loc);
+        if let Some(view) = entry.and_then(|e| archive.view_unmapped(e)) {
             return Ok(TensorData::Mapped(view));
         }
-        let bytes = match archive.location_entry(loc) {
+        let bytes = match entry {
             Some(e) => archive
                 .read_entry(e)
                 .map_err(|err| archive.located(err.in_entry(loc.entry.clone())))?,
@@ -583,11 +584,10 @@ impl Archive {
 
     /// The view of stored tensor entry `e` of a mapped archive whose local header was read
     /// without the map, decoding its record header from the first bytes kept from that
-    /// read ([`ZipEntry::read_head`]) or else a `pread` of
-    /// them, so that the view touches none of the map's pages (the data is mapped, not
-    /// read). `None` when that does not apply or does not settle it
-    /// (a long header, any error): the caller decodes the record in the map, with every
-    /// check and the error it gives.
+    /// read ([`ZipEntry::read_head`]) or else a `pread` of them, so that the view touches
+    /// none of the map's pages (the data is mapped, not read). `None` when that does not
+    /// apply or does not settle it (a long header, any error): the caller decodes the
+    /// record in the map, with every check and the error it gives.
     fn view_unmapped(&self, e: &ZipEntry) -> Option<TensorView<'_>> {
         #[cfg(unix)]
         if let Backing::Map(map, file) = &self.backing

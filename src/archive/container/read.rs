@@ -204,7 +204,8 @@ pub(crate) fn parse_all_read(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Direct
     parse_with(bytes, Some((read_at, usize::MAX)))
 }
 
-/// `read_at` with the most headers a 64 KiB block may hold for them to be read with it.
+/// [`parse`], reading with `read_at` the local headers of 64 KiB blocks of the file that
+/// hold fewer headers than the number paired with it.
 fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Directory> {
     let at = At::whole(bytes);
     // The whole file is in the window: nothing is ever fetched.
