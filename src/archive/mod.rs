@@ -34,6 +34,7 @@ mod durable;
 #[cfg(feature = "remote")]
 pub(crate) use durable::fsync_dir;
 pub(crate) use durable::{new_temp_beside, parent_dir};
+pub(crate) use pread::read_exact_at_split;
 pub(crate) use writeback::EarlyWriteback;
 mod entry_name;
 pub mod fault;

@@ -58,7 +58,8 @@ impl TensorFile {
     /// Every record copied into owned tensors. The data is read from the file (`pread`)
     /// straight into each tensor's buffer, so the bytes are copied once and the mapped
     /// file pages are never touched (only the headers are): resident memory is the tensor
-    /// bytes, not twice that.
+    /// bytes, not twice that. Data of 2 MiB or more is read in page-aligned pieces on up
+    /// to 4 threads (one per core), which fault the new memory in parallel.
     pub fn records_owned(&self) -> Result<Vec<Tensor>> {
         let base = self.bytes().as_ptr() as usize;
         self.records()?
@@ -79,11 +80,14 @@ impl TensorFile {
             .collect()
     }
 
+    /// Large data is read in page-aligned pieces on up to 4 threads, which fault the new
+    /// allocation in parallel (as `Tag::tensor_owned` does); a failed piece's error
+    /// names its own offset.
     #[cfg(unix)]
     fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        use std::os::unix::fs::FileExt;
         let mut data = vec![0u8; len];
-        self.file.read_exact_at(&mut data, offset)?;
+        crate::archive::read_exact_at_split(&self.file, &mut data, offset)
+            .map_err(|(e, at)| Error::from(e).at_offset(at))?;
         Ok(data)
     }
 
@@ -130,5 +134,45 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn large_records_read_in_pieces_and_a_short_file_names_the_record_and_offset() {
+        // Records over the split threshold (2 MiB) are read on several threads.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.pdiparams");
+        let a: Vec<f32> = (0..(3 << 18) + 7).map(|i| i as f32 * 0.5).collect();
+        let b: Vec<f32> = (0..(5 << 18) + 3).map(|i| -(i as f32)).collect();
+        let ta = Tensor::from_slice(vec![a.len() as u64], &a).unwrap();
+        let tb = Tensor::from_slice(vec![b.len() as u64], &b)
+            .unwrap()
+            .with_lod(vec![vec![0, 5, b.len() as u64]])
+            .unwrap();
+        let mut bytes = Vec::new();
+        codec::encode_combined([&ta.view(), &tb.view()], &mut bytes).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        let f = TensorFile::open(&path).unwrap();
+        let owned = f.records_owned().unwrap();
+        assert_eq!(owned, vec![ta.clone(), tb.clone()]);
+
+        // The file loses its last MiB after it was mapped: the headers still decode from
+        // the map, and the read of record 1's data fails where the file ends.
+        let recs = f.records().unwrap();
+        let base = f.bytes().as_ptr() as usize;
+        let start = (recs[1].tensor.data().as_ptr() as usize - base) as u64;
+        let cut = bytes.len() as u64 - (1 << 20);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        drop(recs);
+        let err = f.records_owned().unwrap_err();
+        let loc = err.location();
+        assert_eq!(loc.record, Some(1), "{err}");
+        let at = loc.offset.expect("an offset");
+        assert!(at >= start && at < cut, "{at} not in {start}..{cut}: {err}");
+        assert!(err.to_string().contains("big.pdiparams"), "{err}");
     }
 }
