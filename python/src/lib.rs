@@ -317,14 +317,18 @@ impl NativeArchive {
             .take();
     }
 
-    /// Parses tag `name` (any ASCII case): its tables, once.
+    /// Parses tag `name` (any ASCII case): its tables, once. The GIL is released
+    /// meanwhile (a remote archive fetches the tables here).
     fn tag(&self, py: Python<'_>, name: &str) -> PyResult<NativeTag> {
         let archive = self.get(py)?;
-        let tag = archive.tag(name).or_raise(py)?;
-        let params: Vec<ParamEntry> = tag.params().to_vec();
-        let updater: Vec<UpdaterEntry> = tag.updater().to_vec();
-        let canonical = tag.name().to_string();
-        drop(tag);
+        let (params, updater, canonical) = py
+            .detach(|| -> modelzip::Result<_> {
+                let tag = archive.tag(name)?;
+                let params: Vec<ParamEntry> = tag.params().to_vec();
+                let updater: Vec<UpdaterEntry> = tag.updater().to_vec();
+                Ok((params, updater, tag.name().to_string()))
+            })
+            .or_raise(py)?;
         let by_name = params
             .iter()
             .enumerate()
@@ -379,9 +383,28 @@ impl NativeTag {
         }
     }
 
+    /// Reads the tensor at `loc` with the GIL released: a deflated entry is inflated, a
+    /// remote one fetched, and other Python threads run meanwhile.
     fn read(&self, py: Python<'_>, loc: &TensorLocation) -> PyResult<Described> {
-        let data = self.archive.tensor(loc).or_raise(py)?;
+        let data = py.detach(|| self.archive.tensor(loc)).or_raise(py)?;
         describe(py, &self.archive, data)
+    }
+
+    /// Reads the tensors at `locs` (as [`read`](Self::read) does, the GIL released once).
+    fn read_all<'s>(
+        &'s self,
+        py: Python<'_>,
+        locs: impl Iterator<Item = &'s TensorLocation> + Send,
+    ) -> PyResult<Vec<Described>> {
+        let data = py
+            .detach(|| {
+                locs.map(|loc| self.archive.tensor(loc))
+                    .collect::<modelzip::Result<Vec<_>>>()
+            })
+            .or_raise(py)?;
+        data.into_iter()
+            .map(|d| describe(py, &self.archive, d))
+            .collect()
     }
 
     fn in_tag(&self, e: Error) -> Error {
@@ -419,16 +442,19 @@ impl NativeTag {
 
     /// `[(name, buffer, dtype, dims)]` of every parameter, in params.txt order.
     fn get_all(&self, py: Python<'_>) -> PyResult<Vec<(String, Described)>> {
-        self.params
+        let data = self.read_all(py, self.params.iter().map(|p| &p.location))?;
+        Ok(self
+            .params
             .iter()
-            .map(|p| Ok((p.name.clone(), self.read(py, &p.location)?)))
-            .collect()
+            .map(|p| p.name.clone())
+            .zip(data)
+            .collect())
     }
 
     fn lod(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Vec<u64>>> {
         let loc = self.location(py, name)?;
-        let data = self.archive.tensor(loc).or_raise(py)?;
-        Ok(lod_of(&data.view()))
+        py.detach(|| Ok(lod_of(&self.archive.tensor(loc)?.view())))
+            .or_raise(py)
     }
 
     /// The param's zip entry and whether it is shared from another tag.
@@ -449,24 +475,29 @@ impl NativeTag {
                 self.in_tag(Error::new(e).in_entry(format!("{}/updater.txt", self.name))),
             ));
         };
-        self.updater[*i]
-            .arrays
-            .iter()
-            .map(|loc| self.read(py, loc))
-            .collect()
+        self.read_all(py, self.updater[*i].arrays.iter())
     }
 
     /// metadata.json's bytes, or None.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let tag = self.archive.tag(&self.name).or_raise(py)?;
-        let m = tag.metadata().map_err(|e| self.in_tag(e)).or_raise(py)?;
+        let m = py
+            .detach(|| -> modelzip::Result<_> {
+                let tag = self.archive.tag(&self.name)?;
+                let m = tag.metadata().map_err(|e| self.in_tag(e))?;
+                Ok(m.map(std::borrow::Cow::into_owned))
+            })
+            .or_raise(py)?;
         Ok(m.map(|b| PyBytes::new(py, &b)))
     }
 
     /// `(encoding, bytes)` of the graph, or None.
     fn graph<'py>(&self, py: Python<'py>) -> PyResult<Option<(&'static str, Bound<'py, PyBytes>)>> {
-        let tag = self.archive.tag(&self.name).or_raise(py)?;
-        let g = tag.graph().or_raise(py)?;
+        let g = py
+            .detach(|| -> modelzip::Result<_> {
+                let tag = self.archive.tag(&self.name)?;
+                Ok(tag.graph()?.map(|(enc, b)| (enc, b.into_owned())))
+            })
+            .or_raise(py)?;
         Ok(g.map(|(enc, b)| (encoding_name(enc), PyBytes::new(py, &b))))
     }
 }

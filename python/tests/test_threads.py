@@ -1,0 +1,82 @@
+"""Threads: the GIL is released while reading (a remote archive's requests included),
+readers share one Archive, and a second writer meets the write lock as documented."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import modelzip
+
+
+class RangeHandler(http.server.BaseHTTPRequestHandler):
+    """Serves one file by single byte ranges (what modelzip's HTTP reader asks for)."""
+
+    data = b""
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        data = self.data
+        spec = self.headers.get("Range", "")
+        if not spec.startswith("bytes="):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("ETag", '"v1"')
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        a, b = spec[len("bytes="):].split("-")
+        if a == "":
+            start, end = max(0, len(data) - int(b)), len(data)
+        else:
+            start, end = int(a), len(data) if b == "" else min(int(b) + 1, len(data))
+        self.send_response(206)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", '"v1"')
+        self.send_header("Last-Modified", "Wed, 25 Nov 2026 12:00:00 GMT")
+        self.end_headers()
+        self.wfile.write(data[start:end])
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def served(tmp: Path):
+    """An archive with a tag of params, updater state and metadata, served over HTTP
+    by a thread of this interpreter."""
+    path = tmp / "m.zip"
+    # 1 MiB tensors: larger than what opening fetches from the end of the object
+    w = np.arange(512 * 512, dtype=np.float32).reshape(512, 512)
+    params = {"w": w, "b": np.ones(4, np.int64)}
+    modelzip.save(path, "t", params, updater={"w": [w + 1]}, metadata={"lr": 0.5})
+    handler = type("Handler", (RangeHandler,), {"data": path.read_bytes()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/m.zip", params
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_reads_release_the_gil_so_a_python_thread_can_serve_the_archive(served):
+    # The server is a thread of this interpreter: every request a read makes while
+    # holding the GIL would wait forever for it. Each read below must answer.
+    url, params = served
+    with modelzip.open(url) as ar:
+        tag = ar["T"]
+        assert tag.keys() == ["w", "b"]
+        np.testing.assert_array_equal(tag["w"], params["w"])
+        got = tag.to_dict()
+        np.testing.assert_array_equal(got["b"], params["b"])
+        np.testing.assert_array_equal(tag.updater("w")[0], params["w"] + 1)
+        assert tag.lod("w") == []
+        assert tag.metadata["lr"] == 0.5
+        assert tag.graph_bytes() is None
