@@ -10,15 +10,38 @@ import numpy.typing as npt
 from ._errors import ModelzipError as ModelzipError
 from ._errors import ModelzipKeyError as ModelzipKeyError
 
+__all__ = [
+    "Archive",
+    "Checkpoint",
+    "Checkpointer",
+    "ModelzipError",
+    "ModelzipKeyError",
+    "SaveHandle",
+    "Tag",
+    "export_model",
+    "export_paddle",
+    "import_model",
+    "import_paddle",
+    "cast",
+    "download",
+    "open",
+    "quantize",
+    "save",
+    "tag_for",
+    "upload",
+]
+
 __version__: str
 
 PathLike = Union[str, os.PathLike[str]]
-ArrayLike = npt.ArrayLike
-GraphArg = Union[None, bytes, Tuple[str, bytes]]
+# Aliases of the stubs only (not importable from the package at run time).
+_ArrayLike = npt.ArrayLike
+_GraphArg = Union[None, bytes, Tuple[str, bytes]]
 
 class Tag:
     """One tag of an open archive."""
 
+    def __init__(self, native: Any) -> None: ...  # made by Archive.tag
     @property
     def name(self) -> str: ...
     def keys(self) -> List[str]: ...
@@ -69,10 +92,10 @@ def download(url: str, local: PathLike) -> Optional[str]: ...
 def save(
     path: PathLike,
     tag: str,
-    params: Mapping[str, ArrayLike],
-    updater: Optional[Mapping[str, Sequence[ArrayLike]]] = None,
+    params: Mapping[str, _ArrayLike],
+    updater: Optional[Mapping[str, Sequence[_ArrayLike]]] = None,
     metadata: Optional[Mapping[str, Any]] = None,
-    graph: GraphArg = None,
+    graph: _GraphArg = None,
     *,
     wait: bool = False,
 ) -> Dict[str, Any]: ...
@@ -80,11 +103,12 @@ def save(
 class Checkpoint:
     step: int
     tag: str
-    params: Dict[str, np.ndarray]
-    updater: Dict[str, List[np.ndarray]]
-    metrics: Dict[str, float]
+    params: Dict[str, np.ndarray] = ...
+    updater: Dict[str, List[np.ndarray]] = ...
+    metrics: Dict[str, float] = ...
 
 class SaveHandle:
+    def __init__(self, native: Any) -> None: ...  # made by Checkpointer.save_async
     def wait(self) -> Dict[str, Any]: ...
     def done(self) -> bool: ...
 
@@ -105,15 +129,15 @@ class Checkpointer:
     def save(
         self,
         step: int,
-        params: Mapping[str, ArrayLike],
-        updater: Optional[Mapping[str, Sequence[ArrayLike]]] = None,
+        params: Mapping[str, _ArrayLike],
+        updater: Optional[Mapping[str, Sequence[_ArrayLike]]] = None,
         metrics: Optional[Mapping[str, float]] = None,
     ) -> Dict[str, Any]: ...
     def save_async(
         self,
         step: int,
-        params: Mapping[str, ArrayLike],
-        updater: Optional[Mapping[str, Sequence[ArrayLike]]] = None,
+        params: Mapping[str, _ArrayLike],
+        updater: Optional[Mapping[str, Sequence[_ArrayLike]]] = None,
         metrics: Optional[Mapping[str, float]] = None,
     ) -> SaveHandle: ...
     def wait(self) -> Optional[Dict[str, Any]]: ...

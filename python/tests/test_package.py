@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import modelzip
 
@@ -45,3 +49,14 @@ def test_documented_api_names():
         assert hasattr(modelzip.Checkpointer, attr)
     assert issubclass(modelzip.ModelzipKeyError, KeyError)
     assert issubclass(modelzip.ModelzipKeyError, modelzip.ModelzipError)
+
+
+def test_stubs_match_the_runtime(tmp_path):
+    # mypy's stubtest compares every stub signature, default, keyword-only marker and
+    # name with the installed package (run outside the checkout so it imports that).
+    pytest.importorskip("mypy")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "modelzip"],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
