@@ -125,9 +125,9 @@ def _array(desc: Tuple[Any, str, List[int]]) -> np.ndarray:
     buf, dtype, dims = desc
     dt = _numpy_dtype(dtype)
     shape = tuple(int(d) for d in dims)
-    if len(buf) == 0:
+    if len(buf) == 0:  # (np.frombuffer refuses an empty buffer)
         arr = np.empty(shape, dt)
-        arr.flags.writeable = False
+        arr.flags.writeable = not buf.mapped  # as writable as a non-empty one would be
         return arr
     return np.frombuffer(buf, dtype=dt).reshape(shape)
 
@@ -167,6 +167,31 @@ def _updater_list(updater: Optional[Mapping[str, Sequence[Any]]]) -> list:
             )
         out.append((str(k), [_prepare(f"updater state of {k!r}", a) for a in arrays]))
     return out
+
+
+def _json_default(value: Any) -> Any:
+    """numpy scalars and arrays in metadata: their Python values (``float(np.float32)``)."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _metadata_json(metadata: Optional[Mapping[str, Any]]) -> Optional[bytes]:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise ModelzipError(
+            "invalid_input",
+            f"metadata must be a mapping (a JSON object), not {type(metadata).__name__}",
+        )
+    try:
+        return json.dumps(dict(metadata), allow_nan=False, default=_json_default).encode()
+    except ValueError as e:  # NaN, inf, a circular reference
+        raise ModelzipError(
+            "invalid_input", f"metadata cannot be stored as JSON: {e} (JSON has no NaN or infinity)"
+        ) from e
+    except TypeError as e:
+        raise ModelzipError("invalid_input", f"metadata cannot be stored as JSON: {e}") from e
 
 
 def _graph_arg(graph: Union[None, bytes, Tuple[str, bytes]]) -> Optional[Tuple[str, bytes]]:
@@ -323,6 +348,8 @@ class Archive:
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
+        if not name.isascii():  # tag names are ASCII; str.lower() maps "\u212a" to "k"
+            return False
         low = name.lower()
         return any(t.lower() == low for t in self.tags)
 
@@ -404,7 +431,8 @@ def save(
 
     ``params``: name -> array-like (C-contiguous arrays are read without copying);
     ``updater``: name -> sequence of arrays; ``metadata``: a JSON-serialisable dict
-    (metadata.json); ``graph``: the graph's bytes (graph.fb or a Paddle ProgramDesc,
+    (metadata.json; numpy scalars and arrays become numbers and lists, NaN and infinity
+    are refused); ``graph``: the graph's bytes (graph.fb or a Paddle ProgramDesc,
     told apart by the FlatBuffers identifier) or ``(encoding, bytes)``. With
     ``wait=True`` a save waits for another writer instead of raising
     ``ModelzipError(kind="locked")``. The GIL is released while the arrays are hashed and
@@ -413,7 +441,7 @@ def save(
     Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
     how many are shared with older tags, and the bytes the tag's own entries take.
     """
-    meta = None if metadata is None else json.dumps(dict(metadata)).encode()
+    meta = _metadata_json(metadata)
     return _modelzip.save(
         _local(path, "save to"),
         tag,
@@ -521,7 +549,8 @@ class Checkpointer:
     ) -> Dict[str, Any]:
         """Saves a checkpoint and applies the retention policy; returns when it is
         durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
-        "compacted"}``."""
+        "compacted"}``. A NaN or infinite metric is stored as JSON ``null``: absent when
+        restored, and no ``keep_best`` candidate."""
         return self._native.save(
             int(step),
             _params_list(params),

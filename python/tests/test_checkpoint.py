@@ -86,3 +86,20 @@ def test_bad_policy_arguments_are_refused(tmp):
     with pytest.raises(modelzip.ModelzipError):
         modelzip.Checkpointer(tmp / "r.zip", pattern="no-step-here")
     assert modelzip.tag_for("ckpt-{step:05}", 42) == "ckpt-00042"
+
+
+def test_restored_arrays_are_writable_empty_ones_too(tmp):
+    # "Restored arrays are owned and writable": an in-place update of a restored state
+    # dict (c.params[k] += lr * g) must not fail on an empty tensor.
+    ck = modelzip.Checkpointer(tmp / "run.zip")
+    ck.save(1, {"w": np.ones(3, np.float32), "e": np.zeros((0, 3), np.float32)},
+            updater={"e": [np.zeros((0, 3), np.float32)]})
+    c = ck.latest()
+    for arr in [*c.params.values(), *c.updater["e"]]:
+        assert arr.flags.writeable
+        arr += 1
+    assert c.params["e"].shape == (0, 3) and np.all(c.params["w"] == 2)
+    # arrays of the map stay read-only, empty ones included
+    with modelzip.open(tmp / "run.zip") as ar:
+        for arr in ar.latest().to_dict().values():
+            assert not arr.flags.writeable

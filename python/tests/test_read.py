@@ -286,3 +286,14 @@ def test_bfloat16_without_ml_dtypes_says_to_install_it(tmp, monkeypatch):
         with pytest.raises(modelzip.ModelzipError) as e:
             t["bf"]
         assert "ml_dtypes" in str(e.value) and "BF16" in str(e.value)
+
+
+def test_membership_is_ascii_case_insensitive_like_lookup(tmp):
+    path = tmp / "m.zip"
+    write(path, "k", {"w": np.ones(1)})
+    with modelzip.open(path) as ar:
+        assert "K" in ar and "k" in ar
+        # the Kelvin sign lowers to "k" in Python, but is no tag: `in` agrees with []
+        assert "\u212a" not in ar
+        with pytest.raises(KeyError):
+            ar["\u212a"]

@@ -216,3 +216,44 @@ def test_archive_verify_reports_problems(tmp):
     with modelzip.open(path) as ar:
         problems = ar.verify()
     assert problems and any("CRC-32" in m for _, m in problems)
+
+
+def test_metadata_that_is_not_json_is_refused_clearly_and_numpy_scalars_are_numbers(tmp):
+    path = tmp / "m.zip"
+    modelzip.save(path, "a", {"w": np.ones(2, np.float32)})
+    before = path.read_bytes()
+    for bad in [{"loss": float("nan")}, {"loss": np.float32("inf")}, {"x": object()}]:
+        with pytest.raises(modelzip.ModelzipError) as e:
+            modelzip.save(path, "b", {"w": np.ones(2)}, metadata=bad)
+        assert e.value.kind == "invalid_input" and "metadata" in str(e.value), e.value
+    assert "NaN" in str(
+        pytest.raises(modelzip.ModelzipError, modelzip.save, path, "b", {}, metadata={"l": np.nan})
+        .value
+    )
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.save(path, "b", {"w": np.ones(2)}, metadata=[("lr", 1)])
+    assert "mapping" in str(e.value)
+    assert path.read_bytes() == before
+    # a training loop's numbers are numpy scalars: stored as JSON numbers and lists
+    meta = {"loss": np.float32(0.5), "step": np.int64(7), "hist": np.arange(3)}
+    modelzip.save(path, "b", {"w": np.ones(2)}, metadata=meta)
+    with modelzip.open(path) as ar:
+        got = ar["b"].metadata
+    assert (got["loss"], got["step"], got["hist"]) == (0.5, 7, [0, 1, 2])
+
+
+def test_an_exception_while_the_arrays_are_read_leaves_the_archive_as_it_was(tmp):
+    class Interrupted:  # as if Ctrl-C arrived while np.asarray converted this param
+        def __array__(self, *args, **kwargs):
+            raise KeyboardInterrupt
+
+    path = tmp / "m.zip"
+    with pytest.raises(KeyboardInterrupt):
+        modelzip.save(path, "a", {"w": np.ones(1000), "x": Interrupted()})
+    assert not path.exists()
+    modelzip.save(path, "a", {"w": np.ones(2, np.float32)})
+    before = path.read_bytes()
+    with pytest.raises(KeyboardInterrupt):
+        modelzip.save(path, "b", {"w": np.ones(1000), "x": Interrupted()})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp.iterdir()) == ["m.zip", "m.zip.lock"]
