@@ -73,10 +73,82 @@ def test_reads_release_the_gil_so_a_python_thread_can_serve_the_archive(served):
     with modelzip.open(url) as ar:
         tag = ar["T"]
         assert tag.keys() == ["w", "b"]
-        np.testing.assert_array_equal(tag["w"], params["w"])
+        w = tag["w"]
+        np.testing.assert_array_equal(w, params["w"])
+        assert w.flags.writeable  # an owned copy (docs/PYTHON.md, Object storage)
         got = tag.to_dict()
         np.testing.assert_array_equal(got["b"], params["b"])
         np.testing.assert_array_equal(tag.updater("w")[0], params["w"] + 1)
         assert tag.lod("w") == []
         assert tag.metadata["lr"] == 0.5
         assert tag.graph_bytes() is None
+
+
+def test_threads_share_one_archive_while_another_closes_it(tmp):
+    path = tmp / "m.zip"
+    rng = np.random.default_rng(3)
+    params = {f"p{i}": rng.standard_normal((64, 64)).astype(np.float32) for i in range(16)}
+    modelzip.save(path, "a", params)
+    ar = modelzip.open(path)
+    tag = ar["a"]
+    start = threading.Barrier(5)
+    errors: list[BaseException] = []
+    kept: list[dict] = []
+
+    def reader() -> None:
+        try:
+            start.wait()
+            for _ in range(20):
+                got = tag.to_dict()
+                for name, want in params.items():
+                    assert np.array_equal(got[name], want), name
+                    assert np.array_equal(tag[name], want), name
+            kept.append(got)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for th in threads:
+        th.start()
+    start.wait()
+    ar.close()  # the Tag and the arrays keep their own hold on the map
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len(kept) == 4 and all(np.array_equal(k["p3"], params["p3"]) for k in kept)
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_concurrent_saves_from_threads_each_commit_or_report_locked(tmp, wait):
+    path = tmp / "m.zip"
+    modelzip.save(path, "base", {"w": np.zeros(4, np.float32)})
+    start = threading.Barrier(4)
+    saved: list[str] = []
+    locked: list[str] = []
+    errors: list[BaseException] = []
+
+    def writer(i: int) -> None:
+        tag = f"t{i}"
+        big = np.full(1 << 20, i, np.float32)  # long enough for the saves to overlap
+        start.wait()
+        try:
+            modelzip.save(path, tag, {"w": big}, wait=wait)
+            saved.append(tag)
+        except modelzip.ModelzipError as e:
+            if e.kind != "locked":
+                errors.append(e)
+            locked.append(tag)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    if wait:
+        assert locked == []
+    with modelzip.open(path) as ar:
+        assert sorted(ar.tags) == sorted(["base", *saved])
+        for tag in saved:
+            assert np.all(ar[tag]["w"] == int(tag[1:]))
+        assert ar.verify() == []
