@@ -210,16 +210,22 @@ def _fspath(path: PathLike) -> str:
     return os.fspath(path)
 
 
-def _local(path: PathLike, what: str) -> str:
-    """A local path for a write: URLs are refused (object stores cannot append)."""
+_APPEND_HINT = (
+    "object stores cannot be written in place; write a local archive and upload it with "
+    "modelzip.upload (or `modelzip cp`)"
+)
+
+
+def _local(path: PathLike, what: str, hint: str = _APPEND_HINT) -> str:
+    """A local path for a write: URLs are refused (object stores cannot append; files
+    written to one would land in a local directory named like it, e.g. ``s3:/``)."""
     p = os.fspath(path)
     if _modelzip.is_url(p):
-        raise ModelzipError(
-            "invalid_input",
-            f"cannot {what} {p}: object stores cannot be written in place; write a local "
-            "archive and upload it with modelzip.upload (or `modelzip cp`)",
-        )
+        raise ModelzipError("invalid_input", f"cannot {what} {p}: {hint}")
     return p
+
+
+_EXPORT_HINT = "exports write local files; export here and upload the files with your store's tools"
 
 
 # ---------------------------------------------------------------------------------------
@@ -407,7 +413,8 @@ def upload(local: PathLike, url: str, *, if_match: Optional[str] = None, force: 
 def download(url: str, local: PathLike) -> Optional[str]:
     """Downloads the archive at ``url`` to ``local`` atomically (a temp file, verified as
     an archive, renamed into place; nothing is left on failure). Returns the ETag."""
-    return _modelzip.download(url, _fspath(local))
+    dest = _local(local, "download to", "the destination must be a local path")
+    return _modelzip.download(url, dest)
 
 
 # ---------------------------------------------------------------------------------------
@@ -650,7 +657,7 @@ def export_paddle(
     (what ``paddle.static.load_inference_model(PREFIX, exe)`` loads), atomically;
     existing files are refused unless ``overwrite``. Missing parent directories of
     ``PREFIX`` are created (and removed again if the export fails)."""
-    prefix = _fspath(prefix)
+    prefix = _local(prefix, "export to", _EXPORT_HINT)
     parent = os.path.dirname(os.path.abspath(prefix))
     created = []
     probe = parent
@@ -705,7 +712,8 @@ def export_model(
     ``OUT.data``. Files are written atomically; existing ones are refused unless
     ``overwrite``. Returns ``{"tag", "format", "files", "params", "unused", "notes"}``."""
     return _modelzip.export_model(
-        _fspath(archive), tag, _fspath(out), format, overwrite, external_data
+        _fspath(archive), tag, _local(out, "export to", _EXPORT_HINT), format, overwrite,
+        external_data,
     )
 
 

@@ -244,6 +244,15 @@ fn lod_of(view: &TensorView<'_>) -> Vec<Vec<u64>> {
 // Reading
 // ---------------------------------------------------------------------------------------
 
+/// Opens a local archive (memory-mapped), or one at a URL (`s3://`, `gs://`, `az://`,
+/// `http(s)://`, `file://`) by byte ranges with settings from the environment.
+fn open_any(path: &Path) -> modelzip::Result<CoreArchive> {
+    match path.to_str().filter(|s| modelzip::remote::is_url(s)) {
+        Some(url) => CoreArchive::open_url(url),
+        None => CoreArchive::open(path),
+    }
+}
+
 /// An open archive (memory-mapped). `close()` drops this object's hold on the map;
 /// arrays handed out keep it alive on their own.
 #[pyclass(module = "modelzip._modelzip", frozen)]
@@ -269,11 +278,7 @@ impl NativeArchive {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<NativeArchive> {
         let shown = path.display().to_string();
-        let archive = match path.to_str().filter(|s| modelzip::remote::is_url(s)) {
-            Some(url) => py.detach(|| CoreArchive::open_url(url)),
-            None => py.detach(|| CoreArchive::open(&path)),
-        }
-        .or_raise(py)?;
+        let archive = py.detach(|| open_any(&path)).or_raise(py)?;
         Ok(NativeArchive {
             inner: Mutex::new(Some(Arc::new(archive))),
             path: shown,
@@ -1001,7 +1006,7 @@ fn export_paddle<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let r = py
         .detach(|| -> modelzip::Result<_> {
-            let a = CoreArchive::open(&archive)?;
+            let a = open_any(&archive)?;
             let t = match &tag {
                 Some(name) => a.tag(name)?,
                 None => a.latest()?,
@@ -1075,7 +1080,7 @@ fn export_model<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let r = py
         .detach(|| -> modelzip::Result<_> {
-            let a = CoreArchive::open(&archive)?;
+            let a = open_any(&archive)?;
             let t = match &tag {
                 Some(name) => a.tag(name)?,
                 None => a.latest()?,

@@ -103,3 +103,25 @@ def test_every_format_goes_in_and_out_through_import_model(tmp):
         want = load_file(str(st))
         for name, arr in want.items():
             np.testing.assert_array_equal(ar["st"][name], arr)
+
+
+def test_exports_read_archives_at_urls_and_refuse_to_write_to_urls(tmp, monkeypatch):
+    path = tmp / "m.zip"
+    modelzip.import_paddle(path, "fp32", *MLP)
+    # the archive may be a URL, as for modelzip.open (and the CLI's export-paddle)
+    out = modelzip.export_paddle(path.as_uri(), "fp32", tmp / "out" / "mlp")
+    assert out["tag"] == "fp32"
+    assert (tmp / "out" / "mlp.pdiparams").read_bytes() == MLP[1].read_bytes()
+    r = modelzip.export_model(path.as_uri(), None, tmp / "w.safetensors", format="safetensors")
+    assert r["params"] and (tmp / "w.safetensors").stat().st_size > 0
+    # an output URL was taken for a local path: files went to ./s3:/bucket/...
+    monkeypatch.chdir(tmp)
+    for export in [
+        lambda: modelzip.export_paddle(path, None, "s3://bucket/out/mlp"),
+        lambda: modelzip.export_model(path, None, "s3://bucket/w.safetensors", format="safetensors"),
+        lambda: modelzip.download("s3://bucket/m.zip", "s3://bucket/copy.zip"),
+    ]:
+        with pytest.raises(modelzip.ModelzipError) as e:
+            export()
+        assert e.value.kind == "invalid_input" and "s3://bucket/" in str(e.value)
+    assert not (tmp / "s3:").exists()
