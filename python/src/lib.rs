@@ -488,8 +488,7 @@ impl NativeTag {
         let m = py
             .detach(|| -> modelzip::Result<_> {
                 let tag = self.archive.tag(&self.name)?;
-                let m = tag.metadata().map_err(|e| self.in_tag(e))?;
-                Ok(m.map(std::borrow::Cow::into_owned))
+                tag.metadata().map_err(|e| self.in_tag(e))
             })
             .or_raise(py)?;
         Ok(m.map(|b| PyBytes::new(py, &b)))
@@ -498,10 +497,7 @@ impl NativeTag {
     /// `(encoding, bytes)` of the graph, or None.
     fn graph<'py>(&self, py: Python<'py>) -> PyResult<Option<(&'static str, Bound<'py, PyBytes>)>> {
         let g = py
-            .detach(|| -> modelzip::Result<_> {
-                let tag = self.archive.tag(&self.name)?;
-                Ok(tag.graph()?.map(|(enc, b)| (enc, b.into_owned())))
-            })
+            .detach(|| self.archive.tag(&self.name)?.graph())
             .or_raise(py)?;
         Ok(g.map(|(enc, b)| (encoding_name(enc), PyBytes::new(py, &b))))
     }
