@@ -103,3 +103,21 @@ def test_restored_arrays_are_writable_empty_ones_too(tmp):
     with modelzip.open(tmp / "run.zip") as ar:
         for arr in ar.latest().to_dict().values():
             assert not arr.flags.writeable
+
+
+def test_the_archive_can_be_read_while_an_async_save_runs(tmp):
+    # The background save holds the write lock and its journal exists; the training
+    # thread listing checkpoints or opening the archive meanwhile waits for the append
+    # (as a reader in another process does) instead of failing with kind="locked".
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path, keep_last=2)
+    ck.save(0, {"w": np.zeros(4, np.float32)})
+    for step in (1, 2, 3):
+        h = ck.save_async(step, {"w": np.full(8 << 20, step, np.float32)})
+        listed = ck.checkpoints()  # most likely while the save runs
+        assert listed[-1] in (f"step-{step - 1:09}", f"step-{step:09}"), listed
+        assert ck.tags()[-1] in (f"step-{step - 1:09}", f"step-{step:09}")
+        with modelzip.open(path) as ar:
+            assert ar.latest().name in (f"step-{step - 1:09}", f"step-{step:09}")
+        h.wait()
+    assert ck.checkpoints() == ["step-000000002", "step-000000003"]

@@ -6,19 +6,29 @@
 
 use super::archive_path::{ArchivePath, regular_file, sidecar};
 use crate::error::{Error, ErrorKind, Result};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-/// Lock files held by this process: a reader that would wait for one of them would wait
-/// for itself (flock excludes other descriptors of the same process too).
-static HELD: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+/// Lock files held by this process, with the thread that took each: a reader in that
+/// thread that would wait for the lock would wait for itself. A reader in another thread
+/// (flock excludes other descriptors of the same process too) waits for the writer as a
+/// reader in another process does: the writer is running, e.g. an asynchronous
+/// checkpoint save while the training thread lists the checkpoints.
+static HELD: Mutex<Option<HashMap<PathBuf, ThreadId>>> = Mutex::new(None);
 
-fn held_set<R>(f: impl FnOnce(&mut HashSet<PathBuf>) -> R) -> R {
+fn held_set<R>(f: impl FnOnce(&mut HashMap<PathBuf, ThreadId>) -> R) -> R {
     let mut g = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    f(g.get_or_insert_with(HashSet::new))
+    f(g.get_or_insert_with(HashMap::new))
+}
+
+/// True when the calling thread holds the write lock of `key` (a [`lock_key`]).
+fn held_by_this_thread(key: &Path) -> bool {
+    let me = std::thread::current().id();
+    held_set(|s| s.get(key) == Some(&me))
 }
 
 fn lock_key(path: &Path) -> PathBuf {
@@ -38,11 +48,13 @@ pub struct WriteLock {
 
 impl Drop for WriteLock {
     fn drop(&mut self) {
+        // Forgotten before it is released: once released, another thread may take it and
+        // record itself, which a later removal would erase.
+        held_set(|s| s.remove(&self.key));
         // Unlock explicitly rather than by closing: a child process forked by another
         // thread may hold a copy of this descriptor until it execs, and a flock lives as
         // long as any copy is open. LOCK_UN releases it for every copy at once.
         let _ = self._file.unlock();
-        held_set(|s| s.remove(&self.key));
     }
 }
 
@@ -89,14 +101,15 @@ impl WriteLock {
             }
         }
         let key = lock_key(path);
-        held_set(|s| s.insert(key.clone()));
+        held_set(|s| s.insert(key.clone(), std::thread::current().id()));
         Ok(WriteLock { _file: file, key })
     }
 
     /// Takes the lock for a reader that must roll back a journal (`path` resolved): fails
-    /// at once if this process holds it, and waits at most `timeout` for another process.
+    /// at once if the calling thread holds it, and waits at most `timeout` for a writer in
+    /// another process or another thread.
     pub(crate) fn acquire_for_recovery(path: &Path, timeout: Duration) -> Result<WriteLock> {
-        if held_set(|s| s.contains(&lock_key(path))) {
+        if held_by_this_thread(&lock_key(path)) {
             return Err(Error::new(ErrorKind::Locked).in_file(path));
         }
         let start = Instant::now();
@@ -111,10 +124,11 @@ impl WriteLock {
     }
 }
 
-/// True when a process other than this one holds the write lock of the archive at
-/// `path` (probed without creating the lock file; false when it cannot be probed).
-pub(crate) fn held_by_another_process(path: &Path) -> bool {
-    if held_set(|s| s.contains(&lock_key(path))) {
+/// True when a writer other than the calling thread (another process, or another thread
+/// of this one) holds the write lock of the archive at `path` (probed without creating
+/// the lock file; false when it cannot be probed).
+pub(crate) fn held_by_another_writer(path: &Path) -> bool {
+    if held_by_this_thread(&lock_key(path)) {
         return false;
     }
     let lock_path = sidecar(path, ".lock");

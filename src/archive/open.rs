@@ -32,7 +32,7 @@ impl OpenOptions {
             // while its journal exists, the bytes may be torn (any parse error) or be the
             // new end of an append not yet durable (which a rollback would truncate under
             // the map): wait for the writer and read again. A parse error while the file
-            // changed, or while another process holds the write lock, is retried too; a
+            // changed, or while another writer holds the write lock, is retried too; a
             // file that is not changing is answered as it is.
             match opened {
                 Ok(a) if !jpath.exists() || attempt >= 4 * MAX_OPEN_ATTEMPTS => return Ok(a),
@@ -43,7 +43,7 @@ impl OpenOptions {
                 }
                 Err(e) => {
                     if FileStamp::of(path) == before {
-                        if !super::lock::held_by_another_process(path) {
+                        if !super::lock::held_by_another_writer(path) {
                             return Err(e);
                         }
                         wait_for_writer(path);
@@ -91,7 +91,8 @@ impl FileStamp {
     }
 }
 
-/// Waits (at most [`RECOVERY_WAIT`]) for another process's writer to release the lock.
+/// Waits (at most [`RECOVERY_WAIT`]) for another process's or thread's writer to release
+/// the lock.
 fn wait_for_writer(path: &Path) {
     let _ = super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT);
 }

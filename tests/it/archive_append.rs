@@ -266,6 +266,35 @@ fn reader_in_the_appending_process_gets_locked_not_a_deadlock() {
     assert_eq!(Archive::open(&path).unwrap().tags(), &["a"]);
 }
 
+/// A reader in another thread of the appending process waits for the append to finish,
+/// as a reader in another process does (a checkpoint listing while an asynchronous save
+/// runs), and then reads the appended tag. Only the appending thread itself gets `Locked`.
+#[test]
+fn reader_in_another_thread_of_the_appending_process_waits_for_the_append() {
+    let (_d, path) = tmp_with(&[("a", 1)]);
+    let mut ap = Appender::open(&path, AppendMode::InPlace).unwrap();
+    ap.add_tag(sample_tag("b", 2)).unwrap();
+    let (started, start) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            started.send(()).unwrap();
+            Archive::open(&path).map(|a| a.tags().to_vec())
+        });
+        start.recv().unwrap();
+        // Let the reader meet the held lock and the journal (not needed for correctness:
+        // a reader that comes after the append reads the same tags).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let e = Archive::open(&path).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Locked), "{e}");
+        ap.finish().unwrap();
+        let tags = reader
+            .join()
+            .unwrap()
+            .expect("the reader waited for the append");
+        assert_eq!(tags, ["a", "b"]);
+    });
+}
+
 // ---- A symlinked archive path --------------------------------------------------------
 
 /// `dir/real/s.zip` holding `tags`, and `dir/link.zip -> real/s.zip` (a relative link).
