@@ -1,5 +1,5 @@
-"""The examples of docs/PYTHON.md and python/README.md that run on their own do run, and
-print what the docs say they print."""
+"""The examples of docs/PYTHON.md, README.md and python/README.md that run on their own do
+run, and print what the docs say they print."""
 
 from __future__ import annotations
 
@@ -59,6 +59,13 @@ def test_errors_example_prints_the_kind_and_message_shown(tmp):
     _, out = run_block(code, tmp)
     shown = re.search(r"# (tag_not_found .*)$", code, re.M).group(1)
     assert out.strip() == shown
+
+
+def test_repository_readme_python_example_runs(tmp):
+    [code] = python_blocks("README.md", "Python")
+    scope, _ = run_block(code, tmp)
+    assert scope["resumed"].step == 100 and scope["resumed"].metrics == {"loss": 0.3}
+    assert np.array_equal(scope["resumed"].params["fc.w"], np.ones((4, 4)))
 
 
 def test_package_readme_example_runs(tmp):
