@@ -10,7 +10,9 @@
 //! metadata_props, functions, doc strings and subgraphs (with their own initializers)
 //! stay in the stored model as they came. Initializers with data in an external file
 //! (`data_location: EXTERNAL`) are read from beside the model, refusing locations
-//! outside its directory and ranges past the file's end.
+//! outside its directory, ranges past the file's end and tensors that together read
+//! more than the files hold; other tensors' external data (subgraph initializers,
+//! attributes) is read into the stored model.
 //!
 //! `export_model` rebuilds the ModelProto, equal to the imported one as a protobuf
 //! message but with external data inline in `raw_data`; [`export_model_file`] writes
@@ -43,7 +45,7 @@ use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView};
 use prost::Message;
 use prost_reflect::{DescriptorPool, MessageDescriptor};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
@@ -277,10 +279,23 @@ fn external_path(dir: &Path, location: &str) -> Result<PathBuf> {
     Ok(real)
 }
 
-/// Reads an initializer's external data into `raw_data` (clearing `external_data` and
+/// What an import has read from external data files so far: a model may name one range
+/// of a file from many tensors, so the bytes held are bounded by the files themselves —
+/// all the tensors together may read no more than the distinct files they name hold.
+#[derive(Default)]
+struct ExternalReads {
+    /// Each file named so far (canonical path) and its size.
+    files: HashMap<PathBuf, u64>,
+    /// The sum of those sizes.
+    budget: u64,
+    /// The bytes read so far.
+    read: u64,
+}
+
+/// Reads a tensor's external data into `raw_data` (clearing `external_data` and
 /// `data_location`), checking the location, offset and length against the file and
-/// the initializer's dtype and dims.
-fn load_external(t: &mut pb::TensorProto, dir: &Path) -> Result<()> {
+/// the tensor's dtype and dims, and the total read against what the files hold.
+fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads) -> Result<()> {
     let (mut location, mut offset, mut length) = (None, 0u64, None);
     for kv in &t.external_data {
         let key = kv.key.as_deref().unwrap_or("");
@@ -343,6 +358,22 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path) -> Result<()> {
             )));
         }
     }
+    // And all reads together by the files: many tensors naming one range would
+    // otherwise make a small model hold many copies of a large file.
+    if let std::collections::hash_map::Entry::Vacant(e) = reads.files.entry(path.clone()) {
+        e.insert(file_len);
+        reads.budget = reads.budget.saturating_add(file_len);
+    }
+    let read = reads.read.saturating_add(length);
+    if read > reads.budget {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "external data read (tensors reading the same bytes more than once)",
+            size: read,
+            limit: reads.budget,
+        })
+        .in_file(&path));
+    }
+    reads.read = read;
     let len = usize::try_from(length).map_err(|_| invalid("external data too large"))?;
     let mut data = vec![0u8; len];
     f.seek(SeekFrom::Start(offset))
@@ -351,6 +382,123 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path) -> Result<()> {
     t.raw_data = Some(data);
     t.external_data.clear();
     t.data_location = None;
+    Ok(())
+}
+
+/// Calls `f` on every tensor of a graph with where it is (`at`), recursing into the
+/// subgraphs and tensors of node attributes; the graph's own initializers only when
+/// `initializers` (the main graph's are handled on their own).
+fn each_nested_tensor(
+    g: &mut pb::GraphProto,
+    at: &str,
+    initializers: bool,
+    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+) -> Result<()> {
+    if initializers {
+        for (i, t) in g.initializer.iter_mut().enumerate() {
+            f(t, &format!("{at} initializer {i}"))?;
+        }
+    }
+    for (i, s) in g.sparse_initializer.iter_mut().enumerate() {
+        each_sparse_tensor(s, &format!("{at} sparse initializer {i}"), f)?;
+    }
+    for (i, n) in g.node.iter_mut().enumerate() {
+        each_node_tensor(n, &format!("{at} node {i}"), f)?;
+    }
+    Ok(())
+}
+
+fn each_sparse_tensor(
+    s: &mut pb::SparseTensorProto,
+    at: &str,
+    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+) -> Result<()> {
+    if let Some(t) = s.values.as_mut() {
+        f(t, &format!("{at} values"))?;
+    }
+    if let Some(t) = s.indices.as_mut() {
+        f(t, &format!("{at} indices"))?;
+    }
+    Ok(())
+}
+
+fn each_node_tensor(
+    n: &mut pb::NodeProto,
+    at: &str,
+    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+) -> Result<()> {
+    let at = format!("{at} ({})", n.op_type.as_deref().unwrap_or(""));
+    for a in &mut n.attribute {
+        let at = format!("{at} attribute {:?}", a.name.as_deref().unwrap_or(""));
+        if let Some(t) = a.t.as_mut() {
+            f(t, &at)?;
+        }
+        for t in &mut a.tensors {
+            f(t, &at)?;
+        }
+        if let Some(s) = a.sparse_tensor.as_mut() {
+            each_sparse_tensor(s, &at, f)?;
+        }
+        for s in &mut a.sparse_tensors {
+            each_sparse_tensor(s, &at, f)?;
+        }
+        if let Some(g) = a.g.as_mut() {
+            each_nested_tensor(g, &at, true, f)?;
+        }
+        for g in &mut a.graphs {
+            each_nested_tensor(g, &at, true, f)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the external data of every tensor that does not become a parameter (subgraph
+/// initializers, node attributes, sparse initializers, functions, training graphs) into
+/// the model, so the stored model does not depend on files the archive does not hold.
+fn inline_nested_external(
+    m: &mut pb::ModelProto,
+    dir: Option<&Path>,
+    reads: &mut ExternalReads,
+) -> Result<()> {
+    let mut load = |t: &mut pb::TensorProto, at: &str| -> Result<()> {
+        if t.data_location != Some(DATA_LOCATION_EXTERNAL) {
+            return Ok(());
+        }
+        let name = t.name.clone().unwrap_or_default();
+        let here = |e: Error| gerr(format!("{at} ({name:?}): {e}"));
+        let dir = dir.ok_or_else(|| {
+            here(invalid(
+                "its data is in an external file, and no model directory is known",
+            ))
+        })?;
+        load_external(t, dir, reads).map_err(here)
+    };
+    if let Some(g) = m.graph.as_mut() {
+        each_nested_tensor(g, "graph", false, &mut load)?;
+    }
+    for (i, func) in m.functions.iter_mut().enumerate() {
+        for (j, n) in func.node.iter_mut().enumerate() {
+            each_node_tensor(n, &format!("function {i} node {j}"), &mut load)?;
+        }
+        for a in &mut func.attribute_proto {
+            if let Some(t) = a.t.as_mut() {
+                load(t, &format!("function {i} attribute default"))?;
+            }
+        }
+    }
+    for (i, ti) in m.training_info.iter_mut().enumerate() {
+        if let Some(g) = ti.initialization.as_mut() {
+            each_nested_tensor(
+                g,
+                &format!("training_info {i} initialization"),
+                true,
+                &mut load,
+            )?;
+        }
+        if let Some(g) = ti.algorithm.as_mut() {
+            each_nested_tensor(g, &format!("training_info {i} algorithm"), true, &mut load)?;
+        }
+    }
     Ok(())
 }
 
@@ -385,7 +533,12 @@ fn lift(t: &mut pb::TensorProto) -> Result<Option<Values>> {
     let Some(d) = dtype_from_onnx(t.data_type.unwrap_or(0)) else {
         return Ok(None);
     };
-    if t.segment.is_some() || t.data_location.is_some() || !t.external_data.is_empty() {
+    // `data_location: DEFAULT` written out (as onnx does for every tensor it loaded from
+    // external data) is inline data; it stays in the stored model and comes back.
+    let external = t
+        .data_location
+        .is_some_and(|l| l != pb::tensor_proto::DataLocation::Default as i32);
+    if t.segment.is_some() || external || !t.external_data.is_empty() {
         return Ok(None);
     }
     let (dims, numel) = tensor_dims(t)?;
@@ -434,6 +587,7 @@ pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGra
     let Some(graph) = m.graph.as_mut() else {
         return Err(gerr("the ONNX model has no graph"));
     };
+    let mut reads = ExternalReads::default();
     let mut names = HashSet::new();
     let mut inits = Vec::with_capacity(graph.initializer.len());
     let mut params = Vec::new();
@@ -457,7 +611,7 @@ pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGra
                     "its data is in an external file, and no model directory is known",
                 ))
             })?;
-            load_external(t, dir).map_err(place)?;
+            load_external(t, dir, &mut reads).map_err(place)?;
         }
         let fresh = usable_name(&name) && names.insert(name.clone());
         let lifted = if fresh { lift(t).map_err(place)? } else { None };
@@ -477,6 +631,17 @@ pub fn split_model(mut m: pb::ModelProto, dir: Option<&Path>) -> Result<(OnnxGra
             }
             None => inits.push(OnnxInit::default()),
         }
+    }
+    inline_nested_external(&mut m, dir, &mut reads)?;
+    let size = m.encoded_len() as u64;
+    if size > MAX_MODEL_BYTES {
+        return Err(ErrorKind::LimitExceeded {
+            what: "ONNX model without its parameters (external data of subgraphs, \
+                   attributes and other tensors that are not top-level initializers read in)",
+            size,
+            limit: MAX_MODEL_BYTES,
+        }
+        .into());
     }
     Ok((
         OnnxGraph {

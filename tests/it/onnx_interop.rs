@@ -850,3 +850,143 @@ fn duplicate_and_unusable_names_stay_in_the_model() {
     let (back, _, _) = onnx::export_model(&a.tag("d").unwrap()).unwrap();
     assert_eq!(back, m);
 }
+
+// ---------------------------------------------------------------------------------
+// External data as the onnx package leaves it (tests/onnx/make_reload_fixtures.py)
+
+/// A model onnx.load read with its external data and onnx.save wrote inline: every
+/// initializer has `data_location: DEFAULT` written out. They were kept whole in the
+/// model (no parameter, no dedup); they are parameters, and the file comes back byte for
+/// byte.
+#[test]
+fn initializers_with_data_location_default_become_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("r.zip");
+    let file = fixture("reloaded.onnx");
+    let original = pb::ModelProto::decode(std::fs::read(&file).unwrap().as_slice()).unwrap();
+    assert!(
+        initializers(&original)
+            .iter()
+            .all(|t| t.data_location == Some(0))
+    );
+    onnx::import_model_file(&zip, "ext", &fixture("external.onnx"), &opts()).unwrap();
+    let r = onnx::import_model_file(&zip, "reloaded", &file, &opts()).unwrap();
+    assert_eq!(r.params.len(), initializers(&original).len());
+    assert!(
+        r.params
+            .iter()
+            .all(|p| p.shared_from.as_deref() == Some("ext")),
+        "the same values as the external fixture's are stored once: {:?}",
+        r.params
+    );
+    let a = Archive::open(&zip).unwrap();
+    let tag = a.tag("reloaded").unwrap();
+    let out = dir.path().join("out.onnx");
+    onnx::export_model_file(&tag, &out, &export_opts()).unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&file).unwrap());
+}
+
+/// The tensors named `name` anywhere in the subgraphs of `g`'s nodes.
+fn subgraph_tensors<'m>(g: &'m pb::GraphProto, name: &str, out: &mut Vec<&'m pb::TensorProto>) {
+    for n in &g.node {
+        for a in &n.attribute {
+            for sub in a.g.iter().chain(&a.graphs) {
+                out.extend(sub.initializer.iter().filter(|t| t.name() == name));
+                subgraph_tensors(sub, name, out);
+            }
+        }
+    }
+}
+
+/// onnx's save_as_external_data moves subgraph initializers to the data file too. They
+/// stayed in the stored model as references to a file the archive does not hold, so
+/// an export elsewhere gave a model ONNX Runtime cannot load. They are read in at import
+/// and come back inline, with the values of the data file.
+#[test]
+fn external_data_of_subgraph_initializers_is_read_into_the_model() {
+    let src = fixture("nested_external/control.onnx");
+    let original = pb::ModelProto::decode(std::fs::read(&src).unwrap().as_slice()).unwrap();
+    let data = std::fs::read(fixture("nested_external/control.bin")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("n.zip");
+    onnx::import_model_file(&zip, "n", &src, &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let out = dir.path().join("out.onnx");
+    let e = onnx::export_model_file(&a.tag("n").unwrap(), &out, &export_opts()).unwrap();
+    assert_eq!(e.files.len(), 1, "no data file: {:?}", e.files);
+    let back = pb::ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    let mut checked = 0;
+    for name in ["then.k", "else.k", "body.k"] {
+        let mut was = Vec::new();
+        subgraph_tensors(original.graph.as_ref().unwrap(), name, &mut was);
+        let mut now = Vec::new();
+        subgraph_tensors(back.graph.as_ref().unwrap(), name, &mut now);
+        let ([was], [now]) = (&was[..], &now[..]) else {
+            panic!("{name}: {} before, {} after", was.len(), now.len());
+        };
+        assert_eq!(was.data_location, Some(1), "{name} was external");
+        let get = |k: &str| {
+            was.external_data
+                .iter()
+                .find(|kv| kv.key() == k)
+                .map(|kv| kv.value().parse::<usize>().unwrap())
+        };
+        let (off, len) = (get("offset").unwrap_or(0), get("length").unwrap());
+        assert_eq!(now.data_location, None, "{name}");
+        assert!(now.external_data.is_empty(), "{name}");
+        assert_eq!(
+            now.raw_data.as_deref(),
+            Some(&data[off..off + len]),
+            "{name}"
+        );
+        assert_eq!((&now.dims, now.data_type), (&was.dims, was.data_type));
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+    // Without a model directory (a ModelProto in memory) they are refused, naming them.
+    let e = onnx::split_model(original, None).unwrap_err().to_string();
+    assert!(
+        e.contains("node 0 (If) attribute")
+            && e.contains(".k\")")
+            && e.contains("no model directory"),
+        "{e}"
+    );
+}
+
+/// Many initializers naming one range of a large file: each was read into memory in
+/// full (a 2 KB model made the import hold 30 copies of a 64 MB file). All reads
+/// together may not exceed what the files named hold.
+#[test]
+fn initializers_reading_one_range_many_times_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.bin"), [7u8; 64]).unwrap();
+    let mut m = original("mlp");
+    for i in 0..2 {
+        let mut t = external("w.bin", Some(0), Some(64), &[16]);
+        t.name = Some(format!("again{i}"));
+        m.graph.as_mut().unwrap().initializer.push(t);
+    }
+    let e = import_model_in(dir.path(), &m);
+    assert!(
+        e.contains("initializer") && e.contains("\"again1\"") && e.contains("more than once"),
+        "{e}"
+    );
+    assert!(e.contains("of 128 exceeds the limit of 64"), "{e}");
+    // Disjoint ranges of the same file are fine.
+    let mut m = original("mlp");
+    for i in 0..2 {
+        let mut t = external("w.bin", Some(32 * i), Some(32), &[8]);
+        t.name = Some(format!("half{i}"));
+        m.graph.as_mut().unwrap().initializer.push(t);
+    }
+    let file = dir.path().join("ok.onnx");
+    std::fs::write(&file, m.encode_to_vec()).unwrap();
+    let r = onnx::import_model_file(&dir.path().join("ok.zip"), "ok", &file, &opts()).unwrap();
+    assert_eq!(
+        r.params
+            .iter()
+            .filter(|p| p.name.starts_with("half"))
+            .count(),
+        2
+    );
+}
