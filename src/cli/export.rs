@@ -15,7 +15,8 @@ use std::path::PathBuf;
 ///   tf      writes a frozen GraphDef: text format when PATH ends in .pbtxt, binary
 ///           otherwise; a tag imported from TensorFlow comes out as the same message
 ///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's
-///           shards and index; a tag imported from safetensors comes out byte for byte
+///           shards and index; a tag imported from safetensors comes out byte for byte;
+///           an INT8 variant is refused (the file has no place for its scales)
 ///   onnx    writes a .onnx ModelProto; a tag imported from ONNX comes out as the same
 ///           message, external data included: the initializers that were in external
 ///           files go back to the same file names beside PATH at the same offsets (a

@@ -888,6 +888,11 @@ fn kept_metadata(tag: &Tag<'_>) -> Result<Kept> {
 /// safetensors cannot express, naming the parameter.
 fn param_views<'a>(tag: &Tag<'a>) -> Result<Vec<(String, ParamView<'a>)>> {
     let name = tag.name();
+    if let Some(why) = crate::variants::quantized_variant(tag)? {
+        return Err(invalid(format!(
+            "tag {name:?} {why}; a safetensors file has no place for the scales"
+        )));
+    }
     let mut tensors = Vec::with_capacity(tag.params().len());
     for p in tag.params() {
         let refuse = |why: String| {
@@ -1027,8 +1032,9 @@ pub fn export_safetensors_bytes(tag: &Tag<'_>) -> Result<Vec<u8>> {
 /// are each written. The tensors are in the order the safetensors library writes (larger
 /// dtypes first, then by name), or, for a tag imported from one safetensors file, in that
 /// file's order; `__metadata__` is the one the import kept. A parameter with a LoD, or of
-/// dtype SIZE_T or COMPLEX128, is refused naming it; the graph and updater state are not
-/// part of a safetensors file and are left out.
+/// dtype SIZE_T or COMPLEX128, is refused naming it, and so is an INT8 variant (its
+/// scales have no place in the file); the graph and updater state are not part of a
+/// safetensors file and are left out.
 ///
 /// The file is written to a temp file beside `out`, fsynced (if `opts.fsync`) and renamed
 /// into place; an existing `out` is refused unless `opts.overwrite`.

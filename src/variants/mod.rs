@@ -31,3 +31,17 @@ pub use cast::cast;
 pub use diff::{GraphChange, ParamDiff, TagComparison, TagDiff, compare_tags, diff_tags};
 pub use quantize::{QuantizeOptions, quantize};
 pub use variant::{ParamChange, VariantParam, VariantReport};
+
+/// Why `tag` is an INT8 variant, if it is (a `<name>@scale` parameter beside `<name>`, or
+/// a quantization record), with what to export instead: for exports whose format has
+/// no place for the scales.
+pub(crate) fn quantized_variant(tag: &crate::archive::Tag<'_>) -> crate::Result<Option<String>> {
+    let meta = variant::source_metadata(tag)?;
+    Ok(variant::quantized_because(tag, &meta).map(|why| {
+        format!(
+            "{why}: it is an INT8 variant, and the export would write the INT8 values as \
+             the weights, which no loader dequantizes; export {} instead",
+            variant::derive_instead(&meta, variant::QUANTIZATION)
+        )
+    }))
+}

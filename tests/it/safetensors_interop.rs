@@ -949,3 +949,58 @@ fn hostile_indexes_are_refused() {
         ErrorKind::InvalidInput(_)
     ));
 }
+
+/// An INT8 variant of a safetensors tag exported as safetensors wrote each quantized
+/// weight's INT8 values under the weight's own name (dtype I8) plus a `<name>@scale`
+/// tensor: a loader casts the INT8 values to the model's dtype and runs on values 1/scale
+/// times too large. It is refused, naming the weight and the source tag; an FP16 variant
+/// exports (an FP16 checkpoint is what it is).
+#[test]
+fn an_int8_variant_is_refused_and_an_fp16_variant_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("v.zip");
+    let file = fixtures().join("finetune/base.safetensors");
+    import_safetensors(&zip, "fp32", &[file], &opts()).unwrap();
+    let w = support::write_opts();
+    let q = modelzip::variants::quantize(
+        &zip,
+        "fp32",
+        "int8",
+        &modelzip::variants::QuantizeOptions { per_channel: true },
+        &w,
+    )
+    .unwrap();
+    let quantized = q.changed().next().unwrap().name.clone();
+    modelzip::variants::cast(&zip, "fp32", "fp16", DType::Fp16, &w).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let out = dir.path().join("int8.safetensors");
+    let e = export_safetensors(&a.tag("int8").unwrap(), &out, &export_opts())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("{quantized}@scale"))
+            && e.contains("INT8 variant")
+            && e.contains("export its source tag \"fp32\""),
+        "{e}"
+    );
+    assert!(!out.exists());
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    let e = export_safetensors_sharded(&a.tag("int8").unwrap(), &shards, None, &export_opts())
+        .unwrap_err();
+    assert!(e.to_string().contains("INT8 variant"), "{e}");
+    assert!(std::fs::read_dir(&shards).unwrap().next().is_none());
+    // FP16: every tensor as the variant holds it.
+    let fp16 = a.tag("fp16").unwrap();
+    let bytes = export_safetensors_bytes(&fp16).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(st.len(), fp16.params().len());
+    for p in fp16.params() {
+        let t = st.tensor(&p.name).unwrap();
+        let v = fp16.param(&p.name).unwrap();
+        assert_eq!(t.data(), v.view().data(), "{}", p.name);
+        if v.view().dtype() == DType::Fp16 {
+            assert_eq!(t.dtype(), safetensors::Dtype::F16, "{}", p.name);
+        }
+    }
+}
