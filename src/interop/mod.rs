@@ -66,7 +66,8 @@ pub trait Format: Sync {
 /// Every registered format, in the order detection tries them.
 pub static FORMATS: &[&dyn Format] = &[
     // safetensors first: its names (.safetensors, an index, a directory holding one) are
-    // the most specific, and Paddle claims any other directory.
+    // the most specific, and Paddle claims any other directory but a TensorFlow
+    // SavedModel's (tf claims that one, to refuse it saying what to do).
     &safetensors::SafetensorsFormat,
     &paddle::PaddleFormat,
     &tf::TfFormat,
@@ -98,6 +99,8 @@ pub fn detect(inputs: &[PathBuf]) -> Result<&'static dyn Format> {
     let Some(first) = inputs.first() else {
         return Err(ErrorKind::InvalidInput("no input files given".into()).into());
     };
+    // A missing input is that, not a file of no known format.
+    std::fs::metadata(first).map_err(|e| Error::from(e).in_file(first))?;
     if let Some(f) = FORMATS.iter().find(|f| f.matches_name(inputs)) {
         return Ok(*f);
     }

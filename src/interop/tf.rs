@@ -400,10 +400,39 @@ pub fn graphdef_to_text(g: &pb::GraphDef) -> Result<String> {
 }
 }
 
+/// The file names of a SavedModel's MetaGraphs (not GraphDefs).
+const SAVED_MODEL_FILES: [&str; 2] = ["saved_model.pb", "saved_model.pbtxt"];
+
+/// Whether `p` is a TensorFlow SavedModel: a directory holding `saved_model.pb` (or
+/// `.pbtxt`), or that file itself.
+pub(crate) fn is_saved_model(p: &Path) -> bool {
+    if p.is_dir() {
+        return SAVED_MODEL_FILES.iter().any(|f| p.join(f).is_file());
+    }
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| SAVED_MODEL_FILES.contains(&n))
+}
+
+/// The refusal of a SavedModel, saying what to import instead.
+fn saved_model_refused(p: &Path) -> Error {
+    invalid(
+        "this is a TensorFlow SavedModel (saved_model.pb holds MetaGraphs, and the weights \
+         are in variables/), not a frozen GraphDef; freeze it and import the GraphDef \
+         (docs/TENSORFLOW.md, \"A SavedModel\")"
+            .to_string(),
+    )
+    .in_file(p)
+}
+
 internal! {
 /// Reads a GraphDef file: text format when the name ends in `.pbtxt` (or the content is
-/// not binary protobuf but parses as text), binary otherwise.
+/// not binary protobuf but parses as text), binary otherwise. A SavedModel
+/// (`saved_model.pb`, or a directory holding it) is refused, saying so.
 pub fn read_graphdef_file(path: &Path) -> Result<pb::GraphDef> {
+    if is_saved_model(path) {
+        return Err(saved_model_refused(path));
+    }
     let bytes = read_whole(path)?;
     let located = |e: Error| e.in_file(path);
     if has_ext(path, "pbtxt") {
@@ -1181,7 +1210,8 @@ impl Format for TfFormat {
     }
 
     fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        matches!(inputs, [p] if has_ext(p, "pb") || has_ext(p, "pbtxt"))
+        // A SavedModel directory too: the import refuses it, saying what to do.
+        matches!(inputs, [p] if has_ext(p, "pb") || has_ext(p, "pbtxt") || is_saved_model(p))
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {

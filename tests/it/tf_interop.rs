@@ -683,3 +683,36 @@ fn export_counts_its_size_first_and_refuses_above_max_output() {
     );
     assert!(!out.exists());
 }
+
+/// A SavedModel directory was taken for a Paddle persistables directory (refused with a
+/// LoDTensor error about fingerprint.pb), and its saved_model.pb for a GraphDef (refused
+/// with an unknown field deep in the library). Both are refused saying what they are and
+/// what to do; a missing input is refused as missing, not as a file of no known format.
+#[test]
+fn a_saved_model_is_refused_saying_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let sm = dir.path().join("sm");
+    std::fs::create_dir_all(sm.join("variables")).unwrap();
+    // What tf.saved_model.save writes first: schema version 1, then MetaGraphs.
+    std::fs::write(sm.join("saved_model.pb"), [0x08, 0x01, 0x12, 0x00]).unwrap();
+    std::fs::write(sm.join("fingerprint.pb"), [0x08, 0xc8, 0x01]).unwrap();
+    let zip = dir.path().join("m.zip");
+    for input in [sm.clone(), sm.join("saved_model.pb")] {
+        let format = interop::detect(std::slice::from_ref(&input)).unwrap();
+        assert_eq!(format.name(), "tf", "{}", input.display());
+        let e = format
+            .import(&zip, "t", std::slice::from_ref(&input), &opts())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("TensorFlow SavedModel") && e.contains("freeze it"),
+            "{e}"
+        );
+        assert!(!zip.exists());
+    }
+    let Err(e) = interop::detect(&[dir.path().join("missing")]) else {
+        panic!("a missing input was detected as a format");
+    };
+    let e = e.to_string();
+    assert!(e.contains("No such file") && e.contains("missing"), "{e}");
+}

@@ -70,7 +70,7 @@ impl Format for PaddleFormat {
     fn matches_name(&self, inputs: &[PathBuf]) -> bool {
         inputs
             .first()
-            .is_some_and(|p| p.is_dir() || has_ext(p, "pdmodel"))
+            .is_some_and(|p| (p.is_dir() && !super::tf::is_saved_model(p)) || has_ext(p, "pdmodel"))
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {
