@@ -32,16 +32,30 @@ pub use diff::{GraphChange, ParamDiff, TagComparison, TagDiff, compare_tags, dif
 pub use quantize::{QuantizeOptions, quantize};
 pub use variant::{ParamChange, VariantParam, VariantReport};
 
-/// Why `tag` is an INT8 variant, if it is (a `<name>@scale` parameter beside `<name>`, or
-/// a quantization record), with what to export instead: for exports whose format has
-/// no place for the scales.
+/// Why `tag` is an INT8 variant `modelzip quantize` made (its metadata.json has a
+/// quantization record), with what to export instead: for exports whose format has no
+/// place for the scales. Parameter names alone (`w` beside `w@scale`) do not make one:
+/// an imported checkpoint may use such names.
 pub(crate) fn quantized_variant(tag: &crate::archive::Tag<'_>) -> crate::Result<Option<String>> {
     let meta = variant::source_metadata(tag)?;
-    Ok(variant::quantized_because(tag, &meta).map(|why| {
-        format!(
-            "{why}: it is an INT8 variant, and the export would write the INT8 values as \
-             the weights, which no loader dequantizes; export {} instead",
-            variant::derive_instead(&meta, variant::QUANTIZATION)
-        )
-    }))
+    let Some(record) = meta.get(variant::QUANTIZATION) else {
+        return Ok(None);
+    };
+    let scales = record
+        .get("params")
+        .and_then(serde_json::Value::as_object)
+        .and_then(|m| m.iter().next())
+        .map(|(w, r)| {
+            let scale = r
+                .get("scale")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?");
+            format!(" (parameter {w:?} holds INT8 values, its scales are in {scale:?})")
+        })
+        .unwrap_or_default();
+    Ok(Some(format!(
+        "is an INT8 variant{scales}, and the export would write the INT8 values as the \
+         weights, which no loader dequantizes; export {} instead",
+        variant::derive_instead(&meta, variant::QUANTIZATION)
+    )))
 }

@@ -990,6 +990,32 @@ fn an_int8_variant_is_refused_and_an_fp16_variant_exports() {
         .unwrap_err();
     assert!(e.to_string().contains("INT8 variant"), "{e}");
     assert!(std::fs::read_dir(&shards).unwrap().next().is_none());
+    // Names alone do not make a variant: a checkpoint with "w" and "w@scale" exports.
+    let a8 = [1u8, 2, 3, 4];
+    let s4 = [0u8, 0, 128, 63];
+    let named = safetensors::serialize(
+        [
+            (
+                "w",
+                safetensors::tensor::TensorView::new(safetensors::Dtype::I8, vec![4], &a8).unwrap(),
+            ),
+            (
+                "w@scale",
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &s4)
+                    .unwrap(),
+            ),
+        ],
+        None,
+    )
+    .unwrap();
+    let file = dir.path().join("named.safetensors");
+    std::fs::write(&file, &named).unwrap();
+    import_safetensors(&zip, "named", &[file], &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    assert_eq!(
+        export_safetensors_bytes(&a.tag("named").unwrap()).unwrap(),
+        named
+    );
     // FP16: every tensor as the variant holds it.
     let fp16 = a.tag("fp16").unwrap();
     let bytes = export_safetensors_bytes(&fp16).unwrap();
