@@ -43,8 +43,17 @@ element! {
 
 /// Number of elements of `dims` (1 for 0-D), or an overflow error. The product of the
 /// non-zero dims must fit too, so the answer does not depend on where a 0 stands
-/// (`[0, 2^62, 2^62]` is refused like `[2^62, 2^62, 0]`).
+/// (`[0, 2^62, 2^62]` is refused like `[2^62, 2^62, 0]`); so is a dim past 2^63 - 1,
+/// which a tensor record (int64 dims) cannot hold.
 pub fn element_count(dims: &[u64]) -> Result<u64> {
+    // A LoDTensor record holds dims as int64: a larger one would be written negative.
+    if let Some((index, d)) = dims.iter().enumerate().find(|&(_, &d)| d > i64::MAX as u64) {
+        return Err(ErrorKind::SizeOverflow(format!(
+            "dimension {d} at index {index} of dims {dims:?} exceeds 2^63 - 1, the largest a \
+             tensor record holds"
+        ))
+        .into());
+    }
     let nonzero = dims.iter().filter(|&&d| d != 0).try_fold(1u64, |acc, &d| {
         acc.checked_mul(d).ok_or_else(|| {
             ErrorKind::SizeOverflow(format!("element count of dims {dims:?} exceeds 2^64"))

@@ -767,6 +767,18 @@ fn hostile_headers_are_refused_with_what_and_where() {
             Some(8),
         ),
         (
+            // Empty, so dtype × shape is 0 bytes: it was written with the dim as -2^63,
+            // leaving an archive whose tensor no reader accepts.
+            "dim past 2^63 - 1",
+            st_file(
+                &format!("{{\"w\":{{{}}}}}", t("U8", "[9223372036854775808,0]", 0, 0)),
+                b"",
+            ),
+            "dimension 9223372036854775808 at index 0 of dims [9223372036854775808, 0] exceeds \
+             2^63 - 1",
+            Some(8),
+        ),
+        (
             "negative dim",
             st_file(&format!("{{\"w\":{{{}}}}}", t("U8", "[-1]", 0, 0)), b""),
             "\"shape\" must be a list of non-negative integers",

@@ -460,3 +460,27 @@ fn records_report_offsets_and_lengths() {
     assert_eq!(recs[1].offset + recs[1].length, bytes.len() as u64);
     assert_eq!(recs[1].tensor.dims(), &[] as &[u64]);
 }
+
+/// A dim past 2^63 - 1 in an empty tensor (the byte count is 0, so nothing overflowed)
+/// was accepted and written into the record as a negative int64, which every reader then
+/// refuses: the tensor is refused when built.
+#[test]
+fn dims_past_i64_are_refused_when_a_tensor_is_built() {
+    let big = 1u64 << 63;
+    for dims in [vec![big, 0], vec![0, big], vec![u64::MAX, 0]] {
+        let e = modelzip::TensorView::new(modelzip::DType::Uint8, dims.clone(), Vec::new(), &[])
+            .unwrap_err();
+        assert!(
+            matches!(e.kind(), modelzip::ErrorKind::SizeOverflow(m) if m.contains("exceeds 2^63 - 1")),
+            "{dims:?}: {e}"
+        );
+        assert!(modelzip::Tensor::from_bytes(modelzip::DType::Uint8, dims, Vec::new()).is_err());
+    }
+    let ok = modelzip::TensorView::new(
+        modelzip::DType::Uint8,
+        vec![i64::MAX as u64, 0],
+        Vec::new(),
+        &[],
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+}
