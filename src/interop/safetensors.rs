@@ -1281,9 +1281,22 @@ impl super::Format for SafetensorsFormat {
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {
-        inputs
-            .first()
-            .is_some_and(|p| p.is_file() && looks_like_safetensors(&super::head(p, 1 << 16)))
+        // The first 64 KiB and the file's size: a checkpoint of many tensors has a header
+        // longer than what is read here.
+        let Some(p) = inputs.first() else {
+            return false;
+        };
+        let Ok(len) = std::fs::metadata(p).map(|m| m.len()) else {
+            return false;
+        };
+        let head = super::head(p, 1 << 16);
+        let Some(word) = head.first_chunk::<8>() else {
+            return false;
+        };
+        let n = u64::from_le_bytes(*word);
+        (2..=MAX_HEADER_BYTES).contains(&n)
+            && n <= len.saturating_sub(8)
+            && head[8..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
     }
 
     fn import(

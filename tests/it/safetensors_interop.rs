@@ -1042,3 +1042,37 @@ fn an_int8_variant_is_refused_and_an_fp16_variant_exports() {
         }
     }
 }
+
+/// Detection by content read the first 64 KiB and wanted the whole header in it: a file
+/// without the .safetensors name whose header is longer (a checkpoint of a few thousand
+/// tensors) was "not a model file of any known format".
+#[test]
+fn a_long_header_is_detected_by_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let byte = [1u8];
+    let names: Vec<String> = (0..2000)
+        .map(|i| format!("model.layers.{i}.self_attn.q_proj.weight"))
+        .collect();
+    let views: Vec<_> = names
+        .iter()
+        .map(|n| {
+            (
+                n.as_str(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::U8, vec![1], &byte)
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let bytes = safetensors::serialize(views, None).unwrap();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    assert!(header > 1 << 16, "{header}");
+    let file = dir.path().join("weights.bin");
+    std::fs::write(&file, &bytes).unwrap();
+    let format = modelzip::interop::detect(std::slice::from_ref(&file));
+    assert_eq!(format.map(|f| f.name()).ok(), Some("safetensors"));
+    // A header length past the file's end is still not safetensors.
+    let mut cut = bytes.clone();
+    cut.truncate(1 << 17);
+    std::fs::write(&file, &cut).unwrap();
+    assert!(modelzip::interop::detect(std::slice::from_ref(&file)).is_err());
+}
