@@ -13,7 +13,8 @@ use std::path::PathBuf;
 ///
 /// The format is detected from the files' names, then from the first file's content
 /// (--format forces it):
-///   paddle  MODEL.pdmodel [PARAMS.pdiparams], or a persistables DIR [MODEL]
+///   paddle  MODEL.pdmodel [PARAMS.pdiparams] (or the two the other way round), or a
+///           persistables DIR [MODEL]
 ///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text);
 ///           a SavedModel (DIR/saved_model.pb) is refused: freeze it first
 ///   safetensors  FILE.safetensors [MORE.safetensors], a model.safetensors.index.json,

@@ -657,3 +657,43 @@ fn a_program_without_parameters_needs_no_params_file() {
     assert!(err.contains(&params[0]), "{err}");
     assert!(err.contains("mlp.pdmodel"), "{err}");
 }
+
+/// `modelzip import A.pdiparams A.pdmodel` (the files the other way round) was "not a
+/// model file of any known format"; the names say which is which, so it imports as the
+/// usual order does.
+#[test]
+fn params_and_model_named_the_other_way_round_import_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let (model, params) = (
+        fixture("3.3.1", "conv.pdmodel"),
+        fixture("3.3.1", "conv.pdiparams"),
+    );
+    let mut seen = Vec::new();
+    for (tag, inputs) in [
+        ("usual", [model.clone(), params.clone()]),
+        ("swapped", [params, model]),
+    ] {
+        let format = modelzip::interop::detect(&inputs).map(|f| f.name()).ok();
+        assert_eq!(format, Some("paddle"), "{tag}");
+        let r = modelzip::interop::format("paddle")
+            .unwrap()
+            .import(&zip, tag, &inputs, &crate::support::import_opts())
+            .unwrap();
+        seen.push(
+            r.params
+                .iter()
+                .map(|p| (p.name.clone(), p.dims.clone()))
+                .collect::<Vec<_>>(),
+        );
+        if tag == "swapped" {
+            assert!(
+                r.params
+                    .iter()
+                    .all(|p| p.shared_from.as_deref() == Some("usual"))
+            );
+        }
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert!(!seen[0].is_empty());
+}

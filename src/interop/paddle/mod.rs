@@ -71,6 +71,7 @@ impl Format for PaddleFormat {
         inputs
             .first()
             .is_some_and(|p| (p.is_dir() && !super::tf::is_saved_model(p)) || has_ext(p, "pdmodel"))
+            || matches!(inputs, [a, b] if has_ext(a, "pdiparams") && has_ext(b, "pdmodel"))
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {
@@ -97,6 +98,10 @@ impl Format for PaddleFormat {
                 import_persistables_dir(archive, tag, dir, Some(model), opts)
             }
             [model] => import_program(archive, tag, model, opts),
+            // The two files named the other way round: their names say which is which.
+            [params, model] if has_ext(params, "pdiparams") && has_ext(model, "pdmodel") => {
+                import_inference_model_files(archive, tag, model, params, opts)
+            }
             [model, params] => import_inference_model_files(archive, tag, model, params, opts),
             _ => Err(ErrorKind::InvalidInput(format!(
                 "a Paddle import takes MODEL.pdmodel [PARAMS.pdiparams] or DIR [MODEL], \
