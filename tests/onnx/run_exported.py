@@ -11,7 +11,9 @@ tests/fixtures/onnx/ (manifest.json lists the runnable ones):
 5. ONNX Runtime runs both exports of the runnable models on the fixture's feeds and
    reproduces the reference outputs in NAME.io.npz exactly.
 Then the two fine-tuned versions: the second tag's own bytes (entries not shared with
-the first) are at most 40% of the first's.
+the first) are at most 40% of the first's. Last, the fixtures of make_reload_fixtures.py
+(reloaded.onnx, nested_external/control.onnx) export alone into another directory and
+reproduce the outputs of the fixtures they were made from.
 
 INT8 variants (issue 15): `modelzip quantize` the mlp and cnn tags (per channel and per
 tensor), export them, and check that each export passes onnx.checker (full check), has
@@ -237,6 +239,35 @@ def int8_checks(archive, d):
     return ok, lines
 
 
+def reload_checks(d):
+    """The fixtures of make_reload_fixtures.py: each imports, exports into another
+    directory (nothing of the source's directory is needed) and ONNX Runtime reproduces
+    the outputs of the fixture it was made from."""
+    lines, ok = [], True
+    archive = os.path.join(d, "reload.zip")
+    out_dir = os.path.join(d, "reload-out")
+    os.makedirs(out_dir)
+    for rel, source in [("reloaded.onnx", "external"), ("nested_external/control.onnx", "control")]:
+        tag = source + "-reload"
+        mz("import", archive, "--tag", tag, os.path.join(FIX, rel), "--quiet")
+        out = os.path.join(out_dir, tag + ".onnx")
+        mz("export", archive, "--tag", tag, "--out", out, "--quiet")
+        got = loaded(out)
+        onnx.checker.check_model(got)
+        io = np.load(os.path.join(FIX, source + ".io.npz"))
+        feeds = {k[3:]: io[k] for k in io.files if k.startswith("in:")}
+        sess = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+        same = all(np.array_equal(o, io["out:" + n.name])
+                   for o, n in zip(sess.run(None, feeds), sess.get_outputs()))
+        alone = os.listdir(out_dir) == [tag + ".onnx"]
+        ok &= same and alone
+        lines.append("- %s (exported alone into another directory: %s): outputs %s" % (
+            rel, "yes" if alone else "NO, " + ", ".join(sorted(os.listdir(out_dir))),
+            "reproduced" if same else "DIFFER"))
+        os.remove(out)
+    return ok, lines
+
+
 def commit():
     r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h (%s)"], capture_output=True, text=True)
     return r.stdout.strip() or "an unknown commit"
@@ -302,6 +333,9 @@ def main():
         lines.append("- dedup: finetune_v1 owns %d bytes, finetune_v2 owns %d bytes (%.1f%%, limit 40%%)"
                      % (v1, v2, share))
         good, more = int8_checks(archive, d)
+        ok &= good
+        lines.extend(more)
+        good, more = reload_checks(d)
         ok &= good
         lines.extend(more)
     result = "PASS" if ok else "FAIL"
