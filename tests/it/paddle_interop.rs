@@ -697,3 +697,50 @@ fn params_and_model_named_the_other_way_round_import_the_same() {
     assert_eq!(seen[0], seen[1]);
     assert!(!seen[0].is_empty());
 }
+
+/// `--out out/` wrote the hidden files out/.pdmodel and out/.pdiparams (a prefix is
+/// appended to); a prefix naming a directory is refused, and nothing is written. Through
+/// the registry a PATH ending in .pdiparams is a prefix like one ending in .pdmodel.
+#[test]
+fn a_prefix_naming_a_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let (model, params) = (
+        fixture("3.3.1", "mlp.pdmodel"),
+        fixture("3.3.1", "mlp.pdiparams"),
+    );
+    import_inference_model_files(&zip, "fp32", &model, &params, &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let tag = a.tag("fp32").unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let slash = format!("{}/", out.display());
+    let (dot, dotdot) = (
+        format!("{}/.", out.display()),
+        format!("{}/..", out.display()),
+    );
+    for prefix in [&slash, &dot, &dotdot] {
+        let e = export_inference_model(&tag, Path::new(prefix), &export_opts())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("names a directory, not a file prefix"),
+            "{prefix}: {e}"
+        );
+    }
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none());
+    let e = modelzip::interop::format("paddle")
+        .unwrap()
+        .export(&tag, &out.join("m.pdiparams"), &export_opts())
+        .unwrap();
+    let names: Vec<_> = e
+        .files
+        .iter()
+        .map(|(p, _)| p.file_name().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["m.pdmodel", "m.pdiparams"]);
+    assert_eq!(
+        std::fs::read(out.join("m.pdmodel")).unwrap(),
+        std::fs::read(&model).unwrap()
+    );
+}

@@ -184,6 +184,18 @@ pub fn export_inference_model(
         "export size (the .pdmodel and .pdiparams files together)",
         total,
     )?;
+    // `out/` (or `.`, `..`) names a directory, not a prefix: the files would be the
+    // hidden `out/.pdmodel` and `out/.pdiparams`, which Paddle does not take either.
+    let text = prefix.as_os_str().to_string_lossy();
+    let last = text.rsplit(std::path::is_separator).next().unwrap_or("");
+    if matches!(last, "" | "." | "..") {
+        return Err(Error::new(ErrorKind::InvalidInput(format!(
+            "{text:?} names a directory, not a file prefix; give a prefix such as \
+             {:?} (writes inference.pdmodel and inference.pdiparams there)",
+            prefix.join("inference")
+        )))
+        .in_file(prefix));
+    }
     let (model_path, params_path) = export_paths(prefix);
     let dir = crate::archive::parent_dir(&model_path);
     if !dir.is_dir() {

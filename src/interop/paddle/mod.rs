@@ -124,8 +124,8 @@ impl Format for PaddleFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-        // `--out model.pdmodel` means the prefix `model`.
-        let prefix = if has_ext(out, "pdmodel") {
+        // `--out model.pdmodel` (or `model.pdiparams`) means the prefix `model`.
+        let prefix = if has_ext(out, "pdmodel") || has_ext(out, "pdiparams") {
             out.with_extension("")
         } else {
             out.to_path_buf()
