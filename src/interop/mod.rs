@@ -422,6 +422,25 @@ pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: b
     done.map_err(|e| Error::from(e.error).in_file(target))
 }
 
+/// Refuses an output path that is a directory (even with `overwrite`: a file cannot
+/// replace it, and saying "already exists" would suggest `--force`), and an existing file
+/// unless `overwrite`.
+pub(crate) fn refuse_existing(target: &Path, overwrite: bool) -> Result<()> {
+    if target.is_dir() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "is a directory; the export writes a file here, give a file path".into(),
+        ))
+        .in_file(target));
+    }
+    if !overwrite && target.exists() {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "file already exists; refusing to overwrite it".into(),
+        ))
+        .in_file(target));
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `target` through a temp file beside it (fsynced when asked, then
 /// renamed; existing files refused unless `overwrite`). Returns the size written.
 pub(crate) fn write_file_atomically(
@@ -437,12 +456,7 @@ pub(crate) fn write_file_atomically(
         ))
         .in_file(&dir));
     }
-    if !overwrite && target.exists() {
-        return Err(Error::new(ErrorKind::InvalidInput(
-            "file already exists; refusing to overwrite it".into(),
-        ))
-        .in_file(target));
-    }
+    refuse_existing(target, overwrite)?;
     let temp = write_temp(target, fsync, fill)?;
     let len = file_len(temp.path(), target)?;
     persist(temp, target, overwrite)?;

@@ -1048,15 +1048,8 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         }
         targets.push(path);
     }
-    if !opts.overwrite {
-        for t in &targets {
-            if t.exists() {
-                return Err(Error::new(ErrorKind::InvalidInput(
-                    "file already exists; refusing to overwrite it".into(),
-                ))
-                .in_file(t));
-            }
-        }
+    for t in &targets {
+        super::refuse_existing(t, opts.overwrite)?;
     }
     // What would be written (and held in memory), before anything is: a graph.fb may
     // name one parameter from many initializers, and external data offsets may leave

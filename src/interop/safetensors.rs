@@ -1045,9 +1045,7 @@ pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     if !dir.is_dir() {
         return Err(invalid("the output directory does not exist".into()).in_file(&dir));
     }
-    if !opts.overwrite && out.exists() {
-        return Err(invalid("file already exists; refusing to overwrite it".into()).in_file(out));
-    }
+    super::refuse_existing(out, opts.overwrite)?;
     let temp = paddle::write_temp(out, opts.fsync, |w| write_layout(&l, w))?;
     let written = temp
         .as_file()
@@ -1199,14 +1197,8 @@ pub fn export_safetensors_sharded(
         .map(|(_, l)| l.total)
         .fold(index.len() as u64, u64::saturating_add);
     super::check_output_size(tag, opts, "export size (the shards and their index)", all)?;
-    if !opts.overwrite {
-        for path in layouts.iter().map(|(p, _)| p).chain([&index_path]) {
-            if path.exists() {
-                return Err(
-                    invalid("file already exists; refusing to overwrite it".into()).in_file(path),
-                );
-            }
-        }
+    for path in layouts.iter().map(|(p, _)| p).chain([&index_path]) {
+        super::refuse_existing(path, opts.overwrite)?;
     }
     let mut temps = Vec::with_capacity(layouts.len() + 1);
     for (path, l) in &layouts {

@@ -990,3 +990,61 @@ fn initializers_reading_one_range_many_times_are_refused() {
         2
     );
 }
+
+/// An output path that is a directory was "file already exists; refusing to overwrite
+/// it", and with overwrite the rename failed after the other files were written (a
+/// sharded safetensors export whose index path is a directory put its shards in place,
+/// then removed them). Every format refuses it up front, overwrite or not, and writes
+/// nothing.
+#[test]
+fn an_output_path_that_is_a_directory_is_refused_by_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let inputs: [(&str, Vec<PathBuf>); 4] = [
+        ("onnx", vec![fixture("mlp.onnx")]),
+        ("tf", vec![root.join("tf/mlp.pb")]),
+        (
+            "paddle",
+            vec![
+                root.join("paddle/3.3.1/mlp.pdmodel"),
+                root.join("paddle/3.3.1/mlp.pdiparams"),
+            ],
+        ),
+        (
+            "safetensors",
+            vec![root.join("safetensors/finetune/base.safetensors")],
+        ),
+    ];
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for (format, files) in inputs {
+        let f = interop::format(format).unwrap();
+        f.import(&zip, format, &files, &opts()).unwrap();
+        let a = Archive::open(&zip).unwrap();
+        let tag = a.tag(format).unwrap();
+        // The directory in the place of the (first, or last written) file.
+        let (target, blocker) = match format {
+            "paddle" => (out.join("m"), out.join("m.pdiparams")),
+            "safetensors" => (out.clone(), out.join("model.safetensors.index.json")),
+            _ => (out.join("m"), out.join("m")),
+        };
+        std::fs::create_dir(&blocker).unwrap();
+        for overwrite in [false, true] {
+            let o = ExportOptions {
+                overwrite,
+                ..export_opts()
+            };
+            let Err(e) = f.export(&tag, &target, &o) else {
+                panic!("{format}: exported over a directory");
+            };
+            assert!(e.to_string().contains("is a directory"), "{format}: {e}");
+        }
+        let left: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(left, [blocker.clone()], "{format}");
+        std::fs::remove_dir(&blocker).unwrap();
+    }
+}

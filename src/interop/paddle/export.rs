@@ -204,15 +204,8 @@ pub fn export_inference_model(
         ))
         .in_file(&dir));
     }
-    if !opts.overwrite {
-        for path in [&model_path, &params_path] {
-            if path.exists() {
-                return Err(Error::new(ErrorKind::InvalidInput(
-                    "file already exists; refusing to overwrite it".into(),
-                ))
-                .in_file(path));
-            }
-        }
+    for path in [&model_path, &params_path] {
+        crate::interop::refuse_existing(path, opts.overwrite)?;
     }
     let model_tmp = write_temp(&model_path, opts.fsync, |w| w.write_all(&p.model))?;
     let mut params_bytes = 0;
