@@ -1055,14 +1055,29 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
     // name one parameter from many initializers, and external data offsets may leave
     // gaps.
     let mut total = g.model.len() as u64;
-    for p in g.initializers.iter().filter_map(|i| i.param.as_ref()) {
+    // The least the model itself will be: what stays inline is built in memory first.
+    let mut inline = g.model.len() as u64;
+    for init in &g.initializers {
+        let Some(p) = init.param.as_ref() else {
+            continue;
+        };
         let data = tag.param(p).map_err(in_fb)?;
-        total = total.saturating_add(data.view().data().len() as u64 + EXTERNAL_ALIGN);
+        let len = data.view().data().len() as u64;
+        total = total.saturating_add(len + EXTERNAL_ALIGN);
+        if !opts.external_data && (layout.is_empty() || init.external.is_empty()) {
+            inline = inline.saturating_add(len);
+        }
     }
     for (_, _, size) in &layout {
         total = total.saturating_add(*size);
     }
     check_output_size(tag, opts, "ONNX export size", total)?;
+    if inline > MAX_MODEL_BYTES {
+        return Err(invalid(format!(
+            "the model would be at least {inline} bytes with its initializers inline, past \
+             protobuf's 2 GiB; export it with external data"
+        )));
+    }
     let mut files = Vec::new();
     let mut data_temps = Vec::new();
     let model = if opts.external_data {

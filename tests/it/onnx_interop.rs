@@ -1048,3 +1048,70 @@ fn an_output_path_that_is_a_directory_is_refused_by_every_format() {
         std::fs::remove_dir(&blocker).unwrap();
     }
 }
+
+/// A model naming one parameter from many initializers (an INT8 variant's model is all
+/// inline too) was built whole in memory, then encoded, and only then refused as past
+/// 2 GiB: here 2.1 GB twice for a 1 MB archive. The inline size is known before: the
+/// export is refused before anything is built or written.
+#[test]
+fn a_model_past_2_gib_inline_is_refused_before_it_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2100;
+    let inits = (0..n)
+        .map(|i| pb::TensorProto {
+            name: Some(format!("w{i}")),
+            data_type: Some(1),
+            dims: vec![1 << 18],
+            ..Default::default()
+        })
+        .collect();
+    let model = pb::ModelProto {
+        ir_version: Some(8),
+        graph: Some(pb::GraphProto {
+            name: Some("g".into()),
+            initializer: inits,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let g = Graph {
+        onnx: Some(modelzip::graph::OnnxGraph {
+            model: model.encode_to_vec(),
+            initializers: vec![
+                modelzip::graph::OnnxInit {
+                    param: Some("w".into()),
+                    typed: false,
+                    external: Vec::new(),
+                };
+                n
+            ],
+        }),
+        ..Graph::new()
+    };
+    let zip = dir.path().join("m.zip");
+    let w = modelzip::Tensor::from_bytes(DType::Fp32, vec![1 << 18], vec![0; 1 << 20]).unwrap();
+    let mut aw = modelzip::ArchiveWriter::create_with(&zip, &crate::support::write_opts()).unwrap();
+    aw.add_tag(
+        modelzip::TagBuilder::new("big")
+            .graph(
+                modelzip::GraphFormat::FlatBuffers,
+                g.to_flatbuffers().unwrap(),
+            )
+            .param("w", w),
+    )
+    .unwrap();
+    aw.finish().unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let e = onnx::export_model_file(&a.tag("big").unwrap(), &out.join("m.onnx"), &export_opts())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("at least")
+            && e.contains("past protobuf's 2 GiB")
+            && e.contains("external data"),
+        "{e}"
+    );
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none());
+}
