@@ -682,8 +682,8 @@ pub fn join_model<'p>(
     mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
     mut place: Option<&mut Place<'_>>,
 ) -> Result<pb::ModelProto> {
-    let mut m = pb::ModelProto::decode(g.model.as_slice())
-        .map_err(|e| gerr(format!("the stored ONNX model does not decode: {e}")))?;
+    let mut m: pb::ModelProto =
+        super::tf::decode_stored(&g.model, pool()?, "onnx.ModelProto", "the stored ONNX model")?;
     let graph = m
         .graph
         .as_mut()

@@ -207,6 +207,49 @@ fn decode_budget(len: usize) -> u64 {
     (len as u64).saturating_mul(8).saturating_add(64 << 20)
 }
 
+/// The least decode budget of a protobuf stored in an archive (graph.fb's ONNX model,
+/// TensorFlow node fields and attributes): the import checked the file it came from
+/// against that file's size, but the stored message lost its weights, so its own size
+/// can be far smaller than what it legitimately decodes to.
+const STORED_DECODE_BUDGET: u64 = 1 << 30;
+
+/// Decodes a protobuf read back from an archive (`desc`: its full message name), after
+/// the same walk as an import's: an archive is input too, and a few KiB of deflated
+/// graph.fb can hold millions of empty messages (gigabytes decoded).
+pub(crate) fn decode_stored<M: Message + Default>(
+    bytes: &[u8],
+    pool: &DescriptorPool,
+    desc: &str,
+    what: &str,
+) -> Result<M> {
+    let desc = pool
+        .get_message_by_name(desc)
+        .ok_or_else(|| gerr(format!("{desc} is missing from the descriptor set")))?;
+    let budget = decode_budget(bytes.len()).max(STORED_DECODE_BUDGET);
+    let mut walk = Walk {
+        left: budget,
+        unknown: None,
+    };
+    match walk.message(bytes, &desc, 0) {
+        // Malformed bytes and fields this build does not declare: prost reports the one
+        // and keeps nothing of the other, as before.
+        Ok(()) | Err(Stop::Malformed | Stop::Unknown) => {}
+        Err(Stop::TooDeep) => {
+            return Err(gerr(format!(
+                "{what}: messages nested deeper than {MAX_DEPTH}"
+            )));
+        }
+        Err(Stop::TooBig) => {
+            return Err(Error::new(ErrorKind::LimitExceeded {
+                what: "estimated decoded size of a stored protobuf",
+                size: budget.saturating_add(1),
+                limit: budget,
+            }));
+        }
+    }
+    M::decode(bytes).map_err(|e| gerr(format!("{what} does not decode: {e}")))
+}
+
 /// Estimated heap bytes of one decoded message / string, per element.
 const MESSAGE_COST: u64 = 256;
 const STRING_COST: u64 = 24;
@@ -859,8 +902,12 @@ pub fn join_graphdef<'p>(
 
 /// The GraphDef's fields other than its nodes (library, versions, debug info).
 fn graph_fields(g: &TfGraph) -> Result<pb::GraphDef> {
-    pb::GraphDef::decode(g.rest.as_slice())
-        .map_err(|e| gerr(format!("the stored GraphDef fields do not decode: {e}")))
+    decode_stored(
+        &g.rest,
+        pool()?,
+        "tensorflow.GraphDef",
+        "the stored GraphDef fields",
+    )
 }
 
 /// Node `i` of the graph, each attribute that refers to a parameter filled with its values.
@@ -870,16 +917,22 @@ fn join_node<'p>(
     param: &mut impl FnMut(&str) -> Result<TensorData<'p>>,
 ) -> Result<pb::NodeDef> {
     let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
-    let mut node = pb::NodeDef::decode(n.rest.as_slice())
-        .map_err(|e| place(gerr(format!("its stored fields do not decode: {e}"))))?;
+    let mut node: pb::NodeDef =
+        decode_stored(&n.rest, pool()?, "tensorflow.NodeDef", "its stored NodeDef")
+            .map_err(place)?;
     node.name = n.name.clone();
     node.op = n.op.clone();
     node.input = n.inputs.clone();
     node.device = n.device.clone();
     let mut attrs = BTreeMap::new();
     for a in &n.attrs {
-        let mut value = pb::AttrValue::decode(a.value.as_slice())
-            .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
+        let mut value: pb::AttrValue = decode_stored(
+            &a.value,
+            pool()?,
+            "tensorflow.AttrValue",
+            &format!("attr {:?}", a.name),
+        )
+        .map_err(place)?;
         if let Some(r) = &a.param {
             let Some(pb::attr_value::Value::Tensor(t)) = &mut value.value else {
                 return Err(place(gerr(format!(
@@ -905,8 +958,13 @@ pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
     for (i, n) in g.nodes.iter().enumerate() {
         let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
         for a in &n.attrs {
-            let value = pb::AttrValue::decode(a.value.as_slice())
-                .map_err(|e| place(gerr(format!("attr {:?} does not decode: {e}", a.name))))?;
+            let value: pb::AttrValue = decode_stored(
+                &a.value,
+                pool()?,
+                "tensorflow.AttrValue",
+                &format!("attr {:?}", a.name),
+            )
+            .map_err(place)?;
             let Some(r) = &a.param else {
                 continue;
             };

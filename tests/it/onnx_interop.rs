@@ -1115,3 +1115,86 @@ fn a_model_past_2_gib_inline_is_refused_before_it_is_built() {
     );
     assert!(std::fs::read_dir(&out).unwrap().next().is_none());
 }
+
+/// Millions of empty messages (2 bytes each) deflate to almost nothing: a 44 KB archive
+/// whose graph.fb holds a 10 MB stored model of 5 million empty nodes made export and
+/// verify take 2.7 GB (27 GB for ten times as many). The stored protobufs of ONNX and
+/// TensorFlow tags are walked before they are decoded, as imports walk files.
+#[test]
+fn a_stored_model_of_millions_of_empty_messages_is_refused_before_decoding() {
+    fn delimited(field: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![(field << 3) | 2];
+        let mut len = payload.len() as u64;
+        loop {
+            let b = (len & 0x7f) as u8;
+            len >>= 7;
+            if len == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        }
+        out.extend_from_slice(payload);
+        out
+    }
+    // 5 million empty entries of a repeated message field.
+    let empties = |field: u8| [(field << 3) | 2, 0].repeat(5_000_000);
+    let onnx = Graph {
+        onnx: Some(modelzip::graph::OnnxGraph {
+            // ModelProto.graph (7) holding 5 million empty GraphProto.node (1).
+            model: delimited(7, &empties(1)),
+            initializers: Vec::new(),
+        }),
+        ..Graph::new()
+    };
+    let tf = Graph {
+        tf: Some(modelzip::graph::TfGraph {
+            nodes: vec![modelzip::graph::TfNode {
+                name: "n".into(),
+                op: "NoOp".into(),
+                inputs: Vec::new(),
+                device: String::new(),
+                // AttrValue.list (1) holding 5 million empty ListValue.shape (7).
+                attrs: vec![modelzip::graph::TfAttr {
+                    name: "a".into(),
+                    value: delimited(1, &empties(7)),
+                    param: None,
+                }],
+                rest: Vec::new(),
+            }],
+            rest: Vec::new(),
+        }),
+        ..Graph::new()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("h.zip");
+    let mut w = modelzip::ArchiveWriter::create_with(&zip, &crate::support::write_opts()).unwrap();
+    for (name, g) in [("onnx", onnx), ("tf", tf)] {
+        w.add_tag(modelzip::TagBuilder::new(name).graph(
+            modelzip::GraphFormat::FlatBuffers,
+            g.to_flatbuffers().unwrap(),
+        ))
+        .unwrap();
+    }
+    w.finish().unwrap();
+    assert!(std::fs::metadata(&zip).unwrap().len() < 1 << 20);
+    let a = Archive::open(&zip).unwrap();
+    for (name, out) in [("onnx", "h.onnx"), ("tf", "h.pb")] {
+        let out = dir.path().join(out);
+        let Err(e) =
+            interop::format(name)
+                .unwrap()
+                .export(&a.tag(name).unwrap(), &out, &export_opts())
+        else {
+            panic!("{name}: exported");
+        };
+        assert!(
+            e.to_string()
+                .contains("estimated decoded size of a stored protobuf"),
+            "{name}: {e}"
+        );
+        assert!(!out.exists(), "{name}");
+    }
+    let report = a.verify();
+    assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+}
