@@ -1044,7 +1044,7 @@ fn an_output_path_that_is_a_directory_is_refused_by_every_format() {
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(left, [blocker.clone()], "{format}");
+        assert_eq!(left, std::slice::from_ref(&blocker), "{format}");
         std::fs::remove_dir(&blocker).unwrap();
     }
 }
