@@ -473,7 +473,16 @@ fn resolve_inputs(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Option<IndexInfo>
     let index_path = if only.is_dir() {
         let index = only.join(INDEX_FILE);
         let single = only.join(SINGLE_FILE);
-        if index.is_file() {
+        if index.is_file() && single.is_file() {
+            // transformers loads model.safetensors then; an index left from an earlier
+            // sharded save is common (save_pretrained does not remove it). Which one is
+            // meant is the user's to say.
+            return Err(invalid(format!(
+                "the directory holds both {SINGLE_FILE} and {INDEX_FILE}; name the one to \
+                 import (transformers loads {SINGLE_FILE})"
+            ))
+            .in_file(only));
+        } else if index.is_file() {
             index
         } else if single.is_file() {
             return Ok((vec![single], None));

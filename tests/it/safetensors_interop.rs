@@ -1076,3 +1076,36 @@ fn a_long_header_is_detected_by_content() {
     std::fs::write(&file, &cut).unwrap();
     assert!(modelzip::interop::detect(std::slice::from_ref(&file)).is_err());
 }
+
+/// A directory with both model.safetensors and an index (save_pretrained leaves the
+/// index of an earlier sharded save): the import took the index, transformers takes the
+/// single file. It is refused, asking which; each imports when named.
+#[test]
+fn a_directory_with_a_single_file_and_an_index_is_refused_asking_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let both = dir.path().join("both");
+    std::fs::create_dir(&both).unwrap();
+    for e in std::fs::read_dir(fixtures().join("sharded")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, both.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(
+        fixtures().join("finetune/base.safetensors"),
+        both.join("model.safetensors"),
+    )
+    .unwrap();
+    let zip = dir.path().join("a.zip");
+    let e = import_safetensors(&zip, "t", std::slice::from_ref(&both), &opts()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("both model.safetensors and model.safetensors.index.json"),
+        "{e}"
+    );
+    assert!(!zip.exists());
+    for (tag, input) in [
+        ("single", both.join("model.safetensors")),
+        ("index", both.join("model.safetensors.index.json")),
+    ] {
+        import_safetensors(&zip, tag, &[input], &opts()).unwrap();
+    }
+}
