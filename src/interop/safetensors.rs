@@ -1252,6 +1252,39 @@ pub fn export_safetensors_sharded(
     })
 }
 
+/// What an export of a tag with a graph leaves out, for the export's notes: the graph,
+/// and the constants it keeps whole (an ONNX model's string / INT4 initializers, a
+/// TensorFlow graph's string constants), which are not parameters.
+fn left_out(tag: &Tag<'_>) -> Result<Vec<String>> {
+    let Some((enc, bytes)) = tag.graph()? else {
+        return Ok(Vec::new());
+    };
+    let mut notes = vec![format!(
+        "the graph ({}) is not part of a safetensors file: parameters only",
+        enc.file_name()
+    )];
+    if enc == crate::archive::GraphFormat::FlatBuffers {
+        let g = crate::graph::Graph::from_flatbuffers(&bytes)
+            .map_err(|e| e.in_entry(format!("{}/graph.fb", tag.name())))?;
+        let kept = match (&g.onnx, &g.tf) {
+            (Some(o), _) => o.initializers.iter().filter(|i| i.param.is_none()).count(),
+            (None, Some(t)) => t
+                .nodes
+                .iter()
+                .filter(|n| n.op == "Const" && n.attrs.iter().all(|a| a.param.is_none()))
+                .count(),
+            (None, None) => 0,
+        };
+        if kept > 0 {
+            notes.push(format!(
+                "{kept} constant(s) the graph keeps whole (strings, dtypes modelzip does not \
+                 hold as parameters) are not parameters and are not in the file"
+            ));
+        }
+    }
+    Ok(notes)
+}
+
 /// safetensors in the [`FORMATS`](super::FORMATS) list: `modelzip import` of `.safetensors`
 /// files, a sharded checkpoint's index or a directory holding either; `modelzip export
 /// --format safetensors` to one file, or to a directory as shards and their index.
@@ -1341,6 +1374,7 @@ impl super::Format for SafetensorsFormat {
             if r.as_imported {
                 notes.push("the shards as they were imported".into());
             }
+            notes.extend(left_out(tag)?);
             return Ok(super::Exported {
                 tag: r.tag,
                 format: "safetensors",
@@ -1351,11 +1385,12 @@ impl super::Format for SafetensorsFormat {
             });
         }
         let r = export_safetensors(tag, out, opts)?;
-        let notes = if r.metadata_written {
+        let mut notes = if r.metadata_written {
             vec!["__metadata__ written back".into()]
         } else {
             Vec::new()
         };
+        notes.extend(left_out(tag)?);
         Ok(super::Exported {
             tag: r.tag,
             format: "safetensors",

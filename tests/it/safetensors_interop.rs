@@ -1109,3 +1109,63 @@ fn a_directory_with_a_single_file_and_an_index_is_refused_asking_which() {
         import_safetensors(&zip, tag, &[input], &opts()).unwrap();
     }
 }
+
+/// A tag with a graph exported as safetensors said nothing of what the file lacks: the
+/// graph, and the constants the graph keeps whole (a TensorFlow string constant, an ONNX
+/// INT4 initializer), which are not parameters. The export's notes say both.
+#[test]
+fn exporting_a_graph_tag_notes_what_a_safetensors_file_leaves_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("a.zip");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let f = modelzip::interop::format("safetensors").unwrap();
+    for (format, file) in [
+        ("tf", "tf/control.pb"),
+        ("paddle", "paddle/3.3.1/mlp.pdmodel"),
+    ] {
+        let mut inputs = vec![root.join(file)];
+        if format == "paddle" {
+            inputs.push(root.join("paddle/3.3.1/mlp.pdiparams"));
+        }
+        modelzip::interop::format(format)
+            .unwrap()
+            .import(&zip, format, &inputs, &opts())
+            .unwrap();
+        let a = Archive::open(&zip).unwrap();
+        let out = dir.path().join(format!("{format}.safetensors"));
+        let r = f
+            .export(&a.tag(format).unwrap(), &out, &export_opts())
+            .unwrap();
+        let notes = r.notes.join("; ");
+        assert!(
+            notes.contains("is not part of a safetensors file"),
+            "{format}: {notes}"
+        );
+        assert_eq!(
+            notes.contains("constant(s) the graph keeps whole"),
+            format == "tf",
+            "{format}: {notes}"
+        );
+    }
+    // A tag without a graph has nothing left out.
+    import_safetensors(
+        &zip,
+        "st",
+        &[fixtures().join("finetune/base.safetensors")],
+        &opts(),
+    )
+    .unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let r = f
+        .export(
+            &a.tag("st").unwrap(),
+            &dir.path().join("st.safetensors"),
+            &export_opts(),
+        )
+        .unwrap();
+    assert!(
+        r.notes.iter().all(|n| !n.contains("graph")),
+        "{:?}",
+        r.notes
+    );
+}
