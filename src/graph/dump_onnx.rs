@@ -4,11 +4,11 @@
 
 use super::model::OnnxGraph;
 use crate::onnx_proto as pb;
-use prost::Message;
 use serde_json::{Value, json};
 
 fn decode(g: &OnnxGraph) -> Option<pb::ModelProto> {
-    pb::ModelProto::decode(g.model.as_slice()).ok()
+    // Walked first: a few KiB of deflated graph.fb can hold millions of empty messages.
+    crate::interop::onnx::decode_stored_model(g).ok()
 }
 
 /// A listing: the model's versions and opsets, inputs, outputs, the nodes in order as

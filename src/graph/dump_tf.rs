@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use prost::Message;
 use serde_json::{Value, json};
 
 use super::clean::clean;
@@ -113,7 +112,10 @@ fn value_text(v: &pb::AttrValue) -> String {
 
 /// An attribute as `name=value`; a tensor stored as a parameter shows which.
 fn attr_text(a: &TfAttr) -> String {
-    let v = match pb::AttrValue::decode(a.value.as_slice()) {
+    let v = match crate::interop::tf::decode_stored_tf::<pb::AttrValue>(
+        &a.value,
+        "tensorflow.AttrValue",
+    ) {
         Ok(v) => value_text(&v),
         Err(_) => format!("<{} undecodable bytes>", a.value.len()),
     };
@@ -125,7 +127,7 @@ fn attr_text(a: &TfAttr) -> String {
 
 /// The library and versions a TensorFlow graph keeps besides its nodes.
 fn rest(g: &TfGraph) -> Option<pb::GraphDef> {
-    pb::GraphDef::decode(g.rest.as_slice()).ok()
+    crate::interop::tf::decode_stored_tf::<pb::GraphDef>(&g.rest, "tensorflow.GraphDef").ok()
 }
 
 /// A listing of a TensorFlow graph: versions, the function library, then each node as
@@ -192,9 +194,12 @@ pub fn json(g: &TfGraph) -> Value {
                 .attrs
                 .iter()
                 .map(|a| {
-                    let v = pb::AttrValue::decode(a.value.as_slice())
-                        .map(|v| value_text(&v))
-                        .unwrap_or_default();
+                    let v = crate::interop::tf::decode_stored_tf::<pb::AttrValue>(
+                        &a.value,
+                        "tensorflow.AttrValue",
+                    )
+                    .map(|v| value_text(&v))
+                    .unwrap_or_default();
                     let mut m = json!({"value": v});
                     if let (Some(p), Some(obj)) = (&a.param, m.as_object_mut()) {
                         obj.insert("param".into(), json!(p.param));
@@ -260,7 +265,11 @@ fn tf_dot(g: &TfGraph, out: &mut String) {
     for (i, n) in g.nodes.iter().enumerate() {
         let param = n.attrs.iter().find_map(|a| {
             let p = a.param.as_ref()?;
-            let v = pb::AttrValue::decode(a.value.as_slice()).ok()?;
+            let v = crate::interop::tf::decode_stored_tf::<pb::AttrValue>(
+                &a.value,
+                "tensorflow.AttrValue",
+            )
+            .ok()?;
             Some((p.param.clone(), value_text(&v)))
         });
         let (shape, label) = match param {

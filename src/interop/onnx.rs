@@ -673,6 +673,17 @@ fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()
     Ok(())
 }
 
+/// The ModelProto stored in graph.fb, walked before it is decoded (see
+/// `tf::decode_stored`).
+pub(crate) fn decode_stored_model(g: &OnnxGraph) -> Result<pb::ModelProto> {
+    super::tf::decode_stored(
+        &g.model,
+        pool()?,
+        "onnx.ModelProto",
+        "the stored ONNX model",
+    )
+}
+
 internal! {
 /// Rebuilds the ModelProto from graph.fb's model and the parameters `param` gives.
 /// `place` decides where each parameter's bytes go: `None` puts them back in the form
@@ -682,8 +693,7 @@ pub fn join_model<'p>(
     mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
     mut place: Option<&mut Place<'_>>,
 ) -> Result<pb::ModelProto> {
-    let mut m: pb::ModelProto =
-        super::tf::decode_stored(&g.model, pool()?, "onnx.ModelProto", "the stored ONNX model")?;
+    let mut m = decode_stored_model(g)?;
     let graph = m
         .graph
         .as_mut()

@@ -250,6 +250,11 @@ pub(crate) fn decode_stored<M: Message + Default>(
     M::decode(bytes).map_err(|e| gerr(format!("{what} does not decode: {e}")))
 }
 
+/// [`decode_stored`] of a TensorFlow message (`desc`: `tensorflow.AttrValue`, ...).
+pub(crate) fn decode_stored_tf<M: Message + Default>(bytes: &[u8], desc: &str) -> Result<M> {
+    decode_stored(bytes, pool()?, desc, desc)
+}
+
 /// Estimated heap bytes of one decoded message / string, per element.
 const MESSAGE_COST: u64 = 256;
 const STRING_COST: u64 = 24;
