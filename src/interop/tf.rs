@@ -137,6 +137,7 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
     let mut walk = Walk {
         left: budget,
         unknown: None,
+        skip_unknown: false,
     };
     match walk.message(bytes, &descriptor("tensorflow.GraphDef")?, 0) {
         Ok(()) | Err(Stop::Malformed) => {}
@@ -180,6 +181,7 @@ pub(crate) fn precheck(bytes: &[u8], desc: &MessageDescriptor, what: &str) -> Re
     let mut walk = Walk {
         left: budget,
         unknown: None,
+        skip_unknown: false,
     };
     match walk.message(bytes, desc, 0) {
         Ok(()) | Err(Stop::Malformed) => Ok(()),
@@ -226,28 +228,42 @@ pub(crate) fn decode_stored<M: Message + Default>(
         .get_message_by_name(desc)
         .ok_or_else(|| gerr(format!("{desc} is missing from the descriptor set")))?;
     let budget = decode_budget(bytes.len()).max(STORED_DECODE_BUDGET);
+    walk_within(
+        bytes,
+        &desc,
+        budget,
+        what,
+        "estimated decoded size of a stored protobuf",
+    )?;
+    M::decode(bytes).map_err(|e| gerr(format!("{what} does not decode: {e}")))
+}
+
+/// Walks `bytes` as message `desc` (past fields it does not declare) and refuses nesting
+/// deeper than [`MAX_DEPTH`] and an estimated decoded size past `budget` (`limit_what`
+/// names it in the error). Malformed bytes pass, for the decoder to report precisely.
+pub(crate) fn walk_within(
+    bytes: &[u8],
+    desc: &MessageDescriptor,
+    budget: u64,
+    what: &str,
+    limit_what: &'static str,
+) -> Result<()> {
     let mut walk = Walk {
         left: budget,
         unknown: None,
+        skip_unknown: true,
     };
-    match walk.message(bytes, &desc, 0) {
-        // Malformed bytes and fields this build does not declare: prost reports the one
-        // and keeps nothing of the other, as before.
-        Ok(()) | Err(Stop::Malformed | Stop::Unknown) => {}
-        Err(Stop::TooDeep) => {
-            return Err(gerr(format!(
-                "{what}: messages nested deeper than {MAX_DEPTH}"
-            )));
-        }
-        Err(Stop::TooBig) => {
-            return Err(Error::new(ErrorKind::LimitExceeded {
-                what: "estimated decoded size of a stored protobuf",
-                size: budget.saturating_add(1),
-                limit: budget,
-            }));
-        }
+    match walk.message(bytes, desc, 0) {
+        Ok(()) | Err(Stop::Malformed | Stop::Unknown) => Ok(()),
+        Err(Stop::TooDeep) => Err(gerr(format!(
+            "{what}: messages nested deeper than {MAX_DEPTH}"
+        ))),
+        Err(Stop::TooBig) => Err(Error::new(ErrorKind::LimitExceeded {
+            what: limit_what,
+            size: budget.saturating_add(1),
+            limit: budget,
+        })),
     }
-    M::decode(bytes).map_err(|e| gerr(format!("{what} does not decode: {e}")))
 }
 
 /// [`decode_stored`] of a TensorFlow message (`desc`: `tensorflow.AttrValue`, ...).
@@ -275,6 +291,9 @@ enum Stop {
 struct Walk {
     left: u64,
     unknown: Option<String>,
+    /// Walk past fields the descriptor does not declare (charged as bytes) instead of
+    /// stopping at the first.
+    skip_unknown: bool,
 }
 
 impl Walk {
@@ -309,8 +328,23 @@ impl Walk {
             let key = varint(&mut b)?;
             let number = u32::try_from(key >> 3).map_err(|_| Stop::Malformed)?;
             let Some(field) = desc.get_field(number) else {
-                self.unknown = Some(format!(": unknown field number {number}"));
-                return Err(Stop::Unknown);
+                if !self.skip_unknown {
+                    self.unknown = Some(format!(": unknown field number {number}"));
+                    return Err(Stop::Unknown);
+                }
+                let n = match key & 7 {
+                    0 => {
+                        varint(&mut b)?;
+                        0
+                    }
+                    1 => 8,
+                    5 => 4,
+                    2 => usize::try_from(varint(&mut b)?).map_err(|_| Stop::Malformed)?,
+                    _ => return Err(Stop::Malformed),
+                };
+                b = b.get(n..).ok_or(Stop::Malformed)?;
+                self.charge(STRING_COST + n as u64)?;
+                continue;
             };
             let repeated = field.is_list() || field.is_map();
             match key & 7 {

@@ -8,7 +8,7 @@ use crate::support::{export_opts, import_opts as opts, write_opts as no_fsync};
 use modelzip::fault::{bytes_written, set_write_budget};
 use modelzip::interop::paddle::{
     self, ExportOptions, export_inference_model, export_inference_model_bytes,
-    import_inference_model, import_inference_model_files, import_persistables_dir,
+    import_inference_model, import_inference_model_files, import_persistables_dir, import_program,
 };
 use modelzip::tensor::{decode_combined, encode_combined};
 use modelzip::{Archive, ArchiveWriter, Graph, TagBuilder, Tensor, TensorView};
@@ -743,4 +743,22 @@ fn a_prefix_naming_a_directory_is_refused() {
         std::fs::read(out.join("m.pdmodel")).unwrap(),
         std::fs::read(&model).unwrap()
     );
+}
+
+/// A .pdmodel of 5 million empty blocks (10 MB; vars and ops are counted and capped,
+/// blocks were not) took 660 MB to decode before it was refused for a missing field; ten
+/// times as many, gigabytes. It is walked first and refused at a few tens of MB.
+#[test]
+fn a_program_of_millions_of_empty_messages_is_refused_before_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("h.pdmodel");
+    std::fs::write(&model, [0x0a, 0x00].repeat(5_000_000)).unwrap();
+    let zip = dir.path().join("h.zip");
+    let e = import_program(&zip, "h", &model, &opts()).unwrap_err();
+    assert!(
+        matches!(e.kind(), modelzip::ErrorKind::LimitExceeded { .. })
+            && e.to_string().contains("estimated decoded ProgramDesc size"),
+        "{e}"
+    );
+    assert!(!zip.exists());
 }

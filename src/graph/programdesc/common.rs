@@ -114,6 +114,20 @@ pub(crate) fn decode_dynamic(bytes: &[u8]) -> Result<DynamicMessage> {
         }
         .into());
     }
+    // Millions of empty blocks or attributes (2 bytes each) cost about 130 bytes each
+    // decoded: walked first, against a budget far above what real programs need (their
+    // estimate is under 10 times their size).
+    let budget = (bytes.len() as u64)
+        .saturating_mul(32)
+        .saturating_add(64 << 20)
+        .max(1 << 30);
+    crate::interop::tf::walk_within(
+        bytes,
+        &program_descriptor()?,
+        budget,
+        "ProgramDesc",
+        "estimated decoded ProgramDesc size",
+    )?;
     let msg = DynamicMessage::decode(program_descriptor()?, bytes)
         .map_err(|e| gerr(format!("invalid ProgramDesc protobuf: {e}")))
         .and_then(|msg| check_required(&msg, "ProgramDesc").map(|_| msg));
