@@ -425,7 +425,16 @@ pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: b
 /// Refuses an output path that is a directory (even with `overwrite`: a file cannot
 /// replace it, and saying "already exists" would suggest `--force`), and an existing file
 /// unless `overwrite`.
-pub(crate) fn refuse_existing(target: &Path, overwrite: bool) -> Result<()> {
+pub(crate) fn refuse_existing(tag: &Tag<'_>, target: &Path, overwrite: bool) -> Result<()> {
+    // The archive being read: `--out model.zip --force` replaced it with the export.
+    if let Some(archive) = tag.archive().path()
+        && same_file(archive, target)
+    {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "is the archive the tag is read from; refusing to replace it with the export".into(),
+        ))
+        .in_file(target));
+    }
     if target.is_dir() {
         return Err(Error::new(ErrorKind::InvalidInput(
             "is a directory; the export writes a file here, give a file path".into(),
@@ -441,9 +450,27 @@ pub(crate) fn refuse_existing(target: &Path, overwrite: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether `a` and `b` are the same existing file (hard and symbolic links included).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        x.dev() == y.dev() && x.ino() == y.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (x, y);
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(p), Ok(q)) if p == q)
+    }
+}
+
 /// Writes `bytes` to `target` through a temp file beside it (fsynced when asked, then
 /// renamed; existing files refused unless `overwrite`). Returns the size written.
 pub(crate) fn write_file_atomically(
+    tag: &Tag<'_>,
     target: &Path,
     overwrite: bool,
     fsync: bool,
@@ -456,7 +483,7 @@ pub(crate) fn write_file_atomically(
         ))
         .in_file(&dir));
     }
-    refuse_existing(target, overwrite)?;
+    refuse_existing(tag, target, overwrite)?;
     let temp = write_temp(target, fsync, fill)?;
     let len = file_len(temp.path(), target)?;
     persist(temp, target, overwrite)?;

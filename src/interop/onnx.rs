@@ -1059,7 +1059,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         targets.push(path);
     }
     for t in &targets {
-        super::refuse_existing(t, opts.overwrite)?;
+        super::refuse_existing(tag, t, opts.overwrite)?;
     }
     // What would be written (and held in memory), before anything is: a graph.fb may
     // name one parameter from many initializers, and external data offsets may leave

@@ -1054,7 +1054,7 @@ pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     if !dir.is_dir() {
         return Err(invalid("the output directory does not exist".into()).in_file(&dir));
     }
-    super::refuse_existing(out, opts.overwrite)?;
+    super::refuse_existing(tag, out, opts.overwrite)?;
     let temp = paddle::write_temp(out, opts.fsync, |w| write_layout(&l, w))?;
     let written = temp
         .as_file()
@@ -1207,7 +1207,7 @@ pub fn export_safetensors_sharded(
         .fold(index.len() as u64, u64::saturating_add);
     super::check_output_size(tag, opts, "export size (the shards and their index)", all)?;
     for path in layouts.iter().map(|(p, _)| p).chain([&index_path]) {
-        super::refuse_existing(path, opts.overwrite)?;
+        super::refuse_existing(tag, path, opts.overwrite)?;
     }
     let mut temps = Vec::with_capacity(layouts.len() + 1);
     for (path, l) in &layouts {

@@ -1204,7 +1204,7 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
         }
     }
     let mut again = |p: &str| tag.param(p);
-    let len = write_file_atomically(out, opts.overwrite, opts.fsync, |w| {
+    let len = write_file_atomically(tag, out, opts.overwrite, opts.fsync, |w| {
         let io = |e: Error| std::io::Error::other(e.to_string());
         for (i, n) in g.nodes.iter().enumerate() {
             let node = join_node(i, n, &mut again).map_err(|e| io(in_fb(e)))?;

@@ -1205,3 +1205,57 @@ fn a_stored_model_of_millions_of_empty_messages_is_refused_before_decoding() {
         assert!(text.len() < 1 << 20, "{name}: {} bytes", text.len());
     }
 }
+
+/// `modelzip export model.zip --out model.zip --force` replaced the archive with the
+/// export (every tag lost). Every format refuses the archive it reads as an output, with
+/// overwrite too; the archive is left as it was.
+#[test]
+fn the_archive_itself_is_refused_as_an_output_by_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let inputs: [(&str, Vec<PathBuf>); 4] = [
+        ("onnx", vec![fixture("mlp.onnx")]),
+        ("tf", vec![root.join("tf/mlp.pb")]),
+        (
+            "paddle",
+            vec![
+                root.join("paddle/3.3.1/mlp.pdmodel"),
+                root.join("paddle/3.3.1/mlp.pdiparams"),
+            ],
+        ),
+        (
+            "safetensors",
+            vec![root.join("safetensors/finetune/base.safetensors")],
+        ),
+    ];
+    for (format, files) in inputs {
+        let zip = dir.path().join(format!("{format}.zip"));
+        let f = interop::format(format).unwrap();
+        f.import(&zip, format, &files, &opts()).unwrap();
+        let before = std::fs::read(&zip).unwrap();
+        // paddle writes PREFIX.pdmodel: the archive named as the params file.
+        let target = if format == "paddle" {
+            let link = dir.path().join("p.pdiparams");
+            std::fs::hard_link(&zip, &link).unwrap();
+            dir.path().join("p")
+        } else {
+            zip.clone()
+        };
+        let a = Archive::open(&zip).unwrap();
+        let o = ExportOptions {
+            overwrite: true,
+            ..export_opts()
+        };
+        let Err(e) = f.export(&a.tag(format).unwrap(), &target, &o) else {
+            panic!("{format}: exported over its archive");
+        };
+        assert!(
+            e.to_string()
+                .contains("is the archive the tag is read from"),
+            "{format}: {e}"
+        );
+        drop(a);
+        assert_eq!(std::fs::read(&zip).unwrap(), before, "{format}");
+        assert!(Archive::open(&zip).unwrap().tag(format).is_ok());
+    }
+}

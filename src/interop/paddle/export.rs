@@ -205,7 +205,7 @@ pub fn export_inference_model(
         .in_file(&dir));
     }
     for path in [&model_path, &params_path] {
-        crate::interop::refuse_existing(path, opts.overwrite)?;
+        crate::interop::refuse_existing(tag, path, opts.overwrite)?;
     }
     let model_tmp = write_temp(&model_path, opts.fsync, |w| w.write_all(&p.model))?;
     let mut params_bytes = 0;
