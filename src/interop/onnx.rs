@@ -429,25 +429,34 @@ fn each_node_tensor(
 ) -> Result<()> {
     let at = format!("{at} ({})", n.op_type.as_deref().unwrap_or(""));
     for a in &mut n.attribute {
-        let at = format!("{at} attribute {:?}", a.name.as_deref().unwrap_or(""));
-        if let Some(t) = a.t.as_mut() {
-            f(t, &at)?;
-        }
-        for t in &mut a.tensors {
-            f(t, &at)?;
-        }
-        if let Some(s) = a.sparse_tensor.as_mut() {
-            each_sparse_tensor(s, &at, f)?;
-        }
-        for s in &mut a.sparse_tensors {
-            each_sparse_tensor(s, &at, f)?;
-        }
-        if let Some(g) = a.g.as_mut() {
-            each_nested_tensor(g, &at, true, f)?;
-        }
-        for g in &mut a.graphs {
-            each_nested_tensor(g, &at, true, f)?;
-        }
+        each_attribute_tensor(a, &at, f)?;
+    }
+    Ok(())
+}
+
+fn each_attribute_tensor(
+    a: &mut pb::AttributeProto,
+    at: &str,
+    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+) -> Result<()> {
+    let at = format!("{at} attribute {:?}", a.name.as_deref().unwrap_or(""));
+    if let Some(t) = a.t.as_mut() {
+        f(t, &at)?;
+    }
+    for t in &mut a.tensors {
+        f(t, &at)?;
+    }
+    if let Some(s) = a.sparse_tensor.as_mut() {
+        each_sparse_tensor(s, &at, f)?;
+    }
+    for s in &mut a.sparse_tensors {
+        each_sparse_tensor(s, &at, f)?;
+    }
+    if let Some(g) = a.g.as_mut() {
+        each_nested_tensor(g, &at, true, f)?;
+    }
+    for g in &mut a.graphs {
+        each_nested_tensor(g, &at, true, f)?;
     }
     Ok(())
 }
@@ -481,9 +490,7 @@ fn inline_nested_external(
             each_node_tensor(n, &format!("function {i} node {j}"), &mut load)?;
         }
         for a in &mut func.attribute_proto {
-            if let Some(t) = a.t.as_mut() {
-                load(t, &format!("function {i} attribute default"))?;
-            }
+            each_attribute_tensor(a, &format!("function {i} default"), &mut load)?;
         }
     }
     for (i, ti) in m.training_info.iter_mut().enumerate() {

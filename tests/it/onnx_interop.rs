@@ -1259,3 +1259,37 @@ fn the_archive_itself_is_refused_as_an_output_by_every_format() {
         assert!(Archive::open(&zip).unwrap().tag(format).is_ok());
     }
 }
+
+/// onnx's save_as_external_data(convert_attribute=True) puts a Constant node's value in
+/// the data file: read into the stored model at import, it comes back inline.
+#[test]
+fn external_data_of_an_attribute_tensor_is_read_into_the_model() {
+    let src = fixture("nested_external/constant.onnx");
+    let original = pb::ModelProto::decode(std::fs::read(&src).unwrap().as_slice()).unwrap();
+    let value = |m: &pb::ModelProto| {
+        m.graph.as_ref().unwrap().node[0].attribute[0]
+            .t
+            .clone()
+            .unwrap()
+    };
+    let was = value(&original);
+    assert_eq!(was.data_location, Some(1));
+    let data = std::fs::read(fixture("nested_external/constant.bin")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("c.zip");
+    onnx::import_model_file(&zip, "c", &src, &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let out = dir.path().join("out.onnx");
+    onnx::export_model_file(&a.tag("c").unwrap(), &out, &export_opts()).unwrap();
+    let now = value(&pb::ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap());
+    assert_eq!(now.data_location, None);
+    assert!(now.external_data.is_empty());
+    assert_eq!(now.raw_data.as_deref(), Some(&data[..16]));
+    assert_eq!(
+        data[..16]
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect::<Vec<_>>(),
+        [0.0, 0.125, 0.25, 0.375]
+    );
+}

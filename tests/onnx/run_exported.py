@@ -12,8 +12,9 @@ tests/fixtures/onnx/ (manifest.json lists the runnable ones):
    reproduces the reference outputs in NAME.io.npz exactly.
 Then the two fine-tuned versions: the second tag's own bytes (entries not shared with
 the first) are at most 40% of the first's. Last, the fixtures of make_reload_fixtures.py
-(reloaded.onnx, nested_external/control.onnx) export alone into another directory and
-reproduce the outputs of the fixtures they were made from.
+(reloaded.onnx, nested_external/control.onnx and constant.onnx) export alone into another
+directory and reproduce the outputs of the fixtures they were made from (constant.onnx:
+of itself, run beside its data file).
 
 INT8 variants (issue 15): `modelzip quantize` the mlp and cnn tags (per channel and per
 tensor), export them, and check that each export passes onnx.checker (full check), has
@@ -247,18 +248,27 @@ def reload_checks(d):
     archive = os.path.join(d, "reload.zip")
     out_dir = os.path.join(d, "reload-out")
     os.makedirs(out_dir)
-    for rel, source in [("reloaded.onnx", "external"), ("nested_external/control.onnx", "control")]:
-        tag = source + "-reload"
+    cases = [("reloaded.onnx", "external"), ("nested_external/control.onnx", "control"),
+             ("nested_external/constant.onnx", None)]
+    for rel, source in cases:
+        tag = (source or "constant") + "-reload"
         mz("import", archive, "--tag", tag, os.path.join(FIX, rel), "--quiet")
         out = os.path.join(out_dir, tag + ".onnx")
         mz("export", archive, "--tag", tag, "--out", out, "--quiet")
         got = loaded(out)
         onnx.checker.check_model(got)
-        io = np.load(os.path.join(FIX, source + ".io.npz"))
-        feeds = {k[3:]: io[k] for k in io.files if k.startswith("in:")}
+        if source:
+            io = np.load(os.path.join(FIX, source + ".io.npz"))
+            feeds = {k[3:]: io[k] for k in io.files if k.startswith("in:")}
+            want = [io["out:" + n.name] for n in
+                    ort.InferenceSession(out, providers=["CPUExecutionProvider"]).get_outputs()]
+        else:
+            # No reference file: the original, run beside its data file.
+            feeds = {"x": np.arange(4, dtype=np.float32)}
+            want = ort.InferenceSession(os.path.join(FIX, rel),
+                                        providers=["CPUExecutionProvider"]).run(None, feeds)
         sess = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
-        same = all(np.array_equal(o, io["out:" + n.name])
-                   for o, n in zip(sess.run(None, feeds), sess.get_outputs()))
+        same = all(np.array_equal(o, w) for o, w in zip(sess.run(None, feeds), want))
         alone = os.listdir(out_dir) == [tag + ".onnx"]
         ok &= same and alone
         lines.append("- %s (exported alone into another directory: %s): outputs %s" % (
