@@ -482,18 +482,31 @@ pub fn graphdef_to_text(g: &pb::GraphDef) -> Result<String> {
 }
 }
 
-/// The file names of a SavedModel's MetaGraphs (not GraphDefs).
+/// The file names of a SavedModel's MetaGraphs (not GraphDefs) in its directory.
 const SAVED_MODEL_FILES: [&str; 2] = ["saved_model.pb", "saved_model.pbtxt"];
 
 /// Whether `p` is a TensorFlow SavedModel: a directory holding `saved_model.pb` (or
-/// `.pbtxt`), or that file itself.
+/// `.pbtxt`), or such a file, known by its content whatever its name: a SavedModel
+/// starts with its schema version 1 (field 1, a varint: bytes 0x08 0x01) and then its
+/// MetaGraphs (field 2: 0x12), which a GraphDef never does (its field 1 is a node,
+/// length-delimited: 0x0a) nor an ONNX model (IR version 3 or more after its 0x08), or as
+/// text with `saved_model_schema_version` / `meta_graphs`.
 pub(crate) fn is_saved_model(p: &Path) -> bool {
     if p.is_dir() {
         return SAVED_MODEL_FILES.iter().any(|f| p.join(f).is_file());
     }
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| SAVED_MODEL_FILES.contains(&n))
+    let start = head(p, 256);
+    if start.starts_with(&[0x08, 0x01, 0x12]) {
+        return true;
+    }
+    let text = String::from_utf8_lossy(&start);
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'));
+    first.is_some_and(|l| {
+        l.starts_with("saved_model_schema_version") || l.starts_with("meta_graphs")
+    })
 }
 
 /// The refusal of a SavedModel, saying what to import instead.
@@ -1308,7 +1321,8 @@ impl Format for TfFormat {
 
     fn matches_name(&self, inputs: &[PathBuf]) -> bool {
         // A SavedModel directory too: the import refuses it, saying what to do.
-        matches!(inputs, [p] if has_ext(p, "pb") || has_ext(p, "pbtxt") || is_saved_model(p))
+        matches!(inputs, [p] if has_ext(p, "pb") || has_ext(p, "pbtxt")
+            || (p.is_dir() && is_saved_model(p)))
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {

@@ -710,6 +710,17 @@ fn a_saved_model_is_refused_saying_what_it_is() {
         );
         assert!(!zip.exists());
     }
+    // Known by content, not name: a GraphDef named saved_model.pb imports, and an ONNX
+    // model without its extension (it starts with 0x08 too) is still ONNX.
+    let named = dir.path().join("saved_model.pb");
+    std::fs::copy(fixture("mlp.pb"), &named).unwrap();
+    let f = interop::detect(std::slice::from_ref(&named)).unwrap();
+    f.import(&zip, "g", std::slice::from_ref(&named), &opts())
+        .unwrap();
+    let onnx = dir.path().join("model.bin");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(root.join("tests/fixtures/onnx/mlp.onnx"), &onnx).unwrap();
+    assert_eq!(interop::detect(&[onnx]).unwrap().name(), "onnx");
     let Err(e) = interop::detect(&[dir.path().join("missing")]) else {
         panic!("a missing input was detected as a format");
     };
