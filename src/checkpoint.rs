@@ -95,7 +95,7 @@ pub enum Goal {
 pub struct KeepBest {
     /// The metric name in [`Checkpoint::metrics`].
     pub metric: String,
-    /// How many to keep.
+    /// How many to keep: at least 1 ([`Checkpointer::open`] refuses 0).
     pub count: usize,
     /// Which direction is better.
     pub goal: Goal,
@@ -103,12 +103,14 @@ pub struct KeepBest {
 
 /// Which checkpoints to keep. The policies combine: a checkpoint is kept when any
 /// policy keeps it, and the newest tag is always kept so training can resume.
-/// With no policy set, every checkpoint is kept.
+/// With no policy set, every checkpoint is kept. The counts must be at least 1:
+/// [`Checkpointer::open`] refuses 0 with [`ErrorKind::InvalidInput`] (a policy that keeps
+/// none would keep only the newest, which `keep_last: Some(1)` says plainly).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Retention {
-    /// Keep the last N checkpoints.
+    /// Keep the last N checkpoints (N >= 1).
     pub keep_last: Option<usize>,
-    /// Keep every checkpoint whose step is a multiple of K.
+    /// Keep every checkpoint whose step is a multiple of K (K >= 1).
     pub keep_every: Option<u64>,
     /// Keep the best M by a metric.
     pub keep_best: Option<KeepBest>,
@@ -129,7 +131,9 @@ pub struct CheckpointOptions {
     /// Which checkpoints to keep.
     pub retention: Retention,
     /// Compact when dead bytes (left by in-place appends) exceed this fraction of the
-    /// file. Default 0.5.
+    /// file: from 0.0 (compact whenever there are dead bytes) to 1.0 (never compact).
+    /// Default 0.5. [`Checkpointer::open`] refuses a value outside 0.0..=1.0 or NaN with
+    /// [`ErrorKind::InvalidInput`].
     pub compact_dead_fraction: f64,
     /// Locking and durability of the writes.
     pub write: WriteOptions,
@@ -273,8 +277,13 @@ impl Checkpointer {
     /// [`Retention::default()`], which removes nothing. If another writer holds the lock,
     /// the policy is left to that writer or to the next save
     /// ([`OpenReport::deferred`]). The compaction threshold is checked by saves only.
+    ///
+    /// The options are checked first, before the archive is touched: a pattern without
+    /// `{step}`, a count of 0 (`keep_last`, `keep_every`, `keep_best`'s `count`) or a
+    /// `compact_dead_fraction` outside 0.0..=1.0 is refused with
+    /// [`ErrorKind::InvalidInput`] naming the option and its value.
     pub fn open(path: impl AsRef<Path>, opts: CheckpointOptions) -> Result<Checkpointer> {
-        tag_for(&opts.pattern, 0)?;
+        check_options(&opts)?;
         let path = path.as_ref().to_path_buf();
         let mut opened = OpenReport::default();
         if path.exists() {
@@ -427,6 +436,46 @@ impl Drop for Checkpointer {
             let _ = thread.join();
         }
     }
+}
+
+/// Refuses options that mean nothing (see [`Checkpointer::open`]); the one place they
+/// are checked, since every save uses the options its checkpointer was opened with.
+fn check_options(opts: &CheckpointOptions) -> Result<()> {
+    tag_for(&opts.pattern, 0)?;
+    let refuse = |option: String, why: &str| {
+        Err(Error::new(ErrorKind::InvalidInput(format!(
+            "checkpoint option {option} is invalid: {why}"
+        ))))
+    };
+    let keeps_none = "it must be at least 1 (the newest checkpoint is always kept; \
+                      keep_last=1 keeps only it)";
+    let r = &opts.retention;
+    if r.keep_last == Some(0) {
+        return refuse("keep_last=0".into(), keeps_none);
+    }
+    if r.keep_every == Some(0) {
+        return refuse(
+            "keep_every=0".into(),
+            "it must be at least 1 (checkpoints whose step is a multiple of it are kept)",
+        );
+    }
+    if let Some(best) = &r.keep_best
+        && best.count == 0
+    {
+        return refuse(
+            format!("keep_best count=0 (metric {:?})", best.metric),
+            keeps_none,
+        );
+    }
+    let f = opts.compact_dead_fraction;
+    if !(0.0..=1.0).contains(&f) {
+        return refuse(
+            format!("compact_dead_fraction={f}"),
+            "it is a fraction of the file, from 0 (compact whenever there are dead bytes) \
+             to 1 (never compact)",
+        );
+    }
+    Ok(())
 }
 
 /// The tag name for `step` under `pattern`.
@@ -589,6 +638,7 @@ fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
         keep.iter_mut().skip(from).for_each(|k| *k = true);
     }
     if let Some(k) = policy.keep_every.filter(|k| *k > 0) {
+        // (0 is refused by `check_options`; the filter keeps a division by zero impossible)
         for (i, (_, step, _)) in ckpts.iter().enumerate() {
             if step % k == 0 {
                 keep[i] = true;

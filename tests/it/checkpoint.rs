@@ -112,12 +112,12 @@ fn keep_every_and_keep_best_combine_and_the_newest_is_always_kept() {
 }
 
 #[test]
-fn keep_last_zero_still_keeps_the_newest() {
+fn keep_last_one_keeps_only_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Checkpointer::open(
         dir.path().join("c.zip"),
         with(Retention {
-            keep_last: Some(0),
+            keep_last: Some(1),
             ..Retention::default()
         }),
     )
@@ -127,6 +127,71 @@ fn keep_last_zero_still_keeps_the_newest() {
     }
     assert_eq!(c.tags().unwrap(), ["step-000000003"]);
     assert_eq!(c.latest().unwrap().unwrap(), ckpt(3, 0.5));
+}
+
+/// Counts of 0 and a compaction threshold outside 0..=1 mean nothing: `open` refuses
+/// them, naming the option and the value, before it touches the archive (here one that
+/// the policy, were it applied, would shrink).
+#[test]
+fn options_that_mean_nothing_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let mut c = Checkpointer::open(&path, CheckpointOptions::default()).unwrap();
+    for s in 1..=3 {
+        c.save(&ckpt(s, 0.5)).unwrap();
+    }
+    drop(c);
+    let before = std::fs::read(&path).unwrap();
+    let best = |count| KeepBest {
+        metric: "loss".into(),
+        count,
+        goal: Goal::Min,
+    };
+    let fraction = |f| CheckpointOptions {
+        compact_dead_fraction: f,
+        ..CheckpointOptions::default()
+    };
+    let cases = [
+        (
+            with(Retention {
+                keep_last: Some(0),
+                ..Retention::default()
+            }),
+            "keep_last=0",
+        ),
+        (
+            with(Retention {
+                keep_every: Some(0),
+                ..Retention::default()
+            }),
+            "keep_every=0",
+        ),
+        (
+            with(Retention {
+                keep_best: Some(best(0)),
+                ..Retention::default()
+            }),
+            "keep_best count=0",
+        ),
+        (fraction(2.0), "compact_dead_fraction=2"),
+        (fraction(-0.1), "compact_dead_fraction=-0.1"),
+        (fraction(f64::NAN), "compact_dead_fraction=NaN"),
+        (fraction(f64::INFINITY), "compact_dead_fraction=inf"),
+    ];
+    for (opts, named) in cases {
+        let err = Checkpointer::open(&path, opts.clone()).unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::InvalidInput(_)), "{err}");
+        assert!(err.to_string().contains(named), "{named}: {err}");
+        // Refused for a new archive as well: no checkpointer, so no save creates one.
+        let fresh = dir.path().join("fresh.zip");
+        assert!(Checkpointer::open(&fresh, opts).is_err());
+        assert!(!fresh.exists());
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // The bounds themselves are meaningful: 0 compacts at any dead byte, 1 never.
+    for f in [0.0, 1.0] {
+        Checkpointer::open(&path, fraction(f)).unwrap();
+    }
 }
 
 #[test]
@@ -386,8 +451,8 @@ fn latest_and_retention_skip_tags_that_are_not_checkpoints_and_restore_refuses_t
         assert!(e.to_string().contains("is not a checkpoint"), "{e}");
         assert_eq!(e.location().file.as_deref(), Some(path.as_path()));
     }
-    // Keep-last 0 keeps the newest checkpoint, not the newest tag; the others stay.
-    let c = Checkpointer::open(&path, keep_last(0)).unwrap();
+    // Keep-last 1 keeps the newest checkpoint, not the newest tag; the others stay.
+    let c = Checkpointer::open(&path, keep_last(1)).unwrap();
     assert_eq!(c.open_report().removed, names(&[1]));
     assert_eq!(c.tags().unwrap(), ["step-000000002", "release", "old-int8"]);
     assert_eq!(c.latest().unwrap().unwrap(), ckpt(2, 0.5));
