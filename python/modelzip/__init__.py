@@ -17,6 +17,8 @@ See docs/PYTHON.md for the guide.
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -335,9 +337,10 @@ class Archive:
         return self._native.tags
 
     @property
-    def default_tag(self) -> str:
-        """The newest tag (the one loaded by default)."""
-        return self._native.latest_name()
+    def default_tag(self) -> Optional[str]:
+        """The newest tag (the one loaded by default): the last line of tags.txt; None
+        when the archive has no tags (``modelzip rm`` of its last tag leaves none)."""
+        return self._native.default_tag
 
     @property
     def closed(self) -> bool:
@@ -366,8 +369,9 @@ class Archive:
         return len(self.tags)
 
     def latest(self) -> Tag:
-        """The tag of :attr:`default_tag`."""
-        return self.tag(self.default_tag)
+        """The tag of :attr:`default_tag`; an archive with no tags raises
+        ``ModelzipError(kind="invalid_input")`` ("the archive has no tags")."""
+        return self.tag(self._native.latest_name())
 
     def verify(self) -> List[Tuple[Optional[str], str]]:
         """Checks structure, references, CRCs, SHA-256 manifests and every tensor, like
@@ -465,6 +469,58 @@ def save(
 # ---------------------------------------------------------------------------------------
 
 
+def _whole(what: str, value: Any, least: int = 0) -> int:
+    """``value`` as an integer for ``what`` (Python and numpy integers; a float, even
+    2.0, or a bool is refused rather than truncated), or ``invalid_input`` naming it."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise ModelzipError(
+            "invalid_input",
+            f"{what}={value!r} is invalid: it must be an integer >= {least}, "
+            f"not a {type(value).__name__}",
+        ) from None
+    if not 0 <= n < 1 << 64:
+        raise ModelzipError(
+            "invalid_input", f"{what}={n} is invalid: it must be an integer >= {least}"
+        )
+    return n
+
+
+def _optional_whole(what: str, value: Any) -> Optional[int]:
+    return None if value is None else _whole(what, value, least=1)
+
+
+def _keep_best(keep_best: Any) -> Optional[Tuple[str, str, int]]:
+    if keep_best is None:
+        return None
+    try:
+        metric, goal, count = keep_best
+    except (TypeError, ValueError):
+        raise ModelzipError(
+            "invalid_input",
+            f'checkpoint option keep_best={keep_best!r} is invalid: it must be '
+            f'(metric, "min" or "max", count)',
+        ) from None
+    return (str(metric), str(goal), _whole("checkpoint option keep_best count", count, least=1))
+
+
+def _fraction(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ModelzipError(
+            "invalid_input",
+            f"{what}={value!r} is invalid: it must be a number from 0 to 1, "
+            f"not a {type(value).__name__}",
+        )
+    return float(value)
+
+
+def _metrics(metrics: Optional[Mapping[str, float]]) -> Dict[str, float]:
+    return {str(k): float(v) for k, v in (metrics or {}).items()}
+
+
 @dataclass
 class Checkpoint:
     """A restored checkpoint: owned, writable arrays (independent of the archive file)."""
@@ -514,6 +570,12 @@ class Checkpointer:
     Tags that are not checkpoints (a ``release`` tag, an INT8 variant) are never removed.
     With no policy, every checkpoint is kept. Opening applies the policy to an existing
     archive (a run killed between a save and its retention pass ends as the policy says).
+
+    The counts (``keep_last``, ``keep_every``, ``keep_best``'s count) must be integers
+    >= 1 and ``compact_dead_fraction`` a number from 0 (compact whenever there are dead
+    bytes) to 1 (never compact); anything else (0, 2.5, NaN ...) raises
+    ``ModelzipError(kind="invalid_input")`` naming the option and the value, before the
+    archive is touched. Steps are integers >= 0 (a float step is refused, not truncated).
     """
 
     def __init__(
@@ -528,17 +590,13 @@ class Checkpointer:
         wait: bool = False,
     ) -> None:
         self._path = _local(path, "checkpoint into")
-        best = None
-        if keep_best is not None:
-            metric, goal, count = keep_best
-            best = (str(metric), str(goal), int(count))
         self._native = _modelzip.NativeCheckpointer(
             self._path,
-            keep_last,
-            keep_every,
-            best,
+            _optional_whole("checkpoint option keep_last", keep_last),
+            _optional_whole("checkpoint option keep_every", keep_every),
+            _keep_best(keep_best),
             pattern,
-            float(compact_dead_fraction),
+            _fraction("checkpoint option compact_dead_fraction", compact_dead_fraction),
             wait,
         )
 
@@ -559,10 +617,10 @@ class Checkpointer:
         "compacted"}``. A NaN or infinite metric is stored as JSON ``null``: absent when
         restored, and no ``keep_best`` candidate."""
         return self._native.save(
-            int(step),
+            _whole("step", step),
             _params_list(params),
             _updater_list(updater),
-            {str(k): float(v) for k, v in (metrics or {}).items()},
+            _metrics(metrics),
         )
 
     def save_async(
@@ -577,10 +635,10 @@ class Checkpointer:
         changed as soon as this returns."""
         return SaveHandle(
             self._native.save_async(
-                int(step),
+                _whole("step", step),
                 _params_list(params),
                 _updater_list(updater),
-                {str(k): float(v) for k, v in (metrics or {}).items()},
+                _metrics(metrics),
             )
         )
 
@@ -614,7 +672,7 @@ class Checkpointer:
 
 def tag_for(pattern: str, step: int) -> str:
     """The tag name a checkpoint of ``step`` gets under ``pattern``."""
-    return _modelzip.tag_for(pattern, int(step))
+    return _modelzip.tag_for(pattern, _whole("step", step))
 
 
 # ---------------------------------------------------------------------------------------

@@ -28,7 +28,9 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------
 // Errors
@@ -60,8 +62,14 @@ fn kind_name(kind: &ErrorKind) -> String {
 static ERRORS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// Raises the library error `e` as `ModelzipError` (or its `KeyError` subclass for a
-/// missing tag or parameter), with `.kind` and the message the CLI prints.
+/// missing tag or parameter), with `.kind` and the message the CLI prints. A signal that
+/// arrived meanwhile comes first: Ctrl-C during a blocking call (a `wait=True` save's
+/// lock wait, which the signal interrupts with EINTR) raises `KeyboardInterrupt`, not
+/// the `io` error it caused.
 fn raise(py: Python<'_>, e: Error) -> PyErr {
+    if let Err(signal) = py.check_signals() {
+        return signal;
+    }
     raise_kind(py, &kind_name(e.kind()), &e.to_string())
 }
 
@@ -244,6 +252,48 @@ fn lod_of(view: &TensorView<'_>) -> Vec<Vec<u64>> {
 // Reading
 // ---------------------------------------------------------------------------------------
 
+/// How often a call run by [`interruptible`] looks for a signal.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// Runs `f` on a thread of its own and waits for it with the GIL released, checking
+/// for signals every [`SIGNAL_POLL`]: Ctrl-C raises `KeyboardInterrupt` at once, where a
+/// call that blocks without being interrupted by signals (opening an archive that
+/// another process is appending to waits up to a minute for that writer) would not
+/// return until it is done. On a signal the thread is left to finish on its own and
+/// its result is dropped, so `f` must only read or do what any reader may do (roll back
+/// a dead writer's journal).
+fn interruptible<T: Send + 'static>(
+    py: Python<'_>,
+    f: impl FnOnce() -> modelzip::Result<T> + Send + 'static,
+) -> PyResult<T> {
+    let (tx, mut rx) = mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name("modelzip-open".into())
+        .spawn(move || {
+            // (The receiver is gone when the caller was interrupted: nothing to do.)
+            let _ = tx.send(f());
+        })
+        .map_err(|e| raise(py, Error::from(e)))?;
+    loop {
+        let (back, got) = py.detach(move || {
+            let got = rx.recv_timeout(SIGNAL_POLL);
+            (rx, got)
+        });
+        rx = back;
+        match got {
+            Ok(result) => return result.or_raise(py),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                // The thread ended without sending: it panicked; so does this call.
+                if let Err(panic) = thread.join() {
+                    std::panic::resume_unwind(panic);
+                }
+                return Err(invalid(py, "the opening thread ended without a result"));
+            }
+        }
+    }
+}
+
 /// Opens a local archive (memory-mapped), or one at a URL (`s3://`, `gs://`, `az://`,
 /// `http(s)://`, `file://`) by byte ranges with settings from the environment.
 fn open_any(path: &Path) -> modelzip::Result<CoreArchive> {
@@ -274,11 +324,12 @@ impl NativeArchive {
 #[pymethods]
 impl NativeArchive {
     /// Opens a local path, or a URL (`s3://`, `gs://`, `az://`, `http(s)://`, `file://`)
-    /// by byte ranges with credentials and endpoints from the environment.
+    /// by byte ranges with credentials and endpoints from the environment. Interruptible:
+    /// the open may wait for another process's append (see [`interruptible`]).
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<NativeArchive> {
         let shown = path.display().to_string();
-        let archive = py.detach(|| open_any(&path)).or_raise(py)?;
+        let archive = interruptible(py, move || open_any(&path))?;
         Ok(NativeArchive {
             inner: Mutex::new(Some(Arc::new(archive))),
             path: shown,
@@ -300,7 +351,8 @@ impl NativeArchive {
         Ok(self.get(py)?.default_tag().map(str::to_string))
     }
 
-    /// The newest tag's name, or the library's error when there is none.
+    /// The newest tag's name, or the library's error (`invalid_input`, "the archive has
+    /// no tags") when there is none.
     fn latest_name(&self, py: Python<'_>) -> PyResult<String> {
         let archive = self.get(py)?;
         let tag = archive.latest().or_raise(py)?;

@@ -88,6 +88,70 @@ def test_bad_policy_arguments_are_refused(tmp):
     assert modelzip.tag_for("ckpt-{step:05}", 42) == "ckpt-00042"
 
 
+NONSENSE_OPTIONS = [
+    ({"keep_last": 0}, "keep_last=0"),
+    ({"keep_last": -1}, "keep_last=-1"),
+    ({"keep_last": 2.5}, "keep_last=2.5"),
+    ({"keep_last": True}, "keep_last=True"),
+    ({"keep_every": 0}, "keep_every=0"),
+    ({"keep_every": 1.0}, "keep_every=1.0"),
+    ({"keep_best": ("loss", "min", 0)}, "keep_best count=0"),
+    ({"keep_best": ("loss", "min", 1.5)}, "keep_best count=1.5"),
+    ({"keep_best": "loss"}, "keep_best='loss'"),
+    ({"compact_dead_fraction": 2.0}, "compact_dead_fraction=2"),
+    ({"compact_dead_fraction": -0.5}, "compact_dead_fraction=-0.5"),
+    ({"compact_dead_fraction": float("nan")}, "compact_dead_fraction=NaN"),
+    ({"compact_dead_fraction": "0.5"}, "compact_dead_fraction='0.5'"),
+]
+
+
+@pytest.mark.parametrize("options,named", NONSENSE_OPTIONS, ids=[n for _, n in NONSENSE_OPTIONS])
+def test_nonsense_options_are_refused_naming_them_before_anything_is_written(tmp, options, named):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path)
+    for step in (1, 2, 3):
+        ck.save(step, state(step)[0])
+    before = path.read_bytes()
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.Checkpointer(path, **options)  # keep_last=0 would have removed steps 1, 2
+    assert e.value.kind == "invalid_input", str(e.value)
+    assert named in str(e.value), str(e.value)
+    assert path.read_bytes() == before
+    with pytest.raises(modelzip.ModelzipError):
+        modelzip.Checkpointer(tmp / "new.zip", **options)
+    assert not (tmp / "new.zip").exists()
+
+
+def test_the_bounds_of_the_options_are_accepted(tmp):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path, keep_last=1, keep_every=np.int64(1), compact_dead_fraction=0)
+    ck.save(np.uint32(1), state(1)[0])
+    ck.save(2, state(2)[0])
+    assert ck.checkpoints() == ["step-000000001", "step-000000002"]  # every multiple of 1
+    ck = modelzip.Checkpointer(path, keep_best=("loss", "min", 1), compact_dead_fraction=1)
+    assert ck.checkpoints() == ["step-000000002"]  # none has the metric: the newest stays
+
+
+@pytest.mark.parametrize("step", [2.5, 2.0, -1, 1 << 64, "3", True, None])
+def test_steps_are_non_negative_integers_never_truncated(tmp, step):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path)
+    ck.save(1, state(1)[0])
+    before = path.read_bytes()
+    for call in (
+        lambda: ck.save(step, state(2)[0]),
+        lambda: ck.save_async(step, state(2)[0]),
+        lambda: modelzip.tag_for("step-{step}", step),
+    ):
+        with pytest.raises(modelzip.ModelzipError) as e:
+            call()
+        assert e.value.kind == "invalid_input"
+        assert f"step={step!r}" in str(e.value), str(e.value)
+    assert ck.wait() is None  # no save was started
+    assert path.read_bytes() == before
+    assert ck.checkpoints() == ["step-000000001"]
+
+
 def test_restored_arrays_are_writable_empty_ones_too(tmp):
     # "Restored arrays are owned and writable": an in-place update of a restored state
     # dict (c.params[k] += lr * g) must not fail on an empty tensor.
