@@ -178,11 +178,11 @@ def test_an_archive_whose_last_tag_was_removed_has_no_default_tag(tmp):
     assert cli_json("tags", path)["tags"] == []
 
 
-OPEN_AND_REPORT = """
-import sys, traceback, modelzip
-print("opening", flush=True)
+WAIT_AND_REPORT = """
+import sys, traceback, numpy, modelzip
+print("waiting", flush=True)
 try:
-    modelzip.open(sys.argv[1])
+    CALL
 except KeyboardInterrupt as e:
     frame = traceback.extract_tb(e.__traceback__)[-1]
     print("interrupted in", frame.name, frame.filename, flush=True)
@@ -190,27 +190,37 @@ except KeyboardInterrupt as e:
 except modelzip.ModelzipError as e:
     print("error", e.kind, e, flush=True)
     sys.exit(4)
-print("opened", flush=True)
+print("done", flush=True)
 """
 
+WAITING_CALLS = {
+    # waits up to a minute for the writer, then raises locked
+    "open": ("modelzip.open(sys.argv[1])", "__init__"),
+    # waits for the lock as long as it takes
+    "save": ("modelzip.save(sys.argv[1], 'b', {'w': numpy.zeros(2)}, wait=True)", "save"),
+}
 
-def test_ctrl_c_interrupts_an_open_that_waits_for_a_writer(tmp):
-    """An open that finds an append in flight (a journal, the write lock held by another
-    process: here this one, for as long as the test runs) waits for the writer, up to a
-    minute; Ctrl-C (SIGINT) ends that wait with KeyboardInterrupt, raised inside open."""
+
+@pytest.mark.parametrize("call", sorted(WAITING_CALLS))
+def test_ctrl_c_interrupts_a_call_that_waits_for_a_writer(tmp, call):
+    """While another process appends in place (a journal, the write lock held: here by
+    this process, for as long as the test runs), `open` waits for the writer and
+    `save(wait=True)` for the lock; Ctrl-C (SIGINT) ends either wait with
+    KeyboardInterrupt, raised inside that call (not after the wait, not as an io error)."""
+    code, frame = WAITING_CALLS[call]
     path = tmp / "m.zip"
     write(path, "a", {"w": np.ones(2, np.float32)})
     with open(f"{path}.lock", "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         (tmp / "m.zip.journal").write_bytes(b"an append in flight")
         child = subprocess.Popen(
-            [sys.executable, "-c", OPEN_AND_REPORT, str(path)],
+            [sys.executable, "-c", WAIT_AND_REPORT.replace("CALL", code), str(path)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
-            assert child.stdout.readline() == "opening\n"
+            assert child.stdout.readline() == "waiting\n"
             time.sleep(0.5)  # into the wait (checked below: where the interrupt lands)
             child.send_signal(signal.SIGINT)
             out, err = child.communicate(timeout=120)  # a hang guard, far above the wait
@@ -219,8 +229,8 @@ def test_ctrl_c_interrupts_an_open_that_waits_for_a_writer(tmp):
                 child.kill()
                 child.wait()
     assert child.returncode == 3, (out, err)
-    assert out.startswith("interrupted in __init__ "), out
-    assert out.rstrip().endswith("__init__.py"), out
+    assert out.startswith(f"interrupted in {frame} "), out
+    assert out.rstrip().endswith("modelzip/__init__.py"), out
 
 
 def test_missing_tag_and_param_raise_key_errors_naming_them(tmp):
