@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 /// of Paddle LoDTensor files (a persistables directory).
 ///
 /// Each file under DIR becomes a parameter named by its path relative to DIR with
-/// `/` separators, in sorted order. A `__model__` (ProgramDesc) or `graph.fb` at the
+/// `/` separators, in sorted order; symlinks to files and directories are followed.
+/// ARCHIVE must not be inside DIR (or UPDATER). A `__model__` (ProgramDesc) or `graph.fb` at the
 /// root of DIR is the tag's graph, not a parameter, so what `extract` writes packs
 /// back into the same tag; --graph FILE wins over it. A DIR with neither parameters
 /// nor a graph is refused (an empty tag is most likely a wrong path).
@@ -78,8 +79,10 @@ fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliErr
         )));
     }
     let mut out = Vec::new();
+    // Symlinks are followed (a directory assembled from links packs like a copy of
+    // it); walkdir refuses a link that loops back to a directory it is inside.
     for entry in walkdir::WalkDir::new(dir)
-        .follow_links(false)
+        .follow_links(true)
         .sort_by_file_name()
     {
         let entry = entry.map_err(|e| {
@@ -106,6 +109,33 @@ fn tensor_files(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf)>, CliErr
     }
     out.sort();
     Ok(out)
+}
+
+/// Refuses an archive whose directory is `dir` or lies under it: the archive and its
+/// sidecar files (lock, journal, temp file) would be read as tensor files, by this
+/// `pack` or the next one. Paths are compared after resolving symlinks.
+fn refuse_archive_inside(archive: &Path, dir: &Path, what: &str) -> Result<(), CliError> {
+    let Ok(dir_real) = std::fs::canonicalize(dir) else {
+        return Ok(()); // tensor_files says what is wrong with it
+    };
+    let archive_dir = std::fs::canonicalize(archive)
+        .ok()
+        .and_then(|real| real.parent().map(Path::to_path_buf))
+        .or_else(|| {
+            let parent = match archive.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            std::fs::canonicalize(parent).ok()
+        });
+    match archive_dir {
+        Some(a) if a.starts_with(&dir_real) => Err(CliError::Failed(format!(
+            "cannot pack {what} {}: the archive {} is inside it (the archive and its .lock file would be read as tensor files); write the archive outside the directory",
+            dir.display(),
+            archive.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The root file names of a persistables directory that hold its graph, not a
@@ -171,6 +201,10 @@ struct Inputs {
 }
 
 fn gather(args: &Args) -> Result<Inputs, CliError> {
+    refuse_archive_inside(&args.archive, &args.dir, "parameters from")?;
+    if let Some(dir) = &args.updater {
+        refuse_archive_inside(&args.archive, dir, "updater state from")?;
+    }
     let mut params = tensor_files(&args.dir, "parameters from")?;
     // A graph at the root of DIR (`extract` writes one) is the graph, not a parameter;
     // --graph wins over it.

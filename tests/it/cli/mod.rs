@@ -1,6 +1,7 @@
 //! CLI tests: the real `modelzip` binary, run in temporary directories.
 
 mod archive;
+mod audit;
 mod harness;
 mod interop;
 mod names;

@@ -1,0 +1,155 @@
+//! Regressions found by a hostile-user audit of the CLI: each test is one defect that
+//! was found by using the binary the way the docs say, and fixed.
+
+use super::harness::{expect_error, fixture, json_of, modelzip};
+use std::path::{Path, PathBuf};
+
+fn persistables() -> PathBuf {
+    fixture("paddle/3.3.1/mlp_persistables")
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The parameter names of `tag`, in order.
+fn param_names(archive: &Path, tag: &str) -> Vec<String> {
+    json_of(
+        modelzip()
+            .arg("show")
+            .arg(archive)
+            .args(["--tag", tag, "--json"]),
+    )["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `pack` used to skip symlinks silently: a directory of links packed into a tag
+/// missing those parameters (or was "empty"). Links to files and to directories are
+/// followed, as `import-paddle --dir` does; a link looping back is an error.
+#[cfg(unix)]
+#[test]
+fn pack_follows_symlinks_to_files_and_directories() {
+    use std::os::unix::fs::symlink;
+    let d = tempfile::tempdir().unwrap();
+    let src = persistables();
+    let dir = d.path().join("linked");
+    std::fs::create_dir(&dir).unwrap();
+    symlink(src.join("fc_0.w_0"), dir.join("fc_0.w_0")).unwrap();
+    std::fs::copy(src.join("fc_0.b_0"), dir.join("fc_0.b_0")).unwrap();
+    symlink(&src, dir.join("sub")).unwrap();
+    let a = d.path().join("m.zip");
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(&dir)
+        .args(["--tag", "t", "-q"])
+        .assert()
+        .success();
+    assert_eq!(
+        param_names(&a, "t"),
+        [
+            "fc_0.b_0",
+            "fc_0.w_0",
+            "sub/fc_0.b_0",
+            "sub/fc_0.w_0",
+            "sub/fc_1.b_0",
+            "sub/fc_1.w_0"
+        ]
+    );
+    // The linked file's data, not the link, was stored.
+    let raw = modelzip()
+        .arg("cat")
+        .arg(&a)
+        .args(["fc_0.w_0", "--raw"])
+        .output()
+        .unwrap();
+    let file = std::fs::read(src.join("fc_0.w_0")).unwrap();
+    assert!(raw.status.success() && file.ends_with(&raw.stdout) && raw.stdout.len() == 512);
+
+    // A link to an ancestor is a loop: one error line naming it, nothing written.
+    let looped = d.path().join("looped");
+    std::fs::create_dir_all(looped.join("x")).unwrap();
+    std::fs::copy(src.join("fc_0.b_0"), looped.join("fc_0.b_0")).unwrap();
+    symlink("..", looped.join("x/up")).unwrap();
+    let b = d.path().join("loop.zip");
+    let line = expect_error(
+        modelzip()
+            .arg("pack")
+            .arg(&b)
+            .arg(&looped)
+            .args(["--tag", "t"]),
+    );
+    assert!(line.contains("up") && line.contains("loop"), "{line}");
+    assert!(!b.exists());
+}
+
+/// An archive inside the directory being packed: the second `pack` used to fail with
+/// "cannot decode DIR/m.zip: unsupported LoDTensor version 67324752" (the archive read
+/// as a tensor file). Refused up front, naming both, before the lock file exists; the
+/// same for --updater.
+#[test]
+fn pack_refuses_an_archive_inside_the_directory_it_packs() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("params");
+    std::fs::create_dir(&dir).unwrap();
+    for f in ["fc_0.b_0", "fc_0.w_0"] {
+        std::fs::copy(persistables().join(f), dir.join(f)).unwrap();
+    }
+    for archive in [dir.join("m.zip"), dir.join("sub/deeper.zip")] {
+        if let Some(p) = archive.parent() {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        let line = expect_error(
+            modelzip()
+                .arg("pack")
+                .arg(&archive)
+                .arg(&dir)
+                .args(["--tag", "t"]),
+        );
+        assert!(
+            line.contains("is inside it") && line.contains("params"),
+            "{line}"
+        );
+    }
+    std::fs::remove_dir(dir.join("sub")).unwrap();
+    assert_eq!(listing(&dir), ["fc_0.b_0", "fc_0.w_0"]);
+    // Relative paths: `pack m.zip --tag t .` from inside the directory.
+    let line = expect_error(
+        modelzip()
+            .current_dir(&dir)
+            .args(["pack", "m.zip", ".", "--tag", "t"]),
+    );
+    assert!(line.contains("is inside it"), "{line}");
+    assert_eq!(listing(&dir), ["fc_0.b_0", "fc_0.w_0"]);
+    // --updater holding the archive.
+    let outside = d.path().join("m.zip");
+    let line = expect_error(
+        modelzip()
+            .arg("pack")
+            .arg(&outside)
+            .arg(persistables())
+            .args(["--tag", "t", "--updater"])
+            .arg(d.path()),
+    );
+    assert!(line.contains("updater state"), "{line}");
+    assert_eq!(listing(d.path()), ["params"]);
+    // Beside the directory is fine.
+    modelzip()
+        .arg("pack")
+        .arg(&outside)
+        .arg(&dir)
+        .args(["--tag", "t", "-q"])
+        .assert()
+        .success();
+    assert_eq!(param_names(&outside, "t"), ["fc_0.b_0", "fc_0.w_0"]);
+}
