@@ -1,11 +1,11 @@
 //! `modelzip export`: a tag as model files of any registered format.
 
-use super::common::{OutputArgs, TagArgs};
+use super::common::{OutputArgs, TagArgs, refuse_replacing_archive};
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::{self, ExportOptions};
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Export a tag as model files of a format (default: the format the tag came from).
 ///
@@ -59,7 +59,7 @@ pub struct Args {
 /// The switches of every export: `--force` and `--max-output`.
 #[derive(clap::Args, Debug)]
 pub struct ExportLimits {
-    /// Replace existing files.
+    /// Replace existing files (never the archive being read).
     #[arg(long)]
     pub force: bool,
     /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
@@ -106,6 +106,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             )),
         )));
     }
+    refuse_replacing_archive(
+        &args.input.archive,
+        &output_files(format.name(), &args.out, args.external_data),
+        &format!("cannot export tag {:?}", tag.name()),
+    )?;
     let opts = ExportOptions {
         external_data: args.external_data,
         ..args.limits.options()
@@ -148,6 +153,30 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         print(&out)?;
     }
     Ok(Outcome::Success)
+}
+
+/// The files an export of `format` to `out` writes that can be named before it runs:
+/// Paddle's two files (a PATH ending in `.pdmodel` is the prefix), else `out`, and with
+/// `--external-data` its `.data` file. (Shards into a directory and ONNX external data
+/// written back to the files it came from are named by the tag.)
+fn output_files(format: &str, out: &Path, external_data: bool) -> Vec<PathBuf> {
+    if format == "paddle" {
+        let prefix = if out
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("pdmodel"))
+        {
+            out.with_extension("")
+        } else {
+            out.to_path_buf()
+        };
+        let (m, p) = interop::paddle::export_paths(&prefix);
+        return vec![m, p];
+    }
+    let mut files = vec![out.to_path_buf()];
+    if external_data {
+        files.push(interop::onnx::external_data_path(out));
+    }
+    files
 }
 
 /// The line naming the parameters an export left out (empty when there are none).

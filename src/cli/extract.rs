@@ -46,7 +46,8 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// Replace existing files (with --link, a link replaces a file atomically:
-    /// made under a temporary name in the same directory, then renamed over it).
+    /// made under a temporary name in the same directory, then renamed over it);
+    /// never the archive being read.
     #[arg(long)]
     force: bool,
     /// Make every further name of an already written tensor file a hard link to the
@@ -423,6 +424,35 @@ const ALIAS_BYTES_KEPT: usize = 64 << 20;
 /// output's filesystem instead of an fsync (and an open) per file.
 const SYNCFS_FILES: usize = 1_000;
 
+/// With --force, refuses an extract that would replace the archive it reads: a
+/// parameter (or the graph file) named like the archive, extracted into the archive's
+/// directory (`--out .`). The file would be removed and rewritten while mapped.
+fn refuse_replacing_the_archive(
+    archive: &Path,
+    out: &Path,
+    file_paths: &FxHashSet<&str>,
+) -> Result<(), CliError> {
+    if super::common::is_url(archive) {
+        return Ok(());
+    }
+    let (Ok(real), Ok(out_real)) = (std::fs::canonicalize(archive), std::fs::canonicalize(out))
+    else {
+        return Ok(());
+    };
+    let Ok(rel) = real.strip_prefix(&out_real) else {
+        return Ok(());
+    };
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    match parts.map(|p| p.join("/")) {
+        Some(rel) if file_paths.contains(rel.as_str()) => Err(CliError::Failed(format!(
+            "cannot extract to {}: it would replace {rel}, the archive being read ({}), even with --force; extract to another directory",
+            out.display(),
+            archive.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
@@ -515,6 +545,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             human_bytes(total_bytes, false),
             human_bytes(max_output, false),
         )));
+    }
+    if args.force {
+        refuse_replacing_the_archive(&args.input.archive, &args.out, &file_paths)?;
     }
     drop(file_paths);
     drop(dir_paths);

@@ -153,3 +153,150 @@ fn pack_refuses_an_archive_inside_the_directory_it_packs() {
         .success();
     assert_eq!(param_names(&outside, "t"), ["fc_0.b_0", "fc_0.w_0"]);
 }
+
+/// Packs the MLP persistables into `archive` as tag `fp32`, with its graph.
+fn mlp_archive(archive: &Path) {
+    modelzip()
+        .arg("pack")
+        .arg(archive)
+        .arg(persistables())
+        .args(["--tag", "fp32", "-q", "--graph"])
+        .arg(fixture("paddle/3.3.1/mlp.pdmodel"))
+        .assert()
+        .success();
+}
+
+/// `export --force` renames its output over the path given: with `--out` naming the
+/// archive it reads, the archive (every tag) used to be replaced by one tag's
+/// safetensors file. Refused for every way of naming it, even with --force; a symlink
+/// at `--out` is replaced itself (the archive it points at is untouched), as before.
+#[test]
+fn export_refuses_to_replace_the_archive_it_reads() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let before = std::fs::read(&a).unwrap();
+    let runs: Vec<Vec<String>> = vec![
+        vec![
+            "export",
+            "m.zip",
+            "--format",
+            "safetensors",
+            "--out",
+            "m.zip",
+        ],
+        vec!["export", "m.zip", "--format", "tf", "--out", "./m.zip"],
+        vec![
+            "export", "../m.zip", "--format", "onnx", "--out", "../m.zip",
+        ],
+    ]
+    .into_iter()
+    .map(|v| v.into_iter().map(String::from).collect())
+    .collect();
+    std::fs::create_dir(d.path().join("sub")).unwrap();
+    for (i, run) in runs.iter().enumerate() {
+        let cwd = if i == 2 {
+            d.path().join("sub")
+        } else {
+            d.path().to_path_buf()
+        };
+        let line = expect_error(modelzip().current_dir(&cwd).args(run).arg("--force"));
+        assert!(line.contains("is the archive being read"), "{line}");
+    }
+    // Paddle's PREFIX.pdmodel, from both commands, with the archive named so.
+    let p = d.path().join("m.pdmodel");
+    std::fs::copy(&a, &p).unwrap();
+    for cmd in [
+        &["export", "m.pdmodel", "--out", "m.pdmodel", "--force"][..],
+        &["export", "m.pdmodel", "--out", "m", "--force"],
+        &["export-paddle", "m.pdmodel", "--out", "m", "--force"],
+    ] {
+        let line = expect_error(modelzip().current_dir(d.path()).args(cmd));
+        assert!(
+            line.contains("m.pdmodel is the archive being read"),
+            "{line}"
+        );
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), before);
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    assert_eq!(
+        listing(d.path()),
+        ["m.pdmodel", "m.zip", "m.zip.lock", "sub"]
+    );
+    // The archive reached through a symlink is the same archive.
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink("m.zip", d.path().join("link.zip")).unwrap();
+        let line = expect_error(modelzip().current_dir(d.path()).args([
+            "export",
+            "link.zip",
+            "--format",
+            "safetensors",
+            "--out",
+            "m.zip",
+            "--force",
+        ]));
+        assert!(line.contains("is the archive being read"), "{line}");
+        // A symlink at --out is replaced, not written through: allowed.
+        modelzip()
+            .current_dir(d.path())
+            .args([
+                "export",
+                "m.zip",
+                "--format",
+                "safetensors",
+                "--out",
+                "link.zip",
+            ])
+            .args(["--force", "-q"])
+            .assert()
+            .success();
+        assert!(
+            !std::fs::symlink_metadata(d.path().join("link.zip"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read(&a).unwrap(), before);
+    }
+    modelzip().arg("verify").arg(&a).assert().success();
+}
+
+/// `extract --force` into the archive's own directory, with a parameter named like the
+/// archive, used to delete the archive and write the tensor in its place.
+#[test]
+fn extract_force_refuses_to_replace_the_archive_it_reads() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::copy(persistables().join("fc_0.b_0"), src.join("h.zip")).unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let a = out.join("h.zip");
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(&src)
+        .args(["--tag", "t", "-q"])
+        .assert()
+        .success();
+    let before = std::fs::read(&a).unwrap();
+    let line = expect_error(
+        modelzip()
+            .current_dir(&out)
+            .args(["extract", "h.zip", "--out", ".", "--force"]),
+    );
+    assert!(line.contains("the archive being read"), "{line}");
+    assert_eq!(std::fs::read(&a).unwrap(), before);
+    assert_eq!(listing(&out), ["h.zip", "h.zip.lock"]);
+    // Elsewhere it extracts.
+    modelzip()
+        .arg("extract")
+        .arg(&a)
+        .arg("--out")
+        .arg(d.path().join("x"))
+        .arg("-q")
+        .assert()
+        .success();
+    assert_eq!(listing(&d.path().join("x")), ["h.zip"]);
+}
