@@ -65,7 +65,12 @@ pub struct ExportLimits {
     /// Refuse to write more than SIZE bytes in all (bytes, or with a K, M, G or T
     /// suffix, powers of 1024). Default: 16 GiB or 100 times the archive's size,
     /// whichever is larger. Checked before anything is written.
-    #[arg(long, value_name = "SIZE", value_parser = super::extract::parse_size)]
+    #[arg(
+        long,
+        value_name = "SIZE",
+        value_parser = super::extract::parse_size,
+        allow_negative_numbers = true
+    )]
     pub max_output: Option<u64>,
 }
 

@@ -63,11 +63,11 @@ pub struct Args {
     /// whichever is larger. Checked before anything is written. With --link, only
     /// the distinct files count (links add no bytes; a copy made where a link
     /// cannot be is counted when made).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
     max_output: Option<u64>,
     /// Refuse to write more than N files. Default: 100000. Checked before anything
     /// is written. Every name counts, hard links (--link) included.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FILES)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FILES, allow_negative_numbers = true)]
     max_files: u64,
 }
 
@@ -78,8 +78,16 @@ pub const DEFAULT_MAX_FILES: u64 = 100_000;
 /// `KiB`, `MB` etc. are read the same way).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("{s:?}: a size cannot be negative"));
+    }
     let digits = t.bytes().take_while(u8::is_ascii_digit).count();
     let (num, unit) = t.split_at(digits);
+    if digits > 0 && (unit.starts_with('.') || unit.starts_with(',')) {
+        return Err(format!(
+            "{s:?}: a size is a whole number of bytes, K, M, G or T (e.g. 1536M for 1.5G)"
+        ));
+    }
     let n: u64 = num
         .parse()
         .map_err(|_| format!("{s:?} is not a size (bytes, or a number with K, M, G or T)"))?;

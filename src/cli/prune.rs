@@ -19,7 +19,7 @@ pub struct Args {
     /// The archive.
     archive: PathBuf,
     /// How many of the newest tags to keep (at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     keep: u64,
     #[command(flatten)]
     removal: RemovalArgs,

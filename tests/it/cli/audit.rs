@@ -300,3 +300,51 @@ fn extract_force_refuses_to_replace_the_archive_it_reads() {
         .success();
     assert_eq!(listing(&d.path().join("x")), ["h.zip"]);
 }
+
+/// Junk in a numeric option is a usage error naming the value and what is wrong with it:
+/// a negative number used to be "unexpected argument '-5' found" (clap took it for a
+/// flag) and `1.5G` "unknown unit". Nothing is written.
+#[test]
+fn numeric_options_with_junk_say_what_is_wrong() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let out = d.path().join("out");
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["extract", "--max-output", "-5"],
+            "a size cannot be negative",
+        ),
+        (
+            &["extract", "--max-output", "1.5G"],
+            "a size is a whole number",
+        ),
+        (&["extract", "--max-output", "12QB"], "unknown unit"),
+        (
+            &["extract", "--max-files", "-1"],
+            "invalid value '-1' for '--max-files",
+        ),
+        (
+            &["export", "--max-output", "-1"],
+            "a size cannot be negative",
+        ),
+        (
+            &["export-paddle", "--max-output", "2,5G"],
+            "a size is a whole number",
+        ),
+        (&["prune", "--keep", "-1"], "invalid value '-1' for '--keep"),
+    ];
+    for (args, why) in cases {
+        let mut cmd = modelzip();
+        cmd.arg(args[0]).arg(&a).args(&args[1..]);
+        if args[0] != "prune" {
+            cmd.arg("--out").arg(&out);
+        }
+        let line = expect_error(&mut cmd);
+        assert!(
+            line.starts_with("modelzip: usage: invalid value") && line.contains(why),
+            "{args:?}: {line}"
+        );
+    }
+    assert_eq!(listing(d.path()), ["m.zip", "m.zip.lock"]);
+}
