@@ -531,8 +531,12 @@ pub fn download(
     temp.as_file()
         .sync_all()
         .map_err(|e| Error::from(e).in_file(temp.path()))?;
+    // The temp file is deleted on failure: errors name the URL the bytes came from.
     let report = Archive::open(temp.path())
-        .map_err(|e| e.in_file(url))?
+        .map_err(|e| {
+            e.with_file_renamed(temp.path(), Path::new(url))
+                .in_file(url)
+        })?
         .verify();
     if let Some(p) = report.problems.first() {
         return Err(Error::new(ErrorKind::Checksum(format!(

@@ -348,3 +348,28 @@ fn numeric_options_with_junk_say_what_is_wrong() {
     }
     assert_eq!(listing(d.path()), ["m.zip", "m.zip.lock"]);
 }
+
+/// `cp URL LOCAL` of an object that is not a zip named the temp file the bytes went
+/// to (`file /dir/./.down.zip.XXXXXX.tmp`), which the failure had already deleted: the
+/// error names the URL, and nothing is left beside LOCAL.
+#[test]
+fn a_download_that_is_not_an_archive_names_the_url() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    std::fs::write(store.join("junk.zip"), b"not a zip at all").unwrap();
+    let url = format!("file://{}/junk.zip", store.display());
+    let local = d.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    let line = expect_error(
+        modelzip()
+            .current_dir(&local)
+            .args(["cp", url.as_str(), "down.zip"]),
+    );
+    assert!(
+        line.contains("cannot download") && line.contains(&format!("(file {url}, byte")),
+        "{line}"
+    );
+    assert!(!line.contains(".down.zip."), "{line}");
+    assert!(listing(&local).is_empty());
+}
