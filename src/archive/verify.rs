@@ -36,6 +36,31 @@ impl VerifyReport {
             message: message.into(),
         });
     }
+
+    /// Pushes an error as a finding: the entry its location names (else `entry`), the
+    /// message without the archive file and the entry (the report says both already).
+    pub(crate) fn push_error(&mut self, entry: Option<&str>, err: &crate::Error) {
+        let loc = err.location();
+        let rest = crate::error::Location {
+            file: None,
+            entry: None,
+            ..loc.clone()
+        };
+        let message = if rest == crate::error::Location::default() {
+            err.kind().to_string()
+        } else {
+            format!("{} ({rest})", err.kind())
+        };
+        self.push(loc.entry.as_deref().or(entry), message);
+    }
+
+    /// Drops repeated findings (one bad entry fails the CRC pass, the tag's tables and
+    /// its manifest check with the same error), keeping the first of each.
+    fn dedup(&mut self) {
+        let mut seen = std::collections::HashSet::new();
+        self.problems
+            .retain(|p| seen.insert((p.entry.clone(), p.message.clone())));
+    }
 }
 
 impl Archive {
@@ -64,7 +89,7 @@ impl Archive {
                 let crc = match self.raw_data(e) {
                     Ok(raw) => crc32fast::hash(&raw),
                     Err(err) => {
-                        r.push(Some(&e.name), err.to_string());
+                        r.push_error(Some(&e.name), &err);
                         ticker.tick();
                         continue;
                     }
@@ -76,7 +101,7 @@ impl Archive {
                     );
                 }
             } else if let Err(err) = self.check_entry(e) {
-                r.push(Some(&e.name), err.to_string());
+                r.push_error(Some(&e.name), &err);
             }
             ticker.tick();
         }
@@ -113,6 +138,7 @@ impl Archive {
             ticker.tick();
         }
         self.verify_summary(&mut r);
+        r.dedup();
         r
     }
 
@@ -126,7 +152,7 @@ impl Archive {
         match self.tag_cached(t, false) {
             Ok(tag) => {
                 match tag.graph() {
-                    Err(e) => r.push(None, e.to_string()),
+                    Err(e) => r.push_error(None, &e),
                     // Decoded as every reader does (ProgramDesc with its required fields,
                     // graph.fb through the FlatBuffers verifier), not just read.
                     Ok(Some((enc, bytes))) => match crate::graph::Graph::decode(enc, &bytes) {
@@ -142,13 +168,13 @@ impl Archive {
                             if let Some(tf) = &g.tf
                                 && let Err(e) = crate::interop::tf::check_refs(&tag, tf)
                             {
-                                r.push(Some(&format!("{t}/{}", enc.file_name())), e.to_string());
+                                r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
                             }
                             // So must an ONNX model's initializers.
                             if let Some(onnx) = &g.onnx
                                 && let Err(e) = crate::interop::onnx::check_refs(&tag, onnx)
                             {
-                                r.push(Some(&format!("{t}/{}", enc.file_name())), e.to_string());
+                                r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
                             }
                         }
                     },
@@ -164,7 +190,7 @@ impl Archive {
                             );
                         }
                     }
-                    Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
+                    Err(e) => r.push_error(None, &e),
                     Ok(None) => {}
                 }
                 match tag.metadata() {
@@ -172,11 +198,11 @@ impl Archive {
                     Ok(Some(m)) if serde_json::from_slice::<serde::de::IgnoredAny>(&m).is_err() => {
                         r.push(Some(&format!("{t}/metadata.json")), "not valid JSON");
                     }
-                    Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
+                    Err(e) => r.push_error(None, &e),
                     _ => {}
                 }
             }
-            Err(e) => r.push(e.location().entry.as_deref(), e.to_string()),
+            Err(e) => r.push_error(None, &e),
         }
         let own: Vec<&ZipEntry> = self.entries_under(t).collect();
         for e in &own {
@@ -187,10 +213,10 @@ impl Archive {
                 match self.read_entry(e) {
                     Ok(b) => {
                         if let Err(err) = decode_tensor(&b) {
-                            r.push(Some(&e.name), err.to_string());
+                            r.push_error(Some(&e.name), &err);
                         }
                     }
-                    Err(err) => r.push(Some(&e.name), err.to_string()),
+                    Err(err) => r.push_error(Some(&e.name), &err),
                 }
             }
         }
@@ -204,7 +230,7 @@ impl Archive {
         {
             Ok(s) => s,
             Err(e) => {
-                r.push(Some(&sums_name), e.to_string());
+                r.push_error(Some(&sums_name), &e);
                 return;
             }
         };
@@ -224,7 +250,7 @@ impl Archive {
                             );
                         }
                     }
-                    Err(err) => r.push(Some(&name), err.to_string()),
+                    Err(err) => r.push_error(Some(&name), &err),
                 },
             }
         }

@@ -373,3 +373,57 @@ fn a_download_that_is_not_an_archive_names_the_url() {
     assert!(!line.contains(".down.zip."), "{line}");
     assert!(listing(&local).is_empty());
 }
+
+/// Where the data of `entry` starts in the zip `bytes` (after its local header).
+fn data_offset(bytes: &[u8], entry: &str) -> usize {
+    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]) as usize;
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+    // The central directory record naming it gives the local header's offset.
+    let start = (0..bytes.len() - 46)
+        .filter(|&i| bytes[i..i + 4] == *b"PK\x01\x02")
+        .find(|&i| &bytes[i + 46..i + 46 + u16_at(i + 28)] == entry.as_bytes())
+        .map(|i| u32_at(i + 42))
+        .expect("entry in the central directory");
+    let n = u16::from_le_bytes([bytes[start + 26], bytes[start + 27]]) as usize;
+    let e = u16::from_le_bytes([bytes[start + 28], bytes[start + 29]]) as usize;
+    start + 30 + n + e
+}
+
+/// A byte flipped in a deflated entry (params.txt, graph.fb) used to be reported three
+/// times by `verify` — by the CRC pass, by the tag's tables and by the manifest check —
+/// once with `(file m.zip, entry ...)` inside the message and, for the graph, with
+/// `"entry": null`. Each problem is reported once, with its entry, and the message says
+/// the rest of where (the byte offset).
+#[test]
+fn verify_reports_a_corrupt_entry_once_with_its_entry() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    modelzip()
+        .args(["convert", "--tag", "fp32", "--to", "flatbuffers", "-q"])
+        .arg(&a)
+        .assert()
+        .success();
+    let good = std::fs::read(&a).unwrap();
+    for entry in ["fp32/params.txt", "fp32/graph.fb"] {
+        let mut bytes = good.clone();
+        bytes[data_offset(&good, entry) + 5] ^= 0x01;
+        std::fs::write(&a, &bytes).unwrap();
+        let out = modelzip()
+            .arg("verify")
+            .arg(&a)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let problems = doc["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{entry}: {problems:#?}");
+        assert_eq!(problems[0]["entry"], entry);
+        let message = problems[0]["message"].as_str().unwrap();
+        assert!(
+            !message.contains("file ") && !message.contains("entry ") && message.contains("(byte "),
+            "{message}"
+        );
+    }
+}
