@@ -71,29 +71,121 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     out.push('\n');
     // One pass over the values, a chunk at a time: min, max, mean and the first 16.
-    let (mut min, mut max, mut sum, mut numeric) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, true);
+    let mut stats = Stats::new(n);
     let mut shown: Vec<String> = Vec::with_capacity(16);
     for v in value_iter(&t) {
         if shown.len() < 16 {
             shown.push(v.to_string());
         }
-        match v.as_f64() {
-            Some(x) if numeric => {
-                min = min.min(x);
-                max = max.max(x);
-                sum += x;
-            }
-            _ => numeric = false,
-        }
+        stats.add(&v);
     }
-    if numeric && n > 0 {
-        let f = |x: f64| (x as f32).to_string();
-        let (min, max, mean) = (f(min), f(max), f(sum / n as f64));
-        out.push_str(&format!("min {min}  max {max}  mean {mean}\n"));
+    if let Some(line) = stats.line(t.dtype()) {
+        out.push_str(&line);
     }
     let more = if n > 16 { ", ..." } else { "" };
     out.push_str(&format!("[{}{more}]\n", shown.join(", ")));
     print(&out).map(|_| Outcome::Success)
+}
+
+/// Min, max and mean of a tensor's numbers, from its values as [`values`] renders them.
+/// Integers are compared exactly (an INT64 of 2^63 - 1 is not rounded through f32); NaN
+/// is left out and counted; the mean is a sum of `x / n`, which cannot overflow.
+struct Stats {
+    n: f64,
+    /// Integer min and max (every value so far an integer).
+    int: Option<(i128, i128)>,
+    min: f64,
+    max: f64,
+    /// Sum of x / n over the values that are not NaN.
+    mean: f64,
+    nan: u64,
+    /// False after a value that is no number (bool, complex pair).
+    numeric: bool,
+    seen: u64,
+}
+
+impl Stats {
+    fn new(n: u64) -> Stats {
+        Stats {
+            n: n as f64,
+            int: None,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            nan: 0,
+            numeric: true,
+            seen: 0,
+        }
+    }
+
+    fn add(&mut self, v: &Value) {
+        if !self.numeric {
+            return;
+        }
+        let exact = v
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| v.as_u64().map(i128::from));
+        let x = match v {
+            Value::Number(num) => num.as_f64().unwrap_or(f64::NAN),
+            // Non-finite floats are rendered as strings.
+            Value::String(s) => s.parse::<f64>().unwrap_or(f64::NAN),
+            _ => {
+                self.numeric = false;
+                return;
+            }
+        };
+        let first = self.seen == 0;
+        self.seen += 1;
+        if x.is_nan() {
+            self.nan += 1;
+            return;
+        }
+        self.int = match (exact, self.int) {
+            (Some(i), Some((lo, hi))) => Some((lo.min(i), hi.max(i))),
+            (Some(i), None) if first => Some((i, i)),
+            _ => None,
+        };
+        self.min = self.min.min(x);
+        self.max = self.max.max(x);
+        self.mean += x / self.n;
+    }
+
+    /// `min A  max B  mean C` (and how many NaN were left out), or None when there is
+    /// nothing to say: no numbers, or no element that is not NaN.
+    fn line(&self, dtype: DType) -> Option<String> {
+        let counted = self.seen - self.nan;
+        if !self.numeric || counted == 0 {
+            return None;
+        }
+        let mean = self.mean * (self.n / counted as f64);
+        // 64-bit types print at their own precision, the rest as f32 did.
+        let wide = matches!(
+            dtype,
+            DType::Fp64 | DType::Int64 | DType::Uint64 | DType::SizeT
+        );
+        // Very large and very small magnitudes in exponent form (3.4028235e38, not 39
+        // digits).
+        let f = |x: f64| {
+            let a = x.abs();
+            let sci = a.is_finite() && a != 0.0 && !(1e-5..1e16).contains(&a);
+            match (wide, sci) {
+                (true, true) => format!("{x:e}"),
+                (true, false) => x.to_string(),
+                (false, true) => format!("{:e}", x as f32),
+                (false, false) => (x as f32).to_string(),
+            }
+        };
+        let (min, max) = match self.int {
+            Some((lo, hi)) => (lo.to_string(), hi.to_string()),
+            None => (f(self.min), f(self.max)),
+        };
+        let nan = match self.nan {
+            0 => String::new(),
+            k => format!("  ({k} NaN left out)"),
+        };
+        Some(format!("min {min}  max {max}  mean {}{nan}\n", f(mean)))
+    }
 }
 
 /// The `--json` document (docs/CLI.md).

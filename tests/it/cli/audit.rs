@@ -427,3 +427,62 @@ fn verify_reports_a_corrupt_entry_once_with_its_entry() {
         );
     }
 }
+
+/// `cat`'s summary line computed min/max/mean through f32: an INT64 of 2^63 - 1 printed
+/// as 9223372000000000000, a UINT32 of 2^32 - 1 as 4294967300, an FP64 of f64::MAX as
+/// `inf`; one NaN (or an infinity, printed as a string) dropped the line altogether.
+/// Integers are exact, 64-bit floats keep their precision, NaN is left out and counted.
+#[test]
+fn cat_summary_is_exact_for_integers_and_wide_floats() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let dense = fixture("paddle/3.3.1/save_dense_tensor");
+    for f in [
+        "dtype_int64",
+        "dtype_uint32",
+        "dtype_fp64",
+        "dtype_bf16",
+        "dtype_fp16",
+    ] {
+        std::fs::copy(dense.join(format!("{f}.bin")), src.join(f)).unwrap();
+    }
+    let a = d.path().join("m.zip");
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(&src)
+        .args(["--tag", "t", "-q"])
+        .assert()
+        .success();
+    let summary = |name: &str| {
+        let out = modelzip().arg("cat").arg(&a).arg(name).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    // The fixtures' values: tests/paddle/make_fixtures.py.
+    assert_eq!(
+        summary("dtype_int64"),
+        "min -9223372036854775808  max 9223372036854775807  mean 205761315020.5"
+    );
+    assert_eq!(
+        summary("dtype_uint32"),
+        "min 0  max 4294967295  mean 1438726500"
+    );
+    assert_eq!(
+        summary("dtype_fp64"),
+        "min -2.5  max 1.7976931348623157e308  mean 2.9961552247705263e307"
+    );
+    // [1, -2, inf, 0, -0, NaN]
+    assert_eq!(
+        summary("dtype_bf16"),
+        "min -2  max inf  mean inf  (1 NaN left out)"
+    );
+    // [0, 1, -2.5, 65504, 6.1e-5, inf]
+    assert_eq!(summary("dtype_fp16"), "min -2.5  max inf  mean inf");
+}
