@@ -17,24 +17,31 @@ use serde_json::json;
 /// Example:
 ///   modelzip verify model.zip
 ///   modelzip verify model.zip --json
+///   modelzip verify -q model.zip && echo sound
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("json", |a| a.help("Print one JSON document instead of text")))]
 pub struct Args {
     #[command(flatten)]
     report: ReportArgs,
+    /// Print nothing (and no progress bar): the exit status says it, 0 clean, 1
+    /// problems found.
+    #[arg(short, long, conflicts_with = "json")]
+    quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.report.archive)?;
-    let progress = Progress::new(args.report.json, "verifying");
+    let progress = Progress::new(args.report.json || args.quiet, "verifying");
     let report = match progress.hook() {
         Some(hook) => archive.verify_with_progress(hook.as_fn()),
         None => archive.verify(),
     };
     progress.finish();
     let ok = report.problems.is_empty();
-    if args.report.json {
+    if args.quiet {
+        // Nothing to print.
+    } else if args.report.json {
         let problems: Vec<_> = report
             .problems
             .iter()

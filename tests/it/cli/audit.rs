@@ -486,3 +486,35 @@ fn cat_summary_is_exact_for_integers_and_wide_floats() {
     // [0, 1, -2.5, 65504, 6.1e-5, inf]
     assert_eq!(summary("dtype_fp16"), "min -2.5  max inf  mean inf");
 }
+
+/// docs/CLI.md says verify's progress bar never shows "with -q or --json", but `verify`
+/// refused `-q` as an unexpected argument. `-q` prints nothing; the exit status is the
+/// answer (0 clean, 1 problems); an error that stops it is still one line.
+#[test]
+fn verify_quiet_answers_with_the_exit_status_only() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let out = modelzip().args(["verify", "-q"]).arg(&a).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let mut bytes = std::fs::read(&a).unwrap();
+    let at = data_offset(&bytes, "fp32/params/1.lodtensor") + 100;
+    bytes[at] ^= 0xff;
+    std::fs::write(&a, &bytes).unwrap();
+    let out = modelzip()
+        .args(["verify", "--quiet"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let line = expect_error(modelzip().args(["verify", "-q", "--json"]).arg(&a));
+    assert!(line.contains("usage"), "{line}");
+    let line = expect_error(
+        modelzip()
+            .args(["verify", "-q"])
+            .arg(d.path().join("missing.zip")),
+    );
+    assert!(line.contains("missing.zip"), "{line}");
+}
