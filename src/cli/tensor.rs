@@ -30,8 +30,18 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let file = modelzip::tensor::TensorFile::open(&args.file)
         .map_err(|e| CliError::Failed(format!("cannot read {shown}: {}", e.kind())))?;
     let bytes = file.bytes();
-    let records = tensor::decode_combined(bytes)
-        .map_err(|e| CliError::Failed(format!("cannot decode {shown}: {e}")))?;
+    let records = tensor::decode_combined(bytes).map_err(|e| {
+        // A modelzip archive (or any zip) given by mistake: say so, not just that its
+        // first four bytes are no LoDTensor version.
+        if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
+            return CliError::Failed(format!(
+                "cannot decode {shown}: {}; it is a zip archive, not a tensor file (`modelzip show` lists an archive's tensors) ({})",
+                e.kind(),
+                e.location()
+            ));
+        }
+        CliError::Failed(format!("cannot decode {shown}: {e}"))
+    })?;
     if args.json {
         let recs: Vec<RecordJson<'_>> = records.iter().map(RecordJson::new).collect();
         let doc = FileJson {

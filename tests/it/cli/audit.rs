@@ -518,3 +518,20 @@ fn verify_quiet_answers_with_the_exit_status_only() {
     );
     assert!(line.contains("missing.zip"), "{line}");
 }
+
+/// `modelzip tensor model.zip` (an archive given where a tensor file goes) said only
+/// "unsupported LoDTensor version 67324752": it now says it is a zip archive and what
+/// reads one, keeping the where.
+#[test]
+fn tensor_on_an_archive_says_it_is_one() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let line = expect_error(modelzip().arg("tensor").arg(&a));
+    assert!(
+        line.contains("it is a zip archive, not a tensor file")
+            && line.contains("modelzip show")
+            && line.ends_with("(record 0, byte 0)"),
+        "{line}"
+    );
+}
