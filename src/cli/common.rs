@@ -144,6 +144,46 @@ pub fn refuse_replacing_archive(
     Ok(())
 }
 
+/// Refuses a Paddle persistables-directory import without a model (every regular file
+/// directly in `dir` is a parameter) into an archive that lies directly in `dir`: the
+/// archive and its lock file would be read as tensor files (the first import worked, the
+/// next failed with "unsupported LoDTensor version 67324752"). With a model (`model`, or
+/// DIR/__model__ or DIR/graph.fb) only the model's variables are read.
+pub fn refuse_archive_in_modelless_dir(
+    archive: &Path,
+    dir: &Path,
+    model: Option<&Path>,
+    what_failed: &str,
+) -> Result<(), CliError> {
+    if model.is_some()
+        || !dir.is_dir()
+        || dir.join("__model__").exists()
+        || dir.join("graph.fb").exists()
+    {
+        return Ok(());
+    }
+    let Ok(dir_real) = std::fs::canonicalize(dir) else {
+        return Ok(());
+    };
+    let archive_dir = std::fs::canonicalize(archive)
+        .ok()
+        .and_then(|real| real.parent().map(Path::to_path_buf))
+        .or_else(|| {
+            let parent = match archive.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            std::fs::canonicalize(parent).ok()
+        });
+    if archive_dir.is_some_and(|a| a == dir_real) {
+        return Err(CliError::Failed(format!(
+            "{what_failed}: the archive is in {}, whose every file is read as a parameter (no model given), so the archive and its .lock file would be too; write the archive outside the directory",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// True when the archive argument is a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
 /// `file://`) rather than a local path.
 pub fn is_url(path: &Path) -> bool {

@@ -1,6 +1,6 @@
 //! `modelzip import`: a model file of any registered format as a new tag.
 
-use super::common::{WriteArgs, refuse_directory};
+use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -92,6 +92,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Some(name) => interop::format(name).map_err(fail)?,
         None => interop::detect(&args.inputs).map_err(fail)?,
     };
+    if let ([dir], "paddle") = (args.inputs.as_slice(), format.name()) {
+        refuse_archive_in_modelless_dir(
+            &args.archive,
+            dir,
+            None,
+            &format!("cannot import into {shown}"),
+        )?;
+    }
     let progress = args.write.output.progress("importing");
     let opts = import_options(args.rewrite, &args.write, &progress);
     let report = format

@@ -1,6 +1,6 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
-use super::common::{WriteArgs, refuse_directory};
+use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::paddle::{self, ImportReport};
@@ -58,6 +58,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
+    if let Some(dir) = &args.dir {
+        refuse_archive_in_modelless_dir(
+            &args.archive,
+            dir,
+            args.model.as_deref(),
+            &format!("cannot import into {shown}"),
+        )?;
+    }
     let report = match (&args.dir, &args.model_file, &args.params_file) {
         (Some(dir), None, None) => paddle::import_persistables_dir(
             &args.archive,

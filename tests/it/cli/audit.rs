@@ -535,3 +535,46 @@ fn tensor_on_an_archive_says_it_is_one() {
         "{line}"
     );
 }
+
+/// `import` / `import-paddle --dir` of a persistables directory without a model reads
+/// every file in it: with the archive in that directory, the first import worked and
+/// the next failed with "unsupported LoDTensor version 67324752" (the archive read as a
+/// tensor). Refused up front; with a model only its variables are read, so that works.
+#[test]
+fn import_of_a_directory_holding_the_archive_is_refused_without_a_model() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("params");
+    std::fs::create_dir(&dir).unwrap();
+    for f in ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"] {
+        std::fs::copy(persistables().join(f), dir.join(f)).unwrap();
+    }
+    let files = listing(&dir);
+    for args in [
+        &["import", "m.zip", ".", "--tag", "t"][..],
+        &["import", "m.zip", ".", "--tag", "t", "--format", "paddle"],
+        &["import-paddle", "m.zip", "--tag", "t", "--dir", "."],
+    ] {
+        let line = expect_error(modelzip().current_dir(&dir).args(args));
+        assert!(
+            line.contains("read as a parameter") && line.contains("outside the directory"),
+            "{args:?}: {line}"
+        );
+        assert_eq!(listing(&dir), files);
+    }
+    modelzip()
+        .current_dir(&dir)
+        .args([
+            "import-paddle",
+            "m.zip",
+            "--tag",
+            "t",
+            "--dir",
+            ".",
+            "--model",
+        ])
+        .arg(fixture("paddle/3.3.1/mlp.pdmodel"))
+        .arg("-q")
+        .assert()
+        .success();
+    assert_eq!(param_names(&dir.join("m.zip"), "t").len(), 4);
+}
