@@ -1,6 +1,6 @@
 //! `modelzip cp`: copy an archive between a local path and a URL.
 
-use super::common::is_url;
+use super::common::{is_url, refuse_directory};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -92,19 +92,21 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 (None, true) => UploadMode::Replace,
                 (None, false) => UploadMode::Create,
             };
+            refuse_directory(&args.src, &format!("cannot upload {src} to {dst}"))?;
             let v = remote::upload(&args.src, dst, mode, &opts, &report)
                 .map_err(|e| CliError::Failed(format!("cannot upload {src} to {dst}: {e}")))?;
             ("upload", v)
         }
         (true, false) => {
-            if args.dst.exists() && !args.force {
-                return Err(CliError::Failed(format!(
-                    "cannot download to {dst}: it exists; pass --force to replace it"
-                )));
-            }
+            // A directory first: --force would not help.
             if args.dst.is_dir() {
                 return Err(CliError::Failed(format!(
                     "cannot download to {dst}: it is a directory, not a file"
+                )));
+            }
+            if args.dst.exists() && !args.force {
+                return Err(CliError::Failed(format!(
+                    "cannot download to {dst}: it exists; pass --force to replace it"
                 )));
             }
             let v = remote::download(src, &args.dst, &opts, &report)

@@ -1,6 +1,6 @@
 //! `modelzip quantize`: derive an INT8 tag from a float tag.
 
-use super::common::WriteArgs;
+use super::common::{WriteArgs, refuse_directory};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::WriteOptions;
@@ -70,6 +70,16 @@ impl VariantArgs {
         verb: &str,
         make: impl FnOnce(&Path, &str, &str, &WriteOptions) -> modelzip::Result<VariantReport>,
     ) -> Result<Outcome, CliError> {
+        // A directory or a URL is said to be one (the OS's answers were "No such device"
+        // and "No such file or directory").
+        refuse_directory(
+            &self.archive,
+            &format!(
+                "cannot {command} tag {} of {}",
+                self.from,
+                self.archive.display()
+            ),
+        )?;
         let progress = self.write.output.progress(label);
         let write = self.write.options_reporting(&progress);
         let report = make(&self.archive, &self.from, &self.tag, &write).map_err(|e| {

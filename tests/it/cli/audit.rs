@@ -578,3 +578,53 @@ fn import_of_a_directory_holding_the_archive_is_refused_without_a_model() {
         .success();
     assert_eq!(param_names(&dir.join("m.zip"), "t").len(), 4);
 }
+
+/// `quantize` and `cast` on a directory said "No such device (os error 19)", and on a
+/// URL "No such file or directory"; `cp DIR URL` said "No such device" too, and
+/// `cp URL DIR` asked for --force, which could not help. Each now says what the path is.
+#[test]
+fn quantize_cast_and_cp_name_a_directory_or_a_url_as_one() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("dirarch");
+    std::fs::create_dir(&dir).unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let url = format!("file://{}", a.display());
+    let dir_s = dir.to_str().unwrap();
+    let store = format!("file://{}/up.zip", d.path().display());
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["quantize", dir_s, "--from", "fp32", "--tag", "q"],
+            "is a directory",
+        ),
+        (
+            &[
+                "cast", dir_s, "--from", "fp32", "--tag", "h", "--dtype", "fp16",
+            ],
+            "is a directory",
+        ),
+        (
+            &["quantize", &url, "--from", "fp32", "--tag", "q"],
+            "a remote archive cannot be written",
+        ),
+        (
+            &[
+                "cast", &url, "--from", "fp32", "--tag", "h", "--dtype", "bf16",
+            ],
+            "a remote archive cannot be written",
+        ),
+        (&["cp", dir_s, &store], "is a directory"),
+        (&["cp", &url, dir_s], "is a directory"),
+    ];
+    for (args, why) in cases {
+        let line = expect_error(modelzip().args(args));
+        assert!(
+            line.contains(why) && !line.contains("os error"),
+            "{args:?}: {line}"
+        );
+    }
+    let line = expect_error(modelzip().args(["cp", &url, dir_s, "--force"]));
+    assert!(line.contains("is a directory"), "{line}");
+    assert_eq!(listing(d.path()), ["dirarch", "m.zip", "m.zip.lock"]);
+    assert!(listing(&dir).is_empty());
+}
