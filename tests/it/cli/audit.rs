@@ -628,3 +628,26 @@ fn quantize_cast_and_cp_name_a_directory_or_a_url_as_one() {
     assert_eq!(listing(d.path()), ["dirarch", "m.zip", "m.zip.lock"]);
     assert!(listing(&dir).is_empty());
 }
+
+/// `export` reads a URL as `export-paddle` does (the docs listed only the latter): the
+/// files equal those exported from the local path.
+#[test]
+fn export_reads_an_archive_by_url() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let url = format!("file://{}", a.display());
+    for (src, out) in [(url.as_str(), "remote"), (a.to_str().unwrap(), "local")] {
+        modelzip()
+            .args(["export", src, "--tag", "fp32", "--out"])
+            .arg(d.path().join(out))
+            .arg("-q")
+            .assert()
+            .success();
+    }
+    for ext in ["pdmodel", "pdiparams"] {
+        let r = std::fs::read(d.path().join(format!("remote.{ext}"))).unwrap();
+        let l = std::fs::read(d.path().join(format!("local.{ext}"))).unwrap();
+        assert!(!r.is_empty() && r == l, "{ext}");
+    }
+}
