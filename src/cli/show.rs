@@ -148,19 +148,25 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         )?;
         writeln!(
             out,
-            "{:<32} {:<10} {:<16} {:<28} {:<14} data sha256",
-            "name", "dtype", "dims", "entry", "shared from"
+            "{:<32} {:<10} {:<16} {:<12} {:<28} {:<14} data sha256",
+            "name", "dtype", "dims", "lod", "entry", "shared from"
         )?;
         let mut row = |name: &str, loc: &TensorLocation| {
             let i = info(&infos, loc);
             let dims = serde_json::to_string(&i.dims).unwrap_or_default();
             let shared = if loc.shared { loc.tag.as_str() } else { "-" };
+            let lod = if i.lod.is_empty() {
+                "-".to_string()
+            } else {
+                super::tensor::table_lod(&i.lod)
+            };
             writeln!(
                 out,
-                "{:<32} {:<10} {:<16} {:<28} {:<14} {}",
+                "{:<32} {:<10} {:<16} {:<12} {:<28} {:<14} {}",
                 clean(name),
                 i.dtype.name(),
                 dims,
+                lod,
                 clean(&loc.entry),
                 clean(shared),
                 &i.data_sha256[..16.min(i.data_sha256.len())],

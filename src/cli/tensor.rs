@@ -99,6 +99,17 @@ impl<'a> RecordJson<'a> {
 /// LoDs with more offsets than this are summarized in the table (`--json` has them all).
 const TABLE_LOD_OFFSETS: usize = 16;
 
+/// A LoD as a table shows it: `[[0, 2, 5]]`, or `N level(s), M offsets` for more than
+/// [`TABLE_LOD_OFFSETS`] offsets.
+pub fn table_lod(lod: &[Vec<u64>]) -> String {
+    let offsets: usize = lod.iter().map(Vec::len).sum();
+    if offsets <= TABLE_LOD_OFFSETS {
+        format!("{lod:?}")
+    } else {
+        format!("{} level(s), {offsets} offsets", lod.len())
+    }
+}
+
 fn write_table(
     out: &mut impl Write,
     shown: &str,
@@ -113,12 +124,7 @@ fn write_table(
     )?;
     for r in records {
         let t = &r.tensor;
-        let offsets: usize = t.lod().iter().map(Vec::len).sum();
-        let lod = if offsets <= TABLE_LOD_OFFSETS {
-            format!("{:?}", t.lod())
-        } else {
-            format!("{} level(s), {offsets} offsets", t.lod().len())
-        };
+        let lod = table_lod(t.lod());
         writeln!(
             out,
             "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  {}",

@@ -651,3 +651,37 @@ fn export_reads_an_archive_by_url() {
         assert!(!r.is_empty() && r == l, "{ext}");
     }
 }
+
+/// `show`'s table left out the LoD its help and README promise ("dtype, dims, LoD,
+/// entry, ..."): a column now says `-` or the levels (summarized past 16 offsets, as
+/// `tensor` does).
+#[test]
+fn show_table_has_the_lod() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let dense = fixture("paddle/3.3.1/save_dense_tensor");
+    for f in ["lod1_fp32", "lod2_int64", "shape_1d_fp32"] {
+        std::fs::copy(dense.join(format!("{f}.bin")), src.join(f)).unwrap();
+    }
+    let a = d.path().join("m.zip");
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(&src)
+        .args(["--tag", "t", "-q"])
+        .assert()
+        .success();
+    let out = modelzip().arg("show").arg(&a).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].split_whitespace().any(|w| w == "lod"), "{text}");
+    let row = |name: &str| *lines.iter().find(|l| l.starts_with(name)).unwrap();
+    assert!(row("lod1_fp32").contains(" [[0, 2, 5]] "), "{text}");
+    assert!(
+        row("lod2_int64").contains(" [[0, 1, 3], [0, 2, 3, 5]] "),
+        "{text}"
+    );
+    assert!(row("shape_1d_fp32").contains(" - "), "{text}");
+}
