@@ -42,16 +42,16 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
-/// How a command that reports an action prints: `--json` or `-q/--quiet`. A command
-/// whose `--json` lists the document's fields says so with `mut_arg("json", ...)`, and
-/// one that prints a summary besides JSON makes `--quiet` conflict with `--json` the same way.
+/// How a command that reports an action prints: `--json` or `-q/--quiet`, which exclude
+/// each other (docs/CLI.md). A command whose `--json` lists the document's fields says so
+/// with `mut_arg("json", ...)`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct OutputArgs {
     /// Print one JSON document instead of a summary.
     #[arg(long)]
     pub json: bool,
     /// Print nothing on success (and no progress bar).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "json")]
     pub quiet: bool,
 }
 

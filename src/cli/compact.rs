@@ -16,7 +16,6 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}"#)))]
-#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
     /// The archive.
     archive: PathBuf,

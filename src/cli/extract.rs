@@ -38,7 +38,6 @@ use std::path::{Path, PathBuf};
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "out", "files", "links"}"#)))]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
-#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
     #[command(flatten)]
     input: TagArgs,

@@ -42,7 +42,6 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "created", "mode", "params", "updater_arrays", "shared", "graph"}"#)))]
-#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct Args {
     /// The archive to create or add to.
     archive: PathBuf,

@@ -45,7 +45,6 @@ pub struct Args {
 /// (`quantize`, `cast`): `ARCHIVE --from TAG --tag NEW` and the write switches.
 #[derive(clap::Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print one JSON document describing the new tag")))]
-#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct VariantArgs {
     /// The archive.
     archive: PathBuf,

@@ -44,7 +44,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
 /// The switches `rm` and `prune` share: `--in-place` and the write switches.
 #[derive(clap::Args, Debug)]
 #[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "removed", "kept", "rehomed", "before_bytes", "after_bytes"}"#)))]
-#[command(mut_arg("quiet", |a| a.conflicts_with("json")))]
 pub struct RemovalArgs {
     /// Remove without rewriting the archive: append the changes in place; the
     /// removed bytes become dead bytes until `compact`.

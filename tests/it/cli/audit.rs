@@ -685,3 +685,52 @@ fn show_table_has_the_lod() {
     );
     assert!(row("shape_1d_fp32").contains(" - "), "{text}");
 }
+
+/// docs/CLI.md: "`-q` and `--json` exclude each other". `import`, `import-paddle`,
+/// `export`, `export-paddle` and `convert` accepted both (and ran, printing JSON). Every
+/// command that has both refuses the pair as a usage error, before doing anything.
+#[test]
+fn quiet_and_json_exclude_each_other_everywhere() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let a_s = a.to_str().unwrap();
+    let model = fixture("paddle/3.3.1/mlp.pdmodel");
+    let params = fixture("paddle/3.3.1/mlp.pdiparams");
+    let (model, params) = (model.to_str().unwrap(), params.to_str().unwrap());
+    let src = persistables();
+    let src = src.to_str().unwrap();
+    let before = std::fs::read(&a).unwrap();
+    let commands: [&[&str]; 14] = [
+        &["pack", a_s, src, "--tag", "n"],
+        &["import", a_s, model, params, "--tag", "n"],
+        &["import-paddle", a_s, model, params, "--tag", "n"],
+        &["rm", a_s, "fp32"],
+        &["prune", a_s, "--keep", "1"],
+        &["compact", a_s],
+        &["extract", a_s, "--out", "x"],
+        &["export", a_s, "--out", "e"],
+        &["export-paddle", a_s, "--out", "e"],
+        &["convert", a_s, "--tag", "fp32", "--to", "flatbuffers"],
+        &["quantize", a_s, "--from", "fp32", "--tag", "n"],
+        &[
+            "cast", a_s, "--from", "fp32", "--tag", "n", "--dtype", "fp16",
+        ],
+        &["cp", a_s, "file:///nonexistent/m.zip"],
+        &["verify", a_s],
+    ];
+    for args in commands {
+        let line = expect_error(
+            modelzip()
+                .current_dir(d.path())
+                .args(args)
+                .args(["--json", "-q"]),
+        );
+        assert!(
+            line.contains("usage") && line.contains("--json"),
+            "{args:?}: {line}"
+        );
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), before);
+    assert_eq!(listing(d.path()), ["m.zip", "m.zip.lock"]);
+}
