@@ -184,6 +184,20 @@ pub fn refuse_archive_in_modelless_dir(
     Ok(())
 }
 
+/// [`refuse_directory`], then refuses an archive that does not exist, for the commands
+/// that change an existing archive (`rm`, `prune`, `compact`, `convert`, `quantize`,
+/// `cast`): before the write lock is taken, so a mistyped path leaves no `ARCHIVE.lock`
+/// behind.
+pub fn require_archive(path: &Path, what_failed: &str) -> Result<(), CliError> {
+    refuse_directory(path, what_failed)?;
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(CliError::Failed(format!("{what_failed}: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// True when the archive argument is a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
 /// `file://`) rather than a local path.
 pub fn is_url(path: &Path) -> bool {

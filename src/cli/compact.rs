@@ -1,6 +1,6 @@
 //! `modelzip compact`: rewrite without dead bytes.
 
-use super::common::{WriteArgs, refuse_directory};
+use super::common::{WriteArgs, require_archive};
 use super::output::{human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use serde_json::json;
@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    refuse_directory(
+    require_archive(
         &args.archive,
         &format!("cannot compact {}", args.archive.display()),
     )?;

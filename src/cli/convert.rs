@@ -1,6 +1,6 @@
 //! `modelzip convert`: re-encode a tag's graph (graph.pdmodel <-> graph.fb) in place.
 
-use super::common::{WriteArgs, refuse_directory};
+use super::common::{WriteArgs, require_archive};
 use super::graph::encoding_name;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
@@ -45,7 +45,7 @@ enum Target {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    refuse_directory(
+    require_archive(
         &args.archive,
         &format!(
             "cannot convert the graph of tag {:?} in {}",

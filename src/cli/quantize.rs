@@ -1,6 +1,6 @@
 //! `modelzip quantize`: derive an INT8 tag from a float tag.
 
-use super::common::{WriteArgs, refuse_directory};
+use super::common::{WriteArgs, require_archive};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::WriteOptions;
@@ -71,7 +71,7 @@ impl VariantArgs {
     ) -> Result<Outcome, CliError> {
         // A directory or a URL is said to be one (the OS's answers were "No such device"
         // and "No such file or directory").
-        refuse_directory(
+        require_archive(
             &self.archive,
             &format!(
                 "cannot {command} tag {} of {}",

@@ -1,6 +1,6 @@
 //! `modelzip rm`: remove a tag.
 
-use super::common::{WriteArgs, refuse_directory};
+use super::common::{WriteArgs, require_archive};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Removal, RemoveReport};
@@ -65,7 +65,7 @@ impl RemovalArgs {
         removal: Removal<'_>,
         summary: impl FnOnce(&RemoveReport) -> String,
     ) -> Result<Outcome, CliError> {
-        refuse_directory(archive, failed)?;
+        require_archive(archive, failed)?;
         let progress = self.write.output.progress(label);
         let opts = self.write.options_reporting(&progress);
         let report = modelzip::remove_tags(archive, removal.in_place(self.in_place), &opts)

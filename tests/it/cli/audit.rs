@@ -734,3 +734,30 @@ fn quiet_and_json_exclude_each_other_everywhere() {
     assert_eq!(std::fs::read(&a).unwrap(), before);
     assert_eq!(listing(d.path()), ["m.zip", "m.zip.lock"]);
 }
+
+/// The commands that change an existing archive took its write lock before finding
+/// that it does not exist: a mistyped path left `ARCHIVE.lock` behind. They say so
+/// first, naming the path once, and leave nothing.
+#[test]
+fn writers_of_a_missing_archive_leave_no_lock_file() {
+    let d = tempfile::tempdir().unwrap();
+    let commands: [&[&str]; 7] = [
+        &["rm", "n.zip", "a"],
+        &["rm", "n.zip", "a", "--in-place"],
+        &["prune", "n.zip", "--keep", "1"],
+        &["compact", "n.zip"],
+        &["convert", "n.zip", "--tag", "a", "--to", "flatbuffers"],
+        &["quantize", "n.zip", "--from", "a", "--tag", "b"],
+        &[
+            "cast", "n.zip", "--from", "a", "--tag", "b", "--dtype", "bf16",
+        ],
+    ];
+    for args in commands {
+        let line = expect_error(modelzip().current_dir(d.path()).args(args));
+        assert!(
+            line.contains("No such file") && line.matches("n.zip").count() == 1,
+            "{args:?}: {line}"
+        );
+        assert!(listing(d.path()).is_empty(), "{args:?}");
+    }
+}
