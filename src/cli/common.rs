@@ -198,6 +198,26 @@ pub fn require_archive(path: &Path, what_failed: &str) -> Result<(), CliError> {
     }
 }
 
+/// Refuses an input path that does not exist, as the import would (`what_failed: No
+/// such file or directory (os error 2) (file PATH)`), but before the archive's write
+/// lock is taken: a mistyped input leaves no `ARCHIVE.lock` behind.
+pub fn require_inputs<'a>(
+    inputs: impl IntoIterator<Item = &'a Path>,
+    what_failed: &str,
+) -> Result<(), CliError> {
+    for p in inputs {
+        if let Err(e) = std::fs::metadata(p)
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            return Err(CliError::Failed(format!(
+                "{what_failed}: {e} (file {})",
+                p.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// True when the archive argument is a URL (`s3://`, `gs://`, `az://`, `http(s)://`,
 /// `file://`) rather than a local path.
 pub fn is_url(path: &Path) -> bool {

@@ -760,4 +760,28 @@ fn writers_of_a_missing_archive_leave_no_lock_file() {
         );
         assert!(listing(d.path()).is_empty(), "{args:?}");
     }
+    // An import whose input does not exist: named, and no lock for the new archive.
+    let model = fixture("paddle/3.3.1/mlp.pdmodel");
+    let model = model.to_str().unwrap();
+    let imports: [&[&str]; 4] = [
+        &["import", "n.zip", "--tag", "a", "nope.pdmodel"],
+        &["import", "n.zip", "--tag", "a", model, "nope.pdiparams"],
+        &["import-paddle", "n.zip", "--tag", "a", "--dir", "nodir"],
+        &[
+            "import-paddle",
+            "n.zip",
+            "--tag",
+            "a",
+            model,
+            "nope.pdiparams",
+        ],
+    ];
+    for args in imports {
+        let line = expect_error(modelzip().current_dir(d.path()).args(args));
+        assert!(
+            line.contains("No such file") && line.contains("(file no"),
+            "{args:?}: {line}"
+        );
+        assert!(listing(d.path()).is_empty(), "{args:?}");
+    }
 }
