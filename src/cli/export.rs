@@ -111,6 +111,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             )),
         )));
     }
+    check_out(format.name(), &args.out).map_err(|why| {
+        CliError::Failed(format!(
+            "cannot export tag {:?} of {}: {why}",
+            tag.name(),
+            args.input.archive.display()
+        ))
+    })?;
     refuse_replacing_archive(
         &args.input.archive,
         &output_files(format.name(), &args.out, args.external_data),
@@ -158,6 +165,35 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         print(&out)?;
     }
     Ok(Outcome::Success)
+}
+
+/// Refuses an `--out` that names a directory where the format writes a file, saying so
+/// (the exports answered "Not a directory (os error 20)", or "file already exists" for
+/// an existing directory, and a Paddle prefix ending in `/` wrote the hidden files
+/// `DIR/.pdmodel` and `DIR/.pdiparams`). A safetensors export writes shards into an
+/// existing directory; a path ending in `/` must be one.
+pub fn check_out(format: &str, out: &Path) -> Result<(), String> {
+    let slash = out
+        .as_os_str()
+        .to_str()
+        .is_some_and(|s| s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR));
+    let shown = out.display();
+    match format {
+        "safetensors" if slash && !out.is_dir() => Err(format!(
+            "{shown} is not an existing directory: create it to write shards and an index there, or give a file path"
+        )),
+        "safetensors" => Ok(()),
+        "paddle" if slash => Err(format!(
+            "{shown} names a directory; --out is a path prefix such as {shown}inference (PREFIX.pdmodel and PREFIX.pdiparams are written)"
+        )),
+        "paddle" => Ok(()),
+        _ if slash || out.is_dir() => Err(format!(
+            "{shown} names a directory; --out names the file to write (e.g. {}/model.{})",
+            shown.to_string().trim_end_matches('/'),
+            if format == "onnx" { "onnx" } else { "pb" }
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The files an export of `format` to `out` writes that can be named before it runs:

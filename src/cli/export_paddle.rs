@@ -36,6 +36,8 @@ pub struct Args {
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
+    super::export::check_out("paddle", &args.out)
+        .map_err(|why| CliError::Failed(format!("cannot export: {why}")))?;
     let (m, p) = paddle::export_paths(&args.out);
     let outputs = [m, p];
     refuse_replacing_archive(&args.input.archive, &outputs, "cannot export")?;

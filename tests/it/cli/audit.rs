@@ -785,3 +785,86 @@ fn writers_of_a_missing_archive_leave_no_lock_file() {
         assert!(listing(d.path()).is_empty(), "{args:?}");
     }
 }
+
+/// An `--out` naming a directory: `export-paddle --out dir/` wrote the hidden files
+/// `dir/.pdmodel` and `dir/.pdiparams`; a tf/onnx export to a directory said "file
+/// already exists" (or "Not a directory (os error 20)" for `new/`), and a safetensors
+/// export to `new/` the latter. Each is refused saying what --out must name, nothing
+/// written; a safetensors export into an existing directory still writes shards there.
+#[test]
+fn export_out_naming_a_directory_says_what_out_must_be() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    modelzip()
+        .arg("import")
+        .arg(&a)
+        .arg(fixture("onnx/cnn.onnx"))
+        .args(["--tag", "o", "-q"])
+        .assert()
+        .success();
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["export-paddle", "m.zip", "--tag", "fp32", "--out", "dir/"],
+            "path prefix such as dir/inference",
+        ),
+        (
+            &["export", "m.zip", "--tag", "fp32", "--out", "dir/"],
+            "path prefix such as dir/inference",
+        ),
+        (
+            &["export", "m.zip", "--tag", "o", "--out", "dir"],
+            "--out names the file to write (e.g. dir/model.onnx)",
+        ),
+        (
+            &["export", "m.zip", "--tag", "o", "--out", "new/", "--force"],
+            "new/ names a directory",
+        ),
+        (
+            &[
+                "export",
+                "m.zip",
+                "--tag",
+                "fp32",
+                "--format",
+                "safetensors",
+                "--out",
+                "new/",
+            ],
+            "not an existing directory",
+        ),
+        (
+            &[
+                "export", "m.zip", "--tag", "o", "--format", "onnx", "--out", "dir/",
+            ],
+            "dir/ names a directory",
+        ),
+    ];
+    for (args, why) in cases {
+        let line = expect_error(modelzip().current_dir(d.path()).args(args));
+        assert!(line.contains(why), "{args:?}: {line}");
+    }
+    assert!(listing(&d.path().join("dir")).is_empty());
+    assert_eq!(listing(d.path()), ["dir", "m.zip", "m.zip.lock"]);
+    modelzip()
+        .current_dir(d.path())
+        .args([
+            "export",
+            "m.zip",
+            "--tag",
+            "fp32",
+            "--format",
+            "safetensors",
+        ])
+        .args(["--out", "dir/", "-q"])
+        .assert()
+        .success();
+    assert_eq!(
+        listing(&d.path().join("dir")),
+        [
+            "model-00001-of-00001.safetensors",
+            "model.safetensors.index.json"
+        ]
+    );
+}
