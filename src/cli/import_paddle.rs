@@ -63,6 +63,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         inputs.into_iter().flatten().map(PathBuf::as_path),
         &format!("cannot import into {shown}"),
     )?;
+    if let Some(m) = args.model_file.as_ref().filter(|m| m.is_dir()) {
+        return Err(CliError::Failed(format!(
+            "cannot import into {shown}: {} is a directory, not a .pdmodel; import a persistables directory with --dir {0}",
+            m.display()
+        )));
+    }
     if let Some(dir) = &args.dir {
         refuse_archive_in_modelless_dir(
             &args.archive,

@@ -868,3 +868,21 @@ fn export_out_naming_a_directory_says_what_out_must_be() {
         ]
     );
 }
+
+/// `import-paddle ARCHIVE --tag T DIR` (a persistables directory given where the
+/// .pdmodel goes) said "Is a directory (os error 21)": it says to use --dir.
+#[test]
+fn import_paddle_of_a_directory_without_dir_points_to_dir() {
+    let d = tempfile::tempdir().unwrap();
+    let line = expect_error(
+        modelzip()
+            .current_dir(d.path())
+            .args(["import-paddle", "m.zip", "--tag", "t"])
+            .arg(persistables()),
+    );
+    assert!(
+        line.contains("is a directory, not a .pdmodel") && line.contains("--dir"),
+        "{line}"
+    );
+    assert!(listing(d.path()).is_empty());
+}
