@@ -102,10 +102,7 @@ pub fn run() -> ExitCode {
                 .skip(1)
                 .find(|a| !a.starts_with('-'))
                 .filter(|c| Cli::command().find_subcommand(c).is_some());
-            eprintln!(
-                "modelzip: {}",
-                usage_line(&e.render().to_string(), command.as_deref())
-            );
+            error_to_stderr(&usage_line(&e.render().to_string(), command.as_deref()));
             return ExitCode::from(2);
         }
     };
@@ -138,10 +135,17 @@ pub fn run() -> ExitCode {
         Ok(Outcome::Negative) => ExitCode::from(1),
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(CliError::Failed(msg)) => {
-            eprintln!("modelzip: {}", output::error_line(&msg));
+            error_to_stderr(&output::error_line(&msg));
             ExitCode::from(2)
         }
     }
+}
+
+/// Writes `modelzip: LINE` to stderr. A stderr that cannot be written (closed, a full
+/// disk) loses the line but not the exit code: `eprintln!` panicked there (exit 101).
+fn error_to_stderr(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "modelzip: {line}");
 }
 
 /// A usage error as one line: clap's message and its indented details (e.g. the possible

@@ -886,3 +886,28 @@ fn import_paddle_of_a_directory_without_dir_points_to_dir() {
     );
     assert!(listing(d.path()).is_empty());
 }
+
+/// An error line that cannot be written (stderr on a full device) made `eprintln!`
+/// panic: exit 101 instead of 2. The line is lost, the exit code is not.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_unwritable_stderr_keeps_the_exit_code() {
+    let d = tempfile::tempdir().unwrap();
+    for args in [
+        &["tags", "missing.zip"][..],
+        &["tags"],
+        &["tags", "--bogus"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelzip"))
+            .current_dir(d.path())
+            .args(args)
+            .stderr(full)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
