@@ -144,6 +144,21 @@ pub fn refuse_replacing_archive(
     Ok(())
 }
 
+/// The directory the archive's file is in, every symlink resolved (for a new archive,
+/// its parent directory's canonical path); None when that cannot be resolved.
+pub fn archive_dir(archive: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(archive)
+        .ok()
+        .and_then(|real| real.parent().map(Path::to_path_buf))
+        .or_else(|| {
+            let parent = match archive.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            std::fs::canonicalize(parent).ok()
+        })
+}
+
 /// Refuses a Paddle persistables-directory import without a model (every regular file
 /// directly in `dir` is a parameter) into an archive that lies directly in `dir`: the
 /// archive and its lock file would be read as tensor files (the first import worked, the
@@ -165,17 +180,7 @@ pub fn refuse_archive_in_modelless_dir(
     let Ok(dir_real) = std::fs::canonicalize(dir) else {
         return Ok(());
     };
-    let archive_dir = std::fs::canonicalize(archive)
-        .ok()
-        .and_then(|real| real.parent().map(Path::to_path_buf))
-        .or_else(|| {
-            let parent = match archive.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            std::fs::canonicalize(parent).ok()
-        });
-    if archive_dir.is_some_and(|a| a == dir_real) {
+    if archive_dir(archive).is_some_and(|a| a == dir_real) {
         return Err(CliError::Failed(format!(
             "{what_failed}: the archive is in {}, whose every file is read as a parameter (no model given), so the archive and its .lock file would be too; write the archive outside the directory",
             dir.display()

@@ -1,6 +1,6 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::{WriteArgs, open, refuse_directory};
+use super::common::{WriteArgs, archive_dir, open, refuse_directory};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 ///
 /// Each file under DIR becomes a parameter named by its path relative to DIR with
 /// `/` separators, in sorted order; symlinks to files and directories are followed.
-/// ARCHIVE must not be inside DIR (or UPDATER). A `__model__` (ProgramDesc) or `graph.fb` at the
-/// root of DIR is the tag's graph, not a parameter, so what `extract` writes packs
-/// back into the same tag; --graph FILE wins over it. A DIR with neither parameters
+/// ARCHIVE must not be inside DIR (or UPDATER). A `__model__` (ProgramDesc) or
+/// `graph.fb` at the root of DIR is the tag's graph, not a parameter, so what
+/// `extract` writes packs back into the same tag; --graph FILE wins over it. A DIR with neither parameters
 /// nor a graph is refused (an empty tag is most likely a wrong path).
 /// The graph is decoded before anything is written (graph.fb through the FlatBuffers
 /// verifier): a Paddle 3 PIR program (.json) is refused; FLAGS_enable_pir_api=0 makes
@@ -117,17 +117,7 @@ fn refuse_archive_inside(archive: &Path, dir: &Path, what: &str) -> Result<(), C
     let Ok(dir_real) = std::fs::canonicalize(dir) else {
         return Ok(()); // tensor_files says what is wrong with it
     };
-    let archive_dir = std::fs::canonicalize(archive)
-        .ok()
-        .and_then(|real| real.parent().map(Path::to_path_buf))
-        .or_else(|| {
-            let parent = match archive.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            std::fs::canonicalize(parent).ok()
-        });
-    match archive_dir {
+    match archive_dir(archive) {
         Some(a) if a.starts_with(&dir_real) => Err(CliError::Failed(format!(
             "cannot pack {what} {}: the archive {} is inside it (the archive and its .lock file would be read as tensor files); write the archive outside the directory",
             dir.display(),
