@@ -121,7 +121,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     refuse_replacing_archive(
         &args.input.archive,
         &output_files(format.name(), &args.out, args.external_data),
-        &format!("cannot export tag {:?}", tag.name()),
+        &format!(
+            "cannot export tag {:?} of {}",
+            tag.name(),
+            args.input.archive.display()
+        ),
     )?;
     let opts = ExportOptions {
         external_data: args.external_data,
