@@ -117,8 +117,15 @@ fn refuse_archive_inside(archive: &Path, dir: &Path, what: &str) -> Result<(), C
     let Ok(dir_real) = std::fs::canonicalize(dir) else {
         return Ok(()); // tensor_files says what is wrong with it
     };
-    match archive_dir(archive) {
-        Some(a) if a.starts_with(&dir_real) => Err(CliError::Failed(format!(
+    // Where the archive's file is (its lock and temp files go there), and where the
+    // name given is (a symlink to the archive there would be read too).
+    let given = match archive.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let places = [archive_dir(archive), std::fs::canonicalize(given).ok()];
+    match places.iter().flatten().find(|a| a.starts_with(&dir_real)) {
+        Some(_) => Err(CliError::Failed(format!(
             "cannot pack {what} {}: the archive {} is inside it (the archive and its .lock file would be read as tensor files); write the archive outside the directory",
             dir.display(),
             archive.display()

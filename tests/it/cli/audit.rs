@@ -152,6 +152,19 @@ fn pack_refuses_an_archive_inside_the_directory_it_packs() {
         .assert()
         .success();
     assert_eq!(param_names(&outside, "t"), ["fc_0.b_0", "fc_0.w_0"]);
+    // The archive named through a symlink inside the directory: the link would be read.
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(&outside, dir.join("link.zip")).unwrap();
+        let line = expect_error(
+            modelzip()
+                .arg("pack")
+                .arg(dir.join("link.zip"))
+                .arg(&dir)
+                .args(["--tag", "u"]),
+        );
+        assert!(line.contains("is inside it"), "{line}");
+    }
 }
 
 /// Packs the MLP persistables into `archive` as tag `fp32`, with its graph.
