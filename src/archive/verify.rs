@@ -55,11 +55,14 @@ impl VerifyReport {
     }
 
     /// Drops repeated findings (one bad entry fails the CRC pass, the tag's tables and
-    /// its manifest check with the same error), keeping the first of each.
+    /// its manifest check with the same error; a summary that does not read is also
+    /// reported as "ignored: <the same error>"), keeping the first of each.
     fn dedup(&mut self) {
         let mut seen = std::collections::HashSet::new();
-        self.problems
-            .retain(|p| seen.insert((p.entry.clone(), p.message.clone())));
+        self.problems.retain(|p| {
+            let message = p.message.strip_prefix("ignored: ").unwrap_or(&p.message);
+            seen.insert((p.entry.clone(), message.to_string()))
+        });
     }
 }
 

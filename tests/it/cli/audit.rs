@@ -405,8 +405,9 @@ fn data_offset(bytes: &[u8], entry: &str) -> usize {
 /// A byte flipped in a deflated entry (params.txt, graph.fb) used to be reported three
 /// times by `verify` — by the CRC pass, by the tag's tables and by the manifest check —
 /// once with `(file m.zip, entry ...)` inside the message and, for the graph, with
-/// `"entry": null`. Each problem is reported once, with its entry, and the message says
-/// the rest of where (the byte offset).
+/// `"entry": null` (and a corrupt _summary.txt twice, the second time as "ignored: ...").
+/// Each problem is reported once, with its entry, and the message says the rest of
+/// where (the byte offset).
 #[test]
 fn verify_reports_a_corrupt_entry_once_with_its_entry() {
     let d = tempfile::tempdir().unwrap();
@@ -418,7 +419,7 @@ fn verify_reports_a_corrupt_entry_once_with_its_entry() {
         .assert()
         .success();
     let good = std::fs::read(&a).unwrap();
-    for entry in ["fp32/params.txt", "fp32/graph.fb"] {
+    for entry in ["fp32/params.txt", "fp32/graph.fb", "_summary.txt"] {
         let mut bytes = good.clone();
         bytes[data_offset(&good, entry) + 5] ^= 0x01;
         std::fs::write(&a, &bytes).unwrap();
