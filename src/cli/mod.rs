@@ -94,8 +94,14 @@ pub fn run() -> ExitCode {
             if !e.use_stderr()
                 || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             {
-                // --help, --version, or no command at all: the full text.
-                let _ = e.print();
+                // --help, --version, or no command at all: the full text. A closed pipe
+                // (`--help | head`) ends quietly; any other failure to print is an error.
+                if let Err(err) = e.print()
+                    && err.kind() != std::io::ErrorKind::BrokenPipe
+                {
+                    error_to_stderr(&format!("cannot write to stdout: {err}"));
+                    return ExitCode::from(2);
+                }
                 return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
             }
             let command = std::env::args()

@@ -925,3 +925,29 @@ fn an_unwritable_stderr_keeps_the_exit_code() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
+
+/// `--help` and `--version` on a stdout that cannot be written exited 0 having printed
+/// nothing; they exit 2 with one line, as every other output failure does. A closed
+/// pipe (`--help | head -1`) still ends quietly.
+#[cfg(target_os = "linux")]
+#[test]
+fn help_on_an_unwritable_stdout_is_an_error() {
+    for args in [&["--help"][..], &["tags", "--help"], &["-V"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelzip"))
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("modelzip: cannot write to stdout:"),
+            "{err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
