@@ -141,9 +141,22 @@ pub fn run() -> ExitCode {
         Ok(Outcome::Negative) => ExitCode::from(1),
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(CliError::Failed(msg)) => {
-            error_to_stderr(&output::error_line(&msg));
+            error_to_stderr(&output::error_line(&with_cli_hints(&msg)));
             ExitCode::from(2)
         }
+    }
+}
+
+/// The library's "archive is locked" says to "wait for it"; on the command line that
+/// is `--wait`, which every writing command takes.
+fn with_cli_hints(msg: &str) -> String {
+    let locked = modelzip::ErrorKind::Locked.to_string();
+    match locked.strip_suffix("retry later or wait for it") {
+        Some(head) if msg.contains(&locked) => msg.replace(
+            &locked,
+            &format!("{head}retry later, or pass --wait to wait for it"),
+        ),
+        _ => msg.to_string(),
     }
 }
 

@@ -951,3 +951,25 @@ fn help_on_an_unwritable_stdout_is_an_error() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
+
+/// A writer that finds the archive locked said "retry later or wait for it" without
+/// saying how to wait: the command line names `--wait`.
+#[test]
+fn a_locked_archive_names_wait() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let _lock = modelzip::WriteLock::acquire(&a, false).unwrap();
+    for args in [
+        &["rm", "fp32"][..],
+        &["compact"],
+        &["quantize", "--from", "fp32", "--tag", "q"],
+    ] {
+        let line = expect_error(modelzip().arg(args[0]).arg(&a).args(&args[1..]));
+        assert!(
+            line.contains("archive is locked by another process")
+                && line.contains("pass --wait to wait for it"),
+            "{args:?}: {line}"
+        );
+    }
+}
