@@ -108,42 +108,6 @@ pub fn refuse_directory(path: &Path, what_failed: &str) -> Result<(), CliError> 
     Ok(())
 }
 
-/// Refuses to write any of `outputs` when one of them is the archive being read: an
-/// export is renamed over its output path, so `export model.zip --out model.zip --force`
-/// replaced the archive (every tag) with one tag's export. An output path is compared
-/// as the directory entry it names (its directory resolved, its last component not: a
-/// rename replaces a symlink there, not the file it points at); the archive as the file
-/// it is (every symlink followed). `what_failed` starts the error line.
-pub fn refuse_replacing_archive(
-    archive: &Path,
-    outputs: &[PathBuf],
-    what_failed: &str,
-) -> Result<(), CliError> {
-    if is_url(archive) {
-        return Ok(());
-    }
-    let Ok(real) = std::fs::canonicalize(archive) else {
-        return Ok(());
-    };
-    for out in outputs {
-        let Some(name) = out.file_name() else {
-            continue;
-        };
-        let dir = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        if std::fs::canonicalize(dir).is_ok_and(|d| d.join(name) == real) {
-            return Err(CliError::Failed(format!(
-                "{what_failed}: {} is the archive being read ({}); writing there would replace the archive, so it is refused even with --force",
-                out.display(),
-                archive.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// The directory the archive's file is in, every symlink resolved (for a new archive,
 /// its parent directory's canonical path); None when that cannot be resolved.
 pub fn archive_dir(archive: &Path) -> Option<PathBuf> {

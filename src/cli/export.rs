@@ -1,11 +1,11 @@
 //! `modelzip export`: a tag as model files of any registered format.
 
-use super::common::{OutputArgs, TagArgs, refuse_replacing_archive};
+use super::common::{OutputArgs, TagArgs};
 use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::{self, ExportOptions};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Export a tag as model files of a format (default: the format the tag came from).
 ///
@@ -111,22 +111,27 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             )),
         )));
     }
-    check_out(format.name(), &args.out).map_err(|why| {
-        CliError::Failed(format!(
-            "cannot export tag {:?} of {}: {why}",
+    // A path ending in `/` that is not a directory: the export would try to create a
+    // file named `new/` ("Not a directory (os error 20)"). Paddle's prefix check and an
+    // existing directory are the library's.
+    let slash = args
+        .out
+        .as_os_str()
+        .to_str()
+        .is_some_and(|s| s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR));
+    if slash && format.name() != "paddle" && !args.out.is_dir() {
+        let why = if format.name() == "safetensors" {
+            "is not an existing directory: create it to write shards and an index there, or give a file path"
+        } else {
+            "names a directory, which does not exist; the export writes a file here, give a file path"
+        };
+        return Err(CliError::Failed(format!(
+            "cannot export tag {:?} of {}: {why} (file {})",
             tag.name(),
-            args.input.archive.display()
-        ))
-    })?;
-    refuse_replacing_archive(
-        &args.input.archive,
-        &output_files(format.name(), &args.out, args.external_data),
-        &format!(
-            "cannot export tag {:?} of {}",
-            tag.name(),
-            args.input.archive.display()
-        ),
-    )?;
+            args.input.archive.display(),
+            args.out.display()
+        )));
+    }
     let opts = ExportOptions {
         external_data: args.external_data,
         ..args.limits.options()
@@ -169,59 +174,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         print(&out)?;
     }
     Ok(Outcome::Success)
-}
-
-/// Refuses an `--out` that names a directory where the format writes a file, saying so
-/// (the exports answered "Not a directory (os error 20)", or "file already exists" for
-/// an existing directory, and a Paddle prefix ending in `/` wrote the hidden files
-/// `DIR/.pdmodel` and `DIR/.pdiparams`). A safetensors export writes shards into an
-/// existing directory; a path ending in `/` must be one.
-pub fn check_out(format: &str, out: &Path) -> Result<(), String> {
-    let slash = out
-        .as_os_str()
-        .to_str()
-        .is_some_and(|s| s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR));
-    let shown = out.display();
-    match format {
-        "safetensors" if slash && !out.is_dir() => Err(format!(
-            "{shown} is not an existing directory: create it to write shards and an index there, or give a file path"
-        )),
-        "safetensors" => Ok(()),
-        "paddle" if slash => Err(format!(
-            "{shown} names a directory; --out is a path prefix such as {shown}inference (PREFIX.pdmodel and PREFIX.pdiparams are written)"
-        )),
-        "paddle" => Ok(()),
-        _ if slash || out.is_dir() => Err(format!(
-            "{shown} names a directory; --out names the file to write (e.g. {}/model.{})",
-            shown.to_string().trim_end_matches('/'),
-            if format == "onnx" { "onnx" } else { "pb" }
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The files an export of `format` to `out` writes that can be named before it runs:
-/// Paddle's two files (a PATH ending in `.pdmodel` is the prefix), else `out`, and with
-/// `--external-data` its `.data` file. (Shards into a directory and ONNX external data
-/// written back to the files it came from are named by the tag.)
-fn output_files(format: &str, out: &Path, external_data: bool) -> Vec<PathBuf> {
-    if format == "paddle" {
-        let prefix = if out
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("pdmodel"))
-        {
-            out.with_extension("")
-        } else {
-            out.to_path_buf()
-        };
-        let (m, p) = interop::paddle::export_paths(&prefix);
-        return vec![m, p];
-    }
-    let mut files = vec![out.to_path_buf()];
-    if external_data {
-        files.push(interop::onnx::external_data_path(out));
-    }
-    files
 }
 
 /// The line naming the parameters an export left out (empty when there are none).

@@ -1,6 +1,6 @@
 //! `modelzip export-paddle`: a tag as PREFIX.pdmodel + PREFIX.pdiparams.
 
-use super::common::{OutputArgs, TagArgs, refuse_replacing_archive};
+use super::common::{OutputArgs, TagArgs};
 use super::export::ExportLimits;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
@@ -36,13 +36,9 @@ pub struct Args {
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
-    super::export::check_out("paddle", &args.out)
-        .map_err(|why| CliError::Failed(format!("cannot export: {why}")))?;
-    let (m, p) = paddle::export_paths(&args.out);
-    let outputs = [m, p];
-    refuse_replacing_archive(&args.input.archive, &outputs, "cannot export")?;
     if !args.limits.force {
-        for path in outputs {
+        let (m, p) = paddle::export_paths(&args.out);
+        for path in [m, p] {
             if path.exists() {
                 return Err(CliError::Failed(format!(
                     "cannot export: {} already exists (pass --force to replace it)",
