@@ -156,14 +156,45 @@ pub fn refuse_archive_in_modelless_dir(
 /// [`refuse_directory`], then refuses an archive that does not exist, for the commands
 /// that change an existing archive (`rm`, `prune`, `compact`, `convert`, `quantize`,
 /// `cast`): before the write lock is taken, so a mistyped path leaves no `ARCHIVE.lock`
-/// behind.
+/// behind. An existing file that is not a zip archive is refused then too
+/// ([`refuse_non_archive`]).
 pub fn require_archive(path: &Path, what_failed: &str) -> Result<(), CliError> {
     refuse_directory(path, what_failed)?;
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(CliError::Failed(format!("{what_failed}: {e}")))
         }
-        _ => Ok(()),
+        _ => refuse_non_archive(path, what_failed),
+    }
+}
+
+/// Refuses an existing file at the archive path that does not start as a zip archive
+/// does, before the write lock is taken: a writer that found it under the lock left
+/// `ARCHIVE.lock` beside a file that is no archive. The error is the one the write
+/// would give (the reader's, e.g. `bad zip: no end-of-central-directory record`).
+///
+/// Only the first four bytes decide, which no writer ever changes (a new or rewritten
+/// archive is renamed into place whole; an append writes past them), so a writer
+/// running meanwhile cannot make a good archive look bad here. Anything wrong further
+/// in is still found under the lock. A missing path, or one that cannot be read, is
+/// left to the write to report.
+pub fn refuse_non_archive(path: &Path, what_failed: &str) -> Result<(), CliError> {
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(());
+    };
+    let mut head = Vec::with_capacity(4);
+    if file.take(4).read_to_end(&mut head).is_err() {
+        return Ok(());
+    }
+    // A local file header, or the end record of an archive with no entries.
+    if head == b"PK\x03\x04" || head == b"PK\x05\x06" {
+        return Ok(());
+    }
+    match modelzip::Archive::open(path) {
+        Err(e) => Err(CliError::Failed(format!("{what_failed}: {e}"))),
+        // Data before the first entry (e.g. a self-extracting stub) the reader accepts.
+        Ok(_) => Ok(()),
     }
 }
 

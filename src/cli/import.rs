@@ -1,6 +1,6 @@
 //! `modelzip import`: a model file of any registered format as a new tag.
 
-use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, require_inputs};
+use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive, require_inputs};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -87,6 +87,7 @@ pub(super) fn import_options(
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
+    refuse_non_archive(&args.archive, &format!("cannot import into {shown}"))?;
     require_inputs(
         args.inputs.iter().map(PathBuf::as_path),
         &format!("cannot import into {shown}"),

@@ -1,6 +1,6 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
-use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, require_inputs};
+use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive, require_inputs};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::paddle::{self, ImportReport};
@@ -58,6 +58,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
+    refuse_non_archive(&args.archive, &format!("cannot import into {shown}"))?;
     let inputs = [&args.model_file, &args.params_file, &args.dir, &args.model];
     require_inputs(
         inputs.into_iter().flatten().map(PathBuf::as_path),

@@ -1,6 +1,6 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::{WriteArgs, archive_dir, open, refuse_directory};
+use super::common::{WriteArgs, archive_dir, open, refuse_directory, refuse_non_archive};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -369,6 +369,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // Everything that can be checked is checked before the lock is taken (and, for a
     // new archive, before its lock file exists).
     refuse_directory(&args.archive, &format!("cannot write {shown}"))?;
+    refuse_non_archive(&args.archive, &format!("cannot write {shown}"))?;
     validate_tag_name(&args.tag)
         .map_err(|e| CliError::Failed(format!("cannot add tag to {shown}: {e}")))?;
     let inputs = gather(&args)?;

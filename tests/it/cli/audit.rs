@@ -868,3 +868,46 @@ fn a_locked_archive_names_wait() {
         );
     }
 }
+
+/// A writer given an existing file that is not a zip archive refused it, but only
+/// under the write lock: `ARCHIVE.lock` was left beside the file. The file is refused
+/// first, with the error the write gives, and nothing is left (the file unchanged).
+#[test]
+fn writers_of_a_file_that_is_no_archive_leave_no_lock_file() {
+    let d = tempfile::tempdir().unwrap();
+    let persistables = persistables();
+    let persistables = persistables.to_str().unwrap();
+    let model = fixture("paddle/3.3.1/mlp.pdmodel");
+    let params = fixture("paddle/3.3.1/mlp.pdiparams");
+    let (model, params) = (model.to_str().unwrap(), params.to_str().unwrap());
+    let commands: [&[&str]; 9] = [
+        &["pack", "n.zip", persistables, "--tag", "a"],
+        &["import", "n.zip", "--tag", "a", model, params],
+        &["import-paddle", "n.zip", "--tag", "a", "--dir", persistables],
+        &["rm", "n.zip", "a"],
+        &["prune", "n.zip", "--keep", "1"],
+        &["compact", "n.zip"],
+        &["convert", "n.zip", "--tag", "a", "--to", "flatbuffers"],
+        &["quantize", "n.zip", "--from", "a", "--tag", "b"],
+        &[
+            "cast", "n.zip", "--from", "a", "--tag", "b", "--dtype", "bf16",
+        ],
+    ];
+    let text = b"not an archive, but long enough to be one\n".repeat(100);
+    for (content, why) in [
+        (&text[..], "no end-of-central-directory record"),
+        (&b""[..], "file of 0 bytes is too short"),
+    ] {
+        let n = d.path().join("n.zip");
+        std::fs::write(&n, content).unwrap();
+        for args in commands {
+            let line = expect_error(modelzip().current_dir(d.path()).args(args));
+            assert!(
+                line.contains("bad zip") && line.contains(why),
+                "{args:?}: {line}"
+            );
+            assert_eq!(listing(d.path()), ["n.zip"], "{args:?}");
+            assert_eq!(std::fs::read(&n).unwrap(), content, "{args:?}");
+        }
+    }
+}
