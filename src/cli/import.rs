@@ -1,6 +1,9 @@
 //! `modelzip import`: a model file of any registered format as a new tag.
 
-use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive, require_inputs};
+use super::common::{
+    WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive,
+    require_inputs,
+};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};

@@ -1,6 +1,9 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
-use super::common::{WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive, require_inputs};
+use super::common::{
+    WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive,
+    require_inputs,
+};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::interop::paddle::{self, ImportReport};

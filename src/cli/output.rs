@@ -70,6 +70,74 @@ pub fn human_bytes(n: u64, exact: bool) -> String {
     format!("{v:.1} {}", units[i])
 }
 
+/// How a table column lines up its cells.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// A table for people whose columns fit their widest cell (the header's included), as
+/// `ls -l` and `docker ps` do: a name longer than usual widens its column instead of
+/// pushing the rest of its row out of line. Widths are terminal columns (a CJK character
+/// takes two). Fed every row twice, once to [`Table::fit`] and once to
+/// [`Table::write_row`], so a table of many rows is not held in memory.
+pub struct Table {
+    align: Vec<Align>,
+    widths: Vec<usize>,
+}
+
+/// The terminal columns `s` takes.
+pub fn display_width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+impl Table {
+    /// A table with these columns; the header row counts toward the widths.
+    pub fn new(align: &[Align]) -> Table {
+        Table {
+            align: align.to_vec(),
+            widths: vec![0; align.len()],
+        }
+    }
+
+    /// Widens the columns to fit the cells of one row.
+    pub fn fit<S: AsRef<str>>(&mut self, cells: &[S]) {
+        for (w, c) in self.widths.iter_mut().zip(cells) {
+            *w = (*w).max(display_width(c.as_ref()));
+        }
+    }
+
+    /// Writes one row, its cells one space apart, after `prefix`; the last column is not
+    /// padded (no trailing spaces).
+    pub fn write_row<S: AsRef<str>>(
+        &self,
+        out: &mut impl Write,
+        prefix: &str,
+        cells: &[S],
+    ) -> std::io::Result<()> {
+        out.write_all(prefix.as_bytes())?;
+        let last = cells.len().saturating_sub(1);
+        for (i, c) in cells.iter().enumerate() {
+            let c = c.as_ref();
+            let pad = " ".repeat(
+                self.widths
+                    .get(i)
+                    .map_or(0, |w| w.saturating_sub(display_width(c))),
+            );
+            if i > 0 {
+                out.write_all(b" ")?;
+            }
+            match self.align.get(i) {
+                Some(Align::Right) => write!(out, "{pad}{c}")?,
+                _ if i == last => out.write_all(c.as_bytes())?,
+                _ => write!(out, "{c}{pad}")?,
+            }
+        }
+        writeln!(out)
+    }
+}
+
 /// A name from an archive made safe for human output (JSON output escapes on its own).
 pub use modelzip::graph::dump::clean;
 
@@ -96,5 +164,26 @@ mod tests {
             "a\\u{202e}b\\u{200b}c\\u{2028}"
         );
         assert_eq!(error_line("x\ny\u{1b}"), "x y\\u{1b}");
+    }
+
+    #[test]
+    fn table_columns_fit_their_widest_cell() {
+        let mut t = Table::new(&[Align::Left, Align::Right, Align::Left]);
+        let rows = [
+            ["name", "n", "last"],
+            ["a", "12345", "x"],
+            ["名前が長い", "1", "y"],
+        ];
+        for r in &rows {
+            t.fit(r);
+        }
+        let mut out = Vec::new();
+        for r in &rows {
+            t.write_row(&mut out, "> ", r).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "> name           n last\n> a          12345 x\n> 名前が長い     1 y\n"
+        );
     }
 }

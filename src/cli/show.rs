@@ -1,7 +1,7 @@
 //! `modelzip show`: every param and updater array of a tag.
 
 use super::common::{TagArgs, TensorInfo, TensorJson, tag_err};
-use super::output::{clean, io_error, print_json};
+use super::output::{Align, Table, clean, io_error, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Tag, TensorLocation};
 use rustc_hash::FxHashMap;
@@ -146,40 +146,54 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             tag.params().len(),
             tag.updater().len()
         )?;
-        writeln!(
-            out,
-            "{:<32} {:<10} {:<16} {:<12} {:<28} {:<14} data sha256",
-            "name", "dtype", "dims", "lod", "entry", "shared from"
-        )?;
-        let mut row = |name: &str, loc: &TensorLocation| {
+        // Columns as wide as their widest cell (two passes over the rows, none held).
+        use Align::Left;
+        let mut table = Table::new(&[Left; 7]);
+        let header = [
+            "name",
+            "dtype",
+            "dims",
+            "lod",
+            "entry",
+            "shared from",
+            "data sha256",
+        ];
+        let cells = |name: &str, loc: &TensorLocation| {
             let i = info(&infos, loc);
-            let dims = serde_json::to_string(&i.dims).unwrap_or_default();
             let shared = if loc.shared { loc.tag.as_str() } else { "-" };
             let lod = if i.lod.is_empty() {
                 "-".to_string()
             } else {
                 super::tensor::table_lod(&i.lod)
             };
-            writeln!(
-                out,
-                "{:<32} {:<10} {:<16} {:<12} {:<28} {:<14} {}",
-                clean(name),
-                i.dtype.name(),
-                dims,
+            [
+                clean(name).into_owned(),
+                i.dtype.name().to_string(),
+                format!("{:?}", i.dims),
                 lod,
-                clean(&loc.entry),
-                clean(shared),
-                &i.data_sha256[..16.min(i.data_sha256.len())],
-            )
+                clean(&loc.entry).into_owned(),
+                clean(shared).into_owned(),
+                i.data_sha256[..16.min(i.data_sha256.len())].to_string(),
+            ]
         };
-        for p in tag.params() {
-            row(&p.name, &p.location)?;
-        }
-        for u in tag.updater() {
-            for (i, a) in u.arrays.iter().enumerate() {
-                row(&format!("{} [updater {i}]", u.name), a)?;
+        let each_row = |f: &mut dyn FnMut([String; 7]) -> std::io::Result<()>| {
+            for p in tag.params() {
+                f(cells(&p.name, &p.location))?;
             }
-        }
+            for u in tag.updater() {
+                for (i, a) in u.arrays.iter().enumerate() {
+                    f(cells(&format!("{} [updater {i}]", u.name), a))?;
+                }
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        table.fit(&header);
+        each_row(&mut |c| {
+            table.fit(&c);
+            Ok(())
+        })?;
+        table.write_row(&mut out, "", &header)?;
+        each_row(&mut |c| table.write_row(&mut out, "", &c))?;
         out.flush()
     };
     write().map_err(io_error)?;

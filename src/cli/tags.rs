@@ -2,7 +2,7 @@
 
 use super::common::ReportArgs;
 use super::common::{open, tag_err};
-use super::output::{clean, human_bytes, print, print_json};
+use super::output::{Align, Table, clean, human_bytes, io_error, print_bytes, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Archive, GraphFormat, TagSummary};
 use serde_json::{Value, json};
@@ -94,35 +94,53 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         });
         return print_json(&doc).map(|_| Outcome::Success);
     }
-    let mut out = format!(
-        "  {:<24} {:>7} {:>8} {:>11} {:>11} {:<12} {:<20} {}\n",
-        "tag", "params", "updater", "own", "shared", "graph", "dtypes", "created"
-    );
-    for r in &rows {
-        let mark = if Some(&r.name) == default.as_ref() {
-            "*"
+    // Columns as wide as their widest cell: a long tag name widens its column.
+    use Align::{Left, Right};
+    let mut table = Table::new(&[Left, Right, Right, Right, Right, Left, Left, Left]);
+    let header = [
+        "tag", "params", "updater", "own", "shared", "graph", "dtypes", "created",
+    ]
+    .map(String::from);
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
+            [
+                clean(&r.name).into_owned(),
+                r.params.to_string(),
+                r.updater_arrays.to_string(),
+                human_bytes(r.own_bytes, args.bytes),
+                human_bytes(r.shared_bytes, args.bytes),
+                graph_word(r.graph).unwrap_or("-").to_string(),
+                dtypes.join(","),
+                clean(r.created.as_deref().unwrap_or("-")).into_owned(),
+            ]
+        })
+        .collect();
+    table.fit(&header);
+    for c in &cells {
+        table.fit(c);
+    }
+    let mut out = Vec::new();
+    let mut write = || -> std::io::Result<()> {
+        table.write_row(&mut out, "  ", &header)?;
+        for (r, c) in rows.iter().zip(&cells) {
+            let mark = if Some(&r.name) == default.as_ref() {
+                "* "
+            } else {
+                "  "
+            };
+            table.write_row(&mut out, mark, c)?;
+        }
+        if rows.is_empty() {
+            out.extend_from_slice(b"(no tags)\n");
         } else {
-            " "
-        };
-        let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
-        out.push_str(&format!(
-            "{mark} {:<24} {:>7} {:>8} {:>11} {:>11} {:<12} {:<20} {}\n",
-            clean(&r.name),
-            r.params,
-            r.updater_arrays,
-            human_bytes(r.own_bytes, args.bytes),
-            human_bytes(r.shared_bytes, args.bytes),
-            graph_word(r.graph).unwrap_or("-"),
-            dtypes.join(","),
-            clean(r.created.as_deref().unwrap_or("-")),
-        ));
-    }
-    if rows.is_empty() {
-        out.push_str("(no tags)\n");
-    } else {
-        out.push_str("* default (newest) tag\n");
-    }
-    print(&out).map(|_| Outcome::Success)
+            out.extend_from_slice(b"* default (newest) tag\n");
+        }
+        Ok(())
+    };
+    write().map_err(io_error)?;
+    print_bytes(&out).map(|_| Outcome::Success)
 }
 
 fn graph_word(g: Option<GraphFormat>) -> Option<&'static str> {

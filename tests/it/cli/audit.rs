@@ -883,7 +883,14 @@ fn writers_of_a_file_that_is_no_archive_leave_no_lock_file() {
     let commands: [&[&str]; 9] = [
         &["pack", "n.zip", persistables, "--tag", "a"],
         &["import", "n.zip", "--tag", "a", model, params],
-        &["import-paddle", "n.zip", "--tag", "a", "--dir", persistables],
+        &[
+            "import-paddle",
+            "n.zip",
+            "--tag",
+            "a",
+            "--dir",
+            persistables,
+        ],
         &["rm", "n.zip", "a"],
         &["prune", "n.zip", "--keep", "1"],
         &["compact", "n.zip"],
@@ -910,4 +917,97 @@ fn writers_of_a_file_that_is_no_archive_leave_no_lock_file() {
             assert_eq!(std::fs::read(&n).unwrap(), content, "{args:?}");
         }
     }
+}
+
+/// The start (in characters) of every cell of a table line, given the header's words:
+/// the column of each header word in `line`, checked to hold a cell that starts there.
+fn column_starts(header: &str, words: &[&str]) -> Vec<usize> {
+    words
+        .iter()
+        .map(|w| {
+            let at = header.find(w).unwrap();
+            header[..at].chars().count()
+        })
+        .collect()
+}
+
+/// True when `line` has a cell starting at character `at` (a space before it, none at it).
+fn cell_starts_at(line: &str, at: usize) -> bool {
+    let chars: Vec<char> = line.chars().collect();
+    at < chars.len() && chars[at] != ' ' && (at == 0 || chars[at - 1] == ' ')
+}
+
+/// `tags` and `show` printed fixed-width columns: a tag name over 24 characters or a
+/// parameter name over 32 pushed the rest of its row out of line. The columns fit the
+/// widest cell, and `show` writes dims as every other command does (`[8, 16]`, was
+/// `[8,16]`).
+#[test]
+fn tags_and_show_tables_fit_long_names() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let long = "a_parameter_name_well_over_thirty_two_characters";
+    for f in ["fc_0.b_0", "fc_0.w_0"] {
+        std::fs::copy(persistables().join(f), src.join(f)).unwrap();
+    }
+    std::fs::copy(persistables().join("fc_1.w_0"), src.join(long)).unwrap();
+    let long_tag = "a-tag-name-longer-than-twenty-four-characters";
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(&src)
+        .args(["--tag", long_tag, "-q"])
+        .assert()
+        .success();
+
+    let stdout = |args: &[&str]| {
+        let out = modelzip().args(args).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let a_s = a.to_str().unwrap();
+    let tags = stdout(&["tags", a_s]);
+    let lines: Vec<&str> = tags.lines().collect();
+    assert_eq!(lines.len(), 4, "{tags}"); // header, two tags, the footnote
+    let starts = column_starts(lines[0], &["graph", "dtypes", "created"]);
+    // Right-aligned counts end where their header does.
+    let params_end = lines[0].find("params").unwrap() + "params".len();
+    for row in &lines[1..3] {
+        for &at in &starts {
+            assert!(cell_starts_at(row, at), "{at}: {tags}");
+        }
+        let b = row.as_bytes();
+        assert!(
+            b[params_end - 1].is_ascii_digit() && b[params_end] == b' ',
+            "{tags}"
+        );
+    }
+    assert!(lines[2].starts_with(&format!("* {long_tag} ")), "{tags}");
+
+    let show = stdout(&["show", a_s, "--tag", long_tag]);
+    let lines: Vec<&str> = show.lines().collect();
+    assert_eq!(lines.len(), 5, "{show}"); // the tag line, header, three params
+    let words = [
+        "dtype",
+        "dims",
+        "lod",
+        "entry",
+        "shared from",
+        "data sha256",
+    ];
+    let starts = column_starts(lines[1], &words);
+    for row in &lines[2..] {
+        for &at in &starts {
+            assert!(cell_starts_at(row, at), "{at}: {show}");
+        }
+    }
+    assert!(
+        lines[2].starts_with(long) && lines[2].contains(" [16, 4] "),
+        "{show}"
+    );
+    assert!(lines[4].contains(" [8, 16] "), "{show}");
+    // No trailing spaces after the last column.
+    assert!(show.lines().chain(tags.lines()).all(|l| !l.ends_with(' ')));
 }
