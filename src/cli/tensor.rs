@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 /// Decode a Paddle LoDTensor file (one record) or a combined file
 /// (`save_combine`, `.pdiparams`: records back to back) and describe each record.
+/// An empty file is refused (exit 2), as a file that does not decode is.
 ///
 /// Example:
 ///   modelzip tensor model.pdiparams
@@ -30,6 +31,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let file = modelzip::tensor::TensorFile::open(&args.file)
         .map_err(|e| CliError::Failed(format!("cannot read {shown}: {}", e.kind())))?;
     let bytes = file.bytes();
+    // No records is what a combined file of no variables would be, but an empty file
+    // given here is far more likely a wrong path or a failed save: "0 record(s)" and
+    // exit 0 would read as success.
+    if bytes.is_empty() {
+        return Err(CliError::Failed(format!(
+            "cannot decode {shown}: the file is empty (0 bytes): a LoDTensor file holds at least one record (byte 0)"
+        )));
+    }
     let records = tensor::decode_combined(bytes).map_err(|e| {
         // A modelzip archive (or any zip) given by mistake: say so, not just that its
         // first four bytes are no LoDTensor version.

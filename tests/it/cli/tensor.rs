@@ -66,6 +66,29 @@ fn missing_file_is_an_error() {
     assert!(line.contains("/nonexistent/file.bin"), "{line}");
 }
 
+/// An empty file printed "0 record(s), 0 bytes" and exited 0, as if it were a tensor
+/// file: it is refused, naming the file and why, with or without --json.
+#[test]
+fn an_empty_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.pdiparams");
+    std::fs::write(&path, b"").unwrap();
+    for json in [false, true] {
+        let mut cmd = modelzip();
+        cmd.arg("tensor").arg(&path);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.stdout.is_empty());
+        let line = expect_error(&mut cmd);
+        assert!(
+            line.contains("empty.pdiparams") && line.contains("the file is empty (0 bytes)"),
+            "{line}"
+        );
+    }
+}
+
 #[test]
 fn a_directory_is_named_as_one() {
     let dir = tempfile::tempdir().unwrap();
