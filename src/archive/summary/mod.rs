@@ -438,7 +438,17 @@ impl Archive {
         let records = match self.summary_records() {
             Ok(records) => records,
             Err(SummaryStatus::Invalid(why)) => {
-                r.push(Some(SUMMARY_TXT), format!("ignored: {why}"));
+                // An entry that does not read (a deflate bomb, a bad CRC) was reported by
+                // the pass over every entry, in the reader's words: the same problem is
+                // not listed again in the summary's (the words differ, so the report's
+                // dedup would not catch it).
+                let reported = r
+                    .problems
+                    .iter()
+                    .any(|p| p.entry.as_deref() == Some(SUMMARY_TXT));
+                if !reported {
+                    r.push(Some(SUMMARY_TXT), format!("ignored: {why}"));
+                }
                 return;
             }
             Err(_) => return,

@@ -1011,3 +1011,29 @@ fn tags_and_show_tables_fit_long_names() {
     // No trailing spaces after the last column.
     assert!(show.lines().chain(tags.lines()).all(|l| !l.ends_with(' ')));
 }
+
+/// A deflate-bomb `_summary.txt` was two findings worded differently: the entry pass's
+/// "inflated entry size (compression ratio) of N exceeds the limit of M" and the
+/// summary's "ignored: N bytes, over the M-byte limit". One problem, one finding.
+#[test]
+fn verify_reports_a_deflate_bomb_summary_once() {
+    let bomb = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/summary-deflate-bomb.zip");
+    let out = modelzip()
+        .arg("verify")
+        .arg(&bomb)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{doc}");
+    assert_eq!(problems[0]["entry"], "_summary.txt");
+    assert!(
+        problems[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the limit"),
+        "{doc}"
+    );
+}
