@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The directory holding `path` (`.` for a bare file name).
 pub(crate) fn parent_dir(path: &Path) -> PathBuf {
@@ -39,32 +40,129 @@ fn temp_prefix(target: &Path) -> String {
     format!(".{stem}.")
 }
 
-/// Deletes temp files a killed writer of `target` left behind. Only call with the write
-/// lock held: then no other writer of this archive is writing one.
-pub(crate) fn remove_stale_temps(target: &Path) {
+/// True when `name` is a temp file name [`new_temp_beside`] makes for a target whose
+/// temp names start with `prefix` (`.<name>.XXXXXX.tmp`).
+fn is_temp_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|r| r.strip_suffix(".tmp"))
+        .is_some_and(|mid| {
+            mid.len() == TEMP_RAND_LEN && mid.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+}
+
+/// The temp files of `target` in its directory.
+fn temps_of(target: &Path) -> Vec<PathBuf> {
     let prefix = temp_prefix(target);
     let Ok(rd) = std::fs::read_dir(parent_dir(target)) else {
-        return;
+        return Vec::new();
     };
-    for entry in rd.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let stale = name
-            .strip_prefix(&prefix)
-            .and_then(|r| r.strip_suffix(".tmp"))
-            .is_some_and(|mid| {
-                mid.len() == TEMP_RAND_LEN && mid.bytes().all(|b| b.is_ascii_alphanumeric())
-            });
-        if stale {
-            let _ = std::fs::remove_file(entry.path());
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| is_temp_name(n, &prefix))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Deletes temp files a killed writer of `target` left behind. Only call with the write
+/// lock held: then no other writer of this archive is writing one. A temp file another
+/// process holds locked ([`new_temp_beside`]) is kept: an export whose output is named
+/// like the archive is writing it.
+pub(crate) fn remove_stale_temps(target: &Path) {
+    for path in temps_of(target) {
+        if let Some(dead) = DeadTemp::claim(&path, Duration::ZERO) {
+            dead.remove();
         }
+    }
+}
+
+/// How long a temp file must have gone unmodified before a writer without the archive's
+/// lock (an export, a download) may take it for dead: far longer than the two system
+/// calls between its creation and its lock, and than any pause of a live writer of a
+/// version that did not lock its temp files.
+const UNLOCKED_TEMP_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// Deletes the temp files of `target` that a killed writer left behind, without the
+/// archive's write lock (exports and downloads take none): a temp file is dead when no
+/// process holds its lock (every live writer holds the lock of its own temp file until
+/// the file is renamed or deleted; a lock dies with its process, SIGKILL included) and it
+/// has not been modified for [`UNLOCKED_TEMP_GRACE`] (a writer takes its lock just after
+/// creating the file). Best effort: a temp file that cannot be checked is kept.
+pub(crate) fn remove_dead_temps(target: &Path) {
+    for path in temps_of(target) {
+        if let Some(dead) = DeadTemp::claim(&path, UNLOCKED_TEMP_GRACE) {
+            dead.remove();
+        }
+    }
+}
+
+/// A temp file found dead, held locked until it is removed (so two cleaners never both
+/// act on it, and a live writer never loses it).
+struct DeadTemp {
+    path: PathBuf,
+    _file: File,
+}
+
+impl DeadTemp {
+    /// Locks the temp file at `path` if no process holds it and it has not been modified
+    /// for `grace`; None otherwise (or when that cannot be told).
+    #[cfg(unix)]
+    fn claim(path: &Path, grace: Duration) -> Option<DeadTemp> {
+        // Not followed if a symlink: only a regular file is ours.
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let idle = meta.modified().ok()?.elapsed().unwrap_or(Duration::ZERO);
+        if idle < grace {
+            return None;
+        }
+        // Opened for writing where it can be: over NFS an exclusive lock needs it.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .or_else(|_| File::open(path))
+            .ok()?;
+        file.try_lock().ok()?;
+        Some(DeadTemp {
+            path: path.to_path_buf(),
+            _file: file,
+        })
+    }
+
+    /// Without advisory locks that die with their process, only the archive writer (under
+    /// the archive's lock, `grace` zero) removes temp files, as before.
+    #[cfg(not(unix))]
+    fn claim(path: &Path, grace: Duration) -> Option<DeadTemp> {
+        if !grace.is_zero() {
+            return None;
+        }
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        Some(DeadTemp {
+            path: path.to_path_buf(),
+            _file: File::open(path).ok()?,
+        })
+    }
+
+    fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
 /// Creates `.<name>.XXXXXX.tmp` in `target`'s directory (so a rename over `target` is
 /// atomic). A replaced file keeps its mode; a new one gets 0666 less the umask, like any
 /// file a program creates (tempfile's default 0600 would hide it from other users).
+///
+/// The new file is held locked (an advisory lock, on unix) for as long as it is open, so
+/// that [`remove_dead_temps`], run here first, tells it from one a killed writer left.
 pub(crate) fn new_temp_beside(target: &Path) -> Result<tempfile::NamedTempFile> {
+    remove_dead_temps(target);
     let dir = parent_dir(target);
     let prefix = temp_prefix(target);
     let mut builder = tempfile::Builder::new();
@@ -80,9 +178,14 @@ pub(crate) fn new_temp_beside(target: &Path) -> Result<tempfile::NamedTempFile> 
             .unwrap_or(0o666);
         builder.permissions(std::fs::Permissions::from_mode(mode));
     }
-    builder
+    let temp = builder
         .tempfile_in(&dir)
-        .map_err(|e| Error::from(e).in_file(&dir))
+        .map_err(|e| Error::from(e).in_file(&dir))?;
+    // A file system without advisory locks leaves it unlocked: found dead only after the
+    // grace period of no writes, as before locks were taken.
+    #[cfg(unix)]
+    let _ = temp.as_file().try_lock();
+    Ok(temp)
 }
 
 /// A new file being written beside `target`; removed on drop unless committed.

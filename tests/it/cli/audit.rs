@@ -1037,3 +1037,79 @@ fn verify_reports_a_deflate_bomb_summary_once() {
         "{doc}"
     );
 }
+
+/// A killed `export` left its temp file (`.OUT.XXXXXX.tmp` beside the output) for good.
+/// The next export to that output deletes the temp files no process holds locked that
+/// have gone unmodified for 15 minutes; a fresh one, or one a live writer holds locked
+/// (here: this test), is kept, as are files merely named alike.
+#[cfg(unix)]
+#[test]
+fn export_removes_the_temp_files_a_killed_export_left() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let make = |name: &str, age: Option<std::time::SystemTime>| {
+        let p = d.path().join(name);
+        let f = std::fs::File::create(&p).unwrap();
+        if let Some(t) = age {
+            f.set_modified(t).unwrap();
+        }
+        f
+    };
+    drop(make(".out.safetensors.AbC123.tmp", Some(old))); // dead
+    drop(make(".out.safetensors.fresh1.tmp", None)); // just made: maybe live
+    let held = make(".out.safetensors.held12.tmp", Some(old));
+    held.lock().unwrap(); // a live writer's
+    drop(make(".out.safetensors.toolong1.tmp", Some(old))); // not a temp name
+    drop(make(".other.safetensors.XyZ789.tmp", Some(old))); // another output's
+    modelzip()
+        .arg("export")
+        .arg(&a)
+        .args(["--format", "safetensors", "--out"])
+        .arg(d.path().join("out.safetensors"))
+        .arg("-q")
+        .assert()
+        .success();
+    assert_eq!(
+        listing(d.path()),
+        [
+            ".other.safetensors.XyZ789.tmp",
+            ".out.safetensors.fresh1.tmp",
+            ".out.safetensors.held12.tmp",
+            ".out.safetensors.toolong1.tmp",
+            "m.zip",
+            "m.zip.lock",
+            "out.safetensors",
+        ]
+    );
+    drop(held);
+}
+
+/// An archive writer deletes the temp files of its archive under the archive's lock,
+/// now only those no process holds locked: an export whose --out names the archive's
+/// path is writing one (its temp file is named alike).
+#[cfg(unix)]
+#[test]
+fn an_archive_writer_keeps_a_temp_file_a_live_writer_holds() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    mlp_archive(&a);
+    let dead = d.path().join(".m.zip.AbC123.tmp");
+    std::fs::write(&dead, b"").unwrap();
+    let held_path = d.path().join(".m.zip.held12.tmp");
+    let held = std::fs::File::create(&held_path).unwrap();
+    held.lock().unwrap();
+    modelzip()
+        .arg("pack")
+        .arg(&a)
+        .arg(persistables())
+        .args(["--tag", "again", "--rewrite", "-q"])
+        .assert()
+        .success();
+    assert_eq!(
+        listing(d.path()),
+        [".m.zip.held12.tmp", "m.zip", "m.zip.lock"]
+    );
+    drop(held);
+}
