@@ -102,12 +102,15 @@ pub(crate) fn remove_dead_temps(target: &Path) {
 /// act on it, and a live writer never loses it).
 struct DeadTemp {
     path: PathBuf,
-    _file: File,
+    _file: Option<File>,
 }
 
 impl DeadTemp {
     /// Locks the temp file at `path` if no process holds it and it has not been modified
-    /// for `grace`; None otherwise (or when that cannot be told).
+    /// for `grace`; None otherwise. When that cannot be told (the file does not open, the
+    /// file system has no advisory locks), it is dead only for `grace` zero: the archive
+    /// writer under the archive's lock, which deleted every temp file before locks were
+    /// taken.
     #[cfg(unix)]
     fn claim(path: &Path, grace: Duration) -> Option<DeadTemp> {
         // Not followed if a symlink: only a regular file is ours.
@@ -119,34 +122,39 @@ impl DeadTemp {
         if idle < grace {
             return None;
         }
+        let unknown = || {
+            grace.is_zero().then(|| DeadTemp {
+                path: path.to_path_buf(),
+                _file: None,
+            })
+        };
         // Opened for writing where it can be: over NFS an exclusive lock needs it.
-        let file = std::fs::OpenOptions::new()
+        let Ok(file) = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .or_else(|_| File::open(path))
-            .ok()?;
-        file.try_lock().ok()?;
-        Some(DeadTemp {
-            path: path.to_path_buf(),
-            _file: file,
-        })
+        else {
+            return unknown();
+        };
+        match file.try_lock() {
+            Ok(()) => Some(DeadTemp {
+                path: path.to_path_buf(),
+                _file: Some(file),
+            }),
+            Err(std::fs::TryLockError::WouldBlock) => None,
+            Err(std::fs::TryLockError::Error(_)) => unknown(),
+        }
     }
 
     /// Without advisory locks that die with their process, only the archive writer (under
     /// the archive's lock, `grace` zero) removes temp files, as before.
     #[cfg(not(unix))]
     fn claim(path: &Path, grace: Duration) -> Option<DeadTemp> {
-        if !grace.is_zero() {
-            return None;
-        }
         let meta = std::fs::symlink_metadata(path).ok()?;
-        if !meta.is_file() {
-            return None;
-        }
-        Some(DeadTemp {
+        (grace.is_zero() && meta.is_file()).then(|| DeadTemp {
             path: path.to_path_buf(),
-            _file: File::open(path).ok()?,
+            _file: None,
         })
     }
 
