@@ -216,6 +216,31 @@ pub enum ErrorKind {
     /// A caller-supplied value that makes no sense.
     #[error("{0}")]
     InvalidInput(String),
+    /// A parameter a variant (`quantize`, `cast`) would convert holds values the new
+    /// dtype cannot carry faithfully: NaN or ±inf, or (cast) finite values beyond the
+    /// target dtype's range. Refused unless the caller allows them
+    /// ([`AllowValues`](crate::variants::AllowValues), named by `allow`).
+    #[error(
+        "parameter {param:?}: {count} value(s) {problem} (the first at flat index {first_index}: \
+         {first_value}); {consequence}; refused unless AllowValues::{allow} allows them"
+    )]
+    UnrepresentableValues {
+        /// The parameter.
+        param: String,
+        /// What is wrong with the values ("are NaN or infinite", "are beyond FP16's range").
+        problem: String,
+        /// How many values are affected.
+        count: u64,
+        /// The flat (row-major) index of the first.
+        first_index: u64,
+        /// The first such value, as read (FP32).
+        first_value: f32,
+        /// What the variant would store for them.
+        consequence: &'static str,
+        /// The [`AllowValues`](crate::variants::AllowValues) field that allows them:
+        /// `non_finite` or `overflow`.
+        allow: &'static str,
+    },
     /// A request to an object store failed: network, credentials, no such object
     /// (docs/REMOTE.md).
     #[error("remote: {0}")]

@@ -22,6 +22,13 @@ pub enum CastDType {
 /// model still computes in FP32 and Paddle runs it. metadata.json records
 /// "cast": {"dtype", "source_tag"}.
 ///
+/// Values the dtype cannot carry are refused (exit 2, nothing written): NaN or
+/// +-inf, and finite values beyond its range (|x| >= 65520 for FP16, which rounding
+/// makes +-inf); the error names the parameter, how many there are and the first's
+/// index. --allow-non-finite keeps NaN/inf as they are, --allow-overflow stores
+/// out-of-range values as +-inf; the report counts them per parameter, and the
+/// nonzero values that became 0 (text and --json).
+///
 /// Refused (exit 2, nothing written): a quantized source tag (its <name>@scale
 /// parameters would be cast and its quantization record dropped), a source tag
 /// with no FP32 parameter (e.g. an FP16 tag: cast its FP32 source instead), and a
@@ -38,6 +45,12 @@ pub struct Args {
     /// The dtype of the new tag's float parameters.
     #[arg(long, value_enum, ignore_case = true)]
     dtype: CastDType,
+    /// Keep NaN and +-inf (as NaN and +-inf) instead of refusing them.
+    #[arg(long)]
+    allow_non_finite: bool,
+    /// Store finite values beyond the dtype's range as +-inf instead of refusing them.
+    #[arg(long)]
+    allow_overflow: bool,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
@@ -45,8 +58,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         CastDType::Fp16 => DType::Fp16,
         CastDType::Bf16 => DType::Bf16,
     };
+    let allow = variants::AllowValues {
+        non_finite: args.allow_non_finite,
+        overflow: args.allow_overflow,
+    };
     args.variant
         .run("cast", "casting", "cast", |archive, from, tag, write| {
-            variants::cast(archive, from, tag, dtype, write)
+            variants::cast_allowing(archive, from, tag, dtype, &allow, write)
         })
 }

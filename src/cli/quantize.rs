@@ -3,8 +3,8 @@
 use super::common::{WriteArgs, require_archive};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
-use modelzip::WriteOptions;
-use modelzip::variants::{self, ParamChange, QuantizeOptions, VariantReport};
+use modelzip::variants::{self, AllowValues, ParamChange, QuantizeOptions, VariantReport};
+use modelzip::{ErrorKind, WriteOptions};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -23,6 +23,11 @@ use std::path::{Path, PathBuf};
 /// with the source tag at no cost. The scheme is recorded in the tag's
 /// metadata.json under "quantization".
 ///
+/// Values no INT8 step represents are refused (exit 2, nothing written): NaN or
+/// ±inf in a weight to quantize; the error names the parameter, how many there
+/// are and the first's index. --allow-non-finite quantizes them to 0 (left out of
+/// the scale) and reports the count per parameter (text and --json).
+///
 /// Refused (exit 2, nothing written): a source tag that is quantized already (it
 /// has a <name>@scale parameter or a "quantization" record) or that has nothing to
 /// quantize (e.g. an FP16 tag whose graph reads its weights through cast ops), and
@@ -39,6 +44,10 @@ pub struct Args {
     /// error then depends less on how channel ranges differ; docs/VARIANTS.md).
     #[arg(long)]
     per_channel: bool,
+    /// Quantize NaN and +-inf in a weight to 0 (left out of its scale) instead of
+    /// refusing them; the report counts them per parameter.
+    #[arg(long)]
+    allow_non_finite: bool,
 }
 
 /// The arguments of a command that derives a new tag from one in the archive
@@ -82,8 +91,15 @@ impl VariantArgs {
         let progress = self.write.output.progress(label);
         let write = self.write.options_reporting(&progress);
         let report = make(&self.archive, &self.from, &self.tag, &write).map_err(|e| {
+            let hint = match e.kind() {
+                ErrorKind::UnrepresentableValues { allow, .. } => format!(
+                    "; pass --allow-{} to {command} anyway",
+                    allow.replace('_', "-")
+                ),
+                _ => String::new(),
+            };
             CliError::Failed(format!(
-                "cannot {command} tag {} of {}: {e}",
+                "cannot {command} tag {} of {}: {e}{hint}",
                 self.from,
                 self.archive.display()
             ))
@@ -98,11 +114,17 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let options = QuantizeOptions {
         per_channel: args.per_channel,
     };
+    let allow = AllowValues {
+        non_finite: args.allow_non_finite,
+        overflow: false,
+    };
     args.variant.run(
         "quantize",
         "quantizing",
         "quantized",
-        |archive, from, tag, write| variants::quantize(archive, from, tag, &options, write),
+        |archive, from, tag, write| {
+            variants::quantize_allowing(archive, from, tag, &options, &allow, write)
+        },
     )
 }
 
@@ -142,13 +164,33 @@ fn render(
             _ => String::new(),
         };
         out.push_str(&format!(
-            "  {:<32} {:<6} {:<16} {how}\n",
+            "  {:<32} {:<6} {:<16} {how}{}\n",
             clean(&p.name),
             p.dtype.name(),
-            format!("{:?}", p.dims)
+            format!("{:?}", p.dims),
+            value_notes(p)
         ));
     }
     print(&out).map(|_| Outcome::Success)
+}
+
+/// What the report counts of a parameter's values (allowed NaN/inf, overflow, values
+/// flushed to zero), as `; ...` notes; empty when there is nothing to say.
+fn value_notes(p: &variants::VariantParam) -> String {
+    let mut s = String::new();
+    if p.non_finite > 0 {
+        s.push_str(&format!("; {} NaN/inf value(s) allowed", p.non_finite));
+    }
+    if p.overflowed > 0 {
+        s.push_str(&format!(
+            "; {} value(s) beyond range stored as +-inf",
+            p.overflowed
+        ));
+    }
+    if p.underflowed > 0 {
+        s.push_str(&format!("; {} nonzero value(s) became 0", p.underflowed));
+    }
+    s
 }
 
 /// The JSON document of `quantize --json` and `cast --json` (documented in docs/CLI.md).
@@ -180,6 +222,9 @@ fn report_json(archive: &Path, r: &VariantReport) -> Value {
             m.insert("change".into(), json!(change));
             m.insert("shared".into(), json!(p.shared));
             m.insert("stored_bytes".into(), json!(p.stored_bytes));
+            m.insert("non_finite".into(), json!(p.non_finite));
+            m.insert("overflowed".into(), json!(p.overflowed));
+            m.insert("underflowed".into(), json!(p.underflowed));
             Value::Object(m)
         })
         .collect();

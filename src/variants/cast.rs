@@ -3,8 +3,9 @@
 
 use super::rewrite::{Conversion, converted};
 use super::variant::{
-    CAST, ParamChange, QUANTIZATION, Variant, VariantReport, append_variant, cast_dtype,
-    check_new_tag, derive_instead, progress_for, quantized_because, source_metadata, user_metadata,
+    AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport,
+    append_variant, cast_dtype, check_new_tag, check_non_finite, derive_instead, find_bad,
+    progress_for, quantized_because, source_metadata, user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -27,6 +28,12 @@ use std::path::Path;
 /// its checkpoint keys `step` and `metrics`: a variant is not a checkpoint). Updater
 /// state and the training config are not carried over.
 ///
+/// Refused before anything is written, with [`ErrorKind::UnrepresentableValues`]
+/// naming the parameter, the count and the first index: NaN or ±inf in an FP32
+/// parameter, and finite values beyond `dtype`'s range (|x| ≥ 65520 for FP16, which
+/// IEEE rounding makes ±inf). [`cast_allowing`] converts them anyway (NaN stays NaN,
+/// ±inf and overflow become ±inf) and counts them in the report.
+///
 /// Refused before any work, with [`ErrorKind::InvalidInput`]: a quantized source tag (a
 /// `<name>@scale` parameter beside `<name>`, or a `quantization` record: a cast would
 /// turn its scales into `dtype` and drop the record), and a source tag with no FP32
@@ -39,6 +46,30 @@ pub fn cast(
     from_tag: &str,
     new_tag: &str,
     dtype: DType,
+    write: &WriteOptions,
+) -> Result<VariantReport> {
+    cast_allowing(
+        path,
+        from_tag,
+        new_tag,
+        dtype,
+        &AllowValues::default(),
+        write,
+    )
+}
+
+/// [`cast`], converting the values `allow` allows instead of refusing them: NaN and
+/// ±inf (kept as they are) and finite values beyond `dtype`'s range (stored as ±inf).
+/// The report counts them per parameter ([`VariantParam::non_finite`],
+/// [`VariantParam::overflowed`](super::VariantParam::overflowed)).
+///
+/// [`VariantParam::non_finite`]: super::VariantParam::non_finite
+pub fn cast_allowing(
+    path: impl AsRef<Path>,
+    from_tag: &str,
+    new_tag: &str,
+    dtype: DType,
+    allow: &AllowValues,
     write: &WriteOptions,
 ) -> Result<VariantReport> {
     let path = path.as_ref();
@@ -54,7 +85,7 @@ pub fn cast(
         let archive = Archive::open(path)?;
         check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
         ticker = progress_for(&archive, from_tag, write);
-        build(&archive, from_tag, dtype, &mut ticker).map_err(|e| e.in_file(path))?
+        build(&archive, from_tag, dtype, allow, &mut ticker).map_err(|e| e.in_file(path))?
     };
     append_variant(path, new_tag, variant, write, &mut ticker)
 }
@@ -70,10 +101,66 @@ fn convert(dims: Vec<u64>, values: &[f32], dtype: DType) -> Result<Tensor> {
     }
 }
 
+/// The value `x` becomes in `dtype` (FP16 or BF16), back as FP32.
+fn round_trip(x: f32, dtype: DType) -> f32 {
+    if dtype == DType::Bf16 {
+        half::bf16::from_f32(x).to_f32()
+    } else {
+        half::f16::from_f32(x).to_f32()
+    }
+}
+
+/// Refuses the values of FP32 parameter `name` that `dtype` cannot carry (NaN/±inf, and
+/// finite values that round to ±inf) unless `allow` allows them; counts them, and the
+/// nonzero values that become ±0.
+fn check_values(
+    name: &str,
+    values: &[f32],
+    dtype: DType,
+    allow: &AllowValues,
+) -> Result<ValueCounts> {
+    let non_finite = check_non_finite(
+        name,
+        values,
+        allow,
+        "the cast would store them as they are (NaN, ±inf)",
+        false,
+    )?;
+    let (overflowed, first) = find_bad(values, |_, x| {
+        x.is_finite() && round_trip(x, dtype).is_infinite()
+    });
+    if let Some((first_index, first_value)) = first
+        && !allow.overflow
+    {
+        let max = if dtype == DType::Bf16 {
+            "3.3895e38"
+        } else {
+            "65504"
+        };
+        return Err(ErrorKind::UnrepresentableValues {
+            param: name.to_string(),
+            problem: format!("are beyond {}'s range (largest finite {max})", dtype.name()),
+            count: overflowed,
+            first_index,
+            first_value,
+            consequence: "the cast would store them as ±inf",
+            allow: "overflow",
+        }
+        .into());
+    }
+    let (underflowed, _) = find_bad(values, |_, x| x != 0.0 && round_trip(x, dtype) == 0.0);
+    Ok(ValueCounts {
+        non_finite,
+        overflowed,
+        underflowed,
+    })
+}
+
 fn build(
     archive: &Archive,
     from_tag: &str,
     dtype: DType,
+    allow: &AllowValues,
     ticker: &mut Ticker<'_>,
 ) -> Result<Variant> {
     let tag = archive.tag(from_tag)?;
@@ -152,6 +239,7 @@ fn build(
     };
     let mut out = Vec::with_capacity(tag.params().len());
     let mut convs = Vec::new();
+    let mut counts = std::collections::HashMap::new();
     for p in tag.params() {
         ticker.tick();
         let data = tag.tensor(&p.location)?;
@@ -162,6 +250,10 @@ fn build(
         }
         let located = |e: Error| e.in_entry(p.location.entry.clone());
         let values = view.to_f32_vec().map_err(located)?;
+        let c = check_values(&p.name, &values, dtype, allow).map_err(located)?;
+        if c != ValueCounts::default() {
+            counts.insert(p.name.clone(), c);
+        }
         let t = convert(view.dims().to_vec(), &values, dtype)?
             .with_lod(view.lod().clone())
             .map_err(located)?;
@@ -188,5 +280,6 @@ fn build(
         graph,
         params: out,
         metadata,
+        counts,
     })
 }

@@ -27,10 +27,10 @@ pub mod quantize_math;
 mod rewrite;
 mod variant;
 
-pub use cast::cast;
+pub use cast::{cast, cast_allowing};
 pub use diff::{GraphChange, ParamDiff, TagComparison, TagDiff, compare_tags, diff_tags};
-pub use quantize::{QuantizeOptions, quantize};
-pub use variant::{ParamChange, VariantParam, VariantReport};
+pub use quantize::{QuantizeOptions, quantize, quantize_allowing};
+pub use variant::{AllowValues, ParamChange, VariantParam, VariantReport};
 
 /// Why `tag` is an INT8 variant `modelzip quantize` made (its metadata.json has a
 /// quantization record), with what to export instead: for exports whose format has no

@@ -5,8 +5,9 @@ use super::onnx::OnnxQuant;
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
 use super::variant::{
-    CAST, ParamChange, QUANTIZATION, Variant, VariantReport, append_variant, cast_dtype,
-    check_new_tag, derive_instead, progress_for, quantized_because, source_metadata, user_metadata,
+    AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport,
+    append_variant, cast_dtype, check_new_tag, check_non_finite, derive_instead, progress_for,
+    quantized_because, source_metadata, user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -169,6 +170,11 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 /// and `metrics`: a variant is not a checkpoint). Updater state and the training config
 /// are not carried over.
 ///
+/// Refused before anything is written, with [`ErrorKind::UnrepresentableValues`]
+/// naming the parameter, the count and the first index: NaN or ±inf in a parameter to
+/// quantize (no scale represents them). [`quantize_allowing`] quantizes them to 0,
+/// leaves them out of the scale, and counts them in the report.
+///
 /// Refused before any work, with [`ErrorKind::InvalidInput`]: a source tag that is
 /// quantized already (a `<name>@scale` parameter beside `<name>`, or a `quantization`
 /// record in its metadata.json), and one with nothing to quantize (no parameter the
@@ -183,13 +189,35 @@ pub fn quantize(
     options: &QuantizeOptions,
     write: &WriteOptions,
 ) -> Result<VariantReport> {
+    quantize_allowing(
+        path,
+        from_tag,
+        new_tag,
+        options,
+        &AllowValues::default(),
+        write,
+    )
+}
+
+/// [`quantize`], quantizing the NaN and ±inf values of the chosen parameters to 0 (left
+/// out of the scale) when `allow.non_finite` instead of refusing them; the report counts
+/// them per parameter ([`VariantParam::non_finite`](super::VariantParam::non_finite)).
+/// `allow.overflow` does not apply: every finite value has an INT8 step.
+pub fn quantize_allowing(
+    path: impl AsRef<Path>,
+    from_tag: &str,
+    new_tag: &str,
+    options: &QuantizeOptions,
+    allow: &AllowValues,
+    write: &WriteOptions,
+) -> Result<VariantReport> {
     let path = path.as_ref();
     let mut ticker;
     let variant = {
         let archive = Archive::open(path)?;
         check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
         ticker = progress_for(&archive, from_tag, write);
-        build(&archive, from_tag, options, &mut ticker).map_err(|e| e.in_file(path))?
+        build(&archive, from_tag, options, allow, &mut ticker).map_err(|e| e.in_file(path))?
     };
     append_variant(path, new_tag, variant, write, &mut ticker)
 }
@@ -198,6 +226,7 @@ fn build(
     archive: &Archive,
     from_tag: &str,
     options: &QuantizeOptions,
+    allow: &AllowValues,
     ticker: &mut Ticker<'_>,
 ) -> Result<Variant> {
     let tag = archive.tag(from_tag)?;
@@ -320,6 +349,7 @@ fn build(
     let mut out = Vec::with_capacity(tag.params().len() + chosen.len());
     let mut convs = Vec::new();
     let mut recorded = serde_json::Map::new();
+    let mut counts = HashMap::new();
     for p in tag.params() {
         ticker.tick();
         let data = tag.tensor(&p.location)?;
@@ -334,6 +364,23 @@ fn build(
         let values = view
             .to_f32_vec()
             .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+        let non_finite = check_non_finite(
+            &p.name,
+            &values,
+            allow,
+            "quantizing would store them as 0 and leave them out of the scale",
+            view.dtype() == DType::Fp64,
+        )
+        .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+        if non_finite > 0 {
+            counts.insert(
+                p.name.clone(),
+                ValueCounts {
+                    non_finite,
+                    ..ValueCounts::default()
+                },
+            );
+        }
         let axis = channel_axis(options, *axis_rule, &dims);
         let q: Quantized = match axis {
             Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
@@ -406,6 +453,7 @@ fn build(
         graph,
         params: out,
         metadata,
+        counts,
     })
 }
 

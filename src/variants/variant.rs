@@ -48,6 +48,90 @@ pub struct VariantParam {
     pub shared: bool,
     /// Bytes its own tensor file takes (0 when shared).
     pub stored_bytes: u64,
+    /// Source values that were NaN or ±inf, converted anyway because
+    /// [`AllowValues::non_finite`] allowed it (0 otherwise: such values are refused).
+    pub non_finite: u64,
+    /// Finite source values beyond the new dtype's range, stored as ±inf because
+    /// [`AllowValues::overflow`] allowed it (cast only; 0 otherwise: refused).
+    pub overflowed: u64,
+    /// Nonzero finite source values that became ±0 in the new dtype (cast: below half
+    /// of the smallest subnormal). Reported, not refused: it is the precision the dtype
+    /// has.
+    pub underflowed: u64,
+}
+
+/// Source values a variant converts only when allowed (both `false` by default:
+/// [`quantize`](super::quantize) and [`cast`](super::cast) refuse them with
+/// [`ErrorKind::UnrepresentableValues`], naming the parameter, the count and the first
+/// index). Given to [`quantize_allowing`](super::quantize_allowing) and
+/// [`cast_allowing`](super::cast_allowing); the report counts what was allowed per
+/// parameter ([`VariantParam::non_finite`], [`VariantParam::overflowed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllowValues {
+    /// NaN and ±inf in a parameter to convert. `quantize` stores them as 0 and leaves
+    /// them out of the scale; `cast` keeps them (NaN stays NaN, ±inf stays ±inf).
+    pub non_finite: bool,
+    /// (`cast`) finite FP32 values beyond the target dtype's range (|x| ≥ 65520 for
+    /// FP16, ≥ 3.3961e38 for BF16), stored as ±inf as IEEE rounding does.
+    pub overflow: bool,
+}
+
+/// What was allowed or lost in one converted parameter (the report's counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ValueCounts {
+    pub(super) non_finite: u64,
+    pub(super) overflowed: u64,
+    pub(super) underflowed: u64,
+}
+
+/// The first value of `values` for which `bad` holds, and how many there are.
+pub(super) fn find_bad(
+    values: &[f32],
+    bad: impl Fn(usize, f32) -> bool,
+) -> (u64, Option<(u64, f32)>) {
+    let mut count = 0u64;
+    let mut first = None;
+    for (i, &x) in values.iter().enumerate() {
+        if bad(i, x) {
+            count += 1;
+            if first.is_none() {
+                first = Some((i as u64, x));
+            }
+        }
+    }
+    (count, first)
+}
+
+/// Refuses the NaN/±inf values of parameter `name` (`values`) unless allowed; returns
+/// their count. `consequence` says what the variant would store for them.
+pub(super) fn check_non_finite(
+    name: &str,
+    values: &[f32],
+    allow: &AllowValues,
+    consequence: &'static str,
+    from_fp64: bool,
+) -> Result<u64> {
+    let (count, first) = find_bad(values, |_, x| !x.is_finite());
+    if let Some((first_index, first_value)) = first
+        && !allow.non_finite
+    {
+        let problem = if from_fp64 {
+            "are NaN or infinite once read as FP32 (FP64 values beyond FP32's range, 3.4e38, become infinite)"
+        } else {
+            "are NaN or infinite"
+        };
+        return Err(ErrorKind::UnrepresentableValues {
+            param: name.to_string(),
+            problem: problem.to_string(),
+            count,
+            first_index,
+            first_value,
+            consequence,
+            allow: "non_finite",
+        }
+        .into());
+    }
+    Ok(count)
 }
 
 /// What [`quantize`](super::quantize) or [`cast`](super::cast) wrote.
@@ -86,6 +170,8 @@ pub(super) struct Variant {
     pub(super) graph: Option<(GraphFormat, Vec<u8>)>,
     pub(super) params: Vec<(String, Tensor, ParamChange)>,
     pub(super) metadata: serde_json::Map<String, serde_json::Value>,
+    /// The counts of each converted parameter, by name (absent: all zero).
+    pub(super) counts: std::collections::HashMap<String, ValueCounts>,
 }
 
 /// Checks the new tag's name and that it does not exist yet, before any work is done.
@@ -240,7 +326,11 @@ pub(super) fn append_variant(
                 .entry_stored_size(&entry.location.entry)
                 .unwrap_or(0)
         };
+        let counts = v.counts.get(&name).copied().unwrap_or_default();
         params.push(VariantParam {
+            non_finite: counts.non_finite,
+            overflowed: counts.overflowed,
+            underflowed: counts.underflowed,
             name,
             dtype: t.dtype(),
             dims: t.dims().to_vec(),

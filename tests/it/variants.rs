@@ -4,7 +4,8 @@
 use modelzip::graph::{AttrValue, Graph, GraphFormat};
 use modelzip::tensor::decode_combined;
 use modelzip::variants::{
-    GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, diff_tags, quantize,
+    AllowValues, GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, cast_allowing,
+    diff_tags, quantize, quantize_allowing,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
 use std::collections::BTreeMap;
@@ -378,7 +379,26 @@ fn cast_shares_non_fp32_params() {
         )
         .param("ids", Tensor::from_slice(vec![2], &[1i64, 2]).unwrap());
     let path = archive_with(dir.path(), tag);
-    let r = cast(&path, "base", "half", DType::Fp16, &fast()).unwrap();
+    // 70000 is beyond FP16's range: refused unless allowed, then stored as +inf.
+    let e = cast(&path, "base", "half", DType::Fp16, &fast()).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::UnrepresentableValues {
+                count: 1,
+                first_index: 1,
+                allow: "overflow",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let allow = AllowValues {
+        overflow: true,
+        ..AllowValues::default()
+    };
+    let r = cast_allowing(&path, "base", "half", DType::Fp16, &allow, &fast()).unwrap();
+    assert_eq!(r.params[0].overflowed, 1);
     assert_eq!(r.params[1].change, ParamChange::Unchanged);
     assert!(r.params[1].shared);
     let archive = Archive::open(&path).unwrap();
@@ -612,4 +632,138 @@ fn quantized_records_and_empty_sources_are_refused() {
         "{e}"
     );
     assert_eq!(Archive::open(&path).unwrap().tags(), ["rec", "ints", "x"]);
+}
+
+/// The tag `base` holding parameter `w` (dims `dims`, FP32 `values`), in a new archive.
+fn one_param(dir: &Path, dims: Vec<u64>, values: &[f32]) -> PathBuf {
+    let tag = TagBuilder::new("base").param("w", Tensor::from_slice(dims, values).unwrap());
+    archive_with(dir, tag)
+}
+
+#[test]
+fn cast_refuses_overflow_and_non_finite_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    // 65519.996 rounds to 65504 (FP16's largest); 65520 and beyond round to inf.
+    let v = [1.0f32, 65519.996, -65520.0, 1e6, 1e-8, 0.0];
+    let path = one_param(dir.path(), vec![2, 3], &v);
+    let e = cast(&path, "base", "fp16", DType::Fp16, &fast()).unwrap_err();
+    match e.kind() {
+        ErrorKind::UnrepresentableValues {
+            param,
+            count,
+            first_index,
+            first_value,
+            allow,
+            ..
+        } => {
+            assert_eq!(
+                (param.as_str(), *count, *first_index, *first_value, *allow),
+                ("w", 2, 2, -65520.0, "overflow")
+            );
+        }
+        _ => panic!("{e}"),
+    }
+    let msg = e.to_string();
+    assert!(
+        msg.contains("beyond FP16's range (largest finite 65504)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("entry base/params/"),
+        "the entry is named: {msg}"
+    );
+    // BF16's range holds them: cast, and 1e-8 is not lost either.
+    let r = cast(&path, "base", "bf16", DType::Bf16, &fast()).unwrap();
+    assert_eq!((r.params[0].overflowed, r.params[0].underflowed), (0, 0));
+    let allow = AllowValues {
+        overflow: true,
+        ..AllowValues::default()
+    };
+    let r = cast_allowing(&path, "base", "fp16", DType::Fp16, &allow, &fast()).unwrap();
+    let p = &r.params[0];
+    // 1e-8 is below half of FP16's smallest subnormal (2^-25 ≈ 2.98e-8): it becomes 0.
+    assert_eq!((p.non_finite, p.overflowed, p.underflowed), (0, 2, 1));
+    let archive = Archive::open(&path).unwrap();
+    assert_eq!(
+        f32s(&archive, "fp16", "w"),
+        [1.0, 65504.0, f32::NEG_INFINITY, f32::INFINITY, 0.0, 0.0]
+    );
+
+    // NaN and inf in the source: refused (before the overflow check), then kept.
+    let dir = tempfile::tempdir().unwrap();
+    let path = one_param(dir.path(), vec![3], &[0.5, f32::NAN, f32::INFINITY]);
+    let e = cast(&path, "base", "bf16", DType::Bf16, &fast()).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::UnrepresentableValues {
+                count: 2,
+                first_index: 1,
+                allow: "non_finite",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("are NaN or infinite"), "{e}");
+    assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
+    let allow = AllowValues {
+        non_finite: true,
+        ..AllowValues::default()
+    };
+    let r = cast_allowing(&path, "base", "bf16", DType::Bf16, &allow, &fast()).unwrap();
+    assert_eq!(r.params[0].non_finite, 2);
+    let archive = Archive::open(&path).unwrap();
+    let v = f32s(&archive, "bf16", "w");
+    assert!(
+        v[0] == 0.5 && v[1].is_nan() && v[2] == f32::INFINITY,
+        "{v:?}"
+    );
+}
+
+#[test]
+fn quantize_refuses_non_finite_unless_allowed() {
+    for per_channel in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        // dims [2, 2], no graph: channel axis 1 (columns).
+        let path = one_param(
+            dir.path(),
+            vec![2, 2],
+            &[1.0, -2.0, f32::INFINITY, f32::NAN],
+        );
+        let opts = QuantizeOptions { per_channel };
+        let e = quantize(&path, "base", "int8", &opts, &fast()).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::UnrepresentableValues {
+                    count: 2,
+                    first_index: 2,
+                    allow: "non_finite",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("first at flat index 2: inf"), "{e}");
+        assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
+        let allow = AllowValues {
+            non_finite: true,
+            ..AllowValues::default()
+        };
+        let r = quantize_allowing(&path, "base", "int8", &opts, &allow, &fast()).unwrap();
+        assert_eq!(r.params[0].non_finite, 2);
+        let archive = Archive::open(&path).unwrap();
+        let t = archive.tag("int8").unwrap();
+        let q = t.param("w").unwrap().view().to_vec::<i8>().unwrap();
+        let s = f32s(&archive, "int8", "w@scale");
+        if per_channel {
+            assert_eq!(
+                (q, s),
+                (vec![127, -127, 0, 0], vec![1.0 / 127.0, 2.0 / 127.0])
+            );
+        } else {
+            assert_eq!((q, s), (vec![64, -127, 0, 0], vec![2.0 / 127.0]));
+        }
+    }
 }
