@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 /// the scale) and reports the count per parameter (text and --json).
 ///
 /// Refused (exit 2, nothing written): a source tag that is quantized already (it
-/// has a <name>@scale parameter or a "quantization" record) or that has nothing to
-/// quantize (e.g. an FP16 tag whose graph reads its weights through cast ops), and
+/// has a <name>@scale parameter or a "quantization" record), a cast variant (a
+/// "cast" record: quantize its source tag), a tag that has nothing to quantize
+/// (e.g. an FP16 tag whose graph reads its weights through cast ops), and
 /// an ONNX model whose opset is too old for DequantizeLinear.
 ///
 /// Example:

@@ -179,7 +179,8 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 /// quantized already (a `<name>@scale` parameter beside `<name>`, or a `quantization`
 /// record in its metadata.json), and one with nothing to quantize (no parameter the
 /// rules above choose, e.g. an FP16 tag whose graph reads its weights through `cast`
-/// ops), and an ONNX model whose default-domain opset is below 10 (13 per channel) and
+/// ops), a cast variant (a `cast` record in its metadata.json: quantize its source
+/// instead), and an ONNX model whose default-domain opset is below 10 (13 per channel) and
 /// cannot safely be raised, or that already uses a name the rewrite needs. Also
 /// refused: an invalid or existing new tag name, an unknown source tag.
 pub fn quantize(
@@ -317,6 +318,19 @@ fn build(
         return Err(ErrorKind::InvalidInput(format!(
             "tag {:?} has nothing to quantize: {which}{hint}",
             tag.name()
+        ))
+        .into());
+    }
+
+    // A cast variant with something to quantize (one without a graph: its FP16/BF16
+    // params): refused too, like every variant of a variant. Its values are rounded
+    // copies of its source's, and the INT8 tag would record it as its source.
+    if let Some(dtype) = cast_dtype(&meta) {
+        return Err(ErrorKind::InvalidInput(format!(
+            "tag {:?} is a cast variant ({dtype}): quantizing it would quantize {dtype}-rounded \
+             copies of its source's values; quantize {} instead",
+            tag.name(),
+            derive_instead(&meta, CAST)
         ))
         .into());
     }

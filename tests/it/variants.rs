@@ -767,3 +767,179 @@ fn quantize_refuses_non_finite_unless_allowed() {
         }
     }
 }
+
+/// FP32 bits, then the FP16 and BF16 bits numpy 2.4.6 (`astype(np.float16)`) and
+/// ml_dtypes 0.6.0 (`astype(ml_dtypes.bfloat16)`) give for them: signed zeros, FP16's
+/// range edge (65504, 65520 = the tie that rounds to inf), subnormals and their ties,
+/// ties to even in the normal range, BF16's range edge, infinities.
+const ROUNDING: [(u32, u16, u16); 28] = [
+    (0x00000000, 0x0000, 0x0000),
+    (0x80000000, 0x8000, 0x8000),
+    (0x477FF000, 0x7C00, 0x4780),
+    (0x477FEFFF, 0x7BFF, 0x4780),
+    (0x477FE000, 0x7BFF, 0x4780),
+    (0xC77FF000, 0xFC00, 0xC780),
+    (0x33000000, 0x0000, 0x3300),
+    (0x33000001, 0x0001, 0x3300),
+    (0x32FFFFFF, 0x0000, 0x3300),
+    (0x33C00000, 0x0002, 0x33C0),
+    (0x387FC000, 0x03FF, 0x3880),
+    (0x387FE000, 0x0400, 0x3880),
+    (0x38800000, 0x0400, 0x3880),
+    (0x3F801000, 0x3C00, 0x3F80),
+    (0x3F803000, 0x3C02, 0x3F80),
+    (0x3F802000, 0x3C01, 0x3F80),
+    (0x3F801001, 0x3C01, 0x3F80),
+    (0x7F800000, 0x7C00, 0x7F80),
+    (0xFF800000, 0xFC00, 0xFF80),
+    (0x7F7FFFFF, 0x7C00, 0x7F80),
+    (0x3F808000, 0x3C04, 0x3F80),
+    (0x3F818000, 0x3C0C, 0x3F82),
+    (0x3F80C000, 0x3C06, 0x3F81),
+    (0x7F7F8000, 0x7C00, 0x7F80),
+    (0x7F7F7FFF, 0x7C00, 0x7F7F),
+    (0x00008000, 0x0000, 0x0000),
+    (0x00018000, 0x0000, 0x0002),
+    (0x00000001, 0x0000, 0x0000),
+];
+
+/// NaNs with payloads. numpy keeps a signalling NaN signalling (0x7FA00000 -> 0x7D00) and
+/// ml_dtypes makes every NaN 0x7FC0; the cast (the `half` crate) makes them quiet and
+/// keeps the sign and the top payload bits, as IEEE 754 recommends.
+const NANS: [u32; 5] = [0x7FC00000, 0xFFC00001, 0x7F800001, 0x7FA00000, 0x7FFFFFFF];
+
+#[test]
+fn cast_rounds_like_numpy_to_the_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let bits: Vec<u32> = ROUNDING.iter().map(|r| r.0).chain(NANS).collect();
+    let src: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+    let path = one_param(dir.path(), vec![src.len() as u64], &src);
+    let allow = AllowValues {
+        non_finite: true,
+        overflow: true,
+    };
+    cast_allowing(&path, "base", "fp16", DType::Fp16, &allow, &fast()).unwrap();
+    cast_allowing(&path, "base", "bf16", DType::Bf16, &allow, &fast()).unwrap();
+    let archive = Archive::open(&path).unwrap();
+    let h = archive.tag("fp16").unwrap().param("w").unwrap();
+    let h: Vec<u16> = h
+        .view()
+        .to_vec::<half::f16>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    let b = archive.tag("bf16").unwrap().param("w").unwrap();
+    let b: Vec<u16> = b
+        .view()
+        .to_vec::<half::bf16>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    let want_h: Vec<u16> = ROUNDING
+        .iter()
+        .map(|r| r.1)
+        .chain(
+            NANS.iter()
+                .map(|&x| ((x >> 16) as u16 & 0x8000) | 0x7E00 | ((x >> 13) as u16 & 0x3FF)),
+        )
+        .collect();
+    let want_b: Vec<u16> = ROUNDING
+        .iter()
+        .map(|r| r.2)
+        .chain(NANS.iter().map(|&x| (x >> 16) as u16 | 0x0040))
+        .collect();
+    assert_eq!(h, want_h);
+    assert_eq!(b, want_b);
+}
+
+/// numpy 2.4.6 (seeded normal values × column ranges 1, 0.01, 0, 300; an all-zero column
+/// with a -0.0; a column whose largest magnitude is negative), quantized in float32 as
+/// `scale = max|x| / 127`, `q = clip(rint(x / scale), -127, 127)` (0 where the scale is
+/// 0), and dequantized as Paddle's cast + elementwise_mul compute it, `float32(q) * scale`.
+const NP_X: [u32; 12] = [
+    0x3aa13d19, 0x3b43c92f, 0x80000000, 0xc38596ba, 0xbee8ca9c, 0xbd4ccccd, 0x0, 0x43c90844,
+    0xbefc027e, 0xbbcb5135, 0x0, 0x42d621d8,
+];
+const NP_Q_TENSOR: [i8; 12] = [0, 0, 0, -84, 0, 0, 0, 127, 0, 0, 0, 34];
+const NP_SCALE_TENSOR: [u32; 1] = [0x404a9d7f];
+const NP_DEQ_TENSOR: [u32; 12] = [
+    0x0, 0x0, 0x0, 0xc384f75b, 0x0, 0x0, 0x0, 0x43c90844, 0x0, 0x0, 0x0, 0x42d74757,
+];
+const NP_Q_CHANNEL: [i8; 12] = [0, 8, 0, -84, -117, -127, 0, 127, -127, -16, 0, 34];
+const NP_SCALE_CHANNEL: [u32; 4] = [0x3b7dfe7b, 0x39ce69a0, 0x0, 0x404a9d7f];
+const NP_DEQ_CHANNEL: [u32; 12] = [
+    0x0, 0x3b4e69a0, 0x0, 0xc384f75b, 0xbee82a9c, 0xbd4ccccd, 0x0, 0x43c90844, 0xbefc027e,
+    0xbbce69a0, 0x0, 0x42d74757,
+];
+
+#[test]
+fn quantize_matches_numpy_to_the_bit_and_diff_measures_the_dequantized_error() {
+    let x: Vec<f32> = NP_X.iter().map(|&b| f32::from_bits(b)).collect();
+    let cases: [(bool, &[i8], &[u32], &[u32]); 2] = [
+        (false, &NP_Q_TENSOR, &NP_SCALE_TENSOR, &NP_DEQ_TENSOR),
+        (true, &NP_Q_CHANNEL, &NP_SCALE_CHANNEL, &NP_DEQ_CHANNEL),
+    ];
+    for (per_channel, want_q, want_s, want_deq) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_param(dir.path(), vec![3, 4], &x);
+        let opts = QuantizeOptions { per_channel };
+        quantize(&path, "base", "int8", &opts, &fast()).unwrap();
+        let archive = Archive::open(&path).unwrap();
+        let t = archive.tag("int8").unwrap();
+        let q = t.param("w").unwrap().view().to_vec::<i8>().unwrap();
+        assert_eq!(q, want_q, "per_channel {per_channel}");
+        let s = f32s(&archive, "int8", "w@scale");
+        let s_bits: Vec<u32> = s.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(s_bits, want_s, "per_channel {per_channel}");
+        // What the exported graph computes: float32(q) * scale of the element's column.
+        let deq: Vec<f32> = q
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| f32::from(v) * s[if per_channel { i % 4 } else { 0 }])
+            .collect();
+        let deq_bits: Vec<u32> = deq.iter().map(|v| v.to_bits()).collect();
+        let want_bits: Vec<u32> = want_deq.to_vec();
+        assert_eq!(deq_bits, want_bits, "per_channel {per_channel}");
+        // diff dequantizes the same way: its error is the largest |x - deq|.
+        let d = diff_tags(&archive, "base", "int8").unwrap();
+        let c = d.changed.iter().find(|c| c.name == "w").unwrap();
+        let want_abs = x
+            .iter()
+            .zip(&deq)
+            .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
+            .fold(0f64, f64::max);
+        assert!(c.dequantized);
+        assert_eq!(c.max_abs_diff, Some(want_abs));
+        let range = x.iter().map(|v| f64::from(v.abs())).fold(0f64, f64::max);
+        assert_eq!(c.max_rel_diff, Some(want_abs / range));
+    }
+}
+
+#[test]
+fn quantize_refuses_a_cast_variant_without_a_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = one_param(dir.path(), vec![2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    cast(&path, "base", "fp16", DType::Fp16, &fast()).unwrap();
+    // Before the fix this quantized the FP16 copies and recorded "fp16" as the source.
+    let e = quantize(&path, "fp16", "int8", &QuantizeOptions::default(), &fast()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::InvalidInput(_)), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("tag \"fp16\" is a cast variant (FP16)")
+            && text.contains("quantize its source tag \"base\" instead"),
+        "{text}"
+    );
+    assert_eq!(Archive::open(&path).unwrap().tags(), ["base", "fp16"]);
+    // A tag that holds FP16 values of its own (no cast record) is a float tag: quantized.
+    let dir = tempfile::tempdir().unwrap();
+    let v: Vec<half::f16> = [1.0f32, -2.0, 0.5, 4.0]
+        .iter()
+        .map(|&x| half::f16::from_f32(x))
+        .collect();
+    let tag = TagBuilder::new("half").param("w", Tensor::from_slice(vec![2, 2], &v).unwrap());
+    let path = archive_with(dir.path(), tag);
+    let r = quantize(&path, "half", "int8", &QuantizeOptions::default(), &fast()).unwrap();
+    assert_eq!(quantized_names(&r), [("w".to_string(), None)]);
+}

@@ -263,3 +263,98 @@ fn variants_of_variants_are_refused_in_one_line() {
     let tags_after = json_of(modelzip().arg("tags").arg(&a).arg("--json"));
     assert_eq!(tags_after, tags_before);
 }
+
+/// An archive with tag fp32: parameter `w` of dims [2, 2] holding `values`.
+fn archive_of(dir: &Path, values: &[f32]) -> PathBuf {
+    let a = dir.join("v.zip");
+    let mut w = modelzip::ArchiveWriter::create(&a).unwrap();
+    w.add_tag(modelzip::TagBuilder::new("fp32").param(
+        "w",
+        modelzip::Tensor::from_slice(vec![2, 2], values).unwrap(),
+    ))
+    .unwrap();
+    w.finish().unwrap();
+    a
+}
+
+fn tags_of(a: &Path) -> Value {
+    json_of(modelzip().arg("tags").arg(a).arg("--json"))
+}
+
+#[test]
+fn unrepresentable_values_are_refused_with_the_flag_to_allow_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = archive_of(dir.path(), &[0.5, 1e6, 2.0, -1e6]);
+    let before = tags_of(&a);
+    let e = expect_error(modelzip().arg("cast").arg(&a).args([
+        "--from", "fp32", "--tag", "fp16", "--dtype", "fp16", "--wait",
+    ]));
+    assert!(
+        e.contains("parameter \"w\": 2 value(s) are beyond FP16's range")
+            && e.contains("first at flat index 1: 1000000")
+            && e.ends_with("pass --allow-overflow to cast anyway"),
+        "{e}"
+    );
+    assert_eq!(tags_of(&a), before, "nothing written");
+    let doc = json_of(modelzip().arg("cast").arg(&a).args([
+        "--from",
+        "fp32",
+        "--tag",
+        "fp16",
+        "--dtype",
+        "fp16",
+        "--allow-overflow",
+        "--json",
+        "--wait",
+    ]));
+    let w = param(&doc, "w");
+    assert_eq!((&w["overflowed"], &w["non_finite"]), (&2.into(), &0.into()));
+    let out = modelzip()
+        .arg("cast")
+        .arg(&a)
+        .args([
+            "--from",
+            "fp32",
+            "--tag",
+            "fp16b",
+            "--dtype",
+            "fp16",
+            "--allow-overflow",
+            "--wait",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("; 2 value(s) beyond range stored as +-inf"),
+        "{text}"
+    );
+
+    std::fs::create_dir(dir.path().join("q")).unwrap();
+    let a = archive_of(&dir.path().join("q"), &[1.0, f32::NAN, 2.0, 3.0]);
+    let e = expect_error(modelzip().arg("quantize").arg(&a).args([
+        "--from",
+        "fp32",
+        "--tag",
+        "int8",
+        "--per-channel",
+        "--wait",
+    ]));
+    assert!(
+        e.contains(
+            "parameter \"w\": 1 value(s) are NaN or infinite (the first at flat index 1: NaN)"
+        ) && e.ends_with("pass --allow-non-finite to quantize anyway"),
+        "{e}"
+    );
+    let doc = json_of(modelzip().arg("quantize").arg(&a).args([
+        "--from",
+        "fp32",
+        "--tag",
+        "int8",
+        "--per-channel",
+        "--allow-non-finite",
+        "--json",
+        "--wait",
+    ]));
+    assert_eq!(param(&doc, "w")["non_finite"], 1);
+}
