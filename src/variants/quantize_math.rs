@@ -17,15 +17,25 @@ fn quantize_one(x: f32, scale: f32) -> i8 {
     (x / scale).round_ties_even().clamp(-127.0, 127.0) as i8
 }
 
+/// The scale of a tensor (or channel) whose largest finite magnitude is `max_abs`. A
+/// `max_abs` below 127 × 2^-150 (≈ 8.9e-44, a few subnormals) would give scale 0 and
+/// quantize every value to 0: the smallest subnormal, 2^-149, is used instead, of which
+/// every such value is an exact multiple below 64 (so `q × scale` is the value itself).
 fn scale_of(max_abs: f32) -> f32 {
-    if max_abs.is_finite() {
-        max_abs / 127.0
+    if !max_abs.is_finite() {
+        return 0.0;
+    }
+    let scale = max_abs / 127.0;
+    if scale == 0.0 && max_abs > 0.0 {
+        f32::from_bits(1)
     } else {
-        0.0
+        scale
     }
 }
 
 /// Quantizes `values` with one scale for the whole tensor: scale = max|x| / 127.
+/// NaN and ±inf quantize to 0 and are left out of max|x|: a caller that must not lose
+/// them checks first ([`quantize`](super::quantize) refuses them unless allowed).
 pub fn per_tensor(values: &[f32]) -> Quantized {
     let max_abs = values
         .iter()
@@ -38,7 +48,8 @@ pub fn per_tensor(values: &[f32]) -> Quantized {
     }
 }
 
-/// Quantizes `values` of shape `dims` with one scale per index along `axis`.
+/// Quantizes `values` of shape `dims` with one scale per index along `axis`
+/// (NaN and ±inf as in [`per_tensor`]).
 /// Returns `None` when `axis` is out of range or dims do not match the length.
 pub fn per_channel(values: &[f32], dims: &[u64], axis: usize) -> Option<Quantized> {
     let channels = usize::try_from(*dims.get(axis)?).ok()?;
@@ -103,6 +114,21 @@ mod tests {
         assert_eq!(q.values[2], -127);
         assert!(per_channel(&v, &[2, 3], 2).is_none());
         assert!(per_channel(&v, &[4, 3], 0).is_none());
+    }
+
+    #[test]
+    fn tiny_subnormal_ranges_keep_their_values() {
+        // max|x| = 63 × 2^-149: max / 127 rounds to 0, which quantized everything to 0.
+        let v = [f32::from_bits(5), -f32::from_bits(63), 0.0];
+        let q = per_tensor(&v);
+        assert_eq!(q.scales, vec![f32::from_bits(1)]);
+        assert_eq!(q.values, vec![5, -63, 0]);
+        for (x, &qi) in v.iter().zip(&q.values) {
+            assert_eq!(f32::from(qi) * q.scales[0], *x);
+        }
+        let q = per_channel(&[f32::from_bits(2), 1.0], &[1, 2], 1).unwrap();
+        assert_eq!(q.scales, vec![f32::from_bits(1), 1.0 / 127.0]);
+        assert_eq!(q.values, vec![2, 127]);
     }
 
     #[test]

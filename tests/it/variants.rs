@@ -943,3 +943,79 @@ fn quantize_refuses_a_cast_variant_without_a_graph() {
     let r = quantize(&path, "half", "int8", &QuantizeOptions::default(), &fast()).unwrap();
     assert_eq!(quantized_names(&r), [("w".to_string(), None)]);
 }
+
+#[test]
+fn edge_shapes_and_non_float_params() {
+    for per_channel in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let tag = TagBuilder::new("base")
+            .param("scalar", Tensor::from_slice(vec![], &[3.0f32]).unwrap())
+            .param(
+                "vec",
+                Tensor::from_slice(vec![3], &[1.0f32, 2.0, 3.0]).unwrap(),
+            )
+            .param("rows0", Tensor::from_slice::<f32>(vec![0, 3], &[]).unwrap())
+            .param("cols0", Tensor::from_slice::<f32>(vec![3, 0], &[]).unwrap())
+            .param(
+                "zeros",
+                Tensor::from_slice(vec![2, 3], &[0.0f32; 6]).unwrap(),
+            )
+            .param(
+                "ids",
+                Tensor::from_slice(vec![2, 2], &[1i64, 2, 3, 4]).unwrap(),
+            )
+            .param(
+                "bytes",
+                Tensor::from_slice(vec![2, 2], &[1u8, 2, 3, 4]).unwrap(),
+            );
+        let path = archive_with(dir.path(), tag);
+        let opts = QuantizeOptions { per_channel };
+        let r = quantize(&path, "base", "int8", &opts, &fast()).unwrap();
+        // Rank >= 2 float params only; an empty one gets scales of its channel count.
+        let axis = |a| if per_channel { Some(a) } else { None };
+        assert_eq!(
+            quantized_names(&r),
+            [
+                ("rows0".to_string(), axis(1)),
+                ("cols0".to_string(), axis(1)),
+                ("zeros".to_string(), axis(1)),
+            ]
+        );
+        let archive = Archive::open(&path).unwrap();
+        let dims = |n: &str| {
+            archive
+                .tag("int8")
+                .unwrap()
+                .param(n)
+                .unwrap()
+                .view()
+                .dims()
+                .to_vec()
+        };
+        let want = |c: u64| if per_channel { vec![c] } else { vec![1] };
+        assert_eq!(dims("rows0@scale"), want(3));
+        assert_eq!(dims("cols0@scale"), want(0));
+        // An all-zero tensor: scale 0, q 0, no division by zero, and diff says error 0.
+        assert!(
+            f32s(&archive, "int8", "zeros@scale")
+                .iter()
+                .all(|&s| s == 0.0)
+        );
+        let t = archive.tag("int8").unwrap();
+        assert_eq!(
+            t.param("zeros").unwrap().view().to_vec::<i8>().unwrap(),
+            [0; 6]
+        );
+        let d = diff_tags(&archive, "base", "int8").unwrap();
+        let z = d.changed.iter().find(|c| c.name == "zeros").unwrap();
+        assert_eq!((z.max_abs_diff, z.max_rel_diff), (Some(0.0), None));
+        for n in ["scalar", "vec", "ids", "bytes"] {
+            assert!(d.shared.iter().any(|s| s == n), "{n} shared: {d:?}");
+        }
+        let v = Archive::open(&path).unwrap().verify();
+        assert!(v.is_ok(), "{v:?}");
+        let c = cast(&path, "base", "fp16", DType::Fp16, &fast()).unwrap();
+        let cast_names: Vec<&str> = c.changed().map(|p| p.name.as_str()).collect();
+        assert_eq!(cast_names, ["scalar", "vec", "rows0", "cols0", "zeros"]);
+    }
+}
