@@ -49,11 +49,14 @@ pub struct ParamDiff {
     pub dims_b: Vec<u64>,
     /// True when an INT8 side was dequantized with its `<name>@scale` before comparing.
     pub dequantized: bool,
-    /// Largest |a − b| over the elements; `None` when the values cannot be compared
-    /// (different dims, non-float dtypes, an INT8 side without usable scales).
+    /// Largest |a − b| over the elements (compared as FP32 widened to f64); `None` when
+    /// the values cannot be compared (different dims, non-float dtypes, an INT8 side
+    /// without usable scales). NaN against NaN and an infinity against the same infinity
+    /// count as equal; NaN against anything else, or an infinity against anything else,
+    /// make it +inf.
     pub max_abs_diff: Option<f64>,
-    /// `max_abs_diff` divided by the largest |a| (the first tag's range); `None` when not
-    /// comparable or when the first tensor is all zeros.
+    /// `max_abs_diff` divided by the largest finite |a| (the first tag's range); `None`
+    /// when not comparable or when the first tensor has no finite nonzero value.
     pub max_rel_diff: Option<f64>,
 }
 

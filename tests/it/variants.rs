@@ -1019,3 +1019,33 @@ fn edge_shapes_and_non_float_params() {
         assert_eq!(cast_names, ["scalar", "vec", "rows0", "cols0", "zeros"]);
     }
 }
+
+#[test]
+fn diff_of_non_finite_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = |name: &str, v: &[f32]| {
+        TagBuilder::new(name).param("w", Tensor::from_slice(vec![v.len() as u64], v).unwrap())
+    };
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let path = dir.path().join("m.zip");
+    let mut w = ArchiveWriter::create_with(&path, &fast()).unwrap();
+    w.add_tag(t("a", &[nan, inf, 1.0, -2.0])).unwrap();
+    w.add_tag(t("close", &[nan, inf, 1.0, -2.5])).unwrap();
+    w.add_tag(t("nan", &[1.0, inf, 1.0, -2.0])).unwrap();
+    w.add_tag(t("neg", &[nan, -inf, 1.0, -2.0])).unwrap();
+    w.add_tag(t("zero", &[-0.0, 0.0])).unwrap();
+    w.add_tag(t("zero2", &[0.0, 0.0])).unwrap();
+    w.finish().unwrap();
+    let archive = Archive::open(&path).unwrap();
+    let one = |a: &str, b: &str| {
+        let d = diff_tags(&archive, a, b).unwrap();
+        assert_eq!(d.changed.len(), 1, "{d:?}");
+        (d.changed[0].max_abs_diff, d.changed[0].max_rel_diff)
+    };
+    // NaN = NaN and inf = inf; the range is the largest finite |a|.
+    assert_eq!(one("a", "close"), (Some(0.5), Some(0.25)));
+    assert_eq!(one("a", "nan"), (Some(f64::INFINITY), Some(f64::INFINITY)));
+    assert_eq!(one("a", "neg"), (Some(f64::INFINITY), Some(f64::INFINITY)));
+    // -0.0 and 0.0 differ in bytes, not in value; an all-zero range has no relative.
+    assert_eq!(one("zero", "zero2"), (Some(0.0), None));
+}
