@@ -874,10 +874,13 @@ const NP_DEQ_CHANNEL: [u32; 12] = [
     0xbbce69a0, 0x0, 0x42d74757,
 ];
 
+/// Per channel or not, then numpy's q, scale bits and dequantized bits.
+type NumpyCase = (bool, &'static [i8], &'static [u32], &'static [u32]);
+
 #[test]
 fn quantize_matches_numpy_to_the_bit_and_diff_measures_the_dequantized_error() {
     let x: Vec<f32> = NP_X.iter().map(|&b| f32::from_bits(b)).collect();
-    let cases: [(bool, &[i8], &[u32], &[u32]); 2] = [
+    let cases: [NumpyCase; 2] = [
         (false, &NP_Q_TENSOR, &NP_SCALE_TENSOR, &NP_DEQ_TENSOR),
         (true, &NP_Q_CHANNEL, &NP_SCALE_CHANNEL, &NP_DEQ_CHANNEL),
     ];
