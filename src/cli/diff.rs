@@ -13,7 +13,9 @@ use std::path::PathBuf;
 /// shared (one file) and which are copies (two files). For changed float
 /// parameters of equal dims, the largest absolute difference and that difference
 /// relative to TAG_A's largest magnitude; an INT8 parameter with a <name>@scale
-/// sibling is dequantized first. Also says whether the graphs differ.
+/// sibling is dequantized first. NaN = NaN and inf = inf; any other pair with a
+/// NaN or inf makes the difference inf, and the line then counts those pairs and
+/// gives the difference of the finite values. Also says whether the graphs differ.
 ///
 /// Example:
 ///   modelzip diff model.zip fp32 int8
@@ -49,7 +51,7 @@ impl serde::Serialize for ChangedJson {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let c = &self.0;
-        let mut m = s.serialize_map(Some(8))?;
+        let mut m = s.serialize_map(Some(11))?;
         m.serialize_entry("name", &c.name)?;
         m.serialize_entry("dtype_a", c.dtype_a.name())?;
         m.serialize_entry("dtype_b", c.dtype_b.name())?;
@@ -58,6 +60,9 @@ impl serde::Serialize for ChangedJson {
         m.serialize_entry("dequantized", &c.dequantized)?;
         m.serialize_entry("max_abs_diff", &num(c.max_abs_diff))?;
         m.serialize_entry("max_rel_diff", &num(c.max_rel_diff))?;
+        m.serialize_entry("non_finite_mismatches", &c.non_finite_mismatches)?;
+        m.serialize_entry("finite_max_abs_diff", &num(c.finite_max_abs_diff))?;
+        m.serialize_entry("finite_max_rel_diff", &num(c.finite_max_rel_diff))?;
         m.end()
     }
 }
@@ -147,9 +152,19 @@ fn text(d: &TagComparison<'_>, out: &mut impl Write) -> std::io::Result<()> {
         } else {
             format!("{:?} -> {:?}", c.dims_a, c.dims_b)
         };
+        let non_finite = if c.non_finite_mismatches > 0 {
+            format!(
+                " ({} NaN/inf mismatch(es); finite values: max abs {} rel {})",
+                c.non_finite_mismatches,
+                fmt_num(c.finite_max_abs_diff),
+                fmt_num(c.finite_max_rel_diff)
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "~ {:<32} {:<14} {:<16} max abs {} rel {}{}",
+            "~ {:<32} {:<14} {:<16} max abs {} rel {}{}{non_finite}",
             clean(&c.name),
             types,
             dims,

@@ -58,6 +58,15 @@ pub struct ParamDiff {
     /// `max_abs_diff` divided by the largest finite |a| (the first tag's range); `None`
     /// when not comparable or when the first tensor has no finite nonzero value.
     pub max_rel_diff: Option<f64>,
+    /// Elements where the two sides differ and one of them is NaN or ±inf (each makes
+    /// `max_abs_diff` +inf); 0 when not comparable.
+    pub non_finite_mismatches: u64,
+    /// `max_abs_diff` over the elements finite on both sides: the error of the rest of
+    /// the tensor when `non_finite_mismatches` makes `max_abs_diff` +inf (equal to it
+    /// otherwise).
+    pub finite_max_abs_diff: Option<f64>,
+    /// `finite_max_abs_diff` divided by the same range as `max_rel_diff`.
+    pub finite_max_rel_diff: Option<f64>,
 }
 
 /// What [`diff_tags`] found.
@@ -122,6 +131,9 @@ struct Change {
     dequantized: bool,
     max_abs_diff: Option<f64>,
     max_rel_diff: Option<f64>,
+    non_finite_mismatches: u64,
+    finite_max_abs_diff: Option<f64>,
+    finite_max_rel_diff: Option<f64>,
 }
 
 /// Two tags compared, holding a few bytes per parameter beside the tags' own tables (no
@@ -235,6 +247,9 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
                 dequantized: d.dequantized,
                 max_abs_diff: d.max_abs_diff,
                 max_rel_diff: d.max_rel_diff,
+                non_finite_mismatches: d.non_finite_mismatches,
+                finite_max_abs_diff: d.finite_max_abs_diff,
+                finite_max_rel_diff: d.finite_max_rel_diff,
             });
             (c.changes.len() - 1) as u32
         };
@@ -366,6 +381,9 @@ impl<'a> TagComparison<'a> {
                     dequantized: ch.dequantized,
                     max_abs_diff: ch.max_abs_diff,
                     max_rel_diff: ch.max_rel_diff,
+                    non_finite_mismatches: ch.non_finite_mismatches,
+                    finite_max_abs_diff: ch.finite_max_abs_diff,
+                    finite_max_rel_diff: ch.finite_max_rel_diff,
                 })
             })
     }
@@ -446,6 +464,9 @@ fn compare(
         dequantized: false,
         max_abs_diff: None,
         max_rel_diff: None,
+        non_finite_mismatches: 0,
+        finite_max_abs_diff: None,
+        finite_max_rel_diff: None,
     };
     if va.dims() != vb.dims() {
         return Ok(d);
@@ -454,24 +475,29 @@ fn compare(
         return Ok(d);
     };
     d.dequantized = qa || qb;
-    let mut max_abs = 0f64;
+    let mut finite_max_abs = 0f64;
+    let mut mismatches = 0u64;
     let mut range = 0f64;
     for (&a, &b) in xa.iter().zip(&xb) {
         let (a, b) = (f64::from(a), f64::from(b));
-        if a.is_nan() && b.is_nan() {
-            continue;
-        }
-        let diff = if a == b { 0.0 } else { (a - b).abs() };
-        max_abs = if diff.is_nan() {
-            f64::INFINITY
-        } else {
-            max_abs.max(diff)
-        };
         if a.is_finite() {
             range = range.max(a.abs());
         }
+        if a.is_finite() && b.is_finite() {
+            finite_max_abs = finite_max_abs.max((a - b).abs());
+        } else if !(a == b || a.is_nan() && b.is_nan()) {
+            mismatches += 1;
+        }
     }
+    let max_abs = if mismatches > 0 {
+        f64::INFINITY
+    } else {
+        finite_max_abs
+    };
     d.max_abs_diff = Some(max_abs);
     d.max_rel_diff = (range > 0.0).then(|| max_abs / range);
+    d.non_finite_mismatches = mismatches;
+    d.finite_max_abs_diff = Some(finite_max_abs);
+    d.finite_max_rel_diff = (range > 0.0).then(|| finite_max_abs / range);
     Ok(d)
 }

@@ -1045,10 +1045,23 @@ fn diff_of_non_finite_values() {
         assert_eq!(d.changed.len(), 1, "{d:?}");
         (d.changed[0].max_abs_diff, d.changed[0].max_rel_diff)
     };
+    let finite = |a: &str, b: &str| {
+        let d = diff_tags(&archive, a, b).unwrap();
+        let c = &d.changed[0];
+        (
+            c.non_finite_mismatches,
+            c.finite_max_abs_diff,
+            c.finite_max_rel_diff,
+        )
+    };
     // NaN = NaN and inf = inf; the range is the largest finite |a|.
     assert_eq!(one("a", "close"), (Some(0.5), Some(0.25)));
+    assert_eq!(finite("a", "close"), (0, Some(0.5), Some(0.25)));
     assert_eq!(one("a", "nan"), (Some(f64::INFINITY), Some(f64::INFINITY)));
     assert_eq!(one("a", "neg"), (Some(f64::INFINITY), Some(f64::INFINITY)));
+    // The mismatched NaN/inf are counted, and the finite values' error is still given.
+    assert_eq!(finite("a", "nan"), (1, Some(0.0), Some(0.0)));
+    assert_eq!(finite("nan", "close"), (1, Some(0.5), Some(0.25)));
     // -0.0 and 0.0 differ in bytes, not in value; an all-zero range has no relative.
     assert_eq!(one("zero", "zero2"), (Some(0.0), None));
 }

@@ -357,4 +357,31 @@ fn unrepresentable_values_are_refused_with_the_flag_to_allow_them() {
         "--wait",
     ]));
     assert_eq!(param(&doc, "w")["non_finite"], 1);
+    // diff: the NaN quantized to 0 makes the difference inf; the pair is counted and
+    // the finite values' error given beside it.
+    let d = json_of(
+        modelzip()
+            .arg("diff")
+            .arg(&a)
+            .args(["fp32", "int8", "--json"]),
+    );
+    let w = &d["changed"][0];
+    assert_eq!(
+        (&w["max_abs_diff"], &w["non_finite_mismatches"]),
+        (&Value::from("inf"), &Value::from(1))
+    );
+    assert!(w["finite_max_abs_diff"].as_f64().unwrap() < 0.02, "{w}");
+    let out = modelzip()
+        .arg("diff")
+        .arg(&a)
+        .args(["fp32", "int8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "max abs inf rel inf (dequantized) (1 NaN/inf mismatch(es); finite values: max abs "
+        ),
+        "{text}"
+    );
 }
