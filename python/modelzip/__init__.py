@@ -781,16 +781,42 @@ def export_model(
 
 
 def quantize(
-    archive: PathLike, source: str, tag: str, *, per_channel: bool = True, wait: bool = False
+    archive: PathLike,
+    source: str,
+    tag: str,
+    *,
+    per_channel: bool = True,
+    wait: bool = False,
+    allow_non_finite: bool = False,
 ) -> Dict[str, Any]:
     """Derives an INT8 tag ``tag`` from float tag ``source`` (like ``modelzip quantize``):
     symmetric INT8 weights with their scales, per output channel by default; parameters
     that are not quantized are shared with ``source`` at no cost, and the graph (if any)
-    dequantizes so Paddle runs the variant. Returns the variant report."""
-    return _modelzip.quantize(_local(archive, "quantize in"), source, tag, per_channel, wait)
+    dequantizes so Paddle runs the variant. A parameter holding NaN or ±inf is refused
+    (``ModelzipError`` kind ``unrepresentable_values``) unless ``allow_non_finite``: then
+    those values are stored as 0 and left out of the scale. Returns the variant report
+    (each parameter's ``non_finite`` count included)."""
+    return _modelzip.quantize(
+        _local(archive, "quantize in"), source, tag, per_channel, wait, allow_non_finite
+    )
 
 
-def cast(archive: PathLike, source: str, tag: str, dtype: str, *, wait: bool = False) -> Dict[str, Any]:
+def cast(
+    archive: PathLike,
+    source: str,
+    tag: str,
+    dtype: str,
+    *,
+    wait: bool = False,
+    allow_non_finite: bool = False,
+    allow_overflow: bool = False,
+) -> Dict[str, Any]:
     """Derives an ``"FP16"`` or ``"BF16"`` tag ``tag`` from float tag ``source`` (like
-    ``modelzip cast``). Returns the variant report."""
-    return _modelzip.cast(_local(archive, "cast in"), source, tag, dtype, wait)
+    ``modelzip cast``). A parameter holding NaN or ±inf, or finite values beyond the
+    dtype's range (which would become ±inf), is refused (``ModelzipError`` kind
+    ``unrepresentable_values``) unless ``allow_non_finite`` / ``allow_overflow``. Returns
+    the variant report (each parameter's ``non_finite``, ``overflowed`` and
+    ``underflowed`` counts included)."""
+    return _modelzip.cast(
+        _local(archive, "cast in"), source, tag, dtype, wait, allow_non_finite, allow_overflow
+    )

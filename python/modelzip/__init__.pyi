@@ -176,8 +176,21 @@ def export_model(
     external_data: bool = False,
 ) -> Dict[str, Any]: ...
 def quantize(
-    archive: PathLike, source: str, tag: str, *, per_channel: bool = True, wait: bool = False
+    archive: PathLike,
+    source: str,
+    tag: str,
+    *,
+    per_channel: bool = True,
+    wait: bool = False,
+    allow_non_finite: bool = False,
 ) -> Dict[str, Any]: ...
 def cast(
-    archive: PathLike, source: str, tag: str, dtype: str, *, wait: bool = False
+    archive: PathLike,
+    source: str,
+    tag: str,
+    dtype: str,
+    *,
+    wait: bool = False,
+    allow_non_finite: bool = False,
+    allow_overflow: bool = False,
 ) -> Dict[str, Any]: ...

@@ -1185,6 +1185,9 @@ fn variant_report<'py>(
         item.set_item("change", format!("{:?}", p.change))?;
         item.set_item("shared", p.shared)?;
         item.set_item("stored_bytes", p.stored_bytes)?;
+        item.set_item("non_finite", p.non_finite)?;
+        item.set_item("overflowed", p.overflowed)?;
+        item.set_item("underflowed", p.underflowed)?;
         params.append(item)?;
     }
     d.set_item("params", params)?;
@@ -1193,7 +1196,7 @@ fn variant_report<'py>(
 
 /// Derives an INT8 tag from a float tag (`modelzip quantize`).
 #[pyfunction]
-#[pyo3(signature = (archive, source, tag, per_channel=true, wait=false))]
+#[pyo3(signature = (archive, source, tag, per_channel=true, wait=false, allow_non_finite=false))]
 fn quantize<'py>(
     py: Python<'py>,
     archive: PathBuf,
@@ -1201,11 +1204,18 @@ fn quantize<'py>(
     tag: &str,
     per_channel: bool,
     wait: bool,
+    allow_non_finite: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let write = write_options(wait);
     let opts = modelzip::variants::QuantizeOptions { per_channel };
+    let allow = modelzip::variants::AllowValues {
+        non_finite: allow_non_finite,
+        overflow: false,
+    };
     let r = py
-        .detach(|| modelzip::variants::quantize(&archive, source, tag, &opts, &write))
+        .detach(|| {
+            modelzip::variants::quantize_allowing(&archive, source, tag, &opts, &allow, &write)
+        })
         .map_err(|e| e.in_file(&archive))
         .or_raise(py)?;
     variant_report(py, &r)
@@ -1213,7 +1223,8 @@ fn quantize<'py>(
 
 /// Derives an FP16 or BF16 tag from a float tag (`modelzip cast`).
 #[pyfunction]
-#[pyo3(signature = (archive, source, tag, dtype, wait=false))]
+#[pyo3(signature = (archive, source, tag, dtype, wait=false, allow_non_finite=false, allow_overflow=false))]
+#[allow(clippy::too_many_arguments)]
 fn cast<'py>(
     py: Python<'py>,
     archive: PathBuf,
@@ -1221,11 +1232,17 @@ fn cast<'py>(
     tag: &str,
     dtype: &str,
     wait: bool,
+    allow_non_finite: bool,
+    allow_overflow: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dtype = DType::from_name(dtype).or_raise(py)?;
     let write = write_options(wait);
+    let allow = modelzip::variants::AllowValues {
+        non_finite: allow_non_finite,
+        overflow: allow_overflow,
+    };
     let r = py
-        .detach(|| modelzip::variants::cast(&archive, source, tag, dtype, &write))
+        .detach(|| modelzip::variants::cast_allowing(&archive, source, tag, dtype, &allow, &write))
         .map_err(|e| e.in_file(&archive))
         .or_raise(py)?;
     variant_report(py, &r)

@@ -125,3 +125,29 @@ def test_exports_read_archives_at_urls_and_refuse_to_write_to_urls(tmp, monkeypa
             export()
         assert e.value.kind == "invalid_input" and "s3://bucket/" in str(e.value)
     assert not (tmp / "s3:").exists()
+
+
+def test_unrepresentable_values_are_refused_unless_allowed(tmp):
+    path = tmp / "m.zip"
+    w = np.array([[1.0, 1e6, -2.0], [np.nan, 0.5, np.inf]], np.float32)
+    modelzip.save(path, "fp32", {"w": w, "b": np.ones(3, np.float32)})
+    before = path.read_bytes()
+    for call in (
+        lambda: modelzip.quantize(path, "fp32", "int8"),
+        lambda: modelzip.cast(path, "fp32", "fp16", "FP16"),
+        lambda: modelzip.cast(path, "fp32", "fp16", "FP16", allow_non_finite=True),
+    ):
+        with pytest.raises(modelzip.ModelzipError) as e:
+            call()
+        assert e.value.kind == "unrepresentable_values" and '"w"' in str(e.value), e.value
+        assert path.read_bytes() == before  # nothing written
+    q = modelzip.quantize(path, "fp32", "int8", allow_non_finite=True)
+    qw = next(p for p in q["params"] if p["name"] == "w")
+    assert qw["dtype"] == "INT8" and qw["non_finite"] == 2
+    c = modelzip.cast(path, "fp32", "fp16", "FP16", allow_non_finite=True, allow_overflow=True)
+    cw = next(p for p in c["params"] if p["name"] == "w")
+    assert (cw["non_finite"], cw["overflowed"], cw["underflowed"]) == (2, 1, 0)
+    with modelzip.open(path) as ar:
+        h = ar["fp16"]["w"]
+        assert h.dtype == np.float16 and np.isposinf(h[0, 1]) and np.isnan(h[1, 0])
+        assert np.isposinf(h[1, 2]) and h[0, 0] == 1.0
