@@ -222,7 +222,7 @@ pub enum ErrorKind {
     /// ([`AllowValues`](crate::variants::AllowValues), named by `allow`).
     #[error(
         "parameter {param:?}: {count} value(s) {problem} (the first at flat index {first_index}: \
-         {first_value}); {consequence}; refused unless AllowValues::{allow} allows them"
+         {first_value}); {consequence}; refused unless such values are allowed"
     )]
     UnrepresentableValues {
         /// The parameter.

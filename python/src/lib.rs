@@ -70,7 +70,14 @@ fn raise(py: Python<'_>, e: Error) -> PyErr {
     if let Err(signal) = py.check_signals() {
         return signal;
     }
-    raise_kind(py, &kind_name(e.kind()), &e.to_string())
+    // The library names no way to allow such values; Python's is a keyword argument.
+    let hint = match e.kind() {
+        ErrorKind::UnrepresentableValues { allow, .. } => {
+            format!("; pass allow_{allow}=True to allow them")
+        }
+        _ => String::new(),
+    };
+    raise_kind(py, &kind_name(e.kind()), &format!("{e}{hint}"))
 }
 
 fn raise_kind(py: Python<'_>, kind: &str, message: &str) -> PyErr {

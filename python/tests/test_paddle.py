@@ -140,6 +140,7 @@ def test_unrepresentable_values_are_refused_unless_allowed(tmp):
         with pytest.raises(modelzip.ModelzipError) as e:
             call()
         assert e.value.kind == "unrepresentable_values" and '"w"' in str(e.value), e.value
+        assert "pass allow_" in str(e.value) and "=True" in str(e.value), e.value
         assert path.read_bytes() == before  # nothing written
     q = modelzip.quantize(path, "fp32", "int8", allow_non_finite=True)
     qw = next(p for p in q["params"] if p["name"] == "w")
