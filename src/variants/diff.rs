@@ -2,7 +2,7 @@
 //! which of the identical ones share a file and which are copies.
 
 use crate::archive::{Archive, Tag};
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::tensor::{DType, TensorView};
 use std::hash::BuildHasher;
 
@@ -205,6 +205,8 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
         in_a: vec![false; pb_all.len()],
         changes: Vec::new(),
     };
+    // Per-channel axes of each side's INT8 params, read from metadata.json once.
+    let (axes_a, axes_b) = (QuantAxes::default(), QuantAxes::default());
     for pa in pa_all {
         let h = hasher.hash_one(pa.name.as_str());
         let Some(&ib) = in_b.find(h, |&j| pb_all[j as usize].name == pa.name) else {
@@ -242,7 +244,7 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
         {
             COPIED
         } else {
-            let d = compare(&pa.name, &ta, &va, &tb, &vb)?;
+            let d = compare(&pa.name, (&ta, &axes_a), &va, (&tb, &axes_b), &vb)?;
             c.changes.push(Change {
                 dequantized: d.dequantized,
                 max_abs_diff: d.max_abs_diff,
@@ -391,7 +393,11 @@ impl<'a> TagComparison<'a> {
 
 /// The values of `v` as f32, dequantizing INT8 with the tag's `<name>@scale`.
 /// `None` when they cannot be had. The bool says whether it dequantized.
-fn values(tag: &Tag<'_>, name: &str, v: &TensorView<'_>) -> Result<Option<(Vec<f32>, bool)>> {
+fn values(
+    (tag, axes): (&Tag<'_>, &QuantAxes),
+    name: &str,
+    v: &TensorView<'_>,
+) -> Result<Option<(Vec<f32>, bool)>> {
     if v.dtype().is_float() {
         return Ok(Some((v.to_f32_vec()?, false)));
     }
@@ -399,10 +405,12 @@ fn values(tag: &Tag<'_>, name: &str, v: &TensorView<'_>) -> Result<Option<(Vec<f
         return Ok(None);
     }
     let scale_name = format!("{name}@scale");
-    if !tag.params().iter().any(|p| p.name == scale_name) {
-        return Ok(None);
-    }
-    let st = tag.param(&scale_name)?;
+    // (By the tag's name index: a scan of its params per INT8 param was quadratic.)
+    let st = match tag.param(&scale_name) {
+        Ok(st) => st,
+        Err(e) if matches!(e.kind(), ErrorKind::ParamNotFound(..)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let sv = st.view();
     if !sv.dtype().is_float() {
         return Ok(None);
@@ -413,7 +421,7 @@ fn values(tag: &Tag<'_>, name: &str, v: &TensorView<'_>) -> Result<Option<(Vec<f
     let axis = if scales.len() == 1 {
         None
     } else {
-        match quantization_axis(tag, name) {
+        match axes.of(tag, name) {
             Some(a) if dims.get(a).is_some_and(|&c| c == scales.len() as u64) => Some(a),
             _ => return Ok(None),
         }
@@ -436,23 +444,44 @@ fn values(tag: &Tag<'_>, name: &str, v: &TensorView<'_>) -> Result<Option<(Vec<f
     Ok(Some((out, true)))
 }
 
-/// The per-channel axis metadata.json records for `name`, if any.
-fn quantization_axis(tag: &Tag<'_>, name: &str) -> Option<usize> {
-    let bytes = tag.metadata().ok()??;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let a = v
-        .get("quantization")?
-        .get("params")?
-        .get(name)?
-        .get("axis")?;
-    usize::try_from(a.as_u64()?).ok()
+/// The per-channel axes a tag's metadata.json records (`quantization.params.<name>.axis`),
+/// parsed on first use and kept: parsing it again for every INT8 param was quadratic.
+#[derive(Default)]
+struct QuantAxes(std::cell::OnceCell<std::collections::HashMap<String, usize>>);
+
+impl QuantAxes {
+    fn of(&self, tag: &Tag<'_>, name: &str) -> Option<usize> {
+        self.0
+            .get_or_init(|| {
+                let parsed = tag
+                    .metadata()
+                    .ok()
+                    .flatten()
+                    .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+                let Some(params) = parsed
+                    .as_ref()
+                    .and_then(|v| v.get("quantization")?.get("params")?.as_object())
+                else {
+                    return Default::default();
+                };
+                params
+                    .iter()
+                    .filter_map(|(k, p)| {
+                        let a = usize::try_from(p.get("axis")?.as_u64()?).ok()?;
+                        Some((k.clone(), a))
+                    })
+                    .collect()
+            })
+            .get(name)
+            .copied()
+    }
 }
 
 fn compare(
     name: &str,
-    ta: &Tag<'_>,
+    ta: (&Tag<'_>, &QuantAxes),
     va: &TensorView<'_>,
-    tb: &Tag<'_>,
+    tb: (&Tag<'_>, &QuantAxes),
     vb: &TensorView<'_>,
 ) -> Result<ParamDiff> {
     let mut d = ParamDiff {
