@@ -45,7 +45,9 @@ pub struct RemoteOptions {
     pub config: Vec<(String, String)>,
     /// How often a failed request is retried (default 3; object_store's backoff).
     pub max_retries: usize,
-    /// Time limit of one request (default 60 s).
+    /// Longest wait for the server (default 60 s): for the answer to a request (an upload's
+    /// body included), and then between two pieces of its body. A server that stalls fails
+    /// the request after this long; a long download that keeps arriving is not cut off.
     pub timeout: Duration,
     /// Bytes of the first request, from the end of the object (default 256 KiB, at least
     /// 64 KiB + 42): the end records, and the central directory and tags.txt of archives of
@@ -74,6 +76,10 @@ impl Default for RemoteOptions {
 /// cover it: tags.txt and the summary, written just before the directory, come along
 /// (the summary of a few thousand tags).
 const DIRECTORY_SLACK: u64 = 256 << 10;
+
+/// The whole-request time limit, in effect none: stalls are bounded by
+/// [`RemoteOptions::timeout`] instead.
+const NO_TOTAL_LIMIT: &str = "30days";
 
 /// Ranges closer than this are fetched as one request.
 const COALESCE: u64 = 1 << 20;
@@ -125,6 +131,7 @@ impl RemoteOptions {
             client,
             len: meta.size,
             e_tag: meta.e_tag.clone(),
+            meta,
         };
         let limits = RangedLimits {
             max_directory_size: self.max_directory_size,
@@ -163,8 +170,10 @@ impl Client {
             retry_timeout: opts.timeout.saturating_mul(2),
             ..Default::default()
         };
-        // Set as a config key, not with `with_client_options`: that would drop the client
-        // settings `from_env` read (AWS_ALLOW_HTTP, proxies, ...).
+        // Set as config keys, not with `with_client_options`: that would drop the client
+        // settings `from_env` read (AWS_ALLOW_HTTP, proxies, ...). The limit is on a stall
+        // (reqwest's read timeout), not on a whole request: a download of gigabytes takes
+        // as long as it takes while bytes arrive.
         let timeout = format!("{}ms", opts.timeout.as_millis());
         let bad_key = |k: &str, e: object_store::Error| invalid(format!("config key {k:?}: {e}"));
         fn client_key<K: std::str::FromStr<Err = object_store::Error>>(k: &str) -> Result<K> {
@@ -176,7 +185,8 @@ impl Client {
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_url(url)
                     .with_retry(retry)
-                    .with_config(client_key("timeout")?, &timeout);
+                    .with_config(client_key("read_timeout")?, &timeout)
+                    .with_config(client_key("timeout")?, NO_TOTAL_LIMIT);
                 // Create-only uploads in parts end with a copy that must not replace an
                 // object: S3 does that with a conditional CompleteMultipartUpload.
                 if std::env::var_os("AWS_COPY_IF_NOT_EXISTS").is_none() {
@@ -194,7 +204,8 @@ impl Client {
                 let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(url)
                     .with_retry(retry)
-                    .with_config(client_key("timeout")?, &timeout);
+                    .with_config(client_key("read_timeout")?, &timeout)
+                    .with_config(client_key("timeout")?, NO_TOTAL_LIMIT);
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
@@ -204,7 +215,8 @@ impl Client {
                 let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_url(url)
                     .with_retry(retry)
-                    .with_config(client_key("timeout")?, &timeout);
+                    .with_config(client_key("read_timeout")?, &timeout)
+                    .with_config(client_key("timeout")?, NO_TOTAL_LIMIT);
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
@@ -214,7 +226,8 @@ impl Client {
                 let origin = &parsed[..url::Position::BeforePath];
                 let mut client_opts = ClientOptions::new()
                     .with_allow_http(true)
-                    .with_timeout(opts.timeout);
+                    .with_timeout_disabled()
+                    .with_read_timeout(opts.timeout);
                 for (k, v) in &opts.config {
                     client_opts = client_opts.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
@@ -264,8 +277,8 @@ impl Client {
         self.block_on(async {
             let r = self.store.get_opts(&self.path, opts).await?;
             let meta = r.meta.clone();
-            let bytes = r.bytes().await?;
-            Ok((meta, Vec::from(bytes)))
+            let bytes = exact_body(r).await?;
+            Ok((meta, bytes))
         })
         .map_err(|e| remote_err(&self.url, e))
     }
@@ -278,11 +291,14 @@ impl Client {
     }
 }
 
-/// An object read by ranges, every request conditional on the first one's ETag.
+/// An object read by ranges, every request conditional on the first one's ETag (or,
+/// from a server that sends none, checked against its Last-Modified).
 struct Object {
     client: Client,
     len: u64,
     e_tag: Option<String>,
+    /// The first answer's metadata (its Last-Modified tells versions apart without ETag).
+    meta: ObjectMeta,
 }
 
 impl Object {
@@ -294,7 +310,11 @@ impl Object {
         };
         let got = self.client.store.get_opts(&self.client.path, opts).await?;
         // Also when a server ignores If-Match: a different version is never mixed in.
-        if got.meta.e_tag != self.e_tag || got.meta.size != self.len {
+        // Without ETags, Last-Modified tells versions apart (the epoch when absent too).
+        if got.meta.e_tag != self.e_tag
+            || got.meta.size != self.len
+            || (self.e_tag.is_none() && got.meta.last_modified != self.meta.last_modified)
+        {
             return Err(object_store::Error::Precondition {
                 path: self.client.path.to_string(),
                 source: format!(
@@ -304,7 +324,68 @@ impl Object {
                 .into(),
             });
         }
-        got.bytes().await
+        exact_body(got).await.map(bytes::Bytes::from)
+    }
+}
+
+/// A body of another length than the byte range its answer's headers announced.
+#[derive(Debug)]
+struct BodyLength {
+    range: Range<u64>,
+    got: u64,
+}
+
+impl std::fmt::Display for BodyLength {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let want = self.range.end - self.range.start;
+        let (a, b) = (self.range.start, self.range.end);
+        if self.got > want {
+            write!(
+                f,
+                "the server sent more than the {want} bytes of byte range {a}..{b} it announced"
+            )
+        } else {
+            write!(
+                f,
+                "the server sent {} bytes for byte range {a}..{b} ({want} bytes)",
+                self.got
+            )
+        }
+    }
+}
+
+impl std::error::Error for BodyLength {}
+
+/// Largest buffer reserved ahead for a body; a larger one grows as its bytes arrive (the
+/// length is the server's word until they have).
+const BODY_RESERVE: u64 = 64 << 20;
+
+/// The body of `got`, exactly the bytes of the range it announced: a shorter body (a
+/// well-framed answer that stops early) or a longer one (the surplus is not read) is an
+/// error naming the range, never bytes at the wrong offsets.
+async fn exact_body(got: object_store::GetResult) -> object_store::Result<Vec<u8>> {
+    let range = got.range.clone();
+    let want = range.end - range.start;
+    let mut buf = Vec::with_capacity(want.min(BODY_RESERVE) as usize);
+    let mut stream = got.into_stream();
+    while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+        let chunk = chunk?;
+        if buf.len() as u64 + chunk.len() as u64 > want {
+            let got = buf.len() as u64 + chunk.len() as u64;
+            return Err(body_length(range, got));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if buf.len() as u64 != want {
+        return Err(body_length(range, buf.len() as u64));
+    }
+    Ok(buf)
+}
+
+fn body_length(range: Range<u64>, got: u64) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "remote",
+        source: Box::new(BodyLength { range, got }),
     }
 }
 
@@ -327,10 +408,12 @@ impl RangeSource for Object {
             ))
             .map_err(|e| match e {
                 object_store::Error::Precondition { .. } => Error::new(ErrorKind::RemoteChanged {
-                    was: self.e_tag.clone().unwrap_or_default(),
+                    was: self.e_tag.clone().unwrap_or_else(|| {
+                        format!("last modified {}", self.meta.last_modified.to_rfc2822())
+                    }),
                 })
                 .in_file(&self.client.url),
-                e => remote_err(&self.client.url, e),
+                e => remote_err_reading(&self.client.url, e, ranges),
             })?;
         Ok(got.into_iter().map(Vec::from).collect())
     }
@@ -338,7 +421,20 @@ impl RangeSource for Object {
 
 /// An object_store error as ours: a range-ignoring server, a conflict or a plain failure.
 fn remote_err(url: &str, e: object_store::Error) -> Error {
-    let mut chain = e.to_string();
+    remote_err_reading(url, e, &[])
+}
+
+/// [`remote_err`] of a read of `ranges` (named in the message of a plain failure).
+fn remote_err_reading(url: &str, e: object_store::Error, ranges: &[Range<u64>]) -> Error {
+    // Our own finding about a body says all there is to say.
+    let ours = match &e {
+        object_store::Error::Generic { source, .. } => source.downcast_ref::<BodyLength>(),
+        _ => None,
+    };
+    let mut chain = match ours {
+        Some(b) => b.to_string(),
+        None => e.to_string(),
+    };
     let mut src = std::error::Error::source(&e);
     while let Some(s) = src {
         // object_store's messages often repeat their source's already.
@@ -363,7 +459,24 @@ fn remote_err(url: &str, e: object_store::Error) -> Error {
             ErrorKind::RangeNotSupported
         }
         _ if chain.contains("non-partial response") => ErrorKind::RangeNotSupported,
-        _ => ErrorKind::Remote(chain),
+        _ if ours.is_some() || ranges.is_empty() => ErrorKind::Remote(chain),
+        _ => {
+            let shown: Vec<String> = ranges
+                .iter()
+                .take(3)
+                .map(|r| format!("{}..{}", r.start, r.end))
+                .collect();
+            let more = if ranges.len() > 3 {
+                format!(" and {} more", ranges.len() - 3)
+            } else {
+                String::new()
+            };
+            let s = if ranges.len() == 1 { "" } else { "s" };
+            ErrorKind::Remote(format!(
+                "{chain} (reading byte range{s} {}{more})",
+                shown.join(", ")
+            ))
+        }
     };
     Error::new(kind).in_file(url)
 }

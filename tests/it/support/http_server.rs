@@ -1,8 +1,10 @@
 //! A small HTTP/1.1 file server on 127.0.0.1 for the remote-archive tests: GET and HEAD of
 //! in-memory objects with single byte ranges (`bytes=a-b`, `a-`, `-n`), an ETag per object
-//! version and If-Match. It counts requests and bytes served, and can misbehave on purpose:
-//! ignore Range (answer 200 with the whole body), cut bodies short, or replace an object
-//! right after a chosen request. Started by the test and stopped when dropped.
+//! version and If-Match. It counts requests and bytes served, and can misbehave on purpose
+//! (`Mode`): ignore Range (answer 200 with the whole body), cut bodies short, send bodies
+//! shorter or longer than announced, wrong Content-Ranges, 416s, a Content-Length of 2^62,
+//! stall or trickle, send no ETag; answer 503 a number of times, redirect, or replace an
+//! object right after a chosen request. Started by the test and stopped when dropped.
 //!
 //! Why not axum + tower-http's `ServeDir` behind a counting layer (issue 13 suggests it):
 //! the tests need the misbehaviour above on purpose, which `ServeDir` cannot do (it always
@@ -27,8 +29,27 @@ pub enum Mode {
     Normal,
     /// Range headers ignored: 200 with the whole object.
     IgnoreRange,
-    /// Bodies cut off after half their declared length.
+    /// Bodies cut off after half their declared length (the connection closed).
     Truncate,
+    /// A Content-Range whose start is one past the one asked for (same body).
+    WrongStart,
+    /// A Content-Range whose total is one more than the object's.
+    WrongTotal,
+    /// Half the body, with a Content-Length that says so (well framed, short).
+    ShortBody,
+    /// The body and 1,000 more bytes, with a Content-Length that says so.
+    LongBody,
+    /// Every range unsatisfiable: 416.
+    Unsatisfiable,
+    /// A Content-Length of 2^62: the body, then zeros until the client hangs up (at most
+    /// 256 MiB).
+    HugeLength,
+    /// Half the body, then nothing (the connection kept open) for up to 30 s.
+    Stall,
+    /// The body in 20 pieces 100 ms apart: slow but never silent for long.
+    Trickle,
+    /// No ETag, and a Last-Modified that changes with each version.
+    NoEtag,
 }
 
 #[derive(Default)]
@@ -41,6 +62,10 @@ struct State {
     /// An object replaced (path, new bytes) once this many requests have been answered:
     /// someone uploading a new version while a client reads.
     replace_after: Option<(usize, String, Vec<u8>)>,
+    /// Requests still to be answered 503 before the server behaves.
+    fail_next: usize,
+    /// Paths answered with a 302 to another path.
+    redirects: HashMap<String, String>,
 }
 
 /// One request as the server saw it.
@@ -78,8 +103,9 @@ impl Server {
                         break;
                     }
                     let Ok(conn) = conn else { continue };
-                    let (state, log, bytes_sent) = (state.clone(), log.clone(), bytes_sent.clone());
-                    std::thread::spawn(move || serve(conn, &state, &log, &bytes_sent));
+                    let (state, log, bytes_sent, stop) =
+                        (state.clone(), log.clone(), bytes_sent.clone(), stop.clone());
+                    std::thread::spawn(move || serve(conn, &state, &log, &bytes_sent, &stop));
                 }
             })
         };
@@ -106,6 +132,17 @@ impl Server {
     pub fn replace_after(&self, n: usize, name: &str, bytes: Vec<u8>) {
         let at = self.count() + n;
         self.state.lock().unwrap().replace_after = Some((at, format!("/{name}"), bytes));
+    }
+
+    /// Answers the next `n` requests with 503 Service Unavailable.
+    pub fn fail_next(&self, n: usize) {
+        self.state.lock().unwrap().fail_next = n;
+    }
+
+    /// Answers requests for `/from` with a 302 to `/to`.
+    pub fn redirect(&self, from: &str, to: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.redirects.insert(format!("/{from}"), format!("/{to}"));
     }
 
     /// Delays every answer by `d`.
@@ -147,7 +184,13 @@ impl Drop for Server {
     }
 }
 
-fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &AtomicU64) {
+fn serve(
+    conn: TcpStream,
+    state: &Mutex<State>,
+    log: &Mutex<Vec<Seen>>,
+    sent: &AtomicU64,
+    stop: &AtomicBool,
+) {
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     let mut out = conn;
     loop {
@@ -186,10 +229,22 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
             std::thread::sleep(latency);
         }
         let (status, extra, body, mode) = respond(state, &seen);
-        let mut head = format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nLast-Modified: Wed, 25 Nov 2026 12:00:00 GMT\r\n",
-            body.len()
-        );
+        // Body misbehaviour only where a body is due.
+        let mode = if status.starts_with('2') {
+            mode
+        } else {
+            Mode::Normal
+        };
+        let declared = match mode {
+            Mode::ShortBody => (body.len() / 2) as u64,
+            Mode::LongBody => body.len() as u64 + 1000,
+            Mode::HugeLength => 1 << 62,
+            _ => body.len() as u64,
+        };
+        let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {declared}\r\n");
+        if !extra.iter().any(|(k, _)| k == "Last-Modified") {
+            head.push_str("Last-Modified: Wed, 25 Nov 2026 12:00:00 GMT\r\n");
+        }
         for (k, v) in extra {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -200,13 +255,56 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
         if method == "HEAD" {
             continue;
         }
-        let n = if mode == Mode::Truncate && body.len() > 1 {
+        let half = if body.len() > 1 {
             body.len() / 2
         } else {
             body.len()
         };
-        if out.write_all(&body[..n]).is_err() {
+        let (n, cut) = match mode {
+            Mode::Truncate | Mode::Stall => (half, true),
+            Mode::ShortBody => (body.len() / 2, false),
+            _ => (body.len(), false),
+        };
+        let wrote = if mode == Mode::Trickle {
+            let piece = body.len().div_ceil(20).max(1);
+            body.chunks(piece).all(|c| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                out.write_all(c).and_then(|_| out.flush()).is_ok()
+            })
+        } else {
+            out.write_all(&body[..n]).is_ok()
+        };
+        if !wrote {
             return;
+        }
+        match mode {
+            Mode::LongBody => {
+                if out.write_all(&[0xAA; 1000]).is_err() {
+                    return;
+                }
+            }
+            Mode::HugeLength => {
+                let zeros = vec![0u8; 64 << 10];
+                for _ in 0..4096 {
+                    if stop.load(Ordering::SeqCst) || out.write_all(&zeros).is_err() {
+                        break;
+                    }
+                }
+                let _ = out.shutdown(Shutdown::Both);
+                return;
+            }
+            Mode::Stall => {
+                let _ = out.flush();
+                for _ in 0..300 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                let _ = out.shutdown(Shutdown::Both);
+                return;
+            }
+            _ => {}
         }
         sent.fetch_add(n as u64, Ordering::SeqCst);
         {
@@ -222,7 +320,7 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
                 s.objects.insert(path, (bytes, etag));
             }
         }
-        if n < body.len() {
+        if cut {
             let _ = out.shutdown(Shutdown::Both);
             return;
         }
@@ -232,14 +330,29 @@ fn serve(conn: TcpStream, state: &Mutex<State>, log: &Mutex<Vec<Seen>>, sent: &A
 type Response = (&'static str, Vec<(String, String)>, Vec<u8>, Mode);
 
 fn respond(state: &Mutex<State>, req: &Seen) -> Response {
-    let s = state.lock().unwrap();
+    let mut s = state.lock().unwrap();
+    if s.fail_next > 0 {
+        s.fail_next -= 1;
+        return ("503 Service Unavailable", Vec::new(), Vec::new(), s.mode);
+    }
+    if let Some(to) = s.redirects.get(&req.path) {
+        let to = vec![("Location".to_string(), to.clone())];
+        return ("302 Found", to, Vec::new(), s.mode);
+    }
     let Some((bytes, etag)) = s.objects.get(&req.path) else {
         return ("404 Not Found", Vec::new(), Vec::new(), s.mode);
     };
-    let mut headers = vec![
-        ("ETag".to_string(), etag.clone()),
-        ("Accept-Ranges".to_string(), "bytes".to_string()),
-    ];
+    let mut headers = vec![("Accept-Ranges".to_string(), "bytes".to_string())];
+    if s.mode == Mode::NoEtag {
+        // The version number as the minute: each version another Last-Modified.
+        let v: u64 = etag[2..].split('-').next().unwrap().parse().unwrap();
+        headers.push((
+            "Last-Modified".into(),
+            format!("Wed, 25 Nov 2026 12:{:02}:00 GMT", v % 60),
+        ));
+    } else {
+        headers.push(("ETag".to_string(), etag.clone()));
+    }
     if let Some(m) = &req.if_match
         && m != etag
         && m != "*"
@@ -248,8 +361,14 @@ fn respond(state: &Mutex<State>, req: &Seen) -> Response {
     }
     let len = bytes.len() as u64;
     let range = match (&req.range, s.mode) {
-        (Some(r), Mode::Normal | Mode::Truncate) => parse_range(r, len),
-        _ => None,
+        (_, Mode::IgnoreRange) | (None, _) => None,
+        (Some(_), Mode::Unsatisfiable) => Some(None),
+        (Some(r), _) => parse_range(r, len),
+    };
+    let (shift, extra_total) = match s.mode {
+        Mode::WrongStart => (1, 0),
+        Mode::WrongTotal => (0, 1),
+        _ => (0, 0),
     };
     match range {
         None => ("200 OK", headers, bytes.clone(), s.mode),
@@ -258,7 +377,15 @@ fn respond(state: &Mutex<State>, req: &Seen) -> Response {
             ("416 Range Not Satisfiable", headers, Vec::new(), s.mode)
         }
         Some(Some((a, b))) => {
-            headers.push(("Content-Range".into(), format!("bytes {a}-{}/{len}", b - 1)));
+            headers.push((
+                "Content-Range".into(),
+                format!(
+                    "bytes {}-{}/{}",
+                    a + shift,
+                    b - 1 + shift,
+                    len + extra_total
+                ),
+            ));
             (
                 "206 Partial Content",
                 headers,
