@@ -533,6 +533,13 @@ pub fn upload(
         let mut buf = Vec::with_capacity(total as usize);
         file.read_to_end(&mut buf)
             .map_err(|e| Error::from(e).in_file(local))?;
+        if buf.len() as u64 != total {
+            return Err(Error::new(ErrorKind::InvalidInput(format!(
+                "the file changed while it was uploaded (it was {total} bytes when checked; {} read); nothing was uploaded",
+                buf.len()
+            )))
+            .in_file(local));
+        }
         let put_mode = match &mode {
             UploadMode::Create => PutMode::Create,
             UploadMode::Replace => PutMode::Overwrite,
@@ -573,22 +580,15 @@ pub fn upload(
         .block_on(async {
             let up = client.store.put_multipart(&staging).await?;
             let mut w = object_store::WriteMultipart::new_with_chunk_size(up, PART_SIZE);
-            let mut buf = vec![0u8; PART_SIZE];
-            let mut done = 0u64;
-            loop {
-                let n = file
-                    .read(&mut buf)
-                    .map_err(|e| object_store::Error::Generic {
-                        store: "local file",
-                        source: Box::new(e),
-                    })?;
-                if n == 0 {
-                    break;
+            // A failure before `finish` (a part refused, the local file unreadable or
+            // changed) aborts the upload: the store drops its parts, and nothing at all
+            // appears at the key. (`finish` aborts on its own failures.)
+            match send_parts(&mut w, &mut file, total, progress).await {
+                Ok(()) => {}
+                Err(e) => {
+                    let _ = w.abort().await;
+                    return Err(e);
                 }
-                w.wait_for_capacity(4).await?;
-                w.write(&buf[..n]);
-                done += n as u64;
-                progress(done, total);
             }
             w.finish().await?;
             if staging != client.path {
@@ -603,6 +603,41 @@ pub fn upload(
         })
         .map_err(|e| remote_err(url, e))?;
     remote_version(url, opts)
+}
+
+/// Reads `file` (of `total` bytes when checked) into the parts of `w`; a file that is
+/// not `total` bytes long by the time it is read is an error (it changed after the check).
+async fn send_parts(
+    w: &mut object_store::WriteMultipart,
+    file: &mut std::fs::File,
+    total: u64,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> object_store::Result<()> {
+    let local_err = |e: std::io::Error| object_store::Error::Generic {
+        store: "local file",
+        source: Box::new(e),
+    };
+    let mut buf = vec![0u8; PART_SIZE];
+    let mut done = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(local_err)?;
+        if n == 0 {
+            break;
+        }
+        w.wait_for_capacity(4).await?;
+        w.write(&buf[..n]);
+        done += n as u64;
+        if done > total {
+            break;
+        }
+        progress(done, total);
+    }
+    if done != total {
+        return Err(local_err(std::io::Error::other(format!(
+            "the file changed while it was uploaded (it was {total} bytes when checked; {done} read)"
+        ))));
+    }
+    Ok(())
 }
 
 /// Downloads the archive at `url` to `local`: into a temporary file beside it, checked

@@ -712,3 +712,78 @@ fn server_errors_are_retried_and_redirects_followed() {
     let a = open(&server.url("old.zip")).unwrap();
     assert_eq!(read_everything(&a).unwrap(), Vec::<String>::new());
 }
+
+/// Options for the test server as an S3 endpoint (path style, unsigned requests).
+fn s3_opts(server: &Server) -> RemoteOptions {
+    let endpoint = server.url("");
+    opts()
+        .with_config("aws_endpoint", endpoint.trim_end_matches('/'))
+        .with_config("aws_allow_http", "true")
+        .with_config("aws_skip_signature", "true")
+        .with_config("aws_region", "us-east-1")
+}
+
+/// A multipart upload whose parts the store refuses is aborted (the store drops the parts;
+/// an S3 upload left open is billed and never cleaned), and nothing appears at the key.
+/// (The upload was dropped without an abort when a part failed before `finish`.) A stale
+/// `ReplaceVersion` ETag is refused and changes nothing.
+#[test]
+fn a_failed_multipart_upload_is_aborted_and_a_stale_etag_refused() {
+    use modelzip::remote::{self, UploadMode};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    let o = s3_opts(&server);
+    let large = dir.path().join("large.zip");
+    let mut w = ArchiveWriter::create(&large).unwrap();
+    let n = (remote::MULTIPART_THRESHOLD / 4 + 1024) as usize;
+    let t = Tensor::from_slice(vec![n as u64], &vec![0.5f32; n]).unwrap();
+    w.add_tag(TagBuilder::new("large").param("x", t)).unwrap();
+    w.finish().unwrap();
+    server.fail_parts(true);
+    let url = "s3://bucket/large.zip";
+    let err = remote::upload(&large, url, UploadMode::Replace, &o, &|_, _| {}).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Remote(_)), "{err:?}");
+    assert!(err.to_string().contains("500"), "{err}");
+    assert_eq!(err.location().file.as_deref(), Some(Path::new(url)));
+    let seen = server.requests();
+    assert!(
+        seen.iter()
+            .any(|r| r.method == "DELETE" && r.path == "/bucket/large.zip?uploadId=u1"),
+        "no abort: {seen:#?}"
+    );
+    assert!(server.get("bucket/large.zip").is_none());
+    drop(std::fs::remove_file(&large));
+
+    // A conditional replace with a stale ETag: refused, the object unchanged.
+    let small = dir.path().join("small.zip");
+    std::fs::write(&small, sample_archive(dir.path(), false)).unwrap();
+    let url = "s3://bucket/small.zip";
+    let v1 = remote::upload(&small, url, UploadMode::Create, &o, &|_, _| {})
+        .unwrap()
+        .unwrap();
+    let before = server.get("bucket/small.zip").unwrap();
+    let err = remote::upload(
+        &small,
+        url,
+        UploadMode::ReplaceVersion("\"stale\"".into()),
+        &o,
+        &|_, _| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::RemoteConflict(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("nothing was replaced"), "{err}");
+    assert_eq!(server.get("bucket/small.zip").unwrap(), before);
+    let v2 = remote::upload(
+        &small,
+        url,
+        UploadMode::ReplaceVersion(v1.clone()),
+        &o,
+        &|_, _| {},
+    )
+    .unwrap()
+    .unwrap();
+    assert_ne!(v1, v2);
+}

@@ -66,6 +66,8 @@ struct State {
     fail_next: usize,
     /// Paths answered with a 302 to another path.
     redirects: HashMap<String, String>,
+    /// Parts of S3 multipart uploads answered 500.
+    fail_parts: bool,
 }
 
 /// One request as the server saw it.
@@ -75,6 +77,7 @@ pub struct Seen {
     pub path: String,
     pub range: Option<String>,
     pub if_match: Option<String>,
+    pub if_none_match: Option<String>,
 }
 
 pub struct Server {
@@ -137,6 +140,18 @@ impl Server {
     /// Answers the next `n` requests with 503 Service Unavailable.
     pub fn fail_next(&self, n: usize) {
         self.state.lock().unwrap().fail_next = n;
+    }
+
+    /// Answers every part of an S3 multipart upload (`PUT ...?partNumber=N&uploadId=U`)
+    /// with 500.
+    pub fn fail_parts(&self, on: bool) {
+        self.state.lock().unwrap().fail_parts = on;
+    }
+
+    /// The object at `/name`, if any.
+    pub fn get(&self, name: &str) -> Option<Vec<u8>> {
+        let s = self.state.lock().unwrap();
+        s.objects.get(&format!("/{name}")).map(|(b, _)| b.clone())
     }
 
     /// Answers requests for `/from` with a 302 to `/to`.
@@ -222,13 +237,23 @@ fn serve(
             path: path.clone(),
             range: headers.get("range").cloned(),
             if_match: headers.get("if-match").cloned(),
+            if_none_match: headers.get("if-none-match").cloned(),
         };
+        // A request body (PUT, POST): read whole.
+        let body_len: usize = headers
+            .get("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut req_body = vec![0u8; body_len];
+        if std::io::Read::read_exact(&mut reader, &mut req_body).is_err() {
+            return;
+        }
         log.lock().unwrap().push(seen.clone());
         let latency = state.lock().unwrap().latency;
         if !latency.is_zero() {
             std::thread::sleep(latency);
         }
-        let (status, extra, body, mode) = respond(state, &seen);
+        let (status, extra, body, mode) = respond(state, &seen, req_body);
         // Body misbehaviour only where a body is due.
         let mode = if status.starts_with('2') {
             mode
@@ -329,11 +354,14 @@ fn serve(
 
 type Response = (&'static str, Vec<(String, String)>, Vec<u8>, Mode);
 
-fn respond(state: &Mutex<State>, req: &Seen) -> Response {
+fn respond(state: &Mutex<State>, req: &Seen, req_body: Vec<u8>) -> Response {
     let mut s = state.lock().unwrap();
     if s.fail_next > 0 {
         s.fail_next -= 1;
         return ("503 Service Unavailable", Vec::new(), Vec::new(), s.mode);
+    }
+    if req.method != "GET" && req.method != "HEAD" {
+        return s3_write(&mut s, req, req_body);
     }
     if let Some(to) = s.redirects.get(&req.path) {
         let to = vec![("Location".to_string(), to.clone())];
@@ -393,6 +421,56 @@ fn respond(state: &Mutex<State>, req: &Seen) -> Response {
                 s.mode,
             )
         }
+    }
+}
+
+/// The writes of S3 the uploads send (path style, `/bucket/key`): a conditional PUT
+/// (If-Match, If-None-Match: *), and of multipart uploads their start, parts (discarded)
+/// and abort; completing one is not implemented (answered 501).
+fn s3_write(s: &mut State, req: &Seen, body: Vec<u8>) -> Response {
+    let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
+    let current = s.objects.get(path).map(|(_, e)| e.clone());
+    fn none<T>() -> Vec<T> {
+        Vec::new()
+    }
+    match (req.method.as_str(), query) {
+        ("PUT", q) if q.contains("partNumber=") => {
+            if s.fail_parts {
+                ("500 Internal Server Error", none(), none(), Mode::Normal)
+            } else {
+                let etag = vec![("ETag".to_string(), "\"part\"".to_string())];
+                ("200 OK", etag, none(), Mode::Normal)
+            }
+        }
+        ("PUT", "") => {
+            let stale = match (&req.if_match, &req.if_none_match, &current) {
+                (Some(m), _, Some(e)) => m != e,
+                (Some(_), _, None) => true,
+                (None, Some(n), Some(_)) => n == "*",
+                _ => false,
+            };
+            if stale {
+                return ("412 Precondition Failed", none(), none(), Mode::Normal);
+            }
+            s.versions += 1;
+            let etag = format!("\"v{}-{}\"", s.versions, body.len());
+            s.objects.insert(path.to_string(), (body, etag.clone()));
+            (
+                "200 OK",
+                vec![("ETag".to_string(), etag)],
+                none(),
+                Mode::Normal,
+            )
+        }
+        ("POST", "uploads" | "uploads=") => {
+            let xml = "<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>\
+                       <UploadId>u1</UploadId></InitiateMultipartUploadResult>";
+            ("200 OK", none(), xml.as_bytes().to_vec(), Mode::Normal)
+        }
+        ("DELETE", q) if q.contains("uploadId=") => {
+            ("204 No Content", none(), none(), Mode::Normal)
+        }
+        _ => ("501 Not Implemented", none(), none(), Mode::Normal),
     }
 }
 
