@@ -446,7 +446,25 @@ fn remote_err_reading(url: &str, e: object_store::Error, ranges: &[Range<u64>]) 
         src = s.source();
     }
     let kind = match &e {
+        object_store::Error::NotFound { .. } if chain.contains("NoSuchBucket") => {
+            ErrorKind::Remote(format!("no object at {url}: the bucket does not exist"))
+        }
         object_store::Error::NotFound { .. } => ErrorKind::Remote(format!("no object at {url}")),
+        // The last resort of the credential chains, the cloud instance's metadata service
+        // (AWS's token and role paths, GCP's computeMetadata), failed: there were none
+        // anywhere else either.
+        _ if [
+            "/latest/api/token",
+            "/latest/meta-data/",
+            "/computeMetadata/",
+        ]
+        .iter()
+        .any(|p| chain.contains(p)) =>
+        {
+            ErrorKind::Remote(format!(
+                "no credentials for {url}: none in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, ...; docs/REMOTE.md), and the cloud instance metadata service gave none ({chain})"
+            ))
+        }
         object_store::Error::AlreadyExists { .. } => ErrorKind::RemoteConflict(format!(
             "an object already exists at {url}; pass --force (UploadMode::Replace) to replace it"
         )),

@@ -260,3 +260,86 @@ fn extract_from_a_url_fetches_each_tensor_once() {
         "{sent} for {tensor}"
     );
 }
+
+/// `modelzip` on an S3 URL whose endpoint is the test server (or nothing), with no AWS
+/// settings from the environment of the test.
+fn on_s3(endpoint: &str) -> assert_cmd::Command {
+    let mut cmd = modelzip();
+    for k in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_SKIP_SIGNATURE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ] {
+        cmd.env_remove(k);
+    }
+    cmd.env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1")
+        // No instance metadata service: a closed port on 127.0.0.1.
+        .env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1");
+    cmd
+}
+
+/// A missing bucket, a missing key, an endpoint that refuses connections and missing
+/// credentials: each one line naming the URL and what is wrong.
+#[test]
+fn s3_setup_errors_are_one_line_naming_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    server.put(
+        "bucket/m.zip",
+        std::fs::read(archive(dir.path(), "a.zip", 1)).unwrap(),
+    );
+    let endpoint = server.url("");
+    let endpoint = endpoint.trim_end_matches('/');
+    let signed = |cmd: &mut assert_cmd::Command| {
+        cmd.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test");
+    };
+    let mut cmd = on_s3(endpoint);
+    signed(&mut cmd);
+    let doc = json_of(cmd.args(["tags", "s3://bucket/m.zip", "--json"]));
+    assert_eq!(doc["tags"].as_array().unwrap().len(), 3);
+    for (url, says) in [
+        ("s3://nobucket/m.zip", "the bucket does not exist"),
+        ("s3://bucket/none.zip", "no object at s3://bucket/none.zip"),
+    ] {
+        let mut cmd = on_s3(endpoint);
+        signed(&mut cmd);
+        let line = expect_error(cmd.args(["tags", url]));
+        assert!(line.contains(url) && line.contains(says), "{line}");
+    }
+    let mut cmd = on_s3("http://127.0.0.1:1");
+    signed(&mut cmd);
+    let line = expect_error(cmd.args(["tags", "s3://bucket/m.zip"]));
+    assert!(line.contains("s3://bucket/m.zip"), "{line}");
+    assert!(line.contains("Connection refused"), "{line}");
+    let line = expect_error(on_s3(endpoint).args(["tags", "s3://bucket/m.zip"]));
+    assert!(
+        line.contains("no credentials for s3://bucket/m.zip"),
+        "{line}"
+    );
+}
+
+/// `cp URL LOCAL` whose server drops the connection mid-body (every time, retries
+/// spent): no DST, no temporary file.
+#[test]
+fn a_download_cut_off_mid_body_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = archive(dir.path(), "a.zip", 1);
+    let server = Server::start();
+    server.put("m.zip", std::fs::read(&a).unwrap());
+    server.set_mode(crate::support::http_server::Mode::Truncate);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let down = out.join("down.zip");
+    let line = expect_error(modelzip().arg("cp").arg(server.url("m.zip")).arg(&down));
+    assert!(line.contains("cannot download"), "{line}");
+    assert!(line.contains(&server.url("m.zip")), "{line}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+}

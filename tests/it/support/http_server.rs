@@ -368,7 +368,19 @@ fn respond(state: &Mutex<State>, req: &Seen, req_body: Vec<u8>) -> Response {
         return ("302 Found", to, Vec::new(), s.mode);
     }
     let Some((bytes, etag)) = s.objects.get(&req.path) else {
-        return ("404 Not Found", Vec::new(), Vec::new(), s.mode);
+        // As S3 says it: no bucket (no object under the first path segment), or no key.
+        let bucket = req.path.split('/').nth(1).unwrap_or("");
+        let code = if s
+            .objects
+            .keys()
+            .any(|k| k.split('/').nth(1) == Some(bucket))
+        {
+            "NoSuchKey"
+        } else {
+            "NoSuchBucket"
+        };
+        let body = format!("<Error><Code>{code}</Code></Error>").into_bytes();
+        return ("404 Not Found", Vec::new(), body, s.mode);
     };
     let mut headers = vec![("Accept-Ranges".to_string(), "bytes".to_string())];
     if s.mode == Mode::NoEtag {
