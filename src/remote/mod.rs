@@ -658,6 +658,22 @@ async fn send_parts(
     Ok(())
 }
 
+/// Bytes free to an unprivileged writer on the file system of `file` (`None` where not
+/// known).
+fn free_space(file: &std::fs::File) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        rustix::fs::fstatvfs(file)
+            .ok()
+            .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
+}
+
 /// Downloads the archive at `url` to `local`: into a temporary file beside it, checked
 /// (every CRC-32, table, tensor and manifest, as `verify` does), then renamed over
 /// `local`, so `local` is never a partial or unverified file. Every request after the
@@ -671,29 +687,57 @@ pub fn download(
 ) -> Result<Option<String>> {
     let client = Client::new(url, opts)?;
     let mut temp = crate::archive::new_temp_beside(local)?;
-    let version = client
-        .block_on(async {
-            let r = client
-                .store
-                .get_opts(&client.path, GetOptions::default())
-                .await?;
-            let total = r.meta.size;
-            let version = r.meta.e_tag.clone();
-            let mut stream = r.into_stream();
-            let mut done = 0u64;
-            while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
-                let chunk = chunk?;
-                temp.write_all(&chunk)
-                    .map_err(|e| object_store::Error::Generic {
-                        store: "local file",
-                        source: Box::new(e),
-                    })?;
-                done += chunk.len() as u64;
-                progress(done, total);
+    // The first answer's version, to tell a failure from a replacement.
+    let mut first: Option<String> = None;
+    let got = client.block_on(async {
+        let r = client
+            .store
+            .get_opts(&client.path, GetOptions::default())
+            .await?;
+        let total = r.meta.size;
+        let version = r.meta.e_tag.clone();
+        first.clone_from(&version);
+        // An object larger than the space left is refused before a byte is written
+        // (the size is the server's word: the body is never written past it).
+        if let Some(free) = free_space(temp.as_file())
+            && total > free
+        {
+            return Err(object_store::Error::Generic {
+                store: "local file",
+                source: format!(
+                    "the object is {total} bytes and only {free} are free where {} would be written",
+                    local.display()
+                )
+                .into(),
+            });
+        }
+        let mut stream = r.into_stream();
+        let mut done = 0u64;
+        while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+            let chunk = chunk?;
+            temp.write_all(&chunk)
+                .map_err(|e| object_store::Error::Generic {
+                    store: "local file",
+                    source: Box::new(e),
+                })?;
+            done += chunk.len() as u64;
+            progress(done, total);
+        }
+        Ok(version)
+    });
+    let version = match got {
+        Ok(v) => v,
+        // Failed mid-body: if the object is now another version (a resumed request
+        // found another ETag), say so rather than the lost connection's error.
+        Err(e) => {
+            if let Some(was) = first
+                && remote_version(url, opts).is_ok_and(|now| now.as_deref() != Some(&was))
+            {
+                return Err(Error::new(ErrorKind::RemoteChanged { was }).in_file(url));
             }
-            Ok(version)
-        })
-        .map_err(|e| remote_err(url, e))?;
+            return Err(remote_err(url, e));
+        }
+    };
     temp.as_file()
         .sync_all()
         .map_err(|e| Error::from(e).in_file(temp.path()))?;

@@ -787,3 +787,43 @@ fn a_failed_multipart_upload_is_aborted_and_a_stale_etag_refused() {
     .unwrap();
     assert_ne!(v1, v2);
 }
+
+/// A download whose connection drops mid-body resumes where it stopped (object_store's
+/// retry, a range request) when the object is the same version, and fails, leaving
+/// nothing, when it was replaced in between: never half of each (said as
+/// `RemoteChanged`, not as the lost connection). An object larger than the free space
+/// is refused before it is written.
+#[test]
+fn a_download_resumes_after_a_drop_only_on_the_same_version() {
+    use modelzip::remote;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    let first = spread_archive(dir.path(), 1);
+    server.put("m.zip", first.clone());
+    let url = server.url("m.zip");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let dst = out.join("d.zip");
+    let o = RemoteOptions::new().max_retries(2);
+    server.cut_next(1);
+    remote::download(&url, &dst, &o, &|_, _| {}).unwrap();
+    assert_eq!(std::fs::read(&dst).unwrap(), first);
+    let seen = server.requests();
+    assert!(seen.last().unwrap().range.is_some(), "{seen:#?}");
+    std::fs::remove_file(&dst).unwrap();
+    // Replaced right after the cut answer: the resumed request sees another ETag.
+    server.cut_next(1);
+    server.replace_after(1, "m.zip", spread_archive(dir.path(), 9));
+    let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::RemoteChanged { .. }),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    // A Content-Length of 2^62: refused before a byte is written, not written until the
+    // disk is full.
+    server.set_mode(Mode::HugeLength);
+    let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
+    assert!(err.to_string().contains("are free"), "{err}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+}

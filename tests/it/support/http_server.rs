@@ -68,6 +68,8 @@ struct State {
     redirects: HashMap<String, String>,
     /// Parts of S3 multipart uploads answered 500.
     fail_parts: bool,
+    /// Bodies still to be cut off at half (the connection closed), as `Mode::Truncate`.
+    cut_next: usize,
 }
 
 /// One request as the server saw it.
@@ -140,6 +142,11 @@ impl Server {
     /// Answers the next `n` requests with 503 Service Unavailable.
     pub fn fail_next(&self, n: usize) {
         self.state.lock().unwrap().fail_next = n;
+    }
+
+    /// Cuts the next `n` bodies off at half their length and closes the connection.
+    pub fn cut_next(&self, n: usize) {
+        self.state.lock().unwrap().cut_next = n;
     }
 
     /// Answers every part of an S3 multipart upload (`PUT ...?partNumber=N&uploadId=U`)
@@ -255,10 +262,12 @@ fn serve(
         }
         let (status, extra, body, mode) = respond(state, &seen, req_body);
         // Body misbehaviour only where a body is due.
-        let mode = if status.starts_with('2') {
-            mode
-        } else {
+        let mode = if !status.starts_with('2') {
             Mode::Normal
+        } else if method == "GET" && take_cut(state) {
+            Mode::Truncate
+        } else {
+            mode
         };
         let declared = match mode {
             Mode::ShortBody => (body.len() / 2) as u64,
@@ -350,6 +359,14 @@ fn serve(
             return;
         }
     }
+}
+
+/// True (once per `cut_next`) when this body is to be cut off.
+fn take_cut(state: &Mutex<State>) -> bool {
+    let mut s = state.lock().unwrap();
+    let cut = s.cut_next > 0;
+    s.cut_next = s.cut_next.saturating_sub(1);
+    cut
 }
 
 type Response = (&'static str, Vec<(String, String)>, Vec<u8>, Mode);
