@@ -37,7 +37,8 @@ pub struct Args {
     /// Replace whatever is at DST.
     #[arg(long, conflicts_with = "if_match")]
     force: bool,
-    /// Upload only if the object at DST is still this version (its ETag).
+    /// Upload only if the object at DST is still this version (its ETag); refused for a
+    /// download.
     #[arg(long, value_name = "ETAG")]
     if_match: Option<String>,
     /// No progress bar.
@@ -98,6 +99,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             ("upload", v)
         }
         (true, false) => {
+            if args.if_match.is_some() {
+                return Err(CliError::Failed(
+                    "--if-match applies to uploads (LOCAL to URL), not to a download".into(),
+                ));
+            }
             // A directory first: --force would not help.
             if args.dst.is_dir() {
                 return Err(CliError::Failed(format!(

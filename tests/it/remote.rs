@@ -626,7 +626,7 @@ fn range_answers_of_the_wrong_length_or_range_are_clear_errors() {
 }
 
 /// `RemoteOptions::timeout` bounds a stall, not a whole transfer: a server that stops
-/// sending mid-body fails the read (and a download leaves nothing behind), one that sends
+/// sending mid-body, or never answers, fails the read (and a download leaves nothing behind), one that sends
 /// slowly but steadily for longer than the timeout is read whole. (The timeout was
 /// reqwest's whole-request limit: a download longer than 60 s failed however fast the
 /// bytes kept coming.)
@@ -651,6 +651,10 @@ fn a_stalled_server_times_out_and_a_slow_steady_one_does_not() {
     let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
     assert!(err.to_string().contains("timed out"), "{err}");
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    // No answer at all.
+    server.set_mode(Mode::Mute);
+    let err = o.open(&url).unwrap_err();
+    assert!(err.to_string().contains("timed out"), "{err}");
     // 20 pieces 100 ms apart: 2 s in all, never 1 s without bytes.
     server.set_mode(Mode::Trickle);
     remote::download(&url, &dst, &o, &|_, _| {}).unwrap();

@@ -143,6 +143,15 @@ fn cp_uploads_create_only_and_downloads_verified() {
     assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(&a).unwrap());
     let line = expect_error(modelzip().arg("cp").arg(&url).arg(&down));
     assert!(line.contains("--force"), "{line}");
+    // --if-match is for uploads: a download refuses it rather than ignore it.
+    let line = expect_error(
+        modelzip()
+            .arg("cp")
+            .arg(&url)
+            .arg(dir.path().join("other.zip"))
+            .args(["--if-match", "\"x\""]),
+    );
+    assert!(line.contains("--if-match applies to uploads"), "{line}");
     // --force replaces.
     modelzip()
         .arg("cp")

@@ -46,6 +46,8 @@ pub enum Mode {
     HugeLength,
     /// Half the body, then nothing (the connection kept open) for up to 30 s.
     Stall,
+    /// No answer at all (the connection kept open) for up to 30 s.
+    Mute,
     /// The body in 20 pieces 100 ms apart: slow but never silent for long.
     Trickle,
     /// No ETag, and a Last-Modified that changes with each version.
@@ -261,6 +263,15 @@ fn serve(
             std::thread::sleep(latency);
         }
         let (status, extra, body, mode) = respond(state, &seen, req_body);
+        if state.lock().unwrap().mode == Mode::Mute {
+            for _ in 0..300 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            return;
+        }
         // Body misbehaviour only where a body is due.
         let mode = if !status.starts_with('2') {
             Mode::Normal
