@@ -323,11 +323,7 @@ fn serve(
             return;
         }
         match mode {
-            Mode::LongBody => {
-                if out.write_all(&[0xAA; 1000]).is_err() {
-                    return;
-                }
-            }
+            Mode::LongBody if out.write_all(&[0xAA; 1000]).is_err() => return,
             Mode::HugeLength => {
                 let zeros = vec![0u8; 64 << 10];
                 for _ in 0..4096 {
