@@ -167,7 +167,9 @@ impl Client {
             ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
         let retry = RetryConfig {
             max_retries: opts.max_retries,
-            retry_timeout: opts.timeout.saturating_mul(2),
+            // Retries are bounded by their count (each by `timeout`), not by the time since
+            // the request began: a download dropped after minutes still resumes.
+            retry_timeout: Duration::from_secs(30 * 86_400),
             ..Default::default()
         };
         // Set as config keys, not with `with_client_options`: that would drop the client
