@@ -67,9 +67,6 @@ static ERRORS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// lock wait, which the signal interrupts with EINTR) raises `KeyboardInterrupt`, not
 /// the `io` error it caused.
 fn raise(py: Python<'_>, e: Error) -> PyErr {
-    if let Err(signal) = py.check_signals() {
-        return signal;
-    }
     // The library names no way to allow such values; Python's is a keyword argument.
     let hint = match e.kind() {
         ErrorKind::UnrepresentableValues { allow, .. } => {
@@ -77,6 +74,14 @@ fn raise(py: Python<'_>, e: Error) -> PyErr {
         }
         _ => String::new(),
     };
+    raise_hinted(py, e, &hint)
+}
+
+/// [`raise`] with `hint` (how to do it anyway, in Python's words) after the message.
+fn raise_hinted(py: Python<'_>, e: Error, hint: &str) -> PyErr {
+    if let Err(signal) = py.check_signals() {
+        return signal;
+    }
     raise_kind(py, &kind_name(e.kind()), &format!("{e}{hint}"))
 }
 
@@ -1276,9 +1281,20 @@ fn upload(
         (None, true) => modelzip::remote::UploadMode::Replace,
         (None, false) => modelzip::remote::UploadMode::Create,
     };
+    // The library names no way to replace; Python's is a keyword argument.
+    let hint = match &mode {
+        modelzip::remote::UploadMode::Create => "; pass force=True to replace it",
+        modelzip::remote::UploadMode::ReplaceVersion(_) => {
+            "; pass force=True instead of if_match to replace whatever is there"
+        }
+        modelzip::remote::UploadMode::Replace => "",
+    };
     let opts = modelzip::remote::RemoteOptions::default();
     py.detach(|| modelzip::remote::upload(&local, url, mode, &opts, &|_, _| {}))
-        .or_raise(py)
+        .map_err(|e| match e.kind() {
+            ErrorKind::RemoteConflict(_) => raise_hinted(py, e, hint),
+            _ => raise(py, e),
+        })
 }
 
 /// Downloads an archive from a URL to a local path atomically (temp file, verified,

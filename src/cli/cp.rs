@@ -4,6 +4,7 @@ use super::common::{is_url, refuse_directory};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use indicatif::{ProgressBar, ProgressStyle};
+use modelzip::ErrorKind;
 use modelzip::remote::{self, RemoteOptions, UploadMode};
 use serde_json::json;
 use std::io::IsTerminal;
@@ -14,10 +15,11 @@ use std::path::{Path, PathBuf};
 /// (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, AWS_ACCESS_KEY_ID, GOOGLE_SERVICE_ACCOUNT,
 /// AZURE_STORAGE_ACCOUNT_NAME, ...; docs/REMOTE.md).
 ///
-/// Upload: the local file must open as an archive. Without --force it only creates:
-/// an object already at the URL is an error, and of two concurrent uploads to one
-/// URL exactly one wins. With --if-match ETAG it replaces the object only if it is
-/// still that version. Files over 64 MiB go up in parts.
+/// Upload: the local file must open as an archive, and the bytes checked are the
+/// bytes uploaded (a file replaced or changed meanwhile is refused). Without --force
+/// it only creates: an object already at the URL is an error, and of two concurrent
+/// uploads to one URL exactly one wins. With --if-match ETAG it replaces the object
+/// only if it is still that version. Files over 64 MiB go up in parts.
 ///
 /// Download: written to a temporary file beside DST, verified (CRC-32s, tables,
 /// tensors, manifests), then renamed over DST: DST is never a partial file. An
@@ -94,8 +96,21 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 (None, false) => UploadMode::Create,
             };
             refuse_directory(&args.src, &format!("cannot upload {src} to {dst}"))?;
-            let v = remote::upload(&args.src, dst, mode, &opts, &report)
-                .map_err(|e| CliError::Failed(format!("cannot upload {src} to {dst}: {e}")))?;
+            // The library names no way to replace; the CLI's is a flag.
+            let hint = match &mode {
+                UploadMode::Create => "; pass --force to replace it",
+                UploadMode::ReplaceVersion(_) => {
+                    "; pass --force instead of --if-match to replace whatever is there"
+                }
+                UploadMode::Replace => "",
+            };
+            let v = remote::upload(&args.src, dst, mode, &opts, &report).map_err(|e| {
+                let hint = match e.kind() {
+                    ErrorKind::RemoteConflict(_) => hint,
+                    _ => "",
+                };
+                CliError::Failed(format!("cannot upload {src} to {dst}: {e}{hint}"))
+            })?;
             ("upload", v)
         }
         (true, false) => {

@@ -433,9 +433,11 @@ fn remote_err_reading(url: &str, e: object_store::Error, ranges: &[Range<u64>]) 
         object_store::Error::Generic { source, .. } => source.downcast_ref::<BodyLength>(),
         _ => None,
     };
-    let mut chain = match ours {
-        Some(b) => b.to_string(),
-        None => e.to_string(),
+    // object_store's "Generic S3 error: " says nothing to the user: its source does.
+    let mut chain = match (ours, &e) {
+        (Some(b), _) => b.to_string(),
+        (None, object_store::Error::Generic { source, .. }) => source.to_string(),
+        (None, e) => e.to_string(),
     };
     let mut src = std::error::Error::source(&e);
     while let Some(s) = src {
@@ -468,7 +470,7 @@ fn remote_err_reading(url: &str, e: object_store::Error, ranges: &[Range<u64>]) 
             ))
         }
         object_store::Error::AlreadyExists { .. } => ErrorKind::RemoteConflict(format!(
-            "an object already exists at {url}; pass --force (UploadMode::Replace) to replace it"
+            "an object already exists at {url}; nothing was uploaded (it is replaced only by an upload told to replace it)"
         )),
         object_store::Error::Precondition { .. } => ErrorKind::RemoteConflict(format!(
             "the object at {url} is not the version this upload may replace (someone else wrote it); nothing was replaced"
@@ -529,11 +531,16 @@ pub fn remote_version(url: &str, opts: &RemoteOptions) -> Result<Option<String>>
 }
 
 /// Uploads the local archive at `local` to `url` (after checking it opens as an archive).
-/// Files of up to [`MULTIPART_THRESHOLD`] bytes go in one conditional PUT; larger ones in
-/// parts: with [`UploadMode::Replace`] straight to the key, otherwise to a temporary key
-/// that is then copied to `url` only if no object is there (a conditional replace of a
-/// large object is refused: the stores cannot complete a multipart upload on a version).
-/// `progress(done, total)` is called as bytes are sent. Returns the new object's ETag.
+/// What is checked is what goes up: the file is opened before the check and read through
+/// that one handle, and refused if the path names another file after the check (another
+/// device, inode, size or modification time) or if the file's size or modification time
+/// changed by the time it was read whole ([`ErrorKind::InvalidInput`]: nothing is
+/// uploaded, a multipart upload is aborted). Files of up to [`MULTIPART_THRESHOLD`] bytes go in one conditional
+/// PUT; larger ones in parts: with [`UploadMode::Replace`] straight to the key, otherwise
+/// to a temporary key that is then copied to `url` only if no object is there (a
+/// conditional replace of a large object is refused: the stores cannot complete a
+/// multipart upload on a version). `progress(done, total)` is called as bytes are sent.
+/// Returns the new object's ETag.
 pub fn upload(
     local: &Path,
     url: &str,
@@ -541,25 +548,18 @@ pub fn upload(
     opts: &RemoteOptions,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Option<String>> {
-    // Refuse to publish something that is not an archive.
-    Archive::open(local)?;
+    let (mut file, checked) = open_checked(local)?;
+    let total = checked.len;
     let client = Client::new(url, opts)?;
-    let mut file = std::fs::File::open(local).map_err(|e| Error::from(e).in_file(local))?;
-    let total = file
-        .metadata()
-        .map_err(|e| Error::from(e).in_file(local))?
-        .len();
     if total <= MULTIPART_THRESHOLD {
+        // At most MULTIPART_THRESHOLD bytes: the size checked bounds the buffer, and a
+        // file grown since is cut off there (and refused below).
         let mut buf = Vec::with_capacity(total as usize);
-        file.read_to_end(&mut buf)
+        (&mut file)
+            .take(total + 1)
+            .read_to_end(&mut buf)
             .map_err(|e| Error::from(e).in_file(local))?;
-        if buf.len() as u64 != total {
-            return Err(Error::new(ErrorKind::InvalidInput(format!(
-                "the file changed while it was uploaded (it was {total} bytes when checked; {} read); nothing was uploaded",
-                buf.len()
-            )))
-            .in_file(local));
-        }
+        still_as_checked(&file, &checked, buf.len() as u64, local)?;
         let put_mode = match &mode {
             UploadMode::Create => PutMode::Create,
             UploadMode::Replace => PutMode::Overwrite,
@@ -584,7 +584,7 @@ pub fn upload(
     }
     if let UploadMode::ReplaceVersion(_) = mode {
         return Err(Error::new(ErrorKind::RemoteConflict(format!(
-            "replacing {url} only if unchanged is not supported for files over {MULTIPART_THRESHOLD} bytes (uploaded in parts); pass --force to replace it regardless"
+            "replacing {url} only if it is still one version is not supported for files over {MULTIPART_THRESHOLD} bytes (uploaded in parts); nothing was replaced"
         )))
         .in_file(url));
     }
@@ -596,51 +596,165 @@ pub fn upload(
             std::process::id()
         )),
     };
-    client
-        .block_on(async {
-            let up = client.store.put_multipart(&staging).await?;
-            let mut w = object_store::WriteMultipart::new_with_chunk_size(up, PART_SIZE);
-            // A failure before `finish` (a part refused, the local file unreadable or
-            // changed) aborts the upload: the store drops its parts, and nothing at all
-            // appears at the key. (`finish` aborts on its own failures.)
-            match send_parts(&mut w, &mut file, total, progress).await {
-                Ok(()) => {}
-                Err(e) => {
-                    let _ = w.abort().await;
-                    return Err(e);
-                }
-            }
-            w.finish().await?;
-            if staging != client.path {
-                let copied = client
-                    .store
-                    .copy_if_not_exists(&staging, &client.path)
-                    .await;
-                let _ = client.store.delete(&staging).await;
-                copied?;
-            }
-            Ok(())
-        })
-        .map_err(|e| remote_err(url, e))?;
+    let store_err = |e| remote_err(url, e);
+    client.block_on(async {
+        let up = client
+            .store
+            .put_multipart(&staging)
+            .await
+            .map_err(store_err)?;
+        let mut w = object_store::WriteMultipart::new_with_chunk_size(up, PART_SIZE);
+        // A failure before `finish` (a part refused, the local file unreadable or
+        // changed) aborts the upload: the store drops its parts, and nothing at all
+        // appears at the key. (`finish` aborts on its own failures.)
+        let sent = send_parts(&mut w, &mut file, &checked, local, progress)
+            .await
+            .map_err(|e| match e {
+                Failed::Local(e) => e,
+                Failed::Store(e) => store_err(e),
+            });
+        if let Err(e) = sent {
+            let _ = w.abort().await;
+            return Err(e);
+        }
+        w.finish().await.map_err(store_err)?;
+        if staging != client.path {
+            let copied = client
+                .store
+                .copy_if_not_exists(&staging, &client.path)
+                .await;
+            let _ = client.store.delete(&staging).await;
+            copied.map_err(store_err)?;
+        }
+        Ok(())
+    })?;
     remote_version(url, opts)
 }
 
-/// Reads `file` (of `total` bytes when checked) into the parts of `w`; a file that is
-/// not `total` bytes long by the time it is read is an error (it changed after the check).
+/// What identifies the local file an upload checked: device, inode (on Unix), size and
+/// modification time.
+#[derive(Debug, PartialEq, Eq)]
+struct Checked {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl Checked {
+    fn of(m: &std::fs::Metadata) -> Checked {
+        #[cfg(unix)]
+        let (dev, ino) = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let (dev, ino) = (0, 0);
+        Checked {
+            dev,
+            ino,
+            len: m.len(),
+            modified: m.modified().ok(),
+        }
+    }
+}
+
+/// The error of a local file that is not the one checked, or no longer as checked.
+fn local_changed(local: &Path, when: &str) -> Error {
+    Error::new(ErrorKind::InvalidInput(format!(
+        "the file changed {when}; nothing was uploaded (upload it again once it is no longer being written)"
+    )))
+    .in_file(local)
+}
+
+/// `local` opened, then checked to open as an archive, and the path found still naming
+/// the file opened, unchanged: the handle reads the bytes that were checked. A file
+/// changed in place during the check (as the rollback of an interrupted append does) is
+/// checked once more.
+fn open_checked(local: &Path) -> Result<(std::fs::File, Checked)> {
+    let stat = |f: &std::fs::File| {
+        f.metadata()
+            .map(|m| Checked::of(&m))
+            .map_err(|e| Error::from(e).in_file(local))
+    };
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let file = std::fs::File::open(local).map_err(|e| Error::from(e).in_file(local))?;
+        let before = stat(&file)?;
+        // Refuse to publish something that is not an archive.
+        Archive::open(local)?;
+        #[cfg(feature = "fault-injection")]
+        fault::after_upload_check();
+        let named = std::fs::metadata(local)
+            .map(|m| Checked::of(&m))
+            .map_err(|e| Error::from(e).in_file(local))?;
+        let opened = stat(&file)?;
+        if named == before && opened == before {
+            return Ok((file, before));
+        }
+        // Another file at the path: what was checked is not what was opened.
+        if (named.dev, named.ino) != (before.dev, before.ino) || attempts == 2 {
+            return Err(local_changed(local, "while it was checked"));
+        }
+    }
+}
+
+/// `Ok` when `file`, of which `read` bytes were read, is still as `checked`.
+fn still_as_checked(
+    file: &std::fs::File,
+    checked: &Checked,
+    read: u64,
+    local: &Path,
+) -> Result<()> {
+    let now = file
+        .metadata()
+        .map(|m| Checked::of(&m))
+        .map_err(|e| Error::from(e).in_file(local))?;
+    if read != checked.len {
+        return Err(local_changed(
+            local,
+            &format!(
+                "while it was uploaded (it was {} bytes when checked; {read} read)",
+                checked.len
+            ),
+        ));
+    }
+    if now != *checked {
+        return Err(local_changed(local, "while it was uploaded"));
+    }
+    Ok(())
+}
+
+/// A transfer's failure: on the local side (said as ours, naming the local file) or the
+/// store's.
+enum Failed {
+    Local(Error),
+    Store(object_store::Error),
+}
+
+impl From<object_store::Error> for Failed {
+    fn from(e: object_store::Error) -> Failed {
+        Failed::Store(e)
+    }
+}
+
+/// Reads `file` (as `checked`) into the parts of `w`; a file not as checked by the time
+/// it is read whole is an error.
 async fn send_parts(
     w: &mut object_store::WriteMultipart,
     file: &mut std::fs::File,
-    total: u64,
+    checked: &Checked,
+    local: &Path,
     progress: &(dyn Fn(u64, u64) + Sync),
-) -> object_store::Result<()> {
-    let local_err = |e: std::io::Error| object_store::Error::Generic {
-        store: "local file",
-        source: Box::new(e),
-    };
+) -> std::result::Result<(), Failed> {
+    let total = checked.len;
     let mut buf = vec![0u8; PART_SIZE];
     let mut done = 0u64;
     loop {
-        let n = file.read(&mut buf).map_err(local_err)?;
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| Failed::Local(Error::from(e).in_file(local)))?;
         if n == 0 {
             break;
         }
@@ -652,12 +766,32 @@ async fn send_parts(
         }
         progress(done, total);
     }
-    if done != total {
-        return Err(local_err(std::io::Error::other(format!(
-            "the file changed while it was uploaded (it was {total} bytes when checked; {done} read)"
-        ))));
+    still_as_checked(file, checked, done, local).map_err(Failed::Local)
+}
+
+/// Test hook (`fault-injection` feature): something to run between an upload's check of
+/// the local file and its look at what the path names afterwards.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static AFTER_CHECK: RefCell<Option<Box<dyn FnMut()>>> = const { RefCell::new(None) };
     }
-    Ok(())
+
+    /// Runs `f` on this thread right after the next uploads' archive check (`None`: nothing).
+    pub fn set_after_upload_check(f: Option<Box<dyn FnMut()>>) {
+        AFTER_CHECK.with(|h| *h.borrow_mut() = f);
+    }
+
+    pub(super) fn after_upload_check() {
+        AFTER_CHECK.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f()
+            }
+        });
+    }
 }
 
 /// Bytes free to an unprivileged writer on the file system of `file` (`None` where not
@@ -704,34 +838,30 @@ pub fn download(
         if let Some(free) = free_space(temp.as_file())
             && total > free
         {
-            return Err(object_store::Error::Generic {
-                store: "local file",
-                source: format!(
-                    "the object is {total} bytes and only {free} are free where {} would be written",
-                    local.display()
-                )
-                .into(),
-            });
+            return Err(Failed::Local(
+                Error::new(ErrorKind::InvalidInput(format!(
+                    "the object at {url} is {total} bytes and only {free} are free where it would be written"
+                )))
+                .in_file(local),
+            ));
         }
         let mut stream = r.into_stream();
         let mut done = 0u64;
         while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
             let chunk = chunk?;
             temp.write_all(&chunk)
-                .map_err(|e| object_store::Error::Generic {
-                    store: "local file",
-                    source: Box::new(e),
-                })?;
+                .map_err(|e| Failed::Local(Error::from(e).in_file(local)))?;
             done += chunk.len() as u64;
             progress(done, total);
         }
-        Ok(version)
+        Ok::<_, Failed>(version)
     });
     let version = match got {
         Ok(v) => v,
+        Err(Failed::Local(e)) => return Err(e),
         // Failed mid-body: if the object is now another version (a resumed request
         // found another ETag), say so rather than the lost connection's error.
-        Err(e) => {
+        Err(Failed::Store(e)) => {
             if let Some(was) = first
                 && remote_version(url, opts).is_ok_and(|now| now.as_deref() != Some(&was))
             {

@@ -831,3 +831,154 @@ fn a_download_resumes_after_a_drop_only_on_the_same_version() {
     assert!(err.to_string().contains("are free"), "{err}");
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
 }
+
+/// An upload sends the bytes it checked: a file renamed over the path right after the
+/// check (same size, not an archive) is refused and nothing is uploaded; a file rewritten
+/// in place during the check is checked again (and refused if it keeps changing); a file
+/// changed in place while its parts are read is refused, the upload aborted. (The check
+/// opened the path and the upload opened it again: the swapped file went up unchecked.)
+#[test]
+fn an_upload_sends_the_file_it_checked_or_nothing() {
+    use modelzip::remote::{self, UploadMode, fault};
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let a = spread_archive(dir.path(), 1);
+    let b = spread_archive(dir.path(), 7);
+    let local = dir.path().join("m.zip");
+    // Rewrites `local` in place (same inode) with `bytes`, with a modification time of its
+    // own (not left to the file system clock's granularity).
+    let rewrite = |bytes: &[u8], secs: u64| {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&local)
+            .unwrap();
+        std::io::Write::write_all(&mut &f, bytes).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
+    };
+    let url = |name: &str| format!("file://{}/{name}", store.display());
+
+    // Renamed over the path after the check: refused, naming the local file.
+    std::fs::write(&local, &a).unwrap();
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![0x5a; a.len()]).unwrap();
+    let (from, to) = (junk.clone(), local.clone());
+    fault::set_after_upload_check(Some(Box::new(move || {
+        if from.exists() {
+            std::fs::rename(&from, &to).unwrap();
+        }
+    })));
+    let err = remote::upload(
+        &local,
+        &url("swapped.zip"),
+        UploadMode::Create,
+        &opts(),
+        &|_, _| {},
+    )
+    .unwrap_err();
+    fault::set_after_upload_check(None);
+    assert!(matches!(err.kind(), ErrorKind::InvalidInput(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("changed while it was checked"),
+        "{err}"
+    );
+    assert_eq!(err.location().file.as_deref(), Some(local.as_path()));
+    assert!(!store.join("swapped.zip").exists());
+
+    // Rewritten in place once during the check: checked again, and what goes up is the
+    // new content, the one checked second.
+    std::fs::write(&local, &a).unwrap();
+    let once = std::cell::Cell::new(true);
+    let b2 = b.clone();
+    let l2 = local.clone();
+    fault::set_after_upload_check(Some(Box::new(move || {
+        if once.replace(false) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&l2)
+                .unwrap();
+            std::io::Write::write_all(&mut &f, &b2).unwrap();
+            f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1000))
+                .unwrap();
+        }
+    })));
+    remote::upload(
+        &local,
+        &url("again.zip"),
+        UploadMode::Create,
+        &opts(),
+        &|_, _| {},
+    )
+    .unwrap();
+    fault::set_after_upload_check(None);
+    assert_eq!(std::fs::read(store.join("again.zip")).unwrap(), b);
+
+    // Rewritten in place at every check: refused.
+    let flip = std::cell::Cell::new(0u64);
+    let (a2, b2, l2) = (a.clone(), b.clone(), local.clone());
+    fault::set_after_upload_check(Some(Box::new(move || {
+        let n = flip.get() + 1;
+        flip.set(n);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&l2)
+            .unwrap();
+        std::io::Write::write_all(&mut &f, if n % 2 == 1 { &b2 } else { &a2 }).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(2000 + n))
+            .unwrap();
+    })));
+    let err = remote::upload(
+        &local,
+        &url("flip.zip"),
+        UploadMode::Create,
+        &opts(),
+        &|_, _| {},
+    )
+    .unwrap_err();
+    fault::set_after_upload_check(None);
+    assert!(
+        err.to_string().contains("changed while it was checked"),
+        "{err}"
+    );
+    assert!(!store.join("flip.zip").exists());
+
+    // Changed in place (same size, another modification time) while its parts are read:
+    // refused, the multipart upload aborted, nothing at the URL.
+    let mut w = ArchiveWriter::create(&local).unwrap();
+    let n = (remote::MULTIPART_THRESHOLD / 4 + 1024) as usize;
+    let t = Tensor::from_slice(vec![n as u64], &vec![0.25f32; n]).unwrap();
+    w.add_tag(TagBuilder::new("large").param("x", t)).unwrap();
+    w.finish().unwrap();
+    let large = std::fs::read(&local).unwrap();
+    let touched = std::sync::atomic::AtomicBool::new(false);
+    let progress = |_: u64, _: u64| {
+        if !touched.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            rewrite(&large, 3000);
+        }
+    };
+    let err = remote::upload(
+        &local,
+        &url("large.zip"),
+        UploadMode::Replace,
+        &opts(),
+        &progress,
+    )
+    .unwrap_err();
+    assert!(touched.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(
+        err.to_string().contains("changed while it was uploaded"),
+        "{err}"
+    );
+    assert_eq!(err.location().file.as_deref(), Some(local.as_path()));
+    assert!(!err.to_string().contains("Generic"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&store).unwrap().count(),
+        1,
+        "only again.zip"
+    );
+}
