@@ -449,6 +449,15 @@ fn remote_err_reading(url: &str, e: object_store::Error, ranges: &[Range<u64>]) 
         }
         src = s.source();
     }
+    // The retry error's "…, after 3 retries, max_retries: 3, retry_timeout: 2592000s  - "
+    // quotes object_store's settings; the count of retries says it. An empty body leaves
+    // a trailing ": ".
+    if let Some(i) = chain.find(", max_retries: ")
+        && let Some(j) = chain[i..].find(" - ")
+    {
+        chain.replace_range(i..i + j, "");
+    }
+    let chain = chain.trim_end_matches([':', ' ']).to_string();
     let kind = match &e {
         object_store::Error::NotFound { .. } if chain.contains("NoSuchBucket") => {
             ErrorKind::Remote(format!("no object at {url}: the bucket does not exist"))

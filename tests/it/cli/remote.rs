@@ -352,3 +352,85 @@ fn a_download_cut_off_mid_body_leaves_nothing() {
     assert!(line.contains(&server.url("m.zip")), "{line}");
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
 }
+
+/// No library or object_store internals in `cp`'s errors: no Rust enum names
+/// ("UploadMode::"), no "Generic S3 error" / "Generic HTTP error" / "Generic local file
+/// error", no retry settings ("max_retries: 3, retry_timeout: 2592000s"); a refused
+/// upload names the flag that would do it.
+#[test]
+fn cp_errors_say_it_in_the_cli_users_words() {
+    let clean = |line: &str| {
+        for internal in ["Generic", "UploadMode::", "object_store", "retry_timeout"] {
+            assert!(!line.contains(internal), "{internal} in: {line}");
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = archive(dir.path(), "a.zip", 1);
+    let server = Server::start();
+    let endpoint = server.url("");
+    let endpoint = endpoint.trim_end_matches('/').to_string();
+    let s3 = || {
+        let mut cmd = on_s3(&endpoint);
+        cmd.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test");
+        cmd
+    };
+    let url = "s3://bucket/m.zip";
+    s3().arg("cp").arg(&a).arg(url).assert().success();
+    // Create-only: the object exists.
+    let line = expect_error(s3().arg("cp").arg(&a).arg(url));
+    assert!(
+        line.contains("an object already exists at s3://bucket/m.zip"),
+        "{line}"
+    );
+    assert!(line.ends_with("; pass --force to replace it"), "{line}");
+    clean(&line);
+    // A stale --if-match.
+    let line = expect_error(
+        s3().arg("cp")
+            .arg(&a)
+            .arg(url)
+            .args(["--if-match", "\"stale\""]),
+    );
+    assert!(line.contains("nothing was replaced"), "{line}");
+    assert!(
+        line.ends_with("; pass --force instead of --if-match to replace whatever is there"),
+        "{line}"
+    );
+    clean(&line);
+    // Every part of a multipart upload refused (500): the status, not object_store's words.
+    let large = dir.path().join("large.zip");
+    let mut w = ArchiveWriter::create(&large).unwrap();
+    let n = (modelzip::remote::MULTIPART_THRESHOLD / 4 + 1024) as usize;
+    let t = Tensor::from_slice(vec![n as u64], &vec![0.5f32; n]).unwrap();
+    w.add_tag(TagBuilder::new("large").param("x", t)).unwrap();
+    w.finish().unwrap();
+    server.fail_parts(true);
+    let line = expect_error(
+        s3().arg("cp")
+            .arg(&large)
+            .arg("s3://bucket/large.zip")
+            .arg("--force"),
+    );
+    assert!(
+        line.contains("cannot upload") && line.contains("500"),
+        "{line}"
+    );
+    clean(&line);
+    server.fail_parts(false);
+    std::fs::remove_file(&large).unwrap();
+    // A read answered 503 until the retries are spent.
+    server.put("h.zip", std::fs::read(&a).unwrap());
+    server.fail_next(1000);
+    let line = expect_error(modelzip().args(["tags", &server.url("h.zip")]));
+    assert!(line.contains("503"), "{line}");
+    clean(&line);
+    server.fail_next(0);
+    // A download larger than the free space: said as the local side's problem.
+    server.set_mode(crate::support::http_server::Mode::HugeLength);
+    let down = dir.path().join("down.zip");
+    let line = expect_error(modelzip().arg("cp").arg(server.url("h.zip")).arg(&down));
+    assert!(line.contains("are free"), "{line}");
+    clean(&line);
+    assert!(!down.exists());
+}
