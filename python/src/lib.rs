@@ -1265,7 +1265,9 @@ fn cast<'py>(
 // ---------------------------------------------------------------------------------------
 
 /// Uploads a local archive to a URL: create-only by default, `if_match` replaces only that
-/// version (ETag), `force` replaces whatever is there. Returns the new ETag, if any.
+/// version (ETag), `force` replaces whatever is there. The bytes checked (the file opens as
+/// an archive) are the bytes sent: a file replaced or changed meanwhile is refused. Returns
+/// the new ETag, if any.
 #[pyfunction]
 #[pyo3(signature = (local, url, if_match=None, force=false))]
 fn upload(

@@ -273,8 +273,12 @@ def test_python_open_upload_download_through_s3(s3, tmp, monkeypatch):
     modelzip.save(local, "ft", {"fc.w": w + 1, "fc.b": np.ones(10, np.float64)})
     url = f"s3://{BUCKET}/python/py.zip"
     etag = modelzip.upload(local, url)
-    with pytest.raises(modelzip.ModelzipError):
+    with pytest.raises(modelzip.ModelzipError) as refused:
         modelzip.upload(local, url)  # create-only
+    # Python's words for replacing, not the CLI's flag or the library's enum.
+    said = str(refused.value)
+    assert "already exists" in said and said.endswith("; pass force=True to replace it"), said
+    assert "--force" not in said and "UploadMode" not in said and "Generic" not in said, said
     with modelzip.open(url) as ar, modelzip.open(local) as here:
         assert ar.tags == here.tags == ["fp32", "ft"]
         for tag in ar.tags:
@@ -293,6 +297,11 @@ def test_python_open_upload_download_through_s3(s3, tmp, monkeypatch):
     modelzip.download(url, down)
     assert down.read_bytes() == local.read_bytes()
     modelzip.save(local, "third", {"w": np.ones(3)})
+    with pytest.raises(modelzip.ModelzipError) as stale:
+        modelzip.upload(local, url, if_match='"stale"')
+    said = str(stale.value)
+    assert "nothing was replaced" in said, said
+    assert said.endswith("; pass force=True instead of if_match to replace whatever is there"), said
     modelzip.upload(local, url, if_match=etag)  # replaces only the version we uploaded
     with modelzip.open(url) as ar:
         assert ar.tags == ["fp32", "ft", "third"]
