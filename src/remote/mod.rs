@@ -449,6 +449,16 @@ fn remote_err_reading(url: &str, e: object_store::Error, ranges: &[Range<u64>]) 
         }
         src = s.source();
     }
+    // Nor does a nested one's ("Generic HTTP error: " in the source of another error).
+    let mut from = 0;
+    while let Some(i) = chain[from..].find("Generic ").map(|i| i + from) {
+        match chain[i..].find(" error: ") {
+            Some(j) if j <= 40 && !chain[i..i + j].contains(':') => {
+                chain.replace_range(i..i + j + " error: ".len(), "")
+            }
+            _ => from = i + "Generic ".len(),
+        }
+    }
     // The retry error's "…, after 3 retries, max_retries: 3, retry_timeout: 2592000s  - "
     // quotes object_store's settings; the count of retries says it. An empty body leaves
     // a trailing ": ".
@@ -905,4 +915,37 @@ pub fn download(
         .map_err(|e| Error::from(e.error).in_file(local))?;
     crate::archive::fsync_dir(&crate::archive::parent_dir(local))?;
     Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Neither object_store's "Generic … error: " (at the top or nested) nor its retry
+    /// settings reach the message; what the store said does.
+    #[test]
+    fn store_errors_lose_object_stores_wording() {
+        let nested = object_store::Error::NotSupported {
+            source: Box::new(object_store::Error::Generic {
+                store: "HTTP",
+                source: "Error performing GET http://h/m.zip in 3ms, after 2 retries, max_retries: 2, retry_timeout: 180s  - Server returned non-2xx status code: 503 Service Unavailable: ".into(),
+            }),
+        };
+        for e in [
+            nested,
+            object_store::Error::Generic {
+                store: "S3",
+                source: "Generic S3 error: connection reset".into(),
+            },
+        ] {
+            let said = remote_err("s3://b/m.zip", e).to_string();
+            assert!(!said.contains("Generic"), "{said}");
+            assert!(!said.contains("max_retries"), "{said}");
+            assert!(!said.contains("retry_timeout"), "{said}");
+            assert!(
+                said.contains("503 Service Unavailable") || said.contains("connection reset"),
+                "{said}"
+            );
+        }
+    }
 }
