@@ -552,14 +552,14 @@ pub fn remote_version(url: &str, opts: &RemoteOptions) -> Result<Option<String>>
 /// Uploads the local archive at `local` to `url` (after checking it opens as an archive).
 /// What is checked is what goes up: the file is opened before the check and read through
 /// that one handle, and refused if the path names another file after the check (another
-/// device, inode, size or modification time) or if the file's size or modification time
-/// changed by the time it was read whole ([`ErrorKind::InvalidInput`]: nothing is
-/// uploaded, a multipart upload is aborted). Files of up to [`MULTIPART_THRESHOLD`] bytes go in one conditional
-/// PUT; larger ones in parts: with [`UploadMode::Replace`] straight to the key, otherwise
-/// to a temporary key that is then copied to `url` only if no object is there (a
-/// conditional replace of a large object is refused: the stores cannot complete a
-/// multipart upload on a version). `progress(done, total)` is called as bytes are sent.
-/// Returns the new object's ETag.
+/// device, inode, size or modification time; on Unix) or if the file's size or
+/// modification time changed by the time it was read whole ([`ErrorKind::InvalidInput`]:
+/// nothing is uploaded, a multipart upload is aborted). Files of up to
+/// [`MULTIPART_THRESHOLD`] bytes go in one conditional PUT; larger ones in parts: with
+/// [`UploadMode::Replace`] straight to the key, otherwise to a temporary key that is then
+/// copied to `url` only if no object is there (a conditional replace of a large object is
+/// refused: the stores cannot complete a multipart upload on a version).
+/// `progress(done, total)` is called as bytes are sent. Returns the new object's ETag.
 pub fn upload(
     local: &Path,
     url: &str,
@@ -603,7 +603,7 @@ pub fn upload(
     }
     if let UploadMode::ReplaceVersion(_) = mode {
         return Err(Error::new(ErrorKind::RemoteConflict(format!(
-            "replacing {url} only if it is still one version is not supported for files over {MULTIPART_THRESHOLD} bytes (uploaded in parts); nothing was replaced"
+            "replacing {url} only if it is still the version given is not supported for files over {MULTIPART_THRESHOLD} bytes (uploaded in parts); nothing was replaced"
         )))
         .in_file(url));
     }
