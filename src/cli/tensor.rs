@@ -126,26 +126,42 @@ fn write_table(
     records: &[Record<'_>],
 ) -> std::io::Result<()> {
     writeln!(out, "{shown}: {} record(s), {len} bytes", records.len())?;
-    writeln!(
-        out,
-        "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  data sha256",
-        "index", "offset", "length", "dtype", "dims", "lod", "data"
-    )?;
-    for r in records {
+    // Columns as wide as their widest cell (a long dims or LoD widens its column instead
+    // of pushing the rest of its row out of line). The hash, last and of fixed width, is
+    // not fitted, so each record's data is hashed once, as its row is written.
+    use super::output::{Align::Left, Align::Right, Table};
+    let mut table = Table::new(&[Right, Right, Right, Left, Left, Left, Right, Left]);
+    let header = [
+        "index",
+        "offset",
+        "length",
+        "dtype",
+        "dims",
+        "lod",
+        "data",
+        "data sha256",
+    ]
+    .map(String::from);
+    let cells = |r: &Record<'_>| -> [String; 7] {
         let t = &r.tensor;
-        let lod = table_lod(t.lod());
-        writeln!(
-            out,
-            "{:>5}  {:>10}  {:>10}  {:<14}  {:<16}  {:<12}  {:>10}  {}",
-            r.index,
-            r.offset,
-            r.length,
+        [
+            r.index.to_string(),
+            r.offset.to_string(),
+            r.length.to_string(),
             format!("{} ({})", t.dtype().name(), t.dtype().code()),
             format!("{:?}", t.dims()),
-            lod,
-            t.data().len(),
-            sha256_hex(t.data())
-        )?;
+            table_lod(t.lod()),
+            t.data().len().to_string(),
+        ]
+    };
+    table.fit(&header);
+    for r in records {
+        table.fit(&cells(r));
+    }
+    table.write_row(out, "", &header)?;
+    for r in records {
+        let [a, b, c, d, e, f, g] = cells(r);
+        table.write_row(out, "", &[a, b, c, d, e, f, g, sha256_hex(r.tensor.data())])?;
     }
     Ok(())
 }

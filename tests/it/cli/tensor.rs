@@ -131,3 +131,42 @@ fn a_long_lod_is_summarized_in_the_table_and_complete_in_json() {
     let got = json_of(modelzip().arg("tensor").arg(&path).arg("--json"));
     assert_eq!(got["records"][0]["lod"], serde_json::json!([offsets]));
 }
+
+/// The table had fixed column widths (dims 16, lod 12): a longer dims or LoD pushed the
+/// rest of its row out of line. Every column now fits its widest cell.
+#[test]
+fn long_dims_and_lods_keep_the_table_columns_aligned() {
+    let long = modelzip::Tensor::from_slice(vec![16, 1, 1, 1, 1, 1, 1, 1, 1, 1], &[1.0f32; 16])
+        .unwrap()
+        .with_lod(vec![vec![0, 10], vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16]])
+        .unwrap();
+    let short = modelzip::Tensor::from_slice(vec![2], &[1.0f32; 2]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("combined.bin");
+    let mut bytes = Vec::new();
+    for t in [&short, &long, &short] {
+        modelzip::tensor::encode_tensor(&t.view(), &mut bytes).unwrap();
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let out = modelzip().arg("tensor").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let header = lines[0];
+    let dims_at = header.find("dims").unwrap();
+    let lod_at = header.find("lod").unwrap();
+    let hash_at = header.find("data sha256").unwrap();
+    assert!(text.contains("[16, 1, 1, 1, 1, 1, 1, 1, 1, 1]"), "{text}");
+    for row in &lines[1..] {
+        // Every row's cells start where their header does; the hash ends the row.
+        assert_eq!(row.len(), hash_at + 64, "{text}");
+        assert_eq!(&row[dims_at..dims_at + 1], "[", "{text}");
+        assert_eq!(&row[lod_at..lod_at + 1], "[", "{text}");
+        assert_eq!(&row[dims_at - 1..dims_at], " ", "{text}");
+    }
+    assert!(
+        lines[2].contains("[[0, 10], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16]]"),
+        "{text}"
+    );
+}
