@@ -145,6 +145,55 @@ pub struct Exported {
     pub notes: Vec<String>,
 }
 
+/// What a tag's graph is, when an export needs one of another kind.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum GraphKind {
+    /// No graph at all.
+    None,
+    /// A Paddle program: graph.pdmodel, or a graph.fb that is neither TensorFlow nor ONNX.
+    Paddle { fb: bool },
+    /// A TensorFlow GraphDef in graph.fb.
+    Tf,
+    /// An ONNX model in graph.fb.
+    Onnx,
+}
+
+/// The error for exporting tag `name`, whose graph is `has`, as `target` (which needs a
+/// graph imported from `target`): says what the tag holds and the formats it does
+/// export as, e.g. `the graph of tag "v1" is a Paddle program (graph.fb); TensorFlow
+/// export needs a graph imported from TensorFlow; export it as "paddle" (--format
+/// paddle), or as "safetensors" for the parameters only`.
+pub(crate) fn wrong_graph(name: &str, has: GraphKind, target: &str) -> Error {
+    let (what, format) = match has {
+        GraphKind::None => (format!("tag {name:?} has no graph"), None),
+        GraphKind::Paddle { fb } => (
+            format!(
+                "the graph of tag {name:?} is a Paddle program ({})",
+                if fb { "graph.fb" } else { "graph.pdmodel" }
+            ),
+            Some("paddle"),
+        ),
+        GraphKind::Tf => (
+            format!("the graph of tag {name:?} is a TensorFlow GraphDef (graph.fb)"),
+            Some("tf"),
+        ),
+        GraphKind::Onnx => (
+            format!("the graph of tag {name:?} is an ONNX model (graph.fb)"),
+            Some("onnx"),
+        ),
+    };
+    let then = match format {
+        Some(f) => format!(
+            "export it as {f:?} (--format {f}), or as \"safetensors\" for the parameters only"
+        ),
+        None => "export its parameters as \"safetensors\" (--format safetensors)".to_string(),
+    };
+    ErrorKind::InvalidInput(format!(
+        "{what}; {target} export needs a graph imported from {target}; {then}"
+    ))
+    .into()
+}
+
 /// Whether a file's extension is `ext` (ASCII case-insensitive).
 pub(crate) fn has_ext(p: &Path, ext: &str) -> bool {
     p.extension()

@@ -802,27 +802,22 @@ fn store(
     report(archive, tag, created, Some(fb.len() as u64))
 }
 
-/// The tag's ONNX model, or an error saying the tag is not one.
+/// The tag's ONNX model, or an error saying what the tag holds instead.
 pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
+    use super::GraphKind;
     let name = tag.name();
-    let not_onnx = |what: &str| {
-        invalid(format!(
-            "tag {name:?} {what}; only a tag imported from an ONNX model exports as one"
-        ))
-    };
+    let wrong = |has| super::wrong_graph(name, has, "ONNX");
     match tag.graph()? {
-        None => Err(not_onnx("has no graph")),
-        Some((GraphFormat::ProgramDesc, _)) => {
-            Err(not_onnx("holds a Paddle program (graph.pdmodel)"))
-        }
+        None => Err(wrong(GraphKind::None)),
+        Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
         Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)
                 .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            if g.tf.is_some() {
-                return Err(not_onnx("holds a TensorFlow graph"));
+            match (g.onnx, g.tf) {
+                (Some(onnx), _) => Ok(onnx),
+                (None, Some(_)) => Err(wrong(GraphKind::Tf)),
+                (None, None) => Err(wrong(GraphKind::Paddle { fb: true })),
             }
-            g.onnx
-                .ok_or_else(|| not_onnx("holds a Paddle/SameDiff graph.fb, not an ONNX model"))
         }
     }
 }

@@ -1117,23 +1117,22 @@ pub fn import_graphdef_file(
     store(archive, tag, split, opts)
 }
 
-/// The tag's TensorFlow graph, or an error saying the tag is not one.
+/// The tag's TensorFlow graph, or an error saying what the tag holds instead.
 fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
+    use super::GraphKind;
     let name = tag.name();
-    let not_tf = |what: &str| {
-        invalid(format!(
-            "tag {name:?} {what}; only a tag imported from a TensorFlow GraphDef exports as one"
-        ))
-    };
+    let wrong = |has| super::wrong_graph(name, has, "TensorFlow");
     match tag.graph()? {
-        None => Err(not_tf("has no graph")),
-        Some((GraphFormat::ProgramDesc, _)) => {
-            Err(not_tf("holds a Paddle program (graph.pdmodel)"))
-        }
+        None => Err(wrong(GraphKind::None)),
+        Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
         Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)
                 .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            g.tf.ok_or_else(|| not_tf("holds a Paddle/SameDiff graph.fb, not a TensorFlow graph"))
+            match (g.tf, g.onnx) {
+                (Some(tf), _) => Ok(tf),
+                (None, Some(_)) => Err(wrong(GraphKind::Onnx)),
+                (None, None) => Err(wrong(GraphKind::Paddle { fb: true })),
+            }
         }
     }
 }

@@ -557,8 +557,8 @@ fn tags_of_another_format_are_refused() {
     let out = dir.path().join("x.onnx");
     let fmt = interop::format("onnx").unwrap();
     for (tag, why) in [
-        ("tf", "holds a TensorFlow graph"),
-        ("paddle", "holds a Paddle program (graph.pdmodel)"),
+        ("tf", "is a TensorFlow GraphDef (graph.fb)"),
+        ("paddle", "is a Paddle program (graph.pdmodel)"),
     ] {
         let e = fmt
             .export(&a.tag(tag).unwrap(), &out, &export_opts())
@@ -570,7 +570,14 @@ fn tags_of_another_format_are_refused() {
         .unwrap()
         .export(&onnx_tag, &dir.path().join("x.pb"), &export_opts())
         .unwrap_err();
-    assert!(e.to_string().contains("not a TensorFlow graph"), "{e}");
+    // An ONNX graph.fb is named as one (it was called "a Paddle/SameDiff graph.fb").
+    assert!(
+        e.to_string().contains(
+            "is an ONNX model (graph.fb); TensorFlow export needs a graph imported from \
+             TensorFlow; export it as \"onnx\" (--format onnx)"
+        ),
+        "{e}"
+    );
     let e = interop::format("paddle")
         .unwrap()
         .export(&onnx_tag, &dir.path().join("x"), &export_opts())

@@ -267,7 +267,7 @@ fn tags_of_another_format_are_refused() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .contains("holds a Paddle program (graph.pdmodel)"),
+            .contains("is a Paddle program (graph.pdmodel)"),
         "{e}"
     );
     let e = interop::format("paddle")

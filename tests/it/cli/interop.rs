@@ -333,7 +333,7 @@ fn each_format_refuses_the_others_tags() {
             .args(["--tag", "pd", "--format", "tf", "--out"])
             .arg(dir.path().join("x.pb")),
     );
-    assert!(msg.contains("holds a Paddle program"), "{msg}");
+    assert!(msg.contains("is a Paddle program"), "{msg}");
     let msg = expect_error(
         modelzip()
             .arg("export")
@@ -617,4 +617,51 @@ fn onnx_int8_variant_and_external_data_through_the_cli() {
     );
     let help = modelzip().args(["quantize", "--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("DequantizeLinear"));
+}
+
+/// `export --format tf` (or onnx) of a tag whose graph is a Paddle graph.fb said
+/// "holds a Paddle/SameDiff graph.fb": it says what the tag holds, what the export needs
+/// and which formats the tag does export as.
+#[test]
+fn exporting_a_paddle_graph_fb_as_tf_or_onnx_says_what_to_do_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    modelzip()
+        .arg("import")
+        .arg(&zip)
+        .args(["--tag", "pd", "-q"])
+        .args([paddle("mlp.pdmodel"), paddle("mlp.pdiparams")])
+        .assert()
+        .success();
+    modelzip()
+        .args(["convert", "--tag", "pd", "--to", "flatbuffers", "-q"])
+        .arg(&zip)
+        .assert()
+        .success();
+    for (format, name, out) in [("tf", "TensorFlow", "x.pb"), ("onnx", "ONNX", "x.onnx")] {
+        let msg = expect_error(
+            modelzip()
+                .arg("export")
+                .arg(&zip)
+                .args(["--tag", "pd", "--format", format, "--out"])
+                .arg(dir.path().join(out)),
+        );
+        assert!(
+            msg.ends_with(&format!(
+                ": the graph of tag \"pd\" is a Paddle program (graph.fb); {name} export \
+                 needs a graph imported from {name}; export it as \"paddle\" (--format paddle), \
+                 or as \"safetensors\" for the parameters only"
+            )),
+            "{msg}"
+        );
+        assert!(!dir.path().join(out).exists());
+    }
+    // What the message suggests works.
+    modelzip()
+        .arg("export")
+        .arg(&zip)
+        .args(["--tag", "pd", "--format", "paddle", "-q", "--out"])
+        .arg(dir.path().join("p"))
+        .assert()
+        .success();
 }
