@@ -46,7 +46,8 @@ pub struct Args {
     out: PathBuf,
     /// Replace existing files (with --link, a link replaces a file atomically:
     /// made under a temporary name in the same directory, then renamed over it);
-    /// never the archive being read.
+    /// never the archive being read. Also deletes the temporary links a killed
+    /// extract left there (`.modelzip-link.PID.N`, its process gone or 15 minutes old).
     #[arg(long)]
     force: bool,
     /// Make every further name of an already written tensor file a hard link to the
@@ -259,6 +260,86 @@ fn link_file(src: &Path, path: &Path, force: bool, tmp_seq: &mut u64) -> Result<
         CliError::Failed(format!("cannot replace {}: {e}", path.display()))
     })?;
     Ok(true)
+}
+
+/// How long a `.modelzip-link.PID.N` whose process may still be running (its PID is a
+/// live process, or cannot be checked) is left alone by a later `extract --force`.
+const LINK_LEFTOVER_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The PID in a temporary link name `.modelzip-link.PID.N` ([`link_file`]), or `None` for
+/// any other name.
+fn link_leftover_pid(name: &std::ffi::OsStr) -> Option<u32> {
+    let rest = name.to_str()?.strip_prefix(".modelzip-link.")?;
+    let (pid, seq) = rest.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(seq) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether process `pid` is running on this machine: `Some(false)` only when it surely
+/// is not (Linux: no `/proc/PID` while `/proc` is mounted), `None` when it cannot be told.
+fn pid_is_live(pid: u32) -> Option<bool> {
+    if pid == std::process::id() {
+        return Some(true);
+    }
+    if cfg!(target_os = "linux") && Path::new("/proc/self").exists() {
+        match std::fs::symlink_metadata(format!("/proc/{pid}")) {
+            Ok(_) => return Some(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(false),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Whether a temporary link of process `pid` (`live`: [`pid_is_live`]), last linked or
+/// unlinked `age` ago (`None`: unknown), is a leftover safe to delete: its process is
+/// gone, or it is older than [`LINK_LEFTOVER_GRACE`] (a live link is renamed away in
+/// the system call after it is made).
+fn link_leftover_removable(live: Option<bool>, age: Option<std::time::Duration>) -> bool {
+    live == Some(false) || age.is_some_and(|a| a > LINK_LEFTOVER_GRACE)
+}
+
+/// Deletes from `dir` the `.modelzip-link.PID.N` files a killed `extract --force` left
+/// (a hard link made, then renamed over its target: killed in between, it stays) when
+/// [`link_leftover_removable`]. Only regular files of that name; best effort (what
+/// cannot be read or deleted stays, and the extract goes on). Returns how many it deleted.
+fn remove_link_leftovers(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let Some(pid) = link_leftover_pid(&e.file_name()) else {
+            continue;
+        };
+        // Not followed: a symlink or directory of that name is not ours.
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !m.file_type().is_file() {
+            continue;
+        }
+        // The inode's change time: set by every link and unlink of the file, so a link
+        // just made by a live extract is young even when its file was written long ago.
+        #[cfg(unix)]
+        let changed = {
+            use std::os::unix::fs::MetadataExt;
+            u64::try_from(m.ctime())
+                .ok()
+                .map(|s| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s))
+        };
+        #[cfg(not(unix))]
+        let changed = m.modified().ok();
+        let age = changed.and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+        if link_leftover_removable(pid_is_live(pid), age) && std::fs::remove_file(e.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Whether a failed `hard_link` means "no link here" rather than a failure: another
@@ -585,10 +666,21 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         // Bytes of the copies made where a link could not be (--link): not in
         // total_bytes, so checked against --max-output as they are made.
         let mut copied_bytes = 0u64;
+        // Directories already cleared of leftover temporary links (--force).
+        let mut swept: FxHashSet<PathBuf> = FxHashSet::default();
         for p in tag.params() {
             let rel = safe_relative(tag_name, &p.name)?;
             make_parents(&args.out, &rel, &mut created_dirs)?;
             let path = args.out.join(&rel);
+            // A killed `extract --force` may have left temporary links here: deleted
+            // when surely dead (docs/RELIABILITY.md), once per directory.
+            if args.force
+                && let Some(dir) = path.parent()
+                && !swept.contains(dir)
+            {
+                remove_link_leftovers(dir);
+                swept.insert(dir.to_path_buf());
+            }
             let entry = p.location.entry.as_str();
             if args.link
                 && let Some(&i) = first.get(entry)
@@ -729,5 +821,73 @@ impl serde::Serialize for ExtractJson<'_> {
         m.serialize_entry("files", &Files(self.graph, self.params))?;
         m.serialize_entry("links", &self.links)?;
         m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::time::Duration;
+
+    #[test]
+    fn only_temporary_link_names_are_leftovers() {
+        assert_eq!(
+            link_leftover_pid(OsStr::new(".modelzip-link.123.0")),
+            Some(123)
+        );
+        assert_eq!(
+            link_leftover_pid(OsStr::new(".modelzip-link.7.42")),
+            Some(7)
+        );
+        for other in [
+            "fc_0.w_0",
+            ".modelzip-link.123",
+            ".modelzip-link..0",
+            ".modelzip-link.123.",
+            ".modelzip-link.12a.0",
+            ".modelzip-link.123.0.x",
+            ".modelzip-link.99999999999.0",
+            "x.modelzip-link.1.0",
+        ] {
+            assert_eq!(link_leftover_pid(OsStr::new(other)), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_leftover_goes_when_its_process_is_gone_or_past_the_grace_period() {
+        let young = Some(Duration::from_secs(5));
+        let old = Some(LINK_LEFTOVER_GRACE + Duration::from_secs(1));
+        assert!(link_leftover_removable(Some(false), young));
+        assert!(link_leftover_removable(Some(false), None));
+        assert!(!link_leftover_removable(Some(true), young));
+        assert!(!link_leftover_removable(None, young));
+        assert!(!link_leftover_removable(Some(true), None));
+        assert!(link_leftover_removable(Some(true), old));
+        assert!(link_leftover_removable(None, old));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn leftovers_of_a_dead_process_are_deleted_and_nothing_else() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let gone = d.join(format!(".modelzip-link.{dead}.3"));
+        std::fs::write(&gone, b"x").unwrap();
+        // A live process's (this one's), a look-alike name, and a symlink stay.
+        let live = d.join(format!(".modelzip-link.{}.0", std::process::id()));
+        std::fs::write(&live, b"x").unwrap();
+        let other = d.join(format!(".modelzip-link.{dead}.x"));
+        std::fs::write(&other, b"x").unwrap();
+        let link = d.join(format!(".modelzip-link.{dead}.4"));
+        std::os::unix::fs::symlink(&live, &link).unwrap();
+        assert_eq!(pid_is_live(dead), Some(false));
+        assert_eq!(remove_link_leftovers(d), 1);
+        assert!(!gone.exists());
+        assert!(live.exists() && other.exists());
+        assert!(std::fs::symlink_metadata(&link).is_ok());
     }
 }

@@ -352,6 +352,57 @@ fn extract_link_force_replaces_existing_files_and_leaves_no_temporary() {
     }
 }
 
+/// A killed `extract --force --link` can leave `.modelzip-link.PID.N` (a hard link made,
+/// then renamed over its target): nothing deleted it. The next `extract --force` into the
+/// same directories deletes those of a process that is gone, and no other file; one
+/// without --force leaves them.
+#[cfg(target_os = "linux")]
+#[test]
+fn extract_force_deletes_the_temporary_links_a_killed_extract_left() {
+    let d = tempfile::tempdir().unwrap();
+    let path = shared_groups_archive(d.path());
+    let out = d.path().join("out");
+    extract_json(&path, &out, &["--link"]);
+    let before = names_under(&out);
+    // A process that has exited: its PID is no live process.
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    // As the killed run left them: second names of files it wrote, at the top and in sub/.
+    let left = [
+        out.join(format!(".modelzip-link.{dead}.0")),
+        out.join(format!("sub/.modelzip-link.{dead}.7")),
+    ];
+    std::fs::hard_link(out.join("w0"), &left[0]).unwrap();
+    std::fs::hard_link(out.join("b2"), &left[1]).unwrap();
+    // This process is alive: its (young) temporary link stays. So does a look-alike.
+    let live = out.join(format!(".modelzip-link.{}.0", std::process::id()));
+    std::fs::write(&live, b"not a leftover").unwrap();
+    let other = out.join(".modelzip-link.notes");
+    std::fs::write(&other, b"mine").unwrap();
+    let o = extract(&path, &out, &["--link"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "without --force nothing is replaced"
+    );
+    assert!(left.iter().all(|p| p.exists()), "deleted without --force");
+    extract_json(&path, &out, &["--force"]);
+    assert!(
+        !left[0].exists() && !left[1].exists(),
+        "{:?}",
+        names_under(&out)
+    );
+    assert!(live.exists() && other.exists());
+    let mut want = before.clone();
+    want.extend([
+        live.file_name().unwrap().to_string_lossy().into_owned(),
+        ".modelzip-link.notes".to_string(),
+    ]);
+    want.sort();
+    assert_eq!(names_under(&out), want);
+}
+
 #[test]
 fn extract_link_counts_only_distinct_bytes_against_max_output() {
     let d = tempfile::tempdir().unwrap();
