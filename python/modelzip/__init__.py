@@ -795,7 +795,8 @@ def quantize(
     dequantizes so Paddle runs the variant. A parameter holding NaN or ±inf is refused
     (``ModelzipError`` kind ``unrepresentable_values``) unless ``allow_non_finite``: then
     those values are stored as 0 and left out of the scale. Returns the variant report
-    (each parameter's ``non_finite`` count included)."""
+    (each parameter's ``non_finite`` count included, and its ``per_tensor_reason``: why a
+    weight was quantized per tensor though ``per_channel``, else ``None``)."""
     return _modelzip.quantize(
         _local(archive, "quantize in"), source, tag, per_channel, wait, allow_non_finite
     )

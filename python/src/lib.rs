@@ -1195,6 +1195,14 @@ fn variant_report<'py>(
         item.set_item("dtype", p.dtype.name())?;
         item.set_item("dims", p.dims.clone())?;
         item.set_item("change", format!("{:?}", p.change))?;
+        // Why a weight was quantized per tensor though per channel was asked for.
+        let reason = match &p.change {
+            modelzip::variants::ParamChange::Quantized {
+                per_tensor_reason, ..
+            } => per_tensor_reason.as_deref(),
+            _ => None,
+        };
+        item.set_item("per_tensor_reason", reason)?;
         item.set_item("shared", p.shared)?;
         item.set_item("stored_bytes", p.stored_bytes)?;
         item.set_item("non_finite", p.non_finite)?;

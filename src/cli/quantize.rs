@@ -42,7 +42,9 @@ pub struct Args {
     #[command(flatten)]
     variant: VariantArgs,
     /// One scale per output channel instead of one per tensor (recommended: the INT8
-    /// error then depends less on how channel ranges differ; docs/VARIANTS.md).
+    /// error then depends less on how channel ranges differ; docs/VARIANTS.md). A
+    /// weight whose ops disagree on its channel axis is quantized per tensor, and its
+    /// line (and --json's "per_tensor_reason") says why.
     #[arg(long)]
     per_channel: bool,
     /// Quantize NaN and +-inf in a weight to 0 (left out of its scale) instead of
@@ -157,9 +159,19 @@ fn render(
             ParamChange::Quantized {
                 axis: Some(a),
                 scale,
+                ..
             } => format!("per channel, axis {a}, scales in {}", clean(scale)),
-            ParamChange::Quantized { axis: None, scale } => {
-                format!("per tensor, scale in {}", clean(scale))
+            ParamChange::Quantized {
+                axis: None,
+                scale,
+                per_tensor_reason,
+            } => {
+                let mut s = format!("per tensor, scale in {}", clean(scale));
+                // --per-channel asked, and this one could not be: say why.
+                if let Some(why) = per_tensor_reason {
+                    s.push_str(&format!("; not per channel: {}", clean(why)));
+                }
+                s
             }
             ParamChange::Cast { from } => format!("from {}", from.name()),
             _ => String::new(),
@@ -205,9 +217,14 @@ fn report_json(archive: &Path, r: &VariantReport) -> Value {
             m.insert("dtype".into(), json!(p.dtype.name()));
             m.insert("dims".into(), json!(p.dims));
             let change = match &p.change {
-                ParamChange::Quantized { axis, scale } => {
+                ParamChange::Quantized {
+                    axis,
+                    scale,
+                    per_tensor_reason,
+                } => {
                     m.insert("axis".into(), json!(axis));
                     m.insert("scale".into(), json!(scale));
+                    m.insert("per_tensor_reason".into(), json!(per_tensor_reason));
                     "quantized"
                 }
                 ParamChange::Scale { of } => {

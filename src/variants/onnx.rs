@@ -38,9 +38,10 @@ fn default_domain(domain: Option<&str>) -> bool {
 pub(super) struct OnnxWeight {
     /// The tag parameter holding it.
     pub param: String,
-    /// Its output-channel axis, `None` when two nodes read it along different axes
-    /// (then it is quantized per tensor).
-    pub axis: Option<usize>,
+    /// The nodes that read it as their weight, each with where it says the output
+    /// channels are: distinct (op type, axis) pairs in first-use order (nodes that
+    /// disagree make it quantized per tensor).
+    pub uses: Vec<(String, usize)>,
 }
 
 /// The weight input of a node and its output-channel axis for a weight of `rank`:
@@ -125,7 +126,7 @@ pub(super) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
         }
     }
     let mut order: Vec<&str> = Vec::new();
-    let mut axes: HashMap<&str, Option<usize>> = HashMap::new();
+    let mut uses: HashMap<&str, Vec<(String, usize)>> = HashMap::new();
     for node in &graph.node {
         let Some(w) = node.input.get(1).map(String::as_str) else {
             continue;
@@ -136,23 +137,20 @@ pub(super) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
         let Some((_, axis)) = weight_input(node, rank) else {
             continue;
         };
-        match axes.get_mut(w) {
-            Some(prev) => {
-                if *prev != Some(axis) {
-                    *prev = None;
-                }
-            }
-            None => {
-                axes.insert(w, Some(axis));
-                order.push(w);
-            }
+        let op = node.op_type.as_deref().unwrap_or_default();
+        let u = uses.entry(w).or_insert_with(|| {
+            order.push(w);
+            Vec::new()
+        });
+        if !u.iter().any(|(t, a)| t == op && *a == axis) {
+            u.push((op.to_string(), axis));
         }
     }
     Ok(order
         .into_iter()
         .map(|w| OnnxWeight {
             param: candidates[w].0.to_string(),
-            axis: axes.get(w).copied().flatten(),
+            uses: uses.remove(w).unwrap_or_default(),
         })
         .collect())
 }

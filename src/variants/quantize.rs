@@ -44,7 +44,20 @@ impl ChannelAxis {
             ChannelAxis::FromEnd(k) => rank.checked_sub(k + 1),
         }
     }
+
+    /// The rule in words: `axis 1`, `the last axis`, `axis -2`.
+    fn describe(self) -> String {
+        match self {
+            ChannelAxis::Fixed(a) => format!("axis {a}"),
+            ChannelAxis::FromEnd(0) => "the last axis".to_string(),
+            ChannelAxis::FromEnd(k) => format!("axis -{}", k + 1),
+        }
+    }
 }
+
+/// The ops that read a weight, each with where it says the weight's output channels are:
+/// distinct (op type, rule) pairs in first-use order. Without a graph, one pseudo-use.
+type WeightUses = Vec<(String, ChannelAxis)>;
 
 fn attr_true(op: &Op, name: &str) -> bool {
     matches!(op.get_attr(name), Some(AttrValue::Bool(true)))
@@ -73,10 +86,9 @@ fn weight_slot(op: &Op) -> Option<(&'static str, ChannelAxis)> {
     })
 }
 
-/// The weights the graph feeds to matmul/conv-style ops, with their channel axis, in
-/// first-use order. A weight some op writes is left alone; a weight two ops read with
-/// different channel axes is quantized per tensor.
-fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
+/// The weights the graph feeds to matmul/conv-style ops, with the ops that read them
+/// ([`WeightUses`]), in first-use order. A weight some op writes is left alone.
+fn graph_weights(graph: &Graph) -> Vec<(String, WeightUses)> {
     let written: HashSet<&str> = graph
         .blocks
         .iter()
@@ -85,7 +97,7 @@ fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
         .flat_map(|s| s.args.iter().map(String::as_str))
         .collect();
     let mut order: Vec<String> = Vec::new();
-    let mut axes: HashMap<String, Option<ChannelAxis>> = HashMap::new();
+    let mut uses: HashMap<String, WeightUses> = HashMap::new();
     for op in graph.blocks.iter().flat_map(|b| &b.ops) {
         let Some((slot, axis)) = weight_slot(op) else {
             continue;
@@ -95,16 +107,12 @@ fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
                 if written.contains(arg.as_str()) {
                     continue;
                 }
-                match axes.get_mut(arg) {
-                    Some(prev) => {
-                        if *prev != Some(axis) {
-                            *prev = None;
-                        }
-                    }
-                    None => {
-                        axes.insert(arg.clone(), Some(axis));
-                        order.push(arg.clone());
-                    }
+                let u = uses.entry(arg.clone()).or_insert_with(|| {
+                    order.push(arg.clone());
+                    Vec::new()
+                });
+                if !u.iter().any(|(t, a)| *t == op.op_type && *a == axis) {
+                    u.push((op.op_type.clone(), axis));
                 }
             }
         }
@@ -112,23 +120,51 @@ fn graph_weights(graph: &Graph) -> Vec<(String, Option<ChannelAxis>)> {
     order
         .into_iter()
         .map(|n| {
-            let a = axes.get(&n).copied().flatten();
-            (n, a)
+            let u = uses.remove(&n).unwrap_or_default();
+            (n, u)
         })
         .collect()
 }
 
-/// The channel axis a weight of `dims` is quantized along: its rule's axis per
-/// channel, `None` per tensor (or when the rule does not fit the rank).
+/// The channel axis a weight of `dims` read by `uses` is quantized along: `Ok(None)` per
+/// tensor as asked, `Ok(Some(axis))` per channel, and per channel asked but impossible
+/// `Err(why)`: an op's axis does not fit the weight's rank, or the ops disagree on
+/// the axis (a weight read by a matmul and, transposed, by another is both).
 fn channel_axis(
     options: &QuantizeOptions,
-    rule: Option<ChannelAxis>,
+    uses: &[(String, ChannelAxis)],
     dims: &[u64],
-) -> Option<usize> {
-    if options.per_channel {
-        rule.and_then(|a| a.resolve(dims.len()))
-    } else {
-        None
+) -> std::result::Result<Option<usize>, String> {
+    if !options.per_channel {
+        return Ok(None);
+    }
+    let rank = dims.len();
+    let mut resolved: Vec<(&str, usize)> = Vec::with_capacity(uses.len());
+    for (op, rule) in uses {
+        match rule.resolve(rank) {
+            Some(a) => resolved.push((op, a)),
+            None => {
+                return Err(format!(
+                    "{op} reads its output channels along {}, which a weight of rank {rank} \
+                     (dims {dims:?}) does not have",
+                    rule.describe()
+                ));
+            }
+        }
+    }
+    match resolved.as_slice() {
+        [] => Err("no op it feeds says which axis holds its output channels".to_string()),
+        [(_, a), rest @ ..] if rest.iter().all(|(_, b)| b == a) => Ok(Some(*a)),
+        _ => {
+            let each: Vec<String> = resolved
+                .iter()
+                .map(|(op, a)| format!("{op} along axis {a}"))
+                .collect();
+            Err(format!(
+                "the ops that read it disagree on its output-channel axis ({})",
+                each.join(", ")
+            ))
+        }
     }
 }
 
@@ -152,7 +188,9 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 /// channel); real value ≈ q × scale. The channel axis is the weight's output axis: 0 for
 /// conv filters, 1 for transposed-conv filters, the last axis for matmul/mul/fc weights
 /// (the one before it when `trans_y`/`transpose_Y`); without a graph, the last axis of a
-/// rank-2 tensor and axis 0 otherwise.
+/// rank-2 tensor and axis 0 otherwise. A weight whose readers name different axes of it,
+/// or an axis its rank lacks, is quantized per tensor, the report saying why
+/// ([`ParamChange::Quantized`](super::ParamChange::Quantized)'s `per_tensor_reason`).
 ///
 /// A tag imported from ONNX: the FP32 initializers of rank ≥ 2 that the main graph's
 /// `MatMul` (B, last axis), `Gemm` (B, axis 1, or 0 with `transB`) and `Conv` (W, axis
@@ -257,7 +295,7 @@ fn build(
         .collect();
 
     // Which parameters to quantize, and along which axis (before knowing their rank).
-    let mut chosen: HashMap<String, Option<ChannelAxis>> = HashMap::new();
+    let mut chosen: HashMap<String, WeightUses> = HashMap::new();
     if let Some(o) = onnx {
         let entry = format!("{}/graph.fb", tag.name());
         for w in super::onnx::weights(o).map_err(|e| e.in_entry(entry))? {
@@ -265,17 +303,22 @@ fn build(
                 let t = tag.tensor(&tag.params()[i].location)?;
                 let v = t.view();
                 if v.dtype() == DType::Fp32 && v.dims().len() >= 2 {
-                    chosen.insert(w.param, w.axis.map(ChannelAxis::Fixed));
+                    let uses = w
+                        .uses
+                        .into_iter()
+                        .map(|(op, a)| (op, ChannelAxis::Fixed(a)))
+                        .collect();
+                    chosen.insert(w.param, uses);
                 }
             }
         }
     } else if let Some((_, g)) = &graph {
-        for (name, axis) in graph_weights(g) {
+        for (name, uses) in graph_weights(g) {
             if let Some(&i) = params.get(name.as_str()) {
                 let t = tag.tensor(&tag.params()[i].location)?;
                 let v = t.view();
                 if v.dtype() == DType::Fp32 && v.dims().len() >= 2 {
-                    chosen.insert(name, axis);
+                    chosen.insert(name, uses);
                 }
             }
         }
@@ -293,7 +336,7 @@ fn build(
                 } else {
                     ChannelAxis::Fixed(0)
                 };
-                chosen.insert(p.name.clone(), Some(axis));
+                chosen.insert(p.name.clone(), vec![("(no graph)".to_string(), axis)]);
             }
         }
     }
@@ -342,11 +385,11 @@ fn build(
         Some(o) => {
             let mut quants = Vec::new();
             for p in tag.params() {
-                let Some(rule) = chosen.get(&p.name) else {
+                let Some(uses) = chosen.get(&p.name) else {
                     continue;
                 };
                 let dims = tag.tensor(&p.location)?.view().dims().to_vec();
-                let axis = channel_axis(options, *rule, &dims);
+                let axis = channel_axis(options, uses, &dims).ok().flatten();
                 quants.push(OnnxQuant {
                     param: p.name.clone(),
                     scale_param: format!("{}@scale", p.name),
@@ -368,7 +411,7 @@ fn build(
         ticker.tick();
         let data = tag.tensor(&p.location)?;
         let view = data.view();
-        let Some(axis_rule) = chosen.get(&p.name) else {
+        let Some(uses) = chosen.get(&p.name) else {
             out.push((p.name.clone(), view.to_owned(), ParamChange::Unchanged));
             continue;
         };
@@ -395,7 +438,10 @@ fn build(
                 },
             );
         }
-        let axis = channel_axis(options, *axis_rule, &dims);
+        let (axis, per_tensor_reason) = match channel_axis(options, uses, &dims) {
+            Ok(axis) => (axis, None),
+            Err(why) => (None, Some(why)),
+        };
         let q: Quantized = match axis {
             Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
                 Error::new(ErrorKind::InvalidInput(format!(
@@ -422,6 +468,7 @@ fn build(
             ParamChange::Quantized {
                 axis,
                 scale: scale_name.clone(),
+                per_tensor_reason,
             },
         ));
         out.push((
@@ -508,16 +555,61 @@ mod tests {
         b.ops
             .push(Op::new("", "mul").input("Y", &["o"]).output("Out", &["p"]));
         let w = graph_weights(&g);
+        let one = |op: &str, a| vec![(op.to_string(), a)];
         assert_eq!(
             w,
             vec![
-                ("w".to_string(), Some(ChannelAxis::FromEnd(1))),
-                ("f".to_string(), Some(ChannelAxis::Fixed(0))),
-                ("ft".to_string(), Some(ChannelAxis::Fixed(1))),
+                ("w".to_string(), one("matmul_v2", ChannelAxis::FromEnd(1))),
+                ("f".to_string(), one("conv2d", ChannelAxis::Fixed(0))),
+                (
+                    "ft".to_string(),
+                    one("conv2d_transpose", ChannelAxis::Fixed(1))
+                ),
             ]
         );
         assert_eq!(ChannelAxis::FromEnd(1).resolve(2), Some(0));
         assert_eq!(ChannelAxis::FromEnd(0).resolve(2), Some(1));
         assert_eq!(ChannelAxis::Fixed(1).resolve(1), None);
+    }
+
+    #[test]
+    fn channel_axis_says_why_per_channel_cannot_be() {
+        let per_channel = QuantizeOptions { per_channel: true };
+        let uses = |u: &[(&str, ChannelAxis)]| -> WeightUses {
+            u.iter().map(|(o, a)| (o.to_string(), *a)).collect()
+        };
+        let conv_t = uses(&[("conv2d_transpose", ChannelAxis::Fixed(1))]);
+        assert_eq!(
+            channel_axis(&per_channel, &conv_t, &[3, 4, 2, 2]),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            channel_axis(&per_channel, &conv_t, &[3]),
+            Err(
+                "conv2d_transpose reads its output channels along axis 1, which a weight \
+                 of rank 1 (dims [3]) does not have"
+                    .to_string()
+            )
+        );
+        let matmul_t = uses(&[("matmul", ChannelAxis::FromEnd(1))]);
+        let e = channel_axis(&per_channel, &matmul_t, &[3]).unwrap_err();
+        assert!(e.contains("along axis -2"), "{e}");
+        // Different rules naming the same axis agree; different axes do not.
+        let agree = uses(&[
+            ("mul", ChannelAxis::FromEnd(0)),
+            ("conv2d_transpose", ChannelAxis::Fixed(1)),
+        ]);
+        assert_eq!(channel_axis(&per_channel, &agree, &[4, 3]), Ok(Some(1)));
+        assert_eq!(
+            channel_axis(&per_channel, &agree, &[4, 3, 2]),
+            Err("the ops that read it disagree on its output-channel axis \
+                 (mul along axis 2, conv2d_transpose along axis 1)"
+                .to_string())
+        );
+        // Per tensor as asked: no reason.
+        assert_eq!(
+            channel_axis(&QuantizeOptions::default(), &conv_t, &[3]),
+            Ok(None)
+        );
     }
 }

@@ -18,6 +18,10 @@ pub enum ParamChange {
         axis: Option<usize>,
         /// The scale parameter's name (`<name>@scale`).
         scale: String,
+        /// Why a parameter quantized per channel was asked for was quantized per tensor
+        /// instead (`axis` is `None`): the ops that read it disagree on its channel axis,
+        /// or their axis does not fit its rank. `None` when quantized as asked.
+        per_tensor_reason: Option<String>,
     },
     /// The scales of the quantized parameter `of`.
     Scale {

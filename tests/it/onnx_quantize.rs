@@ -121,9 +121,14 @@ fn int8_variants_of_the_mlp_and_cnn_dequantize_in_the_model() {
             assert_eq!(got, names, "{tag}");
             for p in &r.params {
                 match &p.change {
-                    ParamChange::Quantized { axis, scale } => {
+                    ParamChange::Quantized {
+                        axis,
+                        scale,
+                        per_tensor_reason,
+                    } => {
                         let a = want.iter().find(|w| w.0 == p.name).unwrap().1;
                         assert_eq!(*axis, per_channel.then_some(a), "{tag} {}", p.name);
+                        assert_eq!(*per_tensor_reason, None, "{tag} {}", p.name);
                         assert_eq!(scale, &format!("{}@scale", p.name));
                         assert!(!p.shared);
                     }
@@ -545,4 +550,40 @@ fn cast_refuses_onnx_and_tensorflow_tags_it_cannot_rewrite() {
     let a = Archive::open(&zip).unwrap();
     assert_eq!(a.tags(), ["onnx", "tf"]);
     assert!(a.verify().is_ok());
+}
+
+/// An initializer a MatMul reads along its last axis and a Gemm with transB along axis
+/// 0 is quantized per tensor even with per channel asked: the report says why.
+#[test]
+fn per_channel_fallback_of_an_onnx_weight_carries_its_reason() {
+    let mut m = small(13, "Relu");
+    let g = m.graph.as_mut().unwrap();
+    g.initializer = vec![weight("w", &[4, 4])];
+    let mut gemm = node("Gemm", &["h", "w"], "y");
+    gemm.attribute.push(pb::AttributeProto {
+        name: Some("transB".into()),
+        r#type: Some(pb::attribute_proto::AttributeType::Int as i32),
+        i: Some(1),
+        ..Default::default()
+    });
+    g.node = vec![node("MatMul", &["x", "w"], "h"), gemm];
+    g.output = vec![value("y", &[1, 4])];
+    let (zip, r, _d) = quantize_model(&m, true);
+    let r = r.unwrap();
+    let w = r.params.iter().find(|p| p.name == "w").unwrap();
+    assert_eq!(
+        w.change,
+        ParamChange::Quantized {
+            axis: None,
+            scale: "w@scale".into(),
+            per_tensor_reason: Some(
+                "the ops that read it disagree on its output-channel axis \
+                 (MatMul along axis 1, Gemm along axis 0)"
+                    .into()
+            ),
+        }
+    );
+    // Per tensor in the model too: a scalar scale.
+    let a = Archive::open(&zip).unwrap();
+    assert_eq!(f32s(&a, "int8", "w@scale").0, Vec::<u64>::new());
 }

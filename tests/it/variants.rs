@@ -1065,3 +1065,101 @@ fn diff_of_non_finite_values() {
     // -0.0 and 0.0 differ in bytes, not in value; an all-zero range has no relative.
     assert_eq!(one("zero", "zero2"), (Some(0.0), None));
 }
+
+/// A weight whose readers disagree on its channel axis (a matmul_v2 reading it as is and
+/// one reading it transposed) was quantized per tensor with nothing said: the report
+/// says why. Readers whose rules name the same axis of the weight (mul's last axis and
+/// conv2d_transpose's axis 1 of a rank-2 weight) agree: per channel.
+#[test]
+fn per_channel_fallback_to_per_tensor_carries_its_reason() {
+    use modelzip::graph::{Op, Var};
+    let mut g = Graph::new();
+    let b = &mut g.blocks[0];
+    for v in ["w", "v"] {
+        b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
+    }
+    b.ops.push(
+        Op::new("", "matmul_v2")
+            .input("X", &["x"])
+            .input("Y", &["w"])
+            .output("Out", &["y1"]),
+    );
+    b.ops.push(
+        Op::new("", "matmul_v2")
+            .input("X", &["x2"])
+            .input("Y", &["w"])
+            .attr("trans_y", AttrValue::Bool(true))
+            .output("Out", &["y2"]),
+    );
+    b.ops.push(
+        Op::new("", "mul")
+            .input("X", &["x"])
+            .input("Y", &["v"])
+            .output("Out", &["y3"]),
+    );
+    b.ops.push(
+        Op::new("", "conv2d_transpose")
+            .input("Input", &["x3"])
+            .input("Filter", &["v"])
+            .output("Output", &["y4"]),
+    );
+    let values: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+    let t = Tensor::from_slice(vec![4, 3], &values).unwrap();
+    let tag = TagBuilder::new("fp32")
+        .graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap())
+        .param("v", t.clone())
+        .param("w", t);
+    let dir = tempfile::tempdir().unwrap();
+    let path = archive_with(dir.path(), tag);
+    let change = |r: &VariantReport, name: &str| {
+        r.params
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap()
+            .change
+            .clone()
+    };
+    let r = quantize(
+        &path,
+        "fp32",
+        "int8",
+        &QuantizeOptions { per_channel: true },
+        &fast(),
+    )
+    .unwrap();
+    assert_eq!(
+        change(&r, "w"),
+        ParamChange::Quantized {
+            axis: None,
+            scale: "w@scale".into(),
+            per_tensor_reason: Some(
+                "the ops that read it disagree on its output-channel axis \
+                 (matmul_v2 along axis 1, matmul_v2 along axis 0)"
+                    .into()
+            ),
+        }
+    );
+    assert_eq!(
+        change(&r, "v"),
+        ParamChange::Quantized {
+            axis: Some(1),
+            scale: "v@scale".into(),
+            per_tensor_reason: None,
+        }
+    );
+    // Per tensor as asked: no reason to give.
+    let r = quantize(&path, "fp32", "int8t", &QuantizeOptions::default(), &fast()).unwrap();
+    for name in ["w", "v"] {
+        assert!(
+            matches!(
+                change(&r, name),
+                ParamChange::Quantized {
+                    axis: None,
+                    per_tensor_reason: None,
+                    ..
+                }
+            ),
+            "{name}"
+        );
+    }
+}

@@ -385,3 +385,87 @@ fn unrepresentable_values_are_refused_with_the_flag_to_allow_them() {
         "{text}"
     );
 }
+
+/// `quantize --per-channel` fell back to per tensor for a weight its ops read along
+/// different axes with nothing said but "per tensor": the text says why, --json has
+/// `per_tensor_reason` (null when quantized as asked).
+#[test]
+fn quantize_says_why_a_weight_is_not_per_channel() {
+    use modelzip::graph::{AttrValue, Graph, GraphFormat, Op, Var};
+    use modelzip::{ArchiveWriter, DType, TagBuilder, Tensor};
+    let mut g = Graph::new();
+    let b = &mut g.blocks[0];
+    for v in ["w", "v"] {
+        b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
+    }
+    for (y, trans) in [("w", false), ("w", true), ("v", false)] {
+        b.ops.push(
+            Op::new("", "matmul_v2")
+                .input("X", &["x"])
+                .input("Y", &[y])
+                .attr("trans_y", AttrValue::Bool(trans))
+                .output("Out", &["y"]),
+        );
+    }
+    let values: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+    let t = Tensor::from_slice(vec![4, 3], &values).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let mut w = ArchiveWriter::create(&a).unwrap();
+    w.add_tag(
+        TagBuilder::new("fp32")
+            .graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap())
+            .param("v", t.clone())
+            .param("w", t),
+    )
+    .unwrap();
+    w.finish().unwrap();
+    let why = "the ops that read it disagree on its output-channel axis \
+               (matmul_v2 along axis 1, matmul_v2 along axis 0)";
+    let doc = json_of(modelzip().arg("quantize").arg(&a).args([
+        "--from",
+        "fp32",
+        "--tag",
+        "int8",
+        "--per-channel",
+        "--json",
+        "--wait",
+    ]));
+    assert_eq!(param(&doc, "w")["axis"], Value::Null);
+    assert_eq!(param(&doc, "w")["per_tensor_reason"], why);
+    assert_eq!(param(&doc, "v")["axis"], 1);
+    assert_eq!(param(&doc, "v")["per_tensor_reason"], Value::Null);
+    let out = modelzip()
+        .arg("quantize")
+        .arg(&a)
+        .args([
+            "--from",
+            "fp32",
+            "--tag",
+            "int8b",
+            "--per-channel",
+            "--wait",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("w "))
+        .unwrap();
+    assert!(
+        line.ends_with(&format!(
+            "per tensor, scale in w@scale; not per channel: {why}"
+        )),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("v "))
+        .unwrap();
+    assert!(
+        line.ends_with("per channel, axis 1, scales in v@scale"),
+        "{text}"
+    );
+}
