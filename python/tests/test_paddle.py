@@ -152,3 +152,69 @@ def test_unrepresentable_values_are_refused_unless_allowed(tmp):
         h = ar["fp16"]["w"]
         assert h.dtype == np.float16 and np.isposinf(h[0, 1]) and np.isnan(h[1, 0])
         assert np.isposinf(h[1, 2]) and h[0, 0] == 1.0
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # negative int32/int64 as protobuf writes them
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes | str) -> bytes:
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _program_two_matmuls_disagreeing_on_w() -> bytes:
+    """A ProgramDesc (schemas/paddle/framework.proto): w [4, 3] read by a matmul_v2 as is
+    (channel axis 1) and by one with trans_y (axis 0)."""
+    tensor = _field(1, 5) + _field(2, 4) + _field(2, 3)  # FP32, dims [4, 3]
+    vtype = _field(1, 7) + _field(3, _field(1, tensor))  # LOD_TENSOR
+    var = _field(1, "w") + _field(2, vtype) + _field(3, 1)  # persistable
+
+    def matmul(x: str, out: str, trans_y: bool) -> bytes:
+        attr = _field(1, "trans_y") + _field(2, 6) + _field(10, int(trans_y))  # BOOLEAN
+        return (
+            _field(1, _field(1, "X") + _field(2, x))
+            + _field(1, _field(1, "Y") + _field(2, "w"))
+            + _field(2, _field(1, "Out") + _field(2, out))
+            + _field(3, "matmul_v2")
+            + _field(4, attr)
+        )
+
+    block = (
+        _field(1, 0)
+        + _field(2, -1)
+        + _field(3, var)
+        + _field(4, matmul("x", "y1", False))
+        + _field(4, matmul("x2", "y2", True))
+    )
+    return _field(1, block)
+
+
+def test_quantize_report_says_why_a_weight_is_not_per_channel(tmp):
+    path = tmp / "m.zip"
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5.5
+    graph = ("programdesc", _program_two_matmuls_disagreeing_on_w())
+    modelzip.save(path, "fp32", {"w": w}, graph=graph)
+    q = modelzip.quantize(path, "fp32", "int8")  # per channel
+    qw = next(p for p in q["params"] if p["name"] == "w")
+    assert qw["dtype"] == "INT8"
+    assert qw["per_tensor_reason"] == (
+        "the ops that read it disagree on its output-channel axis "
+        "(matmul_v2 along axis 1, matmul_v2 along axis 0)"
+    )
+    assert next(p for p in q["params"] if p["name"] == "w@scale")["per_tensor_reason"] is None
+    # Per tensor as asked, and per channel where it can be: no reason.
+    t = modelzip.quantize(path, "fp32", "int8t", per_channel=False)
+    assert all(p["per_tensor_reason"] is None for p in t["params"])
+    modelzip.import_paddle(path, "mlp", *MLP)
+    m = modelzip.quantize(path, "mlp", "mlp8")
+    assert [p["per_tensor_reason"] for p in m["params"] if p["dtype"] == "INT8"] == [None, None]
