@@ -188,10 +188,12 @@ pub(crate) fn wrong_graph(name: &str, has: GraphKind, target: &str) -> Error {
         ),
         None => "export its parameters as \"safetensors\" (--format safetensors)".to_string(),
     };
-    ErrorKind::InvalidInput(format!(
-        "{what}; {target} export needs a graph imported from {target}; {then}"
-    ))
-    .into()
+    let needs = if target == "Paddle" {
+        "a Paddle program (graph.pdmodel, or a graph.fb holding one)".to_string()
+    } else {
+        format!("a graph imported from {target}")
+    };
+    ErrorKind::InvalidInput(format!("{what}; {target} export needs {needs}; {then}")).into()
 }
 
 /// Whether a file's extension is `ext` (ASCII case-insensitive).

@@ -62,10 +62,11 @@ impl Prepared<'_> {
 fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
     let name = tag.name();
     let Some((enc, bytes)) = tag.graph()? else {
-        return Err(ErrorKind::InvalidInput(format!(
-            "tag {name:?} has no graph; exporting a Paddle inference model needs a program"
-        ))
-        .into());
+        return Err(crate::interop::wrong_graph(
+            name,
+            crate::interop::GraphKind::None,
+            "Paddle",
+        ));
     };
     let (graph, model, converted) = match enc {
         GraphFormat::ProgramDesc => {
@@ -76,6 +77,16 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
         GraphFormat::FlatBuffers => {
             let located = |e: Error| e.in_entry(format!("{name}/graph.fb"));
             let g = Graph::from_flatbuffers(&bytes).map_err(located)?;
+            // A graph imported from TensorFlow or ONNX has no ProgramDesc form: say what
+            // the tag can be exported as instead.
+            let other = match (&g.tf, &g.onnx) {
+                (Some(_), _) => Some(crate::interop::GraphKind::Tf),
+                (None, Some(_)) => Some(crate::interop::GraphKind::Onnx),
+                (None, None) => None,
+            };
+            if let Some(has) = other {
+                return Err(crate::interop::wrong_graph(name, has, "Paddle"));
+            }
             let pd = g.to_programdesc().map_err(located)?;
             (g, Cow::Owned(pd), true)
         }

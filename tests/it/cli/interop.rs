@@ -665,3 +665,48 @@ fn exporting_a_paddle_graph_fb_as_tf_or_onnx_says_what_to_do_instead() {
         .assert()
         .success();
 }
+
+#[test]
+fn exporting_a_tf_or_onnx_graph_as_paddle_says_what_to_do_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    for (tag, src) in [("t", tf("mlp.pb")), ("o", fixture("onnx/mlp.onnx"))] {
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", tag, "-q"])
+            .arg(src)
+            .assert()
+            .success();
+    }
+    for (tag, what, format, out) in [
+        ("t", "a TensorFlow GraphDef", "tf", "x.pb"),
+        ("o", "an ONNX model", "onnx", "x.onnx"),
+    ] {
+        let msg = expect_error(
+            modelzip()
+                .arg("export")
+                .arg(&zip)
+                .args(["--tag", tag, "--format", "paddle", "--out"])
+                .arg(dir.path().join("p")),
+        );
+        assert!(
+            msg.ends_with(&format!(
+                ": the graph of tag \"{tag}\" is {what} (graph.fb); Paddle export needs a \
+                 Paddle program (graph.pdmodel, or a graph.fb holding one); export it as \
+                 \"{format}\" (--format {format}), or as \"safetensors\" for the parameters only"
+            )),
+            "{msg}"
+        );
+        assert!(!dir.path().join("p.pdmodel").exists());
+        assert!(!dir.path().join("p.pdiparams").exists());
+        // What the message suggests works.
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", tag, "--format", format, "-q", "--out"])
+            .arg(dir.path().join(out))
+            .assert()
+            .success();
+    }
+}
