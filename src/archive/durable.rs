@@ -171,6 +171,12 @@ impl DeadTemp {
 /// that [`remove_dead_temps`], run here first, tells it from one a killed writer left.
 pub(crate) fn new_temp_beside(target: &Path) -> Result<tempfile::NamedTempFile> {
     remove_dead_temps(target);
+    create_temp_beside(target)
+}
+
+/// [`new_temp_beside`] without its sweep, for a writer that holds the archive's lock and
+/// has swept with [`remove_stale_temps`] already.
+fn create_temp_beside(target: &Path) -> Result<tempfile::NamedTempFile> {
     let dir = parent_dir(target);
     let prefix = temp_prefix(target);
     let mut builder = tempfile::Builder::new();
@@ -203,9 +209,12 @@ pub(crate) struct TempTarget {
 }
 
 impl TempTarget {
-    /// Creates the temp file in the target's directory (so the rename is atomic).
+    /// Creates the temp file in the target's directory (so the rename is atomic). Only
+    /// with the archive's write lock held, after [`remove_stale_temps`] (every caller
+    /// takes the lock through `WriteLock` and sweeps right after): the directory is not
+    /// swept a second time.
     pub fn create(target: &Path) -> Result<TempTarget> {
-        let temp = new_temp_beside(target)?;
+        let temp = create_temp_beside(target)?;
         Ok(TempTarget {
             target: target.to_path_buf(),
             temp,
