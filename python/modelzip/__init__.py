@@ -16,6 +16,7 @@ See docs/PYTHON.md for the guide.
 
 from __future__ import annotations
 
+import collections.abc
 import json
 import numbers
 import operator
@@ -273,10 +274,22 @@ class Tag:
         :class:`ModelzipKeyError`."""
         return _array(self._native.get(name))
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """Parameter ``name`` as :meth:`get_tensor` gives it, or ``default`` when the tag
+        has no such parameter (like ``dict.get``)."""
+        if name not in self:
+            return default
+        return self[name]
+
     def items(self) -> Iterator[Tuple[str, np.ndarray]]:
         """``(name, array)`` pairs in params.txt order."""
         for name, desc in self._native.get_all():
             yield name, _array(desc)
+
+    def values(self) -> Iterator[np.ndarray]:
+        """The arrays, in params.txt order."""
+        for _, desc in self._native.get_all():
+            yield _array(desc)
 
     def lod(self, name: str) -> List[List[int]]:
         """Parameter ``name``'s level-of-detail table (``[]`` when it has none)."""
@@ -315,6 +328,12 @@ class Tag:
 
     def __repr__(self) -> str:
         return f"<modelzip.Tag {self.name!r}: {len(self)} params>"
+
+
+# A Tag is a read-only mapping of name -> array: isinstance(tag, Mapping) holds. It is
+# registered rather than derived so that `==` stays identity (Mapping's __eq__ would
+# compare arrays elementwise) and keys()/items() keep their list/iterator results.
+collections.abc.Mapping.register(Tag)
 
 
 class Archive:

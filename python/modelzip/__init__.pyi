@@ -2,13 +2,27 @@
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
 
 import numpy as np
 import numpy.typing as npt
 
 from ._errors import ModelzipError as ModelzipError
 from ._errors import ModelzipKeyError as ModelzipKeyError
+
+_T = TypeVar("_T")
 
 __all__ = [
     "Archive",
@@ -50,7 +64,12 @@ class Tag:
     def __iter__(self) -> Iterator[str]: ...
     def __getitem__(self, name: str) -> np.ndarray: ...
     def get_tensor(self, name: str) -> np.ndarray: ...
+    @overload
+    def get(self, name: str) -> Optional[np.ndarray]: ...
+    @overload
+    def get(self, name: str, default: _T) -> Union[np.ndarray, _T]: ...
     def items(self) -> Iterator[Tuple[str, np.ndarray]]: ...
+    def values(self) -> Iterator[np.ndarray]: ...
     def lod(self, name: str) -> List[List[int]]: ...
     def updater_keys(self) -> List[str]: ...
     def updater(self, name: str) -> List[np.ndarray]: ...

@@ -280,7 +280,7 @@ fn interruptible<T: Send + 'static>(
 ) -> PyResult<T> {
     let (tx, mut rx) = mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
-        .name("modelzip-open".into())
+        .name("modelzip-read".into())
         .spawn(move || {
             // (The receiver is gone when the caller was interrupted: nothing to do.)
             let _ = tx.send(f());
@@ -300,7 +300,7 @@ fn interruptible<T: Send + 'static>(
                 if let Err(panic) = thread.join() {
                     std::panic::resume_unwind(panic);
                 }
-                return Err(invalid(py, "the opening thread ended without a result"));
+                return Err(invalid(py, "the reading thread ended without a result"));
             }
         }
     }
@@ -803,16 +803,30 @@ fn save_report<'py>(py: Python<'py>, path: &Path, r: &SaveReport) -> PyResult<Bo
 /// The training-loop checkpointer (see `modelzip.Checkpointer`).
 #[pyclass(module = "modelzip._modelzip", frozen)]
 struct NativeCheckpointer {
-    inner: Mutex<CoreCheckpointer>,
+    // Shared with the threads `interruptible` runs its reads on.
+    inner: Arc<Mutex<CoreCheckpointer>>,
     path: PathBuf,
 }
 
 impl NativeCheckpointer {
     fn lock(&self) -> std::sync::MutexGuard<'_, CoreCheckpointer> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock_checkpointer(&self.inner)
     }
+
+    /// Runs a read of the archive (which waits while this checkpointer's asynchronous
+    /// save, or another process, writes) on its own thread, so Ctrl-C ends the wait.
+    fn read<T: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&CoreCheckpointer) -> modelzip::Result<T> + Send + 'static,
+    ) -> PyResult<T> {
+        let inner = Arc::clone(&self.inner);
+        interruptible(py, move || f(&lock_checkpointer(&inner)))
+    }
+}
+
+fn lock_checkpointer(m: &Mutex<CoreCheckpointer>) -> std::sync::MutexGuard<'_, CoreCheckpointer> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A handle on an asynchronous save.
@@ -911,7 +925,7 @@ impl NativeCheckpointer {
             .detach(|| CoreCheckpointer::open(&path, opts))
             .or_raise(py)?;
         Ok(NativeCheckpointer {
-            inner: Mutex::new(ck),
+            inner: Arc::new(Mutex::new(ck)),
             path,
         })
     }
@@ -961,22 +975,21 @@ impl NativeCheckpointer {
     }
 
     fn checkpoints(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        py.detach(|| self.lock().checkpoints()).or_raise(py)
+        self.read(py, |c| c.checkpoints())
     }
 
     fn tags(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        py.detach(|| self.lock().tags()).or_raise(py)
+        self.read(py, |c| c.tags())
     }
 
     fn restore(&self, py: Python<'_>, tag: &str) -> PyResult<Restored> {
-        let (canonical, c) = py
-            .detach(|| -> modelzip::Result<_> {
-                let c = self.lock().restore(tag)?;
-                let a = CoreArchive::open(&self.path)?;
-                let canonical = a.canonical_tag(tag).unwrap_or(tag).to_string();
-                Ok((canonical, c))
-            })
-            .or_raise(py)?;
+        let (path, tag) = (self.path.clone(), tag.to_string());
+        let (canonical, c) = self.read(py, move |ck| {
+            let c = ck.restore(&tag)?;
+            let a = CoreArchive::open(&path)?;
+            let canonical = a.canonical_tag(&tag).unwrap_or(&tag).to_string();
+            Ok((canonical, c))
+        })?;
         restored(py, canonical, c)
     }
 
@@ -1064,9 +1077,11 @@ fn export_paddle<'py>(
     prefix: PathBuf,
     overwrite: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // Opening may wait for a writer: interruptible, as `open` is. The export itself
+    // writes files, so it runs here, not on a thread Ctrl-C would leave running.
+    let a = interruptible(py, move || open_any(&archive))?;
     let r = py
         .detach(|| -> modelzip::Result<_> {
-            let a = open_any(&archive)?;
             let t = match &tag {
                 Some(name) => a.tag(name)?,
                 None => a.latest()?,
@@ -1138,9 +1153,10 @@ fn export_model<'py>(
     overwrite: bool,
     external_data: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // As in export_paddle: the open (which may wait for a writer) is interruptible.
+    let a = interruptible(py, move || open_any(&archive))?;
     let r = py
         .detach(|| -> modelzip::Result<_> {
-            let a = open_any(&archive)?;
             let t = match &tag {
                 Some(name) => a.tag(name)?,
                 None => a.latest()?,

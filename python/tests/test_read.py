@@ -198,6 +198,14 @@ WAITING_CALLS = {
     "open": ("modelzip.open(sys.argv[1])", "__init__"),
     # waits for the lock as long as it takes
     "save": ("modelzip.save(sys.argv[1], 'b', {'w': numpy.zeros(2)}, wait=True)", "save"),
+    # these open the archive too, and wait up to a minute like `open`
+    "checkpoints": ("modelzip.Checkpointer(sys.argv[1]).checkpoints()", "checkpoints"),
+    "restore": ("modelzip.Checkpointer(sys.argv[1]).restore('a')", "restore"),
+    "export_model": (
+        "modelzip.export_model(sys.argv[1], 'a', sys.argv[1] + '.st', format='safetensors')",
+        "export_model",
+    ),
+    "export_paddle": ("modelzip.export_paddle(sys.argv[1], 'a', sys.argv[1] + '.pd')", "export_paddle"),
 }
 
 
@@ -372,3 +380,24 @@ def test_membership_is_ascii_case_insensitive_like_lookup(tmp):
         assert "\u212a" not in ar
         with pytest.raises(KeyError):
             ar["\u212a"]
+
+
+def test_a_tag_is_a_read_only_mapping(tmp):
+    """A Tag behaves as the read-only mapping its docs call it: get() with a default,
+    values() and items() in params.txt order, isinstance(Mapping), dict(tag)."""
+    from collections.abc import Mapping
+
+    path = tmp / "m.zip"
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, 8], np.int64)
+    write(path, "t", {"w": w, "b": b})
+    with modelzip.open(path) as ar:
+        t = ar["t"]
+        assert isinstance(t, Mapping)
+        np.testing.assert_array_equal(t.get("w"), w)
+        assert t.get("missing") is None
+        assert t.get("missing", 5) == 5
+        assert [a.tolist() for a in t.values()] == [w.tolist(), b.tolist()]
+        assert [n for n, _ in t.items()] == ["w", "b"]
+        d = dict(t)
+        assert list(d) == ["w", "b"] and d["b"].tolist() == [7, 8]
+        assert t == t and t != ar["t"]  # identity, not an elementwise array comparison
