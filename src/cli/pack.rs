@@ -54,7 +54,7 @@ pub struct Args {
     /// (default: DIR/__model__ or DIR/graph.fb, if present).
     #[arg(long)]
     graph: Option<PathBuf>,
-    /// Directory of updater (optimizer) state: UPDATER/<param>/<array>.
+    /// Directory of updater (optimizer) state: UPDATER/<param>/<array>, each <param> a parameter in DIR.
     #[arg(long)]
     updater: Option<PathBuf>,
     /// Add in place (the default when the archive exists).
@@ -245,6 +245,27 @@ fn gather(args: &Args) -> Result<Inputs, CliError> {
                 )));
             };
             groups.entry(param.to_string()).or_default().push(path);
+        }
+        // Optimizer state belongs to a parameter: a directory that names none (a typo, or
+        // state from another model) would be stored silently, so it is refused.
+        let names: std::collections::HashSet<&str> =
+            params.iter().map(|(name, _)| name.as_str()).collect();
+        let unknown: Vec<&str> = groups
+            .keys()
+            .map(String::as_str)
+            .filter(|p| !names.contains(p))
+            .collect();
+        if let Some(first) = unknown.first() {
+            let more = match unknown.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            return Err(CliError::Failed(format!(
+                "cannot pack updater state from {}: {first:?}{more} is not a parameter in {} (UPDATER/<param>/<array> holds the state of parameter <param>; directory {})",
+                dir.display(),
+                args.dir.display(),
+                dir.join(first).display()
+            )));
         }
         updater = groups.into_iter().collect();
     }

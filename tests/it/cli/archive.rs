@@ -666,22 +666,24 @@ fn pack_refuses_a_graph_that_does_not_decode() {
     assert_eq!(tags["tags"][2]["graph"], "flatbuffers");
 }
 
-/// The updater layout groups files by parameter name, also when one parameter's name is
-/// a directory prefix of another's (`a/b/…` sorts between `a/0_m` and `a/z_v`).
+/// The updater layout groups files by parameter name, nested names included (`a/b/0_m`
+/// is an array of `a/b`); state for `a`, a directory of parameters and no parameter
+/// itself, is refused rather than stored.
 #[test]
-fn pack_updater_groups_by_parameter_when_one_name_is_a_prefix_directory() {
+fn pack_updater_groups_by_parameter_and_refuses_a_directory_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let src = persistables("3.3.1");
     let params = dir.path().join("params");
     std::fs::create_dir_all(params.join("a")).unwrap();
-    std::fs::copy(src.join("fc_0.b_0"), params.join("a.x")).unwrap();
+    std::fs::copy(src.join("fc_0.b_0"), params.join("a/c")).unwrap();
     std::fs::copy(src.join("fc_0.w_0"), params.join("a/b")).unwrap();
     let upd = dir.path().join("adam");
     std::fs::create_dir_all(upd.join("a/b")).unwrap();
-    std::fs::copy(src.join("fc_0.b_0"), upd.join("a/0_m")).unwrap();
+    std::fs::create_dir_all(upd.join("a/c")).unwrap();
+    std::fs::copy(src.join("fc_0.b_0"), upd.join("a/c/0_m")).unwrap();
     std::fs::copy(src.join("fc_0.w_0"), upd.join("a/b/0_m")).unwrap();
     std::fs::copy(src.join("fc_1.w_0"), upd.join("a/b/1_v")).unwrap();
-    std::fs::copy(src.join("fc_1.b_0"), upd.join("a/z_v")).unwrap();
+    std::fs::copy(src.join("fc_1.b_0"), upd.join("a/c/1_v")).unwrap();
     let a = dir.path().join("m.zip");
     pack(&a, "t", &params, &["--updater", upd.to_str().unwrap()]);
     let doc = json_of(modelzip().arg("show").arg(&a).arg("--json"));
@@ -702,19 +704,32 @@ fn pack_updater_groups_by_parameter_when_one_name_is_a_prefix_directory() {
         summary,
         [
             (
-                "a".to_string(),
-                vec![serde_json::json!([16]), serde_json::json!([4])]
-            ),
-            (
                 "a/b".to_string(),
                 vec![serde_json::json!([8, 16]), serde_json::json!([16, 4])]
+            ),
+            (
+                "a/c".to_string(),
+                vec![serde_json::json!([16]), serde_json::json!([4])]
             ),
         ]
     );
     assert_eq!(
-        updater[1]["arrays"][0]["data_sha256"],
+        updater[0]["arrays"][0]["data_sha256"],
         manifest_sha("3.3.1", "fc_0.w_0")
     );
+    // `a/0_m` would be state of `a`, which is a directory of parameters.
+    std::fs::copy(src.join("fc_0.b_0"), upd.join("a/0_m")).unwrap();
+    let before = std::fs::read(&a).unwrap();
+    let line = expect_error_form(
+        modelzip()
+            .arg("pack")
+            .arg(&a)
+            .arg(&params)
+            .args(["--tag", "t2", "--updater"])
+            .arg(&upd),
+    );
+    assert!(line.contains("\"a\" is not a parameter in"), "{line}");
+    assert_eq!(std::fs::read(&a).unwrap(), before);
 }
 
 /// The params of a tag, in order: name, dtype, dims, lod, data_sha256.
@@ -893,6 +908,23 @@ fn pack_refuses_bad_input_paths_before_taking_the_lock() {
     );
     assert!(
         line.contains("loose") && line.contains("<param>/"),
+        "{line}"
+    );
+    assert!(!a.exists() && !lock_of(&a).exists());
+    // State of a parameter DIR does not have (a typo) is named, not stored.
+    std::fs::remove_file(upd.join("loose")).unwrap();
+    std::fs::create_dir(upd.join("fc_0.b_9")).unwrap();
+    std::fs::copy(src.join("fc_0.b_0"), upd.join("fc_0.b_9/0_m")).unwrap();
+    let line = expect_error_form(
+        modelzip()
+            .arg("pack")
+            .arg(&a)
+            .arg(&src)
+            .args(["--tag", "t", "--updater"])
+            .arg(&upd),
+    );
+    assert!(
+        line.contains("\"fc_0.b_9\" is not a parameter in"),
         "{line}"
     );
     assert!(!a.exists() && !lock_of(&a).exists());
