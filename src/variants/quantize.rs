@@ -442,6 +442,11 @@ fn build(
             Ok(axis) => (axis, None),
             Err(why) => (None, Some(why)),
         };
+        // metadata.json keeps why a weight asked per channel got one scale.
+        let mut record = json!({"axis": axis, "scale": scale_name});
+        if let Some(why) = &per_tensor_reason {
+            record["per_tensor_reason"] = json!(why);
+        }
         let q: Quantized = match axis {
             Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
                 Error::new(ErrorKind::InvalidInput(format!(
@@ -487,7 +492,7 @@ fn build(
             stored: DType::Int8,
             scale: Some((scale_name.clone(), scale_dims, mul_axis)),
         });
-        recorded.insert(p.name.clone(), json!({"axis": axis, "scale": scale_name}));
+        recorded.insert(p.name.clone(), record);
     }
 
     let graph = match graph {

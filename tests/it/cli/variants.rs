@@ -468,4 +468,12 @@ fn quantize_says_why_a_weight_is_not_per_channel() {
         line.ends_with("per channel, axis 1, scales in v@scale"),
         "{text}"
     );
+    // The tag's metadata.json keeps the reason too (and nothing for `v`).
+    let ar = modelzip::Archive::open(&a).unwrap();
+    let meta: Value =
+        serde_json::from_slice(&ar.tag("int8").unwrap().metadata().unwrap().unwrap()).unwrap();
+    let recorded = &meta["quantization"]["params"];
+    assert_eq!(recorded["w"]["per_tensor_reason"], why, "{meta}");
+    assert_eq!(recorded["w"]["axis"], Value::Null);
+    assert!(recorded["v"].get("per_tensor_reason").is_none(), "{meta}");
 }
