@@ -201,6 +201,14 @@ impl Archive {
                     Ok(Some(m)) if serde_json::from_slice::<serde::de::IgnoredAny>(&m).is_err() => {
                         r.push(Some(&format!("{t}/metadata.json")), "not valid JSON");
                     }
+                    // FORMAT.md: a JSON object. Valid JSON whose first non-blank byte
+                    // is not `{` is some other value (an array, a string, a number).
+                    Ok(Some(m)) if m.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') => {
+                        r.push(
+                            Some(&format!("{t}/metadata.json")),
+                            "not a JSON object (FORMAT.md: metadata.json is an object)",
+                        );
+                    }
                     Err(e) => r.push_error(None, &e),
                     _ => {}
                 }

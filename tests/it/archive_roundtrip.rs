@@ -679,6 +679,40 @@ fn graphs_are_deflated_so_an_identical_tag_with_a_graph_costs_under_one_percent(
     );
 }
 
+/// metadata.json is a JSON object (FORMAT.md): valid JSON of another kind is a finding.
+#[test]
+fn verify_reports_a_metadata_json_that_is_not_an_object() {
+    let (_d, p) = tmp();
+    for (bytes, finding) in [
+        (&b"[1, 2]"[..], Some("not a JSON object")),
+        (b" \"text\"", Some("not a JSON object")),
+        (b"{", Some("not valid JSON")),
+        (b"\n {\"created\": \"2026-11-26T00:00:00Z\"}", None),
+    ] {
+        zip_of(
+            &p,
+            &[
+                ("tags.txt", b"t\n"),
+                ("t/params.txt", b""),
+                ("t/metadata.json", bytes),
+            ],
+        );
+        let r = Archive::open(&p).unwrap().verify();
+        match finding {
+            None => assert!(r.is_ok(), "{:?}", r.problems),
+            Some(message) => {
+                assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+                assert_eq!(r.problems[0].entry.as_deref(), Some("t/metadata.json"));
+                assert!(
+                    r.problems[0].message.contains(message),
+                    "{:?}",
+                    r.problems[0]
+                );
+            }
+        }
+    }
+}
+
 /// `verify` decodes trainingConfig.fb too; a garbage one is named.
 #[test]
 fn verify_reports_a_training_config_that_does_not_decode() {
