@@ -399,6 +399,14 @@ class Summary:
 class SpecArchive:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        # FORMAT.md: a journal beside the archive means an interrupted in-place write; whoever
+        # opens it rolls back under the write lock, and "a reader that cannot write says so
+        # and stops". This reader does not write.
+        journal = Path(str(self.path.resolve()) + ".journal")
+        if journal.exists():
+            raise SpecError(
+                journal.name, "an interrupted append left a rollback journal: open with a writer"
+            )
         self.zip = zipfile.ZipFile(self.path)
         self.infos = self.zip.infolist()
         self.entries: dict[str, zipfile.ZipInfo] = {}

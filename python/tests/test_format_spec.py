@@ -437,6 +437,9 @@ def test_modelzip_reads_the_spec_writers_archive(tmp: Path):
         assert [a.tolist() for a in nxt.updater("fc.w")] == [M.tolist(), V2.tolist()]
         assert nxt.graph_encoding == "programdesc" and nxt.graph_bytes() == MLP_MODEL.read_bytes()
         assert base.metadata == {"created": CREATED, "note": "spec"}
+    with SpecArchive(ar) as sa:  # the training config Next shares with base
+        assert sa.tag("Next").training_config() == sa.tag("base").training_config()
+        assert sa.tag("Next").training_config()[4:8] == b"MZTC"
     show = cli_json("show", ar, "--tag", "Next")
     assert [p["shared_from"] for p in show["params"]] == ["base", None]
 
