@@ -377,10 +377,16 @@ V1, V2 = M * 2, M * 3
 
 
 def write_spec_archive(
-    path: Path, *, override: dict | None = None, extra_tags: tuple = (), sums: bool = True
+    path: Path,
+    *,
+    override: dict | None = None,
+    extra_tags: tuple = (),
+    sums: bool = True,
+    deflate: tuple = (),
 ) -> Path:
     """Two tags; `Next` shares base's weight (base/0), its first updater array, its graph and
-    its trainingConfig.fb. `override` replaces a file's bytes ("tag/rel": bytes)."""
+    its trainingConfig.fb. `override` replaces a file's bytes ("tag/rel": bytes); the
+    tensor entries named in `deflate` are deflated instead of stored and aligned."""
     override = override or {}
     w = SpecWriter(path)
 
@@ -389,7 +395,9 @@ def write_spec_archive(
 
     def tensor(tag, kind, n, array, lod=()):
         name = f"{tag}/{kind}/{n}.lodtensor"
-        if name in override:
+        if name in deflate:  # FORMAT.md: readers accept deflated (and unaligned) tensors
+            w.file(tag, f"{kind}/{n}.lodtensor", lodtensor(array, lod)[0], deflate=True)
+        elif name in override:
             w.record(tag, kind, n, override.pop(name), 0, align=False)
         else:
             w.tensor(tag, kind, n, array, lod)
@@ -448,7 +456,7 @@ def test_pack_appends_in_place_to_the_spec_writers_archive(tmp: Path):
     ar = write_spec_archive(tmp / "spec.zip")
     before = ar.read_bytes()
     with SpecArchive(ar) as sa:
-        directory_at = min(i.header_offset for i in sa.infos if i.filename == "tags.txt")
+        directory_at = sa.zip.start_dir  # the old central directory
     out = cli_json(
         "pack", ar, PADDLE_FIXTURES / "mlp_persistables", "--tag", "added", "--graph", MLP_MODEL
     )
@@ -544,6 +552,21 @@ def test_both_readers_accept_what_the_spec_allows(tmp: Path, case: str):
     with SpecArchive(ar) as sa:
         # a self reference is no shared file
         assert [r.tag for r in map(sa.tag("Next").param_ref, ("fc.w", "fc.b"))] == ["base", "Next"]
+
+
+def test_deflated_tensors_are_read_and_kept(tmp: Path):
+    """Tensor entries another tool deflated (so not aligned either) read the same through
+    both readers, and copies (compact) keep them as they are."""
+    deflated = ("base/params/0.lodtensor", "base/params/1.lodtensor", "Next/updater/0.lodtensor")
+    ar = write_spec_archive(tmp / "deflated.zip", deflate=deflated)
+    with SpecArchive(ar) as sa:
+        assert all(sa.entries[e].compress_type == zipfile.ZIP_DEFLATED for e in deflated)
+    spec = check(ar, ours=False)
+    assert tensors(spec, "base")["seq"][3] == [[0, 2, 5]]
+    run_cli("compact", ar, "-q")
+    with SpecArchive(ar) as sa:
+        assert all(sa.entries[e].compress_type == zipfile.ZIP_DEFLATED for e in deflated)
+    assert check(ar, ours=False) == spec
 
 
 def test_tag_files_are_under_the_tags_txt_spelling(tmp: Path):
