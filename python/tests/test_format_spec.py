@@ -736,3 +736,39 @@ def test_verify_reports_what_the_spec_forbids(tmp: Path, case: str):
     proc = run_cli("verify", ar, check=False)
     assert proc.returncode == 1
     assert entry in proc.stdout, proc.stdout + proc.stderr
+
+
+TAG_NAMES = {
+    "con.tar.gz": False,  # a device name: the part before the first '.' is compared
+    "lpt9.x": False,
+    "Aux": False,
+    "com10": True,
+    "COM0": True,
+    "CONIN": True,
+    "TAGS.TXT": False,
+    "tags.txt.bak": True,
+    "a..b": True,
+    "a.": False,
+    "_a": False,
+    "9x": True,
+    "a" * 128: True,
+    "a" * 129: False,
+    "a b": False,
+}
+
+
+def test_tag_name_rules_agree(tmp: Path):
+    for name, valid in TAG_NAMES.items():
+        ar = tmp / "names.zip"
+        with zipfile.ZipFile(ar, "w") as z:
+            z.writestr("tags.txt", name + "\n")
+        if valid:
+            with SpecArchive(ar) as sa:
+                assert sa.tags == [name]
+            with modelzip.open(ar) as z:
+                assert z.tags == [name]
+        else:
+            with pytest.raises(SpecError, match="tags.txt line 1"):
+                SpecArchive(ar)
+            with pytest.raises(modelzip.ModelzipError, match="tags.txt"):
+                modelzip.open(ar)
