@@ -530,11 +530,15 @@ class SpecArchive:
 
     def summary(self) -> Summary | None:
         """_summary.txt parsed, when present and current (count and fingerprint match); None
-        otherwise. A current summary that breaks the grammar raises SpecError."""
+        otherwise. A current summary that breaks the grammar raises SpecError (FORMAT.md has
+        readers ignore it; raising lets the tests see a writer that makes one)."""
         if not self.has("_summary.txt"):
             return None
         data = self.read("_summary.txt", MAX_SUMMARY)
-        text = data.decode("utf-8")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError("_summary.txt", "not UTF-8", offset=e.start) from e
         lines = text.split("\n")
         head = lines[0].split(" ")
         if len(head) != 4 or head[0] != "modelzip-summary" or head[1] != "1":
