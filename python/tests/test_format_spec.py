@@ -772,3 +772,17 @@ def test_tag_name_rules_agree(tmp: Path):
                 SpecArchive(ar)
             with pytest.raises(modelzip.ModelzipError, match="tags.txt"):
                 modelzip.open(ar)
+
+
+def test_symlink_entries_are_refused(tmp: Path):
+    """FORMAT.md: readers refuse symlink entries (S_IFLNK in the external attributes)."""
+    ar = write_spec_archive(tmp / "link.zip")
+    with zipfile.ZipFile(ar, "a") as z:
+        info = zipfile.ZipInfo("base/link")
+        info.external_attr = 0o120777 << 16
+        z.writestr(info, "../../etc/passwd")
+    with pytest.raises(SpecError) as spec_err:
+        SpecArchive(ar)
+    assert spec_err.value.entry == "base/link"
+    with pytest.raises(modelzip.ModelzipError, match="base/link"):
+        modelzip.open(ar)
