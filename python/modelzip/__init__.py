@@ -305,10 +305,25 @@ class Tag:
 
     @property
     def metadata(self) -> Dict[str, Any]:
-        """metadata.json as a dict (``{}`` when the tag has none)."""
+        """metadata.json as a dict (``{}`` when the tag has none). One that is not a JSON
+        object raises ``ModelzipError(kind="syntax")`` naming the entry."""
         if self._metadata is None:
             raw = self._native.metadata()
-            self._metadata = {} if raw is None else json.loads(raw)
+            if raw is None:
+                meta: Any = {}
+            else:
+                entry = f"{self.name}/metadata.json"
+                try:
+                    meta = json.loads(raw)
+                except ValueError as e:
+                    raise ModelzipError("syntax", f"{entry} is not valid JSON: {e}") from None
+                if not isinstance(meta, dict):
+                    raise ModelzipError(
+                        "syntax",
+                        f"{entry} is a JSON {type(meta).__name__}, not an object "
+                        "(docs/FORMAT.md: metadata.json is a JSON object)",
+                    )
+            self._metadata = meta
         return self._metadata
 
     @property

@@ -401,3 +401,32 @@ def test_a_tag_is_a_read_only_mapping(tmp):
         d = dict(t)
         assert list(d) == ["w", "b"] and d["b"].tolist() == [7, 8]
         assert t == t and t != ar["t"]  # identity, not an elementwise array comparison
+
+
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        (b"[1, 2]", "is a JSON list, not an object"),
+        (b'"text"', "is a JSON str, not an object"),
+        (b"{not json", "is not valid JSON"),
+    ],
+)
+def test_metadata_that_is_not_a_json_object_raises_naming_the_entry(tmp, raw, says):
+    """Another tool's archive (written here from FORMAT.md alone) with a metadata.json that
+    is no JSON object: Tag.metadata raises ModelzipError naming the entry (it returned
+    the list, or raised json's own error), and the tensors still read."""
+    from spec_writer import SpecWriter
+
+    path = tmp / "other.zip"
+    w = SpecWriter(path)
+    w.tensor("t", "params", 0, np.arange(3, dtype=np.float32))
+    w.table("t", "params.txt", [("w", ["0"])])
+    w.file("t", "metadata.json", raw)
+    w.close(["t"])
+    with modelzip.open(path) as ar:
+        t = ar["t"]
+        np.testing.assert_array_equal(t["w"], np.arange(3, dtype=np.float32))
+        with pytest.raises(modelzip.ModelzipError) as e:
+            t.metadata
+        assert e.value.kind == "syntax"
+        assert "t/metadata.json" in str(e.value) and says in str(e.value), str(e.value)

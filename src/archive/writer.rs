@@ -315,6 +315,14 @@ impl TagWriter<'_> {
     /// Adds an entry of the caller's own under the tag directory (kept by every copy).
     pub fn extra_entry(&mut self, rel_name: &str, bytes: &[u8]) -> Result<()> {
         check_entry_name(rel_name)?;
+        // sha256sums.txt lists the file on a line of its own: a line break (or any
+        // control character) in its name would break that line.
+        if let Some(c) = rel_name.chars().find(|c| c.is_control()) {
+            return Err(ErrorKind::InvalidInput(format!(
+                "{rel_name:?} holds the control character {c:?}: a tag file's name is listed on one line of sha256sums.txt"
+            ))
+            .into());
+        }
         if rel_name.ends_with('/')
             || RESERVED.contains(&rel_name)
             || rel_name.starts_with("params/")

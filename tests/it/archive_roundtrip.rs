@@ -107,6 +107,9 @@ fn streaming_tag_writer_and_metadata_merge() {
     assert!(t.graph(GraphFormat::ProgramDesc, &sample_graph()).is_err());
     assert!(t.extra_entry("params.txt", b"x").is_err());
     assert!(t.extra_entry("../x", b"x").is_err());
+    // A line break would split the file's sha256sums.txt line.
+    let e = t.extra_entry("notes\nb.txt", b"x").unwrap_err();
+    assert!(e.to_string().contains("control character"), "{e}");
     t.finish().unwrap();
     // A dropped, unfinished tag leaves nothing visible.
     let mut t = w.begin_tag("dropped").unwrap();
