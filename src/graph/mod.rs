@@ -30,6 +30,7 @@ pub(crate) mod dump_tf;
 pub mod flatbuffers;
 mod generated;
 pub(crate) mod model;
+pub mod pir;
 pub mod programdesc;
 pub(crate) mod training_config;
 
@@ -38,6 +39,7 @@ pub use model::{
     OnnxInit, Op, Scalar, ScalarType, Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var,
     VarKind, VarTypeExtra, attr_type_name, var_type_name,
 };
+pub use pir::{PirGraph, PirParam, PirProgram};
 pub use training_config::{HyperParam, Regularization, TrainingConfig};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -98,6 +100,18 @@ impl Graph {
     /// Decodes graph.fb bytes (verified with the FlatBuffers verifier first).
     pub fn from_flatbuffers(bytes: &[u8]) -> Result<Graph> {
         flatbuffers::decode(bytes)
+    }
+
+    /// A graph holding Paddle PIR JSON program bytes as they are (see [`pir`]), after
+    /// checking them with [`pir::parse`].
+    pub fn from_pir_json(bytes: &[u8]) -> Result<Graph> {
+        pir::parse(bytes)?;
+        Ok(Graph {
+            pir: Some(PirGraph {
+                json: bytes.to_vec(),
+            }),
+            ..Graph::new()
+        })
     }
 
     /// Encodes the graph as graph.fb bytes.

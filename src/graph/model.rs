@@ -25,6 +25,9 @@ pub struct Graph {
     /// An ONNX model (imported by [`crate::interop::onnx`]); `blocks` is then one empty
     /// main block. `None` for every other graph.
     pub onnx: Option<OnnxGraph>,
+    /// A Paddle 3 PIR program (`.json`, imported by [`crate::interop::paddle`]); `blocks`
+    /// is then one empty main block. `None` for every other graph.
+    pub pir: Option<super::pir::PirGraph>,
 }
 
 /// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
@@ -620,6 +623,7 @@ impl Graph {
             op_version_map: None,
             tf: None,
             onnx: None,
+            pir: None,
         }
     }
 

@@ -4,7 +4,8 @@
 use ::flatbuffers::{ForwardsUOffset, Vector};
 
 use super::schema::{
-    IDENTIFIER, SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_TF, narrow, verified_root,
+    IDENTIFIER, SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_PIR, SCHEMA_VERSION_TF, narrow,
+    verified_root,
 };
 use crate::error::Result;
 use crate::graph::generated::graph as fbg;
@@ -21,23 +22,39 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
     let root = verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb")?;
     let tf = root.tf().map(tf_from_fb).transpose()?;
     let onnx = root.onnx().map(onnx_from_fb).transpose()?;
-    if tf.is_some() && onnx.is_some() {
+    let pir = match root.pir() {
+        Some(p) => {
+            let json = bytes_of(p.json());
+            // The program is checked on every read, with the same bounds as on import.
+            crate::graph::pir::parse(&json)?;
+            Some(crate::graph::pir::PirGraph { json })
+        }
+        None => None,
+    };
+    if [tf.is_some(), onnx.is_some(), pir.is_some()]
+        .iter()
+        .filter(|&&x| x)
+        .count()
+        > 1
+    {
         return Err(gerr(
-            "graph.fb holds both a TensorFlow graph and an ONNX model",
+            "graph.fb holds more than one of a TensorFlow graph, an ONNX model and a PIR program",
         ));
     }
     let want = if tf.is_some() {
         SCHEMA_VERSION_TF
     } else if onnx.is_some() {
         SCHEMA_VERSION_ONNX
+    } else if pir.is_some() {
+        SCHEMA_VERSION_PIR
     } else {
         SCHEMA_VERSION
     };
     if root.schema_version() != want {
         return Err(gerr(format!(
             "graph.fb schema_version {} is not supported (this build reads {SCHEMA_VERSION}, \
-             {SCHEMA_VERSION_TF} for a TensorFlow graph and {SCHEMA_VERSION_ONNX} for an \
-             ONNX model)",
+             {SCHEMA_VERSION_TF} for a TensorFlow graph, {SCHEMA_VERSION_ONNX} for an \
+             ONNX model and {SCHEMA_VERSION_PIR} for a Paddle PIR program)",
             root.schema_version()
         )));
     }
@@ -61,6 +78,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
         }),
         tf,
         onnx,
+        pir,
     })
 }
 

@@ -2,7 +2,9 @@
 
 use ::flatbuffers::{FlatBufferBuilder, ForwardsUOffset, Vector, WIPOffset};
 
-use super::schema::{SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_TF, widen};
+use super::schema::{
+    SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_PIR, SCHEMA_VERSION_TF, widen,
+};
 use crate::error::Result;
 use crate::graph::generated::graph as fbg;
 use crate::graph::model::{
@@ -45,6 +47,20 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
     });
     let tf = g.tf.as_ref().map(|t| tf_to_fb(&mut fbb, t));
     let onnx = g.onnx.as_ref().map(|o| onnx_to_fb(&mut fbb, o));
+    if [g.tf.is_some(), g.onnx.is_some(), g.pir.is_some()]
+        .iter()
+        .filter(|&&x| x)
+        .count()
+        > 1
+    {
+        return Err(gerr(
+            "a graph holds at most one of a TensorFlow graph, an ONNX model and a PIR program",
+        ));
+    }
+    let pir = g.pir.as_ref().map(|p| {
+        let json = Some(fbb.create_vector(&p.json));
+        fbg::PirGraph::create(&mut fbb, &fbg::PirGraphArgs { json })
+    });
     let root = fbg::Graph::create(
         &mut fbb,
         &fbg::GraphArgs {
@@ -52,6 +68,8 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
                 SCHEMA_VERSION_TF
             } else if onnx.is_some() {
                 SCHEMA_VERSION_ONNX
+            } else if pir.is_some() {
+                SCHEMA_VERSION_PIR
             } else {
                 SCHEMA_VERSION
             },
@@ -60,6 +78,7 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
             op_version_map,
             tf,
             onnx,
+            pir,
         },
     );
     fbg::finish_graph_buffer(&mut fbb, root);

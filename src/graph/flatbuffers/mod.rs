@@ -14,6 +14,6 @@ pub use decode::decode;
 pub use encode::encode;
 pub(crate) use schema::verified_root;
 pub use schema::{
-    IDENTIFIER, MAX_GRAPH_FB_BYTES, SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_TF,
-    is_onnx, is_tf,
+    IDENTIFIER, MAX_GRAPH_FB_BYTES, SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_PIR,
+    SCHEMA_VERSION_TF, is_onnx, is_pir, is_tf,
 };

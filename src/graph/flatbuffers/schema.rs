@@ -19,6 +19,15 @@ pub const SCHEMA_VERSION_TF: i32 = 2;
 /// The schema_version of a graph.fb holding an ONNX model (`Graph.onnx`).
 pub const SCHEMA_VERSION_ONNX: i32 = 3;
 
+/// The schema_version of a graph.fb holding a Paddle PIR program (`Graph.pir`).
+pub const SCHEMA_VERSION_PIR: i32 = 4;
+
+/// Whether graph.fb bytes hold a Paddle PIR program (schema_version 4 with `pir`);
+/// `false` for anything that does not verify.
+pub fn is_pir(bytes: &[u8]) -> bool {
+    verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb").is_ok_and(|r| r.pir().is_some())
+}
+
 /// Whether graph.fb bytes hold an ONNX model (schema_version 3 with `onnx`); `false`
 /// for anything that does not verify.
 pub fn is_onnx(bytes: &[u8]) -> bool {

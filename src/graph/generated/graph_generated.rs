@@ -3561,6 +3561,102 @@ impl ::core::fmt::Debug for OnnxGraph<'_> {
       ds.finish()
   }
 }
+pub enum PirGraphOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct PirGraph<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for PirGraph<'a> {
+  type Inner = PirGraph<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> PirGraph<'a> {
+  pub const VT_JSON: ::flatbuffers::VOffsetT = 4;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    PirGraph { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args PirGraphArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<PirGraph<'bldr>> {
+    let mut builder = PirGraphBuilder::new(_fbb);
+    if let Some(x) = args.json { builder.add_json(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn json(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(PirGraph::VT_JSON, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for PirGraph<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("json", Self::VT_JSON, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct PirGraphArgs<'a> {
+    pub json: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+}
+impl<'a> Default for PirGraphArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    PirGraphArgs {
+      json: None,
+    }
+  }
+}
+
+pub struct PirGraphBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PirGraphBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_json(&mut self, json: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(PirGraph::VT_JSON, json);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PirGraphBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    PirGraphBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<PirGraph<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for PirGraph<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("PirGraph");
+      ds.field("json", &self.json());
+      ds.finish()
+  }
+}
 pub enum GraphOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -3583,6 +3679,7 @@ impl<'a> Graph<'a> {
   pub const VT_OP_VERSION_MAP: ::flatbuffers::VOffsetT = 10;
   pub const VT_TF: ::flatbuffers::VOffsetT = 12;
   pub const VT_ONNX: ::flatbuffers::VOffsetT = 14;
+  pub const VT_PIR: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3595,6 +3692,7 @@ impl<'a> Graph<'a> {
   ) -> ::flatbuffers::WIPOffset<Graph<'bldr>> {
     let mut builder = GraphBuilder::new(_fbb);
     if let Some(x) = args.version { builder.add_version(x); }
+    if let Some(x) = args.pir { builder.add_pir(x); }
     if let Some(x) = args.onnx { builder.add_onnx(x); }
     if let Some(x) = args.tf { builder.add_tf(x); }
     if let Some(x) = args.op_version_map { builder.add_op_version_map(x); }
@@ -3646,6 +3744,13 @@ impl<'a> Graph<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<OnnxGraph>>(Graph::VT_ONNX, None)}
   }
+  #[inline]
+  pub fn pir(&self) -> Option<PirGraph<'a>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<PirGraph>>(Graph::VT_PIR, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Graph<'_> {
@@ -3660,6 +3765,7 @@ impl ::flatbuffers::Verifiable for Graph<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OpVersion>>>>("op_version_map", Self::VT_OP_VERSION_MAP, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<TfGraph>>("tf", Self::VT_TF, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<OnnxGraph>>("onnx", Self::VT_ONNX, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<PirGraph>>("pir", Self::VT_PIR, false)?
      .finish();
     Ok(())
   }
@@ -3671,6 +3777,7 @@ pub struct GraphArgs<'a> {
     pub op_version_map: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OpVersion<'a>>>>>,
     pub tf: Option<::flatbuffers::WIPOffset<TfGraph<'a>>>,
     pub onnx: Option<::flatbuffers::WIPOffset<OnnxGraph<'a>>>,
+    pub pir: Option<::flatbuffers::WIPOffset<PirGraph<'a>>>,
 }
 impl<'a> Default for GraphArgs<'a> {
   #[inline]
@@ -3682,6 +3789,7 @@ impl<'a> Default for GraphArgs<'a> {
       op_version_map: None,
       tf: None,
       onnx: None,
+      pir: None,
     }
   }
 }
@@ -3716,6 +3824,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GraphBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<OnnxGraph>>(Graph::VT_ONNX, onnx);
   }
   #[inline]
+  pub fn add_pir(&mut self, pir: ::flatbuffers::WIPOffset<PirGraph<'b >>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<PirGraph>>(Graph::VT_PIR, pir);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> GraphBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     GraphBuilder {
@@ -3739,6 +3851,7 @@ impl ::core::fmt::Debug for Graph<'_> {
       ds.field("op_version_map", &self.op_version_map());
       ds.field("tf", &self.tf());
       ds.field("onnx", &self.onnx());
+      ds.field("pir", &self.pir());
       ds.finish()
   }
 }

@@ -42,6 +42,7 @@ pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
         }),
         tf: None,
         onnx: None,
+        pir: None,
     })
 }
 

@@ -27,6 +27,12 @@ pub(crate) fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
             "the graph is an ONNX model, which has no Paddle ProgramDesc form",
         ));
     }
+    if g.pir.is_some() {
+        return Err(gerr(
+            "the graph is a Paddle PIR program, which is kept as the JSON Paddle wrote, \
+             not converted to a ProgramDesc",
+        ));
+    }
     if g.blocks.is_empty() {
         return Err(gerr("graph has no blocks"));
     }

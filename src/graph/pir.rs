@@ -1,0 +1,385 @@
+//! Paddle 3 PIR programs: the `<prefix>.json` file `paddle.jit.save` and
+//! `paddle.static.save_inference_model` write by default in Paddle 3.x.
+//!
+//! modelzip keeps the JSON bytes as they came ([`PirGraph`], in graph.fb) and reads from
+//! them only what it needs: the op count and the parameters, i.e. the persistable
+//! values Paddle saves to and loads from `<prefix>.pdiparams`. Those are the
+//! `builtin.parameter` ops (written `"#":"p"`, the name the last element of `"A"`, the
+//! `persistable` flag the first of `"OA"`) and the `pd_op.data` ops marked persistable.
+//! Paddle (`save_vars_pir`, `load_vars_pir`, `jit.save`) orders the records of the
+//! params file by the names sorted (Python `sorted`: by code point, the same as by
+//! UTF-8 bytes); [`PirProgram::params`] is in that order.
+//!
+//! Parsing is bounded: at most [`MAX_PIR_JSON_BYTES`] bytes, nesting at most 128 levels
+//! deep (serde_json's limit), and nothing is allocated from a number in the file.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::programdesc::gerr;
+use crate::tensor::DType;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Largest PIR JSON program accepted (256 MiB).
+pub const MAX_PIR_JSON_BYTES: usize = 256 << 20;
+
+/// A Paddle PIR program as graph.fb keeps it: the `.json` bytes, verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PirGraph {
+    /// The program file's bytes.
+    pub json: Vec<u8>,
+}
+
+/// What modelzip reads from a PIR program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PirProgram {
+    /// `base_code.version`: the PIR serialization version.
+    pub version: i64,
+    /// `base_code.trainable`, when present.
+    pub trainable: Option<bool>,
+    /// Every op, nested regions included.
+    pub ops: usize,
+    /// Op count per op name as the file spells it (`1.matmul`, `p`, ...).
+    pub op_counts: BTreeMap<String, usize>,
+    /// The values the params file holds, in its record order (names sorted by bytes).
+    pub params: Vec<PirParam>,
+}
+
+/// One persistable value of a PIR program: a record of its params file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PirParam {
+    /// The value's name (`linear_0.w_0`).
+    pub name: String,
+    /// The element type the program declares; `None` when its type is not a dense
+    /// tensor type modelzip reads (then any dtype is accepted).
+    pub dtype: Option<DType>,
+    /// The dims the program declares (-1 is any extent); `None` like `dtype`.
+    pub dims: Option<Vec<i64>>,
+}
+
+impl PirGraph {
+    /// Parses and checks the program (see [`parse`]).
+    pub fn program(&self) -> Result<PirProgram> {
+        parse(&self.json)
+    }
+}
+
+/// Whether bytes look like a PIR program: a JSON object that starts with one of
+/// Paddle's two top-level keys. A cheap sniff, not a check.
+pub fn looks_like_pir(bytes: &[u8]) -> bool {
+    let text = &bytes[..bytes.len().min(64)];
+    let mut rest = text.iter().skip_while(|b| b.is_ascii_whitespace());
+    rest.next() == Some(&b'{') && {
+        let s = String::from_utf8_lossy(text);
+        s.contains("\"base_code\"") || s.contains("\"program\"")
+    }
+}
+
+/// The Paddle element type of a PIR type id (`0.t_f32`), if modelzip knows it.
+fn dtype_of(id: &str) -> Option<DType> {
+    Some(match id.strip_prefix("0.")? {
+        "t_bool" => DType::Bool,
+        "t_i8" => DType::Int8,
+        "t_ui8" => DType::Uint8,
+        "t_i16" => DType::Int16,
+        "t_ui16" => DType::Uint16,
+        "t_i32" => DType::Int32,
+        "t_ui32" => DType::Uint32,
+        "t_i64" => DType::Int64,
+        "t_ui64" => DType::Uint64,
+        "t_f16" => DType::Fp16,
+        "t_bf16" => DType::Bf16,
+        "t_f32" => DType::Fp32,
+        "t_f64" => DType::Fp64,
+        "t_c64" => DType::Complex64,
+        "t_c128" => DType::Complex128,
+        "t_f8e4m3fn" => DType::Fp8E4m3fn,
+        "t_f8e5m2" => DType::Fp8E5m2,
+        _ => return None,
+    })
+}
+
+fn obj<'a>(v: &'a Value, what: &str) -> Result<&'a serde_json::Map<String, Value>> {
+    v.as_object()
+        .ok_or_else(|| gerr(format!("PIR program: {what} is not a JSON object")))
+}
+
+fn arr<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a Vec<Value>> {
+    v.and_then(Value::as_array).ok_or_else(|| {
+        gerr(format!(
+            "PIR program: {what} is missing or not a JSON array"
+        ))
+    })
+}
+
+/// Parses PIR JSON bytes and reads the op count and the parameters, checking the
+/// structure on the way: the `base_code` magic, regions of blocks of ops, each op named,
+/// each parameter op with a name and, for a dense tensor, a known element type and
+/// integer dims. The same name declared twice with different types is an error.
+pub fn parse(bytes: &[u8]) -> Result<PirProgram> {
+    if bytes.len() > MAX_PIR_JSON_BYTES {
+        return Err(gerr(format!(
+            "PIR program is {} bytes, more than the {MAX_PIR_JSON_BYTES} this build reads",
+            bytes.len()
+        )));
+    }
+    // serde_json refuses nesting deeper than 128 levels (its recursion limit), so the
+    // walk below recurses at most that deep too.
+    let doc: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Error::new(ErrorKind::Graph(format!(
+            "PIR program is not valid JSON: {e}"
+        )))
+        .at_line(e.line())
+    })?;
+    let top = obj(&doc, "the file")?;
+    let base = obj(
+        top.get("base_code").ok_or_else(|| {
+            gerr("PIR program has no \"base_code\" (is this a Paddle PIR .json?)")
+        })?,
+        "\"base_code\"",
+    )?;
+    if base.get("magic").and_then(Value::as_str) != Some("pir") {
+        return Err(gerr(
+            "PIR program: \"base_code\".\"magic\" is not \"pir\" (is this a Paddle PIR .json?)",
+        ));
+    }
+    let version = base.get("version").and_then(Value::as_i64).ok_or_else(|| {
+        gerr("PIR program: \"base_code\".\"version\" is missing or not an integer")
+    })?;
+    let trainable = base.get("trainable").and_then(Value::as_bool);
+    let program = obj(
+        top.get("program")
+            .ok_or_else(|| gerr("PIR program has no \"program\""))?,
+        "\"program\"",
+    )?;
+    let mut walk = Walk {
+        ops: 0,
+        op_counts: BTreeMap::new(),
+        params: BTreeMap::new(),
+    };
+    for (i, region) in arr(program.get("regions"), "\"program\".\"regions\"")?
+        .iter()
+        .enumerate()
+    {
+        walk.region(region, &format!("region {i}"))?;
+    }
+    Ok(PirProgram {
+        version,
+        trainable,
+        ops: walk.ops,
+        op_counts: walk.op_counts,
+        params: walk.params.into_values().collect(),
+    })
+}
+
+struct Walk {
+    ops: usize,
+    op_counts: BTreeMap<String, usize>,
+    /// By name bytes: the params file's order (String's Ord is byte order).
+    params: BTreeMap<String, PirParam>,
+}
+
+impl Walk {
+    fn region(&mut self, region: &Value, at: &str) -> Result<()> {
+        let region = obj(region, at)?;
+        for (j, block) in arr(region.get("blocks"), &format!("{at}: \"blocks\""))?
+            .iter()
+            .enumerate()
+        {
+            let at = format!("{at}, block {j}");
+            let block = obj(block, &at)?;
+            for (k, op) in arr(block.get("ops"), &format!("{at}: \"ops\""))?
+                .iter()
+                .enumerate()
+            {
+                self.op(op, &format!("{at}, op {k}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, op: &Value, at: &str) -> Result<()> {
+        let op = obj(op, at)?;
+        let name = op
+            .get("#")
+            .and_then(Value::as_str)
+            .ok_or_else(|| gerr(format!("PIR program: {at} has no op name (\"#\")")))?;
+        self.ops += 1;
+        *self.op_counts.entry(name.to_string()).or_insert(0) += 1;
+        let param = match name {
+            "p" => parameter_op(op, at)?,
+            "1.data" => data_op(op, at)?,
+            _ => None,
+        };
+        if let Some(p) = param {
+            match self.params.get(&p.name) {
+                Some(old) if *old != p => {
+                    return Err(gerr(format!(
+                        "PIR program: {at} declares parameter {:?} again with another type \
+                         ({} {:?}, before {} {:?})",
+                        p.name,
+                        type_text(p.dtype),
+                        p.dims,
+                        type_text(old.dtype),
+                        old.dims
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    self.params.insert(p.name.clone(), p);
+                }
+            }
+        }
+        if let Some(regions) = op.get("regions") {
+            for (i, r) in arr(Some(regions), &format!("{at}: \"regions\""))?
+                .iter()
+                .enumerate()
+            {
+                self.region(r, &format!("{at}, region {i}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn type_text(d: Option<DType>) -> &'static str {
+    d.map_or("an unread type", DType::name)
+}
+
+/// A `builtin.parameter` op (`"#":"p"`): `"A"` ends with the name, `"OA"` starts with
+/// the persistable flag (absent when the program was saved without `trainable`),
+/// `"O"` is the one result. `None` when the op is marked not persistable (Paddle does
+/// not save it).
+fn parameter_op(op: &serde_json::Map<String, Value>, at: &str) -> Result<Option<PirParam>> {
+    let name = arr(op.get("A"), &format!("{at} (a parameter): \"A\""))?
+        .last()
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            gerr(format!(
+                "PIR program: {at} (a parameter): \"A\" does not end with the parameter's name"
+            ))
+        })?;
+    let persistable = match op.get("OA").and_then(Value::as_array) {
+        Some(flags) => flags.first().and_then(Value::as_i64) != Some(0),
+        None => true,
+    };
+    if !persistable {
+        return Ok(None);
+    }
+    let at = format!("{at} (parameter {name:?})");
+    let (dtype, dims) = result_type(op.get("O"), &at)?;
+    Ok(Some(PirParam {
+        name: name.to_string(),
+        dtype,
+        dims,
+    }))
+}
+
+/// A `pd_op.data` op: a parameter when `"OA"` marks it persistable (optimizer state in
+/// a training program); its name is attribute `name`.
+fn data_op(op: &serde_json::Map<String, Value>, at: &str) -> Result<Option<PirParam>> {
+    let attr = |list: Option<&Value>, want: &str| -> Option<Value> {
+        list.and_then(Value::as_array)?
+            .iter()
+            .find(|a| a.get("N").and_then(Value::as_str) == Some(want))
+            .and_then(|a| a.get("AT")?.get("D").cloned())
+    };
+    let persistable = attr(op.get("OA"), "persistable")
+        .and_then(|d| d.as_array()?.first()?.get("D")?.as_bool())
+        .unwrap_or(false);
+    if !persistable {
+        return Ok(None);
+    }
+    let Some(Value::String(name)) = attr(op.get("A"), "name") else {
+        return Err(gerr(format!(
+            "PIR program: {at} (a persistable data op) has no string attribute \"name\""
+        )));
+    };
+    let at = format!("{at} (persistable data {name:?})");
+    let result = arr(op.get("O"), &format!("{at}: \"O\""))?.first();
+    let (dtype, dims) = result_type(result, &at)?;
+    Ok(Some(PirParam { name, dtype, dims }))
+}
+
+/// The element type and dims of an op result `{"%": id, "TT": {"#": "0.t_dtensor",
+/// "D": [{"#": dtype}, dims, layout, lod, offset]}}`; (None, None) for another type.
+fn result_type(result: Option<&Value>, at: &str) -> Result<(Option<DType>, Option<Vec<i64>>)> {
+    let tt = result.and_then(|r| r.get("TT")).ok_or_else(|| {
+        gerr(format!(
+            "PIR program: {at} has no result type (\"O\".\"TT\")"
+        ))
+    })?;
+    if tt.get("#").and_then(Value::as_str) != Some("0.t_dtensor") {
+        return Ok((None, None));
+    }
+    let d = arr(tt.get("D"), &format!("{at}: the result type's \"D\""))?;
+    let id = d
+        .first()
+        .and_then(|t| t.get("#"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            gerr(format!(
+                "PIR program: {at}: the result type has no element type"
+            ))
+        })?;
+    let dtype = dtype_of(id).ok_or_else(|| {
+        gerr(format!(
+            "PIR program: {at}: element type {id:?} is not one a Paddle params file holds"
+        ))
+    })?;
+    let dims = arr(d.get(1), &format!("{at}: the result type's dims"))?
+        .iter()
+        .map(Value::as_i64)
+        .collect::<Option<Vec<i64>>>()
+        .ok_or_else(|| gerr(format!("PIR program: {at}: the dims are not all integers")))?;
+    Ok((Some(dtype), Some(dims)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MLP: &[u8] = br##"{"base_code":{"magic":"pir","trainable":true,"version":4},"program":{"regions":[{"#":"region_0","blocks":[{"#":"block_0","args":[],"ops":[
+{"#":"p","A":[0,1,1,"b.w"],"DA":[],"O":{"%":1,"TT":{"#":"0.t_dtensor","D":[{"#":"0.t_f32"},[4,2],"NCHW",[],0]}},"OA":[1,0,1],"QA":[]},
+{"#":"p","A":[0,1,1,"a.w"],"DA":[],"O":{"%":2,"TT":{"#":"0.t_dtensor","D":[{"#":"0.t_f64"},[3],"NCHW",[],0]}},"OA":[1,0,1],"QA":[]},
+{"#":"p","A":[0,1,1,"off"],"DA":[],"O":{"%":3,"TT":{"#":"0.t_dtensor","D":[{"#":"0.t_f64"},[3],"NCHW",[],0]}},"OA":[0,0,1],"QA":[]},
+{"#":"1.relu","A":[],"I":[{"%":1}],"O":[{"%":4}]}]}]}]}}"##;
+
+    #[test]
+    fn params_are_the_persistable_parameters_sorted_by_name() {
+        let p = parse(MLP).unwrap();
+        assert_eq!(p.version, 4);
+        assert_eq!(p.ops, 4);
+        assert_eq!(p.op_counts["p"], 3);
+        let names: Vec<&str> = p.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a.w", "b.w"]);
+        assert_eq!(p.params[0].dtype, Some(DType::Fp64));
+        assert_eq!(p.params[1].dims, Some(vec![4, 2]));
+    }
+
+    #[test]
+    fn not_pir_is_refused_saying_what() {
+        let e = parse(br#"{"base_code":{"magic":"onnx","version":1},"program":{"regions":[]}}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("magic"), "{e}");
+        let e = parse(b"{\"base_code\":\n{\"magic\":").unwrap_err();
+        assert!(e.to_string().contains("not valid JSON"), "{e}");
+        assert_eq!(e.location().line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_an_error_not_a_stack_overflow() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let e = parse(deep.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+    }
+
+    #[test]
+    fn a_parameter_declared_twice_differently_is_refused() {
+        let twice = String::from_utf8(MLP.to_vec())
+            .unwrap()
+            .replace("\"off\"],\"DA\":[],\"O\":{\"%\":3,\"TT\":{\"#\":\"0.t_dtensor\",\"D\":[{\"#\":\"0.t_f64\"},[3]", "\"a.w\"],\"DA\":[],\"O\":{\"%\":3,\"TT\":{\"#\":\"0.t_dtensor\",\"D\":[{\"#\":\"0.t_f64\"},[5]")
+            .replace("\"OA\":[0,0,1]", "\"OA\":[1,0,1]");
+        let e = parse(twice.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("\"a.w\" again"), "{e}");
+    }
+}
