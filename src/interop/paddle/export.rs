@@ -1,6 +1,7 @@
-//! A tag out as a Paddle inference model: `PREFIX.pdmodel` + `PREFIX.pdiparams`.
+//! A tag out as a Paddle inference model: `PREFIX.pdmodel` + `PREFIX.pdiparams`, or
+//! `PREFIX.json` + `PREFIX.pdiparams` for a PIR program.
 
-use super::vars::{check_declared, persistable_vars};
+use super::vars::{check_declared, declared};
 use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
@@ -16,12 +17,12 @@ use std::path::{Path, PathBuf};
 pub struct ExportReport {
     /// The tag exported, spelled as in tags.txt.
     pub tag: String,
-    /// `PREFIX.pdmodel`.
+    /// `PREFIX.pdmodel`, or `PREFIX.json` for a PIR program.
     pub model_path: PathBuf,
     /// `PREFIX.pdiparams`; `None` when the program has no persistable variables (like
     /// Paddle's own `save_inference_model`, no params file is written then).
     pub params_path: Option<PathBuf>,
-    /// Bytes of the `.pdmodel`.
+    /// Bytes of the `.pdmodel` (or `.json`).
     pub model_bytes: u64,
     /// Bytes of the `.pdiparams`.
     pub params_bytes: u64,
@@ -37,6 +38,8 @@ pub struct ExportReport {
 struct Prepared<'a> {
     model: Cow<'a, [u8]>,
     converted: bool,
+    /// The program is PIR JSON: written as `PREFIX.json`.
+    pir: bool,
     /// Each variable's name and its tensor (a position in `data`).
     params: Vec<(String, usize)>,
     /// Each tensor file the variables use, read once (many names may share one).
@@ -87,11 +90,24 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
             if let Some(has) = other {
                 return Err(crate::interop::wrong_graph(name, has, "Paddle"));
             }
-            let pd = g.to_programdesc().map_err(located)?;
-            (g, Cow::Owned(pd), true)
+            match &g.pir {
+                // A PIR program goes out as the JSON Paddle wrote.
+                Some(p) => {
+                    let json = p.json.clone();
+                    (g, Cow::Owned(json), false)
+                }
+                None => {
+                    let pd = g.to_programdesc().map_err(located)?;
+                    (g, Cow::Owned(pd), true)
+                }
+            }
         }
     };
-    let vars = persistable_vars(&graph)?;
+    let pir = graph.pir.is_some();
+    let vars = declared(&graph).map_err(|e| {
+        let file = enc.file_name();
+        e.in_entry(format!("{name}/{file}"))
+    })?;
     let mut params = Vec::with_capacity(vars.len());
     let mut data_of: HashMap<&str, usize> = HashMap::new();
     let mut all_data: Vec<TensorData<'a>> = Vec::new();
@@ -135,6 +151,7 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
     Ok(Prepared {
         model,
         converted,
+        pir,
         params,
         data: all_data,
         unused,
@@ -146,7 +163,7 @@ fn write_params(p: &Prepared<'_>, w: &mut dyn Write) -> std::io::Result<u64> {
     encode_combined(p.params.iter().map(|&(_, i)| &views[i]), w)
 }
 
-/// The `.pdmodel` and `.pdiparams` bytes of tag `tag`, in memory (see
+/// The `.pdmodel` (or PIR `.json`) and `.pdiparams` bytes of tag `tag`, in memory (see
 /// [`export_inference_model`] for the rules).
 pub fn export_inference_model_bytes(tag: &Tag<'_>) -> Result<(Vec<u8>, Vec<u8>)> {
     let p = prepare(tag)?;
@@ -162,10 +179,21 @@ fn with_suffix(prefix: &Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The two paths an export of `prefix` writes: `PREFIX.pdmodel`, `PREFIX.pdiparams`.
+/// The two paths an export of `prefix` writes: `PREFIX.pdmodel`, `PREFIX.pdiparams`
+/// (for a tag holding a PIR program, [`export_paths_pir`]).
 pub fn export_paths(prefix: &Path) -> (PathBuf, PathBuf) {
     (
         with_suffix(prefix, ".pdmodel"),
+        with_suffix(prefix, ".pdiparams"),
+    )
+}
+
+/// The two paths an export of a tag holding a PIR program writes: `PREFIX.json`,
+/// `PREFIX.pdiparams` (what `paddle.jit.load(PREFIX)` and
+/// `paddle.static.load_inference_model(PREFIX, exe)` read in Paddle 3).
+pub fn export_paths_pir(prefix: &Path) -> (PathBuf, PathBuf) {
+    (
+        with_suffix(prefix, ".json"),
         with_suffix(prefix, ".pdiparams"),
     )
 }
@@ -174,8 +202,10 @@ pub fn export_paths(prefix: &Path) -> (PathBuf, PathBuf) {
 /// `paddle.static.load_inference_model(PREFIX, exe)` loads.
 ///
 /// The program is the tag's `graph.pdmodel` as stored, or its `graph.fb` converted to
-/// ProgramDesc; a tag without a graph is an error. The params file holds, in the order
-/// of [`persistable_vars`], the tag's parameter of each variable (each must exist and
+/// ProgramDesc; a tag without a graph is an error. A tag holding a PIR program (imported
+/// from a Paddle 3 `.json`) is written as `PREFIX.json`, the JSON as Paddle wrote it,
+/// plus `PREFIX.pdiparams` ([`export_paths_pir`]). The params file holds, in the order
+/// of [`super::persistable_vars`] (a PIR program: of its parameters), the tag's parameter of each variable (each must exist and
 /// match the declared dtype and dims), written with [`encode_combined`]; parameters the
 /// program does not use are left out and listed in the report.
 ///
@@ -192,7 +222,7 @@ pub fn export_inference_model(
     crate::interop::check_output_size(
         tag,
         opts,
-        "export size (the .pdmodel and .pdiparams files together)",
+        "export size (the program and .pdiparams files together)",
         total,
     )?;
     // `out/` (or `.`, `..`) names a directory, not a prefix: the files would be the
@@ -207,7 +237,11 @@ pub fn export_inference_model(
         )))
         .in_file(prefix));
     }
-    let (model_path, params_path) = export_paths(prefix);
+    let (model_path, params_path) = if p.pir {
+        export_paths_pir(prefix)
+    } else {
+        export_paths(prefix)
+    };
     let dir = crate::archive::parent_dir(&model_path);
     if !dir.is_dir() {
         return Err(Error::new(ErrorKind::InvalidInput(

@@ -1,16 +1,16 @@
 //! Paddle models into archives: an inference model's `.pdmodel` + `.pdiparams`, or a
 //! persistables directory.
 
-use super::vars::{check_declared, persistable_vars};
+use super::vars::{Declared, check_declared, declared};
 use crate::archive::GraphFormat;
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{Graph, Var};
+use crate::graph::Graph;
 use crate::interop::{ImportOptions, ImportReport, read_file, report, write_tag};
 use crate::progress::Ticker;
 use crate::tensor::{TensorView, decode_combined, decode_tensor};
 use std::path::{Component, Path, PathBuf};
 
-fn name_list(vars: &[&Var]) -> String {
+fn name_list(vars: &[Declared]) -> String {
     const SHOWN: usize = 8;
     let mut names: Vec<String> = vars
         .iter()
@@ -23,21 +23,22 @@ fn name_list(vars: &[&Var]) -> String {
     names.join(", ")
 }
 
-/// Decodes a `.pdiparams` against its program: one record per [`persistable_vars`]
-/// entry, in that order, each with the declared dtype and dims. Returns (name, tensor)
-/// pairs borrowing `params`.
+/// Decodes a `.pdiparams` against its program: one record per value the program loads
+/// from it ([`super::persistable_vars`] of a ProgramDesc; the parameters of a PIR
+/// program, [`crate::graph::PirProgram::params`]), in that order, each with the declared
+/// dtype and dims. Returns (name, tensor) pairs borrowing `params`.
 pub fn inference_params<'a>(
     graph: &Graph,
     params: &'a [u8],
 ) -> Result<Vec<(String, TensorView<'a>)>> {
-    let vars = persistable_vars(graph)?;
+    let vars = declared(graph)?;
     let records = decode_combined(params)?;
     if records.len() != vars.len() {
         return Err(ErrorKind::InvalidInput(format!(
-            "the params file holds {} record(s), the program has {} persistable variable(s) \
-             to load from it ({})",
+            "the params file holds {} record(s), the program has {} {} to load from it ({})",
             records.len(),
             vars.len(),
+            what_loads(graph),
             name_list(&vars)
         ))
         .into());
@@ -53,6 +54,32 @@ pub fn inference_params<'a>(
         .collect()
 }
 
+/// What a program's params file holds, for messages.
+fn what_loads(graph: &Graph) -> &'static str {
+    if graph.pir.is_some() {
+        "parameter(s)"
+    } else {
+        "persistable variable(s)"
+    }
+}
+
+/// A Paddle program file's bytes decoded, and what the tag stores: a ProgramDesc as
+/// graph.pdmodel, byte for byte; a PIR program (JSON, [`crate::graph::pir`]) as
+/// graph.fb holding the JSON byte for byte.
+pub(super) fn decode_program(bytes: &[u8]) -> Result<(Graph, GraphFormat, Vec<u8>)> {
+    if crate::graph::pir::looks_like_pir(bytes) {
+        let g = Graph::from_pir_json(bytes)?;
+        let fb = g.to_flatbuffers()?;
+        Ok((g, GraphFormat::FlatBuffers, fb))
+    } else {
+        Ok((
+            Graph::from_programdesc(bytes)?,
+            GraphFormat::ProgramDesc,
+            bytes.to_vec(),
+        ))
+    }
+}
+
 /// Imports a program that loads no parameters (Paddle's `jit.save` writes only the
 /// `.pdmodel` of such a model) as tag `tag`: graph.pdmodel and no params. A program with
 /// persistable variables is refused, naming them: its `.pdiparams` is needed.
@@ -63,22 +90,26 @@ pub fn import_program(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let model = read_file(model_path)?;
-    let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(model_path))?;
-    let vars = persistable_vars(&graph).map_err(|e| e.in_file(model_path))?;
+    let (graph, enc, stored) = decode_program(&model).map_err(|e| e.in_file(model_path))?;
+    let vars = declared(&graph).map_err(|e| e.in_file(model_path))?;
     if !vars.is_empty() {
         return Err(Error::new(ErrorKind::InvalidInput(format!(
-            "the program loads {} persistable variable(s) ({}); give its .pdiparams too",
+            "the program loads {} {} ({}); give its .pdiparams too",
             vars.len(),
+            what_loads(&graph),
             name_list(&vars)
         )))
         .in_file(model_path));
     }
-    store(archive, tag, &model, &[], opts)
+    store(archive, tag, enc, &stored, &[], opts)
 }
 
 /// Imports an inference model (`.pdmodel` and `.pdiparams` bytes) as tag `tag` of the
 /// archive at `archive` (created if absent). `graph.pdmodel` is the exact model bytes;
 /// the parameters are checked with [`inference_params`] before anything is written.
+/// A Paddle 3 PIR program (the `.json` Paddle 3 writes by default) in place of the
+/// `.pdmodel` is stored as graph.fb holding the JSON bytes as they are
+/// ([`crate::graph::PirGraph`]).
 /// Tensors identical to ones already in the archive are referenced, not copied.
 ///
 /// # Examples
@@ -103,21 +134,22 @@ pub fn import_inference_model(
     params: &[u8],
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
-    let graph = Graph::from_programdesc(model)?;
+    let (graph, enc, stored) = decode_program(model)?;
     let tensors = inference_params(&graph, params)?;
-    store(archive, tag, model, &tensors, opts)
+    store(archive, tag, enc, &stored, &tensors, opts)
 }
 
 fn store(
     archive: &Path,
     tag: &str,
+    enc: GraphFormat,
     model: &[u8],
     tensors: &[(String, TensorView<'_>)],
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), tensors.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
-        w.graph(GraphFormat::ProgramDesc, model)?;
+        w.graph(enc, model)?;
         for (name, t) in tensors {
             w.param(name, t)?;
             ticker.tick();
@@ -137,11 +169,11 @@ pub fn import_inference_model_files(
 ) -> Result<ImportReport> {
     let model = read_file(model_path)?;
     let params = read_file(params_path)?;
-    let graph = Graph::from_programdesc(&model).map_err(|e| e.in_file(model_path))?;
+    let (graph, enc, stored) = decode_program(&model).map_err(|e| e.in_file(model_path))?;
     // A program that cannot say which variables it loads is the model file's fault.
-    persistable_vars(&graph).map_err(|e| e.in_file(model_path))?;
+    declared(&graph).map_err(|e| e.in_file(model_path))?;
     let tensors = inference_params(&graph, &params).map_err(|e| e.in_file(params_path))?;
-    store(archive, tag, &model, &tensors, opts)
+    store(archive, tag, enc, &stored, &tensors, opts)
 }
 
 /// The file of variable `name` in a persistables directory (Paddle joins the name onto
@@ -202,16 +234,21 @@ pub fn import_persistables_dir(
         })?;
         return report(archive, tag, created, None);
     };
-    let mut model = read_file(&model_path)?;
-    let graph = if model_path.extension().is_some_and(|e| e == "fb") {
-        // A modelzip graph.fb: stored as the ProgramDesc it converts to.
+    let model = read_file(&model_path)?;
+    let (graph, enc, model) = if model_path.extension().is_some_and(|e| e == "fb") {
+        // A modelzip graph.fb: stored as the ProgramDesc it converts to, or as it is
+        // when it holds a PIR program.
         let g = Graph::from_flatbuffers(&model).map_err(|e| e.in_file(&model_path))?;
-        model = g.to_programdesc().map_err(|e| e.in_file(&model_path))?;
-        g
+        if g.pir.is_some() {
+            (g, GraphFormat::FlatBuffers, model)
+        } else {
+            let pd = g.to_programdesc().map_err(|e| e.in_file(&model_path))?;
+            (g, GraphFormat::ProgramDesc, pd)
+        }
     } else {
-        Graph::from_programdesc(&model).map_err(|e| e.in_file(&model_path))?
+        decode_program(&model).map_err(|e| e.in_file(&model_path))?
     };
-    let vars = persistable_vars(&graph).map_err(|e| e.in_file(&model_path))?;
+    let vars = declared(&graph).map_err(|e| e.in_file(&model_path))?;
     let mut files = Vec::with_capacity(vars.len());
     for v in &vars {
         let path = var_file(dir, &v.name).map_err(|e| e.in_file(dir))?;
@@ -223,11 +260,11 @@ pub fn import_persistables_dir(
             )))
             .in_file(dir));
         }
-        files.push((*v, path));
+        files.push((v, path));
     }
     let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
     let created = write_tag(archive, tag, opts, |w| {
-        w.graph(GraphFormat::ProgramDesc, &model)?;
+        w.graph(enc, &model)?;
         for (var, path) in &files {
             let bytes = read_file(path)?;
             let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;

@@ -3,6 +3,10 @@
 //! An inference model is a `.pdmodel` (a ProgramDesc protobuf) plus a `.pdiparams`
 //! (`save_combine`: one LoDTensor record per persistable variable of block 0, in the
 //! order of the variable names sorted by byte value, feed/fetch holders excluded).
+//! Paddle 3 writes the program as `.json` by default (a PIR program): modelzip takes
+//! that in place of the `.pdmodel` everywhere below, keeps it byte for byte in graph.fb
+//! ([`crate::graph::PirGraph`]) and writes it back as `PREFIX.json`; its `.pdiparams`
+//! holds the program's parameters in the order of their names sorted by byte value.
 //!
 //! - [`import_inference_model`] stores one as a tag: `graph.pdmodel` holds the exact
 //!   `.pdmodel` bytes, and every record becomes a parameter named after its variable,
@@ -47,12 +51,19 @@ mod vars;
 
 pub use export::{
     ExportReport, export_inference_model, export_inference_model_bytes, export_paths,
+    export_paths_pir,
 };
 pub use import::{
     DIR_MODEL_FILE, import_inference_model, import_inference_model_files, import_persistables_dir,
     import_program, inference_params,
 };
 pub use vars::persistable_vars;
+
+/// Whether `p` is named `.json` and starts like a PIR program (a safetensors index is
+/// JSON too).
+fn is_pir_file(p: &Path) -> bool {
+    has_ext(p, "json") && crate::graph::pir::looks_like_pir(&head(p, 64))
+}
 
 /// Paddle in the [`super::FORMATS`] registry: `.pdmodel` (+ `.pdiparams`) files or a
 /// persistables directory (+ its model) in, `PREFIX.pdmodel` + `PREFIX.pdiparams` out.
@@ -64,14 +75,15 @@ impl Format for PaddleFormat {
     }
 
     fn recognised_from(&self) -> &'static str {
-        "a .pdmodel ProgramDesc, optionally with its .pdiparams, or a persistables directory"
+        "a .pdmodel ProgramDesc or a Paddle 3 PIR .json program, optionally with its \
+         .pdiparams, or a persistables directory"
     }
 
     fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        inputs
-            .first()
-            .is_some_and(|p| (p.is_dir() && !super::tf::is_saved_model(p)) || has_ext(p, "pdmodel"))
-            || matches!(inputs, [a, b] if has_ext(a, "pdiparams") && has_ext(b, "pdmodel"))
+        inputs.first().is_some_and(|p| {
+            (p.is_dir() && !super::tf::is_saved_model(p)) || has_ext(p, "pdmodel") || is_pir_file(p)
+        }) || matches!(inputs, [a, b] if has_ext(a, "pdiparams")
+            && (has_ext(b, "pdmodel") || is_pir_file(b)))
     }
 
     fn matches_content(&self, inputs: &[PathBuf]) -> bool {
@@ -81,6 +93,9 @@ impl Format for PaddleFormat {
         let Some(first) = inputs.first() else {
             return false;
         };
+        if crate::graph::pir::looks_like_pir(&head(first, 64)) {
+            return true;
+        }
         head(first, 1) == [0x0a]
             && super::read_whole(first).is_ok_and(|b| Graph::from_programdesc(&b).is_ok())
     }
@@ -99,13 +114,16 @@ impl Format for PaddleFormat {
             }
             [model] => import_program(archive, tag, model, opts),
             // The two files named the other way round: their names say which is which.
-            [params, model] if has_ext(params, "pdiparams") && has_ext(model, "pdmodel") => {
+            [params, model]
+                if has_ext(params, "pdiparams")
+                    && (has_ext(model, "pdmodel") || is_pir_file(model)) =>
+            {
                 import_inference_model_files(archive, tag, model, params, opts)
             }
             [model, params] => import_inference_model_files(archive, tag, model, params, opts),
             _ => Err(ErrorKind::InvalidInput(format!(
-                "a Paddle import takes MODEL.pdmodel [PARAMS.pdiparams] or DIR [MODEL], \
-                 not {} files",
+                "a Paddle import takes MODEL.pdmodel (or MODEL.json) [PARAMS.pdiparams] or \
+                 DIR [MODEL], not {} files",
                 inputs.len()
             ))
             .into()),
@@ -124,8 +142,9 @@ impl Format for PaddleFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-        // `--out model.pdmodel` (or `model.pdiparams`) means the prefix `model`.
-        let prefix = if has_ext(out, "pdmodel") || has_ext(out, "pdiparams") {
+        // `--out model.pdmodel` (or `model.pdiparams`, `model.json`) means the prefix `model`.
+        let prefix = if has_ext(out, "pdmodel") || has_ext(out, "pdiparams") || has_ext(out, "json")
+        {
             out.with_extension("")
         } else {
             out.to_path_buf()

@@ -1,5 +1,5 @@
 use super::import::var_file;
-use super::vars::check_declared;
+use super::vars::{Declared, check_declared};
 use super::*;
 use crate::graph::Var;
 use crate::graph::VarKind;
@@ -54,7 +54,7 @@ fn unsupported_persistable_types_and_duplicates_are_errors() {
 
 #[test]
 fn declared_dims_minus_one_match_any_extent() {
-    let v = Var::constant("w", DType::Fp32, vec![-1, 4]);
+    let v = Declared::from(&Var::constant("w", DType::Fp32, vec![-1, 4]));
     let data = [0u8; 32];
     let ok = TensorView::new(DType::Fp32, vec![2, 4], Vec::new(), &data).unwrap();
     assert!(check_declared(&v, &ok, "t").is_ok());

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, Var};
-use crate::tensor::TensorView;
+use crate::tensor::{DType, TensorView};
 
 /// Paddle `VarType.Type` numbers of persistable variables that are not saved in a
 /// params file: FEED_MINIBATCH, FETCH_LIST, READER, RAW.
@@ -53,9 +53,50 @@ pub fn persistable_vars(graph: &Graph) -> Result<Vec<&Var>> {
     Ok(vars)
 }
 
+/// One value a params file holds, as its program declares it: a persistable variable
+/// of a ProgramDesc or a parameter of a PIR program.
+#[derive(Debug, Clone)]
+pub(super) struct Declared {
+    pub name: String,
+    pub dtype: Option<DType>,
+    /// `None`: any dims (a PIR value of a type modelzip does not read).
+    pub dims: Option<Vec<i64>>,
+}
+
+impl From<&Var> for Declared {
+    fn from(v: &Var) -> Declared {
+        Declared {
+            name: v.name.clone(),
+            dtype: v.dtype,
+            dims: Some(v.shape.clone()),
+        }
+    }
+}
+
+/// The values a params file of `graph` holds, in record order: [`persistable_vars`] of
+/// a ProgramDesc, or the parameters of a PIR program ([`crate::graph::pir`]).
+pub(super) fn declared(graph: &Graph) -> Result<Vec<Declared>> {
+    if let Some(pir) = &graph.pir {
+        return Ok(pir
+            .program()?
+            .params
+            .into_iter()
+            .map(|p| Declared {
+                name: p.name,
+                dtype: p.dtype,
+                dims: p.dims,
+            })
+            .collect());
+    }
+    Ok(persistable_vars(graph)?
+        .into_iter()
+        .map(Declared::from)
+        .collect())
+}
+
 /// Checks a tensor against its variable's declared dtype and dims (-1 matches any
 /// extent; an undeclared dtype matches any). `what` names the tensor for the error.
-pub(super) fn check_declared(var: &Var, t: &TensorView<'_>, what: &str) -> Result<()> {
+pub(super) fn check_declared(var: &Declared, t: &TensorView<'_>, what: &str) -> Result<()> {
     if let Some(d) = var.dtype
         && d != t.dtype()
     {
@@ -67,9 +108,11 @@ pub(super) fn check_declared(var: &Var, t: &TensorView<'_>, what: &str) -> Resul
         ))
         .into());
     }
-    let fits = var.shape.len() == t.dims().len()
-        && var
-            .shape
+    let Some(shape) = &var.dims else {
+        return Ok(());
+    };
+    let fits = shape.len() == t.dims().len()
+        && shape
             .iter()
             .zip(t.dims())
             .all(|(&want, &got)| want < 0 || u64::try_from(want).is_ok_and(|w| w == got));
@@ -77,7 +120,7 @@ pub(super) fn check_declared(var: &Var, t: &TensorView<'_>, what: &str) -> Resul
         return Err(ErrorKind::InvalidInput(format!(
             "variable {:?}: the program declares dims {:?}, {what} has {:?}",
             var.name,
-            var.shape,
+            shape,
             t.dims()
         ))
         .into());
