@@ -179,6 +179,12 @@ impl Archive {
                             {
                                 r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
                             }
+                            // And a PIR program's parameters, with the declared types.
+                            if g.pir.is_some()
+                                && let Err(e) = crate::interop::paddle::check_params(&tag)
+                            {
+                                r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
+                            }
                         }
                     },
                     Ok(None) => {}

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 /// `extract` writes packs back into the same tag; --graph FILE wins over it. A DIR with neither parameters
 /// nor a graph is refused (an empty tag is most likely a wrong path).
 /// The graph is decoded before anything is written (graph.fb through the FlatBuffers
-/// verifier): a Paddle 3 PIR program (.json) is refused; FLAGS_enable_pir_api=0 makes
-/// Paddle save a .pdmodel. With --updater, each file `UPDATER/<param>/<array>` is a
+/// verifier); a Paddle 3 PIR program (.json) is checked and kept byte for byte in the
+/// tag's graph.fb. With --updater, each file `UPDATER/<param>/<array>` is a
 /// state array of <param> (the directory path), arrays in sorted file-name order.
 /// Tensors equal to ones already in the archive are stored once.
 ///
@@ -50,8 +50,8 @@ pub struct Args {
     /// Name of the new tag.
     #[arg(long)]
     tag: String,
-    /// Graph file: a Paddle .pdmodel (ProgramDesc) or a modelzip graph.fb
-    /// (default: DIR/__model__ or DIR/graph.fb, if present).
+    /// Graph file: a Paddle .pdmodel (ProgramDesc), a Paddle 3 PIR program (.json) or a
+    /// modelzip graph.fb (default: DIR/__model__ or DIR/graph.fb, if present).
     #[arg(long)]
     graph: Option<PathBuf>,
     /// Directory of updater (optimizer) state: UPDATER/<param>/<array>, each <param> a parameter in DIR.
@@ -170,6 +170,22 @@ fn read_graph(path: &Path, encoding: Option<GraphFormat>) -> Result<GraphFile, C
             GraphFormat::ProgramDesc
         }
     });
+    if encoding == GraphFormat::ProgramDesc && modelzip::graph::pir::looks_like_pir(&bytes) {
+        // A Paddle 3 PIR program: kept byte for byte in a graph.fb.
+        let fb = Graph::from_pir_json(&bytes)
+            .and_then(|g| g.to_flatbuffers())
+            .map_err(|e| {
+                CliError::Failed(format!(
+                    "cannot use graph {} as a Paddle PIR program (.json): {e}",
+                    path.display()
+                ))
+            })?;
+        return Ok(GraphFile {
+            path: path.to_path_buf(),
+            encoding: GraphFormat::FlatBuffers,
+            bytes: fb,
+        });
+    }
     let what = match encoding {
         GraphFormat::FlatBuffers => "a modelzip graph.fb",
         GraphFormat::ProgramDesc => "a Paddle ProgramDesc (.pdmodel)",

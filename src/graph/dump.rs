@@ -29,6 +29,9 @@ pub fn text(g: &Graph) -> String {
     if let Some(onnx) = &g.onnx {
         return super::dump_onnx::text(onnx);
     }
+    if let Some(pir) = &g.pir {
+        return super::pir::text(pir);
+    }
     let mut out = String::new();
     let version = g
         .version
@@ -180,6 +183,9 @@ pub(crate) fn json_value(g: &Graph) -> Value {
     }
     if let Some(onnx) = &g.onnx {
         return json!({ "onnx": super::dump_onnx::json(onnx) });
+    }
+    if let Some(pir) = &g.pir {
+        return json!({ "pir": super::pir::json(pir) });
     }
     json!({
         "version": g.version,

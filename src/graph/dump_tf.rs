@@ -354,10 +354,11 @@ fn paddle_dot(g: &Graph, out: &mut String) {
 /// (persistable ones boxed, with dtype and dims).
 pub fn dot(g: &Graph) -> String {
     let mut out = String::from("digraph G {\n  rankdir=TB;\n  node [fontsize=10];\n");
-    match (&g.tf, &g.onnx) {
-        (Some(tf), _) => tf_dot(tf, &mut out),
-        (None, Some(onnx)) => super::dump_onnx::dot(onnx, &mut out, q),
-        (None, None) => paddle_dot(g, &mut out),
+    match (&g.tf, &g.onnx, &g.pir) {
+        (Some(tf), _, _) => tf_dot(tf, &mut out),
+        (None, Some(onnx), _) => super::dump_onnx::dot(onnx, &mut out, q),
+        (None, None, Some(pir)) => super::pir::dot(pir, &mut out, q),
+        (None, None, None) => paddle_dot(g, &mut out),
     }
     out.push_str("}\n");
     out

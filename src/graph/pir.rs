@@ -334,6 +334,104 @@ fn result_type(result: Option<&Value>, at: &str) -> Result<(Option<DType>, Optio
     Ok((Some(dtype), Some(dims)))
 }
 
+/// The listing `modelzip graph` prints: what the program is, its op count by op name
+/// and its parameters in params-file order. (The JSON itself is the full program.)
+pub(crate) fn text(g: &PirGraph) -> String {
+    use std::fmt::Write;
+    let p = match g.program() {
+        Ok(p) => p,
+        Err(e) => {
+            return format!(
+                "PIR program ({} bytes) that does not parse: {e}\n",
+                g.json.len()
+            );
+        }
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "graph: Paddle PIR program (JSON, {} bytes, serialization version {}{}), {} op(s), \
+         {} parameter(s)",
+        g.json.len(),
+        p.version,
+        match p.trainable {
+            Some(true) => ", trainable",
+            Some(false) => ", not trainable",
+            None => "",
+        },
+        p.ops,
+        p.params.len()
+    );
+    let _ = writeln!(out, "\nops by name:");
+    for (name, n) in &p.op_counts {
+        let _ = writeln!(out, "  {:<24} {n}", crate::graph::clean::clean(name));
+    }
+    let _ = writeln!(out, "\nparameters (in .pdiparams record order):");
+    for q in &p.params {
+        let _ = writeln!(
+            out,
+            "  {}  {}  {}",
+            crate::graph::clean::clean(&q.name),
+            q.dtype.map_or("?", DType::name),
+            q.dims
+                .as_ref()
+                .map_or_else(|| "?".to_string(), |d| format!("{d:?}"))
+        );
+    }
+    out
+}
+
+/// [`text`] as a JSON value (`modelzip graph --format json`).
+pub(crate) fn json(g: &PirGraph) -> Value {
+    match g.program() {
+        Ok(p) => serde_json::json!({
+            "bytes": g.json.len(),
+            "version": p.version,
+            "trainable": p.trainable,
+            "ops": p.ops,
+            "op_counts": p.op_counts,
+            "params": p.params.iter().map(|q| serde_json::json!({
+                "name": q.name,
+                "dtype": q.dtype.map(DType::name),
+                "dims": q.dims,
+            })).collect::<Vec<_>>(),
+        }),
+        Err(e) => serde_json::json!({ "bytes": g.json.len(), "error": e.to_string() }),
+    }
+}
+
+/// A Graphviz drawing of the program's summary: one box saying what it is, linked to
+/// one box per parameter.
+pub(crate) fn dot(g: &PirGraph, out: &mut String, q: impl Fn(&str) -> String) {
+    use std::fmt::Write;
+    let Ok(p) = g.program() else {
+        let _ = writeln!(
+            out,
+            "  pir [shape=box, label={}];",
+            q("PIR program (does not parse)")
+        );
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  pir [shape=box, style=rounded, label={}];",
+        q(&format!("Paddle PIR program\n{} op(s)", p.ops))
+    );
+    for (i, prm) in p.params.iter().enumerate() {
+        let dims = prm
+            .dims
+            .as_ref()
+            .map_or_else(|| "?".into(), |d| format!("{d:?}"));
+        let label = format!(
+            "{}\n{} {dims}",
+            prm.name,
+            prm.dtype.map_or("?", DType::name)
+        );
+        let _ = writeln!(out, "  p{i} [shape=box, label={}];", q(&label));
+        let _ = writeln!(out, "  p{i} -> pir;");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,6 +156,20 @@ pub(crate) enum GraphKind {
     Tf,
     /// An ONNX model in graph.fb.
     Onnx,
+    /// A Paddle PIR program (JSON) in graph.fb.
+    Pir,
+}
+
+impl GraphKind {
+    /// The kind of a graph.fb that holds neither TensorFlow nor ONNX: a PIR program when
+    /// `pir`, else a Paddle program.
+    pub(crate) fn paddle_fb(pir: bool) -> GraphKind {
+        if pir {
+            GraphKind::Pir
+        } else {
+            GraphKind::Paddle { fb: true }
+        }
+    }
 }
 
 /// The error for exporting tag `name`, whose graph is `has`, as `target` (which needs a
@@ -180,6 +194,10 @@ pub(crate) fn wrong_graph(name: &str, has: GraphKind, target: &str) -> Error {
         GraphKind::Onnx => (
             format!("the graph of tag {name:?} is an ONNX model (graph.fb)"),
             Some("onnx"),
+        ),
+        GraphKind::Pir => (
+            format!("the graph of tag {name:?} is a Paddle 3 PIR program (graph.fb)"),
+            Some("paddle"),
         ),
     };
     let then = match format {

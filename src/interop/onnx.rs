@@ -816,7 +816,7 @@ pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
             match (g.onnx, g.tf) {
                 (Some(onnx), _) => Ok(onnx),
                 (None, Some(_)) => Err(wrong(GraphKind::Tf)),
-                (None, None) => Err(wrong(GraphKind::Paddle { fb: true })),
+                (None, None) => Err(wrong(GraphKind::paddle_fb(g.pir.is_some()))),
             }
         }
     }

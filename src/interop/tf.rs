@@ -1131,7 +1131,7 @@ fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
             match (g.tf, g.onnx) {
                 (Some(tf), _) => Ok(tf),
                 (None, Some(_)) => Err(wrong(GraphKind::Onnx)),
-                (None, None) => Err(wrong(GraphKind::Paddle { fb: true })),
+                (None, None) => Err(wrong(GraphKind::paddle_fb(g.pir.is_some()))),
             }
         }
     }

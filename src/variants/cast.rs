@@ -216,6 +216,8 @@ fn build(
                 Some("an ONNX model (quantize derives an INT8 variant of it)")
             } else if g.tf.is_some() {
                 Some("a TensorFlow graph")
+            } else if g.pir.is_some() {
+                Some("a Paddle PIR program")
             } else {
                 None
             };

@@ -122,6 +122,15 @@ pub(crate) fn insert_conversions(graph: &mut Graph, convs: &[Conversion]) -> Res
     if convs.is_empty() {
         return Ok(());
     }
+    if graph.pir.is_some() {
+        // The JSON is kept as Paddle wrote it; its parameter types are declared there.
+        return Err(ErrorKind::Graph(
+            "the graph is a Paddle PIR program, whose declared parameter dtypes modelzip \
+             does not rewrite: convert the model in Paddle before importing it"
+                .into(),
+        )
+        .into());
+    }
     let names = declared(graph);
     for c in convs {
         let mut new_names = vec![c.cast_out()];

@@ -148,8 +148,9 @@ fn looks_like_json(bytes: &[u8]) -> bool {
 
 fn pir_json_error() -> Error {
     gerr(
-        "this is JSON (a Paddle 3 PIR program, as Paddle 3 saves by default), not a ProgramDesc \
-         protobuf; save the model with FLAGS_enable_pir_api=0 to get a .pdmodel",
+        "this is JSON (a Paddle 3 PIR program, as Paddle 3 saves by default?), not a \
+         ProgramDesc protobuf; `modelzip import` and `pack --graph` read a PIR program \
+         (.json) as such (Graph::from_pir_json)",
     )
 }
 

@@ -158,6 +158,12 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
     })
 }
 
+/// Checks that tag `tag` has every parameter its program loads, with the declared
+/// dtype and dims (what an export needs); `verify` runs it on tags holding a PIR program.
+pub(crate) fn check_params(tag: &Tag<'_>) -> Result<()> {
+    prepare(tag).map(|_| ())
+}
+
 fn write_params(p: &Prepared<'_>, w: &mut dyn Write) -> std::io::Result<u64> {
     let views: Vec<TensorView<'_>> = p.data.iter().map(TensorData::view).collect();
     encode_combined(p.params.iter().map(|&(_, i)| &views[i]), w)

@@ -44,6 +44,7 @@ use crate::graph::Graph;
 use std::path::{Path, PathBuf};
 
 mod export;
+pub(crate) use export::check_params;
 mod import;
 #[cfg(test)]
 mod tests;
