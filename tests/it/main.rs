@@ -19,6 +19,7 @@ mod onnx_interop;
 mod onnx_quantize;
 mod paddle_fixtures;
 mod paddle_interop;
+mod paddle_pir;
 #[cfg(feature = "remote")]
 mod remote;
 mod safetensors_interop;
