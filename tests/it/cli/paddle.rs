@@ -329,10 +329,10 @@ fn help_has_examples() {
     }
 }
 
-/// What Paddle 3 saves by default, a PIR program in JSON, is named as such, with the flag
-/// that makes Paddle write a ProgramDesc instead: as a model file and as DIR/__model__.
+/// A PIR program in JSON (what Paddle 3 saves by default) that is malformed is named as
+/// such, with what is wrong: as a model file and as DIR/__model__.
 #[test]
-fn import_names_a_pir_json_program() {
+fn import_names_what_is_wrong_with_a_malformed_pir_program() {
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("m.zip");
     let json = dir.path().join("inference.json");
@@ -350,7 +350,7 @@ fn import_names_a_pir_json_program() {
             .arg(paddle("3.3.1", "mlp.pdiparams")),
     );
     assert!(
-        e.contains("PIR") && e.contains("FLAGS_enable_pir_api=0"),
+        e.contains("PIR program") && e.contains("\"regions\" is missing"),
         "{e}"
     );
     assert!(e.contains("inference.json"), "{e}");
@@ -399,4 +399,138 @@ fn extract_of_a_graph_fb_tag_imports_back_with_dir() {
     export(&a, "back", &prefix);
     same_file(ext(&prefix, "pdmodel"), paddle("3.3.1", "mlp.pdmodel"));
     same_file(ext(&prefix, "pdiparams"), paddle("3.3.1", "mlp.pdiparams"));
+}
+
+fn pir(file: &str) -> PathBuf {
+    fixture(&format!("paddle/pir/{file}"))
+}
+
+/// Paddle 3's default save (`<prefix>.json` + `.pdiparams`) through `import`,
+/// `import-paddle`, `graph`, `verify` and `export --format paddle` / `export-paddle`:
+/// the export is Paddle's files byte for byte.
+#[test]
+fn pir_programs_import_show_verify_and_export_byte_identical() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&a)
+            .args(["--tag", "mlp"])
+            .arg(pir("mlp.json"))
+            .arg(pir("mlp.pdiparams"))
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "paddle", "{r}");
+    assert_eq!(r["params"].as_array().unwrap().len(), 4, "{r}");
+    let r = json_of(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&a)
+            .args(["--tag", "cnn"])
+            .arg(pir("cnn.json"))
+            .arg(pir("cnn.pdiparams"))
+            .arg("--json"),
+    );
+    assert_eq!(r["params"].as_array().unwrap().len(), 9, "{r}");
+
+    let out = modelzip()
+        .arg("graph")
+        .arg(&a)
+        .args(["--tag", "cnn"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Paddle PIR program"), "{text}");
+    assert!(text.contains("9 parameter(s)"), "{text}");
+    assert!(text.contains("conv2d_0.w_0  FP32  [4, 3, 3, 3]"), "{text}");
+    let g = json_of(
+        modelzip()
+            .arg("graph")
+            .arg(&a)
+            .args(["--tag", "mlp", "--format", "json"]),
+    );
+    assert_eq!(
+        g["graph"]["pir"]["params"][1]["name"], "linear_0.w_0",
+        "{g}"
+    );
+    assert!(g["graph"]["pir"]["ops"].as_u64().unwrap() > 4, "{g}");
+    modelzip().arg("verify").arg(&a).assert().success();
+
+    for (m, cmd) in [("mlp", "export"), ("cnn", "export-paddle")] {
+        let prefix = d.path().join(format!("out-{m}"));
+        let mut c = modelzip();
+        c.arg(cmd).arg(&a).args(["--tag", m, "--out"]).arg(&prefix);
+        if cmd == "export" {
+            c.args(["--format", "paddle"]);
+        }
+        c.assert().success();
+        same_file(ext(&prefix, "json"), pir(&format!("{m}.json")));
+        same_file(ext(&prefix, "pdiparams"), pir(&format!("{m}.pdiparams")));
+        assert!(!ext(&prefix, "pdmodel").exists());
+    }
+}
+
+/// A PIR tag exported as TensorFlow or ONNX, or converted to a ProgramDesc, says what
+/// the tag holds and what to do instead.
+#[test]
+fn a_pir_tag_as_another_format_says_what_it_holds() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("m.zip");
+    modelzip()
+        .arg("import")
+        .arg(&a)
+        .args(["--tag", "p"])
+        .arg(pir("mlp.json"))
+        .arg(pir("mlp.pdiparams"))
+        .assert()
+        .success();
+    for (format, out) in [("onnx", "m.onnx"), ("tf", "m.pb")] {
+        let e = expect_error(
+            modelzip()
+                .arg("export")
+                .arg(&a)
+                .args(["--tag", "p", "--format", format, "--out"])
+                .arg(d.path().join(out)),
+        );
+        assert!(e.contains("is a Paddle 3 PIR program (graph.fb)"), "{e}");
+        assert!(e.contains("--format paddle"), "{e}");
+    }
+}
+
+/// `pack --graph model.json` stores a PIR program (checked, byte for byte in graph.fb)
+/// with a persistables directory; the export gives Paddle's files back.
+#[test]
+fn pack_takes_a_pir_program_as_the_graph() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("p");
+    std::fs::create_dir(&dir).unwrap();
+    let params = std::fs::read(pir("mlp.pdiparams")).unwrap();
+    let recs = modelzip::tensor::decode_combined(&params).unwrap();
+    let names = [
+        "linear_0.b_0",
+        "linear_0.w_0",
+        "linear_1.b_0",
+        "linear_1.w_0",
+    ];
+    for (name, r) in names.iter().zip(&recs) {
+        let mut f = std::fs::File::create(dir.join(name)).unwrap();
+        modelzip::tensor::encode_tensor(&r.tensor, &mut f).unwrap();
+    }
+    let a = d.path().join("m.zip");
+    let r = json_of(
+        modelzip()
+            .arg("pack")
+            .arg(&a)
+            .arg(&dir)
+            .args(["--tag", "t", "--graph"])
+            .arg(pir("mlp.json"))
+            .arg("--json"),
+    );
+    assert_eq!(r["graph"], "flatbuffers", "{r}");
+    let prefix = d.path().join("out");
+    export(&a, "t", &prefix);
+    same_file(ext(&prefix, "json"), pir("mlp.json"));
+    same_file(ext(&prefix, "pdiparams"), pir("mlp.pdiparams"));
 }
