@@ -723,8 +723,9 @@ def import_paddle(
     dir: Optional[PathLike] = None,  # noqa: A002 - mirrors the CLI's --dir
     wait: bool = False,
 ) -> Dict[str, Any]:
-    """Imports a Paddle inference model (``.pdmodel`` and its ``.pdiparams``; the params
-    file may be omitted for a program without parameters) or, with ``dir=``, a
+    """Imports a Paddle inference model (``.pdmodel``, or Paddle 3's default PIR program
+    ``.json``, and its ``.pdiparams``; the params file may be omitted for a program
+    without parameters) or, with ``dir=``, a
     persistables directory, as tag ``tag`` (archive created if absent, else the tag is
     appended in place). Returns the import report (tag, created, graph_bytes, params
     with dtype/dims/shared_from, shared)."""
@@ -746,7 +747,8 @@ def export_paddle(
     overwrite: bool = False,
 ) -> Dict[str, Any]:
     """Writes tag ``tag`` (None: the newest) as ``PREFIX.pdmodel`` + ``PREFIX.pdiparams``
-    (what ``paddle.static.load_inference_model(PREFIX, exe)`` loads), atomically;
+    (what ``paddle.static.load_inference_model(PREFIX, exe)`` loads; ``PREFIX.json`` in
+    place of the ``.pdmodel`` for a tag imported from a PIR program), atomically;
     existing files are refused unless ``overwrite``. Missing parent directories of
     ``PREFIX`` are created (and removed again if the export fails)."""
     prefix = _local(prefix, "export to", _EXPORT_HINT)

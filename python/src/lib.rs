@@ -1031,7 +1031,7 @@ fn import_report<'py>(py: Python<'py>, r: &ImportReport) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
-/// Imports a Paddle inference model (`.pdmodel`, optional `.pdiparams`) or, with `dir`,
+/// Imports a Paddle inference model (`.pdmodel` or PIR `.json`, optional `.pdiparams`) or, with `dir`,
 /// a persistables directory.
 #[pyfunction]
 #[pyo3(signature = (archive, tag, model=None, params=None, dir=None, wait=false))]
@@ -1058,7 +1058,7 @@ fn import_paddle<'py>(
             }
             (None, Some(m), None) => paddle::import_program(&archive, tag, m, &opts),
             _ => Err(ErrorKind::InvalidInput(
-                "give a .pdmodel (and its .pdiparams), or dir= a persistables directory".into(),
+                "give a .pdmodel or PIR .json (and its .pdiparams), or dir= a persistables directory".into(),
             )
             .into()),
         })
@@ -1067,7 +1067,8 @@ fn import_paddle<'py>(
     import_report(py, &r)
 }
 
-/// Writes `PREFIX.pdmodel` + `PREFIX.pdiparams` of a tag (None: the newest).
+/// Writes `PREFIX.pdmodel` (`PREFIX.json` for a PIR program) + `PREFIX.pdiparams` of a tag
+/// (None: the newest).
 #[pyfunction]
 #[pyo3(signature = (archive, tag, prefix, overwrite=false))]
 fn export_paddle<'py>(

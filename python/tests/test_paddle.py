@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -218,3 +222,58 @@ def test_quantize_report_says_why_a_weight_is_not_per_channel(tmp):
     modelzip.import_paddle(path, "mlp", *MLP)
     m = modelzip.quantize(path, "mlp", "mlp8")
     assert [p["per_tensor_reason"] for p in m["params"] if p["dtype"] == "INT8"] == [None, None]
+
+
+PIR_FIXTURES = PADDLE_FIXTURES.parent / "pir"
+
+
+def _paddle_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("paddle") is not None
+
+
+@pytest.mark.skipif(
+    not _paddle_available() and os.environ.get("MODELZIP_REQUIRE_PADDLE") != "1",
+    reason="paddlepaddle is not installed (./test.sh installs it)",
+)
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_a_pir_program_exported_runs_in_paddle_with_paddles_outputs(tmp, model):
+    """Paddle 3's default save (PIR `.json` + `.pdiparams`) imported, exported, and run
+    by Paddle itself (in a subprocess, PIR on as Paddle 3 defaults): the outputs equal
+    the ones Paddle computed when it saved the fixture."""
+    path = tmp / "m.zip"
+    r = modelzip.import_paddle(
+        path, "pir", PIR_FIXTURES / f"{model}.json", PIR_FIXTURES / f"{model}.pdiparams"
+    )
+    assert r["params"]
+    out = modelzip.export_paddle(path, "pir", tmp / "out" / model)
+    assert out["model_path"].endswith(f"{model}.json")
+    assert (tmp / "out" / f"{model}.json").read_bytes() == (
+        PIR_FIXTURES / f"{model}.json"
+    ).read_bytes()
+    script = (
+        "import sys, numpy as np, paddle\n"
+        "prefix, x, want = sys.argv[1:]\n"
+        "layer = paddle.jit.load(prefix)\n"
+        "layer.eval()\n"
+        "got = layer(paddle.to_tensor(np.load(x))).numpy()\n"
+        "np.testing.assert_allclose(got, np.load(want), rtol=1e-6, atol=1e-7)\n"
+        "print('ok', got.shape)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(tmp / "out" / model),
+            str(PIR_FIXTURES / f"{model}.input.npy"),
+            str(PIR_FIXTURES / f"{model}.output.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("ok"), proc.stdout

@@ -10,9 +10,11 @@ use std::path::PathBuf;
 /// Export a tag as model files of a format (default: the format the tag came from).
 ///
 ///   paddle  PATH is a prefix: writes PATH.pdmodel and PATH.pdiparams (a PATH ending in
-///           .pdmodel or .pdiparams is taken as its prefix; a directory such as out/ is
-///           refused, it is no prefix), which paddle.static.load_inference_model
-///           loads; a tag imported from Paddle comes out byte for byte
+///           .pdmodel, .json or .pdiparams is taken as its prefix; a directory such as
+///           out/ is refused, it is no prefix), which paddle.static.load_inference_model
+///           loads; a tag imported from Paddle comes out byte for byte; a tag imported
+///           from a Paddle 3 PIR program writes PATH.json (as Paddle wrote it) instead
+///           of PATH.pdmodel
 ///   tf      writes a frozen GraphDef: text format when PATH ends in .pbtxt, binary
 ///           otherwise; a tag imported from TensorFlow comes out as the same message
 ///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's

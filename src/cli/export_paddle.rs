@@ -12,7 +12,9 @@ use std::path::PathBuf;
 /// or its graph.fb converted to ProgramDesc) and PREFIX.pdiparams (the parameters of
 /// the program's persistable variables in name order, as save_combine writes them),
 /// which paddle.static.load_inference_model(PREFIX, exe) loads. A tag imported from
-/// Paddle comes out byte for byte. An alias of 'modelzip export --format paddle'.
+/// Paddle comes out byte for byte. A tag imported from a Paddle 3 PIR program (.json)
+/// is written as PREFIX.json (the JSON as Paddle wrote it) + PREFIX.pdiparams, which
+/// paddle.jit.load(PREFIX) loads. An alias of 'modelzip export --format paddle'.
 /// Both files are written to temp files and renamed into place; existing files are
 /// refused unless --force.
 ///
@@ -24,7 +26,8 @@ use std::path::PathBuf;
 pub struct Args {
     #[command(flatten)]
     input: TagArgs,
-    /// Output prefix: writes PREFIX.pdmodel and PREFIX.pdiparams.
+    /// Output prefix: writes PREFIX.pdmodel (PREFIX.json for a PIR program) and
+    /// PREFIX.pdiparams.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
     #[command(flatten)]

@@ -16,6 +16,8 @@ use serde_json::json;
 /// type, parameters with dtype and dims). A graph imported from TensorFlow lists its
 /// nodes as `name = Op(inputs)  attrs  @device`, and its pbtxt is the GraphDef with
 /// the constants' values filled in from the parameters (as `export --format tf` writes).
+/// A Paddle 3 PIR program prints its op counts and its parameters (dtype, dims) in
+/// .pdiparams record order; its pbtxt is refused (the program is JSON).
 ///
 /// Example:
 ///   modelzip graph model.zip

@@ -16,7 +16,8 @@ use std::path::PathBuf;
 ///
 /// The format is detected from the files' names, then from the first file's content
 /// (--format forces it):
-///   paddle  MODEL.pdmodel [PARAMS.pdiparams] (or the two the other way round), or a
+///   paddle  MODEL.pdmodel [PARAMS.pdiparams] (or the two the other way round), Paddle
+///           3's default MODEL.json (a PIR program) [PARAMS.pdiparams], or a
 ///           persistables DIR [MODEL]
 ///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text);
 ///           a SavedModel (DIR/saved_model.pb) is refused: freeze it first
@@ -25,8 +26,9 @@ use std::path::PathBuf;
 ///   onnx    MODEL.onnx (external data is read from files beside it)
 /// A file of no known format is refused, saying what was tried.
 ///
-/// Paddle: the program is stored as graph.pdmodel, byte for byte, and each persistable
-/// variable becomes a parameter (see 'modelzip import-paddle --help', the same import).
+/// Paddle: the program is stored as graph.pdmodel, byte for byte (a PIR program: in
+/// graph.fb, byte for byte), and each persistable variable becomes a parameter (see
+/// 'modelzip import-paddle --help', the same import).
 /// TensorFlow: every numeric Const node's value becomes a parameter named after the
 /// node; the rest of the graph (string constants, attributes, control inputs, devices,
 /// the function library, versions) is kept in graph.fb, so export gives the same

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 ///
 /// The program is stored as graph.pdmodel, byte for byte. Each persistable variable
 /// of block 0 (except feed/fetch) becomes a parameter, in name order; the record
-/// count, dtypes and dims must match what the program declares. A directory with a
+/// count, dtypes and dims must match what the program declares. A Paddle 3 PIR
+/// program (MODEL.json, Paddle 3's default) in place of the .pdmodel is kept byte for
+/// byte in graph.fb, and its parameters are checked and stored the same way. A directory with a
 /// model (--model FILE, or DIR/__model__, or DIR/graph.fb as `extract` writes it,
 /// stored as the ProgramDesc it converts to) imports exactly the model's variables;
 /// without one, every file in DIR, and no graph. Tensors equal to ones already in the
@@ -25,13 +27,14 @@ use std::path::PathBuf;
 ///
 /// Example:
 ///   modelzip import-paddle model.zip --tag fp32 inference.pdmodel inference.pdiparams
+///   modelzip import-paddle model.zip --tag p3 inference.json inference.pdiparams
 ///   modelzip import-paddle model.zip --tag step-100 --dir persistables --model inference.pdmodel
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// The archive to create or add to.
     archive: PathBuf,
-    /// The program: a Paddle .pdmodel (ProgramDesc).
+    /// The program: a Paddle .pdmodel (ProgramDesc), or a Paddle 3 PIR program (.json).
     #[arg(value_name = "MODEL.pdmodel", conflicts_with = "dir")]
     model_file: Option<PathBuf>,
     /// The parameters: a Paddle .pdiparams (save_combine). Leave it out for a program
@@ -44,8 +47,9 @@ pub struct Args {
     /// A persistables directory instead of a .pdiparams.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// The program of a persistables directory (default: DIR/__model__, else
-    /// DIR/graph.fb, if present; a FILE ending in .fb is read as graph.fb).
+    /// The program of a persistables directory, .pdmodel or PIR .json (default:
+    /// DIR/__model__, else DIR/graph.fb, if present; a FILE ending in .fb is read as
+    /// graph.fb).
     #[arg(long, value_name = "FILE", requires = "dir")]
     model: Option<PathBuf>,
     /// Add by rewriting the whole archive to a new file and renaming it.
@@ -69,7 +73,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     )?;
     if let Some(m) = args.model_file.as_ref().filter(|m| m.is_dir()) {
         return Err(CliError::Failed(format!(
-            "cannot import into {shown}: {} is a directory, not a .pdmodel; import a persistables directory with --dir {0}",
+            "cannot import into {shown}: {} is a directory, not a .pdmodel or .json; import a persistables directory with --dir {0}",
             m.display()
         )));
     }
@@ -99,7 +103,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         }
         _ => {
             return Err(CliError::Failed(
-                "usage: give MODEL.pdmodel and PARAMS.pdiparams, or --dir DIR (see 'modelzip import-paddle --help')".into(),
+                "usage: give MODEL.pdmodel (or MODEL.json) and PARAMS.pdiparams, or --dir DIR (see 'modelzip import-paddle --help')".into(),
             ));
         }
     };
