@@ -199,10 +199,11 @@ pub const DIR_MODEL_FILE: &str = "__model__";
 /// Imports a persistables directory (one LoDTensor file per variable, named after it)
 /// as tag `tag`. The model is `model`, else `DIR/__model__` when present, else
 /// `DIR/graph.fb` (what `modelzip extract` writes for a graph.fb tag; a model whose name
-/// ends in `.fb` is read as graph.fb and stored as the ProgramDesc it converts to). With a model:
-/// exactly its [`persistable_vars`] (a missing file is an error; other files are
-/// ignored), each checked against its declaration, and the model becomes
-/// `graph.pdmodel`. Without one: every regular file directly in `dir`, named by its file
+/// ends in `.fb` is read as graph.fb and stored as the ProgramDesc it converts to, or as
+/// it is when it holds a PIR program). With a model: exactly its
+/// [`super::persistable_vars`] (a PIR program: its parameters; a missing file is an
+/// error; other files are ignored), each checked against its declaration, and the model
+/// becomes `graph.pdmodel` (a PIR `.json`: graph.fb holding it). Without one: every regular file directly in `dir`, named by its file
 /// name, sorted by byte value, and no graph.
 pub fn import_persistables_dir(
     archive: &Path,
