@@ -148,9 +148,9 @@ fn looks_like_json(bytes: &[u8]) -> bool {
 
 fn pir_json_error() -> Error {
     gerr(
-        "this is JSON (a Paddle 3 PIR program, as Paddle 3 saves by default?), not a \
-         ProgramDesc protobuf; `modelzip import` and `pack --graph` read a PIR program \
-         (.json) as such (Graph::from_pir_json)",
+        "this is JSON, not a ProgramDesc protobuf; a Paddle 3 PIR program (.json, what \
+         Paddle 3 saves by default) is read as one when it starts with {\"base_code\" or \
+         {\"program\" (Graph::from_pir_json)",
     )
 }
 
