@@ -211,9 +211,10 @@ pub fn export_paths_pir(prefix: &Path) -> (PathBuf, PathBuf) {
 /// ProgramDesc; a tag without a graph is an error. A tag holding a PIR program (imported
 /// from a Paddle 3 `.json`) is written as `PREFIX.json`, the JSON as Paddle wrote it,
 /// plus `PREFIX.pdiparams` ([`export_paths_pir`]). The params file holds, in the order
-/// of [`super::persistable_vars`] (a PIR program: of its parameters), the tag's parameter of each variable (each must exist and
-/// match the declared dtype and dims), written with [`encode_combined`]; parameters the
-/// program does not use are left out and listed in the report.
+/// of [`super::persistable_vars`] (a PIR program: of its parameters), the tag's
+/// parameter of each variable (each must exist and match the declared dtype and dims),
+/// written with [`encode_combined`]; parameters the program does not use are left out
+/// and listed in the report.
 ///
 /// Both files are written to temp files beside their targets, fsynced, then renamed
 /// into place; existing files are refused unless `opts.overwrite`. If the second rename

@@ -203,8 +203,9 @@ pub const DIR_MODEL_FILE: &str = "__model__";
 /// it is when it holds a PIR program). With a model: exactly its
 /// [`super::persistable_vars`] (a PIR program: its parameters; a missing file is an
 /// error; other files are ignored), each checked against its declaration, and the model
-/// becomes `graph.pdmodel` (a PIR `.json`: graph.fb holding it). Without one: every regular file directly in `dir`, named by its file
-/// name, sorted by byte value, and no graph.
+/// becomes `graph.pdmodel` (a PIR `.json`: graph.fb holding it). Without one: every
+/// regular file directly in `dir`, named by its file name, sorted by byte value, and no
+/// graph.
 pub fn import_persistables_dir(
     archive: &Path,
     tag: &str,
