@@ -454,6 +454,26 @@ mod tests {
         assert_eq!(p.params[1].dims, Some(vec![4, 2]));
     }
 
+    /// Control flow (`1.if`, `1.while`) nests regions in ops: their ops count, and a
+    /// malformed nested block is named by its path.
+    #[test]
+    fn ops_in_nested_regions_are_walked() {
+        let nested = br##"{"base_code":{"magic":"pir","version":4},"program":{"regions":[{"blocks":[{"ops":[
+{"#":"1.if","regions":[{"blocks":[{"ops":[{"#":"1.relu"},{"#":"2.yield"}]}]},{"blocks":[{"ops":[{"#":"2.yield"}]}]}]}]}]}]}}"##;
+        let p = parse(nested).unwrap();
+        assert_eq!(p.ops, 4);
+        assert_eq!(p.op_counts["2.yield"], 2);
+        let bad = String::from_utf8(nested.to_vec())
+            .unwrap()
+            .replace(r##"{"#":"1.relu"}"##, r##"{"name":"1.relu"}"##);
+        let e = parse(bad.as_bytes()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("region 0, block 0, op 0, region 0, block 0, op 0 has no op name"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn not_pir_is_refused_saying_what() {
         let e = parse(br#"{"base_code":{"magic":"onnx","version":1},"program":{"regions":[]}}"#)

@@ -29,7 +29,7 @@ fn read(file: &str) -> Vec<u8> {
 /// The parameter names in .pdiparams record order, as the fixture script checked them
 /// against the values Paddle saved.
 fn manifest_order(model: &str) -> Vec<String> {
-    let m: serde_json::Value = serde_json::from_slice(&read("manifest.json")).unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&read("models.json")).unwrap();
     m["models"][model]["params_in_record_order"]
         .as_array()
         .unwrap()

@@ -5,7 +5,7 @@
 FLAGS_enable_pir_api is left at Paddle 3's default (PIR on), so `paddle.jit.save`
 writes `<prefix>.json` (a PIR program) + `<prefix>.pdiparams`. For each model it also
 writes `<name>.input.npy` and `<name>.output.npy`: the output of Paddle running the
-saved model loaded back with `paddle.jit.load`. `manifest.json` records the Paddle
+saved model loaded back with `paddle.jit.load`. `models.json` records the Paddle
 version and, per model, the parameter names in the order of the .pdiparams records
 (checked here against the layer's own parameter values, record by record).
 """
@@ -142,7 +142,7 @@ for name, layer, shape in [("mlp", Mlp(), [3, 8]), ("cnn", Cnn(), [2, 3, 8, 8])]
         if os.path.exists(prefix + extra):
             os.remove(prefix + extra)
 
-with open(os.path.join(OUT, "manifest.json"), "w") as f:
+with open(os.path.join(OUT, "models.json"), "w") as f:
     json.dump(manifest, f, indent=1)
     f.write("\n")
 print("wrote", sorted(os.listdir(OUT)))
