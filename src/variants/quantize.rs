@@ -282,6 +282,15 @@ fn build(
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
             let g = Graph::decode(enc, &bytes).map_err(|e| e.in_entry(entry))?;
+            if g.pir.is_some() {
+                // The JSON is kept as Paddle wrote it: no dequantize ops can go in.
+                return Err(ErrorKind::InvalidInput(format!(
+                    "tag {:?} holds a Paddle PIR program, which quantize does not rewrite: \
+                     quantize the model in Paddle before importing it",
+                    tag.name()
+                ))
+                .into());
+            }
             Some((enc, g))
         }
         None => None,

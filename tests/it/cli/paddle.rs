@@ -472,8 +472,8 @@ fn pir_programs_import_show_verify_and_export_byte_identical() {
     }
 }
 
-/// A PIR tag exported as TensorFlow or ONNX, or converted to a ProgramDesc, says what
-/// the tag holds and what to do instead.
+/// A PIR tag exported as TensorFlow or ONNX, converted to a ProgramDesc, cast or
+/// quantized says what the tag holds and what to do instead.
 #[test]
 fn a_pir_tag_as_another_format_says_what_it_holds() {
     let d = tempfile::tempdir().unwrap();
@@ -497,6 +497,29 @@ fn a_pir_tag_as_another_format_says_what_it_holds() {
         assert!(e.contains("is a Paddle 3 PIR program (graph.fb)"), "{e}");
         assert!(e.contains("--format paddle"), "{e}");
     }
+    // Variants would change parameter dtypes the JSON declares: refused, saying why.
+    let e = expect_error(
+        modelzip()
+            .arg("cast")
+            .arg(&a)
+            .args(["--from", "p", "--tag", "h", "--dtype", "fp16"]),
+    );
+    assert!(e.contains("holds a Paddle PIR program"), "{e}");
+    let e = expect_error(
+        modelzip()
+            .arg("quantize")
+            .arg(&a)
+            .args(["--from", "p", "--tag", "q"]),
+    );
+    assert!(e.contains("holds a Paddle PIR program"), "{e}");
+    let e =
+        expect_error(
+            modelzip()
+                .arg("convert")
+                .arg(&a)
+                .args(["--tag", "p", "--to", "programdesc"]),
+        );
+    assert!(e.contains("PIR program") && e.contains("p/graph.fb"), "{e}");
 }
 
 /// `pack --graph model.json` stores a PIR program (checked, byte for byte in graph.fb)
