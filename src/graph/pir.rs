@@ -10,13 +10,21 @@
 //! params file by the names sorted (Python `sorted`: by code point, the same as by
 //! UTF-8 bytes); [`PirProgram::params`] is in that order.
 //!
-//! Parsing is bounded: at most [`MAX_PIR_JSON_BYTES`] bytes, nesting at most 128 levels
-//! deep (serde_json's limit), and nothing is allocated from a number in the file.
+//! Parsing is bounded: at most [`MAX_PIR_JSON_BYTES`] bytes, walked as a stream (regions,
+//! blocks and ops nest at most 128 levels deep, serde_json's limit; everything else is
+//! skipped without recursion or allocation), only the `"A"`/`"O"`/`"OA"` fields of
+//! parameter and data ops built into values (at most 64 KiB each), at most 4096 distinct
+//! op names, and nothing allocated from a number in the file.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::programdesc::gerr;
 use crate::tensor::DType;
+use serde::de::{
+    self, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Largest PIR JSON program accepted (256 MiB).
@@ -98,11 +106,6 @@ fn dtype_of(id: &str) -> Option<DType> {
     })
 }
 
-fn obj<'a>(v: &'a Value, what: &str) -> Result<&'a serde_json::Map<String, Value>> {
-    v.as_object()
-        .ok_or_else(|| gerr(format!("PIR program: {what} is not a JSON object")))
-}
-
 fn arr<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a Vec<Value>> {
     v.and_then(Value::as_array).ok_or_else(|| {
         gerr(format!(
@@ -111,10 +114,22 @@ fn arr<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a Vec<Value>> {
     })
 }
 
+/// Largest `"A"`, `"O"` or `"OA"` of a parameter or data op read (real ones are under
+/// a few hundred bytes); only these are built into JSON values, so memory stays bounded
+/// whatever the rest of the file holds.
+const MAX_PARAM_OP_FIELD: usize = 64 << 10;
+
+/// Most distinct op names counted (Paddle has about a thousand op types).
+const MAX_OP_NAMES: usize = 4096;
+
 /// Parses PIR JSON bytes and reads the op count and the parameters, checking the
 /// structure on the way: the `base_code` magic, regions of blocks of ops, each op named,
 /// each parameter op with a name and, for a dense tensor, a known element type and
 /// integer dims. The same name declared twice with different types is an error.
+///
+/// The file is walked as a stream: everything but the parameter and data ops' fields is
+/// skipped without being built, so memory is a small multiple of the parameter list,
+/// not of the file.
 pub fn parse(bytes: &[u8]) -> Result<PirProgram> {
     if bytes.len() > MAX_PIR_JSON_BYTES {
         return Err(gerr(format!(
@@ -122,54 +137,275 @@ pub fn parse(bytes: &[u8]) -> Result<PirProgram> {
             bytes.len()
         )));
     }
-    // serde_json refuses nesting deeper than 128 levels (its recursion limit), so the
-    // walk below recurses at most that deep too.
-    let doc: Value = serde_json::from_slice(bytes).map_err(|e| {
-        Error::new(ErrorKind::Graph(format!(
-            "PIR program is not valid JSON: {e}"
-        )))
-        .at_line(e.line())
-    })?;
-    let top = obj(&doc, "the file")?;
-    let base = obj(
-        top.get("base_code").ok_or_else(|| {
-            gerr("PIR program has no \"base_code\" (is this a Paddle PIR .json?)")
-        })?,
-        "\"base_code\"",
-    )?;
-    if base.get("magic").and_then(Value::as_str) != Some("pir") {
-        return Err(gerr(
-            "PIR program: \"base_code\".\"magic\" is not \"pir\" (is this a Paddle PIR .json?)",
-        ));
-    }
-    let version = base.get("version").and_then(Value::as_i64).ok_or_else(|| {
-        gerr("PIR program: \"base_code\".\"version\" is missing or not an integer")
-    })?;
-    let trainable = base.get("trainable").and_then(Value::as_bool);
-    let program = obj(
-        top.get("program")
-            .ok_or_else(|| gerr("PIR program has no \"program\""))?,
-        "\"program\"",
-    )?;
     let mut walk = Walk {
         ops: 0,
         op_counts: BTreeMap::new(),
         params: BTreeMap::new(),
     };
-    for (i, region) in arr(program.get("regions"), "\"program\".\"regions\"")?
-        .iter()
-        .enumerate()
-    {
-        walk.region(region, &format!("region {i}"))?;
-    }
+    // serde_json refuses nesting deeper than 128 levels (its recursion limit), skipped
+    // values included, so the walk recurses at most that deep too.
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let top = TopSeed(&mut walk)
+        .deserialize(&mut de)
+        .and_then(|top| de.end().map(|()| top))
+        .map_err(|e| {
+            let msg = if e.is_data() {
+                // Our own checks and type mismatches, with serde_json's position.
+                let text = e.to_string();
+                if text.starts_with("PIR program") {
+                    text
+                } else {
+                    format!("PIR program: {text}")
+                }
+            } else {
+                format!("PIR program is not valid JSON: {e}")
+            };
+            Error::new(ErrorKind::Graph(msg)).at_line(e.line())
+        })?;
     Ok(PirProgram {
-        version,
-        trainable,
+        version: top.version,
+        trainable: top.trainable,
         ops: walk.ops,
         op_counts: walk.op_counts,
         params: walk.params.into_values().collect(),
     })
 }
+
+struct Top {
+    version: i64,
+    trainable: Option<bool>,
+}
+
+type DeResult<T, E> = std::result::Result<T, E>;
+
+fn custom<E: de::Error>(msg: impl std::fmt::Display) -> E {
+    E::custom(format!("PIR program: {msg}"))
+}
+
+/// Declares a visitor for a JSON object (`$expect`) whose keys go to `$body`.
+macro_rules! object_seed {
+    ($seed:ty, $out:ty, $expect:literal, |$self_:ident, $map:ident| $body:block) => {
+        impl<'de> DeserializeSeed<'de> for $seed {
+            type Value = $out;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> DeResult<$out, D::Error> {
+                d.deserialize_map(self)
+            }
+        }
+        impl<'de> Visitor<'de> for $seed {
+            type Value = $out;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str($expect)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> DeResult<$out, A::Error> {
+                let $self_ = self;
+                $body
+            }
+        }
+    };
+}
+
+/// Declares a visitor for a JSON array whose elements each go to `$elem(self, i)`.
+macro_rules! array_seed {
+    ($seed:ty, $expect:literal, |$self_:ident, $i:ident| $elem:expr) => {
+        impl<'de> DeserializeSeed<'de> for $seed {
+            type Value = ();
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> DeResult<(), D::Error> {
+                d.deserialize_seq(self)
+            }
+        }
+        impl<'de> Visitor<'de> for $seed {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str($expect)
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> DeResult<(), S::Error> {
+                let $self_ = self;
+                let mut $i = 0usize;
+                while seq.next_element_seed($elem)?.is_some() {
+                    $i += 1;
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+struct TopSeed<'w>(&'w mut Walk);
+
+object_seed!(
+    TopSeed<'_>,
+    Top,
+    "a PIR program (a JSON object)",
+    |this, map| {
+        let mut base = None;
+        let mut program = false;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match &*key {
+                "base_code" => base = Some(map.next_value_seed(BaseSeed)?),
+                "program" => {
+                    map.next_value_seed(ProgramSeed(&mut *this.0))?;
+                    program = true;
+                }
+                _ => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        let Some((magic, version, trainable)) = base else {
+            return Err(custom("no \"base_code\" (is this a Paddle PIR .json?)"));
+        };
+        if magic.as_deref() != Some("pir") {
+            return Err(custom(
+                "\"base_code\".\"magic\" is not \"pir\" (is this a Paddle PIR .json?)",
+            ));
+        }
+        let Some(version) = version else {
+            return Err(custom("\"base_code\".\"version\" is missing"));
+        };
+        if !program {
+            return Err(custom("no \"program\""));
+        }
+        Ok(Top { version, trainable })
+    }
+);
+
+struct BaseSeed;
+
+object_seed!(
+    BaseSeed,
+    (Option<String>, Option<i64>, Option<bool>),
+    "\"base_code\" (a JSON object)",
+    |_this, map| {
+        let (mut magic, mut version, mut trainable) = (None, None, None);
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match &*key {
+                "magic" => magic = Some(map.next_value::<String>()?),
+                "version" => version = Some(map.next_value::<i64>()?),
+                "trainable" => trainable = Some(map.next_value::<bool>()?),
+                _ => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok((magic, version, trainable))
+    }
+);
+
+struct ProgramSeed<'w>(&'w mut Walk);
+
+object_seed!(
+    ProgramSeed<'_>,
+    (),
+    "\"program\" (a JSON object)",
+    |this, map| {
+        let mut regions = false;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match &*key {
+                "regions" => {
+                    map.next_value_seed(RegionsSeed(&mut *this.0, String::new()))?;
+                    regions = true;
+                }
+                _ => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        if !regions {
+            return Err(custom("\"program\" has no \"regions\""));
+        }
+        Ok(())
+    }
+);
+
+/// The regions of the program (prefix "") or of an op (prefix "<op path>, ").
+struct RegionsSeed<'w>(&'w mut Walk, String);
+
+array_seed!(RegionsSeed<'_>, "a JSON array of regions", |this, i| {
+    RegionSeed(&mut *this.0, format!("{}region {i}", this.1))
+});
+
+struct RegionSeed<'w>(&'w mut Walk, String);
+
+object_seed!(
+    RegionSeed<'_>,
+    (),
+    "a region (a JSON object)",
+    |this, map| {
+        let mut blocks = false;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match &*key {
+                "blocks" => {
+                    map.next_value_seed(BlocksSeed(&mut *this.0, this.1.clone()))?;
+                    blocks = true;
+                }
+                _ => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        if !blocks {
+            return Err(custom(format!("{} has no \"blocks\"", this.1)));
+        }
+        Ok(())
+    }
+);
+
+struct BlocksSeed<'w>(&'w mut Walk, String);
+
+array_seed!(BlocksSeed<'_>, "a JSON array of blocks", |this, i| {
+    BlockSeed(&mut *this.0, format!("{}, block {i}", this.1))
+});
+
+struct BlockSeed<'w>(&'w mut Walk, String);
+
+object_seed!(BlockSeed<'_>, (), "a block (a JSON object)", |this, map| {
+    let mut ops = false;
+    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        match &*key {
+            "ops" => {
+                map.next_value_seed(OpsSeed(&mut *this.0, this.1.clone()))?;
+                ops = true;
+            }
+            _ => drop(map.next_value::<IgnoredAny>()?),
+        }
+    }
+    if !ops {
+        return Err(custom(format!("{} has no \"ops\"", this.1)));
+    }
+    Ok(())
+});
+
+struct OpsSeed<'w>(&'w mut Walk, String);
+
+array_seed!(OpsSeed<'_>, "a JSON array of ops", |this, i| OpSeed(
+    &mut *this.0,
+    format!("{}, op {i}", this.1)
+));
+
+struct OpSeed<'w>(&'w mut Walk, String);
+
+object_seed!(OpSeed<'_>, (), "an op (a JSON object)", |this, map| {
+    let at = this.1;
+    let walk = this.0;
+    let mut name: Option<String> = None;
+    // Kept as slices of the input (no copy) until the op's name says whether they are
+    // read at all.
+    let mut fields: Vec<(&'static str, &'de RawValue)> = Vec::new();
+    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        match &*key {
+            "#" => name = Some(map.next_value::<String>()?),
+            k @ ("A" | "O" | "OA") => {
+                let k = match k {
+                    "A" => "A",
+                    "O" => "O",
+                    _ => "OA",
+                };
+                let raw = map.next_value::<&'de RawValue>()?;
+                fields.retain(|(f, _)| *f != k);
+                fields.push((k, raw));
+            }
+            "regions" => map.next_value_seed(RegionsSeed(&mut *walk, format!("{at}, ")))?,
+            _ => drop(map.next_value::<IgnoredAny>()?),
+        }
+    }
+    let Some(name) = name else {
+        return Err(custom(format!("{at} has no op name (\"#\")")));
+    };
+    walk.op(&name, &at, &fields)
+        .map_err(|e| A::Error::custom(crate::graph::graph_error_why(&e)))
+});
 
 struct Walk {
     ops: usize,
@@ -179,36 +415,41 @@ struct Walk {
 }
 
 impl Walk {
-    fn region(&mut self, region: &Value, at: &str) -> Result<()> {
-        let region = obj(region, at)?;
-        for (j, block) in arr(region.get("blocks"), &format!("{at}: \"blocks\""))?
-            .iter()
-            .enumerate()
-        {
-            let at = format!("{at}, block {j}");
-            let block = obj(block, &at)?;
-            for (k, op) in arr(block.get("ops"), &format!("{at}: \"ops\""))?
-                .iter()
-                .enumerate()
-            {
-                self.op(op, &format!("{at}, op {k}"))?;
+    fn op(&mut self, name: &str, at: &str, fields: &[(&str, &RawValue)]) -> Result<()> {
+        self.ops += 1;
+        let distinct = self.op_counts.len();
+        match self.op_counts.get_mut(name) {
+            Some(n) => *n += 1,
+            None if distinct >= MAX_OP_NAMES => {
+                return Err(gerr(format!(
+                    "PIR program: {at}: more than {MAX_OP_NAMES} distinct op names"
+                )));
+            }
+            None => {
+                self.op_counts.insert(name.to_string(), 1);
             }
         }
-        Ok(())
-    }
-
-    fn op(&mut self, op: &Value, at: &str) -> Result<()> {
-        let op = obj(op, at)?;
-        let name = op
-            .get("#")
-            .and_then(Value::as_str)
-            .ok_or_else(|| gerr(format!("PIR program: {at} has no op name (\"#\")")))?;
-        self.ops += 1;
-        *self.op_counts.entry(name.to_string()).or_insert(0) += 1;
-        let param = match name {
-            "p" => parameter_op(op, at)?,
-            "1.data" => data_op(op, at)?,
-            _ => None,
+        if name != "p" && name != "1.data" {
+            return Ok(());
+        }
+        let mut op = serde_json::Map::new();
+        for (key, raw) in fields {
+            let text = raw.get();
+            if text.len() > MAX_PARAM_OP_FIELD {
+                return Err(gerr(format!(
+                    "PIR program: {at} ({name}): \"{key}\" is {} bytes, more than the \
+                     {MAX_PARAM_OP_FIELD} read",
+                    text.len()
+                )));
+            }
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| gerr(format!("PIR program: {at}: \"{key}\": {e}")))?;
+            op.insert((*key).to_string(), v);
+        }
+        let param = if name == "p" {
+            parameter_op(&op, at)?
+        } else {
+            data_op(&op, at)?
         };
         if let Some(p) = param {
             match self.params.get(&p.name) {
@@ -227,14 +468,6 @@ impl Walk {
                 None => {
                     self.params.insert(p.name.clone(), p);
                 }
-            }
-        }
-        if let Some(regions) = op.get("regions") {
-            for (i, r) in arr(Some(regions), &format!("{at}: \"regions\""))?
-                .iter()
-                .enumerate()
-            {
-                self.region(r, &format!("{at}, region {i}"))?;
             }
         }
         Ok(())
@@ -486,9 +719,38 @@ mod tests {
 
     #[test]
     fn nesting_past_the_limit_is_an_error_not_a_stack_overflow() {
-        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        // Regions in ops in regions: walked, so held to serde_json's 128 levels.
+        let level = r##"{"#":"1.if","regions":[{"blocks":[{"ops":["##;
+        let close = "]}]}]}";
+        let deep = format!(
+            r##"{{"base_code":{{"magic":"pir","version":4}},"program":{{"regions":[{{"blocks":[{{"ops":[{}{}]}}]}}]}}}}"##,
+            level.repeat(10_000),
+            close.repeat(10_000)
+        );
         let e = parse(deep.as_bytes()).unwrap_err();
         assert!(e.to_string().contains("recursion limit"), "{e}");
+        // A deep value where nothing is read (an op's attributes) is skipped without
+        // recursion, whatever its depth.
+        let skipped = format!(
+            r##"{{"base_code":{{"magic":"pir","version":4}},"program":{{"regions":[{{"blocks":[{{"ops":[{{"#":"1.x","A":{}{}}}]}}]}}]}}}}"##,
+            "[".repeat(1_000_000),
+            "]".repeat(1_000_000)
+        );
+        assert_eq!(parse(skipped.as_bytes()).unwrap().ops, 1);
+        // Unless it is a parameter's: then its size is bounded first.
+        let param = skipped.replace(r##""#":"1.x""##, r##""#":"p""##);
+        let e = parse(param.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("\"A\" is 2000000 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_an_object_or_has_trailing_bytes_is_refused() {
+        let e = parse(b"[1]").unwrap_err();
+        assert!(e.to_string().contains("expected a PIR program"), "{e}");
+        let mut two = MLP.to_vec();
+        two.extend_from_slice(b" {}");
+        let e = parse(&two).unwrap_err();
+        assert!(e.to_string().contains("trailing characters"), "{e}");
     }
 
     #[test]

@@ -205,10 +205,13 @@ fn truncated_json_is_refused_naming_the_file_and_line() {
 
 #[test]
 fn deep_nesting_is_refused_not_a_stack_overflow() {
-    let mut deep = br#"{"base_code":{"magic":"pir","version":4},"program":{"regions":"#.to_vec();
-    deep.extend(std::iter::repeat_n(b'[', 1_000_000));
+    // Control flow nested a million levels deep (an op's regions hold blocks of ops).
+    let mut deep = br#"{"base_code":{"magic":"pir","version":4},"program":{"regions":["#.to_vec();
+    for _ in 0..1_000_000 {
+        deep.extend_from_slice(br##"{"blocks":[{"ops":[{"#":"1.if","regions":["##);
+    }
     let (e, dir) = import_err(&deep, &read("mlp.pdiparams"));
-    assert!(e.contains("recursion limit"), "{e}");
+    assert!(e.contains("recursion limit") && e.contains("line 1"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -623,7 +623,7 @@ fn pack_refuses_a_graph_that_does_not_decode() {
     assert!(line.starts_with("modelzip: cannot use graph "), "{line}");
     assert!(line.contains("inference.json"), "{line}");
     assert!(line.contains("PIR program"), "{line}");
-    assert!(line.contains("not a JSON array"), "{line}");
+    assert!(line.contains("expected a JSON array of regions"), "{line}");
     let line = run(&junk);
     assert!(
         line.contains("junk.fb") && line.contains("graph.fb"),

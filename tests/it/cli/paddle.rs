@@ -350,7 +350,7 @@ fn import_names_what_is_wrong_with_a_malformed_pir_program() {
             .arg(paddle("3.3.1", "mlp.pdiparams")),
     );
     assert!(
-        e.contains("PIR program") && e.contains("\"regions\" is missing"),
+        e.contains("PIR program") && e.contains("\"program\" has no \"regions\""),
         "{e}"
     );
     assert!(e.contains("inference.json"), "{e}");
