@@ -37,6 +37,8 @@ fn tensorflow() {
     .expect("write descriptor set");
     prost_build::Config::new()
         .btree_map(["."])
+        // Decoded from a mapped file as slices of it, not copies (interop::tf).
+        .bytes([".tensorflow.TensorProto.tensor_content"])
         .compile_fds(fds)
         .unwrap_or_else(|e| panic!("cannot generate Rust for {root}/{proto}: {e}"));
 }
@@ -52,6 +54,8 @@ fn onnx() {
     )
     .expect("write descriptor set");
     prost_build::Config::new()
+        // Decoded from a mapped file as slices of it, not copies (interop::onnx).
+        .bytes([".onnx.TensorProto.raw_data"])
         .compile_fds(fds)
         .unwrap_or_else(|e| panic!("cannot generate Rust for {proto}: {e}"));
 }

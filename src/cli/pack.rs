@@ -336,9 +336,11 @@ fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, C
     })
 }
 
-fn read_tensor_file(path: &Path) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path)
-        .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", path.display())))
+/// A tensor file, mapped (not read into memory): its tensor is written to the archive
+/// from the map, so packing costs the process memory of no tensor.
+fn read_tensor_file(path: &Path) -> Result<tensor::TensorFile, CliError> {
+    tensor::TensorFile::open(path)
+        .map_err(|e| CliError::Failed(format!("cannot read {}: {}", path.display(), e.kind())))
 }
 
 fn decode_err(path: &Path) -> impl Fn(modelzip::Error) -> CliError + '_ {
@@ -362,8 +364,8 @@ fn fill(
     }
     progress.set_length(inputs.params.len() as u64);
     for (param, path) in &inputs.params {
-        let bytes = read_tensor_file(path)?;
-        let t = tensor::decode_tensor(&bytes).map_err(decode_err(path))?;
+        let file = read_tensor_file(path)?;
+        let t = tensor::decode_tensor(file.bytes()).map_err(decode_err(path))?;
         tag.param(param, &t).map_err(|e| match e.kind() {
             // Writing the archive failed (a full disk), not reading the input file.
             modelzip::ErrorKind::Io(_) => CliError::Failed(format!(
@@ -378,14 +380,14 @@ fn fill(
         progress.inc(1);
     }
     for (param, paths) in &inputs.updater {
-        let blobs: Vec<Vec<u8>> = paths
+        let blobs: Vec<tensor::TensorFile> = paths
             .iter()
             .map(|p| read_tensor_file(p))
             .collect::<Result<_, _>>()?;
         let views = blobs
             .iter()
             .zip(paths)
-            .map(|(b, p)| tensor::decode_tensor(b).map_err(decode_err(p)))
+            .map(|(b, p)| tensor::decode_tensor(b.bytes()).map_err(decode_err(p)))
             .collect::<Result<Vec<_>, _>>()?;
         tag.updater(param, &views).map_err(|e| {
             let dir = paths[0].parent().unwrap_or(Path::new("."));

@@ -25,6 +25,7 @@ pub mod tf;
 use crate::archive::{AppendMode, Appender, Archive, ArchiveWriter, Tag, TagWriter, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::DType;
+use bytes::Bytes;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -237,8 +238,9 @@ pub(crate) fn single_input<'a>(
     }
 }
 
-/// A whole file for content detection, refused past 2 GiB (protobuf's own limit).
-pub(crate) fn read_whole(p: &Path) -> Result<Vec<u8>> {
+/// A whole protobuf model file (ONNX, TensorFlow, a ProgramDesc), refused past 2 GiB
+/// (protobuf's own limit), mapped as by [`map_input`].
+pub(crate) fn read_whole(p: &Path) -> Result<Bytes> {
     let len = std::fs::metadata(p)
         .map_err(|e| Error::from(e).in_file(p))?
         .len();
@@ -250,7 +252,35 @@ pub(crate) fn read_whole(p: &Path) -> Result<Vec<u8>> {
         })
         .in_file(p));
     }
-    read_file(p)
+    map_input(p)
+}
+
+/// An input file's bytes, mapped read-only (not read into memory): what an import uses
+/// of it costs page cache (file-backed pages the kernel can drop), not the process's own
+/// memory, and protobuf `bytes` fields decoded from it ([`Bytes`] buffers) are slices of
+/// the map. A file that is not a regular file (a pipe) is read whole; an empty one is
+/// empty (it cannot be mapped).
+pub(crate) fn map_input(p: &Path) -> Result<Bytes> {
+    let file = std::fs::File::open(p).map_err(|e| Error::from(e).in_file(p))?;
+    let meta = file.metadata().map_err(|e| Error::from(e).in_file(p))?;
+    if meta.is_dir() {
+        return Err(
+            Error::new(ErrorKind::InvalidInput("is a directory, not a file".into())).in_file(p),
+        );
+    }
+    if !meta.is_file() {
+        return read_file(p).map(Bytes::from);
+    }
+    if meta.len() == 0 {
+        return Ok(Bytes::new());
+    }
+    // Safety: the map is read-only and owned by the `Bytes` (and every slice of it), so it
+    // outlives the bytes borrowed from it. Imports never write their inputs. Another
+    // program truncating an input while it is imported is outside what this library can
+    // guard against (reads past the new end fault, as for every mapped file here:
+    // docs/RELIABILITY.md); the archive is then left as a killed import leaves it.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::from(e).in_file(p))?;
+    Ok(Bytes::from_owner(map))
 }
 
 /// Up to `n` first bytes of a file (empty when it cannot be read).

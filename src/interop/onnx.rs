@@ -43,10 +43,11 @@ use crate::graph::{Graph, OnnxGraph, OnnxInit};
 use crate::onnx_proto as pb;
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView};
+use bytes::Bytes;
 use prost::Message;
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -82,6 +83,20 @@ internal! {
 /// could not be kept), as are nesting deeper than 100 messages (subgraphs inside
 /// subgraphs) and encodings that would decode to far more memory than their size.
 pub fn decode_model(bytes: &[u8]) -> Result<pb::ModelProto> {
+    check_model_wire(bytes)?;
+    pb::ModelProto::decode(bytes).map_err(|e| gerr(format!("invalid ONNX protobuf: {e}")))
+}
+}
+
+/// [`decode_model`] of a mapped file: `raw_data` values are slices of `bytes`, not
+/// copies.
+fn decode_model_shared(bytes: Bytes) -> Result<pb::ModelProto> {
+    check_model_wire(&bytes)?;
+    pb::ModelProto::decode(bytes).map_err(|e| gerr(format!("invalid ONNX protobuf: {e}")))
+}
+
+/// What [`decode_model`] checks on the wire before decoding.
+fn check_model_wire(bytes: &[u8]) -> Result<()> {
     if bytes.len() as u64 > MAX_MODEL_BYTES {
         return Err(ErrorKind::LimitExceeded {
             what: "ONNX model size",
@@ -90,9 +105,7 @@ pub fn decode_model(bytes: &[u8]) -> Result<pb::ModelProto> {
         }
         .into());
     }
-    super::tf::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")?;
-    pb::ModelProto::decode(bytes).map_err(|e| gerr(format!("invalid ONNX protobuf: {e}")))
-}
+    super::tf::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")
 }
 
 // ---------------------------------------------------------------------------------
@@ -280,21 +293,22 @@ fn external_path(dir: &Path, location: &str) -> Result<PathBuf> {
 }
 
 /// What an import has read from external data files so far: a model may name one range
-/// of a file from many tensors, so the bytes held are bounded by the files themselves —
+/// of a file from many tensors, so the bytes used are bounded by the files themselves —
 /// all the tensors together may read no more than the distinct files they name hold.
 #[derive(Default)]
 struct ExternalReads {
-    /// Each file named so far (canonical path) and its size.
-    files: HashMap<PathBuf, u64>,
+    /// Each file named so far (canonical path): its size and its map.
+    files: HashMap<PathBuf, (u64, Bytes)>,
     /// The sum of those sizes.
     budget: u64,
     /// The bytes read so far.
     read: u64,
 }
 
-/// Reads a tensor's external data into `raw_data` (clearing `external_data` and
-/// `data_location`), checking the location, offset and length against the file and
-/// the tensor's dtype and dims, and the total read against what the files hold.
+/// Points a tensor's `raw_data` at its external data, a slice of the mapped file (not a
+/// copy), clearing `external_data` and `data_location`; checks the location, offset and
+/// length against the file and the tensor's dtype and dims, and the total read against
+/// what the files hold.
 fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads) -> Result<()> {
     let (mut location, mut offset, mut length) = (None, 0u64, None);
     for kv in &t.external_data {
@@ -322,11 +336,13 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads)
     }
     let location = location.ok_or_else(|| invalid("external data without a location"))?;
     let path = external_path(dir, &location)?;
-    let mut f = std::fs::File::open(&path).map_err(|e| Error::from(e).in_file(&path))?;
-    let file_len = f
-        .metadata()
-        .map_err(|e| Error::from(e).in_file(&path))?
-        .len();
+    let (file_len, map) = match reads.files.get(&path) {
+        Some(f) => f.clone(),
+        None => {
+            let map = super::map_input(&path)?;
+            (map.len() as u64, map)
+        }
+    };
     if offset > file_len {
         return Err(Error::new(ErrorKind::Truncated {
             what: "external data (offset past the end of the file)",
@@ -359,9 +375,9 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads)
         }
     }
     // And all reads together by the files: many tensors naming one range would
-    // otherwise make a small model hold many copies of a large file.
+    // otherwise make a small model write many copies of a large file.
     if let std::collections::hash_map::Entry::Vacant(e) = reads.files.entry(path.clone()) {
-        e.insert(file_len);
+        e.insert((file_len, map.clone()));
         reads.budget = reads.budget.saturating_add(file_len);
     }
     let read = reads.read.saturating_add(length);
@@ -374,12 +390,9 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads)
         .in_file(&path));
     }
     reads.read = read;
-    let len = usize::try_from(length).map_err(|_| invalid("external data too large"))?;
-    let mut data = vec![0u8; len];
-    f.seek(SeekFrom::Start(offset))
-        .and_then(|_| f.read_exact(&mut data))
-        .map_err(|e| Error::from(e).in_file(&path))?;
-    t.raw_data = Some(data);
+    // Both within the map's length (checked above), so within usize.
+    let (start, end) = (offset as usize, end as usize);
+    t.raw_data = Some(map.slice(start..end));
     t.external_data.clear();
     t.data_location = None;
     Ok(())
@@ -512,6 +525,7 @@ fn inline_nested_external(
 // ---------------------------------------------------------------------------------
 // Split and join
 
+internal! {
 /// One initializer lifted out of the model as a parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lifted {
@@ -521,13 +535,15 @@ pub struct Lifted {
     pub dtype: DType,
     /// Dimensions.
     pub dims: Vec<u64>,
-    /// The values, little-endian row-major.
-    pub data: Vec<u8>,
+    /// The values, little-endian row-major: a slice of the model's (or its external data
+    /// file's) map when they were in `raw_data`.
+    pub data: Bytes,
+}
 }
 
 /// An initializer's values as a parameter: dtype, dims, bytes, and whether they were in
 /// the typed field.
-type Values = (DType, Vec<u64>, Vec<u8>, bool);
+type Values = (DType, Vec<u64>, Bytes, bool);
 
 internal! {
 /// Where [`join_model`] puts a parameter's bytes instead of back in the tensor.
@@ -584,7 +600,7 @@ fn lift(t: &mut pb::TensorProto) -> Result<Option<Values>> {
     t.int64_data.clear();
     t.double_data.clear();
     t.uint64_data.clear();
-    Ok(Some((d, dims, data, true)))
+    Ok(Some((d, dims, Bytes::from(data), true)))
 }
 
 internal! {
@@ -728,7 +744,7 @@ pub fn join_model<'p>(
         match place.as_mut() {
             Some(f) => f(t, v.data()).map_err(here)?,
             None if init.typed => bytes_to_typed(t, v.dtype(), v.data()).map_err(here)?,
-            None => t.raw_data = Some(v.data().to_vec()),
+            None => t.raw_data = Some(Bytes::copy_from_slice(v.data())),
         }
     }
     Ok(m)
@@ -762,8 +778,7 @@ pub fn import_model_file(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let bytes = read_whole(path)?;
-    let m = decode_model(&bytes).map_err(|e| e.in_file(path))?;
-    drop(bytes);
+    let m = decode_model_shared(bytes).map_err(|e| e.in_file(path))?;
     let dir = crate::archive::parent_dir(path);
     let (g, params) = split_model(m, Some(&dir)).map_err(|e| e.in_file(path))?;
     store(archive, tag, g, params, opts)
@@ -1161,7 +1176,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
                     .ok_or_else(|| gerr("a parameter's initializer has no modelzip dtype"))?;
                 bytes_to_typed(t, d, data)?;
             } else {
-                t.raw_data = Some(data.to_vec());
+                t.raw_data = Some(Bytes::copy_from_slice(data));
             }
             Ok(())
         };
@@ -1280,7 +1295,7 @@ impl Format for OnnxFormat {
         head(p, 1).first() == Some(&0x08)
             && read_whole(p)
                 .ok()
-                .and_then(|b| decode_model(&b).ok())
+                .and_then(|b| decode_model_shared(b).ok())
                 .is_some_and(|m| m.ir_version.is_some() && m.graph.is_some())
     }
 
@@ -1329,7 +1344,7 @@ mod tests {
             work.raw_data = Some(data.clone());
         }
         assert_eq!(work.encode_to_vec(), t.encode_to_vec());
-        Some(data)
+        Some(data.to_vec())
     }
 
     #[test]
@@ -1368,7 +1383,7 @@ mod tests {
         assert!(round_trip(&out_of_range).is_none());
         let mut both = tensor(D::Float, &[1]);
         both.float_data = vec![1.0];
-        both.raw_data = Some(vec![0; 4]);
+        both.raw_data = Some(vec![0; 4].into());
         assert!(round_trip(&both).is_none());
         let mut wrong_field = tensor(D::Int64, &[1]);
         wrong_field.int32_data = vec![1];
@@ -1382,14 +1397,14 @@ mod tests {
     fn malformed_initializers_are_errors() {
         use pb::tensor_proto::DataType as D;
         let mut short = tensor(D::Float, &[3]);
-        short.raw_data = Some(vec![0; 8]);
+        short.raw_data = Some(vec![0; 8].into());
         let e = lift(&mut short).unwrap_err();
         assert!(e.to_string().contains("raw_data holds 8 bytes"), "{e}");
         let mut neg = tensor(D::Float, &[-1]);
         neg.float_data = vec![1.0];
         assert!(lift(&mut neg).is_err());
         let mut huge = tensor(D::Float, &[i64::MAX, i64::MAX]);
-        huge.raw_data = Some(vec![0; 4]);
+        huge.raw_data = Some(vec![0; 4].into());
         assert!(lift(&mut huge).is_err());
         let mut count = tensor(D::Double, &[2]);
         count.double_data = vec![1.0];

@@ -38,6 +38,7 @@ use crate::graph::{Graph, TfAttr, TfGraph, TfNode, TfParamRef};
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView};
 use crate::tf_proto as pb;
+use bytes::Bytes;
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -122,6 +123,24 @@ internal! {
 /// Decodes a binary GraphDef, refusing more than [`MAX_NODES`] nodes and nesting deeper
 /// than protobuf's recursion limit (100).
 pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
+    check_graphdef_wire(bytes)?;
+    pb::GraphDef::decode(bytes).map_err(invalid_pb)
+}
+}
+
+/// [`decode_graphdef`] of a mapped file: `tensor_content` values are slices of `bytes`,
+/// not copies.
+fn decode_graphdef_shared(bytes: Bytes) -> Result<pb::GraphDef> {
+    check_graphdef_wire(&bytes)?;
+    pb::GraphDef::decode(bytes).map_err(invalid_pb)
+}
+
+fn invalid_pb(e: prost::DecodeError) -> Error {
+    gerr(format!("invalid GraphDef protobuf: {e}"))
+}
+
+/// What [`decode_graphdef`] checks on the wire before decoding.
+fn check_graphdef_wire(bytes: &[u8]) -> Result<()> {
     check_size(bytes.len() as u64)?;
     let nodes = count_nodes(bytes);
     if nodes > MAX_NODES {
@@ -132,7 +151,6 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
         }
         .into());
     }
-    let invalid_pb = |e: prost::DecodeError| gerr(format!("invalid GraphDef protobuf: {e}"));
     let budget = decode_budget(bytes.len());
     let mut walk = Walk {
         left: budget,
@@ -164,8 +182,7 @@ pub fn decode_graphdef(bytes: &[u8]) -> Result<pb::GraphDef> {
             .into());
         }
     }
-    pb::GraphDef::decode(bytes).map_err(invalid_pb)
-}
+    Ok(())
 }
 
 /// Deepest message nesting walked (prost's own recursion limit is 100 too).
@@ -539,7 +556,7 @@ pub fn read_graphdef_file(path: &Path) -> Result<pb::GraphDef> {
         })?;
         return parse_graphdef_text(text).map_err(located);
     }
-    match decode_graphdef(&bytes) {
+    match decode_graphdef_shared(bytes.clone()) {
         Ok(g) => Ok(g),
         Err(binary) => match std::str::from_utf8(&bytes) {
             Ok(text) if looks_like_text(text) => parse_graphdef_text(text).map_err(located),
@@ -777,7 +794,8 @@ fn fill_typed(t: &mut pb::TensorProto, d: DType, data: &[u8], k: usize) -> Resul
 struct Lifted {
     dtype: DType,
     dims: Vec<u64>,
-    data: Vec<u8>,
+    /// A slice of the decoded file's map when the values were in `tensor_content`.
+    data: Bytes,
     typed_count: Option<u64>,
 }
 
@@ -837,7 +855,7 @@ fn lift(t: &mut pb::TensorProto, splat_left: &mut u64) -> Result<Option<Lifted>>
     Ok(Some(Lifted {
         dtype,
         dims,
-        data,
+        data: Bytes::from(data),
         typed_count: Some(values as u64),
     }))
 }
@@ -851,7 +869,7 @@ fn lower(t: &mut pb::TensorProto, data: &[u8], typed_count: Option<u64>) -> Resu
         ))
     })?;
     match typed_count {
-        None => t.tensor_content = data.to_vec(),
+        None => t.tensor_content = Bytes::copy_from_slice(data),
         Some(k) => {
             let k = usize::try_from(k)
                 .map_err(|_| ErrorKind::SizeOverflow(format!("{k} typed values")))?;
@@ -870,7 +888,7 @@ pub struct Split {
     /// The graph, with each lifted Const referring to its parameter.
     pub graph: TfGraph,
     /// The parameters as (name, dtype, dims, little-endian bytes), in node order.
-    pub params: Vec<(String, DType, Vec<u64>, Vec<u8>)>,
+    pub params: Vec<(String, DType, Vec<u64>, Bytes)>,
 }
 }
 
@@ -1387,7 +1405,7 @@ mod tests {
         let mut back = work.clone();
         lower(&mut back, &l.data, l.typed_count).unwrap();
         assert_eq!(back.encode_to_vec(), t.encode_to_vec());
-        Some(l.data)
+        Some(l.data.to_vec())
     }
 
     #[test]
@@ -1433,7 +1451,7 @@ mod tests {
         assert!(round_trip(&out_of_range).is_none());
         let mut both = tensor(pb::DataType::DtFloat, &[1]);
         both.float_val = vec![1.0];
-        both.tensor_content = vec![0; 4];
+        both.tensor_content = vec![0; 4].into();
         assert!(round_trip(&both).is_none());
         let mut too_many = tensor(pb::DataType::DtInt32, &[1]);
         too_many.int_val = vec![1, 2];
@@ -1455,7 +1473,7 @@ mod tests {
     #[test]
     fn malformed_constants_are_errors() {
         let mut short = tensor(pb::DataType::DtFloat, &[3]);
-        short.tensor_content = vec![0; 8];
+        short.tensor_content = vec![0; 8].into();
         let e = lift(&mut short, &mut 0).unwrap_err();
         assert!(
             e.to_string()
@@ -1466,7 +1484,7 @@ mod tests {
         neg.float_val = vec![1.0];
         assert!(lift(&mut neg, &mut 0).is_err());
         let mut overflow = tensor(pb::DataType::DtFloat, &[i64::MAX, i64::MAX]);
-        overflow.tensor_content = vec![0; 4];
+        overflow.tensor_content = vec![0; 4].into();
         assert!(lift(&mut overflow, &mut 0).is_err());
     }
 

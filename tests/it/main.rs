@@ -14,6 +14,7 @@ mod fuzz_regressions;
 mod graph_hostile;
 mod graph_roundtrip;
 mod hostile;
+mod import_memory;
 mod mapped_heads;
 mod onnx_interop;
 mod onnx_quantize;

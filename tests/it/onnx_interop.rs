@@ -179,7 +179,7 @@ fn external_inlined() -> pb::ModelProto {
         };
         let off: usize = get("offset").map_or(0, |v| v.parse().unwrap());
         let len: usize = get("length").unwrap().parse().unwrap();
-        t.raw_data = Some(data[off..off + len].to_vec());
+        t.raw_data = Some(data[off..off + len].to_vec().into());
         t.external_data.clear();
         t.data_location = None;
     }
@@ -668,7 +668,7 @@ fn huge_dims_and_wrong_lengths_are_refused_naming_the_initializer() {
         name: Some("huge".into()),
         data_type: Some(1),
         dims: vec![1 << 40, 1 << 40],
-        raw_data: Some(vec![0; 4]),
+        raw_data: Some(vec![0; 4].into()),
         ..Default::default()
     };
     let e = import_model_in(dir.path(), &with_initializer(huge));
@@ -686,7 +686,7 @@ fn huge_dims_and_wrong_lengths_are_refused_naming_the_initializer() {
         name: Some("short".into()),
         data_type: Some(1),
         dims: vec![3],
-        raw_data: Some(vec![0; 8]),
+        raw_data: Some(vec![0; 8].into()),
         ..Default::default()
     };
     let e = import_model_in(dir.path(), &with_initializer(short));
@@ -842,7 +842,7 @@ fn duplicate_and_unusable_names_stay_in_the_model() {
     let mut m = original("mlp");
     let inits = &mut m.graph.as_mut().unwrap().initializer;
     let mut dup = inits[0].clone();
-    dup.raw_data = Some(vec![0; dup.raw_data.as_ref().unwrap().len()]);
+    dup.raw_data = Some(vec![0; dup.raw_data.as_ref().unwrap().len()].into());
     inits.push(dup);
     let mut newline = inits[1].clone();
     newline.name = Some("two\nlines".into());

@@ -197,7 +197,7 @@ fn int8_variants_of_the_mlp_and_cnn_dequantize_in_the_model() {
                         assert_eq!(qt.data_type, Some(pb::tensor_proto::DataType::Int8 as i32));
                         assert_eq!(qt.dims, t.dims);
                         assert_eq!(
-                            qt.raw_data.as_ref().map(Vec::len),
+                            qt.raw_data.as_ref().map(|b| b.len()),
                             Some(t.dims.iter().product::<i64>() as usize)
                         );
                         let st = inits[format!("{name}_scale").as_str()];

@@ -374,7 +374,7 @@ fn tensor_content_of_the_wrong_length_is_refused_naming_the_node() {
     let t = pb::TensorProto {
         dtype: pb::DataType::DtFloat as i32,
         tensor_shape: shape(&[4, 4]),
-        tensor_content: vec![0; 60],
+        tensor_content: vec![0; 60].into(),
         ..Default::default()
     };
     let e = import_bytes(&graph_of(vec![const_node("w/short", t)]), "short.pb");

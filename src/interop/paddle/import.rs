@@ -5,7 +5,7 @@ use super::vars::{Declared, check_declared, declared};
 use crate::archive::GraphFormat;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
-use crate::interop::{ImportOptions, ImportReport, read_file, report, write_tag};
+use crate::interop::{ImportOptions, ImportReport, map_input, read_file, report, write_tag};
 use crate::progress::Ticker;
 use crate::tensor::{TensorView, decode_combined, decode_tensor};
 use std::path::{Component, Path, PathBuf};
@@ -159,7 +159,9 @@ fn store(
     report(archive, tag, created, Some(model.len() as u64))
 }
 
-/// [`import_inference_model`] from files; errors name the file they concern.
+/// [`import_inference_model`] from files; errors name the file they concern. The
+/// `.pdiparams` is mapped, not read into memory: each tensor is written to the archive
+/// from the map.
 pub fn import_inference_model_files(
     archive: &Path,
     tag: &str,
@@ -168,7 +170,7 @@ pub fn import_inference_model_files(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let model = read_file(model_path)?;
-    let params = read_file(params_path)?;
+    let params = map_input(params_path)?;
     let (graph, enc, stored) = decode_program(&model).map_err(|e| e.in_file(model_path))?;
     // A program that cannot say which variables it loads is the model file's fault.
     declared(&graph).map_err(|e| e.in_file(model_path))?;
@@ -227,7 +229,7 @@ pub fn import_persistables_dir(
         let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
         let created = write_tag(archive, tag, opts, |w| {
             for (name, path) in &files {
-                let bytes = read_file(path)?;
+                let bytes = map_input(path)?;
                 let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
                 w.param(name, &t)?;
                 ticker.tick();
@@ -268,7 +270,7 @@ pub fn import_persistables_dir(
     let created = write_tag(archive, tag, opts, |w| {
         w.graph(enc, &model)?;
         for (var, path) in &files {
-            let bytes = read_file(path)?;
+            let bytes = map_input(path)?;
             let t = decode_tensor(&bytes).map_err(|e| e.in_file(path))?;
             check_declared(var, &t, &format!("file {}", path.display()))?;
             w.param(&var.name, &t)?;
