@@ -55,6 +55,61 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// The largest `model.safetensors.index.json` read (checked before it is read).
 pub const MAX_INDEX_BYTES: u64 = 64 << 20;
 
+/// What parsing JSON (a header, an index, a tag's metadata.json) may be estimated to
+/// allocate: 8 × the text + 64 MiB ([`check_json_cost`]).
+fn json_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(8).saturating_add(64 << 20)
+}
+
+/// Refuses JSON whose parse into a `serde_json::Value` is estimated to take more than
+/// [`json_budget`] of its length, before parsing it: each value costs a `Value` (80
+/// bytes) and each object member a key, so 100 MB of `0,` in one array would parse to
+/// about 4 GB. One pass over the bytes, allocating nothing; the estimate counts every
+/// value, member and string byte with room for the containers' growth.
+fn check_json_cost(text: &[u8], what: &'static str) -> Result<()> {
+    const VALUE: u64 = 2 * std::mem::size_of::<Value>() as u64;
+    const MEMBER: u64 = 2 * (std::mem::size_of::<String>() as u64 + 8);
+    let limit = json_budget(text.len());
+    let mut cost = 0u64;
+    let mut in_scalar = false;
+    let mut i = 0;
+    while i < text.len() {
+        let c = text[i];
+        match c {
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                cost += VALUE + (i.min(text.len()) - start) as u64;
+            }
+            b':' => cost += MEMBER,
+            b'{' | b'[' => cost += VALUE,
+            b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' => {
+                if !in_scalar {
+                    cost += VALUE;
+                }
+                in_scalar = true;
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        in_scalar = false;
+        if cost > limit {
+            return Err(ErrorKind::LimitExceeded {
+                what,
+                size: cost,
+                limit,
+            }
+            .into());
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 /// The index file of a sharded checkpoint, as `transformers` names it.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
 
@@ -268,6 +323,8 @@ pub fn read_safetensors(bytes: &[u8]) -> Result<SafetensorsFile<'_>> {
         invalid(format!("the safetensors header is not UTF-8: {e}"))
             .at_offset(8 + e.valid_up_to() as u64)
     })?;
+    check_json_cost(header, "estimated memory of parsing the safetensors header")
+        .map_err(|e| e.at_offset(8))?;
     let root: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
         invalid(format!(
             "the safetensors header (bytes 8..{data_start}) is not a JSON object: {e}"
@@ -514,6 +571,7 @@ fn read_index(path: &Path) -> Result<(Vec<PathBuf>, IndexInfo)> {
         .into());
     }
     let bytes = std::fs::read(path)?;
+    check_json_cost(&bytes, "estimated memory of parsing the safetensors index")?;
     let root: Map<String, Value> = serde_json::from_slice(&bytes)
         .map_err(|e| invalid(format!("the index is not a JSON object: {e}")).at_line(e.line()))?;
     let map = root
@@ -851,6 +909,8 @@ fn kept_metadata(tag: &Tag<'_>) -> Result<Kept> {
     let Some(bytes) = tag.metadata()? else {
         return Ok(Kept::default());
     };
+    check_json_cost(&bytes, "estimated memory of parsing metadata.json")
+        .map_err(|e| e.in_entry(&entry))?;
     let root: Value = serde_json::from_slice(&bytes)
         .map_err(|e| invalid(format!("metadata.json is not JSON: {e}")).in_entry(&entry))?;
     let Some(kept) = root.get(METADATA_KEY) else {
@@ -1357,9 +1417,13 @@ impl super::Format for SafetensorsFormat {
         let Some(bytes) = tag.metadata()? else {
             return Ok(false);
         };
-        Ok(serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .is_some_and(|v| v.get(METADATA_KEY).is_some()))
+        // JSON too costly to parse is not parsed here (a safetensors import never wrote it).
+        Ok(
+            check_json_cost(&bytes, "estimated memory of parsing metadata.json").is_ok()
+                && serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .is_some_and(|v| v.get(METADATA_KEY).is_some()),
+        )
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<super::Exported> {
@@ -1528,5 +1592,45 @@ mod tests {
             e.to_string().contains("within the file's 4 data bytes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn headers_that_would_parse_to_far_more_than_their_size_are_refused_unparsed() {
+        // 4 million shape entries: 8 MB of text that serde_json would hold as 4 million
+        // 80-byte values (a 98 MB header of this kind took 6.3 GB and 92 s to import).
+        let shape = vec!["0"; 4_000_000].join(",");
+        let h = format!(r#"{{"w":{{"dtype":"F32","shape":[{shape}],"data_offsets":[0,0]}}}}"#);
+        let e = read_safetensors(&file(&h, b"")).unwrap_err();
+        let ErrorKind::LimitExceeded { what, size, limit } = e.kind() else {
+            panic!("{e}");
+        };
+        assert!(what.contains("parsing the safetensors header"), "{e}");
+        assert_eq!(*limit, json_budget(h.len()));
+        assert!(size > limit, "{e}");
+        assert_eq!(e.location().offset, Some(8));
+        // So are many members and strings; escaped quotes do not end a string.
+        let many = (0..2_000_000)
+            .map(|i| format!(r#""{i}":"""#))
+            .collect::<Vec<_>>()
+            .join(",");
+        let m = format!(r#"{{"__metadata__":{{{many}}}}}"#);
+        assert!(check_json_cost(m.as_bytes(), "x").is_err());
+        // Real headers cost a few times their size: one of 20,000 tensors (long names,
+        // rank 4, metadata) passes, and a long escaped string costs its length.
+        let tensors = (0..20_000)
+            .map(|i| {
+                format!(
+                    r#""model.layers.{i}.mlp.w":{{"dtype":"F32","shape":[1,1,1,1],"data_offsets":[{},{}]}}"#,
+                    4 * i,
+                    4 * i + 4
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let h = format!(r#"{{"__metadata__":{{"format":"pt"}},{tensors}}}"#);
+        let bytes = file(&h, &[0; 80_000]);
+        assert_eq!(read_safetensors(&bytes).unwrap().tensors.len(), 20_000);
+        let s = format!("[\"{}\"]", "a\\\"".repeat(1 << 20));
+        assert!(check_json_cost(s.as_bytes(), "x").is_ok());
     }
 }
