@@ -82,6 +82,7 @@ pub mod checkpoint;
 mod error;
 pub mod graph;
 pub mod interop;
+mod json_cost;
 internal_mod!(onnx_proto);
 internal_mod!(paddle_proto);
 pub mod progress;

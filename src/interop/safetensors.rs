@@ -39,6 +39,7 @@ use super::paddle::{self, ImportedParam};
 pub use super::paddle::{ExportOptions, ImportOptions};
 use crate::archive::{Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
+use crate::json_cost::check_json_cost;
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorFile, TensorView, data_len};
 use safetensors::tensor::{Dtype, View};
@@ -54,61 +55,6 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 /// The largest `model.safetensors.index.json` read (checked before it is read).
 pub const MAX_INDEX_BYTES: u64 = 64 << 20;
-
-/// What parsing JSON (a header, an index, a tag's metadata.json) may be estimated to
-/// allocate: 8 × the text + 64 MiB ([`check_json_cost`]).
-fn json_budget(len: usize) -> u64 {
-    (len as u64).saturating_mul(8).saturating_add(64 << 20)
-}
-
-/// Refuses JSON whose parse into a `serde_json::Value` is estimated to take more than
-/// [`json_budget`] of its length, before parsing it: each value costs a `Value` (80
-/// bytes) and each object member a key, so 100 MB of `0,` in one array would parse to
-/// about 4 GB. One pass over the bytes, allocating nothing; the estimate counts every
-/// value, member and string byte with room for the containers' growth.
-fn check_json_cost(text: &[u8], what: &'static str) -> Result<()> {
-    const VALUE: u64 = 2 * std::mem::size_of::<Value>() as u64;
-    const MEMBER: u64 = 2 * (std::mem::size_of::<String>() as u64 + 8);
-    let limit = json_budget(text.len());
-    let mut cost = 0u64;
-    let mut in_scalar = false;
-    let mut i = 0;
-    while i < text.len() {
-        let c = text[i];
-        match c {
-            b'"' => {
-                let start = i + 1;
-                i += 1;
-                while i < text.len() && text[i] != b'"' {
-                    i += if text[i] == b'\\' { 2 } else { 1 };
-                }
-                cost += VALUE + (i.min(text.len()) - start) as u64;
-            }
-            b':' => cost += MEMBER,
-            b'{' | b'[' => cost += VALUE,
-            b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' => {
-                if !in_scalar {
-                    cost += VALUE;
-                }
-                in_scalar = true;
-                i += 1;
-                continue;
-            }
-            _ => {}
-        }
-        in_scalar = false;
-        if cost > limit {
-            return Err(ErrorKind::LimitExceeded {
-                what,
-                size: cost,
-                limit,
-            }
-            .into());
-        }
-        i += 1;
-    }
-    Ok(())
-}
 
 /// The index file of a sharded checkpoint, as `transformers` names it.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -1605,7 +1551,7 @@ mod tests {
             panic!("{e}");
         };
         assert!(what.contains("parsing the safetensors header"), "{e}");
-        assert_eq!(*limit, json_budget(h.len()));
+        assert_eq!(*limit, crate::json_cost::json_budget(h.len()));
         assert!(size > limit, "{e}");
         assert_eq!(e.location().offset, Some(8));
         // So are many members and strings; escaped quotes do not end a string.

@@ -7,7 +7,7 @@
 //! for an inline ONNX or TensorFlow model, 1 × for the others; docs/RELIABILITY.md).
 
 use crate::support::rss::peak_anon;
-use modelzip::graph::{Block, Graph, Var, VarKind};
+use modelzip::graph::{Attr, AttrValue, Block, Graph, Op, Var, VarKind};
 use modelzip::tensor::{TensorView, encode_combined, encode_tensor};
 use modelzip::{DType, onnx_proto as onnx_pb, tf_proto as tf_pb};
 use prost::Message;
@@ -321,4 +321,43 @@ fn tf_import_of_a_256_mib_graphdef_stays_under_64_mib() {
         }
     });
     check_import(d.path(), &["import"], &[pb_path]);
+}
+
+#[test]
+fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
+    // The last attribute of an op named "@modelzip" is parsed as JSON (modelzip's own
+    // record of a graph.fb op name): 4 million `0,` parsed to 929 MB before the parse was
+    // bounded by an estimate of its cost.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let d = tempfile::tempdir().unwrap();
+    let json = format!("[{}0]", "0,".repeat(4 << 20));
+    let mut op = Op::new("", "scale");
+    op.attrs.push(Attr {
+        name: "@modelzip".into(),
+        value: AttrValue::String(json),
+    });
+    let mut block = Block::main();
+    block.ops.push(op);
+    let graph = Graph {
+        blocks: vec![block],
+        ..Graph::new()
+    };
+    let model = d.path().join("m.pdmodel");
+    std::fs::write(&model, graph.to_programdesc().unwrap()).unwrap();
+    let zip = d.path().join("out.zip");
+    let args: Vec<&OsStr> = vec!["import".as_ref(), zip.as_os_str(), model.as_os_str()];
+    let args = [args, ["--tag", "t"].map(OsStr::new).to_vec()].concat();
+    let p = peak_anon(&args);
+    assert_eq!(p.code, Some(0), "{}", p.stderr);
+    assert!(p.samples > 0);
+    assert!(
+        p.anon_kib < BOUND_KIB + (16 << 10),
+        "the import peaked at {} KiB of anonymous memory",
+        p.anon_kib
+    );
+    // The attribute is kept as it came.
+    let a = modelzip::Archive::open(&zip).unwrap();
+    let (_, bytes) = a.tag("t").unwrap().graph().unwrap().unwrap();
+    let g = Graph::from_programdesc(&bytes).unwrap();
+    assert_eq!(g.blocks[0].ops[0].attrs, graph.blocks[0].ops[0].attrs);
 }

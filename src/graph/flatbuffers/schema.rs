@@ -45,11 +45,15 @@ pub const MAX_GRAPH_FB_BYTES: usize = 1 << 31;
 /// The verifier limits used for every graph.fb and trainingConfig.fb read of `len`
 /// bytes. The apparent size (what the object graph expands to, counting shared objects
 /// each time) is held to 16 times the input, at least 16 MiB, so a small file whose
-/// offsets all point at one big string cannot make the reader allocate gigabytes.
+/// offsets all point at one big string cannot make the reader allocate gigabytes. Tables
+/// (counted each time they are reached) are held to one per 8 bytes of the input (a
+/// table is at least its 4-byte vtable offset and the 4-byte offset to it) plus 1,024,
+/// at most 10 million: each decodes to a struct of up to a few hundred bytes, so a file of
+/// offsets all pointing at one small table would otherwise decode to 40 times its size.
 pub(crate) fn verifier_options(len: usize) -> VerifierOptions {
     VerifierOptions {
         max_depth: 32,
-        max_tables: 10_000_000,
+        max_tables: (len / 8).saturating_add(1024).min(10_000_000),
         max_apparent_size: len.saturating_mul(16).clamp(16 << 20, 1 << 31),
         ignore_missing_null_terminator: false,
     }

@@ -205,3 +205,86 @@ fn bad_values_are_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn shared_tables_cannot_amplify() {
+    // 1,000,000 references to one operation table: a 4 MB file that decoded to 1,000,000
+    // operations, 156 MB (39 times its size), before tables were limited to one per 8
+    // bytes of the file.
+    let n = 1_000_000;
+    let mut fbb = Fbb::new();
+    let op_type = Some(fbb.create_string("t"));
+    let op = fbg::Operation::create(
+        &mut fbb,
+        &fbg::OperationArgs {
+            op_type,
+            ..Default::default()
+        },
+    );
+    let operations = Some(fbb.create_vector(&vec![op; n]));
+    let variables = Some(fbb.create_vector::<WIPOffset<fbg::Variable>>(&[]));
+    let block = fbg::Block::create(
+        &mut fbb,
+        &fbg::BlockArgs {
+            idx: 0,
+            parent_idx: -1,
+            forward_block_idx: None,
+            variables,
+            operations,
+        },
+    );
+    let blocks = Some(fbb.create_vector(&[block]));
+    let root = fbg::Graph::create(
+        &mut fbb,
+        &fbg::GraphArgs {
+            schema_version: 1,
+            blocks,
+            ..Default::default()
+        },
+    );
+    fbg::finish_graph_buffer(&mut fbb, root);
+    let bytes = fbb.finished_data();
+    assert!(bytes.len() < 4_100_000);
+    let e = decode(bytes).unwrap_err().to_string();
+    assert!(
+        e.contains("verification failed") && e.contains("tables"),
+        "{e}"
+    );
+    // The same operation once per 8 bytes of the file is within the limit.
+    let mut fbb = Fbb::new();
+    let ops: Vec<_> = (0..1000)
+        .map(|i| {
+            let op_type = Some(fbb.create_string(&format!("op{i}")));
+            fbg::Operation::create(
+                &mut fbb,
+                &fbg::OperationArgs {
+                    op_type,
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+    let operations = Some(fbb.create_vector(&ops));
+    let block = fbg::Block::create(
+        &mut fbb,
+        &fbg::BlockArgs {
+            idx: 0,
+            parent_idx: -1,
+            forward_block_idx: None,
+            variables: None,
+            operations,
+        },
+    );
+    let blocks = Some(fbb.create_vector(&[block]));
+    let root = fbg::Graph::create(
+        &mut fbb,
+        &fbg::GraphArgs {
+            schema_version: 1,
+            blocks,
+            ..Default::default()
+        },
+    );
+    fbg::finish_graph_buffer(&mut fbb, root);
+    let g = decode(fbb.finished_data()).unwrap();
+    assert_eq!(g.blocks[0].ops.len(), 1000);
+}

@@ -384,6 +384,10 @@ fn modelzip_attr(attrs: &[Attr]) -> Option<(String, Vec<String>)> {
     if last.name != MODELZIP_ATTR {
         return None;
     }
+    // One written by `encode` costs a few times its size once parsed; text that would cost
+    // far more (millions of `0,`: an 8 MB one took 929 MB) is an ordinary attribute, not
+    // parsed.
+    crate::json_cost::check_json_cost(json.as_bytes(), "@modelzip attribute").ok()?;
     let value: serde_json::Value = serde_json::from_str(json).ok()?;
     let obj = value.as_object()?;
     if obj.keys().any(|k| k != "name" && k != "dtype_args") {
