@@ -591,6 +591,11 @@ fn checkpoint_info(archive: &Archive, tag: &str) -> Result<CheckpointInfo> {
     let Some(meta) = t.metadata()? else {
         return Ok(Err("it has no metadata.json".into()));
     };
+    if let Err(e) =
+        crate::json_cost::check_json_cost(&meta, "estimated memory of parsing metadata.json")
+    {
+        return Ok(Err(format!("its metadata.json is not read ({e})")));
+    }
     let v: Value = match serde_json::from_slice(&meta) {
         Ok(v) => v,
         Err(e) => return Ok(Err(format!("its metadata.json is not valid JSON ({e})"))),

@@ -414,6 +414,7 @@ fn with_created(json: Option<&[u8]>) -> Result<Vec<u8>> {
     let Some(b) = json else {
         return Ok(format!("{{\"created\":\"{now}\"}}\n").into_bytes());
     };
+    crate::json_cost::check_json_cost(b, "estimated memory of parsing the metadata")?;
     let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| {
         Error::new(ErrorKind::InvalidInput(format!(
             "metadata is not valid JSON: {e}"

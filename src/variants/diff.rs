@@ -457,6 +457,9 @@ impl QuantAxes {
                     .metadata()
                     .ok()
                     .flatten()
+                    .filter(|bytes| {
+                        crate::json_cost::check_json_cost(bytes, "metadata.json").is_ok()
+                    })
                     .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
                 let Some(params) = parsed
                     .as_ref()

@@ -195,6 +195,8 @@ pub(super) fn source_metadata(
         return Ok(serde_json::Map::new());
     };
     let entry = format!("{}/metadata.json", tag.name());
+    crate::json_cost::check_json_cost(&bytes, "estimated memory of parsing metadata.json")
+        .map_err(|e| e.in_entry(entry.clone()))?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         Error::new(ErrorKind::InvalidInput(format!(
             "metadata.json is not valid JSON: {e}"

@@ -376,3 +376,57 @@ fn a_journal_of_another_archive_is_never_replayed() {
     assert!(!journal.exists());
     assert_eq!(Archive::open(&path).unwrap().tags(), ["y"]);
 }
+
+/// `{"x":[0,0,...]}`: 3 MiB of text (under metadata.json's 4 MiB limit) that would parse
+/// to 1.5 million 80-byte JSON values.
+fn costly_metadata() -> Vec<u8> {
+    format!("{{\"x\":[{}0]}}", "0,".repeat(3 << 19)).into_bytes()
+}
+
+#[test]
+fn metadata_json_that_would_parse_to_far_more_than_its_size_is_not_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Writers refuse it.
+    let path = dir.path().join("w.zip");
+    let mut w = modelzip::ArchiveWriter::create(&path).unwrap();
+    let e = w
+        .add_tag(modelzip::TagBuilder::new("t").metadata(costly_metadata()))
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::LimitExceeded { what, .. } if what.contains("parsing the metadata")),
+        "{e}"
+    );
+    drop(w);
+    // Readers that parse it say why instead (another tool wrote this one).
+    let fake = dir.path().join("fake.zip");
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&fake).unwrap());
+    let o = zip::write::SimpleFileOptions::default();
+    for (name, bytes) in [
+        ("tags.txt", b"b\n".to_vec()),
+        ("b/params.txt", Vec::new()),
+        ("b/metadata.json", costly_metadata()),
+    ] {
+        z.start_file(name, o).unwrap();
+        std::io::Write::write_all(&mut z, &bytes).unwrap();
+    }
+    z.finish().unwrap();
+    let ckpt = modelzip::checkpoint::Checkpointer::open(&fake, Default::default()).unwrap();
+    let e = ckpt.restore("b").unwrap_err().to_string();
+    assert!(
+        e.contains("estimated memory of parsing metadata.json"),
+        "{e}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_modelzip"))
+        .args(["export", "--format", "safetensors", "--tag", "b"])
+        .arg(&fake)
+        .arg("--out")
+        .arg(dir.path().join("b.safetensors"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("estimated memory of parsing metadata.json"),
+        "{err}"
+    );
+}
