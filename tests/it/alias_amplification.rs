@@ -167,9 +167,18 @@ fn diff_costs_at_most_300_bytes_a_pair_beyond_the_names() {
                 a.push("--json".as_ref());
             }
             a.extend([path.as_os_str(), "a".as_ref(), "b".as_ref()]);
-            let (code, kib) = peak_rss_kib(&a);
-            assert_eq!(code, Some(0), "diff (json {json}) failed");
-            kib * 1024
+            // The least of three runs: a peak can only be raised by noise (a busy machine
+            // keeps more pages or allocator arenas around; 374 B a pair was seen once
+            // under a loaded full run against 318-323 alone), so the smallest is the
+            // closest to what diff itself needs.
+            (0..3)
+                .map(|_| {
+                    let (code, kib) = peak_rss_kib(&a);
+                    assert_eq!(code, Some(0), "diff (json {json}) failed");
+                    kib * 1024
+                })
+                .min()
+                .unwrap_or(u64::MAX)
         };
         let (lo, hi) = (peak(&a_small), peak(&a_large));
         // The growth between the two sizes, per name pair: memory that scales with the
