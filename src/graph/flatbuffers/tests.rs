@@ -14,8 +14,18 @@ fn build(
     let mut fbb = Fbb::new();
     let vars: Vec<_> = var(&mut fbb).into_iter().collect();
     let ops: Vec<_> = op(&mut fbb).into_iter().collect();
-    let variables = Some(fbb.create_vector(&vars));
-    let operations = Some(fbb.create_vector(&ops));
+    finish(fbb, schema_version, &vars, &ops)
+}
+
+/// Finishes graph.fb bytes with one block of `vars` and `ops` (tables already in `fbb`).
+fn finish<'a>(
+    mut fbb: Fbb<'a>,
+    schema_version: i32,
+    vars: &[WIPOffset<fbg::Variable<'a>>],
+    ops: &[WIPOffset<fbg::Operation<'a>>],
+) -> Vec<u8> {
+    let variables = Some(fbb.create_vector(vars));
+    let operations = Some(fbb.create_vector(ops));
     let block = fbg::Block::create(
         &mut fbb,
         &fbg::BlockArgs {
@@ -221,31 +231,9 @@ fn shared_tables_cannot_amplify() {
             ..Default::default()
         },
     );
-    let operations = Some(fbb.create_vector(&vec![op; n]));
-    let variables = Some(fbb.create_vector::<WIPOffset<fbg::Variable>>(&[]));
-    let block = fbg::Block::create(
-        &mut fbb,
-        &fbg::BlockArgs {
-            idx: 0,
-            parent_idx: -1,
-            forward_block_idx: None,
-            variables,
-            operations,
-        },
-    );
-    let blocks = Some(fbb.create_vector(&[block]));
-    let root = fbg::Graph::create(
-        &mut fbb,
-        &fbg::GraphArgs {
-            schema_version: 1,
-            blocks,
-            ..Default::default()
-        },
-    );
-    fbg::finish_graph_buffer(&mut fbb, root);
-    let bytes = fbb.finished_data();
+    let bytes = finish(fbb, 1, &[], &vec![op; n]);
     assert!(bytes.len() < 4_100_000);
-    let e = decode(bytes).unwrap_err().to_string();
+    let e = decode(&bytes).unwrap_err().to_string();
     assert!(
         e.contains("verification failed") && e.contains("tables"),
         "{e}"
@@ -264,27 +252,6 @@ fn shared_tables_cannot_amplify() {
             )
         })
         .collect();
-    let operations = Some(fbb.create_vector(&ops));
-    let block = fbg::Block::create(
-        &mut fbb,
-        &fbg::BlockArgs {
-            idx: 0,
-            parent_idx: -1,
-            forward_block_idx: None,
-            variables: None,
-            operations,
-        },
-    );
-    let blocks = Some(fbb.create_vector(&[block]));
-    let root = fbg::Graph::create(
-        &mut fbb,
-        &fbg::GraphArgs {
-            schema_version: 1,
-            blocks,
-            ..Default::default()
-        },
-    );
-    fbg::finish_graph_buffer(&mut fbb, root);
-    let g = decode(fbb.finished_data()).unwrap();
+    let g = decode(&finish(fbb, 1, &[], &ops)).unwrap();
     assert_eq!(g.blocks[0].ops.len(), 1000);
 }

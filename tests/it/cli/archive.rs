@@ -898,14 +898,17 @@ fn pack_refuses_bad_input_paths_before_taking_the_lock() {
     let upd = dir.path().join("upd");
     std::fs::create_dir(&upd).unwrap();
     std::fs::copy(src.join("fc_0.b_0"), upd.join("loose")).unwrap();
-    let line = expect_error_form(
-        modelzip()
-            .arg("pack")
-            .arg(&a)
-            .arg(&src)
-            .args(["--tag", "t", "--updater"])
-            .arg(&upd),
-    );
+    let pack_updater = || {
+        expect_error_form(
+            modelzip()
+                .arg("pack")
+                .arg(&a)
+                .arg(&src)
+                .args(["--tag", "t", "--updater"])
+                .arg(&upd),
+        )
+    };
+    let line = pack_updater();
     assert!(
         line.contains("loose") && line.contains("<param>/"),
         "{line}"
@@ -915,14 +918,7 @@ fn pack_refuses_bad_input_paths_before_taking_the_lock() {
     std::fs::remove_file(upd.join("loose")).unwrap();
     std::fs::create_dir(upd.join("fc_0.b_9")).unwrap();
     std::fs::copy(src.join("fc_0.b_0"), upd.join("fc_0.b_9/0_m")).unwrap();
-    let line = expect_error_form(
-        modelzip()
-            .arg("pack")
-            .arg(&a)
-            .arg(&src)
-            .args(["--tag", "t", "--updater"])
-            .arg(&upd),
-    );
+    let line = pack_updater();
     assert!(
         line.contains("\"fc_0.b_9\" is not a parameter in"),
         "{line}"
