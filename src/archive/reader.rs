@@ -55,6 +55,16 @@ impl OpenOptions {
         Self::default()
     }
 
+    /// Whether a deflated entry of these sizes is within the size and ratio limits
+    /// (what [`Archive::read_entry`] checks before inflating).
+    pub(crate) fn admits_deflated(&self, uncompressed_size: u64, compressed_size: u64) -> bool {
+        uncompressed_size <= self.max_inflated_size
+            && uncompressed_size
+                <= compressed_size
+                    .saturating_mul(self.max_inflate_ratio)
+                    .max(INFLATE_RATIO_FREE)
+    }
+
     /// Sets the largest size a deflated entry may inflate to.
     pub fn max_inflated_size(mut self, limit: u64) -> Self {
         self.max_inflated_size = limit;

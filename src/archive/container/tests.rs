@@ -318,3 +318,35 @@ proptest::proptest! {
         );
     }
 }
+
+#[test]
+fn write_bytes_stores_what_the_default_reader_would_refuse_deflated() {
+    // 16 MiB + 1 of zeros deflates about 1000:1, over the reader's 100:1 limit for
+    // entries over 16 MiB: stored. 16 MiB exactly is not held to the ratio: deflated.
+    // Text that compresses only about 2:1 stays deflated at any size.
+    let free = crate::archive::INFLATE_RATIO_FREE as usize;
+    let zeros = vec![0u8; free + 1];
+    let mut noisy = Vec::with_capacity(free + 1);
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    while noisy.len() <= free {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noisy.push(b'a' + (x % 4) as u8);
+    }
+    let mut out = ZipOut::new(Vec::new(), 0);
+    let big = out.write_bytes("big", &zeros, true).unwrap();
+    let free_sized = out.write_bytes("free", &zeros[..free], true).unwrap();
+    let text = out.write_bytes("text", &noisy, true).unwrap();
+    assert_eq!(big.method, METHOD_STORED);
+    assert_eq!(big.compressed_size, free as u64 + 1);
+    assert_eq!(free_sized.method, METHOD_DEFLATED);
+    assert!(free_sized.compressed_size * 100 < free as u64);
+    assert_eq!(text.method, METHOD_DEFLATED);
+    out.write_bytes("tags.txt", b"", true).unwrap();
+    let (bytes, _) = out.finish(b"").unwrap();
+    let a = crate::archive::Archive::from_reader(std::io::Cursor::new(bytes)).unwrap();
+    assert_eq!(*a.entry_bytes("big").unwrap(), zeros[..]);
+    assert_eq!(*a.entry_bytes("free").unwrap(), zeros[..free]);
+    assert_eq!(*a.entry_bytes("text").unwrap(), noisy[..]);
+}

@@ -41,6 +41,11 @@ impl<'a> EntrySpec<'a> {
     }
 }
 
+/// Whether a reader with the default limits inflates a deflated entry of these sizes.
+pub fn admitted_deflated(uncompressed_size: u64, compressed_size: u64) -> bool {
+    crate::archive::OpenOptions::default().admits_deflated(uncompressed_size, compressed_size)
+}
+
 /// Writes a zip archive front to back: local headers and data as entries are added,
 /// then the central directory and end records. Positions are relative to the file start
 /// (`start` is where the writer begins, non-zero for an in-place append).
@@ -153,14 +158,20 @@ impl<W: Write> ZipOut<W> {
     }
 
     /// Writes an entry from uncompressed bytes: deflated when `deflate` and that makes it
-    /// smaller (a few bytes, like tags.txt, grow when deflated), else stored.
+    /// smaller (a few bytes, like tags.txt, grow when deflated) and a reader with the
+    /// default [`OpenOptions`](crate::archive::OpenOptions) would inflate it (over 16 MiB
+    /// compressing better than 100:1, or over 4 GiB, is refused as a deflate bomb), else
+    /// stored.
     pub fn write_bytes(&mut self, name: &str, bytes: &[u8], deflate: bool) -> Result<ZipEntry> {
         let crc = crc32fast::hash(bytes);
-        let z = if deflate {
+        let len = bytes.len() as u64;
+        // Over the size limit an entry is refused whatever its ratio: not worth deflating.
+        let z = if deflate && admitted_deflated(len, len) {
             let mut enc =
                 flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
             enc.write_all(bytes)?;
-            Some(enc.finish()?).filter(|z| z.len() < bytes.len())
+            Some(enc.finish()?)
+                .filter(|z| z.len() < bytes.len() && admitted_deflated(len, z.len() as u64))
         } else {
             None
         };

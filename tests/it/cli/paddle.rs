@@ -557,3 +557,54 @@ fn pack_takes_a_pir_program_as_the_graph() {
     same_file(ext(&prefix, "json"), pir("mlp.json"));
     same_file(ext(&prefix, "pdiparams"), pir("mlp.pdiparams"));
 }
+
+#[test]
+fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
+    // The reader refuses deflated entries over 16 MiB that compress better than 100:1
+    // (deflate bombs); graph.pdmodel and graph.fb are deflated by the writer, so a
+    // program padded with a huge repetitive attribute was written deflated and then
+    // refused: import exited 2 and left an archive whose graph did not read.
+    use modelzip::graph::{Attr, AttrValue, Block, Graph, Op};
+    let d = tempfile::tempdir().unwrap();
+    let mut op = Op::new("", "scale");
+    op.attrs.push(Attr {
+        name: "padding".into(),
+        value: AttrValue::String("x".repeat(20 << 20)),
+    });
+    let mut block = Block::main();
+    block.ops.push(op);
+    let graph = Graph {
+        blocks: vec![block],
+        ..Graph::new()
+    };
+    let program = graph.to_programdesc().unwrap();
+    let model = d.path().join("m.pdmodel");
+    std::fs::write(&model, &program).unwrap();
+    let zip = d.path().join("a.zip");
+    json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .arg(&model)
+            .args(["--tag", "v1", "--json"]),
+    );
+    // Rewritten as graph.fb (deflated again by the rewrite) into a second tag.
+    json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .arg(&model)
+            .args(["--tag", "v2", "--json"]),
+    );
+    convert(&zip, "v2", "flatbuffers");
+    let report = json_of(modelzip().arg("verify").arg(&zip).arg("--json"));
+    assert_eq!(report["ok"], true, "{report}");
+    let a = modelzip::Archive::open(&zip).unwrap();
+    let (fmt, bytes) = a.tag("v1").unwrap().graph().unwrap().unwrap();
+    assert_eq!(fmt, modelzip::GraphFormat::ProgramDesc);
+    assert_eq!(*bytes, program[..]);
+    let (fmt, bytes) = a.tag("v2").unwrap().graph().unwrap().unwrap();
+    assert_eq!(fmt, modelzip::GraphFormat::FlatBuffers);
+    let back = Graph::from_flatbuffers(&bytes).unwrap();
+    assert_eq!(back.blocks[0].ops[0].attrs, graph.blocks[0].ops[0].attrs);
+}
