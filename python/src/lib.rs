@@ -1032,7 +1032,8 @@ fn import_report<'py>(py: Python<'py>, r: &ImportReport) -> PyResult<Bound<'py, 
 }
 
 /// Imports a Paddle inference model (`.pdmodel` or PIR `.json`, optional `.pdiparams`) or, with `dir`,
-/// a persistables directory.
+/// a persistables directory (or a directory holding one `PREFIX.pdmodel` / `PREFIX.json` with its
+/// `PREFIX.pdiparams`, as `paddle.jit.save` writes it: that inference model).
 #[pyfunction]
 #[pyo3(signature = (archive, tag, model=None, params=None, dir=None, wait=false))]
 fn import_paddle<'py>(

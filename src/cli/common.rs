@@ -127,7 +127,9 @@ pub fn archive_dir(archive: &Path) -> Option<PathBuf> {
 /// directly in `dir` is a parameter) into an archive that lies directly in `dir`: the
 /// archive and its lock file would be read as tensor files (the first import worked, the
 /// next failed with "unsupported LoDTensor version 67324752"). With a model (`model`, or
-/// DIR/__model__ or DIR/graph.fb) only the model's variables are read.
+/// DIR/__model__ or DIR/graph.fb) only the model's variables are read; a directory
+/// holding a `.pdiparams` is an inference model (or refused as ambiguous) and no other
+/// file of it is read.
 pub fn refuse_archive_in_modelless_dir(
     archive: &Path,
     dir: &Path,
@@ -138,6 +140,7 @@ pub fn refuse_archive_in_modelless_dir(
         || !dir.is_dir()
         || dir.join("__model__").exists()
         || dir.join("graph.fb").exists()
+        || holds_pdiparams(dir)
     {
         return Ok(());
     }
@@ -151,6 +154,18 @@ pub fn refuse_archive_in_modelless_dir(
         )));
     }
     Ok(())
+}
+
+/// Whether a regular file directly in `dir` is named `*.pdiparams`.
+fn holds_pdiparams(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|rd| {
+        rd.flatten().any(|e| {
+            let p = e.path();
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|x| x.eq_ignore_ascii_case("pdiparams"))
+        })
+    })
 }
 
 /// [`refuse_directory`], then refuses an archive that does not exist, for the commands

@@ -17,8 +17,10 @@ use std::path::PathBuf;
 /// The format is detected from the files' names, then from the first file's content
 /// (--format forces it):
 ///   paddle  MODEL.pdmodel [PARAMS.pdiparams] (or the two the other way round), Paddle
-///           3's default MODEL.json (a PIR program) [PARAMS.pdiparams], or a
-///           persistables DIR [MODEL]
+///           3's default MODEL.json (a PIR program) [PARAMS.pdiparams], a
+///           persistables DIR [MODEL], or a DIR holding one PREFIX.pdmodel or
+///           PREFIX.json with its PREFIX.pdiparams (what paddle.jit.save(net, "DIR/PREFIX")
+///           and save_inference_model write), imported as those two files
 ///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text);
 ///           a SavedModel (DIR/saved_model.pb) is refused: freeze it first
 ///   safetensors  FILE.safetensors [MORE.safetensors], a model.safetensors.index.json,
@@ -47,6 +49,7 @@ use std::path::PathBuf;
 /// Example:
 ///   modelzip import model.zip --tag fp32 inference.pdmodel inference.pdiparams
 ///   modelzip import model.zip --tag step-100 persistables/ inference.pdmodel
+///   modelzip import model.zip --tag p3 saved/            (saved/model.json + .pdiparams)
 ///   modelzip import model.zip --tag v1 frozen_graph.pb
 ///   modelzip import model.zip --tag v2 graph.txt --format tf
 ///   modelzip import model.zip --tag hf model.safetensors.index.json

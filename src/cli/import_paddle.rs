@@ -21,7 +21,10 @@ use std::path::PathBuf;
 /// byte in graph.fb, and its parameters are checked and stored the same way. A directory with a
 /// model (--model FILE, or DIR/__model__, or DIR/graph.fb as `extract` writes it,
 /// stored as the ProgramDesc it converts to) imports exactly the model's variables;
-/// without one, every file in DIR, and no graph. Tensors equal to ones already in the
+/// without one, every file in DIR, and no graph; but a DIR holding one PREFIX.pdmodel or
+/// PREFIX.json with its PREFIX.pdiparams (what paddle.jit.save(net, "DIR/PREFIX") and
+/// save_inference_model write) is that inference model, and a DIR holding programs or
+/// .pdiparams any other way is refused, listing them. Tensors equal to ones already in the
 /// archive are stored once. Adding to an existing archive appends in place (crash-safe
 /// with a rollback journal); --rewrite writes a new file and renames it.
 ///

@@ -205,9 +205,13 @@ pub const DIR_MODEL_FILE: &str = "__model__";
 /// it is when it holds a PIR program). With a model: exactly its
 /// [`super::persistable_vars`] (a PIR program: its parameters; a missing file is an
 /// error; other files are ignored), each checked against its declaration, and the model
-/// becomes `graph.pdmodel` (a PIR `.json`: graph.fb holding it). Without one: every
-/// regular file directly in `dir`, named by its file name, sorted by byte value, and no
-/// graph.
+/// becomes `graph.pdmodel` (a PIR `.json`: graph.fb holding it). Without one: a
+/// directory holding one program `PREFIX.pdmodel` or PIR `PREFIX.json` with its
+/// `PREFIX.pdiparams` (what `paddle.jit.save` and `save_inference_model` write) and no
+/// file starting like a LoDTensor record besides is imported as those two files
+/// ([`import_inference_model_files`]); one holding programs or `.pdiparams` any other
+/// way is refused, listing them; else every regular file directly in `dir`, named by its
+/// file name, sorted by byte value, and no graph.
 pub fn import_persistables_dir(
     archive: &Path,
     tag: &str,
@@ -226,6 +230,9 @@ pub fn import_persistables_dir(
     };
     let Some(model_path) = model_path else {
         let files = dir_files(dir)?;
+        if let Some((model, params)) = inference_model_in(dir, &files)? {
+            return import_inference_model_files(archive, tag, &model, &params, opts);
+        }
         let mut ticker = Ticker::from_hook(opts.write.progress.as_ref(), files.len() as u64);
         let created = write_tag(archive, tag, opts, |w| {
             for (name, path) in &files {
@@ -279,6 +286,76 @@ pub fn import_persistables_dir(
         Ok(())
     })?;
     report(archive, tag, created, Some(model.len() as u64))
+}
+
+/// The inference model a directory holds instead of persistables, as (model, params):
+/// `paddle.jit.save(layer, "DIR/PREFIX")` and `save_inference_model("DIR/PREFIX", ..)`
+/// write `PREFIX.pdmodel` or (Paddle 3) the PIR program `PREFIX.json`, with
+/// `PREFIX.pdiparams` (and, Paddle 2's `jit.save`, `PREFIX.pdiparams.info`). `None`
+/// when `files` (the directory's) hold no program and no `.pdiparams`: a persistables
+/// directory. Anything else holding one of them (two programs, a program without its
+/// `.pdiparams` or the other way round, files that start like a LoDTensor record beside
+/// them) is refused, listing what was found. Other files are ignored.
+fn inference_model_in(
+    dir: &Path,
+    files: &[(String, PathBuf)],
+) -> Result<Option<(PathBuf, PathBuf)>> {
+    let is_info = |name: &str| name.to_ascii_lowercase().ends_with(".pdiparams.info");
+    let (mut models, mut params, mut others) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, path) in files {
+        if crate::interop::has_ext(path, "pdmodel") || super::is_pir_file(path) {
+            models.push((name, path));
+        } else if crate::interop::has_ext(path, "pdiparams") {
+            params.push((name, path));
+        } else if !is_info(name) && crate::interop::head(path, 4) == [0; 4] {
+            // A LoDTensor record starts with version 0 (u32): a persistables file. Other
+            // files (a README, PaddleOCR's inference.yml) are not read.
+            others.push(name);
+        }
+    }
+    if models.is_empty() && params.is_empty() {
+        return Ok(None);
+    }
+    let prefix = |name: &str| Path::new(name).file_stem().map(|s| s.to_os_string());
+    if let ([(m, model)], [(p, param)], []) = (&models[..], &params[..], &others[..])
+        && prefix(m) == prefix(p)
+    {
+        return Ok(Some((model.to_path_buf(), param.to_path_buf())));
+    }
+    const SHOWN: usize = 8;
+    let mut found = Vec::new();
+    for (what, names) in [
+        (
+            "program",
+            models.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        ),
+        (".pdiparams", params.iter().map(|(n, _)| *n).collect()),
+        ("persistables-like file", others),
+    ] {
+        if names.is_empty() {
+            continue;
+        }
+        let mut shown: Vec<String> = names.iter().take(SHOWN).map(|n| format!("{n:?}")).collect();
+        if names.len() > SHOWN {
+            shown.push(format!("... {} more", names.len() - SHOWN));
+        }
+        let plural = if names.len() == 1 { "" } else { "s" };
+        found.push(format!(
+            "{} {what}{plural} ({})",
+            names.len(),
+            shown.join(", ")
+        ));
+    }
+    Err(Error::new(ErrorKind::InvalidInput(format!(
+        "the directory is neither one inference model nor a persistables directory: it \
+         holds {}; a directory imports as an inference model when it holds exactly \
+         PREFIX.pdmodel (or a PIR program PREFIX.json) and PREFIX.pdiparams and no \
+         persistables-like file (starting with a LoDTensor version 0), and as a \
+         persistables directory when it holds no program and no .pdiparams; give the program and its .pdiparams as two files instead (or \
+         the directory and its program, for a persistables directory)",
+        found.join(", ")
+    )))
+    .in_file(dir))
 }
 
 /// Regular files directly in `dir` as (file name, path), sorted by name bytes.

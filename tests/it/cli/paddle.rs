@@ -608,3 +608,175 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     let back = Graph::from_flatbuffers(&bytes).unwrap();
     assert_eq!(back.blocks[0].ops[0].attrs, graph.blocks[0].ops[0].attrs);
 }
+
+/// Copies fixture files into `dir` (created) under new names: (fixture, name).
+fn populate(dir: &Path, files: &[(PathBuf, &str)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (from, name) in files {
+        std::fs::copy(from, dir.join(name)).unwrap();
+    }
+}
+
+#[test]
+fn a_directory_holding_one_inference_model_imports_as_that_model() {
+    // What paddle.jit.save(net, "m/model") writes: m/model.json (Paddle 3, PIR) or
+    // m/model.pdmodel + m/model.pdiparams.info (Paddle 2), with m/model.pdiparams. It was
+    // read as a persistables directory: "unexpected bytes after the record".
+    let d = tempfile::tempdir().unwrap();
+    let zip = d.path().join("a.zip");
+    // The same models imported from their files, to compare with.
+    import(&zip, "files", "3.3.1", "mlp");
+    json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "pir-files", "--json"])
+            .arg(pir("mlp.json"))
+            .arg(pir("mlp.pdiparams")),
+    );
+    let pd = d.path().join("pd");
+    populate(
+        &pd,
+        &[
+            (paddle("3.3.1", "mlp.pdmodel"), "model.pdmodel"),
+            (paddle("3.3.1", "mlp.pdiparams"), "model.pdiparams"),
+        ],
+    );
+    // Not read: the pickle Paddle 2 writes beside them, and a README.
+    std::fs::write(pd.join("model.pdiparams.info"), [0u8; 16]).unwrap();
+    std::fs::write(pd.join("README.md"), "a model\n").unwrap();
+    let pir_dir = d.path().join("pir");
+    populate(
+        &pir_dir,
+        &[
+            (pir("mlp.json"), "model.json"),
+            (pir("mlp.pdiparams"), "model.pdiparams"),
+        ],
+    );
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "pd-dir", "--json"])
+            .arg(&pd),
+    );
+    assert_eq!(r["format"], "paddle");
+    assert_eq!(r["graph"], "graph.pdmodel");
+    let params = r["params"].as_array().unwrap();
+    assert!(!params.is_empty());
+    for p in params {
+        assert_eq!(p["shared_from"], "files", "{p}");
+    }
+    // import-paddle --dir takes it too; the PIR program is kept in graph.fb.
+    let r = json_of(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "pir-dir", "--json", "--dir"])
+            .arg(&pir_dir),
+    );
+    let params = r["params"].as_array().unwrap();
+    assert!(!params.is_empty());
+    for p in params {
+        assert_eq!(p["shared_from"], "pir-files", "{p}");
+    }
+    // An archive inside the directory (and its lock file) is not read either.
+    let inner = pir_dir.join("inner.zip");
+    for tag in ["one", "two"] {
+        json_of(
+            modelzip()
+                .arg("import")
+                .arg(&inner)
+                .args(["--tag", tag, "--json"])
+                .arg(&pir_dir),
+        );
+    }
+    let a = modelzip::Archive::open(&zip).unwrap();
+    let graph = |t: &str| a.tag(t).unwrap().graph().unwrap().unwrap();
+    assert_eq!(graph("pd-dir"), graph("files"));
+    assert_eq!(graph("pir-dir"), graph("pir-files"));
+    assert_eq!(graph("pir-dir").0, modelzip::GraphFormat::FlatBuffers);
+    let report = json_of(modelzip().arg("verify").arg(&zip).arg("--json"));
+    assert_eq!(report["ok"], true, "{report}");
+}
+
+#[test]
+fn a_directory_holding_programs_or_pdiparams_any_other_way_is_refused_listing_them() {
+    let d = tempfile::tempdir().unwrap();
+    let zip = d.path().join("a.zip");
+    let (model, params) = (
+        paddle("3.3.1", "mlp.pdmodel"),
+        paddle("3.3.1", "mlp.pdiparams"),
+    );
+    let cases: [(&str, Vec<(PathBuf, &str)>, &[&str]); 5] = [
+        (
+            "two-models",
+            vec![
+                (model.clone(), "a.pdmodel"),
+                (pir("mlp.json"), "b.json"),
+                (params.clone(), "a.pdiparams"),
+            ],
+            &[
+                "2 programs (\"a.pdmodel\", \"b.json\")",
+                "1 .pdiparams (\"a.pdiparams\")",
+            ],
+        ),
+        (
+            "no-params",
+            vec![(model.clone(), "model.pdmodel")],
+            &["holds 1 program (\"model.pdmodel\");"],
+        ),
+        (
+            "no-model",
+            vec![(params.clone(), "model.pdiparams")],
+            &["holds 1 .pdiparams (\"model.pdiparams\");"],
+        ),
+        (
+            "other-prefix",
+            vec![
+                (model.clone(), "a.pdmodel"),
+                (params.clone(), "b.pdiparams"),
+            ],
+            &["1 program (\"a.pdmodel\"), 1 .pdiparams (\"b.pdiparams\");"],
+        ),
+        (
+            "mixed",
+            vec![
+                (model.clone(), "model.pdmodel"),
+                (params.clone(), "model.pdiparams"),
+                (paddle("3.3.1", "mlp_persistables/fc_0.w_0"), "fc_0.w_0"),
+            ],
+            &["1 persistables-like file (\"fc_0.w_0\")"],
+        ),
+    ];
+    for (name, files, expected) in cases {
+        let dir = d.path().join(name);
+        populate(&dir, &files);
+        for cmd in [&["import"][..], &["import-paddle", "--dir"]] {
+            let e = expect_error(
+                modelzip()
+                    .arg(cmd[0])
+                    .arg(&zip)
+                    .args(["--tag", "t"])
+                    .args(&cmd[1..])
+                    .arg(&dir),
+            );
+            assert!(
+                e.contains("neither one inference model nor a persistables directory"),
+                "{name}: {e}"
+            );
+            for s in expected {
+                assert!(e.contains(s), "{name}: {e}");
+            }
+            assert!(
+                e.contains("give the program and its .pdiparams as two files instead"),
+                "{name}: {e}"
+            );
+            assert!(
+                e.contains(&format!("(file {})", dir.display())),
+                "{name}: {e}"
+            );
+        }
+        assert!(!zip.exists(), "{name}: nothing is written");
+    }
+}
