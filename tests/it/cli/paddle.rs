@@ -708,7 +708,9 @@ fn a_directory_holding_programs_or_pdiparams_any_other_way_is_refused_listing_th
         paddle("3.3.1", "mlp.pdmodel"),
         paddle("3.3.1", "mlp.pdiparams"),
     );
-    let cases: [(&str, Vec<(PathBuf, &str)>, &[&str]); 5] = [
+    // (directory, its files, what the error must say)
+    type Case<'a> = (&'a str, Vec<(PathBuf, &'a str)>, &'a [&'a str]);
+    let cases: [Case; 5] = [
         (
             "two-models",
             vec![
