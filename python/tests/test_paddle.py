@@ -45,6 +45,34 @@ def test_persistables_dir_and_second_import_shares_everything(tmp):
             assert np.shares_memory(ar["a"][name], ar["b"][name])
 
 
+@pytest.mark.parametrize("program", ["3.3.1/mlp.pdmodel", "pir/mlp.json"])
+def test_a_directory_holding_one_inference_model_imports_as_that_model(tmp, program):
+    """What paddle.jit.save / save_inference_model("DIR/model") leave: DIR/model.pdmodel
+    (or Paddle 3's PIR model.json) + DIR/model.pdiparams. Given the directory, both
+    import_model and import_paddle(dir=) import that model, as the files would be."""
+    model = PADDLE_FIXTURES.parent / program
+    params = model.with_suffix(".pdiparams")
+    d = tmp / "saved"
+    d.mkdir()
+    ext = model.suffix
+    (d / f"model{ext}").write_bytes(model.read_bytes())
+    (d / "model.pdiparams").write_bytes(params.read_bytes())
+    path = tmp / "m.zip"
+    files = modelzip.import_model(path, "files", model, params)
+    whole = modelzip.import_model(path, "dir", d)
+    by_dir = modelzip.import_paddle(path, "dir2", dir=d)
+    assert whole["format"] == "paddle"
+    assert [p["name"] for p in whole["params"]] == [p["name"] for p in files["params"]]
+    assert whole["shared"] == by_dir["shared"] == len(files["params"])
+    with modelzip.open(path) as ar:
+        assert ar["dir"].graph_bytes() == ar["files"].graph_bytes()
+    # a second program in the directory is ambiguous: refused, naming both
+    (d / f"other{ext}").write_bytes(model.read_bytes())
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.import_model(path, "again", d)
+    assert f"model{ext}" in str(e.value) and f"other{ext}" in str(e.value), str(e.value)
+
+
 def test_quantize_and_cast_make_variants_the_cli_lists(tmp):
     path = tmp / "m.zip"
     modelzip.import_paddle(path, "fp32", *MLP)
