@@ -16,7 +16,10 @@ use std::path::PathBuf;
 ///           from a Paddle 3 PIR program writes PATH.json (as Paddle wrote it) instead
 ///           of PATH.pdmodel
 ///   tf      writes a frozen GraphDef: text format when PATH ends in .pbtxt, binary
-///           otherwise; a tag imported from TensorFlow comes out as the same message
+///           otherwise; a tag imported from TensorFlow comes out as the same message;
+///           a tag imported from a SavedModel is written as a SavedModel directory at
+///           PATH (saved_model.pb, fingerprint.pb and assets as imported, the variables
+///           in one checkpoint shard); a cast or quantized copy of one is refused
 ///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's
 ///           shards and index; a tag imported from safetensors comes out byte for byte;
 ///           an INT8 variant is refused (the file has no place for its scales)
@@ -34,6 +37,7 @@ use std::path::PathBuf;
 ///   modelzip export model.zip --tag fp32 --out export/inference
 ///   modelzip export model.zip --tag v1 --format tf --out frozen.pb
 ///   modelzip export model.zip --tag v1 --out frozen.pbtxt --force --json
+///   modelzip export model.zip --tag sm --out exported_saved_model
 ///   modelzip export model.zip --tag hf --format safetensors --out model.safetensors
 ///   modelzip export model.zip --tag v2 --out model.onnx --external-data
 #[derive(clap::Args, Debug)]
@@ -121,7 +125,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .as_os_str()
         .to_str()
         .is_some_and(|s| s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR));
-    if slash && format.name() != "paddle" && !args.out.is_dir() {
+    let saved_model = format.name() == "tf" && interop::saved_model::is_saved_model_tag(&tag);
+    if slash && format.name() != "paddle" && !saved_model && !args.out.is_dir() {
         let why = if format.name() == "safetensors" {
             "is not an existing directory: create it to write shards and an index there, or give a file path"
         } else {

@@ -21,8 +21,8 @@ use std::path::PathBuf;
 ///           persistables DIR [MODEL], or a DIR holding one PREFIX.pdmodel or
 ///           PREFIX.json with its PREFIX.pdiparams (what paddle.jit.save(net, "DIR/PREFIX")
 ///           and save_inference_model write), imported as those two files
-///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text);
-///           a SavedModel (DIR/saved_model.pb) is refused: freeze it first
+///   tf      a frozen TensorFlow GraphDef: MODEL.pb (binary) or MODEL.pbtxt (text),
+///           or a SavedModel directory (DIR holding saved_model.pb and variables/)
 ///   safetensors  FILE.safetensors [MORE.safetensors], a model.safetensors.index.json,
 ///           or a DIR holding either (a sharded checkpoint)
 ///   onnx    MODEL.onnx (external data is read from files beside it)
@@ -34,7 +34,10 @@ use std::path::PathBuf;
 /// TensorFlow: every numeric Const node's value becomes a parameter named after the
 /// node; the rest of the graph (string constants, attributes, control inputs, devices,
 /// the function library, versions) is kept in graph.fb, so export gives the same
-/// GraphDef back (docs/TENSORFLOW.md).
+/// GraphDef back. A SavedModel: every numeric checkpoint variable becomes a parameter
+/// named by its key (w/.ATTRIBUTES/VARIABLE_VALUE); saved_model.pb, fingerprint.pb,
+/// the checkpoint's index and object graph and assets/ are kept under saved_model/ in
+/// the tag, so export writes the directory back (docs/TENSORFLOW.md).
 /// safetensors: every tensor becomes a parameter of the same name, its bytes as they are;
 /// __metadata__ is kept in metadata.json (docs/SAFETENSORS.md).
 /// ONNX: every top-level initializer becomes a parameter named by the initializer; the
@@ -52,6 +55,7 @@ use std::path::PathBuf;
 ///   modelzip import model.zip --tag p3 saved/            (saved/model.json + .pdiparams)
 ///   modelzip import model.zip --tag v1 frozen_graph.pb
 ///   modelzip import model.zip --tag v2 graph.txt --format tf
+///   modelzip import model.zip --tag sm saved_model_dir/
 ///   modelzip import model.zip --tag hf model.safetensors.index.json
 ///   modelzip import model.zip --tag v3 model.onnx
 #[derive(clap::Args, Debug)]

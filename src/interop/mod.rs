@@ -13,6 +13,9 @@
 //!   out (byte for byte for files the safetensors library wrote).
 //! - [`tf`]: TensorFlow frozen GraphDefs (`.pb` binary, `.pbtxt` text) in and out, with
 //!   every numeric `Const` as a parameter and the rest of the graph kept in `graph.fb`.
+//! - [`saved_model`]: TensorFlow SavedModel directories in and out (through [`tf`]'s
+//!   registered format), every numeric checkpoint variable as a parameter and the rest
+//!   kept verbatim under the tag's `saved_model/`.
 //!
 //! Converting a tag's graph between `graph.pdmodel` and `graph.fb` inside an archive is
 //! [`crate::archive::convert_graph`].
@@ -20,6 +23,7 @@
 pub mod onnx;
 pub mod paddle;
 pub mod safetensors;
+pub mod saved_model;
 pub mod tf;
 
 use crate::archive::{AppendMode, Appender, Archive, ArchiveWriter, Tag, TagWriter, WriteOptions};
@@ -68,7 +72,7 @@ pub trait Format: Sync {
 pub static FORMATS: &[&dyn Format] = &[
     // safetensors first: its names (.safetensors, an index, a directory holding one) are
     // the most specific, and Paddle claims any other directory but a TensorFlow
-    // SavedModel's (tf claims that one, to refuse it saying what to do).
+    // SavedModel's (tf claims that one).
     &safetensors::SafetensorsFormat,
     &paddle::PaddleFormat,
     &tf::TfFormat,

@@ -526,12 +526,26 @@ pub(crate) fn is_saved_model(p: &Path) -> bool {
     })
 }
 
+/// The SavedModel directory `p` names: `p` itself, or the directory of a binary
+/// `saved_model.pb` given as the file (known by its content); `None` for anything else.
+fn saved_model_dir(p: &Path) -> Option<PathBuf> {
+    if !is_saved_model(p) {
+        return None;
+    }
+    if p.is_dir() {
+        return Some(p.to_path_buf());
+    }
+    let dir = crate::archive::parent_dir(p);
+    let beside = dir.join("variables").is_dir() || dir.join("fingerprint.pb").is_file();
+    (p.file_name().is_some_and(|n| n == "saved_model.pb") && beside).then_some(dir)
+}
+
 /// The refusal of a SavedModel, saying what to import instead.
 fn saved_model_refused(p: &Path) -> Error {
     invalid(
-        "this is a TensorFlow SavedModel (saved_model.pb holds MetaGraphs, and the weights \
-         are in variables/), not a frozen GraphDef; freeze it and import the GraphDef \
-         (docs/TENSORFLOW.md, \"A SavedModel\")"
+        "this is a TensorFlow SavedModel's saved_model.pb (MetaGraphs; the weights are in \
+         variables/ beside it), not a frozen GraphDef; import the SavedModel directory that \
+         holds it and variables/ (docs/TENSORFLOW.md, \"SavedModels\")"
             .to_string(),
     )
     .in_file(p)
@@ -586,7 +600,7 @@ fn looks_like_text(text: &str) -> bool {
 // Dtypes and tensor values
 
 /// TensorFlow's `DataType` number of a dtype modelzip stores, and back.
-fn dtype_from_tf(dt: i32) -> Option<DType> {
+pub(crate) fn dtype_from_tf(dt: i32) -> Option<DType> {
     Some(match pb::DataType::try_from(dt).ok()? {
         pb::DataType::DtFloat => DType::Fp32,
         pb::DataType::DtDouble => DType::Fp64,
@@ -1333,11 +1347,11 @@ impl Format for TfFormat {
     }
 
     fn recognised_from(&self) -> &'static str {
-        "a frozen TensorFlow GraphDef, .pb binary or .pbtxt text"
+        "a frozen TensorFlow GraphDef, .pb binary or .pbtxt text, or a SavedModel directory"
     }
 
     fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        // A SavedModel directory too: the import refuses it, saying what to do.
+        // A SavedModel directory too.
         matches!(inputs, [p] if has_ext(p, "pb") || has_ext(p, "pbtxt")
             || (p.is_dir() && is_saved_model(p)))
     }
@@ -1361,11 +1375,23 @@ impl Format for TfFormat {
         inputs: &[PathBuf],
         opts: &ImportOptions,
     ) -> Result<ImportReport> {
-        let p = super::single_input(inputs, "a TensorFlow", "one GraphDef file (.pb or .pbtxt)")?;
+        let p = super::single_input(
+            inputs,
+            "a TensorFlow",
+            "one GraphDef file (.pb or .pbtxt) or one SavedModel directory",
+        )?;
+        if let Some(dir) = saved_model_dir(p) {
+            return super::saved_model::import_saved_model(archive, tag, &dir, opts);
+        }
         import_graphdef_file(archive, tag, p, opts)
     }
 
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        if super::saved_model::is_saved_model_tag(tag)
+            || super::saved_model::refuse_variant(tag)?.is_some()
+        {
+            return Ok(true);
+        }
         Ok(match tag.graph()? {
             Some((GraphFormat::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_tf(&bytes),
             _ => false,
@@ -1373,6 +1399,12 @@ impl Format for TfFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        if super::saved_model::is_saved_model_tag(tag) {
+            return super::saved_model::export_saved_model(tag, out, opts);
+        }
+        if let Some(e) = super::saved_model::refuse_variant(tag)? {
+            return Err(e);
+        }
         export_graphdef_file(tag, out, opts)
     }
 }

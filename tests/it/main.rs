@@ -24,6 +24,7 @@ mod paddle_pir;
 #[cfg(feature = "remote")]
 mod remote;
 mod safetensors_interop;
+mod saved_model;
 mod shared_graph;
 mod summary;
 mod support;

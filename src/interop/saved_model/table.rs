@@ -1,0 +1,412 @@
+//! The table file TensorFlow writes as a checkpoint's `variables.index`: LevelDB's SSTable
+//! format (tensorflow/core/lib/io/table_builder.cc, format.cc, block.cc), read and written.
+//!
+//! A table is data blocks, a metaindex block, an index block and a 48-byte footer. A block
+//! is entries (`varint shared`, `varint non_shared`, `varint value_len`, the key's last
+//! `non_shared` bytes, the value: each key shares its first `shared` bytes with the one
+//! before), then the restart points (u32 offsets of entries with `shared == 0`) and their
+//! count (u32); after it, a 5-byte trailer: the compression type (0: none) and the masked
+//! CRC-32C of the block and that byte. The index block maps a key at or past each data
+//! block's last key to the block's handle (`varint offset`, `varint size`); the footer holds
+//! the metaindex and index handles, zero padding to 40 bytes, then the magic number.
+//!
+//! Hand-written, because no crate fits: the `sstable` crate (0.11.1, from rusty-leveldb,
+//! the only maintained standalone reader/writer of this format) skips a block whose
+//! checksum fails or that cannot be read while iterating (`TableIterator::advance`: `Err(_)
+//! => self.advance()`), where this import must refuse corruption; it allocates each block
+//! by the size its handle says before reading (`table_block::read_bytes`: `vec![0;
+//! location.size()]`) and unwraps varints inside blocks (`block.rs`), so a hostile index
+//! can make it allocate any amount or panic; and it brings snappy and a second CRC crate.
+//! The whole-database crates (rusty-leveldb, leveldb bindings) bring a database. What is
+//! needed here is ~200 lines: one uncompressed table read whole and written whole.
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The table magic number, the footer's last 8 bytes (little-endian).
+pub const MAGIC: u64 = 0xdb47_7524_8b80_fb57;
+
+/// Size of the footer.
+pub const FOOTER_LEN: usize = 48;
+
+/// Longest key accepted (TensorFlow's are tensor names).
+pub const MAX_KEY_BYTES: usize = 64 << 10;
+
+/// Entries between restart points in the blocks written (LevelDB's default).
+const RESTART_INTERVAL: usize = 16;
+
+fn fail(msg: impl Into<String>, offset: u64) -> Error {
+    Error::new(ErrorKind::InvalidInput(format!(
+        "checkpoint index table: {}",
+        msg.into()
+    )))
+    .at_offset(offset)
+}
+
+/// The masked form of a CRC-32C that LevelDB and TensorFlow store.
+pub fn mask(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// Reads a varint (at most 10 bytes) at `*pos`, advancing it.
+fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Handle {
+    offset: u64,
+    size: u64,
+}
+
+fn handle(b: &[u8], pos: &mut usize, base: u64, what: &str) -> Result<Handle> {
+    let at = base + *pos as u64;
+    let offset = varint(b, pos).ok_or_else(|| fail(format!("{what}: bad block handle"), at))?;
+    let size = varint(b, pos).ok_or_else(|| fail(format!("{what}: bad block handle"), at))?;
+    Ok(Handle { offset, size })
+}
+
+/// The contents of the block `h` points at in `table` (whose blocks end at `end`), its
+/// trailer checked: uncompressed, and the checksum matching.
+fn block<'t>(table: &'t [u8], end: usize, h: Handle, what: &str) -> Result<&'t [u8]> {
+    let fits = h
+        .offset
+        .checked_add(h.size)
+        .and_then(|e| e.checked_add(5))
+        .is_some_and(|e| e <= end as u64);
+    if !fits {
+        return Err(fail(
+            format!(
+                "{what} at offset {} of {} bytes (and its 5-byte trailer) ends past the table's blocks ({end} bytes)",
+                h.offset, h.size
+            ),
+            h.offset,
+        ));
+    }
+    let (start, len) = (h.offset as usize, h.size as usize);
+    let contents = &table[start..start + len];
+    let kind = table[start + len];
+    let stored = u32::from_le_bytes(
+        table[start + len + 1..start + len + 5]
+            .try_into()
+            .unwrap_or([0; 4]),
+    );
+    let crc = crc32c::crc32c_append(crc32c::crc32c(contents), &[kind]);
+    if mask(crc) != stored {
+        return Err(Error::new(ErrorKind::Checksum(format!(
+            "checkpoint index table: {what} at offset {start}: stored masked CRC-32C {stored:#010x}, the block's is {:#010x}",
+            mask(crc)
+        )))
+        .at_offset(h.offset));
+    }
+    if kind != 0 {
+        let name = match kind {
+            1 => " (snappy)",
+            2 => " (zlib)",
+            _ => "",
+        };
+        return Err(fail(
+            format!(
+                "{what} at offset {start} is compressed, type {kind}{name}; TensorFlow writes checkpoint indexes uncompressed and only those are read"
+            ),
+            (start + len) as u64,
+        ));
+    }
+    Ok(contents)
+}
+
+/// The entries of a block at table offset `base`, keys rebuilt; `key_budget` is what the
+/// rebuilt keys may still take in all (bounds memory: a shared prefix costs nothing on
+/// disk).
+fn entries<'b>(
+    b: &'b [u8],
+    base: u64,
+    what: &str,
+    key_budget: &mut usize,
+) -> Result<Vec<(Vec<u8>, &'b [u8])>> {
+    if b.len() < 4 {
+        return Err(fail(
+            format!(
+                "{what} is {} bytes, too short for its restart count",
+                b.len()
+            ),
+            base,
+        ));
+    }
+    let n = u32::from_le_bytes(b[b.len() - 4..].try_into().unwrap_or([0; 4])) as usize;
+    let data_end = n
+        .checked_mul(4)
+        .and_then(|r| (b.len() - 4).checked_sub(r))
+        .ok_or_else(|| {
+            fail(
+                format!(
+                    "{what} claims {n} restart points, more than its {} bytes hold",
+                    b.len()
+                ),
+                base + b.len() as u64 - 4,
+            )
+        })?;
+    let restarts: Vec<usize> = b[data_end..b.len() - 4]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as usize)
+        .collect();
+    let mut out = Vec::new();
+    let mut starts = Vec::new();
+    let mut key: Vec<u8> = Vec::new();
+    let mut pos = 0;
+    while pos < data_end {
+        let at = base + pos as u64;
+        let start = pos;
+        let bad = || fail(format!("{what}: malformed entry"), at);
+        let body = &b[..data_end];
+        let shared = varint(body, &mut pos).ok_or_else(bad)?;
+        let own = varint(body, &mut pos).ok_or_else(bad)?;
+        let vlen = varint(body, &mut pos).ok_or_else(bad)?;
+        if shared > key.len() as u64 {
+            return Err(fail(
+                format!(
+                    "{what}: an entry shares {shared} bytes with a previous key of {}",
+                    key.len()
+                ),
+                at,
+            ));
+        }
+        let key_len = shared.saturating_add(own);
+        if key_len > MAX_KEY_BYTES as u64 {
+            return Err(fail(
+                format!("{what}: a key of {key_len} bytes, more than the {MAX_KEY_BYTES} accepted"),
+                at,
+            ));
+        }
+        let need = own.saturating_add(vlen);
+        if need > (data_end - pos) as u64 {
+            return Err(fail(
+                format!("{what}: an entry of {need} bytes runs past the block's entries"),
+                at,
+            ));
+        }
+        *key_budget = key_budget.checked_sub(key_len as usize).ok_or_else(|| {
+            fail(
+                "the keys, prefixes rebuilt, take more memory than accepted",
+                at,
+            )
+        })?;
+        key.truncate(shared as usize);
+        key.extend_from_slice(&b[pos..pos + own as usize]);
+        pos += own as usize;
+        let value = &b[pos..pos + vlen as usize];
+        pos += vlen as usize;
+        if shared == 0 {
+            starts.push(start);
+        }
+        out.push((key.clone(), value));
+    }
+    for r in restarts {
+        if !(starts.binary_search(&r).is_ok() || (out.is_empty() && r == 0)) {
+            return Err(fail(
+                format!("{what}: restart point {r} is not the start of an unshared entry"),
+                base + data_end as u64,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Every key and value of a table, in order. Refuses a bad footer or magic, blocks
+/// outside the table, a checksum mismatch, compression, malformed entries, and keys
+/// not in strictly increasing byte order.
+pub fn read(table: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    if table.len() < FOOTER_LEN {
+        return Err(fail(
+            format!(
+                "is {} bytes, shorter than the {FOOTER_LEN}-byte footer",
+                table.len()
+            ),
+            0,
+        ));
+    }
+    let end = table.len() - FOOTER_LEN;
+    let footer = &table[end..];
+    let magic = u64::from_le_bytes(footer[40..].try_into().unwrap_or([0; 8]));
+    if magic != MAGIC {
+        return Err(fail(
+            format!(
+                "bad magic number {magic:#018x} (expected {MAGIC:#018x}): not a TensorFlow checkpoint index"
+            ),
+            table.len() as u64 - 8,
+        ));
+    }
+    let mut pos = 0;
+    let _meta = handle(footer, &mut pos, end as u64, "footer")?;
+    let index_h = handle(footer, &mut pos, end as u64, "footer")?;
+    if pos > 40 {
+        return Err(fail("footer handles run into the magic number", end as u64));
+    }
+    let mut budget = table.len().saturating_mul(4).max(1 << 20);
+    let index = block(table, end, index_h, "index block")?;
+    let index_entries = entries(index, index_h.offset, "index block", &mut budget)?;
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (separator, value) in index_entries {
+        let mut p = 0;
+        let h = handle(value, &mut p, index_h.offset, "index entry")?;
+        let data = block(table, end, h, "data block")?;
+        for (key, v) in entries(data, h.offset, "data block", &mut budget)? {
+            if let Some((last, _)) = out.last()
+                && last.as_slice() >= key.as_slice()
+            {
+                return Err(fail(
+                    format!(
+                        "keys out of order: {:?} after {:?}",
+                        String::from_utf8_lossy(&key),
+                        String::from_utf8_lossy(last)
+                    ),
+                    h.offset,
+                ));
+            }
+            if key > separator {
+                return Err(fail(
+                    format!(
+                        "key {:?} is past its index entry {:?}",
+                        String::from_utf8_lossy(&key),
+                        String::from_utf8_lossy(&separator)
+                    ),
+                    h.offset,
+                ));
+            }
+            out.push((key, v.to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+fn put_block(out: &mut Vec<u8>, entries: &[(&[u8], &[u8])], interval: usize) -> (u64, u64) {
+    let offset = out.len() as u64;
+    let mut restarts = Vec::new();
+    let mut last: &[u8] = &[];
+    for (i, (k, v)) in entries.iter().enumerate() {
+        let shared = if i % interval == 0 {
+            restarts.push(out.len() as u64 - offset);
+            0
+        } else {
+            last.iter()
+                .zip(k.iter())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        put_varint(out, shared as u64);
+        put_varint(out, (k.len() - shared) as u64);
+        put_varint(out, v.len() as u64);
+        out.extend_from_slice(&k[shared..]);
+        out.extend_from_slice(v);
+        last = k;
+    }
+    if restarts.is_empty() {
+        restarts.push(0);
+    }
+    for r in &restarts {
+        out.extend_from_slice(&(*r as u32).to_le_bytes());
+    }
+    out.extend_from_slice(&(restarts.len() as u32).to_le_bytes());
+    let size = out.len() as u64 - offset;
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[offset as usize..]), &[0]);
+    out.push(0);
+    out.extend_from_slice(&mask(crc).to_le_bytes());
+    (offset, size)
+}
+
+/// A table of `entries` (keys in strictly increasing byte order, which the caller
+/// ensures): one data block, an empty metaindex, the index, the footer.
+pub fn write(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut index_entry = Vec::new();
+    if let Some((last, _)) = entries.last() {
+        let (offset, size) = put_block(&mut out, entries, RESTART_INTERVAL);
+        let mut h = Vec::new();
+        put_varint(&mut h, offset);
+        put_varint(&mut h, size);
+        index_entry.push((last.to_vec(), h));
+    }
+    let meta = put_block(&mut out, &[], RESTART_INTERVAL);
+    let idx: Vec<(&[u8], &[u8])> = index_entry
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
+    let index = put_block(&mut out, &idx, 1);
+    let mut footer = Vec::with_capacity(FOOTER_LEN);
+    put_varint(&mut footer, meta.0);
+    put_varint(&mut footer, meta.1);
+    put_varint(&mut footer, index.0);
+    put_varint(&mut footer, index.1);
+    footer.resize(40, 0);
+    footer.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&footer);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_written_reads_back() {
+        let keys: Vec<Vec<u8>> = (0..40)
+            .map(|i| format!("layer{i:03}/w").into_bytes())
+            .collect();
+        let e: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), &k[..3])).collect();
+        let t = write(&e);
+        let back = read(&t).unwrap();
+        assert_eq!(back.len(), 40);
+        for ((k, v), (k2, v2)) in e.iter().zip(&back) {
+            assert_eq!((*k, *v), (k2.as_slice(), v2.as_slice()));
+        }
+        assert!(read(&write(&[])).unwrap().is_empty());
+    }
+
+    #[test]
+    fn corruption_is_refused() {
+        let t = write(&[(b"a", b"1"), (b"b", b"2")]);
+        let mut bad = t.clone();
+        bad[3] ^= 1;
+        assert!(matches!(
+            read(&bad).unwrap_err().kind(),
+            ErrorKind::Checksum(_)
+        ));
+        let mut magic = t.clone();
+        let n = magic.len();
+        magic[n - 1] = 0;
+        assert!(read(&magic).unwrap_err().to_string().contains("bad magic"));
+        assert!(read(&t[1..]).is_err());
+        assert!(
+            read(&t[..20])
+                .unwrap_err()
+                .to_string()
+                .contains("shorter than")
+        );
+    }
+
+    #[test]
+    fn a_shared_prefix_past_the_previous_key_is_refused() {
+        // One entry sharing 5 bytes with no previous key.
+        let mut block = vec![5, 1, 0, b'x'];
+        block.extend(0u32.to_le_bytes());
+        block.extend(1u32.to_le_bytes());
+        let e = entries(&block, 0, "data block", &mut 1000).unwrap_err();
+        assert!(e.to_string().contains("shares 5 bytes"), "{e}");
+    }
+}
