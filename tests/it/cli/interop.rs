@@ -710,3 +710,83 @@ fn exporting_a_tf_or_onnx_graph_as_paddle_says_what_to_do_instead() {
             .success();
     }
 }
+
+/// A SavedModel directory through the CLI: detected, imported, exported (the default
+/// format for its tag, into `DIR/` that does not exist yet) with its assets, a second
+/// export refused without --force, a cast copy refused naming its source.
+#[test]
+fn a_saved_model_directory_goes_in_and_comes_out_with_its_assets() {
+    let dir = tempfile::tempdir().unwrap();
+    let sm = dir.path().join("sm");
+    let src = fixture("tf/saved_model/mlp");
+    for rel in [
+        "saved_model.pb",
+        "fingerprint.pb",
+        "variables/variables.index",
+        "variables/variables.data-00000-of-00001",
+    ] {
+        std::fs::create_dir_all(sm.join(rel).parent().unwrap()).unwrap();
+        std::fs::copy(src.join(rel), sm.join(rel)).unwrap();
+    }
+    std::fs::create_dir_all(sm.join("assets/sub")).unwrap();
+    std::fs::write(sm.join("assets/vocab.txt"), b"a\nb\n").unwrap();
+    std::fs::write(sm.join("assets/sub/x.bin"), [0u8, 1, 2]).unwrap();
+    let zip = dir.path().join("m.zip");
+    let r = json_of(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "sm"])
+            .arg(&sm)
+            .arg("--json"),
+    );
+    assert_eq!(r["format"], "tf");
+    assert!(r["graph"].is_null());
+    assert_eq!(r["params"].as_array().unwrap().len(), 6);
+    let out = dir.path().join("exported");
+    let mut slash = out.clone().into_os_string();
+    slash.push("/");
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "sm", "--out"])
+            .arg(&slash)
+            .arg("--json"),
+    );
+    assert_eq!(e["format"], "tf");
+    for rel in ["assets/vocab.txt", "assets/sub/x.bin", "saved_model.pb"] {
+        assert_eq!(
+            std::fs::read(out.join(rel)).unwrap(),
+            std::fs::read(sm.join(rel)).unwrap(),
+            "{rel}"
+        );
+    }
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "sm", "--out"])
+            .arg(&out),
+    );
+    assert!(msg.contains("already exists"), "{msg}");
+    let ok = modelzip()
+        .arg("cast")
+        .arg(&zip)
+        .args(["--from", "sm", "--tag", "half", "--dtype", "fp16", "-q"])
+        .output()
+        .unwrap();
+    assert!(ok.status.success());
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "half", "--out"])
+            .arg(dir.path().join("half")),
+    );
+    assert!(
+        msg.contains("is a cast of SavedModel tag \"sm\"") && msg.contains("--format safetensors"),
+        "{msg}"
+    );
+    assert!(!dir.path().join("half").exists());
+}
