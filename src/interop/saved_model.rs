@@ -178,17 +178,17 @@ pub fn parse_index(bytes: &[u8]) -> Result<Bundle> {
     for (key, value) in rows {
         let name = String::from_utf8(key)
             .map_err(|e| invalid(format!("checkpoint key {:?} is not UTF-8", e.as_bytes())))?;
+        if value.len() > MAX_ENTRY_BYTES {
+            return Err(invalid(format!(
+                "checkpoint entry {name:?} is {} bytes, more than the {MAX_ENTRY_BYTES} an unsliced entry or the header takes; sliced (partitioned) variables are not supported",
+                value.len()
+            )));
+        }
         if name.is_empty() {
             let h = BundleHeader::decode(value.as_slice())
                 .map_err(|e| invalid(format!("checkpoint header (key \"\"): {e}")))?;
             header = Some(h);
             continue;
-        }
-        if value.len() > MAX_ENTRY_BYTES {
-            return Err(invalid(format!(
-                "checkpoint entry {name:?} is {} bytes, more than the {MAX_ENTRY_BYTES} an unsliced entry takes; sliced (partitioned) variables are not supported",
-                value.len()
-            )));
         }
         let e = BundleEntry::decode(value.as_slice())
             .map_err(|e| invalid(format!("checkpoint entry {name:?}: {e}")))?;

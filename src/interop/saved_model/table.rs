@@ -31,6 +31,17 @@ pub const FOOTER_LEN: usize = 48;
 /// Longest key accepted (TensorFlow's are tensor names).
 pub const MAX_KEY_BYTES: usize = 64 << 10;
 
+/// Most entries a table may hold, index entries included (a checkpoint has one per
+/// variable: thousands for the largest models). An entry takes 4 bytes on disk and far
+/// more once read.
+pub const MAX_ENTRIES: usize = 1_000_000;
+
+/// What the entries read so far may still take: rebuilt key bytes and entries.
+struct Budget {
+    key_bytes: usize,
+    entries: usize,
+}
+
 /// Entries between restart points in the blocks written (LevelDB's default).
 const RESTART_INTERVAL: usize = 16;
 
@@ -131,14 +142,14 @@ fn block<'t>(table: &'t [u8], end: usize, h: Handle, what: &str) -> Result<&'t [
     Ok(contents)
 }
 
-/// The entries of a block at table offset `base`, keys rebuilt; `key_budget` is what the
-/// rebuilt keys may still take in all (bounds memory: a shared prefix costs nothing on
-/// disk).
+/// The entries of a block at table offset `base`, keys rebuilt; `budget` is what the
+/// rebuilt keys and the entries may still take in all (bounds memory: a shared prefix
+/// costs nothing on disk, an entry 4 bytes).
 fn entries<'b>(
     b: &'b [u8],
     base: u64,
     what: &str,
-    key_budget: &mut usize,
+    budget: &mut Budget,
 ) -> Result<Vec<(Vec<u8>, &'b [u8])>> {
     if b.len() < 4 {
         return Err(fail(
@@ -201,12 +212,19 @@ fn entries<'b>(
                 at,
             ));
         }
-        *key_budget = key_budget.checked_sub(key_len as usize).ok_or_else(|| {
-            fail(
-                "the keys, prefixes rebuilt, take more memory than accepted",
-                at,
-            )
-        })?;
+        budget.key_bytes = budget
+            .key_bytes
+            .checked_sub(key_len as usize)
+            .ok_or_else(|| {
+                fail(
+                    "the keys, prefixes rebuilt, take more memory than accepted",
+                    at,
+                )
+            })?;
+        budget.entries = budget
+            .entries
+            .checked_sub(1)
+            .ok_or_else(|| fail(format!("more than {MAX_ENTRIES} entries"), at))?;
         key.truncate(shared as usize);
         key.extend_from_slice(&b[pos..pos + own as usize]);
         pos += own as usize;
@@ -258,7 +276,10 @@ pub fn read(table: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     if pos > 40 {
         return Err(fail("footer handles run into the magic number", end as u64));
     }
-    let mut budget = table.len().saturating_mul(4).max(1 << 20);
+    let mut budget = Budget {
+        key_bytes: table.len().saturating_mul(4).max(1 << 20),
+        entries: MAX_ENTRIES,
+    };
     let index = block(table, end, index_h, "index block")?;
     let index_entries = entries(index, index_h.offset, "index block", &mut budget)?;
     let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
@@ -406,7 +427,33 @@ mod tests {
         let mut block = vec![5, 1, 0, b'x'];
         block.extend(0u32.to_le_bytes());
         block.extend(1u32.to_le_bytes());
-        let e = entries(&block, 0, "data block", &mut 1000).unwrap_err();
+        let e = entries(&block, 0, "data block", &mut budget()).unwrap_err();
         assert!(e.to_string().contains("shares 5 bytes"), "{e}");
+    }
+
+    fn budget() -> Budget {
+        Budget {
+            key_bytes: 1 << 20,
+            entries: MAX_ENTRIES,
+        }
+    }
+
+    /// One 60 KiB key, then entries sharing all of it (4 bytes each on disk): refused
+    /// once the rebuilt keys pass the budget, not after gigabytes.
+    #[test]
+    fn shared_prefixes_cannot_amplify_memory() {
+        let mut block = vec![0x00, 0x80, 0xe0, 0x03, 0x00];
+        block.extend(vec![b'k'; 60 << 10]);
+        for _ in 0..100_000 {
+            block.extend([0x80, 0xe0, 0x03, 0x01, 0x00, b'x']);
+        }
+        block.extend(0u32.to_le_bytes());
+        block.extend(1u32.to_le_bytes());
+        let e = entries(&block, 0, "data block", &mut budget()).unwrap_err();
+        assert!(e.to_string().contains("more memory than accepted"), "{e}");
+        let mut few = budget();
+        few.entries = 3;
+        let e = entries(&block, 0, "data block", &mut few).unwrap_err();
+        assert!(e.to_string().contains("more than 1000000 entries"), "{e}");
     }
 }
