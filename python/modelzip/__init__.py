@@ -780,7 +780,7 @@ def import_model(
 ) -> Dict[str, Any]:
     """Imports model files of any format as tag ``tag`` (``modelzip import``): Paddle
     (``.pdmodel`` [+ ``.pdiparams``], a persistables directory), TensorFlow (``.pb`` /
-    ``.pbtxt`` frozen GraphDef), safetensors (files, a sharded checkpoint's index or
+    ``.pbtxt`` frozen GraphDef, or a SavedModel directory), safetensors (files, a sharded checkpoint's index or
     directory), ONNX (``.onnx``, external data included). The format is detected from
     the files unless ``format`` names it. Returns the import report with ``format``."""
     if not inputs:
@@ -802,7 +802,8 @@ def export_model(
     """Writes tag ``tag`` (None: the newest) as model files (``modelzip export``): in
     ``format`` (``"paddle"``, ``"tf"``, ``"safetensors"``, ``"onnx"``), by default the
     one the tag was imported from. ``out`` is a prefix for Paddle, a file otherwise (a
-    directory for sharded safetensors); ``external_data`` puts ONNX initializers in
+    directory for sharded safetensors, and for a tag imported from a TensorFlow
+    SavedModel, which is written back as a SavedModel directory); ``external_data`` puts ONNX initializers in
     ``OUT.data``. Files are written atomically; existing ones are refused unless
     ``overwrite``. Returns ``{"tag", "format", "files", "params", "unused", "notes"}``."""
     return _modelzip.export_model(

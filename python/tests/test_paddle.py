@@ -99,7 +99,7 @@ def test_import_errors_name_the_file(tmp):
 
 
 def test_every_format_goes_in_and_out_through_import_model(tmp):
-    """safetensors, TensorFlow and ONNX fixtures through modelzip.import_model /
+    """safetensors, TensorFlow (GraphDef and SavedModel) and ONNX fixtures through modelzip.import_model /
     export_model: detected, stored, and written back equal to the original bytes (or
     message); the arrays read through Python equal the files' own values."""
     from conftest import REPO
@@ -116,6 +116,12 @@ def test_every_format_goes_in_and_out_through_import_model(tmp):
     assert r["format"] == "tf" and r["graph"] == "graph.fb"
     modelzip.export_model(path, "tf", tmp / "mlp.pbtxt")
     assert (tmp / "mlp.pbtxt").read_text().lstrip().startswith("node")
+    sm = fx / "tf" / "saved_model" / "mlp"
+    r = modelzip.import_model(path, "sm", sm)
+    assert r["format"] == "tf" and r["graph"] is None and len(r["params"]) == 6
+    modelzip.export_model(path, "sm", tmp / "sm")
+    for kept in ("saved_model.pb", "fingerprint.pb"):
+        assert (tmp / "sm" / kept).read_bytes() == (sm / kept).read_bytes()
     onnx = sorted((fx / "onnx").glob("*.onnx"))[0]
     r = modelzip.import_model(path, "onnx", onnx)
     assert r["format"] == "onnx"
@@ -129,7 +135,7 @@ def test_every_format_goes_in_and_out_through_import_model(tmp):
     with pytest.raises(modelzip.ModelzipError) as e:
         modelzip.export_model(path, "st", tmp / "x.pb", format="tf")
     with modelzip.open(path) as ar:
-        assert ar.tags == ["st", "tf", "onnx", "pd"]
+        assert ar.tags == ["st", "tf", "sm", "onnx", "pd"]
         from safetensors.numpy import load_file
 
         want = load_file(str(st))
