@@ -449,7 +449,7 @@ fn list_assets(dir: &Path, sub: &str, out: &mut Vec<String>) -> Result<()> {
             let name = ent
                 .file_name()
                 .into_string()
-                .map_err(|n| (invalid(format!("asset name {n:?} is not UTF-8"))).in_file(&p))?;
+                .map_err(|n| invalid(format!("asset name {n:?} is not UTF-8")).in_file(&p))?;
             let ft = ent.file_type().map_err(|e| Error::from(e).in_file(&p))?;
             let r = format!("{rel}/{name}");
             if ft.is_dir() {
@@ -465,9 +465,9 @@ fn list_assets(dir: &Path, sub: &str, out: &mut Vec<String>) -> Result<()> {
                     .in_file(dir));
                 }
             } else {
-                return Err((invalid(
+                return Err(invalid(
                     "is neither a file nor a directory (a symlink?); SavedModel assets must be plain files",
-                ))
+                )
                 .in_file(&p));
             }
         }
@@ -489,10 +489,27 @@ fn check_layout(dir: &Path) -> Result<()> {
         let ent = ent.map_err(|e| Error::from(e).in_file(dir))?;
         let name = ent.file_name().to_string_lossy().into_owned();
         if !known(&name) {
-            return Err((invalid(format!(
+            return Err(invalid(format!(
                 "{name:?} is not part of a SavedModel (saved_model.pb, fingerprint.pb, variables/, assets/, assets.extra/); refusing to leave it out"
-            )))
+            ))
             .in_file(dir));
+        }
+    }
+    let vars = dir.join("variables");
+    if vars.is_dir() {
+        let rd = std::fs::read_dir(&vars).map_err(|e| Error::from(e).in_file(&vars))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::from(e).in_file(&vars))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let shard = name
+                .strip_prefix("variables.data-")
+                .is_some_and(|r| r.len() == 14 && r.as_bytes()[5..9] == *b"-of-");
+            if name != "variables.index" && !shard {
+                return Err(invalid(format!(
+                    "{name:?} is neither the checkpoint's index nor one of its data shards; refusing to leave it out"
+                ))
+                .in_file(&vars));
+            }
         }
     }
     Ok(())
@@ -509,9 +526,9 @@ pub fn import_saved_model(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     if dir.join("saved_model.pbtxt").exists() && !dir.join("saved_model.pb").exists() {
-        return Err((invalid(
+        return Err(invalid(
             "a text SavedModel (saved_model.pbtxt) is not supported; save it in binary form",
-        ))
+        )
         .in_file(dir));
     }
     check_layout(dir)?;
@@ -619,7 +636,9 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     };
     // Every parameter the index declares, checked before anything is written.
     let mut used = Vec::new();
-    let mut total = (saved_model.len() + fingerprint.as_ref().map_or(0, Vec::len)) as u64;
+    let mut total = (saved_model.len()
+        + fingerprint.as_ref().map_or(0, Vec::len)
+        + object_graph.as_ref().map_or(0, Vec::len)) as u64;
     if let Some(b) = &bundle {
         for (key, e) in &b.entries {
             match classify(key, e).map_err(|err| err.in_entry(in_entry(INDEX)))? {
@@ -661,15 +680,13 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
 
     let parent = crate::archive::parent_dir(out);
     if !parent.is_dir() {
-        return Err((invalid("the output directory's parent does not exist")).in_file(&parent));
+        return Err(invalid("the output directory's parent does not exist").in_file(&parent));
     }
     if out.exists() && !opts.overwrite {
-        return Err((invalid("already exists; refusing to overwrite it")).in_file(out));
+        return Err(invalid("already exists; refusing to overwrite it").in_file(out));
     }
     if out.exists() && !out.is_dir() {
-        return Err(
-            (invalid("is a file; a SavedModel export writes a directory here")).in_file(out),
-        );
+        return Err(invalid("is a file; a SavedModel export writes a directory here").in_file(out));
     }
     let temp = tempfile::Builder::new()
         .prefix(".modelzip-saved-model-")

@@ -373,6 +373,13 @@ fn damaged_data_and_stray_files_are_refused() {
     let e = import_err(&sm).to_string();
     assert!(e.contains("run past the shard's 400 bytes"), "{e}");
     std::fs::write(&data, &good).unwrap();
+    std::fs::write(sm.join("variables/checkpoint"), b"x").unwrap();
+    let e = import_err(&sm).to_string();
+    assert!(
+        e.contains("\"checkpoint\" is neither the checkpoint's index"),
+        "{e}"
+    );
+    std::fs::remove_file(sm.join("variables/checkpoint")).unwrap();
     std::fs::write(sm.join("notes.txt"), b"x").unwrap();
     let e = import_err(&sm).to_string();
     assert!(
