@@ -688,6 +688,15 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     if out.exists() && !out.is_dir() {
         return Err(invalid("is a file; a SavedModel export writes a directory here").in_file(out));
     }
+    // Replacing a directory that holds the archive being read would delete it.
+    if let (Some(archive), Ok(dir)) = (tag.archive().path(), out.canonicalize())
+        && archive.canonicalize().is_ok_and(|a| a.starts_with(&dir))
+    {
+        return Err(invalid(
+            "holds the archive the tag is read from; refusing to replace it with the export",
+        )
+        .in_file(out));
+    }
     let temp = tempfile::Builder::new()
         .prefix(".modelzip-saved-model-")
         .tempdir_in(&parent)

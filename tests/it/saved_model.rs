@@ -172,6 +172,10 @@ fn an_existing_output_is_refused_unless_forced_and_then_replaced_whole() {
         overwrite: true,
         ..export_opts()
     };
+    // Not over the directory holding the archive, even with --force.
+    let e = export_saved_model(&tag, dir.path(), &force).unwrap_err();
+    assert!(e.to_string().contains("holds the archive"), "{e}");
+    assert!(zip.exists());
     export_saved_model(&tag, &out, &force).unwrap();
     assert!(!out.join("stale.txt").exists());
     assert!(out.join("saved_model.pb").exists());
