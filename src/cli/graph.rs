@@ -62,8 +62,15 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .graph()
         .map_err(|e| CliError::Failed(format!("cannot read the graph of tag {name:?}: {e}")))?
         .ok_or_else(|| {
+            let why = if modelzip::interop::saved_model::is_saved_model_tag(&tag) {
+                "the tag holds a TensorFlow SavedModel, whose saved_model/saved_model.pb \
+                 modelzip keeps undecoded (no graph.pdmodel or graph.fb); `modelzip show` \
+                 lists its variables, `modelzip export` writes the SavedModel back"
+            } else {
+                "the tag has no graph (no graph.pdmodel or graph.fb)"
+            };
             CliError::Failed(format!(
-                "cannot print the graph of tag {name:?}: the tag has no graph (no graph.pdmodel or graph.fb) (file {})",
+                "cannot print the graph of tag {name:?}: {why} (file {})",
                 args.input.archive.display()
             ))
         })?;

@@ -155,6 +155,8 @@ pub struct Exported {
 pub(crate) enum GraphKind {
     /// No graph at all.
     None,
+    /// No graph.fb, but a TensorFlow SavedModel kept under `saved_model/`.
+    SavedModel,
     /// A Paddle program: graph.pdmodel, or a graph.fb that is neither TensorFlow nor ONNX.
     Paddle { fb: bool },
     /// A TensorFlow GraphDef in graph.fb.
@@ -166,6 +168,16 @@ pub(crate) enum GraphKind {
 }
 
 impl GraphKind {
+    /// The kind of a tag without graph.pdmodel or graph.fb: a SavedModel tag holds its
+    /// `saved_model.pb` (kept undecoded), any other has no graph at all.
+    pub(crate) fn without_graph(tag: &Tag<'_>) -> GraphKind {
+        if saved_model::is_saved_model_tag(tag) {
+            GraphKind::SavedModel
+        } else {
+            GraphKind::None
+        }
+    }
+
     /// The kind of a graph.fb that holds neither TensorFlow nor ONNX: a PIR program when
     /// `pir`, else a Paddle program.
     pub(crate) fn paddle_fb(pir: bool) -> GraphKind {
@@ -185,6 +197,13 @@ impl GraphKind {
 pub(crate) fn wrong_graph(name: &str, has: GraphKind, target: &str) -> Error {
     let (what, format) = match has {
         GraphKind::None => (format!("tag {name:?} has no graph"), None),
+        GraphKind::SavedModel => (
+            format!(
+                "tag {name:?} holds a TensorFlow SavedModel (saved_model/saved_model.pb, \
+                 kept undecoded; no graph.fb)"
+            ),
+            Some("tf"),
+        ),
         GraphKind::Paddle { fb } => (
             format!(
                 "the graph of tag {name:?} is a Paddle program ({})",

@@ -823,7 +823,7 @@ pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
     let name = tag.name();
     let wrong = |has| super::wrong_graph(name, has, "ONNX");
     match tag.graph()? {
-        None => Err(wrong(GraphKind::None)),
+        None => Err(wrong(GraphKind::without_graph(tag))),
         Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
         Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)

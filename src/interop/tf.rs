@@ -1155,7 +1155,7 @@ fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
     let name = tag.name();
     let wrong = |has| super::wrong_graph(name, has, "TensorFlow");
     match tag.graph()? {
-        None => Err(wrong(GraphKind::None)),
+        None => Err(wrong(GraphKind::without_graph(tag))),
         Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
         Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)

@@ -67,7 +67,7 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
     let Some((enc, bytes)) = tag.graph()? else {
         return Err(crate::interop::wrong_graph(
             name,
-            crate::interop::GraphKind::None,
+            crate::interop::GraphKind::without_graph(tag),
             "Paddle",
         ));
     };
@@ -237,9 +237,10 @@ pub fn export_inference_model(
     let text = prefix.as_os_str().to_string_lossy();
     let last = text.rsplit(std::path::is_separator).next().unwrap_or("");
     if matches!(last, "" | "." | "..") {
+        let program = if p.pir { "json" } else { "pdmodel" };
         return Err(Error::new(ErrorKind::InvalidInput(format!(
             "{text:?} names a directory, not a file prefix; give a prefix such as \
-             {:?} (writes inference.pdmodel and inference.pdiparams there)",
+             {:?} (writes inference.{program} and inference.pdiparams there)",
             prefix.join("inference")
         )))
         .in_file(prefix));

@@ -790,3 +790,37 @@ fn a_saved_model_directory_goes_in_and_comes_out_with_its_assets() {
     );
     assert!(!dir.path().join("half").exists());
 }
+
+/// A SavedModel tag has no graph.fb but is not graph-less: `graph` and exports as
+/// ONNX or Paddle say it holds a SavedModel and point to `--format tf` (they said "has
+/// no graph" and offered only safetensors).
+#[test]
+fn a_saved_model_tag_as_another_format_says_it_holds_a_saved_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    modelzip()
+        .arg("import")
+        .arg(&zip)
+        .args(["--tag", "sm", "-q"])
+        .arg(fixture("tf/saved_model/mlp"))
+        .assert()
+        .success();
+    let msg = expect_error(modelzip().arg("graph").arg(&zip).args(["--tag", "sm"]));
+    assert!(
+        msg.contains("holds a TensorFlow SavedModel") && msg.contains("modelzip export"),
+        "{msg}"
+    );
+    for (format, out) in [("onnx", "m.onnx"), ("paddle", "m")] {
+        let msg = expect_error(
+            modelzip()
+                .arg("export")
+                .arg(&zip)
+                .args(["--tag", "sm", "--format", format, "--out"])
+                .arg(dir.path().join(out)),
+        );
+        assert!(
+            msg.contains("tag \"sm\" holds a TensorFlow SavedModel") && msg.contains("--format tf"),
+            "{format}: {msg}"
+        );
+    }
+}

@@ -520,6 +520,22 @@ fn a_pir_tag_as_another_format_says_what_it_holds() {
                 .args(["--tag", "p", "--to", "programdesc"]),
         );
     assert!(e.contains("PIR program") && e.contains("p/graph.fb"), "{e}");
+    // A directory in place of the prefix: the suggested prefix names the files a PIR
+    // tag is written as (PREFIX.json, not PREFIX.pdmodel).
+    let mut slash = d.path().join("out").into_os_string();
+    slash.push("/");
+    let e = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&a)
+            .args(["--tag", "p", "--format", "paddle", "--out"])
+            .arg(&slash),
+    );
+    assert!(
+        e.contains("names a directory, not a file prefix")
+            && e.contains("writes inference.json and inference.pdiparams"),
+        "{e}"
+    );
 }
 
 /// `pack --graph model.json` stores a PIR program (checked, byte for byte in graph.fb)
