@@ -31,9 +31,11 @@ pub enum CastDType {
 ///
 /// Refused (exit 2, nothing written): a quantized source tag (its <name>@scale
 /// parameters would be cast and its quantization record dropped), a source tag
-/// with no FP32 parameter (e.g. an FP16 tag: cast its FP32 source instead), and a
-/// tag imported from ONNX or TensorFlow (its model declares the parameters' dtypes,
-/// which cast does not rewrite).
+/// with no FP32 parameter (e.g. an FP16 tag: cast its FP32 source instead), a tag
+/// imported from ONNX or a TensorFlow GraphDef (its model declares the parameters'
+/// dtypes, which cast does not rewrite), and a Paddle 3 PIR tag. A SavedModel tag is
+/// cast as parameters only: the new tag keeps none of the SavedModel's files and
+/// exports as safetensors, not as a SavedModel.
 ///
 /// Example:
 ///   modelzip cast model.zip --from fp32 --tag fp16 --dtype fp16
