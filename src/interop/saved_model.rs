@@ -176,6 +176,9 @@ pub fn parse_index(bytes: &[u8]) -> Result<Bundle> {
     let mut header = None;
     let mut entries = Vec::with_capacity(rows.len());
     for (key, value) in rows {
+        if key.first() == Some(&0) {
+            return Err(sliced_key(&key));
+        }
         let name = String::from_utf8(key)
             .map_err(|e| invalid(format!("checkpoint key {:?} is not UTF-8", e.as_bytes())))?;
         if value.len() > MAX_ENTRY_BYTES {
@@ -208,6 +211,37 @@ pub fn parse_index(bytes: &[u8]) -> Result<Bundle> {
     }
     Ok(Bundle { header, entries })
 }
+}
+
+/// The refusal of a key that starts with a zero byte: TensorFlow's key of one slice of
+/// a sliced (partitioned) variable (`EncodeTensorNameSlice`: OrderedCode of 0, the
+/// variable's name, then the slice's extents), which a SavedModel saved with a
+/// sharding callback such as `MaxShardSizePolicy` writes for a variable larger than a
+/// shard. Names the variable (its name is the OrderedCode string after the leading
+/// 0: `00 FF` stands for 00, `FF 00` for FF, ended by `00 01`).
+fn sliced_key(key: &[u8]) -> Error {
+    let mut name = Vec::new();
+    let mut i = 1;
+    while i < key.len() {
+        match (key[i], key.get(i + 1)) {
+            (0, Some(0xFF)) => name.push(0),
+            (0xFF, Some(0)) => name.push(0xFF),
+            (0, _) => break,
+            (b, _) => {
+                name.push(b);
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    invalid(format!(
+        "a checkpoint key names a slice of variable {:?}: a sliced (partitioned) variable, \
+         as a sharding callback such as tf.train.experimental.MaxShardSizePolicy writes for \
+         a variable larger than a shard; only whole variables are imported (save without \
+         the sharding callback)",
+        String::from_utf8_lossy(&name)
+    ))
 }
 
 internal! {

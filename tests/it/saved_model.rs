@@ -319,6 +319,31 @@ fn keys_out_of_order_are_refused() {
     assert!(e.contains("keys out of order"), "{e}");
 }
 
+/// The key TensorFlow writes for one slice of a sliced variable (what a
+/// `MaxShardSizePolicy` sharding callback makes of a variable larger than a shard)
+/// starts with a zero byte; it was refused as "checkpoint key [0, 119, ...] is not
+/// UTF-8" (or, when its extents happened to be UTF-8, would be read as a parameter
+/// named by the raw key). Now the variable is named and the cause said.
+#[test]
+fn a_slice_key_is_refused_naming_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let sm = copy_fixture(dir.path());
+    let mut b = index_of(&sm);
+    let w1 = entry_mut(&mut b, W1).clone();
+    // OrderedCode: 0, the name ("\0" escaped as "\0\u{ff}"; none here), "\0\u{1}", then
+    // the slice's rank (1 2) and extents (kept UTF-8 so write_index takes the key).
+    let key = format!("\0{W1}\0\u{1}\u{1}\u{2}");
+    b.entries.insert(0, (key, w1));
+    write_index_to(&sm, &b);
+    let e = import_err(&sm).to_string();
+    assert!(
+        e.contains("names a slice of variable \"w1/.ATTRIBUTES/VARIABLE_VALUE\"")
+            && e.contains("MaxShardSizePolicy")
+            && e.contains("variables.index"),
+        "{e}"
+    );
+}
+
 #[test]
 fn sliced_string_and_wrongly_sized_entries_are_refused() {
     let dir = tempfile::tempdir().unwrap();
