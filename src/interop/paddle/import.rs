@@ -219,6 +219,16 @@ pub fn import_persistables_dir(
     model: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
+    // A SavedModel directory (--format paddle, import-paddle --dir) would be read as
+    // persistables and fail on its first file's "LoDTensor version".
+    if crate::interop::tf::is_saved_model(dir) {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "the directory is a TensorFlow SavedModel (it holds saved_model.pb), not a Paddle \
+             model; import it as tf (`modelzip import` detects it; --format tf)"
+                .into(),
+        ))
+        .in_file(dir));
+    }
     let default_model = dir.join(DIR_MODEL_FILE);
     // What `modelzip extract` writes for a graph.fb tag.
     let default_fb = dir.join("graph.fb");

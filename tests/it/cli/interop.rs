@@ -823,4 +823,27 @@ fn a_saved_model_tag_as_another_format_says_it_holds_a_saved_model() {
             "{format}: {msg}"
         );
     }
+    // Imported as Paddle, it was read as a persistables directory: "unsupported
+    // LoDTensor version ... (file fingerprint.pb)".
+    let sm = fixture("tf/saved_model/mlp");
+    let by_format = expect_error(
+        modelzip()
+            .arg("import")
+            .arg(&zip)
+            .args(["--tag", "p", "--format", "paddle"])
+            .arg(&sm),
+    );
+    let by_dir = expect_error(
+        modelzip()
+            .arg("import-paddle")
+            .arg(&zip)
+            .args(["--tag", "p", "--dir"])
+            .arg(&sm),
+    );
+    for msg in [by_format, by_dir] {
+        assert!(
+            msg.contains("the directory is a TensorFlow SavedModel") && msg.contains("--format tf"),
+            "{msg}"
+        );
+    }
 }
