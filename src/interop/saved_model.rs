@@ -22,10 +22,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView};
 use crate::tf_proto as pb;
+use bytes::Bytes;
 use prost::Message;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Largest `variables.index` accepted.
@@ -381,12 +382,14 @@ fn string_crc(key: &str, data: &[u8]) -> Result<u32> {
 struct Shards {
     dir: PathBuf,
     n: i32,
-    open: BTreeMap<i32, (File, u64, PathBuf)>,
+    /// Each shard read so far, mapped (`map_input`): a tensor is a slice of its map,
+    /// so an import's memory does not grow with the variables (docs/RELIABILITY.md).
+    open: BTreeMap<i32, (Bytes, PathBuf)>,
 }
 
 impl Shards {
     /// The bytes of entry `e`, checked: inside its shard, and matching its CRC-32C.
-    fn read(&mut self, key: &str, e: &BundleEntry, string: bool) -> Result<Vec<u8>> {
+    fn read(&mut self, key: &str, e: &BundleEntry, string: bool) -> Result<Bytes> {
         if e.shard_id < 0 || e.shard_id >= self.n {
             return Err(invalid(format!(
                 "checkpoint entry {key:?} is in shard {}, but the bundle has {}",
@@ -397,39 +400,27 @@ impl Shards {
             let p = self
                 .dir
                 .join(format!("variables.data-{:05}-of-{:05}", e.shard_id, self.n));
-            let f = File::open(&p).map_err(|err| Error::from(err).in_file(&p))?;
-            let len = f
-                .metadata()
-                .map_err(|err| Error::from(err).in_file(&p))?
-                .len();
-            self.open.insert(e.shard_id, (f, len, p));
+            let map = crate::interop::map_input(&p)?;
+            self.open.insert(e.shard_id, (map, p));
         }
-        let Some((f, len, p)) = self.open.get_mut(&e.shard_id) else {
+        let Some((map, p)) = self.open.get(&e.shard_id) else {
             return Err(invalid("shard table out of step"));
         };
+        let len = map.len() as u64;
         let (off, size) = (e.offset, e.size);
-        let end = u64::try_from(off)
+        let range = u64::try_from(off)
             .ok()
             .zip(u64::try_from(size).ok())
-            .and_then(|(o, s)| o.checked_add(s));
-        if end.is_none_or(|end| end > *len) {
+            .and_then(|(o, s)| Some((o, o.checked_add(s)?)))
+            .filter(|&(_, end)| end <= len);
+        let Some((start, end)) = range else {
             return Err(Error::new(ErrorKind::InvalidInput(format!(
                 "checkpoint entry {key:?}: {size} bytes at offset {off} run past the shard's {len} bytes"
             )))
             .in_file(&*p));
-        }
-        let mut data = Vec::new();
-        f.seek(SeekFrom::Start(off as u64))
-            .and_then(|_| (&mut *f).take(size as u64).read_to_end(&mut data))
-            .map_err(|err| Error::from(err).in_file(&*p))?;
-        if data.len() as u64 != size as u64 {
-            return Err(Error::new(ErrorKind::Truncated {
-                what: "checkpoint tensor data",
-                needed: size as u64,
-                available: data.len() as u64,
-            })
-            .in_file(&*p));
-        }
+        };
+        // In range of a map of `len` bytes, so both fit a usize.
+        let data = map.slice(start as usize..end as usize);
         let crc = table::mask(if string {
             string_crc(key, &data).map_err(|err| err.in_file(&*p).at_offset(off as u64))?
         } else {

@@ -323,6 +323,58 @@ fn tf_import_of_a_256_mib_graphdef_stays_under_64_mib() {
     check_import(d.path(), &["import"], &[pb_path]);
 }
 
+/// A SavedModel of two data shards, two tensors each: each shard is mapped and every
+/// variable written from the map (each was read into a Vec: 788 MiB for one 256 MiB
+/// variable).
+#[test]
+fn saved_model_import_of_256_mib_in_two_shards_stays_under_64_mib() {
+    use modelzip::interop::saved_model::{Bundle, BundleEntry, BundleHeader, write_index};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let d = tempfile::tempdir().unwrap();
+    let sm = d.path().join("sm");
+    std::fs::create_dir_all(sm.join("variables")).unwrap();
+    // Schema version 1 and one empty MetaGraph: saved_model.pb is kept, not decoded.
+    std::fs::write(sm.join("saved_model.pb"), [0x08, 0x01, 0x12, 0x00]).unwrap();
+    let mut entries = Vec::new();
+    for shard in 0..2 {
+        let mut f = create(&sm.join(format!("variables/variables.data-{shard:05}-of-00002")));
+        for (slot, i) in [2 * shard, 2 * shard + 1].into_iter().enumerate() {
+            let bytes = data(i);
+            let crc = crc32c::crc32c(&bytes);
+            f.write_all(&bytes).unwrap();
+            entries.push((
+                name(i),
+                BundleEntry {
+                    dtype: 1, // DT_FLOAT
+                    shape: Some(tf_pb::TensorShapeProto {
+                        dim: vec![tf_pb::tensor_shape_proto::Dim {
+                            size: ELEMS as i64,
+                            name: String::new(),
+                        }],
+                        unknown_rank: false,
+                    }),
+                    shard_id: shard as i32,
+                    offset: (slot * ELEMS * 4) as i64,
+                    size: (ELEMS * 4) as i64,
+                    crc32c: crc.rotate_right(15).wrapping_add(0xa282_ead8),
+                    slices: Vec::new(),
+                },
+            ));
+        }
+        f.flush().unwrap();
+    }
+    let index = write_index(&Bundle {
+        header: BundleHeader {
+            num_shards: 2,
+            endianness: 0,
+            version: None,
+        },
+        entries,
+    });
+    std::fs::write(sm.join("variables/variables.index"), index).unwrap();
+    check_import(d.path(), &["import"], &[sm]);
+}
+
 #[test]
 fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
     // The last attribute of an op named "@modelzip" is parsed as JSON (modelzip's own
