@@ -779,10 +779,12 @@ def import_model(
     wait: bool = False,
 ) -> Dict[str, Any]:
     """Imports model files of any format as tag ``tag`` (``modelzip import``): Paddle
-    (``.pdmodel`` [+ ``.pdiparams``], a persistables directory), TensorFlow (``.pb`` /
-    ``.pbtxt`` frozen GraphDef, or a SavedModel directory), safetensors (files, a sharded checkpoint's index or
-    directory), ONNX (``.onnx``, external data included). The format is detected from
-    the files unless ``format`` names it. Returns the import report with ``format``."""
+    (``.pdmodel`` or Paddle 3's PIR ``.json`` [+ ``.pdiparams``], a directory holding
+    one such pair as ``paddle.jit.save`` writes it, or a persistables directory),
+    TensorFlow (``.pb`` / ``.pbtxt`` frozen GraphDef, or a SavedModel directory),
+    safetensors (files, a sharded checkpoint's index or directory), ONNX (``.onnx``,
+    external data included). The format is detected from the files unless ``format``
+    names it. Returns the import report with ``format``."""
     if not inputs:
         raise ModelzipError("invalid_input", "import_model needs at least one input file")
     return _modelzip.import_model(
@@ -801,10 +803,11 @@ def export_model(
 ) -> Dict[str, Any]:
     """Writes tag ``tag`` (None: the newest) as model files (``modelzip export``): in
     ``format`` (``"paddle"``, ``"tf"``, ``"safetensors"``, ``"onnx"``), by default the
-    one the tag was imported from. ``out`` is a prefix for Paddle, a file otherwise (a
-    directory for sharded safetensors, and for a tag imported from a TensorFlow
-    SavedModel, which is written back as a SavedModel directory); ``external_data`` puts ONNX initializers in
-    ``OUT.data``. Files are written atomically; existing ones are refused unless
+    one the tag was imported from. ``out`` is a prefix for Paddle (``OUT.pdmodel``, or
+    ``OUT.json`` for a PIR program, + ``OUT.pdiparams``), a file otherwise (a directory
+    for sharded safetensors, and for a tag imported from a TensorFlow SavedModel, which
+    is written back as a SavedModel directory); ``external_data`` puts ONNX initializers
+    in ``OUT.data``. Files are written atomically; existing ones are refused unless
     ``overwrite``. Returns ``{"tag", "format", "files", "params", "unused", "notes"}``."""
     return _modelzip.export_model(
         _fspath(archive), tag, _local(out, "export to", _EXPORT_HINT), format, overwrite,
