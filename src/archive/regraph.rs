@@ -94,10 +94,13 @@ fn rewrite_graph(
         let (from, old_bytes, new) = {
             let t = base.tag(&canon)?;
             let Some((from, old)) = t.graph()? else {
-                return Err(ErrorKind::InvalidInput(format!(
-                    "tag {canon:?} has no graph (no graph.pdmodel or graph.fb)"
-                ))
-                .into());
+                let what = if crate::interop::saved_model::is_saved_model_tag(&t) {
+                    "holds a TensorFlow SavedModel, whose saved_model/saved_model.pb is \
+                     kept undecoded and not converted (no graph.pdmodel or graph.fb)"
+                } else {
+                    "has no graph (no graph.pdmodel or graph.fb)"
+                };
+                return Err(ErrorKind::InvalidInput(format!("tag {canon:?} {what}")).into());
             };
             let new = make(from, &old)
                 .map_err(|e| e.in_entry(format!("{canon}/{}", from.file_name())))?;

@@ -805,6 +805,16 @@ fn a_saved_model_tag_as_another_format_says_it_holds_a_saved_model() {
         .arg(fixture("tf/saved_model/mlp"))
         .assert()
         .success();
+    let msg = expect_error(modelzip().arg("convert").arg(&zip).args([
+        "--tag",
+        "sm",
+        "--to",
+        "flatbuffers",
+    ]));
+    assert!(
+        msg.contains("tag \"sm\" holds a TensorFlow SavedModel"),
+        "{msg}"
+    );
     let msg = expect_error(modelzip().arg("graph").arg(&zip).args(["--tag", "sm"]));
     assert!(
         msg.contains("holds a TensorFlow SavedModel") && msg.contains("modelzip export"),
