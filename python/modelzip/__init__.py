@@ -281,15 +281,15 @@ class Tag:
             return default
         return self[name]
 
-    def items(self) -> Iterator[Tuple[str, np.ndarray]]:
-        """``(name, array)`` pairs in params.txt order."""
-        for name, desc in self._native.get_all():
-            yield name, _array(desc)
+    def items(self) -> "collections.abc.ItemsView[str, np.ndarray]":
+        """``(name, array)`` pairs in params.txt order: a view, as a mapping's is (it has
+        a length and can be iterated again; each iteration reads the arrays anew)."""
+        return _TagItems(self)
 
-    def values(self) -> Iterator[np.ndarray]:
-        """The arrays, in params.txt order."""
-        for _, desc in self._native.get_all():
-            yield _array(desc)
+    def values(self) -> "collections.abc.ValuesView[np.ndarray]":
+        """The arrays, in params.txt order: a view, as a mapping's is (it has a length
+        and can be iterated again; each iteration reads the arrays anew)."""
+        return _TagValues(self)
 
     def lod(self, name: str) -> List[List[int]]:
         """Parameter ``name``'s level-of-detail table (``[]`` when it has none)."""
@@ -343,6 +343,26 @@ class Tag:
 
     def __repr__(self) -> str:
         return f"<modelzip.Tag {self.name!r}: {len(self)} params>"
+
+
+class _TagItems(collections.abc.ItemsView):
+    """Tag.items(): ItemsView reading every array in one native call per iteration."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Tuple[str, np.ndarray]]:
+        for name, desc in self._mapping._native.get_all():
+            yield name, _array(desc)
+
+
+class _TagValues(collections.abc.ValuesView):
+    """Tag.values(): ValuesView reading every array in one native call per iteration."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for _, desc in self._mapping._native.get_all():
+            yield _array(desc)
 
 
 # A Tag is a read-only mapping of name -> array: isinstance(tag, Mapping) holds. It is

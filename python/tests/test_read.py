@@ -385,7 +385,7 @@ def test_membership_is_ascii_case_insensitive_like_lookup(tmp):
 def test_a_tag_is_a_read_only_mapping(tmp):
     """A Tag behaves as the read-only mapping its docs call it: get() with a default,
     values() and items() in params.txt order, isinstance(Mapping), dict(tag)."""
-    from collections.abc import Mapping
+    from collections.abc import ItemsView, Mapping, ValuesView
 
     path = tmp / "m.zip"
     w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, 8], np.int64)
@@ -398,6 +398,13 @@ def test_a_tag_is_a_read_only_mapping(tmp):
         assert t.get("missing", 5) == 5
         assert [a.tolist() for a in t.values()] == [w.tolist(), b.tolist()]
         assert [n for n, _ in t.items()] == ["w", "b"]
+        # Views, as a mapping's are: a length, and a second iteration gives them all
+        # again (they were generators: len() raised, the second pass was empty).
+        values, items = t.values(), t.items()
+        assert len(values) == 2 and len(items) == 2
+        assert [a.tolist() for a in values] == [a.tolist() for a in values]
+        assert [n for n, _ in items] == [n for n, _ in items] == ["w", "b"]
+        assert isinstance(values, ValuesView) and isinstance(items, ItemsView)
         d = dict(t)
         assert list(d) == ["w", "b"] and d["b"].tolist() == [7, 8]
         assert t == t and t != ar["t"]  # identity, not an elementwise array comparison
