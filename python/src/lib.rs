@@ -1212,14 +1212,34 @@ fn variant_report<'py>(
         item.set_item("name", &p.name)?;
         item.set_item("dtype", p.dtype.name())?;
         item.set_item("dims", p.dims.clone())?;
-        item.set_item("change", format!("{:?}", p.change))?;
-        // Why a weight was quantized per tensor though per channel was asked for.
-        let reason = match &p.change {
-            modelzip::variants::ParamChange::Quantized {
-                per_tensor_reason, ..
-            } => per_tensor_reason.as_deref(),
-            _ => None,
+        // As the CLI's --json names it: "quantized" (with "axis", "scale"), "scale"
+        // (with "of"), "cast" (with "from"), "unchanged". It was the Rust Debug text
+        // (`Cast { from: Fp32 }`).
+        use modelzip::variants::ParamChange;
+        let mut reason = None;
+        let change = match &p.change {
+            ParamChange::Quantized {
+                axis,
+                scale,
+                per_tensor_reason,
+            } => {
+                item.set_item("axis", *axis)?;
+                item.set_item("scale", scale)?;
+                // Why a weight was quantized per tensor though per channel was asked for.
+                reason = per_tensor_reason.as_deref();
+                "quantized"
+            }
+            ParamChange::Scale { of } => {
+                item.set_item("of", of)?;
+                "scale"
+            }
+            ParamChange::Cast { from } => {
+                item.set_item("from", from.name())?;
+                "cast"
+            }
+            ParamChange::Unchanged => "unchanged",
         };
+        item.set_item("change", change)?;
         item.set_item("per_tensor_reason", reason)?;
         item.set_item("shared", p.shared)?;
         item.set_item("stored_bytes", p.stored_bytes)?;

@@ -84,6 +84,19 @@ def test_quantize_and_cast_make_variants_the_cli_lists(tmp):
     assert [t["name"] for t in cli_json("tags", path)["tags"]] == ["fp32", "int8", "fp16"]
     with modelzip.open(path) as ar:
         assert ar["fp16"].metadata["cast"]
+    # Each parameter's change as the CLI's --json names it (it was Rust's Debug text,
+    # "Cast { from: Fp32 }").
+    def changes(report):
+        keep = ("name", "change", "axis", "scale", "of", "from")
+        return [{k: p[k] for k in keep if k in p} for p in report["params"]]
+
+    cli_q = cli_json("quantize", path, "--from", "fp32", "--tag", "int8b", "--per-channel")
+    assert changes(q) == changes(cli_q)
+    cli_c = cli_json("cast", path, "--from", "fp32", "--tag", "fp16b", "--dtype", "fp16")
+    assert changes(c) == changes(cli_c)
+    assert {p["change"] for p in q["params"]} == {"quantized", "scale", "unchanged"}
+    fp16 = [p for p in c["params"] if p["dtype"] == "FP16"]
+    assert fp16 and all(p["change"] == "cast" and p["from"] == "FP32" for p in fp16)
 
 
 def test_import_errors_name_the_file(tmp):
