@@ -417,12 +417,12 @@ impl Shards {
             return Err(Error::new(ErrorKind::InvalidInput(format!(
                 "checkpoint entry {key:?}: {size} bytes at offset {off} run past the shard's {len} bytes"
             )))
-            .in_file(&*p));
+            .in_file(p));
         };
         // In range of a map of `len` bytes, so both fit a usize.
         let data = map.slice(start as usize..end as usize);
         let crc = table::mask(if string {
-            string_crc(key, &data).map_err(|err| err.in_file(&*p).at_offset(off as u64))?
+            string_crc(key, &data).map_err(|err| err.in_file(p).at_offset(off as u64))?
         } else {
             crc32c::crc32c(&data)
         });
@@ -431,7 +431,7 @@ impl Shards {
                 "checkpoint entry {key:?}: stored masked CRC-32C {:#010x}, its {size} bytes at offset {off} have {crc:#010x}",
                 e.crc32c
             )))
-            .in_file(&*p)
+            .in_file(p)
             .at_offset(off as u64));
         }
         Ok(data)
