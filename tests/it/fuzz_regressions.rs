@@ -4,7 +4,8 @@
 //! `<target>`, which must return an error or a result with the property the target
 //! asserts (round trips), never panic. The named tests pin down each fix.
 
-use modelzip::graph::VarKind;
+use modelzip::graph::{VarKind, pir};
+use modelzip::interop::saved_model::{parse_index, write_index};
 use modelzip::internals::text::{parse_table, parse_tags_txt, render_table, render_tags_txt};
 use modelzip::{Graph, OpenOptions, TrainingConfig};
 use std::io::Cursor;
@@ -172,6 +173,35 @@ fn onnx_zero_dim_before_overflowing_dims_is_refused() {
     assert!(e.contains("overflow an element count"), "{e}");
 }
 
+/// What fuzz/fuzz_targets/pir_program.rs asserts of a program that parses.
+fn check_pir_program(data: &[u8]) {
+    let Ok(p) = pir::parse(data) else {
+        return;
+    };
+    assert_eq!(p.op_counts.values().sum::<usize>(), p.ops);
+    assert!(p.params.len() <= p.ops);
+    assert!(
+        p.params
+            .windows(2)
+            .all(|w| w[0].name.as_bytes() < w[1].name.as_bytes())
+    );
+    assert!(p.params.iter().all(|q| q.dtype.is_some() == q.dims.is_some()));
+    let fb = Graph::from_pir_json(data).unwrap().to_flatbuffers().unwrap();
+    let g = Graph::from_flatbuffers(&fb).unwrap();
+    assert_eq!(g.pir.as_ref().unwrap().json, data);
+    assert_eq!(g.to_flatbuffers().unwrap(), fb);
+}
+
+/// What fuzz/fuzz_targets/tf_checkpoint_index.rs asserts of an index that parses.
+fn check_tf_checkpoint_index(data: &[u8]) {
+    let Ok(b) = parse_index(data) else {
+        return;
+    };
+    let again = parse_index(&write_index(&b)).unwrap();
+    assert_eq!(again.header, b.header);
+    assert_eq!(again.entries, b.entries);
+}
+
 #[test]
 fn every_regression_input_gives_an_error_or_a_sound_result() {
     let mut n = 0;
@@ -190,6 +220,8 @@ fn every_regression_input_gives_an_error_or_a_sound_result() {
             "params_txt" => check_params_txt(&data),
             "archive" => check_archive(&data),
             "onnx_model" => check_onnx_model(&data),
+            "pir_program" => check_pir_program(&data),
+            "tf_checkpoint_index" => check_tf_checkpoint_index(&data),
             other => panic!("{name}: no replay for fuzz target {other:?}"),
         }
         n += 1;
