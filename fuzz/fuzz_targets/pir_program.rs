@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(p) => p,
         Err(e) => return drop(e.to_string()),
     };
-    assert_eq!(p.op_counts.values().sum::<usize>(), p.ops, "op counts do not add up");
+    assert_eq!(
+        p.op_counts.values().sum::<usize>(),
+        p.ops,
+        "op counts do not add up"
+    );
     assert!(p.params.len() <= p.ops, "more parameters than ops");
     for w in p.params.windows(2) {
         assert!(
@@ -26,14 +30,24 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     for q in &p.params {
-        assert_eq!(q.dtype.is_some(), q.dims.is_some(), "{q:?}: dtype and dims disagree");
+        assert_eq!(
+            q.dtype.is_some(),
+            q.dims.is_some(),
+            "{q:?}: dtype and dims disagree"
+        );
     }
     let g = Graph::from_pir_json(data).expect("parsed program does not make a graph");
-    let fb = g.to_flatbuffers().expect("PIR graph does not encode as graph.fb");
+    let fb = g
+        .to_flatbuffers()
+        .expect("PIR graph does not encode as graph.fb");
     let g2 = Graph::from_flatbuffers(&fb).expect("graph.fb of a PIR graph does not decode");
     let pir2 = g2.pir.as_ref().expect("graph.fb lost the PIR program");
     assert_eq!(pir2.json, data, "graph.fb changed the PIR bytes");
     assert_eq!(pir2.program().expect("PIR program no longer parses"), p);
-    assert_eq!(g2.to_flatbuffers().unwrap(), fb, "graph.fb encoding is not a fixed point");
+    assert_eq!(
+        g2.to_flatbuffers().unwrap(),
+        fb,
+        "graph.fb encoding is not a fixed point"
+    );
     let _ = (dump::text(&g2), dump::json(&g2));
 });

@@ -5,8 +5,8 @@
 //! asserts (round trips), never panic. The named tests pin down each fix.
 
 use modelzip::graph::{VarKind, pir};
-use modelzip::interop::saved_model::{parse_index, write_index};
 use modelzip::internals::text::{parse_table, parse_tags_txt, render_table, render_tags_txt};
+use modelzip::interop::saved_model::{parse_index, write_index};
 use modelzip::{Graph, OpenOptions, TrainingConfig};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -185,8 +185,15 @@ fn check_pir_program(data: &[u8]) {
             .windows(2)
             .all(|w| w[0].name.as_bytes() < w[1].name.as_bytes())
     );
-    assert!(p.params.iter().all(|q| q.dtype.is_some() == q.dims.is_some()));
-    let fb = Graph::from_pir_json(data).unwrap().to_flatbuffers().unwrap();
+    assert!(
+        p.params
+            .iter()
+            .all(|q| q.dtype.is_some() == q.dims.is_some())
+    );
+    let fb = Graph::from_pir_json(data)
+        .unwrap()
+        .to_flatbuffers()
+        .unwrap();
     let g = Graph::from_flatbuffers(&fb).unwrap();
     assert_eq!(g.pir.as_ref().unwrap().json, data);
     assert_eq!(g.to_flatbuffers().unwrap(), fb);
