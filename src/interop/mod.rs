@@ -500,6 +500,17 @@ pub(crate) fn report(
     })
 }
 
+/// The tag's parameters an export did not use (`used`: the names it wrote), in the tag's
+/// order.
+pub(crate) fn unused_params(tag: &Tag<'_>, used: &[String]) -> Vec<String> {
+    let used: std::collections::HashSet<&str> = used.iter().map(String::as_str).collect();
+    tag.params()
+        .iter()
+        .filter(|p| !used.contains(p.name.as_str()))
+        .map(|p| p.name.clone())
+        .collect()
+}
+
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::from(e).in_file(path))
 }

@@ -831,13 +831,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::from(e).in_file(&parent))?;
     }
-    let used_set: std::collections::HashSet<&str> = used.iter().map(String::as_str).collect();
-    let unused = tag
-        .params()
-        .iter()
-        .filter(|p| !used_set.contains(p.name.as_str()))
-        .map(|p| p.name.clone())
-        .collect();
+    let unused = super::unused_params(tag, &used);
     Ok(Exported {
         tag: name,
         format: "tf",

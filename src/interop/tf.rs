@@ -1185,13 +1185,7 @@ pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<
         })
     })
     .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-    let used_set: HashSet<&str> = used.iter().map(String::as_str).collect();
-    let unused = tag
-        .params()
-        .iter()
-        .filter(|p| !used_set.contains(p.name.as_str()))
-        .map(|p| p.name.clone())
-        .collect();
+    let unused = super::unused_params(tag, &used);
     Ok((def, used, unused))
 }
 }
@@ -1261,13 +1255,7 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
             "the GraphDef written is {len} bytes, not the {total} counted before writing"
         )));
     }
-    let used_set: HashSet<&str> = used.iter().map(String::as_str).collect();
-    let unused = tag
-        .params()
-        .iter()
-        .filter(|p| !used_set.contains(p.name.as_str()))
-        .map(|p| p.name.clone())
-        .collect();
+    let unused = super::unused_params(tag, &used);
     Ok(Exported {
         tag: tag.name().to_string(),
         format: "tf",
