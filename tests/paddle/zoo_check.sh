@@ -36,7 +36,7 @@ done
 "$mz" verify zoo.zip >> "$record"
 "$mz" tags zoo.zip >> "$record"
 "$py" "$root/tests/paddle/run_exported.py" --tol 1e-5 \
-  resnet_fb resnet.input.npy resnet.output.npy mobilenet_fb mobilenet.input.npy mobilenet.output.npy \
+  resnet_fb resnet resnet.input.npy resnet.output.npy mobilenet_fb mobilenet mobilenet.input.npy mobilenet.output.npy \
   2>/dev/null | sed "s|$work/||" >> "$record"
 # Variants: max abs diff against the FP32 output; the record prints the outputs' magnitude beside it.
 "$py" "$root/tests/paddle/run_exported.py" --tol 1.0 \
