@@ -27,14 +27,32 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _modelzip
-from ._errors import ModelzipError, ModelzipKeyError
+from ._errors import (
+    ModelzipError,
+    ModelzipFileExistsError,
+    ModelzipFileNotFoundError,
+    ModelzipIsADirectoryError,
+    ModelzipKeyError,
+    ModelzipNotADirectoryError,
+    ModelzipOSError,
+    ModelzipPermissionError,
+    ModelzipValueError,
+    _make,
+)
 
 __all__ = [
     "Archive",
     "Checkpoint",
     "Checkpointer",
     "ModelzipError",
+    "ModelzipFileExistsError",
+    "ModelzipFileNotFoundError",
+    "ModelzipIsADirectoryError",
     "ModelzipKeyError",
+    "ModelzipNotADirectoryError",
+    "ModelzipOSError",
+    "ModelzipPermissionError",
+    "ModelzipValueError",
     "SaveHandle",
     "Tag",
     "export_model",
@@ -97,10 +115,10 @@ def _numpy_dtype(name: str) -> np.dtype:
         return dt
     attr = _ML_DTYPES.get(name)
     if attr is None:
-        raise ModelzipError("invalid_input", f"dtype {name} has no numpy equivalent")
+        raise _make("invalid_input", f"dtype {name} has no numpy equivalent")
     ml = _ml_dtypes()
     if ml is None:
-        raise ModelzipError(
+        raise _make(
             "invalid_input",
             f"dtype {name} is numpy's ml_dtypes.{attr}: install it with `pip install ml_dtypes`",
         )
@@ -116,7 +134,7 @@ def _dtype_name(dt: np.dtype, what: str) -> str:
         for mz, attr in _ML_DTYPES.items():
             if dt == np.dtype(getattr(ml, attr)):
                 return mz
-    raise ModelzipError(
+    raise _make(
         "invalid_input",
         f"{what}: numpy dtype {dt} cannot be stored (bool, int8-64, uint8-64, float16/32/64, "
         "complex64/128, and ml_dtypes bfloat16 / float8_e4m3fn / float8_e5m2 can)",
@@ -150,7 +168,7 @@ def _prepare(what: str, value: Any) -> Tuple[np.ndarray, str, List[int]]:
 
 def _params_list(params: Mapping[str, Any]) -> list:
     if not isinstance(params, Mapping):
-        raise ModelzipError("invalid_input", "params must be a mapping of name -> array")
+        raise _make("invalid_input", "params must be a mapping of name -> array")
     return [(str(k), _prepare(f"parameter {k!r}", v)) for k, v in params.items()]
 
 
@@ -158,13 +176,13 @@ def _updater_list(updater: Optional[Mapping[str, Sequence[Any]]]) -> list:
     if updater is None:
         return []
     if not isinstance(updater, Mapping):
-        raise ModelzipError(
+        raise _make(
             "invalid_input", "updater must be a mapping of name -> sequence of arrays"
         )
     out = []
     for k, arrays in updater.items():
         if isinstance(arrays, np.ndarray) or not isinstance(arrays, Sequence):
-            raise ModelzipError(
+            raise _make(
                 "invalid_input",
                 f"updater state of {k!r} must be a sequence of arrays (e.g. [m, v])",
             )
@@ -183,18 +201,18 @@ def _metadata_json(metadata: Optional[Mapping[str, Any]]) -> Optional[bytes]:
     if metadata is None:
         return None
     if not isinstance(metadata, Mapping):
-        raise ModelzipError(
+        raise _make(
             "invalid_input",
             f"metadata must be a mapping (a JSON object), not {type(metadata).__name__}",
         )
     try:
         return json.dumps(dict(metadata), allow_nan=False, default=_json_default).encode()
     except ValueError as e:  # NaN, inf, a circular reference
-        raise ModelzipError(
+        raise _make(
             "invalid_input", f"metadata cannot be stored as JSON: {e} (JSON has no NaN or infinity)"
         ) from e
     except TypeError as e:
-        raise ModelzipError("invalid_input", f"metadata cannot be stored as JSON: {e}") from e
+        raise _make("invalid_input", f"metadata cannot be stored as JSON: {e}") from e
 
 
 def _graph_arg(graph: Union[None, bytes, Tuple[str, bytes]]) -> Optional[Tuple[str, bytes]]:
@@ -224,7 +242,7 @@ def _local(path: PathLike, what: str, hint: str = _APPEND_HINT) -> str:
     written to one would land in a local directory named like it, e.g. ``s3:/``)."""
     p = os.fspath(path)
     if _modelzip.is_url(p):
-        raise ModelzipError("invalid_input", f"cannot {what} {p}: {hint}")
+        raise _make("invalid_input", f"cannot {what} {p}: {hint}")
     return p
 
 
@@ -316,9 +334,9 @@ class Tag:
                 try:
                     meta = json.loads(raw)
                 except ValueError as e:
-                    raise ModelzipError("syntax", f"{entry} is not valid JSON: {e}") from None
+                    raise _make("syntax", f"{entry} is not valid JSON: {e}") from None
                 if not isinstance(meta, dict):
-                    raise ModelzipError(
+                    raise _make(
                         "syntax",
                         f"{entry} is a JSON {type(meta).__name__}, not an object "
                         "(docs/FORMAT.md: metadata.json is a JSON object)",
@@ -531,13 +549,13 @@ def _whole(what: str, value: Any, least: int = 0) -> int:
             raise TypeError
         n = operator.index(value)
     except TypeError:
-        raise ModelzipError(
+        raise _make(
             "invalid_input",
             f"{what}={value!r} is invalid: it must be an integer >= {least}, "
             f"not a {type(value).__name__}",
         ) from None
     if not 0 <= n < 1 << 64:
-        raise ModelzipError(
+        raise _make(
             "invalid_input", f"{what}={n} is invalid: it must be an integer >= {least}"
         )
     return n
@@ -553,7 +571,7 @@ def _keep_best(keep_best: Any) -> Optional[Tuple[str, str, int]]:
     try:
         metric, goal, count = keep_best
     except (TypeError, ValueError):
-        raise ModelzipError(
+        raise _make(
             "invalid_input",
             f'checkpoint option keep_best={keep_best!r} is invalid: it must be '
             f'(metric, "min" or "max", count)',
@@ -563,7 +581,7 @@ def _keep_best(keep_best: Any) -> Optional[Tuple[str, str, int]]:
 
 def _fraction(what: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ModelzipError(
+        raise _make(
             "invalid_input",
             f"{what}={value!r} is invalid: it must be a number from 0 to 1, "
             f"not a {type(value).__name__}",
@@ -806,7 +824,7 @@ def import_model(
     external data included). The format is detected from the files unless ``format``
     names it. Returns the import report with ``format``."""
     if not inputs:
-        raise ModelzipError("invalid_input", "import_model needs at least one input file")
+        raise _make("invalid_input", "import_model needs at least one input file")
     return _modelzip.import_model(
         _local(archive, "import into"), tag, [_fspath(p) for p in inputs], format, wait
     )

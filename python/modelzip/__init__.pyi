@@ -22,7 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import ModelzipError as ModelzipError
+from ._errors import ModelzipFileExistsError as ModelzipFileExistsError
+from ._errors import ModelzipFileNotFoundError as ModelzipFileNotFoundError
+from ._errors import ModelzipIsADirectoryError as ModelzipIsADirectoryError
 from ._errors import ModelzipKeyError as ModelzipKeyError
+from ._errors import ModelzipNotADirectoryError as ModelzipNotADirectoryError
+from ._errors import ModelzipOSError as ModelzipOSError
+from ._errors import ModelzipPermissionError as ModelzipPermissionError
+from ._errors import ModelzipValueError as ModelzipValueError
 
 _T = TypeVar("_T")
 
@@ -31,7 +38,14 @@ __all__ = [
     "Checkpoint",
     "Checkpointer",
     "ModelzipError",
+    "ModelzipFileExistsError",
+    "ModelzipFileNotFoundError",
+    "ModelzipIsADirectoryError",
     "ModelzipKeyError",
+    "ModelzipNotADirectoryError",
+    "ModelzipOSError",
+    "ModelzipPermissionError",
+    "ModelzipValueError",
     "SaveHandle",
     "Tag",
     "export_model",

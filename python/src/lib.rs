@@ -82,16 +82,62 @@ fn raise_hinted(py: Python<'_>, e: Error, hint: &str) -> PyErr {
     if let Err(signal) = py.check_signals() {
         return signal;
     }
-    raise_kind(py, &kind_name(e.kind()), &format!("{e}{hint}"))
+    let message = format!("{e}{hint}");
+    let kind = kind_name(e.kind());
+    match e.kind() {
+        // An OSError subclass in Python (FileNotFoundError, PermissionError, ...): the
+        // operating system's error number and the file the error names.
+        ErrorKind::Io(io) => {
+            let errno = io.raw_os_error().or_else(|| errno_of(io.kind()));
+            let filename = e.location().file.as_ref().map(|f| f.display().to_string());
+            make_error(py, &kind, &message, errno, filename)
+        }
+        _ => make_error(py, &kind, &message, None, None),
+    }
+}
+
+/// The errno of an I/O error the standard library made without one (e.g. `File::create`
+/// refusing a directory reports `IsADirectory` through the OS, but a path check may not).
+fn errno_of(kind: std::io::ErrorKind) -> Option<i32> {
+    use std::io::ErrorKind as K;
+    Some(match kind {
+        K::NotFound => libc_errno::ENOENT,
+        K::PermissionDenied => libc_errno::EACCES,
+        K::AlreadyExists => libc_errno::EEXIST,
+        K::IsADirectory => libc_errno::EISDIR,
+        K::NotADirectory => libc_errno::ENOTDIR,
+        _ => return None,
+    })
+}
+
+/// The POSIX numbers `errno_of` uses (the same on Linux and macOS).
+mod libc_errno {
+    pub const EACCES: i32 = 13;
+    pub const EEXIST: i32 = 17;
+    pub const EISDIR: i32 = 21;
+    pub const ENOENT: i32 = 2;
+    pub const ENOTDIR: i32 = 20;
 }
 
 fn raise_kind(py: Python<'_>, kind: &str, message: &str) -> PyErr {
+    make_error(py, kind, message, None, None)
+}
+
+/// `modelzip._errors._make(kind, message, errno, filename)`: the exception of the
+/// class for the kind (and, for `io`, the errno).
+fn make_error(
+    py: Python<'_>,
+    kind: &str,
+    message: &str,
+    errno: Option<i32>,
+    filename: Option<String>,
+) -> PyErr {
     let made = (|| -> PyResult<PyErr> {
         let module = ERRORS.get_or_try_init(py, || {
             py.import("modelzip._errors").map(|m| m.into_any().unbind())
         })?;
         let make = module.bind(py).getattr("_make")?;
-        let exc = make.call1((kind, message))?;
+        let exc = make.call1((kind, message, errno, filename))?;
         Ok(PyErr::from_value(exc))
     })();
     made.unwrap_or_else(|e| e)

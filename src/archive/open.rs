@@ -166,10 +166,16 @@ impl Archive {
         opts: OpenOptions,
     ) -> Result<Archive> {
         let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(shown))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::from(e).in_file(shown))?
-            .len();
+        let meta = file.metadata().map_err(|e| Error::from(e).in_file(shown))?;
+        if meta.is_dir() {
+            // Mapping it would fail with "No such device" (ENODEV).
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory, not an archive",
+            ))
+            .in_file(shown));
+        }
+        let len = meta.len();
         let backing = if len == 0 {
             Backing::Owned(Vec::new(), 0)
         } else {

@@ -287,9 +287,11 @@ pub(crate) fn map_input(p: &Path) -> Result<Bytes> {
     let file = std::fs::File::open(p).map_err(|e| Error::from(e).in_file(p))?;
     let meta = file.metadata().map_err(|e| Error::from(e).in_file(p))?;
     if meta.is_dir() {
-        return Err(
-            Error::new(ErrorKind::InvalidInput("is a directory, not a file".into())).in_file(p),
-        );
+        return Err(Error::from(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory, not a file",
+        ))
+        .in_file(p));
     }
     if !meta.is_file() {
         return read_file(p).map(Bytes::from);
@@ -569,14 +571,16 @@ pub(crate) fn refuse_existing(tag: &Tag<'_>, target: &Path, overwrite: bool) -> 
         .in_file(target));
     }
     if target.is_dir() {
-        return Err(Error::new(ErrorKind::InvalidInput(
-            "is a directory; the export writes a file here, give a file path".into(),
+        return Err(Error::from(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory; the export writes a file here, give a file path",
         ))
         .in_file(target));
     }
     if !overwrite && target.exists() {
-        return Err(Error::new(ErrorKind::InvalidInput(
-            "file already exists; refusing to overwrite it".into(),
+        return Err(Error::from(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "file already exists; refusing to overwrite it",
         ))
         .in_file(target));
     }

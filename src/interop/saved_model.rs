@@ -708,7 +708,11 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
         return Err(invalid("the output directory's parent does not exist").in_file(&parent));
     }
     if out.exists() && !opts.overwrite {
-        return Err(invalid("already exists; refusing to overwrite it").in_file(out));
+        return Err(Error::from(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "already exists; refusing to overwrite it",
+        ))
+        .in_file(out));
     }
     if out.exists() && !out.is_dir() {
         return Err(invalid("is a file; a SavedModel export writes a directory here").in_file(out));

@@ -3,7 +3,7 @@
 
 use super::codec::{self, Record};
 use super::view::{Tensor, TensorView};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// A memory-mapped tensor file. Decoding borrows from the map: reading a 256 MiB
@@ -22,8 +22,9 @@ impl TensorFile {
         let file = std::fs::File::open(path).map_err(|e| Error::from(e).in_file(path))?;
         let meta = file.metadata().map_err(|e| Error::from(e).in_file(path))?;
         if meta.is_dir() {
-            return Err(Error::new(ErrorKind::InvalidInput(
-                "is a directory, not a tensor file".into(),
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory, not a tensor file",
             ))
             .in_file(path));
         }

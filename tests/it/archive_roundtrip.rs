@@ -743,3 +743,20 @@ fn verify_reports_a_training_config_that_does_not_decode() {
         r.problems[0]
     );
 }
+
+/// A directory given as the archive says so with the OS's "is a directory" kind (Python
+/// raises IsADirectoryError); mapping it failed with "No such device (os error 19)".
+#[test]
+fn a_directory_opened_as_an_archive_is_an_is_a_directory_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Archive::open(dir.path()).unwrap_err();
+    let ErrorKind::Io(io) = e.kind() else {
+        panic!("not an I/O error: {e}");
+    };
+    assert_eq!(io.kind(), std::io::ErrorKind::IsADirectory, "{e}");
+    assert!(
+        e.to_string().contains("is a directory, not an archive"),
+        "{e}"
+    );
+    assert_eq!(e.location().file.as_deref(), Some(dir.path()));
+}
