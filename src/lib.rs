@@ -18,6 +18,8 @@
 //! - [`interop::paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and
 //!   persistables directories in and out of archive tags, byte for byte.
 //! - [`variants`]: INT8 / FP16 / BF16 tags derived from a float tag, and tag diffs.
+//! - [`extract`]: a tag written out as a Paddle persistables directory, safely (what
+//!   `modelzip extract` runs).
 //!
 //! ```
 //! use modelzip::{Tensor, tensor};
@@ -41,7 +43,8 @@
 //! submodule per model format: `import_*` / `export_*`), [`graph`] (the graph model, its
 //! two encodings [`graph::flatbuffers`] and [`graph::programdesc`], and the [`graph::dump`]
 //! renderings), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
-//! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`progress`] and
+//! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`extract`] (its
+//! options, report and limit names would read as archive-wide at the root), [`progress`] and
 //! [`remote`]. No type of a dependency appears in a public signature (but `half`'s `f16`
 //! and `bf16`, the element types of FP16 / BF16 tensors), and docs/public-api.txt lists
 //! the whole surface (checked by scripts/check-public-api.sh).
@@ -80,6 +83,7 @@ macro_rules! internal {
 mod archive;
 pub mod checkpoint;
 mod error;
+pub mod extract;
 pub mod graph;
 pub mod interop;
 mod json_cost;

@@ -292,6 +292,35 @@ class Tag:
         :class:`ModelzipKeyError`."""
         return _array(self._native.get(name))
 
+    def extract(
+        self,
+        out: PathLike,
+        *,
+        force: bool = False,
+        link: bool = False,
+        max_output: Optional[int] = None,
+        max_files: int = 100_000,
+    ) -> Dict[str, Any]:
+        """Writes the tag under ``out`` (created if missing) as a Paddle persistables
+        directory, as ``modelzip extract`` does (the same library code): one LoDTensor
+        file per parameter, named by its name (a ``/`` makes a subdirectory), plus
+        ``__model__`` or ``graph.fb`` for the graph. Never writes outside ``out``,
+        never follows or creates symlinks, refuses unsafe or colliding names, counts the
+        files and bytes first and refuses more than ``max_files`` / ``max_output``
+        (``None``: 16 GiB or 100 times the archive's size), never overwrites a file
+        unless ``force=True`` (never the archive itself), removes what it wrote when it
+        fails, and fsyncs what it wrote when it succeeds. ``link=True`` makes further
+        names of one tensor file hard links to the first. Returns ``{"tag", "out",
+        "graph_file", "paths", "files", "links", "bytes"}``. The GIL is released
+        meanwhile."""
+        return self._native.extract(
+            _fspath(out),
+            force=bool(force),
+            link=bool(link),
+            max_output=None if max_output is None else _whole("max_output", max_output),
+            max_files=_whole("max_files", max_files),
+        )
+
     def get(self, name: str, default: Any = None) -> Any:
         """Parameter ``name`` as :meth:`get_tensor` gives it, or ``default`` when the tag
         has no such parameter (like ``dict.get``)."""
@@ -444,6 +473,21 @@ class Archive:
         """The tag of :attr:`default_tag`; an archive with no tags raises
         ``ModelzipError(kind="invalid_input")`` ("the archive has no tags")."""
         return self.tag(self._native.latest_name())
+
+    def extract(
+        self,
+        tag: Optional[str],
+        out: PathLike,
+        *,
+        force: bool = False,
+        link: bool = False,
+        max_output: Optional[int] = None,
+        max_files: int = 100_000,
+    ) -> Dict[str, Any]:
+        """Writes tag ``tag`` (``None``: the newest) under ``out`` as a Paddle
+        persistables directory: :meth:`Tag.extract`."""
+        t = self.latest() if tag is None else self.tag(tag)
+        return t.extract(out, force=force, link=link, max_output=max_output, max_files=max_files)
 
     def verify(self) -> List[Tuple[Optional[str], str]]:
         """Checks structure, references, CRCs, SHA-256 manifests and every tensor, like

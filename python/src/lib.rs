@@ -537,6 +537,60 @@ impl NativeTag {
         &self.name
     }
 
+    /// Writes the tag under `out` as a Paddle persistables directory
+    /// ([`modelzip::extract`]: its checks, limits and cleanup), the GIL released.
+    #[pyo3(signature = (out, force=false, link=false, max_output=None, max_files=modelzip::extract::DEFAULT_MAX_FILES))]
+    fn extract<'py>(
+        &self,
+        py: Python<'py>,
+        out: PathBuf,
+        force: bool,
+        link: bool,
+        max_output: Option<u64>,
+        max_files: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let opts = modelzip::extract::ExtractOptions {
+            force,
+            link,
+            max_output,
+            max_files,
+        };
+        let r = py
+            .detach(|| {
+                let tag = self.archive.tag(&self.name)?;
+                modelzip::extract::extract(&tag, &out, &opts)
+            })
+            .map_err(|e| {
+                // The library names no options; Python's are keyword arguments.
+                let hint = match e.kind() {
+                    ErrorKind::LimitExceeded { what, .. }
+                        if *what == modelzip::extract::FILES_LIMIT =>
+                    {
+                        "; pass a larger max_files= to allow it"
+                    }
+                    ErrorKind::LimitExceeded { what, .. }
+                        if *what == modelzip::extract::BYTES_LIMIT =>
+                    {
+                        "; pass a larger max_output= to allow it"
+                    }
+                    ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists => {
+                        "; pass force=True to overwrite it"
+                    }
+                    _ => "",
+                };
+                raise_hinted(py, e, hint)
+            })?;
+        let d = PyDict::new(py);
+        d.set_item("tag", &r.tag)?;
+        d.set_item("out", r.out.display().to_string())?;
+        d.set_item("graph_file", r.graph_file)?;
+        d.set_item("paths", r.paths.clone())?;
+        d.set_item("files", r.files)?;
+        d.set_item("links", r.links)?;
+        d.set_item("bytes", r.bytes)?;
+        Ok(d)
+    }
+
     fn keys(&self) -> Vec<String> {
         self.params.iter().map(|p| p.name.clone()).collect()
     }

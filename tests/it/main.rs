@@ -10,6 +10,7 @@ mod checkpoint;
 mod cli;
 mod concurrency;
 mod crash_cli;
+mod extract;
 mod fuzz_regressions;
 mod graph_hostile;
 mod graph_roundtrip;
