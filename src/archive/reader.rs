@@ -156,6 +156,9 @@ pub(crate) struct WorkCounters {
     pub(crate) hashed: AtomicU64,
     /// Graphs decoded (verify).
     pub(crate) graphs_decoded: AtomicU64,
+    /// Checks of a graph's references against a tag's parameters (verify: a TensorFlow,
+    /// ONNX or PIR graph).
+    pub(crate) graph_checks: AtomicU64,
 }
 
 impl WorkCounters {
@@ -184,6 +187,8 @@ pub struct WorkCounts {
     pub hashed: u64,
     /// Graphs decoded.
     pub graphs_decoded: u64,
+    /// Checks of a graph's references against a tag's parameters.
+    pub graph_checks: u64,
 }
 
 /// The work `archive`'s reads have done so far (`test-internals`).
@@ -204,6 +209,7 @@ pub fn dropped_work_counts() -> WorkCounts {
         heads_decoded: get(2),
         hashed: get(3),
         graphs_decoded: get(4),
+        graph_checks: get(5),
     }
 }
 
@@ -217,6 +223,7 @@ impl WorkCounters {
             heads_decoded: get(&self.heads_decoded),
             hashed: get(&self.hashed),
             graphs_decoded: get(&self.graphs_decoded),
+            graph_checks: get(&self.graph_checks),
         }
     }
 }
@@ -232,6 +239,7 @@ impl Drop for WorkCounters {
             w.heads_decoded,
             w.hashed,
             w.graphs_decoded,
+            w.graph_checks,
         ]
         .into_iter()
         .enumerate()

@@ -31,6 +31,33 @@ struct Pass {
     /// The last graph decoded that has such parts (tags sharing a graph follow their
     /// owner, so this decodes a shared graph once).
     last_graph: Option<(String, Graph)>,
+    /// (graph entry, the tag's tables) pairs whose reference checks passed, as SHA-256
+    /// digests: a tag whose tables are another's, sharing its graph, passes them too
+    /// (the checks read nothing of a tag but its parameters by name).
+    checks_passed: HashSet<[u8; 32]>,
+}
+
+/// What the reference checks of the graph in `entry` depend on: the entry and every
+/// name of the tag's tables with the entry it refers to.
+fn checks_key(entry: &str, tag: &super::Tag<'_>) -> [u8; 32] {
+    let mut h = sha2::Sha256::new();
+    let mut put = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    put(entry.as_bytes());
+    for p in tag.params() {
+        put(p.name.as_bytes());
+        put(p.location.entry.as_bytes());
+    }
+    put(b"updater");
+    for u in tag.updater() {
+        put(u.name.as_bytes());
+        for a in &u.arrays {
+            put(a.entry.as_bytes());
+        }
+    }
+    h.finalize().into()
 }
 
 /// Counts and hashes what is written through it.
@@ -337,7 +364,11 @@ impl Archive {
                 match tag.graph_entry() {
                     Err(e) => r.push_error(None, &e),
                     Ok(Some((format, entry))) => {
-                        if let Some(g) = self.decoded_graph(format, &entry, pass, r) {
+                        let key = checks_key(&entry, &tag);
+                        let done = pass.checks_passed.contains(&key);
+                        if !done && let Some(g) = self.decoded_graph(format, &entry, pass, r) {
+                            WorkCounters::add(&self.work.graph_checks);
+                            let before = r.problems.len();
                             // A TensorFlow graph's constants must be the tag's parameters.
                             if let Some(tf) = &g.tf
                                 && let Err(e) = crate::interop::tf::check_refs(&tag, tf)
@@ -355,6 +386,11 @@ impl Archive {
                                 && let Err(e) = crate::interop::paddle::check_params(&tag)
                             {
                                 r.push_error(Some(&entry), &e);
+                            }
+                            // Failures are checked again for each tag (their messages
+                            // may name it); passes are not.
+                            if r.problems.len() == before {
+                                pass.checks_passed.insert(key);
                             }
                         }
                     }

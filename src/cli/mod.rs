@@ -160,8 +160,13 @@ fn report_work() {
     {
         let w = modelzip::internals::dropped_work_counts();
         eprintln!(
-            "modelzip-test-work inflated={} head_inflated={} heads_decoded={} hashed={} graphs_decoded={}",
-            w.inflated, w.head_inflated, w.heads_decoded, w.hashed, w.graphs_decoded
+            "modelzip-test-work inflated={} head_inflated={} heads_decoded={} hashed={} graphs_decoded={} graph_checks={}",
+            w.inflated,
+            w.head_inflated,
+            w.heads_decoded,
+            w.hashed,
+            w.graphs_decoded,
+            w.graph_checks
         );
     }
 }

@@ -56,6 +56,7 @@ fn cli_work(args: &[&str], archive: &Path, extra: &[&Path]) -> (i32, WorkCounts,
             "heads_decoded" => w.heads_decoded = v,
             "hashed" => w.hashed = v,
             "graphs_decoded" => w.graphs_decoded = v,
+            "graph_checks" => w.graph_checks = v,
             _ => panic!("unknown field {k}"),
         }
     }
@@ -70,6 +71,7 @@ fn counts(inflated: u64, head_inflated: u64, heads: u64, hashed: u64, graphs: u6
         heads_decoded: heads,
         hashed,
         graphs_decoded: graphs,
+        graph_checks: 0,
     }
 }
 
@@ -167,4 +169,29 @@ fn six_thousand_tags_sharing_32_deflated_tensors_inflate_each_header_once() {
             ("extract", 0, counts(33, 32, 32, 0, 0)),
         ],
     );
+}
+
+#[test]
+fn tags_sharing_a_tensorflow_graph_and_its_parameters_check_its_references_once() {
+    // Six imports of one GraphDef: the later tags reference the first's graph
+    // (shared.txt) and its tensor files (params.txt), so their tables are the same.
+    let d = tempfile::tempdir().unwrap();
+    let zip = d.path().join("tf.zip");
+    let pb = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tf/cnn.pb");
+    for i in 0..6 {
+        let tag = format!("t{i}");
+        modelzip::interop::tf::import_graphdef_file(
+            &zip,
+            &tag,
+            &pb,
+            &crate::support::import_opts(),
+        )
+        .unwrap();
+    }
+    let a = Archive::open(&zip).unwrap();
+    assert_eq!(a.tag("t5").unwrap().shared_files().len(), 1);
+    let report = a.verify();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    let w = work_counts(&a);
+    assert_eq!((w.graphs_decoded, w.graph_checks), (1, 1), "{w:?}");
 }
