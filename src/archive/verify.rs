@@ -18,10 +18,9 @@ type Manifest = std::result::Result<Vec<(String, String, usize)>, crate::Error>;
 /// names or manifest lines refer to them.
 #[derive(Default)]
 struct Pass {
-    /// SHA-256 of the entries some manifest lists, by position in the central directory.
+    /// SHA-256 of the entries some manifest lists, by position in the central directory
+    /// (absent for one that did not read: the pass reported it).
     digests: HashMap<usize, [u8; 32]>,
-    /// Entries whose bytes did not read (already reported).
-    unreadable: HashSet<usize>,
     /// Why a deflated tensor entry does not decode, by position.
     tensor_errors: HashMap<usize, crate::Error>,
     /// Graph entries decoded so far: whether the graph has parts checked against each
@@ -60,7 +59,7 @@ fn checks_key(entry: &str, tag: &super::Tag<'_>) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Counts and hashes what is written through it.
+/// Hashes what is written through it (a deflated entry as it is inflated).
 struct ShaWriter(sha2::Sha256);
 
 impl std::io::Write for ShaWriter {
@@ -196,7 +195,6 @@ impl Archive {
             }
             if let Err(err) = self.check_entry_once(i, e, &wanted, &listed, &mut pass, &mut r) {
                 r.push_error(Some(&e.name), &err);
-                pass.unreadable.insert(i);
             }
             ticker.tick();
         }
