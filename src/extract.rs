@@ -574,15 +574,16 @@ pub fn extract(
     file_paths.extend(graph_file);
     let mut total_bytes: u64 = graph.as_ref().map_or(0, |(_, b)| b.len() as u64);
     let mut total_files: u64 = u64::from(graph.is_some());
-    // Encoded length of each tensor file the tag uses. From a remote archive, from the
-    // tensors' headers (one batched request): a full decode here would fetch every
-    // tensor twice, since it is fetched again to be written (and checked then).
+    // Encoded length of each tensor file the tag uses, from the tensors' headers (from a
+    // remote archive, one batched request; a deflated tensor is inflated only as far as
+    // its header): a full decode here would read or inflate every tensor twice, since it
+    // is read again to be written (and checked then).
     let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
     // Tensor files that more than one name refers to.
     let mut aliased: FxHashSet<&str> = FxHashSet::default();
     // With --link, the tensor files whose bytes are counted (once each).
     let mut counted: FxHashSet<&str> = FxHashSet::default();
-    if archive.is_remote() {
+    {
         let mut seen: FxHashSet<&str> = FxHashSet::default();
         let unique: Vec<&crate::archive::TensorLocation> = tag
             .params()

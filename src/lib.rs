@@ -117,10 +117,12 @@ pub mod fault {
 }
 
 /// Internals the crate's own tests and fuzz targets reach (`test-internals` feature): the
-/// text-file parsers and the record decoder. No stability promise.
+/// text-file parsers, the record decoder and the work counters of an archive's reads.
+/// No stability promise.
 #[cfg(feature = "test-internals")]
 #[doc(hidden)]
 pub mod internals {
     pub use crate::archive::text;
+    pub use crate::archive::{WorkCounts, dropped_work_counts, work_counts};
     pub use crate::tensor::codec::decode_record_at;
 }

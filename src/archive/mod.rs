@@ -71,6 +71,8 @@ pub use reader::{
     Archive, GraphFormat, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData,
     TensorKind, TensorLocation, UpdaterEntry,
 };
+#[cfg(feature = "test-internals")]
+pub use reader::{WorkCounts, dropped_work_counts, work_counts};
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 pub use session::WriteOptions;
 pub use shared_str::SharedStr;

@@ -13,7 +13,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Bytes of a remote tensor's data fetched to read its header ([`Archive::tensor_heads`]).
 const HEAD_PROBE: u64 = 512;
@@ -126,8 +127,126 @@ pub struct Archive {
     /// [`Archive::tag`](super::Archive::tag) that asks for them and shared by every
     /// [`Tag`](super::Tag) after it.
     pub(super) tables: Box<[OnceLock<Arc<TagTables>>]>,
+    /// Decoded record headers of tensor entries, by position in the central directory:
+    /// one decode per entry however many names, tags or listings ask for it (a deflated
+    /// entry shared by thousands of tags is inflated once, and only as far as its header).
+    heads: Mutex<rustc_hash::FxHashMap<usize, Arc<HeadCell>>>,
+    /// What reading this archive cost, counted so that tests can check it follows the
+    /// distinct entries rather than the names that refer to them.
+    pub(crate) work: WorkCounters,
     path: Option<PathBuf>,
     opts: OpenOptions,
+}
+
+/// One entry's decoded record header, filled by the first reader that asks; readers on
+/// other threads asking meanwhile wait for it rather than decoding it again.
+type HeadCell = Mutex<Option<Arc<RecordHead>>>;
+
+/// Work done reading one archive (relaxed atomic counters; tests read them through
+/// `modelzip::internals::work_counts`).
+#[derive(Debug, Default)]
+pub(crate) struct WorkCounters {
+    /// Deflated entries inflated whole (read, checked or hashed).
+    pub(crate) inflated: AtomicU64,
+    /// Deflated tensor entries inflated only as far as their record header.
+    pub(crate) head_inflated: AtomicU64,
+    /// Tensor record headers decoded for the header cache.
+    pub(crate) heads_decoded: AtomicU64,
+    /// Entries whose SHA-256 was computed (verify's manifest check).
+    pub(crate) hashed: AtomicU64,
+    /// Graphs decoded (verify).
+    pub(crate) graphs_decoded: AtomicU64,
+    /// Checks of a graph's references against a tag's parameters (verify: a TensorFlow,
+    /// ONNX or PIR graph).
+    pub(crate) graph_checks: AtomicU64,
+}
+
+impl WorkCounters {
+    pub(crate) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The same counts over every archive of the process (`test-internals`: the CLI reports
+/// them for its tests, which cannot reach its archive).
+#[cfg(feature = "test-internals")]
+static PROCESS_WORK: std::sync::LazyLock<Mutex<rustc_hash::FxHashMap<usize, u64>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// A snapshot of the work one archive's reads did (`test-internals`).
+#[cfg(feature = "test-internals")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkCounts {
+    /// Deflated entries inflated whole.
+    pub inflated: u64,
+    /// Deflated tensor entries inflated only as far as their record header.
+    pub head_inflated: u64,
+    /// Tensor record headers decoded.
+    pub heads_decoded: u64,
+    /// Entries hashed with SHA-256.
+    pub hashed: u64,
+    /// Graphs decoded.
+    pub graphs_decoded: u64,
+    /// Checks of a graph's references against a tag's parameters.
+    pub graph_checks: u64,
+}
+
+/// The work `archive`'s reads have done so far (`test-internals`).
+#[cfg(feature = "test-internals")]
+pub fn work_counts(archive: &Archive) -> WorkCounts {
+    archive.work.snapshot()
+}
+
+/// The work every archive that this process dropped did (`test-internals`; the CLI
+/// reports it, its archive being dropped by then).
+#[cfg(feature = "test-internals")]
+pub fn dropped_work_counts() -> WorkCounts {
+    let all = PROCESS_WORK.lock().unwrap_or_else(|p| p.into_inner());
+    let get = |k: usize| all.get(&k).copied().unwrap_or(0);
+    WorkCounts {
+        inflated: get(0),
+        head_inflated: get(1),
+        heads_decoded: get(2),
+        hashed: get(3),
+        graphs_decoded: get(4),
+        graph_checks: get(5),
+    }
+}
+
+#[cfg(feature = "test-internals")]
+impl WorkCounters {
+    fn snapshot(&self) -> WorkCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkCounts {
+            inflated: get(&self.inflated),
+            head_inflated: get(&self.head_inflated),
+            heads_decoded: get(&self.heads_decoded),
+            hashed: get(&self.hashed),
+            graphs_decoded: get(&self.graphs_decoded),
+            graph_checks: get(&self.graph_checks),
+        }
+    }
+}
+
+#[cfg(feature = "test-internals")]
+impl Drop for WorkCounters {
+    fn drop(&mut self) {
+        let w = self.snapshot();
+        let mut all = PROCESS_WORK.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, v) in [
+            w.inflated,
+            w.head_inflated,
+            w.heads_decoded,
+            w.hashed,
+            w.graphs_decoded,
+            w.graph_checks,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            *all.entry(k).or_default() += v;
+        }
+    }
 }
 
 impl std::fmt::Debug for Archive {
@@ -325,6 +444,8 @@ impl Archive {
             tag_index: HashMap::new(),
             by_dir,
             tables: Box::default(),
+            heads: Mutex::default(),
+            work: WorkCounters::default(),
             path: path.clone(),
             opts,
         };
@@ -500,7 +621,32 @@ impl Archive {
 
     /// Inflates deflated entry `e` (its bytes `raw`) into `out`, within the size and
     /// ratio limits, checking its length and CRC-32.
-    fn inflate_into(&self, e: &ZipEntry, raw: &[u8], out: &mut impl Write) -> Result<()> {
+    pub(super) fn inflate_into(
+        &self,
+        e: &ZipEntry,
+        raw: &[u8],
+        out: &mut impl Write,
+    ) -> Result<()> {
+        self.check_inflate_limits(e)?;
+        WorkCounters::add(&self.work.inflated);
+        let mut sink = CrcWriter {
+            out,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        };
+        std::io::copy(
+            &mut flate2::read::DeflateDecoder::new(raw).take(e.uncompressed_size.saturating_add(1)),
+            &mut sink,
+        )
+        .map_err(|err| {
+            Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
+                .at_offset(e.data_offset)
+        })?;
+        self.check_inflated(e, sink.len, sink.crc.finalize())
+    }
+
+    /// Refuses to inflate deflated entry `e` past the size and ratio limits.
+    fn check_inflate_limits(&self, e: &ZipEntry) -> Result<()> {
         let limit = self.opts.max_inflated_size;
         if e.uncompressed_size > limit {
             return Err(Error::new(ErrorKind::LimitExceeded {
@@ -520,33 +666,20 @@ impl Archive {
                 limit: ratio_cap,
             }));
         }
-        let mut sink = CrcWriter {
-            out,
-            crc: crc32fast::Hasher::new(),
-            len: 0,
-        };
-        std::io::copy(
-            &mut flate2::read::DeflateDecoder::new(raw).take(e.uncompressed_size.saturating_add(1)),
-            &mut sink,
-        )
-        .map_err(|err| {
-            Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
-                .at_offset(e.data_offset)
-        })?;
-        if sink.len != e.uncompressed_size {
+        Ok(())
+    }
+
+    /// Checks what inflating entry `e` gave: `len` bytes with CRC-32 `crc`.
+    fn check_inflated(&self, e: &ZipEntry, len: u64, crc: u32) -> Result<()> {
+        if len != e.uncompressed_size {
             return Err(Error::new(ErrorKind::Zip(format!(
                 "entry inflates to {}{} bytes, the directory says {}",
-                sink.len,
-                if sink.len > e.uncompressed_size {
-                    "+"
-                } else {
-                    ""
-                },
+                len,
+                if len > e.uncompressed_size { "+" } else { "" },
                 e.uncompressed_size
             )))
             .at_offset(e.data_offset));
         }
-        let crc = sink.crc.finalize();
         if crc != e.crc32 {
             return Err(Error::new(ErrorKind::Checksum(format!(
                 "CRC-32 {crc:08x}, the directory says {:08x}",
@@ -626,56 +759,185 @@ impl Archive {
     }
 
     /// What each tensor's header says (dtype, dims, LoD), checked as a full read checks
-    /// it, including that header and data fill the entry exactly. From a remote archive
-    /// only the first bytes of each stored tensor are fetched (one batched request), so
-    /// the data and its CRC-32 are not read: what listings need without downloading
-    /// the tensors. A header that the first bytes do not hold is read whole.
+    /// a header, including that header and data fill the entry exactly. Each entry's
+    /// header is decoded once per archive, however many names, tags or calls ask for it.
+    /// The data and its CRC-32 are not read: from a remote archive only the first bytes
+    /// of each stored tensor are fetched (one batched request), and a deflated tensor is
+    /// inflated only as far as its header. What listings need without reading the
+    /// tensors. A header that the first bytes do not hold is read whole.
     pub fn tensor_heads(&self, locs: &[&TensorLocation]) -> Result<Vec<RecordHead>> {
-        let entries: Vec<Option<&ZipEntry>> = locs.iter().map(|l| self.location_entry(l)).collect();
+        Ok(self
+            .shared_heads(locs)?
+            .into_iter()
+            .map(|h| RecordHead::clone(&h))
+            .collect())
+    }
+
+    /// [`Archive::tensor_heads`] without copying the cached headers (their LoD).
+    pub(crate) fn shared_heads(&self, locs: &[&TensorLocation]) -> Result<Vec<Arc<RecordHead>>> {
+        let entries: Vec<Option<(usize, &ZipEntry)>> =
+            locs.iter().map(|l| self.location_index(l)).collect();
+        let mut out: Vec<Option<Arc<RecordHead>>> = entries
+            .iter()
+            .map(|e| {
+                let cell = self.head_cell(e.as_ref()?.0);
+                cell.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            })
+            .collect();
         let mut probes: Vec<Option<Vec<u8>>> = vec![None; locs.len()];
         if let Backing::Ranged(r) = &self.backing {
+            let mut asked = std::collections::HashSet::new();
             let stored: Vec<(usize, &ZipEntry)> = entries
                 .iter()
+                .zip(&out)
                 .enumerate()
-                .filter_map(|(i, e)| e.filter(|e| e.method == METHOD_STORED).map(|e| (i, e)))
+                .filter_map(|(k, (e, cached))| match (e, cached) {
+                    (Some((i, e)), None) if e.method == METHOD_STORED && asked.insert(*i) => {
+                        Some((k, *e))
+                    }
+                    _ => None,
+                })
                 .collect();
             let es: Vec<&ZipEntry> = stored.iter().map(|(_, e)| *e).collect();
             let got = r.probe(&es, HEAD_PROBE).map_err(|e| self.located(e))?;
-            for ((i, _), w) in stored.into_iter().zip(got) {
-                probes[i] = Some(w);
+            for ((k, _), w) in stored.into_iter().zip(got) {
+                probes[k] = Some(w);
             }
         }
-        let mut out = Vec::with_capacity(locs.len());
-        for ((loc, e), probe) in locs.iter().zip(&entries).zip(probes) {
-            let from_probe = match (e, probe) {
-                (Some(e), Some(w)) => {
-                    container::read::check_local_prefix(&w, self.len_bytes(), e, self.dir.cd_offset)
-                        .ok()
-                        .and_then(|prefix| decode_head(prefix, e.compressed_size).ok().flatten())
-                }
-                _ => None,
+        for (k, loc) in locs.iter().enumerate() {
+            if out[k].is_some() {
+                continue;
+            }
+            let Some((i, e)) = entries[k] else {
+                // No such entry: the full read says so, in its words.
+                out[k] = Some(Arc::new(self.decode_head_uncached(loc, None, None)?));
+                continue;
             };
-            let head = match from_probe {
-                Some(h) => h,
+            // Held while decoding: another thread asking for this entry waits for the
+            // header instead of decoding it again (an entry asked for twice in this
+            // call was decoded for its first ask).
+            let cell = self.head_cell(i);
+            let mut slot = cell.lock().unwrap_or_else(|p| p.into_inner());
+            let head = match &*slot {
+                Some(h) => Arc::clone(h),
                 None => {
-                    let t = self.tensor(loc)?;
-                    let v = t.view();
-                    let data_len = v.data().len() as u64;
-                    let entry_len = self
-                        .location_entry(loc)
-                        .map_or(data_len, |e| e.uncompressed_size);
-                    RecordHead {
-                        dtype: v.dtype(),
-                        dims: v.dims().to_vec(),
-                        lod: v.lod().clone(),
-                        header_len: entry_len.saturating_sub(data_len),
-                        data_len,
-                    }
+                    let h = Arc::new(self.decode_head_uncached(loc, Some(e), probes[k].take())?);
+                    WorkCounters::add(&self.work.heads_decoded);
+                    *slot = Some(Arc::clone(&h));
+                    h
                 }
             };
-            out.push(head);
+            out[k] = Some(head);
         }
-        Ok(out)
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// The header cache's cell of entry `i` (created empty on the first ask).
+    fn head_cell(&self, i: usize) -> Arc<HeadCell> {
+        let mut cells = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(cells.entry(i).or_default())
+    }
+
+    /// The position in the central directory and the entry `loc` names.
+    fn location_index(&self, loc: &TensorLocation) -> Option<(usize, &ZipEntry)> {
+        match self.dir.entries.get(loc.entry_hint) {
+            Some(e) if e.name == loc.entry => Some((loc.entry_hint, e)),
+            _ => {
+                let i = self.dir.index.get(&self.dir.entries, &loc.entry)?;
+                Some((i, self.dir.entries.get(i)?))
+            }
+        }
+    }
+
+    /// Decodes the record header of the tensor at `loc` (entry `e`): from `probe`, the
+    /// first bytes of a remote stored entry; from the first inflated bytes of a local
+    /// deflated entry; else from a full read.
+    fn decode_head_uncached(
+        &self,
+        loc: &TensorLocation,
+        e: Option<&ZipEntry>,
+        probe: Option<Vec<u8>>,
+    ) -> Result<RecordHead> {
+        if let (Some(e), Some(w)) = (e, probe)
+            && let Some(h) =
+                container::read::check_local_prefix(&w, self.len_bytes(), e, self.dir.cd_offset)
+                    .ok()
+                    .and_then(|prefix| decode_head(prefix, e.compressed_size).ok().flatten())
+        {
+            return Ok(h);
+        }
+        if let Some(e) = e
+            && e.method == METHOD_DEFLATED
+            && !matches!(self.backing, Backing::Ranged(_))
+        {
+            return self
+                .inflate_head(e)
+                .map_err(|err| self.located(err.in_entry(loc.entry.clone())));
+        }
+        let t = self.tensor(loc)?;
+        let v = t.view();
+        let data_len = v.data().len() as u64;
+        let entry_len = e.map_or(data_len, |e| e.uncompressed_size);
+        Ok(RecordHead {
+            dtype: v.dtype(),
+            dims: v.dims().to_vec(),
+            lod: v.lod().clone(),
+            header_len: entry_len.saturating_sub(data_len),
+            data_len,
+        })
+    }
+
+    /// The record header of deflated tensor entry `e`, inflating only as many bytes as
+    /// the header takes (the first 256, doubled until the header decodes), within the
+    /// entry's size and ratio limits. The rest of the entry, its length and its CRC-32
+    /// are not checked here (a full read or `verify` checks them).
+    fn inflate_head(&self, e: &ZipEntry) -> Result<RecordHead> {
+        self.check_inflate_limits(e)?;
+        WorkCounters::add(&self.work.head_inflated);
+        let raw = self.raw_data(e)?;
+        let mut decoder = flate2::read::DeflateDecoder::new(&raw[..]).take(e.uncompressed_size);
+        let mut prefix: Vec<u8> = Vec::new();
+        loop {
+            let want = (prefix.len() as u64 * 2).max(256).min(e.uncompressed_size);
+            let before = prefix.len() as u64;
+            (&mut decoder)
+                .take(want - before)
+                .read_to_end(&mut prefix)
+                .map_err(|err| {
+                    Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
+                        .at_offset(e.data_offset)
+                })?;
+            let have = prefix.len() as u64;
+            if have < want {
+                return Err(Error::new(ErrorKind::Zip(format!(
+                    "entry inflates to {have} bytes, the directory says {}",
+                    e.uncompressed_size
+                )))
+                .at_offset(e.data_offset));
+            }
+            match decode_head(&prefix, e.uncompressed_size) {
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) => {}
+                // A header that does not decode: the error a full read gives (a stream
+                // longer or shorter than declared, a bad CRC-32 come first), as every
+                // other read reports it.
+                Err(err) => {
+                    let full = self.read_entry(e)?;
+                    decode_tensor(&full)?;
+                    return Err(err);
+                }
+            }
+            if have >= e.uncompressed_size {
+                // decode_head decides a prefix as long as the entry; not reached.
+                return decode_tensor(&prefix).map(|v| RecordHead {
+                    dtype: v.dtype(),
+                    dims: v.dims().to_vec(),
+                    lod: v.lod().clone(),
+                    header_len: have - v.data().len() as u64,
+                    data_len: v.data().len() as u64,
+                });
+            }
+        }
     }
 
     /// Size of the archive file in bytes.

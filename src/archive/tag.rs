@@ -365,6 +365,15 @@ impl<'a> Tag<'a> {
     /// The graph and its encoding, if the tag has one (its own, or the one shared.txt
     /// points at); both encodings present is an error.
     pub fn graph(&self) -> Result<Option<(GraphFormat, Cow<'a, [u8]>)>> {
+        match self.graph_entry()? {
+            Some((format, entry)) => Ok(Some((format, self.archive.entry_bytes(&entry)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The graph's encoding and the entry that holds it (the tag's own, or the owner's
+    /// that shared.txt names), without reading it; both encodings present is an error.
+    pub(crate) fn graph_entry(&self) -> Result<Option<(GraphFormat, String)>> {
         let fb = self.file_entry("graph.fb");
         let pd = self.file_entry("graph.pdmodel");
         match (fb, pd) {
@@ -375,14 +384,8 @@ impl<'a> Tag<'a> {
                 )))
                 .in_entry(pd),
             )),
-            (Some(fb), None) => Ok(Some((
-                GraphFormat::FlatBuffers,
-                self.archive.entry_bytes(&fb)?,
-            ))),
-            (None, Some(pd)) => Ok(Some((
-                GraphFormat::ProgramDesc,
-                self.archive.entry_bytes(&pd)?,
-            ))),
+            (Some(fb), None) => Ok(Some((GraphFormat::FlatBuffers, fb))),
+            (None, Some(pd)) => Ok(Some((GraphFormat::ProgramDesc, pd))),
             (None, None) => Ok(None),
         }
     }

@@ -349,6 +349,14 @@ pub fn render_table<'r>(rows: impl IntoIterator<Item = (&'r str, &'r [ParamRef])
 
 /// Parses sha256sums.txt: `<64 hex>  <path>` (or `<hex> *<path>`) per line.
 pub fn parse_sums(bytes: &[u8], entry: &str) -> Result<Vec<(String, String)>> {
+    Ok(parse_sums_lines(bytes, entry)?
+        .into_iter()
+        .map(|(hex, path, _)| (hex, path))
+        .collect())
+}
+
+/// [`parse_sums`] with each row's line number (1-based; blank lines count).
+pub fn parse_sums_lines(bytes: &[u8], entry: &str) -> Result<Vec<(String, String, usize)>> {
     let text = utf8(bytes, entry)?;
     let mut out = Vec::new();
     for item in lines(text, entry, MAX_TABLE_LINE) {
@@ -366,7 +374,7 @@ pub fn parse_sums(bytes: &[u8], entry: &str) -> Result<Vec<(String, String)>> {
         if path.is_empty() {
             return Err(syntax("empty path".into(), entry, n));
         }
-        out.push((hex.to_ascii_lowercase(), path.to_string()));
+        out.push((hex.to_ascii_lowercase(), path.to_string(), n));
     }
     Ok(out)
 }

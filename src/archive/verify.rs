@@ -1,12 +1,88 @@
 //! [`Archive::verify`]: every check a reader makes, over every entry and tag.
 
 use super::container::{METHOD_STORED, ZipEntry};
-use super::hashing::sha256_hex;
-use super::reader::Archive;
+use super::hashing::hex_digest;
+use super::reader::{Archive, WorkCounters};
 use super::tag::is_shared;
 use super::text;
+use crate::graph::{Graph, GraphFormat};
 use crate::tensor::decode_tensor;
-use std::collections::HashMap;
+use sha2::Digest;
+use std::collections::{HashMap, HashSet};
+
+/// One tag's sha256sums.txt as read: (hash, path, line) rows, or why it does not read.
+type Manifest = std::result::Result<Vec<(String, String, usize)>, crate::Error>;
+
+/// What verify learned in its pass over the entries, and the graphs it decoded: each
+/// entry is read, inflated and hashed once, each graph decoded once, however many tags,
+/// names or manifest lines refer to them.
+#[derive(Default)]
+struct Pass {
+    /// SHA-256 of the entries some manifest lists, by position in the central directory
+    /// (absent for one that did not read: the pass reported it).
+    digests: HashMap<usize, [u8; 32]>,
+    /// Why a deflated tensor entry does not decode, by position.
+    tensor_errors: HashMap<usize, crate::Error>,
+    /// Graph entries decoded so far: whether the graph has parts checked against each
+    /// tag's parameters (a TensorFlow, ONNX or PIR graph). A graph that does not
+    /// decode was reported once, naming its entry.
+    graphs: HashMap<String, bool>,
+    /// The last graph decoded that has such parts (tags sharing a graph follow their
+    /// owner, so this decodes a shared graph once).
+    last_graph: Option<(String, Graph)>,
+    /// (graph entry, the tag's tables) pairs whose reference checks passed, as SHA-256
+    /// digests: a tag whose tables are another's, sharing its graph, passes them too
+    /// (the checks read nothing of a tag but its parameters by name).
+    checks_passed: HashSet<[u8; 32]>,
+}
+
+/// What the reference checks of the graph in `entry` depend on: the entry and every
+/// name of the tag's tables with the entry it refers to.
+fn checks_key(entry: &str, tag: &super::Tag<'_>) -> [u8; 32] {
+    let mut h = sha2::Sha256::new();
+    let mut put = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    put(entry.as_bytes());
+    for p in tag.params() {
+        put(p.name.as_bytes());
+        put(p.location.entry.as_bytes());
+    }
+    put(b"updater");
+    for u in tag.updater() {
+        put(u.name.as_bytes());
+        for a in &u.arrays {
+            put(a.entry.as_bytes());
+        }
+    }
+    h.finalize().into()
+}
+
+/// Hashes what is written through it (a deflated entry as it is inflated).
+struct ShaWriter(sha2::Sha256);
+
+impl std::io::Write for ShaWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether `name` is a tensor file (`<tag>/params/N.lodtensor`, `<tag>/updater/...`) of
+/// a tag listed in `tags`.
+fn is_tensor_entry(name: &str, tags: &HashSet<&str>) -> bool {
+    let Some((top, rel)) = name.split_once('/') else {
+        return false;
+    };
+    tags.contains(top)
+        && (rel.starts_with("params/") || rel.starts_with("updater/"))
+        && rel.ends_with(".lodtensor")
+}
 
 /// One integrity problem found by [`Archive::verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,23 +163,37 @@ impl Archive {
         let total = (self.dir.entries.len() + self.tags.len()) as u64;
         let mut ticker = crate::progress::Ticker::new(progress, total);
         let mut r = VerifyReport::default();
-        for e in &self.dir.entries {
-            if e.method == METHOD_STORED {
-                let crc = match self.raw_data(e) {
-                    Ok(raw) => crc32fast::hash(&raw),
-                    Err(err) => {
-                        r.push_error(Some(&e.name), &err);
-                        ticker.tick();
-                        continue;
-                    }
-                };
-                if crc != e.crc32 {
-                    r.push(
-                        Some(&e.name),
-                        format!("CRC-32 is {crc:08x}, the directory says {:08x}", e.crc32),
-                    );
+        // The manifests first, so that the pass over the entries hashes what they list
+        // while it reads each entry anyway (once, however many lines list it).
+        let manifests: Vec<Option<Manifest>> =
+            self.tags.iter().map(|t| self.read_manifest(t)).collect();
+        let mut wanted: HashSet<usize> = HashSet::new();
+        for (t, m) in self.tags.iter().zip(&manifests) {
+            for (_, rel, _) in m.iter().flatten().flatten() {
+                if let Some(i) = self.dir.index.get(&self.dir.entries, &format!("{t}/{rel}")) {
+                    wanted.insert(i);
                 }
-            } else if let Err(err) = self.check_entry(e) {
+            }
+        }
+        let listed: HashSet<&str> = self.tags.iter().map(String::as_str).collect();
+        let mut pass = Pass::default();
+        for (i, e) in self.dir.entries.iter().enumerate() {
+            // Read whole and checked (length, CRC-32) already: tags.txt by the open, a
+            // manifest that parsed just above. Not inflated a second time.
+            // (A stored entry's CRC-32 is not checked by a read: it is checked here.)
+            let read_before = e.name == super::reader::TAGS_TXT
+                || e.name.split_once('/').is_some_and(|(t, rest)| {
+                    rest == "sha256sums.txt"
+                        && self.tag_position(t).is_some_and(|k| {
+                            self.tags.get(k).is_some_and(|x| x == t)
+                                && matches!(manifests.get(k), Some(Some(Ok(_))))
+                        })
+                });
+            if read_before && e.method != METHOD_STORED && !wanted.contains(&i) {
+                ticker.tick();
+                continue;
+            }
+            if let Err(err) = self.check_entry_once(i, e, &wanted, &listed, &mut pass, &mut r) {
                 r.push_error(Some(&e.name), &err);
             }
             ticker.tick();
@@ -136,8 +226,8 @@ impl Archive {
                 format!("files under {d}/, which is not a tag listed in tags.txt"),
             );
         }
-        for t in &self.tags {
-            self.verify_tag(t, &mut r);
+        for (t, manifest) in self.tags.iter().zip(manifests) {
+            self.verify_tag(t, manifest, &mut pass, &mut r);
             ticker.tick();
         }
         self.verify_summary(&mut r);
@@ -145,7 +235,122 @@ impl Archive {
         r
     }
 
-    fn verify_tag(&self, t: &str, r: &mut VerifyReport) {
+    /// Reads entry `i` (`e`) once: checks a stored entry's CRC-32, inflates a deflated
+    /// one (checking its length and CRC-32), hashes it when a manifest lists it, and
+    /// decodes it when it is a deflated tensor file (stored ones are decoded in the map
+    /// by the tag's checks, which costs no read).
+    fn check_entry_once(
+        &self,
+        i: usize,
+        e: &ZipEntry,
+        wanted: &HashSet<usize>,
+        listed: &HashSet<&str>,
+        pass: &mut Pass,
+        r: &mut VerifyReport,
+    ) -> crate::Result<()> {
+        let hash = wanted.contains(&i);
+        if e.method == METHOD_STORED {
+            let raw = self.raw_data(e)?;
+            let crc = crc32fast::hash(&raw);
+            if hash {
+                WorkCounters::add(&self.work.hashed);
+                pass.digests.insert(i, sha2::Sha256::digest(&raw).into());
+            }
+            if crc != e.crc32 {
+                r.push(
+                    Some(&e.name),
+                    format!("CRC-32 is {crc:08x}, the directory says {:08x}", e.crc32),
+                );
+            }
+        } else if is_tensor_entry(&e.name, listed) {
+            let bytes = self.read_entry(e)?;
+            if hash {
+                WorkCounters::add(&self.work.hashed);
+                pass.digests.insert(i, sha2::Sha256::digest(&bytes).into());
+            }
+            if let Err(err) = decode_tensor(&bytes) {
+                pass.tensor_errors.insert(i, err);
+            }
+        } else if hash {
+            let mut sink = ShaWriter(sha2::Sha256::new());
+            self.inflate_into(e, &self.raw_data(e)?, &mut sink)?;
+            WorkCounters::add(&self.work.hashed);
+            pass.digests.insert(i, sink.0.finalize().into());
+        } else {
+            self.check_entry(e)?;
+        }
+        Ok(())
+    }
+
+    /// Tag `t`'s sha256sums.txt, parsed; `None` when it has none.
+    fn read_manifest(&self, t: &str) -> Option<Manifest> {
+        let name = format!("{t}/sha256sums.txt");
+        let e = self.entry(&name)?;
+        Some(
+            self.read_entry(e)
+                .and_then(|b| text::parse_sums_lines(&b, &name)),
+        )
+    }
+
+    /// Decodes the graph in `entry` unless an earlier tag's check did (a shared graph):
+    /// reports one that does not decode, once, naming the entry. Returns the decoded
+    /// graph when it has parts checked against each tag's parameters.
+    fn decoded_graph<'p>(
+        &self,
+        format: GraphFormat,
+        entry: &str,
+        pass: &'p mut Pass,
+        r: &mut VerifyReport,
+    ) -> Option<&'p Graph> {
+        let known = pass.graphs.get(entry).copied();
+        if known == Some(false) {
+            return None;
+        }
+        let kept = matches!(&pass.last_graph, Some((name, _)) if name == entry);
+        if !kept {
+            let bytes = match self.entry_bytes(entry) {
+                Ok(b) => b,
+                Err(e) => {
+                    r.push_error(Some(entry), &e);
+                    pass.graphs.insert(entry.to_string(), false);
+                    return None;
+                }
+            };
+            WorkCounters::add(&self.work.graphs_decoded);
+            // Decoded as every reader does (ProgramDesc with its required fields,
+            // graph.fb through the FlatBuffers verifier), not just read.
+            match Graph::decode(format, &bytes) {
+                Err(e) => {
+                    r.push(
+                        Some(entry),
+                        format!(
+                            "the graph does not decode: {}",
+                            crate::graph::graph_error_why(&e)
+                        ),
+                    );
+                    pass.graphs.insert(entry.to_string(), false);
+                    return None;
+                }
+                Ok(g) => {
+                    let checked = g.tf.is_some() || g.onnx.is_some() || g.pir.is_some();
+                    pass.graphs.insert(entry.to_string(), checked);
+                    if !checked {
+                        return None;
+                    }
+                    pass.last_graph = Some((entry.to_string(), g));
+                }
+            }
+        }
+        pass.last_graph.as_ref().map(|(_, g)| g)
+    }
+
+    fn verify_tag(
+        &self,
+        t: &str,
+        manifest: Option<Manifest>,
+        pass: &mut Pass,
+        r: &mut VerifyReport,
+    ) {
         let prefix = format!("{t}/");
         if self.entry(&format!("{t}/params.txt")).is_none()
             && self.entries_under(t).next().is_some()
@@ -154,53 +359,58 @@ impl Archive {
         }
         match self.tag_cached(t, false) {
             Ok(tag) => {
-                match tag.graph() {
+                match tag.graph_entry() {
                     Err(e) => r.push_error(None, &e),
-                    // Decoded as every reader does (ProgramDesc with its required fields,
-                    // graph.fb through the FlatBuffers verifier), not just read.
-                    Ok(Some((enc, bytes))) => match crate::graph::Graph::decode(enc, &bytes) {
-                        Err(e) => r.push(
-                            Some(&format!("{t}/{}", enc.file_name())),
-                            format!(
-                                "the graph does not decode: {}",
-                                crate::graph::graph_error_why(&e)
-                            ),
-                        ),
-                        // A TensorFlow graph's constants must be the tag's parameters.
-                        Ok(g) => {
+                    Ok(Some((format, entry))) => {
+                        let key = checks_key(&entry, &tag);
+                        let done = pass.checks_passed.contains(&key);
+                        if !done && let Some(g) = self.decoded_graph(format, &entry, pass, r) {
+                            WorkCounters::add(&self.work.graph_checks);
+                            let before = r.problems.len();
+                            // A TensorFlow graph's constants must be the tag's parameters.
                             if let Some(tf) = &g.tf
                                 && let Err(e) = crate::interop::tf::check_refs(&tag, tf)
                             {
-                                r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
+                                r.push_error(Some(&entry), &e);
                             }
                             // So must an ONNX model's initializers.
                             if let Some(onnx) = &g.onnx
                                 && let Err(e) = crate::interop::onnx::check_refs(&tag, onnx)
                             {
-                                r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
+                                r.push_error(Some(&entry), &e);
                             }
                             // And a PIR program's parameters, with the declared types.
                             if g.pir.is_some()
                                 && let Err(e) = crate::interop::paddle::check_params(&tag)
                             {
-                                r.push_error(Some(&format!("{t}/{}", enc.file_name())), &e);
+                                r.push_error(Some(&entry), &e);
+                            }
+                            // Failures are checked again for each tag (their messages
+                            // may name it); passes are not.
+                            if r.problems.len() == before {
+                                pass.checks_passed.insert(key);
                             }
                         }
-                    },
+                    }
                     Ok(None) => {}
                 }
-                match tag.training_config() {
-                    Ok(Some(_)) if is_shared(&tag, "trainingConfig.fb") => {}
-                    Ok(Some(b)) => {
-                        if let Err(e) = crate::graph::training_config::TrainingConfig::decode(&b) {
-                            r.push(
-                                Some(&format!("{t}/trainingConfig.fb")),
-                                format!("the training config does not decode: {}", e.kind()),
-                            );
+                // A shared training config is checked where it is stored (its owner's
+                // own file), not read again for each tag that uses it.
+                if !is_shared(&tag, "trainingConfig.fb") {
+                    match tag.training_config() {
+                        Ok(Some(b)) => {
+                            if let Err(e) =
+                                crate::graph::training_config::TrainingConfig::decode(&b)
+                            {
+                                r.push(
+                                    Some(&format!("{t}/trainingConfig.fb")),
+                                    format!("the training config does not decode: {}", e.kind()),
+                                );
+                            }
                         }
+                        Err(e) => r.push_error(None, &e),
+                        Ok(None) => {}
                     }
-                    Err(e) => r.push_error(None, &e),
-                    Ok(None) => {}
                 }
                 match tag.metadata() {
                     // Checked without building the document (constant memory).
@@ -226,7 +436,11 @@ impl Archive {
             let rel = &e.name[prefix.len()..];
             let is_tensor = (rel.starts_with("params/") || rel.starts_with("updater/"))
                 && rel.ends_with(".lodtensor");
-            if is_tensor {
+            if !is_tensor {
+                continue;
+            }
+            if e.method == METHOD_STORED {
+                // In the map: decoding reads the record header, the data is not copied.
                 match self.read_entry(e) {
                     Ok(b) => {
                         if let Err(err) = decode_tensor(&b) {
@@ -235,44 +449,79 @@ impl Archive {
                     }
                     Err(err) => r.push_error(Some(&e.name), &err),
                 }
+            } else if let Some(i) = self.dir.index.get(&self.dir.entries, &e.name)
+                && let Some(err) = pass.tensor_errors.get(&i)
+            {
+                r.push_error(Some(&e.name), err);
             }
         }
         let sums_name = format!("{t}/sha256sums.txt");
-        let Some(sums_entry) = self.entry(&sums_name) else {
-            return;
-        };
-        let sums = match self
-            .read_entry(sums_entry)
-            .and_then(|b| text::parse_sums(&b, &sums_name))
-        {
-            Ok(s) => s,
-            Err(e) => {
+        let sums = match manifest {
+            None => return,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
                 r.push_error(Some(&sums_name), &e);
                 return;
             }
         };
-        let mut listed = std::collections::HashSet::new();
-        for (hex, rel) in &sums {
-            let name = format!("{prefix}{rel}");
-            listed.insert(name.clone());
-            match self.entry(&name) {
-                None => r.push(Some(&sums_name), format!("lists {rel:?}, which is missing")),
-                Some(e) => match self.read_entry(e) {
-                    Ok(b) => {
-                        let got = sha256_hex(&b);
-                        if &got != hex {
-                            r.push(
-                                Some(&name),
-                                format!("SHA-256 is {got}, sha256sums.txt says {hex}"),
-                            );
-                        }
+        // Path -> the line that first lists it. A path listed again is not hashed again;
+        // it is one finding per path, however many lines repeat it.
+        let mut listed: HashMap<&str, usize> = HashMap::new();
+        // Path -> (the first line repeating it, how many lines list it), in order.
+        let mut repeated: Vec<(&str, usize, usize)> = Vec::new();
+        let mut repeat_at: HashMap<&str, usize> = HashMap::new();
+        for (hex, rel, line) in &sums {
+            if listed.contains_key(rel.as_str()) {
+                match repeat_at.get(rel.as_str()) {
+                    Some(&k) => repeated[k].2 += 1,
+                    None => {
+                        repeat_at.insert(rel, repeated.len());
+                        repeated.push((rel, *line, 2));
                     }
-                    Err(err) => r.push_error(Some(&name), &err),
-                },
+                }
+                continue;
+            }
+            listed.insert(rel, *line);
+            let name = format!("{prefix}{rel}");
+            match self.dir.index.get(&self.dir.entries, &name) {
+                None => r.push(Some(&sums_name), format!("lists {rel:?}, which is missing")),
+                Some(i) => {
+                    // Not hashed: the entry did not read, which the pass reported.
+                    let Some(digest) = pass.digests.get(&i) else {
+                        continue;
+                    };
+                    let got = hex_digest(digest);
+                    if &got != hex {
+                        r.push(
+                            Some(&name),
+                            format!("SHA-256 is {got}, sha256sums.txt says {hex}"),
+                        );
+                    }
+                }
             }
         }
+        for (rel, again, times) in repeated {
+            let first = listed.get(rel).copied().unwrap_or(0);
+            r.push(
+                Some(&sums_name),
+                format!(
+                    "lists {rel:?} {times} times (line {first}, again on line {again}{}): a file is listed once",
+                    if times > 2 {
+                        format!(" and {} more", times - 2)
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
+        }
         for e in own {
-            if e.name != sums_name && !e.name.ends_with('/') && !listed.contains(&e.name) {
+            if e.name != sums_name
+                && !e.name.ends_with('/')
+                && !e
+                    .name
+                    .strip_prefix(&prefix)
+                    .is_some_and(|rel| listed.contains_key(rel))
+            {
                 r.push(Some(&e.name), "not listed in the tag's sha256sums.txt");
             }
         }

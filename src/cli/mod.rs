@@ -136,6 +136,8 @@ pub fn run() -> ExitCode {
         Command::Diff(a) => common::reopen_once_if_changed(|| diff::run(a.clone())),
         Command::Cp(a) => cp::run(a),
     };
+    #[cfg(feature = "test-internals")]
+    report_work();
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Negative) => ExitCode::from(1),
@@ -144,6 +146,28 @@ pub fn run() -> ExitCode {
             error_to_stderr(&output::error_line(&with_cli_hints(&msg)));
             ExitCode::from(2)
         }
+    }
+}
+
+/// With `MODELZIP_TEST_WORK` set (test builds only): one stderr line with the work the
+/// archives it read did (entries inflated, hashed, graphs decoded), for the tests
+/// that check a command's work follows the archive's distinct entries.
+#[cfg(feature = "test-internals")]
+fn report_work() {
+    if std::env::var_os("MODELZIP_TEST_WORK").is_none() {
+        return;
+    }
+    {
+        let w = modelzip::internals::dropped_work_counts();
+        eprintln!(
+            "modelzip-test-work inflated={} head_inflated={} heads_decoded={} hashed={} graphs_decoded={} graph_checks={}",
+            w.inflated,
+            w.head_inflated,
+            w.heads_decoded,
+            w.hashed,
+            w.graphs_decoded,
+            w.graph_checks
+        );
     }
 }
 

@@ -556,7 +556,83 @@ def summary_attacks():
          exit_code=0, stdout='"params": 1')
 
 
+# ---- cost follows files, not names (issue 30) -------------------------------------------
+#
+# Archives valid by docs/FORMAT.md in which many names, tags or lines point at few files:
+# every command's work must follow the distinct files. The first is committed; the other
+# two are too large to commit (15 MB, 2.5 MB) and are written at test time by this same
+# code (`make_hostile.py --shape NAME OUT`, tests/it/reference_amplification.rs).
+
+def deflated_zeros_tensor(size, fill=0):
+    """A UINT8 LoDTensor record of exactly `size` bytes: zeros but for its first data byte
+    (`fill`), so that records made with different fills differ."""
+    head = len(tensor(dtype=20, dims=(size,), data=b""))
+    n = size - head
+    assert len(tensor(dtype=20, dims=(n,), data=b"")) == head
+    return tensor(dtype=20, dims=(n,), data=bytes([fill]) + bytes(n - 1))
+
+
+def manifest_lists_one_entry_30000_times():
+    # 16 MiB (the most a deflated entry may inflate to at any ratio), 16 KB deflated; a
+    # sha256sums.txt listing it 30,000 times deflates to a few KB.
+    t = deflated_zeros_tensor(16 << 20)
+    params = b"w 0\n"
+    h = hashlib.sha256(t).hexdigest().encode()
+    sums = b"%s  params.txt\n" % hashlib.sha256(params).hexdigest().encode()
+    sums += b"%s  params/0.lodtensor\n" % h * 30_000
+    return build([E("tags.txt", b"t\n"), E("t/params.txt", params),
+                  E("t/params/0.lodtensor", t, deflate=True),
+                  E("t/sha256sums.txt", sums, deflate=True)])
+
+
+def shared_graph(tags=60_000):
+    """`tags` tags whose shared.txt all name the first tag's graph (a Paddle 3.3.1
+    ProgramDesc from tests/fixtures) and whose params.txt all name its one tensor."""
+    with open(os.path.join(HERE, "../fixtures/paddle/3.3.1/conv.pdmodel"), "rb") as f:
+        graph = f.read()
+    names = [b"t%d" % i for i in range(tags)]
+    entries = [E("tags.txt", b"".join(n + b"\n" for n in names), deflate=True),
+               E("t0/graph.pdmodel", graph, deflate=True), E("t0/params.txt", b"w 0\n"),
+               E("t0/params/0.lodtensor", GOOD_TENSOR)]
+    for n in names[1:]:
+        entries += [E(n + b"/params.txt", b"w t0/0\n"),
+                    E(n + b"/shared.txt", b"graph.pdmodel t0\n")]
+    return build(entries, zip64={})
+
+
+def shared_deflated_tensors(tags=6_000, files=32, size=1 << 20):
+    """`tags` tags whose params.txt all name the first tag's `files` deflated tensors of
+    `size` bytes (written so by another tool: modelzip stores tensors)."""
+    own = b"".join(b"p%d %d\n" % (i, i) for i in range(files))
+    ref = b"".join(b"p%d t0/%d\n" % (i, i) for i in range(files))
+    entries = [E("tags.txt", b"".join(b"t%d\n" % i for i in range(tags)), deflate=True),
+               E("t0/params.txt", own)]
+    entries += [E("t0/params/%d.lodtensor" % i, deflated_zeros_tensor(size, i), deflate=True)
+                for i in range(files)]
+    entries += [E("t%d/params.txt" % i, ref) for i in range(1, tags)]
+    return build(entries, zip64={} if 1 + files + tags > 0xFFFF else None)
+
+
+SHAPES = {
+    "tags-60000-share-one-graph.zip": shared_graph,
+    "tags-6000-share-32-deflated-tensors.zip": shared_deflated_tensors,
+}
+
+
+def reference_attacks():
+    emit("sha256sums-lists-one-16mib-entry-30000-times.zip",
+         manifest_lists_one_entry_30000_times(), "verify",
+         'lists "params/0.lodtensor" 30000 times (line 2, again on line 3 and 29998 more)', exit_code=1)
+
+
 def main():
+    import sys
+    if sys.argv[1:2] == ["--shape"]:
+        # One of the archives too large to commit, written where the test asks.
+        name, out = sys.argv[2], sys.argv[3]
+        with open(out, "wb") as f:
+            f.write(SHAPES[name]())
+        return
     for f in os.listdir(HERE):
         if f.endswith(".zip") or f.endswith(".journal"):
             os.remove(os.path.join(HERE, f))
@@ -568,6 +644,7 @@ def main():
     extract_attacks()
     journal_cases()
     summary_attacks()
+    reference_attacks()
     with open(os.path.join(HERE, "expected.json"), "w") as f:
         json.dump(MANIFEST, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -22,6 +22,7 @@ mod onnx_quantize;
 mod paddle_fixtures;
 mod paddle_interop;
 mod paddle_pir;
+mod reference_amplification;
 #[cfg(feature = "remote")]
 mod remote;
 mod safetensors_interop;

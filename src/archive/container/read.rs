@@ -579,12 +579,14 @@ fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
 }
 
 /// The length of the data descriptor that follows an entry's data (general-purpose flag
-/// bit 3), one of the four forms APPNOTE 4.3.9 allows: an optional signature, the CRC,
-/// then both sizes in 4 bytes each, or in 8 when the local header has a Zip64 extra field
-/// (12, 16, 20 or 24 bytes; Python's zipfile and Info-ZIP write the signed ones). The form
-/// is the one whose CRC and sizes are the central directory's, tried in the order the
-/// local header suggests; a descriptor that matches none is refused, as its length, and
-/// so what the entry occupies, would be a guess.
+/// bit 3), one of four forms: an optional signature, the CRC, then both sizes in 4 bytes
+/// each or in 8 (12, 16, 20 or 24 bytes; Python's zipfile and Info-ZIP write the signed
+/// ones). APPNOTE 4.3.9 ties 8-byte sizes to a local header with a Zip64 extra field;
+/// FORMAT.md also accepts them after one without (a streaming writer learns the width
+/// only after its local header is written). The form is the one whose CRC and sizes are
+/// the central directory's, tried in the order the local header suggests; a descriptor
+/// that matches none is refused, as its length, and so what the entry occupies, would be
+/// a guess.
 fn descriptor_len(
     at: &At<'_>,
     e: &ZipEntry,

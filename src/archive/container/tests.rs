@@ -130,6 +130,8 @@ fn with_descriptor(descriptor: &[u8]) -> Vec<u8> {
     b
 }
 
+/// The local header here has no Zip64 extra field: the 8-byte forms after it are accepted
+/// too (FORMAT.md, "Zip container": a streaming writer learns the sizes' width last).
 #[test]
 fn all_four_descriptor_forms_are_measured() {
     let crc = crc32fast::hash(b"abc").to_le_bytes();

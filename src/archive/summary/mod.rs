@@ -401,11 +401,13 @@ impl Archive {
         let tag = self.tag_cached(name, false)?;
         let mut dtypes = BTreeSet::new();
         let locations = tag.locations();
-        // Many names may refer to one file: decode each file once.
+        // Many names may refer to one file, and many tags to one file: each file's
+        // header is decoded once per archive (`shared_heads` keeps them), the graph is
+        // not read (its entry's name says its encoding).
         let mut seen: HashSet<&str> = HashSet::new();
         let unique: Vec<&TensorLocation> = locations.filter(|l| seen.insert(&l.entry)).collect();
         // From a remote archive: only each tensor's first bytes, in one batched request.
-        let heads = self.tensor_heads(&unique)?;
+        let heads = self.shared_heads(&unique)?;
         let mut shared_bytes = 0u64;
         for (loc, head) in unique.iter().zip(&heads) {
             if loc.shared {
@@ -418,7 +420,7 @@ impl Archive {
                 .entry_stored_size(&format!("{owner}/{file}"))
                 .unwrap_or(0);
         }
-        let graph = tag.graph()?.map(|(g, _)| g);
+        let graph = tag.graph_entry()?.map(|(g, _)| g);
         let created = tag.metadata()?.and_then(|m| created_of(&m));
         Ok(TagSummary {
             name: tag.name().to_string(),
