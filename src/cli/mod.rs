@@ -24,6 +24,7 @@ mod prune;
 mod quantize;
 mod rm;
 mod show;
+mod tag_meta;
 mod tags;
 mod tensor;
 mod verify;
