@@ -28,6 +28,7 @@ mod tag_meta;
 mod tags;
 mod tensor;
 mod verify;
+mod view;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -62,6 +63,7 @@ enum Command {
     Cast(cast::Args),
     Diff(diff::Args),
     Cp(cp::Args),
+    View(view::Args),
 }
 
 /// What a command ended with, short of an error.
@@ -136,6 +138,7 @@ pub fn run() -> ExitCode {
         Command::Cast(a) => cast::run(a),
         Command::Diff(a) => common::reopen_once_if_changed(|| diff::run(a.clone())),
         Command::Cp(a) => cp::run(a),
+        Command::View(a) => view::run(a),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

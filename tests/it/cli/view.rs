@@ -113,3 +113,54 @@ fn pack_metadata_file_is_stored_with_the_step_added() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn view_help_has_an_example() {
+    let out = modelzip().args(["view", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Example:") && text.contains("modelzip view "),
+        "{text}"
+    );
+    assert!(text.contains("127.0.0.1"), "{text}");
+}
+
+#[test]
+fn view_html_embeds_the_page_and_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("ck.zip");
+    pack(&a, "step-000000001", &["--step", "1", "--metric", "loss=2"]);
+    pack(&a, "step-000000002", &["--step", "2", "--metric", "loss=1"]);
+    let html = dir.path().join("report.html");
+    modelzip()
+        .arg("view")
+        .arg(&a)
+        .arg("--html")
+        .arg(&html)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&html).unwrap();
+    // One file: no script or style fetched, the API's answers embedded.
+    assert!(!text.contains("<script src="), "a script is fetched");
+    assert!(!text.contains("href=\"app.css\""), "a style is fetched");
+    for key in [
+        "\"api/archive\"",
+        "\"api/tag?name=step-000000002\"",
+        "\"api/diff?a=step-000000001&b=step-000000002\"",
+        "\"api/graph?tag=step-000000001\"",
+    ] {
+        assert!(text.contains(key), "{key} missing");
+    }
+    // A hostile archive: one error line, exit 2, no file.
+    let bad = dir.path().join("bad.html");
+    let line = expect_error(
+        modelzip()
+            .arg("view")
+            .arg(fixture("../hostile/empty-file.zip"))
+            .arg("--html")
+            .arg(&bad),
+    );
+    assert!(line.contains("cannot open"), "{line}");
+    assert!(!bad.exists());
+}
