@@ -231,6 +231,13 @@ def test_api_validates_its_inputs(served):
     assert server.get("api/diff?a=fp32&b=nope")[0] == 404
     assert server.get("../../etc/passwd")[0] == 404
     assert server.get("api/graph?tag=int8")[0] == 200
+    # A request for another host name (a DNS name rebound to 127.0.0.1) is refused.
+    req = urllib.request.Request(server.url + "api/archive", headers={"Host": "evil.example:80"})
+    try:
+        urllib.request.urlopen(req)
+        raise AssertionError("a foreign Host header was served")
+    except urllib.error.HTTPError as e:
+        assert e.code == 403
     assert server.alive()
 
 

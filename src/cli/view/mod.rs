@@ -201,6 +201,28 @@ fn asset(kind: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+/// Refuses a request whose Host header is not the loopback address the server listens
+/// on: a web page elsewhere cannot reach the server through a DNS name rebound to
+/// 127.0.0.1 (its requests carry that name). Empty: any host (`--host`).
+async fn check_host(
+    State(allowed): State<Arc<Vec<String>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !allowed.is_empty() && !allowed.iter().any(|a| a == host) {
+        return json_response(
+            403,
+            &json!({"error": "this server answers requests for 127.0.0.1 or localhost only"}),
+        );
+    }
+    next.run(req).await
+}
+
 async fn not_found() -> Response {
     json_response(
         404,
@@ -305,7 +327,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         path: args.archive.clone(),
         cached: Mutex::new(None),
     });
-    let app = axum::Router::new()
+    let router = axum::Router::new()
         .route(
             "/",
             get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
@@ -337,6 +359,19 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         let addr = listener
             .local_addr()
             .map_err(|e| CliError::Failed(format!("cannot listen on {host}: {e}")))?;
+        let port = addr.port();
+        let allowed: Vec<String> = if host.is_loopback() {
+            ["127.0.0.1", "localhost", "[::1]"]
+                .iter()
+                .map(|h| format!("{h}:{port}"))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let app = router.layer(axum::middleware::from_fn_with_state(
+            Arc::new(allowed),
+            check_host,
+        ));
         let url = match addr {
             SocketAddr::V6(a) => format!("http://[{}]:{}/", a.ip(), a.port()),
             SocketAddr::V4(a) => format!("http://{a}/"),
