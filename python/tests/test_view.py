@@ -52,7 +52,7 @@ def require_browser():
 class Server:
     """`modelzip view ARCHIVE` on 127.0.0.1, port 0; `url` is what it printed."""
 
-    def __init__(self, archive: Path):
+    def __init__(self, archive: Path | str):
         self.proc = subprocess.Popen(
             [str(cli_path()), "view", str(archive)],
             stdout=subprocess.PIPE,
@@ -239,6 +239,27 @@ def test_api_validates_its_inputs(served):
     except urllib.error.HTTPError as e:
         assert e.code == 403
     assert server.alive()
+
+
+def test_a_url_archive_is_served_like_a_local_one(tmp):
+    """A URL (file://, read through the same object-store client as s3:// and https://):
+    the same tag list, parameters and diff, and a new checkpoint appears on reload."""
+    archive = tmp / "demo.zip"
+    make_archive(archive)
+    server = Server(archive.as_uri())
+    try:
+        status, doc = server.get("api/archive")
+        assert status == 200
+        assert [t["name"] for t in doc["tags"]] == [
+            t["name"] for t in cli_json("tags", archive)["tags"]]
+        status, tag = server.get("api/tag?name=fp32")
+        assert status == 200 and len(tag["params"]) == 4
+        status, diff = server.get("api/diff?a=fp32&b=int8")
+        assert status == 200 and diff == cli_json("diff", archive, "fp32", "int8")
+        run_cli("pack", archive, PERSISTABLES, "--tag", "step-000000400", "--step", 400, "-q")
+        assert server.get("api/archive")[1]["tags"][-1]["name"] == "step-000000400"
+    finally:
+        server.stop()
 
 
 def test_hostile_archives_give_an_error_panel_and_the_server_survives(browser, tmp):
