@@ -241,6 +241,34 @@ def test_api_validates_its_inputs(served):
     assert server.alive()
 
 
+def test_graphs_of_onnx_and_tensorflow_tags_have_one_node_per_op(browser, tmp):
+    """ONNX nodes and TensorFlow nodes (constants included: they are GraphDef nodes) are
+    the drawn nodes; ONNX inputs and initializers are values, folded into edges."""
+    archive = tmp / "g.zip"
+    fixtures = REPO / "tests" / "fixtures"
+    run_cli("import", archive, "--tag", "onnx", fixtures / "onnx" / "mlp.onnx", "-q")
+    run_cli("import", archive, "--tag", "tf", fixtures / "tf" / "cnn.pb", "-q")
+    server = Server(archive)
+    try:
+        page = open_page(browser, server.url)
+        for tag, ops in [
+            ("onnx", [n["op_type"] for n in cli_json_graph(archive, "onnx")["onnx"]["nodes"]]),
+            ("tf", [n["op"] for n in cli_json_graph(archive, "tf")["tensorflow"]["nodes"]]),
+        ]:
+            page.locator(f'[data-testid="tag-row"][data-tag="{tag}"]').click()
+            page.locator('[data-testid="param-row"]').first.wait_for()
+            page.click('[data-testid="view-graph"]')
+            page.locator('[data-testid="graph-node"]').first.wait_for()
+            got = page.locator('[data-testid="graph-node"]').evaluate_all(
+                "ns => ns.map(n => n.dataset.op)")
+            assert sorted(got) == sorted(ops), tag
+            page.locator('[data-testid="graph-node"]').last.click()
+            assert page.locator('[data-testid="graph-details"]').inner_text().strip()
+        page.close()
+    finally:
+        server.stop()
+
+
 def test_a_url_archive_is_served_like_a_local_one(tmp):
     """A URL (file://, read through the same object-store client as s3:// and https://):
     the same tag list, parameters and diff, and a new checkpoint appears on reload."""
