@@ -241,15 +241,22 @@ def test_api_validates_its_inputs(served):
     assert server.alive()
 
 
-def test_graphs_of_onnx_and_tensorflow_tags_have_one_node_per_op(browser, tmp):
+def test_graphs_of_onnx_tensorflow_and_pir_tags(browser, tmp):
     """ONNX nodes and TensorFlow nodes (constants included: they are GraphDef nodes) are
     the drawn nodes; ONNX inputs and initializers are values, folded into edges."""
     archive = tmp / "g.zip"
     fixtures = REPO / "tests" / "fixtures"
     run_cli("import", archive, "--tag", "onnx", fixtures / "onnx" / "mlp.onnx", "-q")
     run_cli("import", archive, "--tag", "tf", fixtures / "tf" / "cnn.pb", "-q")
+    pir = fixtures / "paddle" / "pir"
+    run_cli("import", archive, "--tag", "pir", pir / "mlp.json", pir / "mlp.pdiparams", "-q")
     server = Server(archive)
     try:
+        # A PIR program (its ops counted, not decoded) is one node: its summary, the op
+        # counts as its attributes.
+        status, g = server.get("api/graph?tag=pir")
+        assert status == 200 and g["kind"] == "pir" and len(g["nodes"]) == 1
+        assert sum(int(a["value"]) for a in g["nodes"][0]["attrs"]) == 12
         page = open_page(browser, server.url)
         for tag, ops in [
             ("onnx", [n["op_type"] for n in cli_json_graph(archive, "onnx")["onnx"]["nodes"]]),

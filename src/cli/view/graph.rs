@@ -89,10 +89,14 @@ fn unquote(s: &str) -> String {
 
 /// Whether a node of the drawing is a variable or value (folded into edges) rather
 /// than an operation: Paddle variables and ONNX inputs and initializers. TensorFlow
-/// nodes, constants included, are all operations; a PIR program is drawn as its
-/// summary.
-fn is_variable(g: &Graph, shape: &str) -> bool {
-    if g.tf.is_some() || g.pir.is_some() {
+/// nodes, constants included, are all operations; a PIR program (whose operations
+/// modelzip counts but does not decode) is one node, its summary.
+fn is_variable(g: &Graph, id: &str, shape: &str) -> bool {
+    if g.pir.is_some() {
+        // The summary box is the node; the parameter boxes linked to it are values.
+        return id != "pir";
+    }
+    if g.tf.is_some() {
         return false;
     }
     matches!(shape, "box" | "plaintext" | "invhouse")
@@ -140,7 +144,7 @@ pub fn nodes(g: &Graph) -> Value {
     let (dot_nodes, dot_edges) = parse(&dump::dot(g));
     let variable: HashMap<&str, bool> = dot_nodes
         .iter()
-        .map(|n| (n.id.as_str(), is_variable(g, &n.shape)))
+        .map(|n| (n.id.as_str(), is_variable(g, &n.id, &n.shape)))
         .collect();
     let is_var = |id: &str| variable.get(id).copied().unwrap_or(true);
     // Operation-to-operation edges, and each variable's writers and readers.
@@ -190,6 +194,17 @@ pub fn nodes(g: &Graph) -> Value {
                 .attrs
                 .iter()
                 .map(|a| json!({"name": a.name, "value": short(format!("{:?}", a.value))}))
+                .collect();
+            m.insert("attrs".into(), Value::Array(attrs));
+        }
+        if let (Some(pir), Value::Object(m)) = (&g.pir, &mut node)
+            && let Ok(p) = pir.program()
+        {
+            // The op counts per op name, as the node's attributes.
+            let attrs: Vec<Value> = p
+                .op_counts
+                .iter()
+                .map(|(op, n)| json!({"name": op, "value": n.to_string()}))
                 .collect();
             m.insert("attrs".into(), Value::Array(attrs));
         }
