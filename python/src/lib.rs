@@ -1048,6 +1048,7 @@ fn import_paddle<'py>(
     let opts = ImportOptions {
         mode: AppendMode::InPlace,
         write: write_options(wait),
+        metadata: None,
     };
     let r = py
         .detach(|| match (&dir, &model, &params) {
@@ -1125,6 +1126,7 @@ fn import_model<'py>(
     let opts = modelzip::interop::ImportOptions {
         mode: AppendMode::InPlace,
         write: write_options(wait),
+        metadata: None,
     };
     let (name, r) = py
         .detach(|| -> modelzip::Result<_> {

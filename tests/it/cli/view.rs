@@ -164,3 +164,52 @@ fn view_html_embeds_the_page_and_its_data() {
     assert!(line.contains("cannot open"), "{line}");
     assert!(!bad.exists());
 }
+
+#[test]
+fn import_step_and_metrics_make_a_checkpoint_and_keep_safetensors_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("ck.zip");
+    modelzip()
+        .arg("import")
+        .arg(&a)
+        .arg(fixture("onnx/mlp.onnx"))
+        .args([
+            "--tag",
+            "step-000000500",
+            "--step",
+            "500",
+            "--metric",
+            "loss=0.42",
+            "-q",
+        ])
+        .assert()
+        .success();
+    let ck = Checkpointer::open(&a, CheckpointOptions::default()).unwrap();
+    let latest = ck.latest().unwrap().expect("a checkpoint");
+    assert_eq!(latest.step, 500);
+    assert_eq!(latest.metrics.get("loss"), Some(&0.42));
+    // safetensors stores metadata of its own: its key is added to the given object.
+    let st = fixture("safetensors/all_dtypes.safetensors");
+    modelzip()
+        .arg("import")
+        .arg(&a)
+        .arg(&st)
+        .args(["--tag", "st", "--step", "600", "--metric", "acc=0.5", "-q"])
+        .assert()
+        .success();
+    let m = metadata(&a, "st");
+    assert_eq!(m["step"], 600);
+    assert_eq!(m["metrics"]["acc"], 0.5);
+    assert!(m.get("safetensors").is_some(), "{m}");
+    // import-paddle takes them too.
+    modelzip()
+        .arg("import-paddle")
+        .arg(&a)
+        .args(["--tag", "p", "--step", "700"])
+        .arg(fixture("paddle/3.3.1/mlp.pdmodel"))
+        .arg(fixture("paddle/3.3.1/mlp.pdiparams"))
+        .arg("-q")
+        .assert()
+        .success();
+    assert_eq!(metadata(&a, "p")["step"], 700);
+}
