@@ -7,7 +7,9 @@
 #      ./python the way a user installs it (`pip install ./python`: maturin is fetched
 #      as the PEP 517 build backend)
 #   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too;
-#      the S3 tests start moto_server on 127.0.0.1 themselves and stop it)
+#      the S3 tests start moto_server on 127.0.0.1 themselves and stop it; the browser
+#      tests of `modelzip view` start it on 127.0.0.1 and drive Debian's chromium, which
+#      is installed here with apt-get when missing, through Playwright)
 #
 #   4. TensorFlow runs every TensorFlow export: tests/tf/run_exported.py in its own venv
 #      target/venv-tf (tests/tf/requirements.txt: tensorflow-cpu, kept apart from
@@ -42,6 +44,15 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --quiet)
 
 echo "== pip install ./python" >&2
 "${PIP[@]}" install --force-reinstall --no-deps ./python
+
+echo "== chromium for the browser tests (python/tests/test_view.py)" >&2
+# Playwright drives the distribution's chromium (no browser download); as root on a fresh
+# machine, install it when it is missing.
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq chromium
+fi
+# The browser tests fail instead of skipping when chromium or playwright is missing.
+export MODELZIP_REQUIRE_BROWSER=1
 
 echo "== pytest python/tests" >&2
 # The CLI the interop tests compare with: the debug build `cargo test` made.

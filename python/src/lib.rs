@@ -1148,6 +1148,7 @@ fn import_paddle<'py>(
     let opts = ImportOptions {
         mode: AppendMode::InPlace,
         write: write_options(wait),
+        metadata: None,
     };
     let r = py
         .detach(|| match (&dir, &model, &params) {
@@ -1225,6 +1226,7 @@ fn import_model<'py>(
     let opts = modelzip::interop::ImportOptions {
         mode: AppendMode::InPlace,
         write: write_options(wait),
+        metadata: None,
     };
     let (name, r) = py
         .detach(|| -> modelzip::Result<_> {

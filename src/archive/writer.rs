@@ -312,6 +312,11 @@ impl TagWriter<'_> {
         Ok(())
     }
 
+    /// Whether [`TagWriter::metadata`] was called.
+    pub(crate) fn has_metadata(&self) -> bool {
+        self.metadata
+    }
+
     /// Adds an entry of the caller's own under the tag directory (kept by every copy).
     pub fn extra_entry(&mut self, rel_name: &str, bytes: &[u8]) -> Result<()> {
         check_entry_name(rel_name)?;

@@ -97,7 +97,7 @@ impl serde::Serialize for ChangedSeq<'_, '_> {
 
 /// The `diff --json` document, serialized as it is written (the name lists are not
 /// copied first).
-struct DiffJson<'c, 'a>(&'c TagComparison<'a>);
+pub(super) struct DiffJson<'c, 'a>(pub(super) &'c TagComparison<'a>);
 
 impl serde::Serialize for DiffJson<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

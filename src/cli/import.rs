@@ -40,6 +40,8 @@ use std::path::PathBuf;
 /// the tag, so export writes the directory back (docs/TENSORFLOW.md).
 /// safetensors: every tensor becomes a parameter of the same name, its bytes as they are;
 /// __metadata__ is kept in metadata.json (docs/SAFETENSORS.md).
+/// --step, --metric and --metadata store the tag's metadata.json as `pack` does (a
+/// checkpoint, as the library's Checkpointer stores one); safetensors' key is added.
 /// ONNX: every top-level initializer becomes a parameter named by the initializer; the
 /// rest of the model (nodes, inputs, outputs, opsets, functions, subgraphs with their
 /// own initializers, metadata) is kept in graph.fb, so export gives the same ModelProto
@@ -58,6 +60,7 @@ use std::path::PathBuf;
 ///   modelzip import model.zip --tag sm saved_model_dir/
 ///   modelzip import model.zip --tag hf model.safetensors.index.json
 ///   modelzip import model.zip --tag v3 model.onnx
+///   modelzip import ck.zip --tag step-500 model.onnx --step 500 --metric loss=0.42
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -76,6 +79,8 @@ pub struct Args {
     #[arg(long)]
     rewrite: bool,
     #[command(flatten)]
+    meta: super::tag_meta::MetaArgs,
+    #[command(flatten)]
     write: WriteArgs,
 }
 
@@ -93,6 +98,7 @@ pub(super) fn import_options(
             AppendMode::InPlace
         },
         write: write.options_reporting(progress),
+        metadata: None,
     }
 }
 
@@ -105,6 +111,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         &format!("cannot import into {shown}"),
     )?;
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
+    let metadata = args.meta.build()?;
     let format = match &args.format {
         Some(name) => interop::format(name).map_err(fail)?,
         None => interop::detect(&args.inputs).map_err(fail)?,
@@ -118,7 +125,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         )?;
     }
     let progress = args.write.output.progress("importing");
-    let opts = import_options(args.rewrite, &args.write, &progress);
+    let opts = ImportOptions {
+        metadata,
+        ..import_options(args.rewrite, &args.write, &progress)
+    };
     let report = format
         .import(&args.archive, &args.tag, &args.inputs, &opts)
         .map_err(fail)?;

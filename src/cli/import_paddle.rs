@@ -59,12 +59,17 @@ pub struct Args {
     #[arg(long)]
     rewrite: bool,
     #[command(flatten)]
+    meta: super::tag_meta::MetaArgs,
+    #[command(flatten)]
     write: WriteArgs,
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let progress = args.write.output.progress("importing");
-    let opts = super::import::import_options(args.rewrite, &args.write, &progress);
+    let opts = modelzip::interop::ImportOptions {
+        metadata: args.meta.build()?,
+        ..super::import::import_options(args.rewrite, &args.write, &progress)
+    };
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
     refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;

@@ -24,9 +24,11 @@ mod prune;
 mod quantize;
 mod rm;
 mod show;
+mod tag_meta;
 mod tags;
 mod tensor;
 mod verify;
+mod view;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -61,6 +63,7 @@ enum Command {
     Cast(cast::Args),
     Diff(diff::Args),
     Cp(cp::Args),
+    View(view::Args),
 }
 
 /// What a command ended with, short of an error.
@@ -135,6 +138,7 @@ pub fn run() -> ExitCode {
         Command::Cast(a) => cast::run(a),
         Command::Diff(a) => common::reopen_once_if_changed(|| diff::run(a.clone())),
         Command::Cp(a) => cp::run(a),
+        Command::View(a) => view::run(a),
     };
     #[cfg(feature = "test-internals")]
     report_work();

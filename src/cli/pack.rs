@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 ///   modelzip pack model.zip --tag step-1000 ckpt/params --updater ckpt/adam
 ///   modelzip pack model.zip --tag fp32 model_dir --graph model.pdmodel
 ///   modelzip pack model.zip --tag step-2000 ckpt/params --json
+///   modelzip pack ck.zip --tag step-3000 ckpt/params --step 3000 --metric loss=0.31 --metric lr=1e-4
 ///   modelzip extract model.zip --tag fp32 --out fp32/ && modelzip pack copy.zip fp32/ --tag fp32
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -63,6 +64,8 @@ pub struct Args {
     /// Add by rewriting the whole archive to a new file and renaming it.
     #[arg(long)]
     rewrite: bool,
+    #[command(flatten)]
+    meta: super::tag_meta::MetaArgs,
     #[command(flatten)]
     write: WriteArgs,
 }
@@ -351,9 +354,15 @@ fn fill(
     tag: &mut TagWriter<'_>,
     args: &Args,
     inputs: &Inputs,
+    metadata: Option<&[u8]>,
     progress: &Progress,
 ) -> Result<(), CliError> {
     let name = &args.tag;
+    if let Some(json) = metadata {
+        tag.metadata(json).map_err(|e| {
+            CliError::Failed(format!("cannot add metadata.json to tag {name}: {e}"))
+        })?;
+    }
     if let Some(g) = &inputs.graph {
         tag.graph(g.encoding, &g.bytes).map_err(|e| {
             CliError::Failed(format!(
@@ -412,6 +421,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     validate_tag_name(&args.tag)
         .map_err(|e| CliError::Failed(format!("cannot add tag to {shown}: {e}")))?;
     let inputs = gather(&args)?;
+    let metadata = args.meta.build()?;
     let (created, mode) = if args.archive.exists() {
         let (mode, name) = if args.rewrite {
             (AppendMode::Rewrite, "rewrite")
@@ -420,14 +430,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         };
         let mut appender = Appender::open_with(&args.archive, mode, &opts).map_err(fail)?;
         let mut tag = appender.begin_tag(&args.tag).map_err(fail)?;
-        fill(&mut tag, &args, &inputs, &progress)?;
+        fill(&mut tag, &args, &inputs, metadata.as_deref(), &progress)?;
         tag.finish().map_err(fail)?;
         appender.finish().map_err(fail)?;
         (false, name)
     } else {
         let mut writer = ArchiveWriter::create_with(&args.archive, &opts).map_err(fail)?;
         let mut tag = writer.begin_tag(&args.tag).map_err(fail)?;
-        fill(&mut tag, &args, &inputs, &progress)?;
+        fill(&mut tag, &args, &inputs, metadata.as_deref(), &progress)?;
         tag.finish().map_err(fail)?;
         writer.finish().map_err(fail)?;
         (true, "new")

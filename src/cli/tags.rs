@@ -6,6 +6,7 @@ use super::output::{Align, Table, clean, human_bytes, io_error, print_bytes, pri
 use super::{CliError, Outcome};
 use modelzip::{Archive, GraphFormat, TagSummary};
 use serde_json::{Value, json};
+use std::path::Path;
 
 /// List the tags of an archive, oldest first; the default (newest) is marked.
 ///
@@ -28,8 +29,32 @@ pub struct Args {
     bytes: bool,
 }
 
+/// Every tag described, from the archive's summary when it is current, else from the
+/// tags' tables (what `tags` lists; `view` shows the same rows).
+pub(super) fn summaries(archive: &Archive, shown: &Path) -> Result<Vec<TagSummary>, CliError> {
+    match archive.summary() {
+        Ok(rows) => Ok(rows),
+        Err(_) => from_tables(archive, shown),
+    }
+}
+
+/// One row of `tags --json`.
+pub(super) fn tag_json(position: usize, r: &TagSummary) -> Value {
+    json!({
+        "name": r.name,
+        "position": position,
+        "params": r.params,
+        "updater_arrays": r.updater_arrays,
+        "own_bytes": r.own_bytes,
+        "shared_bytes": r.shared_bytes,
+        "graph": graph_word(r.graph),
+        "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+        "created": r.created,
+    })
+}
+
 /// Every tag described from its tables, as the summary would describe it.
-fn from_tables(archive: &Archive, args: &Args) -> Result<Vec<TagSummary>, CliError> {
+fn from_tables(archive: &Archive, shown: &Path) -> Result<Vec<TagSummary>, CliError> {
     // Tags are independent: describe them on every core (two threads halve `tags` on
     // an archive of 100 tags x 1,000 params; docs/BENCHMARKS.md, P5).
     let describe = |names: &[String]| -> Result<Vec<TagSummary>, CliError> {
@@ -51,7 +76,7 @@ fn from_tables(archive: &Archive, args: &Args) -> Result<Vec<TagSummary>, CliErr
             let part = w.join().map_err(|_| {
                 CliError::Failed(format!(
                     "cannot list the tags of {}: a worker thread panicked",
-                    args.report.archive.display()
+                    shown.display()
                 ))
             })??;
             rows.extend(part);
@@ -64,28 +89,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.report.archive)?;
     // From the archive's summary when it is current (a remote archive: no request after
     // the open), else from every tag's tables and tensor headers.
-    let rows = match archive.summary() {
-        Ok(rows) => rows,
-        Err(_) => from_tables(&archive, &args)?,
-    };
+    let rows = summaries(&archive, &args.report.archive)?;
     let default = archive.default_tag().map(str::to_string);
     if args.report.json {
         let tags: Vec<Value> = rows
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                json!({
-                    "name": r.name,
-                    "position": i,
-                    "params": r.params,
-                    "updater_arrays": r.updater_arrays,
-                    "own_bytes": r.own_bytes,
-                    "shared_bytes": r.shared_bytes,
-                    "graph": graph_word(r.graph),
-                    "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
-                    "created": r.created,
-                })
-            })
+            .map(|(i, r)| tag_json(i, r))
             .collect();
         let doc = json!({
             "archive": args.report.archive.display().to_string(),

@@ -325,6 +325,11 @@ pub struct ImportOptions {
     pub mode: AppendMode,
     /// Lock waiting, fsync, text compression and progress (one unit per parameter written).
     pub write: WriteOptions,
+    /// The new tag's metadata.json (a JSON object; `created` is added as for every tag),
+    /// e.g. a checkpoint's `{"step": N, "metrics": {...}}` (docs/checkpoints.md). An
+    /// import that stores metadata of its own (safetensors' `__metadata__`) adds its key
+    /// to this object. None: only what the import stores.
+    pub metadata: Option<Vec<u8>>,
 }
 
 /// One parameter an import stored.
@@ -465,6 +470,11 @@ pub(crate) fn write_tag(
         let (mut target, created) = Target::open(archive, opts)?;
         let mut w = target.begin_tag(tag)?;
         fill(&mut w)?;
+        if let Some(meta) = &opts.metadata
+            && !w.has_metadata()
+        {
+            w.metadata(meta)?;
+        }
         w.finish()?;
         target.finish()?;
         Ok(created)

@@ -756,7 +756,19 @@ pub fn import_safetensors(
             .collect();
         kept.insert("shards".into(), Value::Array(shards));
     }
-    let mut root = Map::new();
+    // The caller's metadata.json (ImportOptions::metadata), with the files' key added.
+    let mut root = match &opts.metadata {
+        Some(m) => match serde_json::from_slice::<Value>(m) {
+            Ok(Value::Object(o)) if !o.contains_key(METADATA_KEY) => o,
+            Ok(Value::Object(_)) => {
+                return Err(invalid(format!(
+                    "the metadata given has a {METADATA_KEY:?} key, which the import writes"
+                )));
+            }
+            _ => return Err(invalid("the metadata given is not a JSON object".into())),
+        },
+        None => Map::new(),
+    };
     root.insert(METADATA_KEY.into(), Value::Object(kept));
     let metadata_json = serde_json::to_vec(&Value::Object(root))
         .map_err(|e| invalid(format!("cannot render metadata.json: {e}")))?;

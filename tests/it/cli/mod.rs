@@ -12,3 +12,4 @@ mod reports;
 mod symlink;
 mod tensor;
 mod variants;
+mod view;

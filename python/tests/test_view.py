@@ -1,0 +1,366 @@
+"""`modelzip view` in a real browser: Playwright drives headless Chromium (Debian's
+`chromium`, no browser download) over the page the CLI serves on 127.0.0.1.
+
+Each test starts `modelzip view ARCHIVE` (port 0), reads the URL it prints, and stops it at
+the end. What the page shows is compared with the CLI's own reports (`tags --json`,
+`show --json`, `diff --json`). Screenshots of each view go to target/view-screenshots/.
+Without Playwright or Chromium these tests skip, except under test.sh
+(MODELZIP_REQUIRE_BROWSER=1), which installs both and where a skip is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import HOSTILE, PADDLE_FIXTURES, REPO, cli_json, cli_path, run_cli
+
+SHOTS = REPO / "target" / "view-screenshots"
+PERSISTABLES = PADDLE_FIXTURES / "mlp_persistables"
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def require_browser():
+    """Playwright's sync API and a Chromium, or a skip (a failure under test.sh)."""
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: F401
+    except ImportError:
+        missing = "the playwright package"
+    else:
+        missing = None if chromium_path() else "a chromium executable"
+    if missing:
+        if os.environ.get("MODELZIP_REQUIRE_BROWSER"):
+            pytest.fail(f"{missing} is required (MODELZIP_REQUIRE_BROWSER is set)")
+        pytest.skip(f"{missing} is not installed")
+
+
+class Server:
+    """`modelzip view ARCHIVE` on 127.0.0.1, port 0; `url` is what it printed."""
+
+    def __init__(self, archive: Path | str):
+        self.proc = subprocess.Popen(
+            [str(cli_path()), "view", str(archive)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+        if not m:
+            self.stop()
+            raise AssertionError(f"no URL printed: {line!r} {self.proc.stderr.read()!r}")
+        self.url = m.group(1)
+
+    def get(self, path: str):
+        """(status, JSON body) of an API request."""
+        try:
+            with urllib.request.urlopen(self.url + path) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def browser():
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]", state="attached")
+    return page
+
+
+def make_archive(path: Path) -> None:
+    """The quickstart's archive (FP32 and INT8 of the MLP Paddle wrote) and three
+    checkpoints packed with --step and --metric, one of them without `acc`."""
+    run_cli("import-paddle", path, "--tag", "fp32",
+            PADDLE_FIXTURES / "mlp.pdmodel", PADDLE_FIXTURES / "mlp.pdiparams", "-q")
+    run_cli("quantize", path, "--from", "fp32", "--tag", "int8", "--per-channel", "-q")
+    for step, loss, acc in [(100, 0.9, 0.5), (200, 0.4, None), (300, 0.6, 0.8)]:
+        metrics = ["--metric", f"loss={loss}", "--metric", "lr=0.001"]
+        if acc is not None:
+            metrics += ["--metric", f"acc={acc}"]
+        run_cli("pack", path, PERSISTABLES, "--tag", f"step-{step:09d}",
+                "--step", step, *metrics, "-q")
+
+
+@pytest.fixture
+def served(tmp):
+    archive = tmp / "demo.zip"
+    make_archive(archive)
+    server = Server(archive)
+    yield archive, server
+    server.stop()
+
+
+def test_page_lists_the_tags_metrics_params_diff_and_graph(browser, served):
+    archive, server = served
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = open_page(browser, server.url)
+    assert page.locator('[data-testid="error-panel"]').is_hidden()
+
+    # Exactly the tags of `tags --json`, in archive order.
+    tags = cli_json("tags", archive)
+    rows = page.locator('[data-testid="tag-row"]')
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.tag)") == [t["name"] for t in tags["tags"]]
+    page.locator("#timeline-section").screenshot(path=str(SHOTS / "timeline.png"))
+
+    # One chart per metric, one point per checkpoint that has it.
+    charts = page.locator('[data-testid="metric-chart"]')
+    assert charts.evaluate_all("cs => cs.map(c => c.dataset.metric)") == ["acc", "loss", "lr"]
+    points = lambda m: page.locator(f'[data-testid="metric-chart"][data-metric="{m}"] [data-testid="metric-point"]')
+    assert points("loss").evaluate_all("ps => ps.map(p => p.dataset.tag)") == [
+        "step-000000100", "step-000000200", "step-000000300"]
+    assert points("acc").evaluate_all("ps => ps.map(p => p.dataset.tag)") == [
+        "step-000000100", "step-000000300"]
+    # The best loss (the smallest) and the best acc (the largest) are marked.
+    assert page.locator('[data-metric="loss"] .pt.best').get_attribute("data-tag") == "step-000000200"
+    assert page.locator('[data-metric="acc"] .pt.best').get_attribute("data-tag") == "step-000000300"
+    page.locator("#metrics-section").screenshot(path=str(SHOTS / "metrics.png"))
+
+    # Clicking a tag shows its parameters: those of `show --json`.
+    rows.nth(0).click()
+    show = cli_json("show", archive, "--tag", "fp32")
+    prow = page.locator('[data-testid="param-row"]')
+    prow.first.wait_for()
+    assert prow.evaluate_all("rs => rs.map(r => r.dataset.name)") == [p["name"] for p in show["params"]]
+    # Filtering narrows the table; a parameter's statistics are computed on click.
+    page.fill('[data-testid="param-filter"]', "w_0")
+    assert prow.evaluate_all("rs => rs.map(r => r.dataset.name)") == [
+        p["name"] for p in show["params"] if "w_0" in p["name"]]
+    prow.first.click()
+    page.locator('[data-testid="param-histogram"]').wait_for()
+    stats = page.locator('[data-testid="param-stats"]').inner_text()
+    assert "mean" in stats and "std" in stats
+    page.locator("#params-section").screenshot(path=str(SHOTS / "params.png"))
+
+    # The diff of two tags shows the rows `diff --json` gives.
+    page.select_option('[data-testid="diff-select-a"]', "fp32")
+    page.select_option('[data-testid="diff-select-b"]', "int8")
+    page.click('[data-testid="diff-run"]')
+    page.wait_for_function("document.getElementById('diff-summary').textContent.includes('added')")
+    diff = cli_json("diff", archive, "fp32", "int8")
+    want = sorted([("added", n) for n in diff["added"]] + [("removed", n) for n in diff["removed"]]
+                  + [("changed", c["name"]) for c in diff["changed"]])
+    got = page.locator('[data-testid="diff-row"]').evaluate_all(
+        "rs => rs.map(r => [r.dataset.change, r.dataset.name])")
+    assert sorted(map(tuple, got)) == want
+    assert len(got) == len(want) > 0
+    page.locator("#diff-section").screenshot(path=str(SHOTS / "diff.png"))
+
+    # The graph of the quickstart's MLP: one node per op of every block.
+    rows.nth(0).click()
+    page.click('[data-testid="view-graph"]')
+    page.locator('[data-testid="graph-node"]').first.wait_for()
+    graph = cli_json_graph(archive, "fp32")
+    ops = [op["type"] for block in graph["blocks"] for op in block["ops"]]
+    got_ops = page.locator('[data-testid="graph-node"]').evaluate_all("ns => ns.map(n => n.dataset.op)")
+    assert sorted(got_ops) == sorted(ops)
+    assert "feed" in got_ops and "fetch" in got_ops
+    # Clicking a node shows its op, inputs, outputs and attributes.
+    page.locator('[data-testid="graph-node"][data-op="feed"]').first.click()
+    details = page.locator('[data-testid="graph-details"]').inner_text()
+    assert "feed" in details and "outputs" in details and "attributes" in details
+    page.locator("#graph-section").screenshot(path=str(SHOTS / "graph.png"))
+    page.screenshot(path=str(SHOTS / "page.png"), full_page=True)
+    page.close()
+
+
+def cli_json_graph(archive: Path, tag: str) -> dict:
+    return json.loads(run_cli("graph", archive, "--tag", tag, "--format", "json").stdout)["graph"]
+
+
+def test_a_checkpoint_saved_while_the_page_is_open_appears_on_reload(browser, served):
+    archive, server = served
+    page = open_page(browser, server.url)
+    before = page.locator('[data-testid="tag-row"]').count()
+    run_cli("pack", archive, PERSISTABLES, "--tag", "step-000000400",
+            "--step", 400, "--metric", "loss=0.1", "-q")
+    page.reload()
+    page.wait_for_selector("body[data-ready]", state="attached")
+    assert page.locator('[data-testid="tag-row"]').count() == before + 1
+    assert page.locator('[data-testid="tag-row"]').last.get_attribute("data-tag") == "step-000000400"
+    loss = page.locator('[data-metric="loss"] [data-testid="metric-point"]')
+    assert loss.count() == 4
+    assert page.locator('[data-metric="loss"] .pt.best').get_attribute("data-tag") == "step-000000400"
+    page.close()
+
+
+def test_api_validates_its_inputs(served):
+    _, server = served
+    assert server.get("api/tag?name=nope")[0] == 404
+    assert server.get("api/tag")[0] == 400
+    assert server.get("api/tag?name=%01x")[0] == 400
+    assert server.get("api/param?tag=fp32&name=nope")[0] == 404
+    assert server.get("api/param?tag=fp32&name=fc_0.w_0&bins=0")[0] == 400
+    assert server.get("api/param?tag=fp32&name=fc_0.w_0&bins=x")[0] == 400
+    status, doc = server.get("api/param?tag=fp32&name=fc_0.w_0&bins=10")
+    assert status == 200 and sum(doc["histogram"]["counts"]) == doc["finite"] == 128
+    assert server.get("api/diff?a=fp32&b=nope")[0] == 404
+    assert server.get("../../etc/passwd")[0] == 404
+    assert server.get("api/graph?tag=int8")[0] == 200
+    # A request for another host name (a DNS name rebound to 127.0.0.1) is refused.
+    req = urllib.request.Request(server.url + "api/archive", headers={"Host": "evil.example:80"})
+    try:
+        urllib.request.urlopen(req)
+        raise AssertionError("a foreign Host header was served")
+    except urllib.error.HTTPError as e:
+        assert e.code == 403
+    assert server.alive()
+
+
+def test_graphs_of_onnx_tensorflow_and_pir_tags(browser, tmp):
+    """ONNX nodes and TensorFlow nodes (constants included: they are GraphDef nodes) are
+    the drawn nodes; ONNX inputs and initializers are values, folded into edges."""
+    archive = tmp / "g.zip"
+    fixtures = REPO / "tests" / "fixtures"
+    run_cli("import", archive, "--tag", "onnx", fixtures / "onnx" / "mlp.onnx", "-q")
+    run_cli("import", archive, "--tag", "tf", fixtures / "tf" / "cnn.pb", "-q")
+    pir = fixtures / "paddle" / "pir"
+    run_cli("import", archive, "--tag", "pir", pir / "mlp.json", pir / "mlp.pdiparams", "-q")
+    server = Server(archive)
+    try:
+        # A PIR program (its ops counted, not decoded) is one node: its summary, the op
+        # counts as its attributes.
+        status, g = server.get("api/graph?tag=pir")
+        assert status == 200 and g["kind"] == "pir" and len(g["nodes"]) == 1
+        assert sum(int(a["value"]) for a in g["nodes"][0]["attrs"]) == 12
+        page = open_page(browser, server.url)
+        for tag, ops in [
+            ("onnx", [n["op_type"] for n in cli_json_graph(archive, "onnx")["onnx"]["nodes"]]),
+            ("tf", [n["op"] for n in cli_json_graph(archive, "tf")["tensorflow"]["nodes"]]),
+        ]:
+            page.locator(f'[data-testid="tag-row"][data-tag="{tag}"]').click()
+            page.locator('[data-testid="param-row"]').first.wait_for()
+            page.click('[data-testid="view-graph"]')
+            page.locator('[data-testid="graph-node"]').first.wait_for()
+            got = page.locator('[data-testid="graph-node"]').evaluate_all(
+                "ns => ns.map(n => n.dataset.op)")
+            assert sorted(got) == sorted(ops), tag
+            page.locator('[data-testid="graph-node"]').last.click()
+            assert page.locator('[data-testid="graph-details"]').inner_text().strip()
+        page.close()
+    finally:
+        server.stop()
+
+
+def test_a_url_archive_is_served_like_a_local_one(tmp):
+    """A URL (file://, read through the same object-store client as s3:// and https://):
+    the same tag list, parameters and diff, and a new checkpoint appears on reload."""
+    archive = tmp / "demo.zip"
+    make_archive(archive)
+    server = Server(archive.as_uri())
+    try:
+        status, doc = server.get("api/archive")
+        assert status == 200
+        assert [t["name"] for t in doc["tags"]] == [
+            t["name"] for t in cli_json("tags", archive)["tags"]]
+        status, tag = server.get("api/tag?name=fp32")
+        assert status == 200 and len(tag["params"]) == 4
+        status, diff = server.get("api/diff?a=fp32&b=int8")
+        assert status == 200 and diff == cli_json("diff", archive, "fp32", "int8")
+        run_cli("pack", archive, PERSISTABLES, "--tag", "step-000000400", "--step", 400, "-q")
+        assert server.get("api/archive")[1]["tags"][-1]["name"] == "step-000000400"
+    finally:
+        server.stop()
+
+
+def test_hostile_archives_give_an_error_panel_and_the_server_survives(browser, tmp):
+    """Every archive of tests/hostile: the page shows an error panel or the archive (some
+    are readable in part), every API request answers JSON, and the server stays up."""
+    require_browser()
+    # A copy: opening an archive rolls back a journal a killed writer left (as every
+    # reader does), which must not change the repository's fixtures.
+    hostile = tmp / "hostile"
+    shutil.copytree(HOSTILE, hostile)
+    names = sorted(p.name for p in hostile.glob("*.zip"))
+    assert names
+    page = browser.new_page()
+    # Two of them (100,000 tags; a million parameter names) take seconds to refuse in a
+    # debug build: waiting is allowed, failing to answer is not.
+    page.set_default_timeout(180_000)
+    errors = 0
+    for name in names:
+        server = Server(hostile / name)
+        try:
+            page.goto(server.url)
+            page.wait_for_selector("body[data-ready]", state="attached")
+            assert page.evaluate("document.body.dataset.ready") in ("yes", "error"), name
+            status, doc = server.get("api/archive")
+            if status != 200:
+                errors += 1
+                assert "error" in doc
+                assert page.locator('[data-testid="error-panel"]').is_visible(), name
+                assert page.locator('[data-testid="error-panel"]').inner_text().strip(), name
+            else:
+                assert page.evaluate("document.body.dataset.ready") == "yes", name
+                for t in doc["tags"][:50]:
+                    q = urllib.request.quote(t["name"], safe="")
+                    for path in (f"api/tag?name={q}", f"api/graph?tag={q}",
+                                 f"api/diff?a={q}&b={q}"):
+                        st, body = server.get(path)
+                        assert st == 200 or "error" in body, (name, path, st)
+            assert server.alive(), name
+            if name == "central-record-bad-signature.zip":
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SHOTS / "hostile.png"))
+        finally:
+            server.stop()
+    assert errors > len(names) // 2
+    page.close()
+
+
+def test_html_writes_a_static_page_that_needs_no_server(browser, tmp):
+    archive = tmp / "demo.zip"
+    make_archive(archive)
+    out = tmp / "report.html"
+    run_cli("view", archive, "--html", out)
+    text = out.read_text()
+    assert "<script src=" not in text and "http" not in text.split("</head>")[0]
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready]", state="attached")
+    tags = [t["name"] for t in cli_json("tags", archive)["tags"]]
+    assert page.locator('[data-testid="tag-row"]').evaluate_all(
+        "rs => rs.map(r => r.dataset.tag)") == tags
+    assert page.locator('[data-metric="loss"] [data-testid="metric-point"]').count() == 3
+    page.locator('[data-testid="tag-row"]').nth(0).click()
+    page.locator('[data-testid="param-row"]').first.wait_for()
+    page.select_option('[data-testid="diff-select-a"]', "fp32")
+    page.select_option('[data-testid="diff-select-b"]', "int8")
+    page.click('[data-testid="diff-run"]')
+    page.wait_for_function("document.getElementById('diff-summary').textContent.includes('added')")
+    assert page.locator('[data-testid="diff-row"]').count() > 0
+    page.close()

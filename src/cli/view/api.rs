@@ -1,0 +1,348 @@
+//! The JSON documents of `modelzip view`'s API, built from an open archive by the same
+//! functions the other commands report through (`tags --json`'s rows, `show`'s tensor
+//! descriptions, `diff --json`'s document, `graph --format dot`'s drawing). Pure: the
+//! server and `--html` both call these.
+
+use super::super::common::TensorInfo;
+use super::super::diff::DiffJson;
+use super::super::tags;
+use super::graph;
+use modelzip::variants::compare_tags;
+use modelzip::{Archive, Graph, GraphFormat, TensorView};
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+/// An API failure: an HTTP status and the one-line message the page shows.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    /// A request the API refuses (a bad or missing argument): 400.
+    pub fn bad_request(message: String) -> ApiError {
+        ApiError {
+            status: 400,
+            message,
+        }
+    }
+
+    /// Something the request names is not in the archive: 404.
+    pub fn not_found(message: String) -> ApiError {
+        ApiError {
+            status: 404,
+            message,
+        }
+    }
+
+    /// The archive could not be read (open, decode, a hostile entry): 422.
+    pub fn unreadable(message: String) -> ApiError {
+        ApiError {
+            status: 422,
+            message,
+        }
+    }
+}
+
+impl From<super::super::CliError> for ApiError {
+    fn from(e: super::super::CliError) -> ApiError {
+        match e {
+            super::super::CliError::Failed(m) => ApiError::unreadable(m),
+            super::super::CliError::BrokenPipe => ApiError::unreadable("broken pipe".into()),
+        }
+    }
+}
+
+/// The longest tag or parameter name the API accepts (the archive's own names are
+/// shorter; a longer one cannot name anything).
+const MAX_NAME: usize = 4096;
+
+/// Checks a name argument of a request.
+pub fn check_name(what: &str, name: Option<&str>) -> Result<String, ApiError> {
+    let name = name.ok_or_else(|| ApiError::bad_request(format!("missing argument {what:?}")))?;
+    if name.is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!(
+            "invalid {what}: empty, longer than {MAX_NAME} bytes or with control characters"
+        )));
+    }
+    Ok(name.to_string())
+}
+
+/// The tag `name` of the archive (ignoring case, as every command does).
+fn tag<'a>(archive: &'a Archive, name: &str) -> Result<modelzip::Tag<'a>, ApiError> {
+    if archive.canonical_tag(name).is_none() {
+        return Err(ApiError::not_found(format!(
+            "no tag {name:?} in the archive"
+        )));
+    }
+    archive
+        .tag(name)
+        .map_err(|e| ApiError::unreadable(format!("cannot read tag {name}: {e}")))
+}
+
+/// What metadata.json says of a checkpoint: its step and metrics, when the tag is one
+/// (a `step` that is a non-negative integer and no variant record: the rule of
+/// docs/checkpoints.md), and whether metadata.json could be read.
+struct Checkpoint {
+    step: Option<u64>,
+    metrics: Map<String, Value>,
+    problem: Option<String>,
+}
+
+fn checkpoint_of(archive: &Archive, name: &str) -> Checkpoint {
+    let mut c = Checkpoint {
+        step: None,
+        metrics: Map::new(),
+        problem: None,
+    };
+    let meta = match archive.tag(name).and_then(|t| t.metadata()) {
+        Ok(Some(m)) => m,
+        Ok(None) => return c,
+        Err(e) => {
+            c.problem = Some(format!("cannot read metadata.json: {e}"));
+            return c;
+        }
+    };
+    let v: Value = match serde_json::from_slice(&meta) {
+        Ok(v) => v,
+        Err(e) => {
+            c.problem = Some(format!("metadata.json is not valid JSON ({e})"));
+            return c;
+        }
+    };
+    if ["quantization", "cast"].iter().any(|k| v.get(k).is_some()) {
+        return c;
+    }
+    c.step = v.get("step").and_then(Value::as_u64);
+    if c.step.is_some()
+        && let Some(m) = v.get("metrics").and_then(Value::as_object)
+    {
+        c.metrics = m
+            .iter()
+            .filter(|(_, x)| x.as_f64().is_some_and(f64::is_finite))
+            .map(|(k, x)| (k.clone(), x.clone()))
+            .collect();
+    }
+    c
+}
+
+/// `GET /api/archive`: every tag as `tags --json` lists it, plus each checkpoint's step
+/// and metrics (metadata.json).
+pub fn archive_doc(archive: &Archive, shown: &Path) -> Result<Value, ApiError> {
+    let rows = tags::summaries(archive, shown)?;
+    let mut list = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        let mut row = tags::tag_json(i, r);
+        let c = checkpoint_of(archive, &r.name);
+        if let Value::Object(m) = &mut row {
+            m.insert("step".into(), json!(c.step));
+            m.insert("metrics".into(), Value::Object(c.metrics));
+            m.insert("metadata_problem".into(), json!(c.problem));
+        }
+        list.push(row);
+    }
+    Ok(json!({
+        "archive": shown.display().to_string(),
+        "default": archive.default_tag(),
+        "len_bytes": archive.len_bytes(),
+        "dead_bytes": archive.dead_bytes(),
+        "tags": list,
+    }))
+}
+
+/// The most parameters a tag's document lists (a tag of a million names would be
+/// hundreds of MB of JSON); `params_total` says how many the tag has.
+pub const MAX_PARAM_ROWS: usize = 20_000;
+
+/// `GET /api/tag?name=T`: the tag's parameters (name, dtype, dims, stored bytes, the
+/// tag it shares the file with, the data's SHA-256), as `show` describes them; the
+/// first [`MAX_PARAM_ROWS`] of them.
+pub fn tag_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
+    let t = tag(archive, name)?;
+    let mut described: std::collections::HashMap<&str, TensorInfo> =
+        std::collections::HashMap::new();
+    let mut params = Vec::with_capacity(t.params().len().min(MAX_PARAM_ROWS));
+    for p in t.params().iter().take(MAX_PARAM_ROWS) {
+        let loc = &p.location;
+        if !described.contains_key(loc.entry.as_str()) {
+            let data = t.tensor(loc).map_err(|e| {
+                ApiError::unreadable(format!(
+                    "cannot read parameter {:?} of tag {}: {e}",
+                    p.name,
+                    t.name()
+                ))
+            })?;
+            described.insert(loc.entry.as_str(), TensorInfo::of(&data.view()));
+        }
+        let info = &described[loc.entry.as_str()];
+        params.push(json!({
+            "name": p.name,
+            "dtype": info.dtype.name(),
+            "dims": info.dims,
+            "bytes": t.stored_size(loc),
+            "shared_from": loc.shared.then_some(loc.tag.as_str()),
+            "data_sha256": info.data_sha256,
+        }));
+    }
+    Ok(json!({
+        "tag": t.name(),
+        "updater_entries": t.updater().len(),
+        "params_total": t.params().len(),
+        "params": params,
+    }))
+}
+
+/// The most values a statistics request reads: larger tensors are sampled in
+/// [`SAMPLE_RUNS`] evenly spaced runs (the work of a request is bounded).
+const MAX_VALUES: u64 = 1 << 20;
+const SAMPLE_RUNS: u64 = 16;
+/// Histogram bins: 1 to 200, 40 unless asked.
+const MAX_BINS: usize = 200;
+
+/// `GET /api/param?tag=T&name=P&bins=N`: min, max, mean and standard deviation of the
+/// parameter's finite values and a histogram of them, computed on at most
+/// [`MAX_VALUES`] values.
+pub fn param_doc(
+    archive: &Archive,
+    tag_name: &str,
+    param: &str,
+    bins: usize,
+) -> Result<Value, ApiError> {
+    if bins == 0 || bins > MAX_BINS {
+        return Err(ApiError::bad_request(format!(
+            "invalid bins {bins}: 1 to {MAX_BINS}"
+        )));
+    }
+    let t = tag(archive, tag_name)?;
+    let Some(entry) = t.params().iter().find(|p| p.name == param) else {
+        return Err(ApiError::not_found(format!(
+            "no parameter {param:?} in tag {}",
+            t.name()
+        )));
+    };
+    let data = t.tensor(&entry.location).map_err(|e| {
+        ApiError::unreadable(format!(
+            "cannot read parameter {param:?} of tag {}: {e}",
+            t.name()
+        ))
+    })?;
+    let view = data.view();
+    let numel = view.numel();
+    let (values, sampled) = sample(&view).map_err(|e| {
+        ApiError::bad_request(format!(
+            "no statistics for {param:?} ({}): {e}",
+            view.dtype().name()
+        ))
+    })?;
+    let mut finite = values.iter().copied().filter(|v| v.is_finite());
+    let first = finite.next();
+    let (mut min, mut max, mut sum, mut n) = match first {
+        Some(v) => (v, v, v as f64, 1u64),
+        None => (0.0, 0.0, 0.0, 0u64),
+    };
+    for v in finite {
+        min = min.min(v);
+        max = max.max(v);
+        sum += v as f64;
+        n += 1;
+    }
+    let mean = if n > 0 { sum / n as f64 } else { 0.0 };
+    let mut var = 0.0f64;
+    let mut counts = vec![0u64; bins];
+    let width = (max as f64 - min as f64) / bins as f64;
+    for v in values.iter().copied().filter(|v| v.is_finite()) {
+        let d = v as f64 - mean;
+        var += d * d;
+        let b = if width > 0.0 {
+            (((v as f64 - min as f64) / width) as usize).min(bins - 1)
+        } else {
+            0
+        };
+        counts[b] += 1;
+    }
+    let std = if n > 0 { (var / n as f64).sqrt() } else { 0.0 };
+    let num = |x: f64| if n > 0 { json!(x) } else { Value::Null };
+    Ok(json!({
+        "tag": t.name(),
+        "name": param,
+        "dtype": view.dtype().name(),
+        "dims": view.dims(),
+        "numel": numel,
+        "read": values.len(),
+        "sampled": sampled,
+        "finite": n,
+        "non_finite": values.len() as u64 - n,
+        "min": num(min as f64),
+        "max": num(max as f64),
+        "mean": num(mean),
+        "std": num(std),
+        "histogram": {"min": num(min as f64), "max": num(max as f64), "counts": counts},
+    }))
+}
+
+/// The tensor's values as f32: all of them, or [`SAMPLE_RUNS`] evenly spaced runs of
+/// [`MAX_VALUES`] in all (true when sampled).
+fn sample(view: &TensorView<'_>) -> modelzip::Result<(Vec<f32>, bool)> {
+    let numel = view.numel();
+    if numel <= MAX_VALUES {
+        return Ok((view.to_f32_vec()?, false));
+    }
+    let size = view.dtype().size() as u64;
+    let run = MAX_VALUES / SAMPLE_RUNS;
+    let step = numel / SAMPLE_RUNS;
+    let data = view.data();
+    let mut out = Vec::with_capacity(MAX_VALUES as usize);
+    for i in 0..SAMPLE_RUNS {
+        let start = (i * step * size) as usize;
+        let end = ((i * step + run) * size) as usize;
+        let Some(bytes) = data.get(start..end) else {
+            break;
+        };
+        let part = TensorView::new(view.dtype(), vec![run], Vec::new(), bytes)?;
+        out.extend(part.to_f32_vec()?);
+    }
+    Ok((out, true))
+}
+
+/// `GET /api/diff?a=A&b=B`: the `diff --json` document of the two tags.
+pub fn diff_doc(archive: &Archive, a: &str, b: &str) -> Result<Value, ApiError> {
+    tag(archive, a)?;
+    tag(archive, b)?;
+    let failed = |e: modelzip::Error| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}"));
+    let d = compare_tags(archive, a, b).map_err(failed)?;
+    for c in d.changed() {
+        c.map_err(failed)?;
+    }
+    serde_json::to_value(DiffJson(&d))
+        .map_err(|e| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}")))
+}
+
+/// `GET /api/graph?tag=T`: the tag's graph as nodes and edges (from the drawing
+/// `graph --format dot` prints).
+pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
+    let t = tag(archive, name)?;
+    let tag_name = t.name().to_string();
+    let Some((enc, bytes)) = t.graph().map_err(|e| {
+        ApiError::unreadable(format!("cannot read the graph of tag {tag_name:?}: {e}"))
+    })?
+    else {
+        return Ok(json!({"tag": tag_name, "graph": Value::Null}));
+    };
+    let entry = format!("{tag_name}/{}", enc.file_name());
+    let g = match enc {
+        GraphFormat::ProgramDesc => Graph::from_programdesc(&bytes),
+        GraphFormat::FlatBuffers => Graph::from_flatbuffers(&bytes),
+    }
+    .map_err(|e| ApiError::unreadable(format!("cannot decode {entry}: {e}")))?;
+    let mut doc = graph::nodes(&g);
+    if let Value::Object(m) = &mut doc {
+        m.insert("tag".into(), json!(tag_name));
+        m.insert("entry".into(), json!(entry));
+        m.insert(
+            "encoding".into(),
+            json!(super::super::graph::encoding_name(enc)),
+        );
+    }
+    Ok(doc)
+}
