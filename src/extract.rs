@@ -579,8 +579,9 @@ pub fn extract(
     // its header): a full decode here would read or inflate every tensor twice, since it
     // is read again to be written (and checked then).
     let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
-    // Tensor files that more than one name refers to.
+    // Tensor files that more than one name refers to (`named`: those seen so far).
     let mut aliased: FxHashSet<&str> = FxHashSet::default();
+    let mut named: FxHashSet<&str> = FxHashSet::default();
     // With --link, the tensor files whose bytes are counted (once each).
     let mut counted: FxHashSet<&str> = FxHashSet::default();
     {
@@ -618,11 +619,11 @@ pub fn extract(
             dir_paths.insert(dir);
         }
         file_paths.insert(&p.name);
+        if !named.insert(p.location.entry.as_str()) {
+            aliased.insert(p.location.entry.as_str());
+        }
         let len = match sizes.get(p.location.entry.as_str()) {
-            Some(&n) => {
-                aliased.insert(p.location.entry.as_str());
-                n
-            }
+            Some(&n) => n,
             None => {
                 let data = tag.tensor(&p.location)?;
                 let n = tensor::encoded_len(&data.view());
@@ -657,6 +658,7 @@ pub fn extract(
     drop(file_paths);
     drop(dir_paths);
     drop(counted);
+    drop(named);
     let out_dirs = create_out_dir(out)?;
     let mut created_files: Vec<PathBuf> = Vec::new();
     // Hard links it made (--link): removed with the files on failure, not fsynced
