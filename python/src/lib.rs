@@ -506,19 +506,50 @@ impl NativeTag {
     }
 
     /// Reads the tensors at `locs` (as [`read`](Self::read) does, the GIL released once).
+    /// Each distinct tensor is read once, however many names refer to it (a deflated
+    /// entry is inflated once, docs/RELIABILITY.md "Cost follows files"): a further name
+    /// of a mapped tensor gets another view of the same bytes, of a deflated one its own
+    /// copy (owned arrays are writable, so names must not share one).
     fn read_all<'s>(
         &'s self,
         py: Python<'_>,
         locs: impl Iterator<Item = &'s TensorLocation> + Send,
     ) -> PyResult<Vec<Described>> {
-        let data = py
-            .detach(|| {
-                locs.map(|loc| self.archive.tensor(loc))
-                    .collect::<modelzip::Result<Vec<_>>>()
+        let (mut distinct, which, mut uses) = py
+            .detach(|| -> modelzip::Result<_> {
+                let mut first: HashMap<(&str, u64), usize> = HashMap::new();
+                let mut distinct: Vec<Option<TensorData<'_>>> = Vec::new();
+                let mut which = Vec::new();
+                let mut uses: Vec<usize> = Vec::new();
+                for loc in locs {
+                    let k = match first.entry((loc.entry.as_str(), loc.index)) {
+                        std::collections::hash_map::Entry::Occupied(o) => *o.get(),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            distinct.push(Some(self.archive.tensor(loc)?));
+                            uses.push(0);
+                            *v.insert(distinct.len() - 1)
+                        }
+                    };
+                    uses[k] += 1;
+                    which.push(k);
+                }
+                Ok((distinct, which, uses))
             })
             .or_raise(py)?;
-        data.into_iter()
-            .map(|d| describe(py, &self.archive, d))
+        which
+            .into_iter()
+            .map(|k| {
+                uses[k] -= 1;
+                // The last name takes the tensor; earlier ones a clone (a view for a
+                // mapped tensor, a copy of the bytes for an owned one).
+                let data = if uses[k] == 0 {
+                    distinct[k].take()
+                } else {
+                    distinct[k].clone()
+                };
+                let data = data.ok_or_else(|| invalid(py, "internal: a tensor was read twice"))?;
+                describe(py, &self.archive, data)
+            })
             .collect()
     }
 

@@ -437,3 +437,25 @@ def test_metadata_that_is_not_a_json_object_raises_naming_the_entry(tmp, raw, sa
             t.metadata
         assert e.value.kind == "syntax"
         assert "t/metadata.json" in str(e.value) and says in str(e.value), str(e.value)
+
+
+def test_names_sharing_a_deflated_tensor_get_equal_arrays_of_their_own(tmp):
+    """A deflated tensor file (another tool wrote it) that 50 names share: to_dict() reads
+    it once (docs/RELIABILITY.md, "Cost follows files") and hands each name its own
+    writable copy, so writing to one name's array changes no other."""
+    from spec_writer import SpecWriter, lodtensor
+
+    arr = np.arange(1000, dtype=np.float32)
+    w = SpecWriter(tmp / "d.zip")
+    w.file("t", "params/0.lodtensor", lodtensor(arr)[0], deflate=True)
+    w.table("t", "params.txt", [(f"p{i}", ["0"]) for i in range(50)])
+    w.close(["t"])
+    with modelzip.open(tmp / "d.zip") as ar:
+        d = ar["t"].to_dict()
+    assert list(d) == [f"p{i}" for i in range(50)]
+    for a in d.values():
+        np.testing.assert_array_equal(a, arr)
+        assert a.flags.writeable
+    assert not np.shares_memory(d["p0"], d["p1"])
+    d["p0"][0] = 42
+    assert d["p1"][0] == 0 and d["p49"][0] == 0
