@@ -49,6 +49,7 @@ echo "== chromium for the browser tests (python/tests/test_view.py)" >&2
 # Playwright drives the distribution's chromium (no browser download); as root on a fresh
 # machine, install it when it is missing.
 if ! command -v chromium >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq chromium
 fi
 # The browser tests fail instead of skipping when chromium or playwright is missing.
