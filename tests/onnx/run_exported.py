@@ -46,6 +46,9 @@ import tempfile
 import zipfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtimes"))
+from compare import bit_equal, near_recorded  # noqa: E402  (tests/runtimes/compare.py)
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
@@ -130,29 +133,6 @@ def session(model, optimize=True):
 def run(model, feeds, optimize=True):
     """Runs in ONNX Runtime (see session())."""
     return session(model, optimize).run(None, feeds)
-
-
-def bit_equal(a, b):
-    """Same dtype, shape and bytes (NaN payloads included)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.kind in "OSU":
-        return a.tolist() == b.tolist()
-    return a.tobytes() == b.tobytes()
-
-
-def near_recorded(got, recorded):
-    """The loose cross-CPU check against an output recorded when the fixture was made:
-    floats within 1e-5 of the recorded output's largest finite magnitude, the rest exact."""
-    got, recorded = np.asarray(got), np.asarray(recorded)
-    if got.shape != recorded.shape:
-        return False
-    if got.dtype.kind not in "fc":
-        return bit_equal(got, recorded)
-    finite = np.abs(recorded[np.isfinite(recorded)])
-    scale = float(finite.max()) if finite.size else 0.0
-    return bool(np.allclose(got, recorded, rtol=0, atol=1e-5 * scale, equal_nan=True))
 
 
 def rel_error(got, want):

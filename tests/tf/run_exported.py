@@ -35,6 +35,9 @@ import tempfile
 import zipfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtimes"))
+from compare import bit_equal, near_recorded  # noqa: E402  (tests/runtimes/compare.py)
 import tensorflow as tf
 
 # One thread each: the same graph then reduces in the same order on every run.
@@ -82,39 +85,6 @@ def plain(a):
     if a.dtype == tf.bfloat16.as_numpy_dtype:
         return a.view(np.uint16)
     return a
-
-
-def as_float(a):
-    """A recorded output as floats for the loose check: bfloat16 was saved as its bits."""
-    if a.dtype == np.uint16:
-        return (a.astype(np.uint32) << 16).view(np.float32)
-    return a
-
-
-def bit_equal(a, b):
-    """Same dtype, shape and bytes (NaN payloads included): the stronger claim."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.kind in "OSU":
-        return a.tolist() == b.tolist()
-    return a.tobytes() == b.tobytes()
-
-
-def near_recorded(got, recorded, bf16=False):
-    """The loose cross-CPU check against an output recorded when the fixture was made:
-    floats within 1e-5 of the recorded output's largest magnitude (NaNs where it has
-    them), everything else exact."""
-    got, recorded = np.asarray(got), np.asarray(recorded)
-    if got.shape != recorded.shape:
-        return False
-    if bf16:
-        got, recorded = as_float(got), as_float(recorded)
-    if got.dtype.kind not in "fc":
-        return bit_equal(got, recorded)
-    finite = np.abs(recorded[np.isfinite(recorded)])
-    scale = float(finite.max()) if finite.size else 0.0
-    return bool(np.allclose(got, recorded, rtol=0, atol=1e-5 * scale, equal_nan=True))
 
 
 def own_bytes(archive, tag):
