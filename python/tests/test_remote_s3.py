@@ -305,3 +305,47 @@ def test_python_open_upload_download_through_s3(s3, tmp, monkeypatch):
     modelzip.upload(local, url, if_match=etag)  # replaces only the version we uploaded
     with modelzip.open(url) as ar:
         assert ar.tags == ["fp32", "ft", "third"]
+
+
+def test_view_serves_an_s3_archive_and_sees_a_new_version_on_reload(s3, tmp):
+    """`modelzip view s3://...`: the page's API lists the tags and gives the diff the CLI
+    gives for the same URL; an upload of a new version (another tag) shows on the next
+    request (docs/VIEW.md)."""
+    import json
+    import re
+
+    local = make_archive(s3, tmp / "v.zip", "mlp")
+    cli(s3, "quantize", local, "--from", "fp32", "--tag", "int8")
+    url = f"s3://{BUCKET}/view/v.zip"
+    cli(s3, "cp", local, url)
+    proc = subprocess.Popen(
+        [str(cli_path()), "view", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=s3,
+    )
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+        assert m, (line, proc.stderr.read() if proc.poll() is not None else "")
+        base = m.group(1)
+
+        def get(path):
+            with urllib.request.urlopen(base + path, timeout=60) as r:
+                return json.loads(r.read())
+
+        tags = json.loads(cli(s3, "tags", url, "--json").stdout)["tags"]
+        assert [t["name"] for t in get("api/archive")["tags"]] == [t["name"] for t in tags]
+        assert get("api/diff?a=fp32&b=int8") == json.loads(
+            cli(s3, "diff", url, "fp32", "int8", "--json").stdout
+        )
+        cli(s3, "cast", local, "--from", "fp32", "--tag", "fp16", "--dtype", "fp16")
+        cli(s3, "cp", "--force", local, url)
+        assert [t["name"] for t in get("api/archive")["tags"]] == ["fp32", "int8", "fp16"]
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
