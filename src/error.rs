@@ -257,7 +257,8 @@ pub enum ErrorKind {
         /// The version (ETag) read first.
         was: String,
     },
-    /// A conditional upload refused: the object exists, or is not the version read.
+    /// A conditional upload or remote append refused: the object exists, or is not the
+    /// version read.
     #[error("{0}")]
     RemoteConflict(String),
 }

@@ -246,6 +246,11 @@ def _local(path: PathLike, what: str, hint: str = _APPEND_HINT) -> str:
     return p
 
 
+def _is_s3(path: str) -> bool:
+    """True for an ``s3://`` (or ``s3a://``) URL: the one store appended to remotely."""
+    return path.split("://", 1)[0].lower() in ("s3", "s3a") and "://" in path
+
+
 _EXPORT_HINT = "exports write local files; export here and upload the files with your store's tools"
 
 
@@ -567,10 +572,21 @@ def save(
 
     Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
     how many are shared with older tags, and the bytes the tag's own entries take.
+
+    ``path`` may be an ``s3://`` URL (credentials and endpoint from the environment): the
+    tag is appended to the object where it lies, its old bytes copied by the store and
+    only the new ones uploaded, committed only if the object is still the version read
+    (a lost race raises ``ModelzipError(kind="remote_conflict")``, "... changed since it
+    was opened ...; nothing was written"); with no object there, one is created. The
+    result then also has ``"created"``, ``"version"``, ``"previous_version"``,
+    ``"bytes_uploaded"``, ``"bytes_copied"``, ``"bytes_reread"`` and ``"requests"``
+    (docs/REMOTE.md, "Remote appends"). Other URLs are refused.
     """
     meta = _metadata_json(metadata)
+    p = os.fspath(path)
+    target = p if _is_s3(p) else _local(path, "save to")
     return _modelzip.save(
-        _local(path, "save to"),
+        target,
         tag,
         _params_list(params),
         _updater_list(updater),

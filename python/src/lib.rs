@@ -830,20 +830,29 @@ fn save_tag(
     metadata: Option<&[u8]>,
     graph: Option<(GraphFormat, &[u8])>,
     opts: &WriteOptions,
-) -> modelzip::Result<()> {
+) -> modelzip::Result<Option<modelzip::remote::RemoteWrite>> {
     let located = |e: Error| e.in_file(path);
+    if let Some(url) = path.to_str().filter(|s| modelzip::remote::is_url(s)) {
+        // An s3:// archive: appended to where it lies (docs/REMOTE.md, "Remote appends").
+        let remote = modelzip::remote::RemoteOptions::default();
+        let mut app = modelzip::remote::RemoteAppender::open(url, &remote, opts)?;
+        let mut w = app.begin_tag(tag).map_err(located)?;
+        write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
+        w.finish().map_err(located)?;
+        return app.finish().map(Some);
+    }
     if path.exists() {
         let mut app = Appender::open_with(path, AppendMode::InPlace, opts).map_err(located)?;
         let mut w = app.begin_tag(tag).map_err(located)?;
         write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
         w.finish().map_err(located)?;
-        app.finish().map_err(located)
+        app.finish().map_err(located).map(|()| None)
     } else {
         let mut writer = ArchiveWriter::create_with(path, opts).map_err(located)?;
         let mut w = writer.begin_tag(tag).map_err(located)?;
         write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
         w.finish().map_err(located)?;
-        writer.finish().map_err(located)
+        writer.finish().map_err(located).map(|()| None)
     }
 }
 
@@ -851,7 +860,7 @@ fn save_tag(
 fn tag_report<'py>(py: Python<'py>, path: &Path, tag: &str) -> PyResult<Bound<'py, PyDict>> {
     let (name, params, shared, own) = py
         .detach(|| -> modelzip::Result<_> {
-            let a = CoreArchive::open(path)?;
+            let a = open_any(path)?;
             let t = a.tag(tag)?;
             let shared = t.params().iter().filter(|p| p.location.shared).count();
             let own = a.stored_bytes_under(t.name());
@@ -888,9 +897,20 @@ fn save<'py>(
         None => None,
     };
     let opts = write_options(wait);
-    py.detach(|| save_tag(&path, tag, &inputs, metadata.as_deref(), graph, &opts))
+    let remote = py
+        .detach(|| save_tag(&path, tag, &inputs, metadata.as_deref(), graph, &opts))
         .or_raise(py)?;
-    tag_report(py, &path, tag)
+    let d = tag_report(py, &path, tag)?;
+    if let Some(r) = remote {
+        d.set_item("created", r.created)?;
+        d.set_item("version", r.version)?;
+        d.set_item("previous_version", r.previous_version)?;
+        d.set_item("bytes_uploaded", r.bytes_uploaded)?;
+        d.set_item("bytes_copied", r.bytes_copied)?;
+        d.set_item("bytes_reread", r.bytes_reread)?;
+        d.set_item("requests", r.requests)?;
+    }
+    Ok(d)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -135,6 +135,41 @@ fn finish_session(mut session: Session, base: Option<Archive>) -> Result<u64> {
     Ok(end)
 }
 
+/// A session whose bytes go to `sink` rather than into a file of its own (a remote
+/// append stages them, then composes the new object): continuing `base` from its central
+/// directory as an in-place append does (the new directory lists `base`'s entries but its
+/// tags.txt and summary, then what the session writes; `sink`'s first byte lands at
+/// `base`'s central directory offset, the bytes before it are `base`'s), or a new archive
+/// from offset 0. A base read by ranges is deduplicated against through its manifests.
+#[cfg(feature = "remote")]
+pub(crate) fn remote_session(
+    sink: Box<dyn std::io::Write>,
+    base: Option<Archive>,
+    opts: &WriteOptions,
+) -> Result<Session> {
+    match base {
+        None => Ok(Session::new(sink, 0, opts.clone())),
+        Some(base) => {
+            let mut s =
+                Session::in_place(sink, &base, opts.clone(), |e| !written_by_commit(&e.name));
+            if base.is_remote() {
+                s.adopt_remote_base(base)?;
+            } else {
+                s.adopt_base(base);
+            }
+            Ok(s)
+        }
+    }
+}
+
+/// Finishes a session of [`remote_session`]: writes tags.txt, the summary and the
+/// central directory, flushes its sink and returns the offset after its last byte.
+#[cfg(feature = "remote")]
+pub(crate) fn finish_detached(session: Session) -> Result<u64> {
+    let end = finish_session(session, None)?;
+    Ok(end)
+}
+
 /// Finishes an in-place session on `base` (or the base it adopted): writes tags.txt, the
 /// summary and the central directory, cuts the file to its new end, fsyncs, and removes
 /// the journal (rolling back on failure). Returns the new file length.

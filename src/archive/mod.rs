@@ -64,6 +64,8 @@ mod writeback;
 mod writer;
 
 pub use append::{AppendMode, Appender, append_tag};
+#[cfg(feature = "remote")]
+pub(crate) use append::{finish_detached, remote_session};
 pub use hashing::sha256_hex;
 pub use lock::WriteLock;
 pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
@@ -74,10 +76,14 @@ pub use reader::{
 #[cfg(feature = "test-internals")]
 pub use reader::{WorkCounts, dropped_work_counts, work_counts};
 pub use regraph::{GraphRewrite, convert_graph, replace_graph};
+#[cfg(feature = "remote")]
+pub(crate) use session::Session;
 pub use session::WriteOptions;
 pub use shared_str::SharedStr;
 pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};
 pub use tag::{MAX_METADATA_BYTES, Tag};
 pub use tag_name::{MAX_TAG_NAME_LEN, TagName, validate_tag_name};
+#[cfg(feature = "remote")]
+pub(crate) use time::rfc3339;
 pub use verify::{VerifyFinding, VerifyReport};
 pub use writer::{ArchiveWriter, TagBuilder, TagWriter};

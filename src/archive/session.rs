@@ -266,6 +266,50 @@ impl Session {
     /// Makes the tensor files of `base`'s listed tags dedup candidates, keeps its tags and
     /// comment, and keeps `base` for byte comparisons.
     pub fn adopt_base(&mut self, base: Archive) {
+        self.adopt(base, None);
+    }
+
+    /// [`Session::adopt_base`] for a base read by byte ranges (an object store): a
+    /// candidate is compared by the SHA-256 its tag's sha256sums.txt records, never by
+    /// fetching its bytes; a file no manifest lists is no candidate. Costs one batched
+    /// request for the manifests.
+    pub fn adopt_remote_base(&mut self, base: Archive) -> Result<()> {
+        let names: Vec<String> = base
+            .tags()
+            .iter()
+            .map(|t| format!("{t}/sha256sums.txt"))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        base.prefetch(&refs)?;
+        let mut digests: HashMap<String, [u8; 32]> = HashMap::new();
+        for (tag, name) in base.tags().iter().zip(&names) {
+            if base.entry(name).is_none() {
+                continue;
+            }
+            let bytes = base.entry_bytes(name)?;
+            for (hex, path) in text::parse_sums(&bytes, name)? {
+                let mut d = [0u8; 32];
+                // parse_sums checked 64 hex digits.
+                for (i, b) in d.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0);
+                }
+                digests.insert(format!("{tag}/{path}"), d);
+            }
+        }
+        self.adopt(base, Some(&digests));
+        Ok(())
+    }
+
+    /// Adopts `base`: its files' candidates compared by bytes (`digests` `None`) or by
+    /// the digests given (by entry name; a file without one is no candidate).
+    fn adopt(&mut self, base: Archive, digests: Option<&HashMap<String, [u8; 32]>>) {
+        // (SHA-256, entry to compare with) of an entry; None: not a candidate.
+        let compare = |name: &str| -> Option<(Option<[u8; 32]>, Option<String>)> {
+            match digests {
+                None => Some((None, Some(name.to_string()))),
+                Some(d) => d.get(name).map(|d| (Some(*d), None)),
+            }
+        };
         // One pass over the entries (not one per tag: archives may hold many tags).
         for e in &base.directory().entries {
             let Some((top, rel)) = e.name.split_once('/') else {
@@ -275,14 +319,16 @@ impl Session {
                 continue;
             };
             if let Some(file) = SHAREABLE_FILES.iter().copied().find(|f| *f == rel) {
-                self.files
-                    .entry((file, e.uncompressed_size, e.crc32))
-                    .or_default()
-                    .push(FileCandidate {
-                        tag: t.to_string(),
-                        sha: None,
-                        base_entry: Some(e.name.clone()),
-                    });
+                if let Some((sha, base_entry)) = compare(&e.name) {
+                    self.files
+                        .entry((file, e.uncompressed_size, e.crc32))
+                        .or_default()
+                        .push(FileCandidate {
+                            tag: t.to_string(),
+                            sha,
+                            base_entry,
+                        });
+                }
                 continue;
             }
             for kind in [TensorKind::Params, TensorKind::Updater] {
@@ -294,13 +340,16 @@ impl Session {
                 else {
                     continue;
                 };
+                let Some((sha, base_entry)) = compare(&e.name) else {
+                    continue;
+                };
                 self.dedup.insert(
                     (kind, e.uncompressed_size, e.crc32),
                     Candidate {
                         tag: t.to_string(),
                         index: n,
-                        sha: None,
-                        base_entry: Some(e.name.clone()),
+                        sha: sha.map(Sha::Ready),
+                        base_entry,
                     },
                 );
             }

@@ -1,6 +1,6 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::{WriteArgs, archive_dir, open, refuse_directory, refuse_non_archive};
+use super::common::{WriteArgs, archive_dir, is_url, open, refuse_directory, refuse_non_archive};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -30,6 +30,11 @@ use std::path::{Path, PathBuf};
 /// the new tag, crash-safe with a rollback journal); --rewrite writes a new file
 /// and renames it over the old one.
 ///
+/// ARCHIVE may be an s3:// URL: the tag is appended to the object where it lies (its
+/// old bytes copied by the store, only the new tag, tables and central directory
+/// uploaded), committed only if the object is still the version read; a new object is
+/// created only if none appears meanwhile (docs/REMOTE.md, "Remote appends").
+///
 /// Prints one line on success: the tag, its graph (if any) and where it came from, its
 /// parameter count and how many of its tensors are shared with older tags (--json:
 /// one JSON document instead).
@@ -42,7 +47,7 @@ use std::path::{Path, PathBuf};
 ///   modelzip extract model.zip --tag fp32 --out fp32/ && modelzip pack copy.zip fp32/ --tag fp32
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "created", "mode", "params", "updater_arrays", "shared", "graph"}"#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "created", "mode", "params", "updater_arrays", "shared", "graph"}; for an s3:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
     /// The archive to create or add to.
     archive: PathBuf,
@@ -414,6 +419,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot write {shown}: {e}"));
     let progress = args.write.output.progress("packing");
     let opts = args.write.options();
+    if is_url(&args.archive) {
+        return run_remote(&args, &opts, &progress);
+    }
     // Everything that can be checked is checked before the lock is taken (and, for a
     // new archive, before its lock file exists).
     refuse_directory(&args.archive, &format!("cannot write {shown}"))?;
@@ -483,6 +491,75 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             p.tag,
             p.params,
             p.shared,
+        ))?;
+    }
+    Ok(Outcome::Success)
+}
+
+/// `pack` to an `s3://` URL: the tag is appended to the object remotely (its old bytes
+/// copied by the store, the new ones uploaded, committed only if the object is still the
+/// version read), or a new object is created (only if none appears meanwhile).
+fn run_remote(
+    args: &Args,
+    opts: &modelzip::WriteOptions,
+    progress: &Progress,
+) -> Result<Outcome, CliError> {
+    let shown = args.archive.display().to_string();
+    let fail = |e: modelzip::Error| CliError::Failed(format!("cannot write {shown}: {e}"));
+    if args.rewrite {
+        return Err(CliError::Failed(format!(
+            "cannot write {shown}: --rewrite does not apply to a remote archive (a remote append composes a new version of the object; docs/REMOTE.md)"
+        )));
+    }
+    validate_tag_name(&args.tag)
+        .map_err(|e| CliError::Failed(format!("cannot add tag to {shown}: {e}")))?;
+    let inputs = gather(args)?;
+    let metadata = args.meta.build()?;
+    let remote = modelzip::remote::RemoteOptions::default();
+    let mut appender =
+        modelzip::remote::RemoteAppender::open(&shown, &remote, opts).map_err(fail)?;
+    let mut tag = appender.begin_tag(&args.tag).map_err(fail)?;
+    fill(&mut tag, args, &inputs, metadata.as_deref(), progress)?;
+    tag.finish().map_err(fail)?;
+    let done = appender.finish().map_err(fail)?;
+    progress.finish();
+    if args.write.output.quiet {
+        return Ok(Outcome::Success);
+    }
+    let mode = if done.created { "new" } else { "remote_append" };
+    let p = read_back(args, done.created, mode)?;
+    if args.write.output.json {
+        print_json(&json!({
+            "archive": shown,
+            "tag": p.tag,
+            "created": p.created,
+            "mode": p.mode,
+            "params": p.params,
+            "updater_arrays": p.updater_arrays,
+            "shared": p.shared,
+            "graph": p.graph,
+            "version": done.version,
+            "previous_version": done.previous_version,
+            "bytes_uploaded": done.bytes_uploaded,
+            "bytes_copied": done.bytes_copied,
+            "bytes_reread": done.bytes_reread,
+            "requests": done.requests,
+            "stale_uploads_aborted": done.stale_uploads_aborted,
+        }))?;
+    } else {
+        print(&format!(
+            "{} tag {} in {shown}: {} param(s), {} shared with older tags; {} bytes uploaded, {} copied by the store, {} requests\n",
+            if p.created {
+                "created archive with"
+            } else {
+                "added"
+            },
+            p.tag,
+            p.params,
+            p.shared,
+            done.bytes_uploaded,
+            done.bytes_copied,
+            done.requests,
         ))?;
     }
     Ok(Outcome::Success)

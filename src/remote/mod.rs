@@ -26,6 +26,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod append;
+mod s3;
+
+pub use append::{RemoteAppender, RemoteWrite, S3_MIN_PART, STALE_UPLOAD_AGE};
+
 /// True when `s` is a URL this module opens (`s3://`, `gs://`, `az://`, `abfs://`,
 /// `http(s)://`, `file://`, ...) rather than a local path.
 pub fn is_url(s: &str) -> bool {
@@ -156,6 +161,13 @@ struct Client {
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
     url: String,
+    /// For an S3 store: its builder (the settings) and the store, from which the requests
+    /// object_store lacks (remote appends) are made on demand ([`Client::s3_access`]).
+    s3: Option<(
+        object_store::aws::AmazonS3Builder,
+        Arc<object_store::aws::AmazonS3>,
+    )>,
+    max_retries: usize,
 }
 
 impl Client {
@@ -178,6 +190,7 @@ impl Client {
         // as long as it takes while bytes arrive.
         let timeout = format!("{}ms", opts.timeout.as_millis());
         let bad_key = |k: &str, e: object_store::Error| invalid(format!("config key {k:?}: {e}"));
+        let mut s3 = None;
         fn client_key<K: std::str::FromStr<Err = object_store::Error>>(k: &str) -> Result<K> {
             k.parse()
                 .map_err(|e| Error::new(ErrorKind::InvalidInput(format!("config key {k:?}: {e}"))))
@@ -200,7 +213,9 @@ impl Client {
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                Arc::new(b.build().map_err(|e| remote_err(url, e))?)
+                let built = Arc::new(b.clone().build().map_err(|e| remote_err(url, e))?);
+                s3 = Some((b, built.clone()));
+                built
             }
             ObjectStoreScheme::GoogleCloudStorage => {
                 let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
@@ -254,6 +269,8 @@ impl Client {
             store,
             path,
             url: url.to_string(),
+            s3,
+            max_retries: opts.max_retries,
         })
     }
 
@@ -272,6 +289,22 @@ impl Client {
         } else {
             self.rt.block_on(f)
         }
+    }
+
+    /// The signed S3 requests object_store lacks, for this object; or why there are none
+    /// (not an `s3://` URL, an unsupported bucket kind).
+    fn s3_access(&self) -> std::result::Result<s3::S3Access, String> {
+        let Some((builder, store)) = &self.s3 else {
+            return Err(format!("{} is not an s3:// URL", self.url));
+        };
+        let parsed = url::Url::parse(&self.url).map_err(|e| e.to_string())?;
+        s3::S3Access::new(
+            &parsed,
+            builder,
+            store,
+            self.path.as_ref(),
+            self.max_retries,
+        )
     }
 
     /// One GET: the object's metadata and the bytes asked for.

@@ -1,0 +1,489 @@
+//! Adding tags to an archive in an S3 bucket without downloading or re-uploading it: the
+//! new version of the object is composed by the store from the old one's bytes up to its
+//! central directory (copied server-side) and the new tag's entries, tags.txt, summary
+//! and central directory (uploaded from here), and committed only if the object is still
+//! the version read. See docs/REMOTE.md, "Remote appends".
+
+use super::s3::{PartDone, S3Access, S3Failure};
+use super::{Client, RemoteOptions, remote_err};
+use crate::archive::{TagBuilder, TagWriter, WriteOptions};
+use crate::archive::{finish_detached, remote_session};
+use crate::error::{Error, ErrorKind, Result};
+use object_store::{GetOptions, GetRange, ObjectStoreExt};
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom};
+
+/// Smallest part of a multipart upload but the last (S3's limit).
+pub const S3_MIN_PART: u64 = 5 << 20;
+
+/// Largest part of a multipart upload, copied or uploaded (S3's limit).
+const MAX_PART: u64 = 5 << 30;
+
+/// Most parts of one multipart upload (S3's limit).
+const MAX_PARTS: u64 = 10_000;
+
+/// Size of an uploaded part (larger when the new bytes would need more parts than the
+/// store allows).
+const UPLOAD_PART: u64 = 16 << 20;
+
+/// Unfinished multipart uploads to the key older than this are aborted by the next
+/// remote append to it (left by a writer that was killed).
+pub const STALE_UPLOAD_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// What a remote append did: the versions before and after, and what it cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RemoteWrite {
+    /// The archive's URL.
+    pub url: String,
+    /// True when the object was created (there was none at the URL).
+    pub created: bool,
+    /// The version (ETag) the append started from; `None` when it created the object.
+    pub previous_version: Option<String>,
+    /// The version (ETag) committed, as the store reported it.
+    pub version: Option<String>,
+    /// Bytes sent to the store (the new entries, tables and central directory, and the
+    /// old bytes re-uploaded when they were fewer than [`S3_MIN_PART`]).
+    pub bytes_uploaded: u64,
+    /// Bytes of the old object copied by the store (never sent or received here).
+    pub bytes_copied: u64,
+    /// Bytes of the old object read to be re-uploaded (its part before the central
+    /// directory when that is shorter than [`S3_MIN_PART`]); the open's reads of the tail
+    /// and manifests are not counted.
+    pub bytes_reread: u64,
+    /// Requests of the commit: create, copies, uploads, complete (the open's and the
+    /// manifests' reads and the stale-upload listing are not counted).
+    pub requests: u64,
+    /// Unfinished multipart uploads left at the key by killed writers (older than
+    /// [`STALE_UPLOAD_AGE`]) that were aborted.
+    pub stale_uploads_aborted: u64,
+}
+
+/// How a new version is put together from the first `keep` bytes of the old object and
+/// `staged` new bytes.
+#[derive(Debug, PartialEq, Eq)]
+struct Plan {
+    /// Ranges of the old object the store copies, one part each (none when `keep` is
+    /// under [`S3_MIN_PART`]: a part but the last cannot be that small).
+    copies: Vec<std::ops::Range<u64>>,
+    /// Old bytes read and uploaded ahead of the new ones instead (`keep`, or 0).
+    reread: u64,
+    /// Size of every uploaded part but the last.
+    upload_part: u64,
+}
+
+/// Largest object S3 stores.
+const MAX_OBJECT: u64 = 5 << 40;
+
+fn plan(keep: u64, staged: u64) -> std::result::Result<Plan, String> {
+    let total = keep.saturating_add(staged);
+    if total > MAX_OBJECT {
+        return Err(format!(
+            "the new version would be {total} bytes, over S3's largest object ({MAX_OBJECT} bytes)"
+        ));
+    }
+    let (copied, reread) = if keep >= S3_MIN_PART {
+        (keep, 0)
+    } else {
+        (0, keep)
+    };
+    let n = copied.div_ceil(MAX_PART);
+    let copies = match n {
+        0 => Vec::new(),
+        _ => {
+            let each = copied.div_ceil(n);
+            (0..n)
+                .map(|i| i * each..((i + 1) * each).min(copied))
+                .collect()
+        }
+    };
+    // At most 1,024 copies (5 TiB in 5 GiB parts): the parts left are uploads.
+    let uploaded = reread + staged;
+    let upload_part = UPLOAD_PART.max(uploaded.div_ceil(MAX_PARTS - n));
+    if upload_part > MAX_PART {
+        return Err(format!(
+            "{uploaded} new bytes need parts over S3's largest ({MAX_PART} bytes)"
+        ));
+    }
+    Ok(Plan {
+        copies,
+        reread,
+        upload_part,
+    })
+}
+
+/// What the append continues: an existing object (its version and where its central
+/// directory starts, the bytes before which are kept), or none.
+enum Start {
+    Existing { e_tag: String, keep: u64 },
+    New,
+}
+
+/// Adds tags to the archive at an `s3://` URL (or creates it); [`RemoteAppender::finish`]
+/// composes and commits the new version, dropping it unfinished writes nothing.
+///
+/// The new tags' entries are staged in an unnamed temporary file (space for the new tags,
+/// not for the archive), then sent. Tensors equal to ones of the archive (by the SHA-256
+/// its tags' sha256sums.txt record) are stored once, as locally.
+///
+/// ```no_run
+/// use modelzip::remote::{RemoteAppender, RemoteOptions};
+/// use modelzip::{TagBuilder, Tensor, WriteOptions};
+///
+/// let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0])?;
+/// let mut app = RemoteAppender::open(
+///     "s3://runs/model.zip",
+///     &RemoteOptions::default(),
+///     &WriteOptions::default(),
+/// )?;
+/// app.add_tag(TagBuilder::new("step-2").param("w", w))?;
+/// let done = app.finish()?; // conditional on the version opened
+/// println!("{} bytes uploaded, {} copied", done.bytes_uploaded, done.bytes_copied);
+/// # Ok::<(), modelzip::Error>(())
+/// ```
+pub struct RemoteAppender {
+    session: Option<crate::archive::Session>,
+    staged: File,
+    client: Client,
+    s3: S3Access,
+    start: Start,
+}
+
+impl std::fmt::Debug for RemoteAppender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteAppender")
+            .field("url", &self.client.url)
+            .finish()
+    }
+}
+
+impl RemoteAppender {
+    /// Opens the archive at `url` (`s3://` only) for adding tags: reads its tail (end
+    /// records, central directory, tags.txt, summary) and its tags' manifests, not its
+    /// tensors. With no object at `url`, the tags go into a new archive, created only if
+    /// none appears meanwhile.
+    pub fn open(url: &str, remote: &RemoteOptions, write: &WriteOptions) -> Result<Self> {
+        let client = Client::new(url, remote)?;
+        let s3 = client.s3_access().map_err(|why| {
+            Error::new(ErrorKind::InvalidInput(format!(
+                "writing to {url} is not supported ({why}): remote appends need S3's multipart copy and conditional commit (s3:// URLs); for other stores write a local archive and upload it with `modelzip cp` (docs/REMOTE.md)"
+            )))
+        })?;
+        let exists = match client.block_on(client.store.head(&client.path)) {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => return Err(remote_err(url, e)),
+        };
+        let (base, start) = if exists {
+            let base = remote.open(url)?;
+            let e_tag = base.remote_version().map(str::to_string).ok_or_else(|| {
+                Error::new(ErrorKind::Remote(format!(
+                    "the store sent no ETag for {url}: an append is committed only if the object is still the version read, which needs one"
+                )))
+            })?;
+            let keep = base.directory().cd_offset;
+            (Some(base), Start::Existing { e_tag, keep })
+        } else {
+            (None, Start::New)
+        };
+        let staged = tempfile::tempfile().map_err(Error::from)?;
+        let sink = staged.try_clone().map_err(Error::from)?;
+        let sink = Box::new(BufWriter::with_capacity(1 << 20, sink));
+        let session = remote_session(sink, base, write).map_err(|e| e.in_file(url))?;
+        Ok(RemoteAppender {
+            session: Some(session),
+            staged,
+            client,
+            s3,
+            start,
+        })
+    }
+
+    fn session(&mut self) -> Result<&mut crate::archive::Session> {
+        self.session.as_mut().ok_or_else(|| {
+            ErrorKind::InvalidInput("remote appender already finished".into()).into()
+        })
+    }
+
+    /// Starts writing a new tag (its name must not exist yet, ignoring case).
+    pub fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
+        self.session()?.begin_tag(name)
+    }
+
+    /// Writes a whole tag held in memory.
+    pub fn add_tag(&mut self, tag: TagBuilder) -> Result<()> {
+        let w = self.session()?.begin_tag(tag.name())?;
+        tag.write_to(w)
+    }
+
+    /// Writes the new tags.txt, summary and central directory, then composes the new
+    /// version of the object and commits it only if the object is still the version
+    /// opened (or, for a new archive, still absent). A lost race is
+    /// [`ErrorKind::RemoteConflict`] ("the archive at URL changed since it was opened
+    /// (version X, now Y); nothing was written"); on every failure the multipart upload is
+    /// aborted and the object is as it was.
+    pub fn finish(mut self) -> Result<RemoteWrite> {
+        let url = self.client.url.clone();
+        let session = self.session.take().ok_or_else(|| {
+            Error::new(ErrorKind::InvalidInput(
+                "remote appender already finished".into(),
+            ))
+        })?;
+        let keep = match &self.start {
+            Start::Existing { keep, .. } => *keep,
+            Start::New => 0,
+        };
+        let end = finish_detached(session).map_err(|e| e.in_file(&url))?;
+        let staged_len = end - keep;
+        let on_disk = self
+            .staged
+            .metadata()
+            .map_err(|e| Error::from(e).in_file(&url))?
+            .len();
+        if on_disk != staged_len {
+            return Err(Error::from(std::io::Error::other(format!(
+                "the staged new bytes are {on_disk} bytes, {staged_len} expected"
+            )))
+            .in_file(&url));
+        }
+        self.staged
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| Error::from(e).in_file(&url))?;
+        self.commit(staged_len)
+    }
+
+    /// Composes and commits the new version: the kept bytes (copied, or re-uploaded when
+    /// too short for a part), then the staged bytes.
+    fn commit(mut self, staged_len: u64) -> Result<RemoteWrite> {
+        let url = self.client.url.clone();
+        let (if_match, keep) = match &self.start {
+            Start::Existing { e_tag, keep } => (Some(e_tag.clone()), *keep),
+            Start::New => (None, 0),
+        };
+        let mut report = RemoteWrite {
+            url: url.clone(),
+            created: if_match.is_none(),
+            previous_version: if_match.clone(),
+            version: None,
+            bytes_uploaded: 0,
+            bytes_copied: 0,
+            bytes_reread: 0,
+            requests: 0,
+            stale_uploads_aborted: 0,
+        };
+        report.stale_uploads_aborted = self.abort_stale_uploads();
+        let plan = plan(keep, staged_len).map_err(|why| {
+            Error::new(ErrorKind::InvalidInput(format!(
+                "{why}; nothing was written"
+            )))
+            .in_file(&url)
+        })?;
+        // Kept bytes too few to be a part of their own lead the uploaded bytes.
+        let mut lead = Vec::new();
+        if plan.reread > 0 {
+            let e_tag = if_match.clone().unwrap_or_default();
+            lead = self.read_kept(plan.reread, &e_tag)?;
+            report.bytes_reread = plan.reread;
+            report.requests += 1;
+        }
+        let copied: u64 = plan.copies.iter().map(|r| r.end - r.start).sum();
+        let uploaded = plan.reread + staged_len;
+        let part = plan.upload_part;
+        let s3 = &self.s3;
+        let staged = &mut self.staged;
+        let client = &self.client;
+        let outcome = client.block_on(async {
+            let id = s3.create_upload().await.map_err(Failed::Store)?;
+            let mut requests = 1u64;
+            let sent = async {
+                let mut parts: Vec<PartDone> = Vec::new();
+                // Copied parts: every one but the last part of the upload, so each at
+                // least S3_MIN_PART (the plan's).
+                for range in &plan.copies {
+                    let n = parts.len() as u32 + 1;
+                    let e_tag = if_match.as_deref().unwrap_or_default();
+                    parts.push(s3.copy_part(&id, n, range.clone(), e_tag).await?);
+                    requests += 1;
+                }
+                // Uploaded parts: the lead, then the staged bytes.
+                let mut lead = Some(lead);
+                let mut left = staged_len;
+                loop {
+                    let mut buf = lead.take().unwrap_or_default();
+                    let want = (part as usize).saturating_sub(buf.len()).min(left as usize);
+                    let have = buf.len();
+                    buf.resize(have + want, 0);
+                    staged
+                        .read_exact(&mut buf[have..])
+                        .map_err(|e| Failed::Local(Error::from(e).in_file(&url)))?;
+                    left -= want as u64;
+                    if buf.is_empty() && !parts.is_empty() {
+                        break;
+                    }
+                    let n = parts.len() as u32 + 1;
+                    parts.push(s3.upload_part(&id, n, bytes::Bytes::from(buf)).await?);
+                    requests += 1;
+                    if left == 0 {
+                        break;
+                    }
+                }
+                requests += 1;
+                let version = s3.complete(&id, &parts, if_match.as_deref()).await?;
+                Ok::<_, Failed>(version)
+            }
+            .await;
+            if sent.is_err() {
+                // Best effort: a failed abort leaves an upload the next writer aborts.
+                let _ = s3.abort(&id).await;
+            }
+            sent.map(|v| (v, requests))
+        });
+        match outcome {
+            Ok((version, requests)) => {
+                report.version = version;
+                report.requests += requests;
+                report.bytes_copied = copied;
+                report.bytes_uploaded = uploaded;
+                Ok(report)
+            }
+            Err(Failed::Local(e)) => Err(e),
+            Err(Failed::Store(S3Failure::Precondition)) => Err(self.changed(&if_match)),
+            Err(Failed::Store(S3Failure::Other(m))) => Err(Error::new(ErrorKind::Remote(format!(
+                "{m}; nothing was written"
+            )))
+            .in_file(&url)),
+        }
+    }
+
+    /// The first `keep` bytes of version `e_tag` (fewer than [`S3_MIN_PART`]).
+    fn read_kept(&self, keep: u64, e_tag: &str) -> Result<Vec<u8>> {
+        let (meta, bytes) = self
+            .client
+            .get(GetOptions {
+                range: Some(GetRange::Bounded(0..keep)),
+                if_match: Some(e_tag.to_string()),
+                ..Default::default()
+            })
+            .map_err(|e| match e.kind() {
+                ErrorKind::RemoteConflict(_) => self.changed(&Some(e_tag.to_string())),
+                _ => e,
+            })?;
+        if meta.e_tag.as_deref() != Some(e_tag) {
+            return Err(self.changed(&Some(e_tag.to_string())));
+        }
+        Ok(bytes)
+    }
+
+    /// The error of a lost race: the object is no longer the version opened.
+    fn changed(&self, was: &Option<String>) -> Error {
+        let url = &self.client.url;
+        let now = match self
+            .client
+            .block_on(self.client.store.head(&self.client.path))
+        {
+            Ok(m) => m.e_tag.unwrap_or_else(|| "unknown".into()),
+            Err(object_store::Error::NotFound { .. }) => "none".into(),
+            Err(_) => "unknown".into(),
+        };
+        let was = was.as_deref().unwrap_or("none");
+        Error::new(ErrorKind::RemoteConflict(format!(
+            "the archive at {url} changed since it was opened (version {was}, now {now}); nothing was written"
+        )))
+    }
+
+    /// Aborts the key's unfinished uploads older than [`STALE_UPLOAD_AGE`]; returns how
+    /// many. Best effort: a store that refuses the listing is not an error here.
+    fn abort_stale_uploads(&self) -> u64 {
+        let s3 = &self.s3;
+        let cutoff = std::time::SystemTime::now()
+            .checked_sub(STALE_UPLOAD_AGE)
+            .map(crate::archive::rfc3339)
+            .unwrap_or_default();
+        self.client.block_on(async {
+            let Ok(uploads) = s3.list_uploads().await else {
+                return 0;
+            };
+            let mut n = 0;
+            for (id, initiated) in uploads {
+                // Both ISO 8601 UTC: compared as text to the second.
+                let when = initiated.get(..19).unwrap_or("");
+                if !when.is_empty()
+                    && when < cutoff.get(..19).unwrap_or("")
+                    && s3.abort(&id).await.is_ok()
+                {
+                    n += 1;
+                }
+            }
+            n
+        })
+    }
+}
+
+/// A failure of the commit: on the local side (staged bytes unreadable) or the store's.
+enum Failed {
+    Local(Error),
+    Store(S3Failure),
+}
+
+impl From<S3Failure> for Failed {
+    fn from(e: S3Failure) -> Failed {
+        Failed::Store(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// The copies cover the kept bytes in order, every one between S3's part limits.
+    fn check_copies(p: &Plan, keep: u64) {
+        let mut at = 0;
+        for r in &p.copies {
+            assert_eq!(r.start, at);
+            let len = r.end - r.start;
+            assert!((S3_MIN_PART..=MAX_PART).contains(&len), "{r:?}");
+            at = r.end;
+        }
+        assert_eq!(at, keep);
+    }
+
+    #[test]
+    fn kept_bytes_are_copied_from_the_part_minimum_on_and_reread_below_it() {
+        let p = plan(0, 100).unwrap();
+        assert_eq!(
+            (p.copies.len(), p.reread, p.upload_part),
+            (0, 0, UPLOAD_PART)
+        );
+        let p = plan(S3_MIN_PART - 1, 10).unwrap();
+        assert_eq!((p.copies.len(), p.reread), (0, S3_MIN_PART - 1));
+        let p = plan(S3_MIN_PART, 10).unwrap();
+        assert_eq!(p.reread, 0);
+        assert_eq!(p.copies.len(), 1);
+        assert_eq!(p.copies[0], 0..S3_MIN_PART);
+        assert_eq!(p.upload_part, UPLOAD_PART);
+    }
+
+    #[test]
+    fn large_prefixes_take_one_copy_per_5_gib() {
+        for keep in [5 * GIB, 5 * GIB + 1, 12 * GIB + 7, (5 << 40) - 10 * MIB] {
+            let p = plan(keep, 10 * MIB).unwrap_or_else(|e| panic!("{keep}: {e}"));
+            check_copies(&p, keep);
+            assert_eq!(p.copies.len() as u64, keep.div_ceil(MAX_PART));
+        }
+    }
+
+    #[test]
+    fn many_new_bytes_grow_the_parts_to_stay_within_10000() {
+        let p = plan(GIB, 200 * GIB).unwrap();
+        assert!(p.upload_part > UPLOAD_PART);
+        let uploads = (200 * GIB).div_ceil(p.upload_part);
+        assert!(uploads + p.copies.len() as u64 <= MAX_PARTS);
+        let p = plan(10 * MIB, 160 * MIB).unwrap();
+        assert_eq!(p.upload_part, UPLOAD_PART);
+        assert!(plan(0, (5 << 40) + 1).is_err());
+        assert!(plan(5 << 40, 1).is_err());
+    }
+}

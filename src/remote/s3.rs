@@ -1,0 +1,514 @@
+//! The S3 requests object_store 0.14 does not make: a multipart upload whose parts are
+//! copied server-side from byte ranges of an existing object (`UploadPartCopy` with
+//! `x-amz-copy-source-range`) or uploaded (`UploadPart`), completed only if the object is
+//! still the version read (`CompleteMultipartUpload` with `If-Match`, or `If-None-Match: *`
+//! for a new one), aborted on failure, and the listing of a key's unfinished uploads.
+//!
+//! Nothing here signs or sends by hand: the requests are signed with object_store's public
+//! SigV4 signer ([`AwsAuthorizer`]) and credentials (the store's own provider chain:
+//! environment, web identity, container, instance metadata), and sent with its HTTP client
+//! ([`ReqwestConnector`] with the store's client options). docs/REMOTE.md says why.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsAuthorizer, AwsCredentialProvider};
+use object_store::client::{
+    ClientConfigKey, ClientOptions, HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector,
+};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use std::time::Duration;
+
+/// What RFC 3986 leaves unreserved stays as it is; everything else is percent-encoded,
+/// as S3's canonical request wants a key (`/` kept: it separates nothing in a key, but
+/// S3 signs it as written).
+const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// The client settings carried over from the store's builder to the HTTP client of these
+/// requests (timeouts, proxies, plain HTTP, certificates).
+const CLIENT_KEYS: [ClientConfigKey; 9] = [
+    ClientConfigKey::AllowHttp,
+    ClientConfigKey::AllowInvalidCertificates,
+    ClientConfigKey::ConnectTimeout,
+    ClientConfigKey::ReadTimeout,
+    ClientConfigKey::Timeout,
+    ClientConfigKey::ProxyUrl,
+    ClientConfigKey::ProxyCaCertificate,
+    ClientConfigKey::ProxyExcludes,
+    ClientConfigKey::Http1Only,
+];
+
+/// Signed access to one object of an S3 bucket, for the requests object_store lacks.
+pub(super) struct S3Access {
+    credentials: AwsCredentialProvider,
+    region: String,
+    bucket: String,
+    key: String,
+    /// The object's URL (endpoint, bucket, encoded key).
+    object_url: String,
+    http: HttpClient,
+    sign_payload: bool,
+    max_retries: usize,
+}
+
+impl std::fmt::Debug for S3Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Access")
+            .field("object_url", &self.object_url)
+            .finish()
+    }
+}
+
+/// A failed request: the store refused a condition (the object is not the version
+/// expected, or another writer's commit conflicts), or anything else (the message).
+#[derive(Debug)]
+pub(super) enum S3Failure {
+    Precondition,
+    Other(String),
+}
+
+type S3Result<T> = std::result::Result<T, S3Failure>;
+
+/// One answer: status, headers, body.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// One part of the new object: copied from a byte range of the source, or uploaded.
+pub(super) struct PartDone {
+    pub(super) number: u32,
+    pub(super) e_tag: String,
+}
+
+impl S3Access {
+    /// The access of the object `key` of the store `built` from `builder` (whose settings
+    /// give the endpoint, bucket, region and client options).
+    pub(super) fn new(
+        url: &url::Url,
+        builder: &AmazonS3Builder,
+        built: &object_store::aws::AmazonS3,
+        key: &str,
+        max_retries: usize,
+    ) -> std::result::Result<S3Access, String> {
+        let get = |k: AmazonS3ConfigKey| builder.get_config_value(&k);
+        if !matches!(url.scheme(), "s3" | "s3a") {
+            return Err(format!("{url} is not an s3:// URL"));
+        }
+        let bucket = url
+            .host_str()
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| format!("{url} names no bucket"))?
+            .to_string();
+        let region = get(AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".into());
+        let is_true = |v: Option<String>| v.is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if is_true(get(AmazonS3ConfigKey::S3Express)) {
+            return Err("writing to S3 Express One Zone buckets is not supported".into());
+        }
+        let virtual_hosted = is_true(get(AmazonS3ConfigKey::VirtualHostedStyleRequest));
+        // The store's own rule (object_store's AmazonS3Builder::build).
+        let endpoint = get(AmazonS3ConfigKey::S3Endpoint).or(get(AmazonS3ConfigKey::Endpoint));
+        let bucket_endpoint = match (endpoint, virtual_hosted) {
+            (Some(e), true) => e,
+            (Some(e), false) => format!("{}/{bucket}", e.trim_end_matches('/')),
+            (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
+            (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
+        };
+        let object_url = format!(
+            "{}/{}",
+            bucket_endpoint.trim_end_matches('/'),
+            utf8_percent_encode(key, KEY_ENCODE)
+        );
+        let mut client = ClientOptions::new();
+        for k in CLIENT_KEYS {
+            if let Some(v) = get(AmazonS3ConfigKey::Client(k)) {
+                client = client.with_config(k, v);
+            }
+        }
+        let http = ReqwestConnector::default()
+            .connect(&client)
+            .map_err(|e| e.to_string())?;
+        Ok(S3Access {
+            credentials: built.credentials().clone(),
+            region,
+            bucket,
+            key: key.to_string(),
+            object_url,
+            http,
+            sign_payload: !is_true(get(AmazonS3ConfigKey::UnsignedPayload)),
+            max_retries,
+        })
+    }
+
+    /// Sends one signed request, retried (with backoff) on a lost connection, 5xx or 429
+    /// answers up to `max_retries` times. Any other answer is returned as it is.
+    async fn send(
+        &self,
+        method: Method,
+        query: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> S3Result<Answer> {
+        let url = if query.is_empty() {
+            self.object_url.clone()
+        } else {
+            format!("{}?{query}", self.object_url)
+        };
+        let mut attempt = 0;
+        loop {
+            let got = self.send_once(&method, &url, headers, body.clone()).await;
+            let retry = match &got {
+                Ok(a) => a.status.is_server_error() || a.status == StatusCode::TOO_MANY_REQUESTS,
+                Err(_) => true,
+            };
+            if !retry || attempt >= self.max_retries {
+                return match got {
+                    Ok(a) => Ok(a),
+                    Err(e) => Err(S3Failure::Other(format!(
+                        "{method} {}: {e}{}",
+                        self.object_url,
+                        retried(attempt)
+                    ))),
+                };
+            }
+            attempt += 1;
+            let wait = Duration::from_millis(100u64 << attempt.min(6)).min(Duration::from_secs(5));
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> std::result::Result<Answer, String> {
+        let credential = self
+            .credentials
+            .get_credential()
+            .await
+            .map_err(|e| format!("no credentials: {e}"))?;
+        let mut b = http::Request::builder().method(method.clone()).uri(url);
+        for (k, v) in headers {
+            b = b.header(*k, v.as_str());
+        }
+        let mut request = b
+            .body(HttpRequestBody::from(body))
+            .map_err(|e| e.to_string())?;
+        AwsAuthorizer::new(&credential, "s3", &self.region)
+            .with_sign_payload(self.sign_payload)
+            .try_authorize(&mut request, None)
+            .map_err(|e| e.to_string())?;
+        let response = self
+            .http
+            .execute(request)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .bytes()
+            .await
+            .map_err(|e| error_chain(&e))?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Starts a multipart upload to the key; returns its upload id.
+    pub(super) async fn create_upload(&self) -> S3Result<String> {
+        let a = self
+            .send(Method::POST, "uploads=", &[], Bytes::new())
+            .await?;
+        let a = self.expect_ok(a, "CreateMultipartUpload")?;
+        xml_text(&a.body, "UploadId").ok_or_else(|| {
+            S3Failure::Other(format!(
+                "CreateMultipartUpload of {}: the answer holds no UploadId",
+                self.object_url
+            ))
+        })
+    }
+
+    /// Part `number` of upload `id`: the bytes `range` of the key's version `e_tag`,
+    /// copied by the store (`x-amz-copy-source-if-match`: never another version's).
+    pub(super) async fn copy_part(
+        &self,
+        id: &str,
+        number: u32,
+        range: std::ops::Range<u64>,
+        e_tag: &str,
+    ) -> S3Result<PartDone> {
+        let source = format!(
+            "/{}/{}",
+            utf8_percent_encode(&self.bucket, KEY_ENCODE),
+            utf8_percent_encode(&self.key, KEY_ENCODE)
+        );
+        let headers = [
+            ("x-amz-copy-source", source),
+            (
+                "x-amz-copy-source-range",
+                format!("bytes={}-{}", range.start, range.end - 1),
+            ),
+            ("x-amz-copy-source-if-match", e_tag.to_string()),
+        ];
+        let query = format!("partNumber={number}&uploadId={}", encode_query(id));
+        let a = self
+            .send(Method::PUT, &query, &headers, Bytes::new())
+            .await?;
+        let a = self.expect_ok(a, "UploadPartCopy")?;
+        let e_tag = xml_text(&a.body, "ETag").ok_or_else(|| {
+            S3Failure::Other(format!(
+                "UploadPartCopy of {}: the answer holds no ETag",
+                self.object_url
+            ))
+        })?;
+        Ok(PartDone { number, e_tag })
+    }
+
+    /// Part `number` of upload `id`: `bytes`, uploaded.
+    pub(super) async fn upload_part(
+        &self,
+        id: &str,
+        number: u32,
+        bytes: Bytes,
+    ) -> S3Result<PartDone> {
+        let query = format!("partNumber={number}&uploadId={}", encode_query(id));
+        let a = self.send(Method::PUT, &query, &[], bytes).await?;
+        let a = self.expect_ok(a, "UploadPart")?;
+        let e_tag = a
+            .headers
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                S3Failure::Other(format!(
+                    "UploadPart of {}: the answer has no ETag header",
+                    self.object_url
+                ))
+            })?
+            .to_string();
+        Ok(PartDone { number, e_tag })
+    }
+
+    /// Completes upload `id` from `parts`, only if the object is version `if_match`
+    /// (`Some`) or does not exist (`None`). Returns the new object's ETag.
+    pub(super) async fn complete(
+        &self,
+        id: &str,
+        parts: &[PartDone],
+        if_match: Option<&str>,
+    ) -> S3Result<Option<String>> {
+        let mut xml = String::from("<CompleteMultipartUpload>");
+        for p in parts {
+            xml.push_str(&format!(
+                "<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>",
+                p.number,
+                xml_escape(&p.e_tag)
+            ));
+        }
+        xml.push_str("</CompleteMultipartUpload>");
+        let condition = match if_match {
+            Some(t) => ("if-match", t.to_string()),
+            None => ("if-none-match", "*".to_string()),
+        };
+        let query = format!("uploadId={}", encode_query(id));
+        let a = self
+            .send(Method::POST, &query, &[condition], Bytes::from(xml))
+            .await?;
+        let a = self.expect_ok(a, "CompleteMultipartUpload")?;
+        // S3 may answer 200 and report the failure in the body.
+        if let Some(code) = xml_text(&a.body, "Code") {
+            let message = xml_text(&a.body, "Message").unwrap_or_default();
+            return Err(failure_of(
+                &code,
+                format!(
+                    "CompleteMultipartUpload of {}: {code}: {message}",
+                    self.object_url
+                ),
+            ));
+        }
+        Ok(xml_text(&a.body, "ETag"))
+    }
+
+    /// Aborts upload `id` (the store drops its parts).
+    pub(super) async fn abort(&self, id: &str) -> S3Result<()> {
+        let query = format!("uploadId={}", encode_query(id));
+        let a = self.send(Method::DELETE, &query, &[], Bytes::new()).await?;
+        if a.status == StatusCode::NOT_FOUND {
+            return Ok(()); // already gone
+        }
+        self.expect_ok(a, "AbortMultipartUpload").map(drop)
+    }
+
+    /// The unfinished multipart uploads of exactly this key: (upload id, initiated, as
+    /// the store writes it: ISO 8601).
+    pub(super) async fn list_uploads(&self) -> S3Result<Vec<(String, String)>> {
+        let bucket_url = self
+            .object_url
+            .strip_suffix(&format!("/{}", utf8_percent_encode(&self.key, KEY_ENCODE)))
+            .unwrap_or(&self.object_url)
+            .to_string();
+        let list = S3Access {
+            object_url: bucket_url,
+            credentials: self.credentials.clone(),
+            region: self.region.clone(),
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            http: self.http.clone(),
+            sign_payload: self.sign_payload,
+            max_retries: self.max_retries,
+        };
+        let query = format!("prefix={}&uploads=", encode_query(&self.key));
+        let a = list.send(Method::GET, &query, &[], Bytes::new()).await?;
+        let a = self.expect_ok(a, "ListMultipartUploads")?;
+        Ok(xml_uploads(&a.body)
+            .into_iter()
+            .filter(|(key, _, _)| *key == self.key)
+            .map(|(_, id, initiated)| (id, initiated))
+            .collect())
+    }
+
+    /// `a` when it is a success, else the failure it reports (S3's error code and
+    /// message, or the status).
+    fn expect_ok(&self, a: Answer, what: &str) -> S3Result<Answer> {
+        if a.status.is_success() {
+            return Ok(a);
+        }
+        let code = xml_text(&a.body, "Code").unwrap_or_default();
+        let message = xml_text(&a.body, "Message").unwrap_or_default();
+        let said = match (code.is_empty(), message.is_empty()) {
+            (true, _) => a.status.to_string(),
+            (false, true) => format!("{} {code}", a.status),
+            (false, false) => format!("{} {code}: {message}", a.status),
+        };
+        let text = format!("{what} of {} failed: {said}", self.object_url);
+        if a.status == StatusCode::PRECONDITION_FAILED || a.status == StatusCode::CONFLICT {
+            return Err(S3Failure::Precondition);
+        }
+        Err(failure_of(&code, text))
+    }
+}
+
+/// A failure from S3's error `code`: a refused condition or anything else.
+fn failure_of(code: &str, text: String) -> S3Failure {
+    match code {
+        "PreconditionFailed" | "ConditionalRequestConflict" => S3Failure::Precondition,
+        _ => S3Failure::Other(text),
+    }
+}
+
+fn retried(attempts: usize) -> String {
+    match attempts {
+        0 => String::new(),
+        n => format!(" (after {n} retries)"),
+    }
+}
+
+/// An error and its sources, joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let more = c.to_string();
+        if !s.contains(&more) {
+            s.push_str(": ");
+            s.push_str(&more);
+        }
+        src = c.source();
+    }
+    s
+}
+
+fn encode_query(v: &str) -> String {
+    utf8_percent_encode(v, KEY_ENCODE)
+        .to_string()
+        .replace('/', "%2F")
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The text of the first element named `name` anywhere in `xml` (unescaped), if any.
+fn xml_text(xml: &[u8], name: &str) -> Option<String> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_reader(xml);
+    let mut inside = false;
+    let mut text = String::new();
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e)) if e.local_name().as_ref() == name.as_bytes() => {
+                inside = true;
+                text.clear();
+            }
+            Ok(Event::Text(t)) if inside => text.push_str(&t.decode().ok()?),
+            Ok(Event::GeneralRef(r)) if inside => {
+                let entity = r.decode().ok()?;
+                text.push_str(match &*entity {
+                    "quot" => "\"",
+                    "amp" => "&",
+                    "lt" => "<",
+                    "gt" => ">",
+                    "apos" => "'",
+                    _ => return None,
+                });
+            }
+            Ok(Event::End(e)) if inside && e.local_name().as_ref() == name.as_bytes() => {
+                return Some(text);
+            }
+            Ok(Event::Eof) | Err(_) => return None,
+            _ => {}
+        }
+    }
+}
+
+/// The (key, upload id, initiated) of each `<Upload>` of a ListMultipartUploads answer.
+fn xml_uploads(xml: &[u8]) -> Vec<(String, String, String)> {
+    let text = String::from_utf8_lossy(xml);
+    text.split("<Upload>")
+        .skip(1)
+        .filter_map(|u| {
+            let u = u.split("</Upload>").next()?.as_bytes();
+            Some((
+                xml_text(u, "Key")?,
+                xml_text(u, "UploadId")?,
+                xml_text(u, "Initiated").unwrap_or_default(),
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_fields_are_found_and_unescaped() {
+        let body = br#"<?xml version="1.0"?><CopyPartResult><LastModified>x</LastModified><ETag>&quot;abc&quot;</ETag></CopyPartResult>"#;
+        assert_eq!(xml_text(body, "ETag").as_deref(), Some("\"abc\""));
+        assert_eq!(xml_text(body, "UploadId"), None);
+        let list = br#"<ListMultipartUploadsResult><Upload><Key>a/b.zip</Key><UploadId>1</UploadId><Initiated>2026-01-01T00:00:00.000Z</Initiated></Upload><Upload><Key>a/b.zip.x</Key><UploadId>2</UploadId></Upload></ListMultipartUploadsResult>"#;
+        let got = xml_uploads(list);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].0, "a/b.zip");
+        assert_eq!(got[0].2, "2026-01-01T00:00:00.000Z");
+        assert_eq!(got[1].1, "2");
+    }
+
+    #[test]
+    fn keys_are_encoded_as_s3_signs_them() {
+        let k = utf8_percent_encode("runs/a b+c~d.zip", KEY_ENCODE).to_string();
+        assert_eq!(k, "runs/a%20b%2Bc~d.zip");
+    }
+}
