@@ -8,7 +8,9 @@ against moto_server on 127.0.0.1, behind a small proxy of this module's, also on
   `x-amz-copy-source-if-match` on UploadPartCopy (a HEAD of the key, under one lock with
   the forwarded commit, so check and commit are atomic); moto itself enforces
   `If-None-Match: *` on CompleteMultipartUpload. It can also hold commits until two
-  have arrived, so that two appends are made to race for real.
+  have arrived, so that two appends are made to race for real, or replace the object
+  just before a commit; and it refuses requests signed with the access key `refused`
+  (moto checks no credentials).
 
 Both servers are started and stopped here."""
 
@@ -80,6 +82,8 @@ class Proxy(http.server.ThreadingHTTPServer):
         # moto lists every multipart upload as initiated in 2010: the proxy lists the
         # time it saw each created instead (tests may backdate one).
         self.initiated: dict[str, float] = {}
+        # Run (once) just before the next commit is checked and forwarded.
+        self.before_commit = None
 
     def upstream(self, method, path, headers=None, body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=120)
@@ -142,11 +146,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if lock:
             lock.acquire()
         try:
-            if is_commit and "if-match" in lower:
+            if is_commit and server.before_commit is not None:
+                hook, server.before_commit = server.before_commit, None
+                hook()
+            if "Credential=refused/" in lower.get("authorization", ""):
+                answer = (
+                    403,
+                    "Forbidden",
+                    [],
+                    b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InvalidAccessKeyId</Code>"
+                    b"<Message>The AWS Access Key Id you provided does not exist in our records."
+                    b"</Message></Error>",
+                )
+            if answer is None and is_commit and "if-match" in lower:
                 now = server.etag_of(parsed.path)
                 if now != lower["if-match"]:
                     answer = (412, "Precondition Failed", [], precondition_failed("If-Match"))
-            if is_copy and "x-amz-copy-source-if-match" in lower:
+            if answer is None and is_copy and "x-amz-copy-source-if-match" in lower:
                 source = urllib.parse.unquote(lower["x-amz-copy-source"])
                 now = server.etag_of(urllib.parse.quote(source))
                 if now != lower["x-amz-copy-source-if-match"]:
@@ -490,3 +506,39 @@ def test_python_save_appends_to_s3(s3, tmp, monkeypatch):
     # Other stores are refused with the pointer to uploads.
     with pytest.raises(modelzip.ModelzipError, match="upload"):
         modelzip.save("gs://bucket/ck.zip", "x", {"w": w})
+
+
+def test_an_object_replaced_before_the_commit_is_left_as_replaced(s3, tmp):
+    """The object replaced by a non-archive between the open and the commit: the commit
+    is refused, the append says so in one line (exit 2), the upload is aborted and the
+    object is the replacement, untouched."""
+    env, proxy = s3
+    url = f"s3://{BUCKET}/replaced/model.zip"
+    path = f"/{BUCKET}/replaced/model.zip"
+    d = tensor_dir(tmp, "rp", {"w": 6 * MIB}, seed=9)
+    cli(env, "pack", url, d, "--tag", "a", "-q")
+    proxy.before_commit = lambda: proxy.upstream("PUT", path, AUTH, b"not an archive")
+    d2 = tensor_dir(tmp, "rp2", {"w": 4096}, seed=10)
+    r = cli(env, "pack", url, d2, "--tag", "b", check=False)
+    said = r.stderr.strip()
+    assert r.returncode == 2 and len(said.splitlines()) == 1, said
+    assert "changed since it was opened" in said and "nothing was written" in said, said
+    assert raw(env, "GET", path)[2] == b"not an archive"
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=replaced/")
+    assert b"<Upload>" not in listing, listing
+
+
+def test_refused_credentials_are_one_line_and_write_nothing(s3, tmp):
+    env, proxy = s3
+    url = f"s3://{BUCKET}/creds/model.zip"
+    d = tensor_dir(tmp, "cr", {"w": 4096}, seed=11)
+    cli(env, "pack", url, d, "--tag", "a", "-q")
+    before = len(proxy.log)
+    r = cli({**env, "AWS_ACCESS_KEY_ID": "refused"}, "pack", url, d, "--tag", "b", check=False)
+    said = r.stderr.strip()
+    assert r.returncode == 2 and len(said.splitlines()) == 1, said
+    assert "403" in said or "InvalidAccessKeyId" in said, said
+    with proxy.log_lock:
+        assert all(x["status"] == 403 for x in proxy.log[before:]), proxy.log[before:]
+    tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
+    assert [t["name"] for t in tags] == ["a"]

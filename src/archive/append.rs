@@ -233,6 +233,12 @@ impl Appender {
         mode: AppendMode,
         opts: &WriteOptions,
     ) -> Result<Appender> {
+        if let Some(url) = url_of(path.as_ref()) {
+            // Without this, "s3://b/k" would be taken for the local path "s3:/b/k".
+            return Err(Error::new(crate::ErrorKind::InvalidInput(format!(
+                "{url} is a URL: an Appender writes local files; add tags to an s3:// archive with append_tag or remote::RemoteAppender (docs/REMOTE.md)"
+            ))));
+        }
         let ap = ArchivePath::resolve(path.as_ref())?;
         Self::open_resolved(&ap, mode, opts).map_err(|e| ap.located(e))
     }
@@ -315,7 +321,10 @@ impl Drop for Appender {
     }
 }
 
-/// Adds `tag` to the archive at `path`.
+/// Adds `tag` to the archive at `path`. With the `remote` feature, `path` may be an
+/// `s3://` URL (a remote append, whatever `mode`: see
+/// [`RemoteAppender`](crate::remote::RemoteAppender) and docs/REMOTE.md); other URLs are
+/// refused.
 ///
 /// # Examples
 ///
@@ -340,7 +349,26 @@ pub fn append_tag(
     mode: AppendMode,
     opts: &WriteOptions,
 ) -> Result<()> {
+    #[cfg(feature = "remote")]
+    if let Some(url) = url_of(path.as_ref()) {
+        let remote = crate::remote::RemoteOptions::default();
+        let mut a = crate::remote::RemoteAppender::open(url, &remote, opts)?;
+        a.add_tag(tag)?;
+        return a.finish().map(drop);
+    }
     let mut a = Appender::open_with(path, mode, opts)?;
     a.add_tag(tag)?;
     a.finish()
+}
+
+/// `path` as a URL (`s3://`, `gs://`, `http(s)://`, ...), if it is one (the one list of
+/// schemes; `remote::is_url` asks here).
+pub(crate) fn url_of(path: &Path) -> Option<&str> {
+    const SCHEMES: [&str; 11] = [
+        "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https", "file",
+    ];
+    path.to_str().filter(|s| {
+        s.split_once("://")
+            .is_some_and(|(scheme, _)| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+    })
 }

@@ -63,6 +63,8 @@ mod verify;
 mod writeback;
 mod writer;
 
+#[cfg_attr(not(feature = "remote"), allow(unused_imports))]
+pub(crate) use append::url_of;
 pub use append::{AppendMode, Appender, append_tag};
 #[cfg(feature = "remote")]
 pub(crate) use append::{finish_detached, remote_session};

@@ -273,6 +273,7 @@ impl Session {
     /// candidate is compared by the SHA-256 its tag's sha256sums.txt records, never by
     /// fetching its bytes; a file no manifest lists is no candidate. Costs one batched
     /// request for the manifests.
+    #[cfg(feature = "remote")]
     pub fn adopt_remote_base(&mut self, base: Archive) -> Result<()> {
         let names: Vec<String> = base
             .tags()

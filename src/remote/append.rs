@@ -467,6 +467,28 @@ mod tests {
     }
 
     #[test]
+    fn urls_other_than_s3_are_refused_before_any_request() {
+        use crate::archive::AppendMode;
+        let tag = || TagBuilder::new("t");
+        let opts = WriteOptions::default();
+        for url in [
+            "gs://bucket/m.zip",
+            "http://127.0.0.1:9/m.zip",
+            "file:///tmp/m.zip",
+        ] {
+            let e = crate::append_tag(url, tag(), AppendMode::InPlace, &opts).unwrap_err();
+            let said = e.to_string();
+            assert!(
+                said.contains("is not supported") && said.contains("s3://"),
+                "{said}"
+            );
+        }
+        // An Appender writes local files: a URL is not taken for the path "s3:/b/m.zip".
+        let e = crate::Appender::open("s3://bucket/m.zip", AppendMode::InPlace).unwrap_err();
+        assert!(e.to_string().contains("RemoteAppender"), "{e}");
+    }
+
+    #[test]
     fn large_prefixes_take_one_copy_per_5_gib() {
         for keep in [5 * GIB, 5 * GIB + 1, 12 * GIB + 7, (5 << 40) - 10 * MIB] {
             let p = plan(keep, 10 * MIB).unwrap_or_else(|e| panic!("{keep}: {e}"));

@@ -34,11 +34,7 @@ pub use append::{RemoteAppender, RemoteWrite, S3_MIN_PART, STALE_UPLOAD_AGE};
 /// True when `s` is a URL this module opens (`s3://`, `gs://`, `az://`, `abfs://`,
 /// `http(s)://`, `file://`, ...) rather than a local path.
 pub fn is_url(s: &str) -> bool {
-    const SCHEMES: [&str; 11] = [
-        "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https", "file",
-    ];
-    s.split_once("://")
-        .is_some_and(|(scheme, _)| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+    crate::archive::url_of(Path::new(s)).is_some()
 }
 
 /// How remote archives are opened: store configuration, retries and read sizes.
