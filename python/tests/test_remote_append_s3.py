@@ -84,6 +84,8 @@ class Proxy(http.server.ThreadingHTTPServer):
         self.initiated: dict[str, float] = {}
         # Run (once) just before the next commit is checked and forwarded.
         self.before_commit = None
+        # Answer every commit 500 without forwarding it.
+        self.fail_commits = False
 
     def upstream(self, method, path, headers=None, body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=120)
@@ -126,6 +128,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def handle_one(self):
         server: Proxy = self.server
+        started = time.monotonic()
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         parsed = urllib.parse.urlsplit(self.path)
@@ -149,6 +152,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if is_commit and server.before_commit is not None:
                 hook, server.before_commit = server.before_commit, None
                 hook()
+            if is_commit and server.fail_commits:
+                answer = (
+                    500,
+                    "Internal Server Error",
+                    [],
+                    b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
+                    b"<Message>We encountered an internal error. Please try again.</Message></Error>",
+                )
             if "Credential=refused/" in lower.get("authorization", ""):
                 answer = (
                     403,
@@ -196,6 +207,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "range": lower.get("range"),
                     "copy": is_copy,
                     "commit": is_commit,
+                    "seconds": time.monotonic() - started,
                 }
             )
         self.send_response(status, reason)
@@ -542,3 +554,30 @@ def test_refused_credentials_are_one_line_and_write_nothing(s3, tmp):
         assert all(x["status"] == 403 for x in proxy.log[before:]), proxy.log[before:]
     tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
     assert [t["name"] for t in tags] == ["a"]
+
+
+def test_a_commit_that_keeps_failing_is_reported_as_of_unknown_outcome(s3, tmp):
+    """Every CompleteMultipartUpload answered 500 (retried, then given up): the append
+    does not claim that nothing was written (a lost answer may hide a commit); it says the
+    outcome is unknown with the versions before and now, exits 2 in one line, and aborts
+    its upload. (Here nothing was committed: the object is unchanged.)"""
+    env, proxy = s3
+    url = f"s3://{BUCKET}/unknown/model.zip"
+    d = tensor_dir(tmp, "uk", {"w": 4096}, seed=12)
+    version = json.loads(cli(env, "pack", url, d, "--tag", "a", "--json").stdout)["version"]
+    before = len(proxy.log)
+    proxy.fail_commits = True
+    try:
+        r = cli(env, "pack", url, d, "--tag", "b", check=False)
+    finally:
+        proxy.fail_commits = False
+    said = r.stderr.strip()
+    assert r.returncode == 2 and len(said.splitlines()) == 1, said
+    assert "500" in said and "is not known" in said and version in said, said
+    assert "nothing was written" not in said, said
+    with proxy.log_lock:
+        commits = [x for x in proxy.log[before:] if x["commit"]]
+    assert len(commits) == 4, commits  # the first try and 3 retries
+    assert raw(env, "HEAD", f"/{BUCKET}/unknown/model.zip")[1]["etag"] == version
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=unknown/")
+    assert b"<Upload>" not in listing, listing

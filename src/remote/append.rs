@@ -328,7 +328,15 @@ impl RemoteAppender {
                     }
                 }
                 requests += 1;
-                let version = s3.complete(&id, &parts, if_match.as_deref()).await?;
+                let version = s3
+                    .complete(&id, &parts, if_match.as_deref())
+                    .await
+                    .map_err(|e| match e {
+                        // After retries of a lost answer, the first attempt may have
+                        // committed: not said to have written nothing.
+                        S3Failure::Other(m) => Failed::Commit(m),
+                        e => Failed::Store(e),
+                    })?;
                 Ok::<_, Failed>(version)
             }
             .await;
@@ -352,6 +360,14 @@ impl RemoteAppender {
                 "{m}; nothing was written"
             )))
             .in_file(&url)),
+            Err(Failed::Commit(m)) => {
+                let now = self.current_version();
+                let was = if_match.as_deref().unwrap_or("none");
+                Err(Error::new(ErrorKind::Remote(format!(
+                    "{m}; whether the new version was committed is not known (the object was version {was} when opened and is {now} now; `modelzip tags {url}` shows its tags)"
+                )))
+                .in_file(&url))
+            }
         }
     }
 
@@ -374,17 +390,22 @@ impl RemoteAppender {
         Ok(bytes)
     }
 
-    /// The error of a lost race: the object is no longer the version opened.
-    fn changed(&self, was: &Option<String>) -> Error {
-        let url = &self.client.url;
-        let now = match self
+    /// The object's version now (one HEAD): its ETag, "none" or "unknown".
+    fn current_version(&self) -> String {
+        match self
             .client
             .block_on(self.client.store.head(&self.client.path))
         {
             Ok(m) => m.e_tag.unwrap_or_else(|| "unknown".into()),
             Err(object_store::Error::NotFound { .. }) => "none".into(),
             Err(_) => "unknown".into(),
-        };
+        }
+    }
+
+    /// The error of a lost race: the object is no longer the version opened.
+    fn changed(&self, was: &Option<String>) -> Error {
+        let url = &self.client.url;
+        let now = self.current_version();
         let was = was.as_deref().unwrap_or("none");
         Error::new(ErrorKind::RemoteConflict(format!(
             "the archive at {url} changed since it was opened (version {was}, now {now}); nothing was written"
@@ -423,6 +444,8 @@ impl RemoteAppender {
 enum Failed {
     Local(Error),
     Store(S3Failure),
+    /// The commit failed otherwise than by its condition (after retries).
+    Commit(String),
 }
 
 impl From<S3Failure> for Failed {

@@ -110,6 +110,24 @@ impl S3Access {
         if is_true(get(AmazonS3ConfigKey::S3Express)) {
             return Err("writing to S3 Express One Zone buckets is not supported".into());
         }
+        // Settings object_store would apply to its own writes and these requests do not
+        // carry yet: refused rather than silently dropped.
+        for key in [
+            "aws_server_side_encryption",
+            "aws_sse_customer_key_base64",
+            "aws_request_payer",
+        ] {
+            let set = key
+                .parse::<AmazonS3ConfigKey>()
+                .ok()
+                .and_then(|k| builder.get_config_value(&k))
+                .is_some_and(|v| !v.is_empty() && v != "false");
+            if set {
+                return Err(format!(
+                    "remote appends do not apply the {key} setting yet (docs/REMOTE.md)"
+                ));
+            }
+        }
         let virtual_hosted = is_true(get(AmazonS3ConfigKey::VirtualHostedStyleRequest));
         // The store's own rule (object_store's AmazonS3Builder::build).
         let endpoint = get(AmazonS3ConfigKey::S3Endpoint).or(get(AmazonS3ConfigKey::Endpoint));
@@ -504,6 +522,42 @@ mod tests {
         assert_eq!(got[0].0, "a/b.zip");
         assert_eq!(got[0].2, "2026-01-01T00:00:00.000Z");
         assert_eq!(got[1].1, "2");
+    }
+
+    #[test]
+    fn object_urls_follow_the_stores_rule_and_uncarried_settings_are_refused() {
+        let url = url::Url::parse("s3://bucket/runs/a b.zip").unwrap();
+        let b = AmazonS3Builder::new()
+            .with_url(url.as_str())
+            .with_region("eu-west-1")
+            .with_access_key_id("a")
+            .with_secret_access_key("s");
+        let access = |b: &AmazonS3Builder| {
+            S3Access::new(&url, b, &b.clone().build().unwrap(), "runs/a b.zip", 0)
+        };
+        let s = access(&b).unwrap();
+        assert_eq!(
+            s.object_url,
+            "https://s3.eu-west-1.amazonaws.com/bucket/runs/a%20b.zip"
+        );
+        let local = b.clone().with_endpoint("http://127.0.0.1:9000/");
+        assert_eq!(
+            access(&local).unwrap().object_url,
+            "http://127.0.0.1:9000/bucket/runs/a%20b.zip"
+        );
+        let virt = b.clone().with_virtual_hosted_style_request(true);
+        assert_eq!(
+            access(&virt).unwrap().object_url,
+            "https://bucket.s3.eu-west-1.amazonaws.com/runs/a%20b.zip"
+        );
+        for (key, value) in [
+            ("aws_server_side_encryption", "aws:kms"),
+            ("aws_request_payer", "true"),
+        ] {
+            let set = b.clone().with_config(key.parse().unwrap(), value);
+            let why = access(&set).unwrap_err();
+            assert!(why.contains(key), "{why}");
+        }
     }
 
     #[test]
