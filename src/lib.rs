@@ -13,7 +13,7 @@
 //! - [`DType`], [`Tensor`] and the zero-copy [`TensorView`];
 //! - [`tensor`]: the LoDTensor record codec, byte-exact with Paddle;
 //! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
-//!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
+//!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`dump`] renderings;
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
 //! - [`interop::paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and
 //!   persistables directories in and out of archive tags, byte for byte.
@@ -41,7 +41,7 @@
 //! [`TrainingConfig`]). A module is public only where it groups the functions of one
 //! format or area whose names would clash or mislead at the root: [`interop`] (one
 //! submodule per model format: `import_*` / `export_*`), [`graph`] (the graph model, its
-//! two encodings [`graph::flatbuffers`] and [`graph::programdesc`], and the [`graph::dump`]
+//! two encodings [`graph::flatbuffers`] and [`graph::programdesc`], and the [`dump`]
 //! renderings), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
 //! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`extract`] (its
 //! options, report and limit names would read as archive-wide at the root), [`progress`] and
@@ -82,18 +82,28 @@ macro_rules! internal {
 
 mod archive;
 pub mod checkpoint;
+pub mod dump;
 mod error;
 pub mod extract;
 pub mod graph;
 pub mod interop;
 mod json_cost;
-internal_mod!(onnx_proto);
+mod proto_walk;
+internal_mod!(
+    /// ONNX's protobuf types; the file lives in the format's folder.
+    #[path = "interop/onnx/proto.rs"]
+    onnx_proto
+);
 internal_mod!(paddle_proto);
 pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod tensor;
-internal_mod!(tf_proto);
+internal_mod!(
+    /// TensorFlow's protobuf types; the file lives in the format's folder.
+    #[path = "interop/tf/proto.rs"]
+    tf_proto
+);
 pub mod variants;
 
 pub use archive::{

@@ -1,11 +1,11 @@
 //! Graphs: one model ([`Graph`]) and its two encodings, graph.fb and graph.pdmodel.
 //!
 //! ```
-//! use modelzip::graph::{AttrValue, Graph, GraphFormat, Op, Var};
+//! use modelzip::graph::{AttrValue, Graph, GraphFormat, Op, Program, Var};
 //! use modelzip::DType;
 //!
-//! let mut g = Graph::new();
-//! let main = &mut g.blocks[0];
+//! let mut p = Program::new();
+//! let main = &mut p.blocks[0];
 //! main.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
 //! main.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
 //! main.vars.push(Var::variable("y", DType::Fp32, vec![-1, 2]));
@@ -16,6 +16,7 @@
 //!         .output("Out", &["y"])
 //!         .attr("trans_x", AttrValue::Bool(false)),
 //! );
+//! let g = Graph::from(p);
 //! let fb = g.to_flatbuffers()?;
 //! assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb)?, g);
 //! let pd = g.to_programdesc()?;
@@ -23,10 +24,9 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
-mod clean;
-pub mod dump;
-pub(crate) mod dump_onnx;
-pub(crate) mod dump_tf;
+pub(crate) mod clean;
+pub(crate) mod drawing;
+pub(crate) mod dump;
 pub mod flatbuffers;
 mod generated;
 pub(crate) mod model;
@@ -36,8 +36,8 @@ pub(crate) mod training_config;
 
 pub use model::{
     Attr, AttrValue, Block, DENSE_TENSOR, DENSE_TENSOR_ARRAY, DenseTensorDesc, Graph, OnnxGraph,
-    OnnxInit, Op, Scalar, ScalarType, Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var,
-    VarKind, VarTypeExtra, attr_type_name, var_type_name,
+    OnnxInit, Op, Program, Scalar, ScalarType, Slot, TensorDesc, TfAttr, TfGraph, TfNode,
+    TfParamRef, Var, VarKind, VarTypeExtra, attr_type_name, var_type_name,
 };
 pub use pir::{PirGraph, PirParam, PirProgram};
 pub use training_config::{HyperParam, Regularization, TrainingConfig};
@@ -89,12 +89,25 @@ impl Graph {
     /// Decodes Paddle `.pdmodel` (ProgramDesc protobuf) bytes, checking required fields
     /// and enum values.
     pub fn from_programdesc(bytes: &[u8]) -> Result<Graph> {
-        programdesc::decode(bytes)
+        programdesc::decode(bytes).map(Graph::Program)
     }
 
-    /// Encodes the graph as Paddle `.pdmodel` bytes.
+    /// Encodes the graph as Paddle `.pdmodel` bytes; only a [`Graph::Program`] has that
+    /// form.
     pub fn to_programdesc(&self) -> Result<Vec<u8>> {
-        programdesc::encode(self)
+        match self {
+            Graph::Program(p) => programdesc::encode(p),
+            Graph::Tf(_) => Err(programdesc::gerr(
+                "the graph is a TensorFlow GraphDef, which has no Paddle ProgramDesc form",
+            )),
+            Graph::Onnx(_) => Err(programdesc::gerr(
+                "the graph is an ONNX model, which has no Paddle ProgramDesc form",
+            )),
+            Graph::Pir(_) => Err(programdesc::gerr(
+                "the graph is a Paddle PIR program, which is kept as the JSON Paddle wrote, \
+                 not converted to a ProgramDesc",
+            )),
+        }
     }
 
     /// Decodes graph.fb bytes (verified with the FlatBuffers verifier first).
@@ -106,12 +119,9 @@ impl Graph {
     /// checking them with [`pir::parse`].
     pub fn from_pir_json(bytes: &[u8]) -> Result<Graph> {
         pir::parse(bytes)?;
-        Ok(Graph {
-            pir: Some(PirGraph {
-                json: bytes.to_vec(),
-            }),
-            ..Graph::new()
-        })
+        Ok(Graph::Pir(PirGraph {
+            json: bytes.to_vec(),
+        }))
     }
 
     /// Encodes the graph as graph.fb bytes.

@@ -8,10 +8,28 @@
 
 use crate::tensor::DType;
 
-/// A whole program: nested blocks of variables and operations.
-/// `Graph::default()` is [`Graph::new`]: one empty main block.
+/// A graph: one of the kinds an archive stores. Each kind is one variant, so a graph
+/// is exactly one kind and a `match` names every place a new kind must be handled.
+///
+/// The Paddle / SameDiff [`Program`] is modelzip's own model (both encodings hold it);
+/// the other kinds are foreign formats' graphs as graph.fb keeps them, understood by
+/// their format's module under [`crate::interop`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Graph {
+pub enum Graph {
+    /// A Paddle ProgramDesc or SameDiff program: nested blocks of variables and ops.
+    Program(Program),
+    /// A TensorFlow GraphDef (imported by `interop::tf`).
+    Tf(TfGraph),
+    /// An ONNX model (imported by `interop::onnx`).
+    Onnx(OnnxGraph),
+    /// A Paddle 3 PIR program, `.json` (imported by `interop::paddle`).
+    Pir(super::pir::PirGraph),
+}
+
+/// A whole Paddle / SameDiff program: nested blocks of variables and operations.
+/// `Program::default()` is [`Program::new`]: one empty main block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
     /// The blocks; block 0 is the main (global) block.
     pub blocks: Vec<Block>,
     /// `ProgramDesc.version.version` (2006002 from Paddle 2.6, 3003001 from 3.3.1).
@@ -19,15 +37,6 @@ pub struct Graph {
     /// `ProgramDesc.op_version_map` as (op name, version) pairs in file order;
     /// `None` when the map is absent, `Some(vec![])` when present but empty.
     pub op_version_map: Option<Vec<(String, i32)>>,
-    /// A TensorFlow GraphDef (imported by [`crate::interop::tf`]); `blocks` is then one
-    /// empty main block. `None` for Paddle and SameDiff graphs.
-    pub tf: Option<TfGraph>,
-    /// An ONNX model (imported by [`crate::interop::onnx`]); `blocks` is then one empty
-    /// main block. `None` for every other graph.
-    pub onnx: Option<OnnxGraph>,
-    /// A Paddle 3 PIR program (`.json`, imported by [`crate::interop::paddle`]); `blocks`
-    /// is then one empty main block. `None` for every other graph.
-    pub pir: Option<super::pir::PirGraph>,
 }
 
 /// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
@@ -614,28 +623,60 @@ pub struct Scalar {
     pub c: Option<(f64, f64)>,
 }
 
-impl Graph {
-    /// A graph with one empty main block and no version.
-    pub fn new() -> Graph {
-        Graph {
+impl Program {
+    /// A program with one empty main block and no version.
+    pub fn new() -> Program {
+        Program {
             blocks: vec![Block::main()],
             version: None,
             op_version_map: None,
-            tf: None,
-            onnx: None,
-            pir: None,
         }
     }
 
-    /// Block 0, the main block, if the graph has one.
-    /// (Decoded graphs always have one.)
+    /// Block 0, the main block, if the program has one.
+    /// (Decoded programs always have one.)
     pub fn main_block(&self) -> Option<&Block> {
         self.blocks.first()
     }
 }
 
-impl Default for Graph {
-    fn default() -> Graph {
-        Graph::new()
+impl Default for Program {
+    fn default() -> Program {
+        Program::new()
+    }
+}
+
+impl From<Program> for Graph {
+    fn from(p: Program) -> Graph {
+        Graph::Program(p)
+    }
+}
+
+impl Graph {
+    /// The Paddle / SameDiff program, when the graph is one.
+    pub fn program(&self) -> Option<&Program> {
+        match self {
+            Graph::Program(p) => Some(p),
+            Graph::Tf(_) | Graph::Onnx(_) | Graph::Pir(_) => None,
+        }
+    }
+
+    /// The program, mutably, when the graph is one.
+    pub fn program_mut(&mut self) -> Option<&mut Program> {
+        match self {
+            Graph::Program(p) => Some(p),
+            Graph::Tf(_) | Graph::Onnx(_) | Graph::Pir(_) => None,
+        }
+    }
+
+    /// What the graph is, in words: `a Paddle program`, `a TensorFlow graph`,
+    /// `an ONNX model`, `a Paddle PIR program`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Graph::Program(_) => "a Paddle program",
+            Graph::Tf(_) => "a TensorFlow graph",
+            Graph::Onnx(_) => "an ONNX model",
+            Graph::Pir(_) => "a Paddle PIR program",
+        }
     }
 }

@@ -17,6 +17,7 @@
 //! op names, and nothing allocated from a number in the file.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::drawing::{DrawNode, Drawing, NodeRole, NodeShape};
 use crate::graph::programdesc::gerr;
 use crate::tensor::DType;
 use serde::de::{
@@ -633,23 +634,31 @@ pub(crate) fn json(g: &PirGraph) -> Value {
     }
 }
 
-/// A Graphviz drawing of the program's summary: one box saying what it is, linked to
-/// one box per parameter.
-pub(crate) fn dot(g: &PirGraph, out: &mut String, q: impl Fn(&str) -> String) {
-    use std::fmt::Write;
+/// The program's summary drawn: one rounded box saying what it is, linked to one box
+/// per parameter.
+pub(crate) fn drawing(g: &PirGraph) -> Drawing {
+    let mut d = Drawing::default();
     let Ok(p) = g.program() else {
-        let _ = writeln!(
-            out,
-            "  pir [shape=box, label={}];",
-            q("PIR program (does not parse)")
-        );
-        return;
+        d.push(DrawNode::new(
+            "pir".into(),
+            NodeRole::Op,
+            NodeShape::Box,
+            "PIR program (does not parse)".into(),
+        ));
+        return d;
     };
-    let _ = writeln!(
-        out,
-        "  pir [shape=box, style=rounded, label={}];",
-        q(&format!("Paddle PIR program\n{} op(s)", p.ops))
+    let mut summary = DrawNode::new(
+        "pir".into(),
+        NodeRole::Op,
+        NodeShape::RoundedBox,
+        format!("Paddle PIR program\n{} op(s)", p.ops),
     );
+    summary.attrs = p
+        .op_counts
+        .iter()
+        .map(|(op, n)| (op.clone(), n.to_string()))
+        .collect();
+    let root = d.push(summary);
     for (i, prm) in p.params.iter().enumerate() {
         let dims = prm
             .dims
@@ -660,9 +669,15 @@ pub(crate) fn dot(g: &PirGraph, out: &mut String, q: impl Fn(&str) -> String) {
             prm.name,
             prm.dtype.map_or("?", DType::name)
         );
-        let _ = writeln!(out, "  p{i} [shape=box, label={}];", q(&label));
-        let _ = writeln!(out, "  p{i} -> pir;");
+        let n = d.push(DrawNode::new(
+            format!("p{i}"),
+            NodeRole::Value,
+            NodeShape::Box,
+            label,
+        ));
+        d.edge(n, root, false);
     }
+    d
 }
 
 #[cfg(test)]

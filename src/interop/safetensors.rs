@@ -1284,14 +1284,16 @@ fn left_out(tag: &Tag<'_>) -> Result<Vec<String>> {
     if enc == crate::archive::GraphFormat::FlatBuffers {
         let g = crate::graph::Graph::from_flatbuffers(&bytes)
             .map_err(|e| e.in_entry(format!("{}/graph.fb", tag.name())))?;
-        let kept = match (&g.onnx, &g.tf) {
-            (Some(o), _) => o.initializers.iter().filter(|i| i.param.is_none()).count(),
-            (None, Some(t)) => t
+        let kept = match &g {
+            crate::graph::Graph::Onnx(o) => {
+                o.initializers.iter().filter(|i| i.param.is_none()).count()
+            }
+            crate::graph::Graph::Tf(t) => t
                 .nodes
                 .iter()
                 .filter(|n| n.op == "Const" && n.attrs.iter().all(|a| a.param.is_none()))
                 .count(),
-            (None, None) => 0,
+            crate::graph::Graph::Program(_) | crate::graph::Graph::Pir(_) => 0,
         };
         if kept > 0 {
             notes.push(format!(

@@ -1,4 +1,4 @@
-//! The ProgramDesc codec: Paddle `.pdmodel` protobuf bytes ⇄ [`Graph`](crate::graph::Graph).
+//! The ProgramDesc codec: Paddle `.pdmodel` protobuf bytes ⇄ [`Program`](crate::graph::Program).
 //!
 //! Decoding uses the prost types of `paddle_proto`, then checks what prost does not:
 //! proto2 required fields (through prost-reflect over the compiled descriptor set) and

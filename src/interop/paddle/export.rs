@@ -82,28 +82,24 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
             let g = Graph::from_flatbuffers(&bytes).map_err(located)?;
             // A graph imported from TensorFlow or ONNX has no ProgramDesc form: say what
             // the tag can be exported as instead.
-            let other = match (&g.tf, &g.onnx) {
-                (Some(_), _) => Some(crate::interop::GraphKind::Tf),
-                (None, Some(_)) => Some(crate::interop::GraphKind::Onnx),
-                (None, None) => None,
-            };
-            if let Some(has) = other {
-                return Err(crate::interop::wrong_graph(name, has, "Paddle"));
-            }
-            match &g.pir {
+            match &g {
+                Graph::Tf(_) | Graph::Onnx(_) => {
+                    let has = crate::interop::GraphKind::of_fb(&g);
+                    return Err(crate::interop::wrong_graph(name, has, "Paddle"));
+                }
                 // A PIR program goes out as the JSON Paddle wrote.
-                Some(p) => {
+                Graph::Pir(p) => {
                     let json = p.json.clone();
                     (g, Cow::Owned(json), false)
                 }
-                None => {
+                Graph::Program(_) => {
                     let pd = g.to_programdesc().map_err(located)?;
                     (g, Cow::Owned(pd), true)
                 }
             }
         }
     };
-    let pir = graph.pir.is_some();
+    let pir = matches!(graph, Graph::Pir(_));
     let vars = declared(&graph).map_err(|e| {
         let file = enc.file_name();
         e.in_entry(format!("{name}/{file}"))

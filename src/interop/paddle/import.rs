@@ -56,7 +56,7 @@ pub fn inference_params<'a>(
 
 /// What a program's params file holds, for messages.
 fn what_loads(graph: &Graph) -> &'static str {
-    if graph.pir.is_some() {
+    if matches!(graph, Graph::Pir(_)) {
         "parameter(s)"
     } else {
         "persistable variable(s)"
@@ -260,7 +260,7 @@ pub fn import_persistables_dir(
         // A modelzip graph.fb: stored as the ProgramDesc it converts to, or as it is
         // when it holds a PIR program.
         let g = Graph::from_flatbuffers(&model).map_err(|e| e.in_file(&model_path))?;
-        if g.pir.is_some() {
+        if matches!(g, Graph::Pir(_)) {
             (g, GraphFormat::FlatBuffers, model)
         } else {
             let pd = g.to_programdesc().map_err(|e| e.in_file(&model_path))?;

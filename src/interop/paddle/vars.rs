@@ -17,7 +17,13 @@ const DENSE_TENSOR: i32 = 7;
 /// (byte order). A persistable variable of another non-tensor type (SELECTED_ROWS,
 /// tensor arrays, ...) is an error: Paddle's inference files cannot hold it.
 pub fn persistable_vars(graph: &Graph) -> Result<Vec<&Var>> {
-    let block = graph
+    let program = graph.program().ok_or_else(|| {
+        Error::new(ErrorKind::Graph(format!(
+            "the graph is {}, not a Paddle program with persistable variables",
+            graph.kind_name()
+        )))
+    })?;
+    let block = program
         .main_block()
         .ok_or_else(|| Error::new(ErrorKind::Graph("the program has no block 0".into())))?;
     let mut vars = Vec::new();
@@ -76,7 +82,7 @@ impl From<&Var> for Declared {
 /// The values a params file of `graph` holds, in record order: [`persistable_vars`] of
 /// a ProgramDesc, or the parameters of a PIR program ([`crate::graph::pir`]).
 pub(super) fn declared(graph: &Graph) -> Result<Vec<Declared>> {
-    if let Some(pir) = &graph.pir {
+    if let Graph::Pir(pir) = graph {
         return Ok(pir
             .program()?
             .params

@@ -33,6 +33,9 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
+pub(crate) mod dump;
+pub(crate) mod variants;
+
 use super::{
     ExportOptions, Exported, Format, ImportOptions, ImportReport, check_output_size, has_ext, head,
     persist, read_whole, report, write_tag, write_temp,
@@ -105,7 +108,7 @@ fn check_model_wire(bytes: &[u8]) -> Result<()> {
         }
         .into());
     }
-    super::tf::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")
+    crate::proto_walk::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")
 }
 
 // ---------------------------------------------------------------------------------
@@ -699,7 +702,7 @@ fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()
 /// The ModelProto stored in graph.fb, walked before it is decoded (see
 /// `tf::decode_stored`).
 pub(crate) fn decode_stored_model(g: &OnnxGraph) -> Result<pb::ModelProto> {
-    super::tf::decode_stored(
+    crate::proto_walk::decode_stored(
         &g.model,
         pool()?,
         "onnx.ModelProto",
@@ -791,11 +794,7 @@ fn store(
     params: Vec<Lifted>,
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
-    let fb = Graph {
-        onnx: Some(onnx),
-        ..Graph::new()
-    }
-    .to_flatbuffers()?;
+    let fb = Graph::Onnx(onnx).to_flatbuffers()?;
     let mut tensors = Vec::with_capacity(params.len());
     for p in &params {
         tensors.push((
@@ -828,10 +827,9 @@ pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
         Some((GraphFormat::FlatBuffers, bytes)) => {
             let g = Graph::from_flatbuffers(&bytes)
                 .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            match (g.onnx, g.tf) {
-                (Some(onnx), _) => Ok(onnx),
-                (None, Some(_)) => Err(wrong(GraphKind::Tf)),
-                (None, None) => Err(wrong(GraphKind::paddle_fb(g.pir.is_some()))),
+            match g {
+                Graph::Onnx(onnx) => Ok(onnx),
+                other => Err(wrong(GraphKind::of_fb(&other))),
             }
         }
     }

@@ -16,9 +16,9 @@
 
 mod table;
 
-use super::{ExportOptions, Exported, ImportOptions, ImportReport, report, write_tag};
 use crate::archive::Tag;
 use crate::error::{Error, ErrorKind, Result};
+use crate::interop::{ExportOptions, Exported, ImportOptions, ImportReport, report, write_tag};
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView};
 use crate::tf_proto as pb;
@@ -104,7 +104,7 @@ fn invalid(msg: impl Into<String>) -> Error {
 }
 
 fn dtype_from_tf(dt: i32) -> Option<DType> {
-    super::tf::dtype_from_tf(dt)
+    super::dtype_from_tf(dt)
 }
 
 /// Whether `dir` is a SavedModel directory (holds `saved_model.pb`).
@@ -451,7 +451,7 @@ fn read_kept(p: &Path) -> Result<Vec<u8>> {
         })
         .in_file(p));
     }
-    super::read_file(p)
+    super::super::read_file(p)
 }
 
 /// The files under `dir/sub` (recursively), as paths relative to `dir` with `/`.
@@ -692,7 +692,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
             }
         }
     }
-    super::check_output_size(tag, opts, "SavedModel export size", total)?;
+    super::super::check_output_size(tag, opts, "SavedModel export size", total)?;
     let assets: Vec<String> = tag
         .own_entries()
         .into_iter()
@@ -835,7 +835,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::from(e).in_file(&parent))?;
     }
-    let unused = super::unused_params(tag, &used);
+    let unused = super::super::unused_params(tag, &used);
     Ok(Exported {
         tag: name,
         format: "tf",
