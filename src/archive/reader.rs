@@ -289,7 +289,7 @@ pub(super) struct CachedHead {
 }
 
 /// Which graph encoding a tag holds (re-exported from [`crate::graph`]).
-pub use crate::graph::GraphFormat;
+pub(crate) use crate::graph::GraphFormat;
 
 /// Whether a tensor file is a parameter or updater state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -39,80 +39,92 @@ pub struct Program {
     pub op_version_map: Option<Vec<(String, i32)>>,
 }
 
-/// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
-/// initializers that are tag parameters removed.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct OnnxGraph {
-    /// The ModelProto, encoded, with those initializers' values removed.
-    pub model: Vec<u8>,
-    /// One entry per top-level initializer (`GraphProto.initializer`), in order.
-    pub initializers: Vec<OnnxInit>,
+internal_fields! {
+    /// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
+    /// initializers that are tag parameters removed.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct OnnxGraph {
+        /// The ModelProto, encoded, with those initializers' values removed.
+        model: Vec<u8>,
+        /// One entry per top-level initializer (`GraphProto.initializer`), in order.
+        initializers: Vec<OnnxInit>,
+    }
 }
 
-/// Where one top-level ONNX initializer's values are.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OnnxInit {
-    /// The tag parameter holding the values; `None` when the initializer is kept whole
-    /// in the model (strings, values the parameters cannot hold as they came).
-    pub param: Option<String>,
-    /// The values were in the dtype's typed field (`float_data`, `int32_data`, ...),
-    /// not `raw_data`.
-    pub typed: bool,
-    /// The values came from external data: its `external_data` entries (`location`,
-    /// `offset`, `length`, `checksum`) as (key, value) pairs, as they came; empty when
-    /// they were in the model. A plain export writes them back there.
-    pub external: Vec<(String, String)>,
+internal_fields! {
+    /// Where one top-level ONNX initializer's values are.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub(crate) struct OnnxInit {
+        /// The tag parameter holding the values; `None` when the initializer is kept whole
+        /// in the model (strings, values the parameters cannot hold as they came).
+        param: Option<String>,
+        /// The values were in the dtype's typed field (`float_data`, `int32_data`, ...),
+        /// not `raw_data`.
+        typed: bool,
+        /// The values came from external data: its `external_data` entries (`location`,
+        /// `offset`, `length`, `checksum`) as (key, value) pairs, as they came; empty when
+        /// they were in the model. A plain export writes them back there.
+        external: Vec<(String, String)>,
+    }
 }
 
-/// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute
-/// values as TensorFlow's `AttrValue` protobuf, everything else as protobuf bytes.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TfGraph {
-    /// The nodes, in GraphDef order.
-    pub nodes: Vec<TfNode>,
-    /// The GraphDef without its nodes (versions, function library, debug info), encoded.
-    pub rest: Vec<u8>,
+internal_fields! {
+    /// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute
+    /// values as TensorFlow's `AttrValue` protobuf, everything else as protobuf bytes.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct TfGraph {
+        /// The nodes, in GraphDef order.
+        nodes: Vec<TfNode>,
+        /// The GraphDef without its nodes (versions, function library, debug info), encoded.
+        rest: Vec<u8>,
+    }
 }
 
-/// A TensorFlow NodeDef.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TfNode {
-    /// The node name.
-    pub name: String,
-    /// The op (`Const`, `MatMul`, ...).
-    pub op: String,
-    /// Inputs in order: `node`, `node:port`, control inputs `^node`.
-    pub inputs: Vec<String>,
-    /// The requested device, `""` when none.
-    pub device: String,
-    /// The attributes, in key order.
-    pub attrs: Vec<TfAttr>,
-    /// The NodeDef's other fields (experimental debug info and type), encoded; empty
-    /// when none.
-    pub rest: Vec<u8>,
+internal_fields! {
+    /// A TensorFlow NodeDef.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub(crate) struct TfNode {
+        /// The node name.
+        name: String,
+        /// The op (`Const`, `MatMul`, ...).
+        op: String,
+        /// Inputs in order: `node`, `node:port`, control inputs `^node`.
+        inputs: Vec<String>,
+        /// The requested device, `""` when none.
+        device: String,
+        /// The attributes, in key order.
+        attrs: Vec<TfAttr>,
+        /// The NodeDef's other fields (experimental debug info and type), encoded; empty
+        /// when none.
+        rest: Vec<u8>,
+    }
 }
 
-/// A TensorFlow node attribute.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TfAttr {
-    /// The key.
-    pub name: String,
-    /// The `AttrValue` protobuf; for a tensor stored as a parameter, the AttrValue with
-    /// the tensor's values removed.
-    pub value: Vec<u8>,
-    /// Where the tensor's values are, when they are a tag parameter.
-    pub param: Option<TfParamRef>,
+internal_fields! {
+    /// A TensorFlow node attribute.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub(crate) struct TfAttr {
+        /// The key.
+        name: String,
+        /// The `AttrValue` protobuf; for a tensor stored as a parameter, the AttrValue with
+        /// the tensor's values removed.
+        value: Vec<u8>,
+        /// Where the tensor's values are, when they are a tag parameter.
+        param: Option<TfParamRef>,
+    }
 }
 
-/// A Const tensor whose values are a tag parameter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TfParamRef {
-    /// The parameter's name.
-    pub param: String,
-    /// How the values were written: `None` in `tensor_content`; `Some(n)` as the first
-    /// `n` values in the dtype's typed field (`float_val`, ...), fewer than the element
-    /// count when TensorFlow repeats the last one (the splat form).
-    pub typed_count: Option<u64>,
+internal_fields! {
+    /// A Const tensor whose values are a tag parameter.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct TfParamRef {
+        /// The parameter's name.
+        param: String,
+        /// How the values were written: `None` in `tensor_content`; `Some(n)` as the first
+        /// `n` values in the dtype's typed field (`float_val`, ...), fewer than the element
+        /// count when TensorFlow repeats the last one (the splat form).
+        typed_count: Option<u64>,
+    }
 }
 
 /// One block: a scope with its variables and the operations that run in it.

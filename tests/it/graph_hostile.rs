@@ -1,6 +1,6 @@
 //! Malformed graph.fb and graph.pdmodel bytes give errors, never panics.
 
-use modelzip::graph::Graph;
+use modelzip::Graph;
 use modelzip::paddle_proto as pb;
 use proptest::prelude::*;
 use prost::Message;

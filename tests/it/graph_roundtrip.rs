@@ -2,7 +2,7 @@
 
 use crate::support::ProgramOf;
 
-use modelzip::graph::{Graph, GraphFormat};
+use modelzip::{Graph, GraphFormat};
 use std::path::PathBuf;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -39,7 +39,8 @@ fn paddle_fixtures_round_trip_byte_for_byte() {
 mod synthetic {
     use crate::support::ProgramOf;
     use modelzip::DType;
-    use modelzip::graph::{AttrValue, Graph, Op, Slot, Var, VarKind};
+    use modelzip::Graph;
+    use modelzip::graph::{AttrValue, Op, Slot, Var, VarKind};
     use modelzip::paddle_proto as pb;
     use pb::{op_desc, var_desc, var_type};
     use prost::Message;

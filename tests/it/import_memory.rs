@@ -9,8 +9,10 @@
 use crate::support::ProgramOf;
 
 use crate::support::rss::peak_anon;
-use modelzip::graph::{Attr, AttrValue, Block, Graph, Op, Var, VarKind};
-use modelzip::tensor::{TensorView, encode_combined, encode_tensor};
+use modelzip::Graph;
+use modelzip::TensorView;
+use modelzip::graph::{Attr, AttrValue, Block, Op, Var, VarKind};
+use modelzip::tensor::{encode_combined, encode_tensor};
 use modelzip::{DType, onnx_proto as onnx_pb, tf_proto as tf_pb};
 use prost::Message;
 use std::ffi::OsStr;

@@ -8,9 +8,10 @@ use crate::support;
 use crate::support::{export_opts, import_opts as opts, write_opts as no_fsync};
 
 use modelzip::fault::{bytes_written, set_write_budget};
+use modelzip::interop::ExportOptions;
 use modelzip::interop::paddle::{
-    self, ExportOptions, export_inference_model, export_inference_model_bytes,
-    import_inference_model, import_inference_model_files, import_persistables_dir, import_program,
+    self, export_inference_model, export_inference_model_bytes, import_inference_model,
+    import_inference_model_files, import_persistables_dir, import_program,
 };
 use modelzip::tensor::{decode_combined, encode_combined};
 use modelzip::{Archive, ArchiveWriter, Graph, TagBuilder, Tensor, TensorView};

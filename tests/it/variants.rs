@@ -3,13 +3,15 @@
 
 use crate::support::ProgramOf;
 
-use modelzip::graph::{AttrValue, Graph, GraphFormat};
+use modelzip::graph::AttrValue;
+
 use modelzip::tensor::decode_combined;
 use modelzip::variants::{
     AllowValues, GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, cast_allowing,
     diff_tags, quantize, quantize_allowing,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
+use modelzip::{Graph, GraphFormat};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

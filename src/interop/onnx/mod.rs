@@ -54,11 +54,15 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Largest ModelProto accepted (protobuf's own limit is 2 GiB).
-pub const MAX_MODEL_BYTES: u64 = 1 << 31;
+internal! {
+    /// Largest ModelProto accepted (protobuf's own limit is 2 GiB).
+    pub const MAX_MODEL_BYTES: u64 = 1 << 31;
+}
 
-/// Alignment of each tensor's offset in an exported external data file.
-pub const EXTERNAL_ALIGN: u64 = 64;
+internal! {
+    /// Alignment of each tensor's offset in an exported external data file.
+    pub const EXTERNAL_ALIGN: u64 = 64;
+}
 
 fn gerr(msg: impl Into<String>) -> Error {
     ErrorKind::Graph(msg.into()).into()
@@ -114,29 +118,31 @@ fn check_model_wire(bytes: &[u8]) -> Result<()> {
 // ---------------------------------------------------------------------------------
 // Dtypes and values
 
-/// The modelzip dtype of an ONNX `TensorProto.DataType` number, when it has one.
-pub fn dtype_from_onnx(dt: i32) -> Option<DType> {
-    use pb::tensor_proto::DataType as D;
-    Some(match D::try_from(dt).ok()? {
-        D::Float => DType::Fp32,
-        D::Uint8 => DType::Uint8,
-        D::Int8 => DType::Int8,
-        D::Uint16 => DType::Uint16,
-        D::Int16 => DType::Int16,
-        D::Int32 => DType::Int32,
-        D::Int64 => DType::Int64,
-        D::Bool => DType::Bool,
-        D::Float16 => DType::Fp16,
-        D::Double => DType::Fp64,
-        D::Uint32 => DType::Uint32,
-        D::Uint64 => DType::Uint64,
-        D::Complex64 => DType::Complex64,
-        D::Complex128 => DType::Complex128,
-        D::Bfloat16 => DType::Bf16,
-        D::Float8e4m3fn => DType::Fp8E4m3fn,
-        D::Float8e5m2 => DType::Fp8E5m2,
-        _ => return None,
-    })
+internal! {
+    /// The modelzip dtype of an ONNX `TensorProto.DataType` number, when it has one.
+    pub fn dtype_from_onnx(dt: i32) -> Option<DType> {
+        use pb::tensor_proto::DataType as D;
+        Some(match D::try_from(dt).ok()? {
+            D::Float => DType::Fp32,
+            D::Uint8 => DType::Uint8,
+            D::Int8 => DType::Int8,
+            D::Uint16 => DType::Uint16,
+            D::Int16 => DType::Int16,
+            D::Int32 => DType::Int32,
+            D::Int64 => DType::Int64,
+            D::Bool => DType::Bool,
+            D::Float16 => DType::Fp16,
+            D::Double => DType::Fp64,
+            D::Uint32 => DType::Uint32,
+            D::Uint64 => DType::Uint64,
+            D::Complex64 => DType::Complex64,
+            D::Complex128 => DType::Complex128,
+            D::Bfloat16 => DType::Bf16,
+            D::Float8e4m3fn => DType::Fp8E4m3fn,
+            D::Float8e5m2 => DType::Fp8E5m2,
+            _ => return None,
+        })
+    }
 }
 
 /// Values written in any typed field of a tensor.
@@ -816,20 +822,22 @@ fn store(
     report(archive, tag, created, Some(fb.len() as u64))
 }
 
-/// The tag's ONNX model, or an error saying what the tag holds instead.
-pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
-    use super::GraphKind;
-    let name = tag.name();
-    let wrong = |has| super::wrong_graph(name, has, "ONNX");
-    match tag.graph()? {
-        None => Err(wrong(GraphKind::without_graph(tag))),
-        Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
-        Some((GraphFormat::FlatBuffers, bytes)) => {
-            let g = Graph::from_flatbuffers(&bytes)
-                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            match g {
-                Graph::Onnx(onnx) => Ok(onnx),
-                other => Err(wrong(GraphKind::of_fb(&other))),
+internal! {
+    /// The tag's ONNX model, or an error saying what the tag holds instead.
+    pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
+        use super::GraphKind;
+        let name = tag.name();
+        let wrong = |has| super::wrong_graph(name, has, "ONNX");
+        match tag.graph()? {
+            None => Err(wrong(GraphKind::without_graph(tag))),
+            Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
+            Some((GraphFormat::FlatBuffers, bytes)) => {
+                let g = Graph::from_flatbuffers(&bytes)
+                    .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+                match g {
+                    Graph::Onnx(onnx) => Ok(onnx),
+                    other => Err(wrong(GraphKind::of_fb(&other))),
+                }
             }
         }
     }
@@ -865,29 +873,33 @@ fn used_params(tag: &Tag<'_>, g: &OnnxGraph) -> (Vec<String>, Vec<String>) {
     (used, unused)
 }
 
-/// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
-/// every parameter it refers to exists with the declared dtype and dims, and the kept
-/// external data entries name a plain relative location with the parameter's length.
-/// Reads the parameters in place (no copies).
-pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
-    let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
-    join_model(g, |p| tag.param(p), Some(&mut nothing))?;
-    // Where a plain export would write the initializers imported from external data.
-    for (i, init) in g.initializers.iter().enumerate() {
-        let (Some(p), false) = (&init.param, init.external.is_empty()) else {
-            continue;
-        };
-        let len = tag.param(p)?.view().data().len() as u64;
-        external_slot(init, len).map_err(|e| gerr(format!("initializer {i} ({p:?}): {e}")))?;
+internal! {
+    /// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
+    /// every parameter it refers to exists with the declared dtype and dims, and the kept
+    /// external data entries name a plain relative location with the parameter's length.
+    /// Reads the parameters in place (no copies).
+    pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
+        let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
+        join_model(g, |p| tag.param(p), Some(&mut nothing))?;
+        // Where a plain export would write the initializers imported from external data.
+        for (i, init) in g.initializers.iter().enumerate() {
+            let (Some(p), false) = (&init.param, init.external.is_empty()) else {
+                continue;
+            };
+            let len = tag.param(p)?.view().data().len() as u64;
+            external_slot(init, len).map_err(|e| gerr(format!("initializer {i} ({p:?}): {e}")))?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
-/// The external data file of a model written to `out`: `out` + `.data`.
-pub fn external_data_path(out: &Path) -> PathBuf {
-    let mut s = out.as_os_str().to_owned();
-    s.push(".data");
-    PathBuf::from(s)
+internal! {
+    /// The external data file of a model written to `out`: `out` + `.data`.
+    pub fn external_data_path(out: &Path) -> PathBuf {
+        let mut s = out.as_os_str().to_owned();
+        s.push(".data");
+        PathBuf::from(s)
+    }
 }
 
 /// The file an external-data `location` names for an export beside `dir`: a relative
@@ -1269,7 +1281,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
 }
 
 /// ONNX in the [`super::FORMATS`] registry: `.onnx` ModelProto files.
-pub struct OnnxFormat;
+pub(crate) struct OnnxFormat;
 
 impl Format for OnnxFormat {
     fn name(&self) -> &'static str {

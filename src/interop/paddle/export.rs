@@ -207,7 +207,7 @@ pub fn export_paths_pir(prefix: &Path) -> (PathBuf, PathBuf) {
 /// ProgramDesc; a tag without a graph is an error. A tag holding a PIR program (imported
 /// from a Paddle 3 `.json`) is written as `PREFIX.json`, the JSON as Paddle wrote it,
 /// plus `PREFIX.pdiparams` ([`export_paths_pir`]). The params file holds, in the order
-/// of [`super::persistable_vars`] (a PIR program: of its parameters), the tag's
+/// of the program's persistable variables, sorted by name (a PIR program: of its parameters), the tag's
 /// parameter of each variable (each must exist and match the declared dtype and dims),
 /// written with [`encode_combined`]; parameters the program does not use are left out
 /// and listed in the report.

@@ -49,22 +49,30 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Largest GraphDef accepted (protobuf's own limit is 2 GiB).
-pub const MAX_GRAPHDEF_BYTES: u64 = 1 << 31;
+internal! {
+    /// Largest GraphDef accepted (protobuf's own limit is 2 GiB).
+    pub const MAX_GRAPHDEF_BYTES: u64 = 1 << 31;
+}
 
-/// Most nodes a GraphDef may have, counted on the wire before decoding, over the graph
-/// and its library's functions. Real frozen graphs have thousands; decoding costs a few
-/// hundred bytes per node whatever its encoded size.
-pub const MAX_NODES: u64 = 200_000;
+internal! {
+    /// Most nodes a GraphDef may have, counted on the wire before decoding, over the graph
+    /// and its library's functions. Real frozen graphs have thousands; decoding costs a few
+    /// hundred bytes per node whatever its encoded size.
+    pub const MAX_NODES: u64 = 200_000;
+}
 
-/// Deepest nesting of messages accepted in a text GraphDef (the binary decoder stops at
-/// 100 as well).
-pub const MAX_TEXT_DEPTH: usize = 100;
+internal! {
+    /// Deepest nesting of messages accepted in a text GraphDef (the binary decoder stops at
+    /// 100 as well).
+    pub const MAX_TEXT_DEPTH: usize = 100;
+}
 
-/// Most bytes the splat constants (fewer values than elements) of one GraphDef are
-/// expanded to as parameters, in all; a splat past it stays in the graph as written (it
-/// is small there), so a few bytes of GraphDef cannot ask for gigabytes.
-pub const MAX_SPLAT_BYTES: u64 = 256 << 20;
+internal! {
+    /// Most bytes the splat constants (fewer values than elements) of one GraphDef are
+    /// expanded to as parameters, in all; a splat past it stays in the graph as written (it
+    /// is small there), so a few bytes of GraphDef cannot ask for gigabytes.
+    pub const MAX_SPLAT_BYTES: u64 = 256 << 20;
+}
 
 fn gerr(msg: impl Into<String>) -> Error {
     ErrorKind::Graph(msg.into()).into()
@@ -823,41 +831,43 @@ fn join_node<'p>(
     Ok(node)
 }
 
-/// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
-/// decodes, and every parameter it refers to exists with the declared dtype and dims and
-/// enough elements for its typed values. Reads the parameters in place (no copies).
-pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
-    for (i, n) in g.nodes.iter().enumerate() {
-        let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
-        for a in &n.attrs {
-            let value: pb::AttrValue = decode_stored(
-                &a.value,
-                pool()?,
-                "tensorflow.AttrValue",
-                &format!("attr {:?}", a.name),
-            )
-            .map_err(place)?;
-            let Some(r) = &a.param else {
-                continue;
-            };
-            let Some(pb::attr_value::Value::Tensor(t)) = &value.value else {
-                return Err(place(gerr(format!(
-                    "attr {:?} refers to parameter {:?} but holds no tensor",
-                    a.name, r.param
-                ))));
-            };
-            let data = tag.param(&r.param).map_err(place)?;
-            let v = data.view();
-            check_param(t, &v, &r.param).map_err(place)?;
-            if r.typed_count.is_some_and(|k| k > v.numel()) {
-                return Err(place(invalid(format!(
-                    "attr {:?} asks for more typed values than parameter {:?} has elements",
-                    a.name, r.param
-                ))));
+internal! {
+    /// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
+    /// decodes, and every parameter it refers to exists with the declared dtype and dims and
+    /// enough elements for its typed values. Reads the parameters in place (no copies).
+    pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
+        for (i, n) in g.nodes.iter().enumerate() {
+            let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
+            for a in &n.attrs {
+                let value: pb::AttrValue = decode_stored(
+                    &a.value,
+                    pool()?,
+                    "tensorflow.AttrValue",
+                    &format!("attr {:?}", a.name),
+                )
+                .map_err(place)?;
+                let Some(r) = &a.param else {
+                    continue;
+                };
+                let Some(pb::attr_value::Value::Tensor(t)) = &value.value else {
+                    return Err(place(gerr(format!(
+                        "attr {:?} refers to parameter {:?} but holds no tensor",
+                        a.name, r.param
+                    ))));
+                };
+                let data = tag.param(&r.param).map_err(place)?;
+                let v = data.view();
+                check_param(t, &v, &r.param).map_err(place)?;
+                if r.typed_count.is_some_and(|k| k > v.numel()) {
+                    return Err(place(invalid(format!(
+                        "attr {:?} asks for more typed values than parameter {:?} has elements",
+                        a.name, r.param
+                    ))));
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Checks a parameter against the dtype and shape the graph declares for it.
@@ -1098,19 +1108,21 @@ fn graph_fields_bytes(fields: &pb::GraphDef, nodes: usize, text: bool) -> Result
     Ok(out.into_bytes())
 }
 
-/// How many nodes of each op a TensorFlow graph has (for summaries).
-pub fn op_counts(g: &TfGraph) -> Vec<(String, usize)> {
-    let mut m: HashMap<&str, usize> = HashMap::new();
-    for n in &g.nodes {
-        *m.entry(&n.op).or_default() += 1;
+internal! {
+    /// How many nodes of each op a TensorFlow graph has (for summaries).
+    pub fn op_counts(g: &TfGraph) -> Vec<(String, usize)> {
+        let mut m: HashMap<&str, usize> = HashMap::new();
+        for n in &g.nodes {
+            *m.entry(&n.op).or_default() += 1;
+        }
+        let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+        v.sort();
+        v
     }
-    let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
-    v.sort();
-    v
 }
 
 /// TensorFlow in the [`super::FORMATS`] registry: frozen GraphDefs, `.pb` or `.pbtxt`.
-pub struct TfFormat;
+pub(crate) struct TfFormat;
 
 impl Format for TfFormat {
     fn name(&self) -> &'static str {

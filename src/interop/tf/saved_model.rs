@@ -29,24 +29,34 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Largest `variables.index` accepted.
-pub const MAX_INDEX_BYTES: u64 = 256 << 20;
+internal! {
+    /// Largest `variables.index` accepted.
+    pub const MAX_INDEX_BYTES: u64 = 256 << 20;
+}
 
-/// Largest file kept verbatim (`saved_model.pb`, an asset): protobuf's limit.
-pub const MAX_KEPT_BYTES: u64 = 1 << 31;
+internal! {
+    /// Largest file kept verbatim (`saved_model.pb`, an asset): protobuf's limit.
+    pub const MAX_KEPT_BYTES: u64 = 1 << 31;
+}
 
-/// Most files under `assets/` and `assets.extra/`.
-pub const MAX_ASSETS: usize = 10_000;
+internal! {
+    /// Most files under `assets/` and `assets.extra/`.
+    pub const MAX_ASSETS: usize = 10_000;
+}
 
 /// Largest BundleEntryProto accepted: a non-sliced entry is a dtype, a shape of at
 /// most 254 dims and four numbers.
 const MAX_ENTRY_BYTES: usize = 8 << 10;
 
-/// The checkpoint key of the object graph (a DT_STRING scalar, kept as stored).
-pub const OBJECT_GRAPH_KEY: &str = "_CHECKPOINTABLE_OBJECT_GRAPH";
+internal! {
+    /// The checkpoint key of the object graph (a DT_STRING scalar, kept as stored).
+    pub const OBJECT_GRAPH_KEY: &str = "_CHECKPOINTABLE_OBJECT_GRAPH";
+}
 
-/// Where a SavedModel's kept files go in the tag.
-pub const ENTRY_DIR: &str = "saved_model";
+internal! {
+    /// Where a SavedModel's kept files go in the tag.
+    pub const ENTRY_DIR: &str = "saved_model";
+}
 const SAVED_MODEL_PB: &str = "saved_model/saved_model.pb";
 const FINGERPRINT_PB: &str = "saved_model/fingerprint.pb";
 const INDEX: &str = "saved_model/variables.index";

@@ -5,8 +5,9 @@ use crate::support::ProgramOf;
 
 use super::harness::{expect_error, json_of, modelzip};
 use modelzip::DType;
+use modelzip::Graph;
 use modelzip::Tensor;
-use modelzip::graph::{Graph, Op, Var};
+use modelzip::graph::{Op, Var};
 use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
 use std::path::Path;
 

@@ -582,7 +582,8 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     // (deflate bombs); graph.pdmodel and graph.fb are deflated by the writer, so a
     // program padded with a huge repetitive attribute was written deflated and then
     // refused: import exited 2 and left an archive whose graph did not read.
-    use modelzip::graph::{Attr, AttrValue, Block, Graph, Op};
+    use modelzip::Graph;
+    use modelzip::graph::{Attr, AttrValue, Block, Op};
     let d = tempfile::tempdir().unwrap();
     let mut op = Op::new("", "scale");
     op.attrs.push(Attr {

@@ -393,8 +393,9 @@ fn unrepresentable_values_are_refused_with_the_flag_to_allow_them() {
 /// `per_tensor_reason` (null when quantized as asked).
 #[test]
 fn quantize_says_why_a_weight_is_not_per_channel() {
-    use modelzip::graph::{AttrValue, Graph, GraphFormat, Op, Var};
+    use modelzip::graph::{AttrValue, Op, Var};
     use modelzip::{ArchiveWriter, DType, TagBuilder, Tensor};
+    use modelzip::{Graph, GraphFormat};
     let mut g = Graph::from(modelzip::graph::Program::new());
     let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {

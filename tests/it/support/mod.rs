@@ -27,7 +27,8 @@ pub fn values(seed: u64, n: usize) -> Vec<f32> {
 /// A small ProgramDesc (`.pdmodel` bytes) that decodes: x -> matmul with fc.w -> y.
 pub fn sample_graph() -> Vec<u8> {
     use modelzip::DType;
-    use modelzip::graph::{Graph, Op, Var};
+    use modelzip::Graph;
+    use modelzip::graph::{Op, Var};
     let mut g = Graph::from(modelzip::graph::Program::new());
     let main = &mut g.prog_mut().blocks[0];
     main.vars
