@@ -309,6 +309,109 @@ def p5_foreign(mz_bin, peer, m, data, best_of=7):
 
 
 
+def ensure_nginx():
+    """Debian's nginx: installed with apt-get when missing and this runs as root.
+    Returns its path, or None."""
+    for cand in (shutil.which("nginx"), "/usr/sbin/nginx"):
+        if cand and os.path.exists(cand):
+            return cand
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        log("nginx missing: apt-get install nginx ...")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "install", "-y", "-q", "nginx"], ["apt-get", "update", "-q"],
+                    ["apt-get", "install", "-y", "-q", "nginx"]):
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+            if os.path.exists("/usr/sbin/nginx"):
+                return "/usr/sbin/nginx"
+    return None
+
+
+NGINX_CONF = """
+{user}
+daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    default_type application/octet-stream;
+    sendfile on;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+    }}
+}}
+"""
+
+
+def remote_http(mz_bin, peer, archive, data, reps):
+    """The remote row: nginx (started here on 127.0.0.1 with a generated config in a temp
+    directory, stopped after) serving ARCHIVE; `curl -o` of it against `modelzip cp URL`
+    and against reading every tensor through `Archive::open_url` (`peer read-url`),
+    alternated, whole processes, with their peak RSS."""
+    import socket
+    import tempfile
+    nginx = ensure_nginx()
+    if not nginx:
+        return {"missing": "nginx not found and could not be installed (apt-get install nginx)"}
+    if not shutil.which("curl"):
+        return {"missing": "curl not found (apt-get install curl)"}
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    tmp = Path(tempfile.mkdtemp(prefix="mz-nginx-"))
+    conf = tmp / "nginx.conf"
+    # As root, nginx's workers would run as nobody, who may not read --data.
+    user = "user root;" if os.geteuid() == 0 else ""
+    conf.write_text(NGINX_CONF.format(user=user, tmp=tmp, port=port, root=archive.parent))
+    srv = subprocess.Popen([nginx, "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/{archive.name}"
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            return {"missing": f"nginx did not listen on 127.0.0.1:{port} (see {tmp}/error.log)"}
+        out_c, out_m = data / "remote-curl.bin", data / "remote-cp.mz"
+        env = dict(os.environ, AWS_ALLOW_HTTP="true")
+        cmds = {"curl": ["curl", "-s", "-f", "-o", out_c, url],
+                "cp": [mz_bin, "cp", url, out_m],
+                "read": [peer, "read-url", url]}
+        R = {k: [] for k in cmds}
+        rss = {k: 0 for k in cmds}
+        read_info = None
+
+        def clean():
+            for f in (out_c, out_m):
+                if f.exists():
+                    f.unlink()
+
+        for i in range(reps):
+            for k in (list(cmds) if i % 2 == 0 else list(cmds)[::-1]):
+                clean()
+                wall, peak, out = rusage_run(cmds[k], env=env)
+                R[k].append(wall)
+                rss[k] = max(rss[k], peak)
+                if k == "read":
+                    read_info = one(out)
+        clean()
+        return {"secs": R, "rss": rss, "read": read_info, "bytes": archive.stat().st_size}
+    finally:
+        srv.terminate()
+        srv.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     g = ap.add_mutually_exclusive_group()
@@ -324,6 +427,8 @@ def main():
     ap.add_argument("--with-paddle", action="store_true",
                     help="create --paddle-venv (pip install paddlepaddle numpy) if missing")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--no-remote", action="store_true",
+                    help="skip the remote row (nginx on 127.0.0.1 serving L)")
     ap.add_argument("--json", type=Path, help="also write every raw figure here")
     a = ap.parse_args()
     full = a.full
@@ -449,6 +554,10 @@ def main():
     R["rss"] = rss
     R["tensor_bytes"] = R["load"]["bytes"]
 
+    if not a.no_remote:
+        log("remote: nginx on 127.0.0.1 serving L; curl -o, modelzip cp, Archive::open_url ...")
+        R["load_remote"] = loadavg()
+        R["remote"] = remote_http(mz_bin, peer, f("L.mz"), data, reps)
     R["load_end"] = loadavg()
     report_issue27(R)
     report(R)
@@ -556,12 +665,28 @@ def report_issue27(R):
             "Paddle `load_combine`", "", "<= 0.4x", None)
 
     if "remote" in R:
-        for r in R["remote"]["rows"]:
-            row(*r)
+        rm = R["remote"]
+        if "missing" in rm:
+            row("Remote read throughput (nginx on 127.0.0.1)", "not measured", rm["missing"],
+                "", "", None)
+        else:
+            c, p_, r_ = (med(rm["secs"][k]) for k in ("curl", "cp", "read"))
+            gib = rm["bytes"] / 2**30
+            row(f"Remote: `modelzip cp http://127.0.0.1:PORT/L.mz local` ({gib:.2f} GiB, "
+                f"nginx), median of {len(rm['secs']['cp'])}, peak RSS "
+                f"{rm['rss']['cp'] / 2**20:.0f} MiB", ms(p_), f"`curl -o` {ms(c)}",
+                f"{p_ / c:.2f}x", "<= 1.0x", p_ <= c)
+            largest = rm["read"]["largest"]
+            limit = largest + (64 << 20)
+            row(f"Remote: every tensor ({rm['read']['tensors']}) through `Archive::open_url`,"
+                f" peak RSS {rm['rss']['read'] / 2**20:.0f} MiB (largest tensor "
+                f"{largest / 2**20:.1f} MiB)", ms(r_), f"`curl -o` {ms(c)}",
+                f"{r_ / c:.2f}x", "<= 1.0x and RSS <= largest + 64 MiB",
+                r_ <= c and rm["rss"]["read"] <= limit)
 
     print(f"\nissue 27's table ({R['mode']}); load average (1/5/15 min) at start "
           f"{R['load_start']}, P4 {R.get('load_p4')}, P5 {R.get('load_p5')}, PY "
-          f"{R.get('load_py')}, end {R['load_end']}\n")
+          f"{R.get('load_py')}, remote {R.get('load_remote')}, end {R['load_end']}\n")
     head = ("what", "now", "floor", "ratio", "goal", "met?")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
