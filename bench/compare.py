@@ -12,7 +12,10 @@ again after one `modelzip pack` (summary written); P2 per 1,000 tensors; Py1 Pyt
 a numpy view of every tensor of a 1 GiB tag of 1,024 tensors against
 `safetensors.numpy.load_file`; P6 against Paddle's `load_combine` (when the Paddle venv
 exists); PY2 `modelzip.save` of 1 GiB against `safetensors.numpy.save_file` + fsync + SHA-256
-of the file (pairs alternated, medians of 11). Then the older rows (P1, P3, P7, ...).
+of the file (pairs alternated, medians of 11); the remote row: nginx started here on
+127.0.0.1 (installed with apt-get when missing) serving L, `curl -o` against `modelzip cp
+http://...` and every tensor through `Archive::open_url` (`--no-remote` skips it). Then the
+older rows (P1, P3, P7, ...).
 `zipinfo` (Debian's `unzip`) is installed with apt-get when missing and this runs as root;
 otherwise the P5 rows say it is missing. The load average is printed with the figures.
 
