@@ -195,6 +195,29 @@ impl GraphKind {
     }
 }
 
+/// The graph.fb graph of `tag` as the kind `take` accepts (it hands back any other), or
+/// the error saying what the tag holds instead and how it does export (`target` names
+/// the format asked for: `ONNX`, `TensorFlow`).
+pub(crate) fn foreign_graph<T>(
+    tag: &Tag<'_>,
+    target: &str,
+    take: impl FnOnce(Graph) -> std::result::Result<T, Graph>,
+) -> Result<T> {
+    let name = tag.name();
+    let wrong = |has| wrong_graph(name, has, target);
+    match tag.graph()? {
+        None => Err(wrong(GraphKind::without_graph(tag))),
+        Some((crate::graph::GraphFormat::ProgramDesc, _)) => {
+            Err(wrong(GraphKind::Paddle { fb: false }))
+        }
+        Some((crate::graph::GraphFormat::FlatBuffers, bytes)) => {
+            let g = Graph::from_flatbuffers(&bytes)
+                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+            take(g).map_err(|other| wrong(GraphKind::of_fb(&other)))
+        }
+    }
+}
+
 /// The error for exporting tag `name`, whose graph is `has`, as `target` (which needs a
 /// graph imported from `target`): says what the tag holds and the formats it does
 /// export as, e.g. `the graph of tag "v1" is a Paddle program (graph.fb); TensorFlow

@@ -825,21 +825,10 @@ fn store(
 internal! {
     /// The tag's ONNX model, or an error saying what the tag holds instead.
     pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
-        use super::GraphKind;
-        let name = tag.name();
-        let wrong = |has| super::wrong_graph(name, has, "ONNX");
-        match tag.graph()? {
-            None => Err(wrong(GraphKind::without_graph(tag))),
-            Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
-            Some((GraphFormat::FlatBuffers, bytes)) => {
-                let g = Graph::from_flatbuffers(&bytes)
-                    .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-                match g {
-                    Graph::Onnx(onnx) => Ok(onnx),
-                    other => Err(wrong(GraphKind::of_fb(&other))),
-                }
-            }
-        }
+        super::foreign_graph(tag, "ONNX", |g| match g {
+            Graph::Onnx(onnx) => Ok(onnx),
+            other => Err(other),
+        })
     }
 }
 

@@ -945,21 +945,10 @@ pub fn import_graphdef_file(
 
 /// The tag's TensorFlow graph, or an error saying what the tag holds instead.
 fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
-    use super::GraphKind;
-    let name = tag.name();
-    let wrong = |has| super::wrong_graph(name, has, "TensorFlow");
-    match tag.graph()? {
-        None => Err(wrong(GraphKind::without_graph(tag))),
-        Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
-        Some((GraphFormat::FlatBuffers, bytes)) => {
-            let g = Graph::from_flatbuffers(&bytes)
-                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            match g {
-                Graph::Tf(tf) => Ok(tf),
-                other => Err(wrong(GraphKind::of_fb(&other))),
-            }
-        }
-    }
+    super::foreign_graph(tag, "TensorFlow", |g| match g {
+        Graph::Tf(tf) => Ok(tf),
+        other => Err(other),
+    })
 }
 
 internal! {
