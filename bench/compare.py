@@ -1,8 +1,23 @@
 #!/usr/bin/env python3
-"""modelzip against its peers, on the same data, in one run.
+"""modelzip against its peers and floors, on the same data, in one run.
 
     python3 bench/compare.py --quick     # ~1/16-size data, a few minutes
     python3 bench/compare.py --full      # the sizes of docs/BENCHMARKS.md
+
+Prints issue 27's table first (what | now | floor | ratio | goal | met?): P4 `modelzip pack`
+onto a just-written-and-synced 2 GiB archive against `cat DIR/* >> big.zip && sync big.zip`
+(medians of 9, alternated); P5 `modelzip tags` against `zipinfo -1` (best of 7 each,
+alternated) on 100 tags x 1,000 params written by Python's zipfile (no `_summary.txt`) and
+again after one `modelzip pack` (summary written); P2 per 1,000 tensors; Py1 Python open +
+a numpy view of every tensor of a 1 GiB tag of 1,024 tensors against
+`safetensors.numpy.load_file`; P6 against Paddle's `load_combine` (when the Paddle venv
+exists); PY2 `modelzip.save` of 1 GiB against `safetensors.numpy.save_file` + fsync + SHA-256
+of the file (pairs alternated, medians of 11); the remote row: nginx started here on
+127.0.0.1 (installed with apt-get when missing) serving L, `curl -o` against `modelzip cp
+http://...` and every tensor through `Archive::open_url` (`--no-remote` skips it). Then the
+older rows (P1, P3, P7, ...).
+`zipinfo` (Debian's `unzip`) is installed with apt-get when missing and this runs as root;
+otherwise the P5 rows say it is missing. The load average is printed with the figures.
 
 Builds the release `modelzip` binary and the `peer` bench binary (benches/peer.rs), makes
 the data sets under --data (default /work/benchdata, outside the repository), creates a
@@ -17,6 +32,8 @@ Data sets (full / quick):
   L    200 FP32 tensors, 1 GiB / 64 MiB          L16  the same 200 tensors at 1/16 the bytes
   M    100 / 10 tags x 1,000 small params        P    Paddle .pdiparams of 256 / 32 MiB
   B    a 2 GiB / 128 MiB archive, to which a 100 MiB / 6.25 MiB checkpoint C is appended
+  C4   4 tensors of 25 MiB / 1.56 MiB: the checkpoint `modelzip pack` appends to B (P4)
+  K    1,024 FP32 tensors of 1 MiB / 64 KiB (1 GiB / 64 MiB): Py1 and PY2
 
 The PY rows run bench/python_bench.py in the venv (with this checkout's ./python installed):
 the Python package against safetensors' Python API on L.
@@ -164,6 +181,239 @@ for _ in range(int(sys.argv[2])):
 print(json.dumps({"secs": secs}))
 """
 
+# A copy of a modelzip archive written entry by entry by Python's zipfile, without the
+# summary (`_summary.txt`): an archive from another writer, as a user would make one.
+PY_ZIPFILE_COPY = """
+import sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w") as zo:
+    for info in zi.infolist():
+        if info.filename == "_summary.txt":
+            continue
+        out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+        out.compress_type = info.compress_type
+        out.external_attr = info.external_attr
+        zo.writestr(out, zi.read(info))
+"""
+
+
+def loadavg():
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def ensure_zipinfo():
+    """Info-ZIP's zipinfo (Debian package `unzip`): installed with apt-get when missing
+    and this runs as root. Returns None, or why it is missing."""
+    if shutil.which("zipinfo"):
+        return None
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        log("zipinfo missing: apt-get install unzip ...")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "install", "-y", "-q", "unzip"],
+                    ["apt-get", "update", "-q"],
+                    ["apt-get", "install", "-y", "-q", "unzip"]):
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+            if shutil.which("zipinfo"):
+                return None
+    return ("zipinfo not found and could not be installed (install Debian's `unzip`: "
+            "apt-get install unzip)")
+
+
+def alternated(cmds, reps, before=None):
+    """Whole-process wall times of each named command, alternating (the first command
+    of a repetition changes every repetition); `before()` runs before every command."""
+    out = {k: [] for k in cmds}
+    names = list(cmds)
+    for i in range(reps):
+        order = names if i % 2 == 0 else names[::-1]
+        for k in order:
+            if before:
+                before()
+            out[k].append(rusage_run(cmds[k])[0])
+    return out
+
+
+def p4_pack_floor(mz_bin, peer, base, set_name, data, reps):
+    """Issue 27's P4: `modelzip pack BASE --tag t DIR` (DIR: 4 tensors of 25 MiB) onto
+    BASE just written and synced, against `cat DIR/* >> BASE && sync BASE` (the same bytes
+    appended, nothing else) and a fresh `pack` of DIR; medians, alternated. BASE's tail is
+    put back and fsynced before every command."""
+    ckpt, cdir, fresh = data / "C4.mz", data / "C4.dir", data / "fresh-c4.mz"
+    run([peer, "gen-archive", set_name, ckpt, "--tag", "ckpt", "--salt", "9"])
+    shutil.rmtree(cdir, ignore_errors=True)
+    run([mz_bin, "extract", ckpt, "--out", cdir, "-q"])
+    ckpt.unlink()
+    files = sorted(cdir.iterdir())
+    if not files or not all(p.is_file() for p in files):
+        sys.exit(f"compare.py: {cdir} should hold only tensor files")
+    orig_len = base.stat().st_size
+    tail_at = max(0, orig_len - (1 << 20))
+    with open(base, "rb") as fh:
+        fh.seek(tail_at)
+        tail = fh.read()
+
+    def restore():
+        if fresh.exists():
+            fresh.unlink()
+        with open(base, "r+b") as fh:
+            fh.seek(tail_at)
+            fh.write(tail)
+            fh.truncate(orig_len)
+            os.fsync(fh.fileno())
+
+    restore()
+    cmds = {
+        "pack": [mz_bin, "pack", base, "--tag", "ckpt", cdir, "-q"],
+        "cat": ["sh", "-c", 'cat "$1"/* >> "$2" && sync "$2"', "sh", cdir, base],
+        "fresh": [mz_bin, "pack", fresh, "--tag", "ckpt", cdir, "-q"],
+    }
+    out = alternated(cmds, reps, before=restore)
+    restore()
+    out["bytes"] = sum(p.stat().st_size for p in files)
+    out["files"] = len(files)
+    out["base_bytes"] = orig_len
+    shutil.rmtree(cdir, ignore_errors=True)
+    return out
+
+
+def p5_foreign(mz_bin, peer, m, data, best_of=7):
+    """Issue 27's P5: `modelzip tags` against `zipinfo -1`, best of 7 whole processes each,
+    alternated, on M rewritten by Python's zipfile (no summary), then on the same file
+    after one `modelzip pack` (a small tag; the pack writes the summary)."""
+    missing = ensure_zipinfo()
+    if missing:
+        return {"missing": missing}
+    mzip = data / "M-zipfile.mz"
+    if mzip.exists():
+        mzip.unlink()
+    run([sys.executable, "-c", PY_ZIPFILE_COPY, m, mzip])
+    names = run(["zipinfo", "-1", mzip]).splitlines()
+    if "_summary.txt" in names:
+        sys.exit("compare.py: the zipfile copy of M still has a summary")
+    out = {"entries": len(names)}
+    cmds = {"tags": [mz_bin, "tags", mzip], "zipinfo": ["zipinfo", "-1", mzip]}
+    for c in cmds.values():
+        rusage_run(c)  # warm
+    out["nosum"] = alternated(cmds, best_of)
+    small, sdir = data / "small.mz", data / "small.dir"
+    run([peer, "gen-m", small, 1, 10])
+    shutil.rmtree(sdir, ignore_errors=True)
+    run([mz_bin, "extract", small, "--out", sdir, "-q"])
+    run([mz_bin, "pack", mzip, "--tag", "extra", sdir, "-q"])
+    if "_summary.txt" not in run(["zipinfo", "-1", mzip]).splitlines():
+        sys.exit("compare.py: `modelzip pack` wrote no summary into the zipfile copy of M")
+    for c in cmds.values():
+        rusage_run(c)
+    out["sum"] = alternated(cmds, best_of)
+    shutil.rmtree(sdir, ignore_errors=True)
+    small.unlink()
+    mzip.unlink()
+    return out
+
+
+
+def ensure_nginx():
+    """Debian's nginx: installed with apt-get when missing and this runs as root.
+    Returns its path, or None."""
+    for cand in (shutil.which("nginx"), "/usr/sbin/nginx"):
+        if cand and os.path.exists(cand):
+            return cand
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        log("nginx missing: apt-get install nginx ...")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "install", "-y", "-q", "nginx"], ["apt-get", "update", "-q"],
+                    ["apt-get", "install", "-y", "-q", "nginx"]):
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+            if os.path.exists("/usr/sbin/nginx"):
+                return "/usr/sbin/nginx"
+    return None
+
+
+NGINX_CONF = """
+{user}
+daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    default_type application/octet-stream;
+    sendfile on;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+    }}
+}}
+"""
+
+
+def remote_http(mz_bin, peer, archive, data, reps):
+    """The remote row: nginx (started here on 127.0.0.1 with a generated config in a temp
+    directory, stopped after) serving ARCHIVE; `curl -o` of it against `modelzip cp URL`
+    and against reading every tensor through `Archive::open_url` (`peer read-url`),
+    alternated, whole processes, with their peak RSS."""
+    import socket
+    import tempfile
+    nginx = ensure_nginx()
+    if not nginx:
+        return {"missing": "nginx not found and could not be installed (apt-get install nginx)"}
+    if not shutil.which("curl"):
+        return {"missing": "curl not found (apt-get install curl)"}
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    tmp = Path(tempfile.mkdtemp(prefix="mz-nginx-"))
+    conf = tmp / "nginx.conf"
+    # As root, nginx's workers would run as nobody, who may not read --data.
+    user = "user root;" if os.geteuid() == 0 else ""
+    conf.write_text(NGINX_CONF.format(user=user, tmp=tmp, port=port, root=archive.parent))
+    srv = subprocess.Popen([nginx, "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/{archive.name}"
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            return {"missing": f"nginx did not listen on 127.0.0.1:{port} (see {tmp}/error.log)"}
+        out_c, out_m = data / "remote-curl.bin", data / "remote-cp.mz"
+        env = dict(os.environ, AWS_ALLOW_HTTP="true")
+        cmds = {"curl": ["curl", "-s", "-f", "-o", out_c, url],
+                "cp": [mz_bin, "cp", url, out_m],
+                "read": [peer, "read-url", url]}
+        R = {k: [] for k in cmds}
+        rss = {k: 0 for k in cmds}
+        read_info = None
+
+        def clean():
+            for f in (out_c, out_m):
+                if f.exists():
+                    f.unlink()
+
+        for i in range(reps):
+            for k in (list(cmds) if i % 2 == 0 else list(cmds)[::-1]):
+                clean()
+                wall, peak, out = rusage_run(cmds[k], env=env)
+                R[k].append(wall)
+                rss[k] = max(rss[k], peak)
+                if k == "read":
+                    read_info = one(out)
+        clean()
+        return {"secs": R, "rss": rss, "read": read_info, "bytes": archive.stat().st_size}
+    finally:
+        srv.terminate()
+        srv.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
@@ -180,23 +430,27 @@ def main():
     ap.add_argument("--with-paddle", action="store_true",
                     help="create --paddle-venv (pip install paddlepaddle numpy) if missing")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--no-remote", action="store_true",
+                    help="skip the remote row (nginx on 127.0.0.1 serving L)")
     ap.add_argument("--json", type=Path, help="also write every raw figure here")
     a = ap.parse_args()
     full = a.full
     reps = a.reps or (3 if full else 5)
     div = "" if full else "/16"
     sizes = dict(L="L" + div, L16="L16" + div, C="C100" + div, B="B2G" + div,
+                 C4="C4x25" + div, K="K1024" + div,
                  m_tags=100 if full else 10, p_mib=256 if full else 32)
 
     data = a.data
     data.mkdir(parents=True, exist_ok=True)
-    need = (7 if full else 1) << 30
+    need = (9 if full else 1) << 30
     free = shutil.disk_usage(data).free
     if free < need * 1.5:
         sys.exit(f"compare.py: {data} has {free >> 20} MiB free, needs {need * 1.5 / 2**20:.0f}")
     mz_bin, peer = build()
     py = ensure_venv(a.venv)
-    R = {"mode": "full" if full else "quick", "reps": reps}
+    R = {"mode": "full" if full else "quick", "reps": reps, "load_start": loadavg(),
+         "m_tags": sizes["m_tags"]}
 
     def f(name):
         return data / name
@@ -204,6 +458,7 @@ def main():
     log("making data sets ...")
     run([peer, "gen-archive", sizes["L"], f("L.mz")])
     run([peer, "gen-st", sizes["L"], f("L.safetensors")])
+    run([peer, "gen-st", sizes["K"], f("K.safetensors")])
     run([peer, "gen-archive", sizes["L16"], f("L16.mz")])
     run([peer, "gen-m", f("M.mz"), sizes["m_tags"], 1000])
     run([peer, "gen-archive", sizes["B"], f("B.mz"), "--tag", "base", "--salt", "5"])
@@ -240,9 +495,11 @@ def main():
     R["py_st_save"] = one(run([py, "-c", PY_ST_SAVE, f("L.safetensors"),
                                f("py.safetensors"), reps, "0"]))
 
-    log("PY Python package vs safetensors' Python API ...")
-    R["py"] = one(run([py, "bench/python_bench.py", "--st", f("L.safetensors"), "--dir", data,
+    log("PY Python package vs safetensors' Python API (K: 1,024 tensors) ...")
+    R["load_py"] = loadavg()
+    R["py"] = one(run([py, "bench/python_bench.py", "--st", f("K.safetensors"), "--dir", data,
                        "--reps", max(11, reps)]))  # fsynced 1 GiB saves are bimodal
+    f("K.safetensors").unlink()
 
     log("P4 append ...")
     R["append"] = one(run([peer, "append", f("B.mz"), sizes["C"], data, "--reps", reps]))
@@ -251,6 +508,13 @@ def main():
 
     log("P4 append through the CLI ...")
     R["append_cli"] = cli_append(mz_bin, peer, f("B.mz"), sizes["C"], data, reps)
+    log("P4 pack 4 x 25 MiB onto B against cat >> + sync ...")
+    R["load_p4"] = loadavg()
+    R["p4"] = p4_pack_floor(mz_bin, peer, f("B.mz"), sizes["C4"], data, 9 if full else reps)
+
+    log("P5 tags on M written by Python's zipfile, against zipinfo -1 ...")
+    R["load_p5"] = loadavg()
+    R["p5"] = p5_foreign(mz_bin, peer, f("M.mz"), data)
 
     log("P5 tags on M ...")
     tags_cmd = [mz_bin, "tags", f("M.mz")]
@@ -293,6 +557,12 @@ def main():
     R["rss"] = rss
     R["tensor_bytes"] = R["load"]["bytes"]
 
+    if not a.no_remote:
+        log("remote: nginx on 127.0.0.1 serving L; curl -o, modelzip cp, Archive::open_url ...")
+        R["load_remote"] = loadavg()
+        R["remote"] = remote_http(mz_bin, peer, f("L.mz"), data, reps)
+    R["load_end"] = loadavg()
+    report_issue27(R)
     report(R)
     if a.json:
         a.json.write_text(json.dumps(R, indent=1))
@@ -327,6 +597,120 @@ def cli_append(mz_bin, peer, base, set_name, data, reps):
             fh.truncate(orig_len)
     shutil.rmtree(cdir, ignore_errors=True)
     return out
+
+
+def report_issue27(R):
+    """Issue 27's table: what | now | floor | ratio | goal | met?"""
+    rows = []
+
+    def ms(x):
+        return f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s"
+
+    def row(what, now, floor, ratio, goal, ok):
+        rows.append((what, now, floor, ratio, goal, "n/a" if ok is None else
+                     ("yes" if ok else "NO")))
+
+    p4 = R["p4"]
+    a_, c_, f_ = med(p4["pack"]), med(p4["cat"]), med(p4["fresh"])
+    row(f"P4 `modelzip pack big.zip --tag t DIR`: {p4['files']} tensors, "
+        f"{p4['bytes'] / 2**20:.0f} MiB onto a {p4['base_bytes'] / 2**30:.2f} GiB archive "
+        f"just written and synced, median of {len(p4['pack'])}", ms(a_),
+        f"`cat DIR/* >> big.zip && sync big.zip` {ms(c_)}", f"{a_ / c_:.2f}x", "<= 1.15x",
+        a_ <= 1.15 * c_)
+    row("  (fresh `pack` of the same DIR, for scale)", ms(f_), f"the same cat + sync {ms(c_)}",
+        f"{f_ / c_:.2f}x", "", None)
+
+    p5 = R["p5"]
+    if "missing" in p5:
+        row("P5 `modelzip tags` (both rows)", "not measured", p5["missing"], "", "", None)
+    else:
+        for key, what, goal, ok in (
+                ("nosum", f"P5 `modelzip tags`, {R['m_tags']} tags x 1,000 params written by "
+                          f"Python's zipfile ({p5['entries']:,} entries, no `_summary.txt`), "
+                          "best of 7",
+                 "<= 0.3x", lambda t, z: t <= 0.3 * z),
+                ("sum", "P5 the same after one `modelzip pack` (summary written), best of 7",
+                 "<= 0.15x and < 25 ms", lambda t, z: t <= 0.15 * z and t < 0.025)):
+            t, z = min(p5[key]["tags"]), min(p5[key]["zipinfo"])
+            row(what, ms(t), f"`zipinfo -1` {ms(z)}", f"{t / z:.2f}x", goal, ok(t, z))
+
+    v = R["view_L"]
+    per_k = med(v["secs"]) / v["tensors"] * 1000
+    row(f"P2 open + latest + views, per 1,000 tensors (L: {v['tensors']} tensors)",
+        ms(per_k), "—", "", "< 0.5 ms", per_k < 0.5e-3)
+
+    if "py" in R:
+        P = R["py"]
+        n = P["tensors"]
+        mzv, stl = P["mz_views"], P["st_load"]
+        worst = max(m / s for m, s in zip(P["raw"]["mz_views"], P["raw"]["st_load"]))
+        row(f"Py1 Python: open + a numpy view of every tensor of a "
+            f"{P['bytes'] / 2**30:.2f} GiB tag of {n:,} tensors + close, median of "
+            f"{len(P['raw']['mz_views'])} (worst pair {worst:.4f}x)",
+            f"{ms(mzv)} ({mzv / n * 1e6:.2f} µs a tensor)",
+            f"`safetensors.numpy.load_file` {ms(stl)}", f"{mzv / stl:.4f}x",
+            "<= 0.01x (<= 2 µs a tensor)", mzv <= 0.01 * stl and mzv / n <= 2e-6)
+        ms_, ss = P["mz_save"], P["st_save_sha"]
+        pr = P["save_pair_ratios"]
+        row(f"PY2 `modelzip.save` of {P['bytes'] / 2**30:.2f} GiB (SHA-256 manifest, fsync), "
+            f"median of {len(pr)} alternated pairs (pair ratios {min(pr):.2f}–{max(pr):.2f}x)",
+            ms(ms_), f"`save_file` + fsync + SHA-256 of the file {ms(ss)}",
+            f"{statistics.median(pr):.2f}x", "<= 1.0x", statistics.median(pr) <= 1.0)
+
+    if "pd_mz" in R:
+        pd = med(R["pd_paddle"]["secs"])
+        mo = med(R["pd_mz"]["owned"])
+        row(f"P6 `.pdiparams` ({R['pd_mz']['records']} records) into owned memory "
+            "(`TensorFile::records_owned`)", ms(mo), f"Paddle `load_combine` {ms(pd)}",
+            f"{mo / pd:.2f}x", "<= 0.4x", mo <= 0.4 * pd)
+    else:
+        row("P6 `.pdiparams` into owned memory", "skipped: no Paddle venv (--with-paddle)",
+            "Paddle `load_combine`", "", "<= 0.4x", None)
+
+    if "remote" in R:
+        rm = R["remote"]
+        if "missing" in rm:
+            row("Remote read throughput (nginx on 127.0.0.1)", "not measured", rm["missing"],
+                "", "", None)
+        else:
+            c, p_, r_ = (med(rm["secs"][k]) for k in ("curl", "cp", "read"))
+            gib = rm["bytes"] / 2**30
+            row(f"Remote: `modelzip cp http://127.0.0.1:PORT/L.mz local` ({gib:.2f} GiB, "
+                f"nginx), median of {len(rm['secs']['cp'])}, peak RSS "
+                f"{rm['rss']['cp'] / 2**20:.0f} MiB", ms(p_), f"`curl -o` {ms(c)}",
+                f"{p_ / c:.2f}x", "<= 1.0x", p_ <= c)
+            largest = rm["read"]["largest"]
+            limit = largest + (64 << 20)
+            row(f"Remote: every tensor ({rm['read']['tensors']}) through `Archive::open_url`,"
+                f" peak RSS {rm['rss']['read'] / 2**20:.0f} MiB (largest tensor "
+                f"{largest / 2**20:.1f} MiB)", ms(r_), f"`curl -o` {ms(c)}",
+                f"{r_ / c:.2f}x", "<= 1.0x and RSS <= largest + 64 MiB",
+                r_ <= c and rm["rss"]["read"] <= limit)
+
+    print(f"\nissue 27's table ({R['mode']}); load average (1/5/15 min) at start "
+          f"{R['load_start']}, P4 {R.get('load_p4')}, P5 {R.get('load_p5')}, PY "
+          f"{R.get('load_py')}, remote {R.get('load_remote')}, end {R['load_end']}\n")
+    head = ("what", "now", "floor", "ratio", "goal", "met?")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    print(f"\nP4 repetitions (s): pack {fmt_list(p4['pack'])}; cat + sync "
+          f"{fmt_list(p4['cat'])}; fresh pack {fmt_list(p4['fresh'])}")
+    if "missing" not in p5:
+        for key in ("nosum", "sum"):
+            print(f"P5 {key} (s): tags {fmt_list(p5[key]['tags'])}; zipinfo "
+                  f"{fmt_list(p5[key]['zipinfo'])}")
+    if "py" in R:
+        P = R["py"]
+        print(f"PY2 pairs (s, modelzip.save / save_file + fsync + SHA-256): " + ", ".join(
+            f"{m:.3f}/{s:.3f}" for m, s in zip(P["raw"]["mz_save"], P["raw"]["st_save_sha"])))
+        print(f"Py1 repetitions (ms): views {fmt_list(P['raw']['mz_views'], 1e3, 2)}; "
+              f"load_file {fmt_list(P['raw']['st_load'], 1e3, 1)}")
+
+
+def fmt_list(xs, scale=1.0, digits=3):
+    return ", ".join(f"{x * scale:.{digits}f}" for x in xs)
 
 
 def report(R):

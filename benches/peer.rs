@@ -17,6 +17,8 @@
 //! peer tags-standin ARCHIVE                       P5 stand-in for `modelzip tags`
 //! peer read-pdiparams FILE [--reps N]             P6: decode a Paddle combined file
 //! peer physical FILE                              memcpy and page-cache read bandwidth
+//! peer read-url URL                               every tensor of every tag through
+//!                                                 Archive::open_url (remote row)
 //! ```
 
 #[path = "common/mod.rs"]
@@ -619,9 +621,40 @@ fn dispatch(a: &Args) -> Res<()> {
         Some("tags-standin") => need(1).and_then(|()| tags_standin(a)),
         Some("read-pdiparams") => need(1).and_then(|()| read_pdiparams(a)),
         Some("physical") => need(1).and_then(|()| physical(a)),
+        Some("read-url") => need(1).and_then(|()| read_url(a)),
         Some(c) => Err(format!("unknown command {c:?}").into()),
         None => smoke(),
     }
+}
+
+/// The remote row: `Archive::open_url`, then every tensor of every tag read into owned
+/// memory (one at a time, dropped after), as a reader of a served archive would.
+fn read_url(a: &Args) -> Res<()> {
+    let (secs, (tensors, bytes, largest)) = timed(|| {
+        let ar = Archive::open_url(&a.pos[1])?;
+        let (mut n, mut total, mut largest) = (0u64, 0u64, 0u64);
+        for name in ar.tags().to_vec() {
+            let tag = ar.tag(&name)?;
+            for p in tag.params() {
+                let t = tag.tensor_owned(&p.location)?;
+                let len = t.data().len() as u64;
+                n += 1;
+                total += len;
+                largest = largest.max(len);
+            }
+        }
+        Ok((n, total, largest))
+    })?;
+    emit(
+        "read-url",
+        &[
+            ("secs", format!("{secs:.4}")),
+            ("tensors", tensors.to_string()),
+            ("bytes", bytes.to_string()),
+            ("largest", largest.to_string()),
+        ],
+    );
+    Ok(())
 }
 
 fn main() {

@@ -4,7 +4,8 @@
 //!
 //! `cargo run --example fp32_int8_variants [ARCHIVE]`
 
-use modelzip::interop::paddle::{self, ImportOptions};
+use modelzip::interop::ImportOptions;
+use modelzip::interop::paddle;
 use modelzip::variants::{self, QuantizeOptions};
 use modelzip::{Archive, WriteOptions};
 use std::path::{Path, PathBuf};

@@ -13,7 +13,7 @@
 //! - [`DType`], [`Tensor`] and the zero-copy [`TensorView`];
 //! - [`tensor`]: the LoDTensor record codec, byte-exact with Paddle;
 //! - [`Graph`]: one graph model for both graph encodings, Paddle ProgramDesc
-//!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`graph::dump`] renderings;
+//!   (`graph.pdmodel`) and FlatBuffers (`graph.fb`), with [`dump`] renderings;
 //! - [`TrainingConfig`]: the updater and its state, stored as `trainingConfig.fb`.
 //! - [`interop::paddle`]: Paddle inference models (`.pdmodel` + `.pdiparams`) and
 //!   persistables directories in and out of archive tags, byte for byte.
@@ -41,8 +41,8 @@
 //! [`TrainingConfig`]). A module is public only where it groups the functions of one
 //! format or area whose names would clash or mislead at the root: [`interop`] (one
 //! submodule per model format: `import_*` / `export_*`), [`graph`] (the graph model, its
-//! two encodings [`graph::flatbuffers`] and [`graph::programdesc`], and the [`graph::dump`]
-//! renderings), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
+//! two encodings graph.fb and ProgramDesc behind [`Graph`]'s methods), [`dump`] (the
+//! renderings and drawing of every graph kind), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
 //! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`extract`] (its
 //! options, report and limit names would read as archive-wide at the root), [`progress`] and
 //! [`remote`]. No type of a dependency appears in a public signature (but `half`'s `f16`
@@ -61,7 +61,31 @@ macro_rules! internal_mod {
         pub mod $name;
         $(#[$attr])*
         #[cfg(not(feature = "test-internals"))]
-        mod $name;
+        pub(crate) mod $name;
+    };
+}
+
+/// A struct whose fields only the crate reads: `$vis` (`pub` for a type users hold but
+/// need not open, such as a foreign graph kind) with `pub(crate)` fields, or public with
+/// public hidden fields under the `test-internals` feature (the crate's tests build and
+/// inspect them).
+macro_rules! internal_fields {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident {
+            $($(#[$fattr:meta])* $field:ident : $ty:ty),* $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        #[cfg(feature = "test-internals")]
+        pub struct $name {
+            $($(#[$fattr])* #[doc(hidden)] pub $field: $ty),*
+        }
+        $(#[$attr])*
+        #[cfg(not(feature = "test-internals"))]
+        $vis struct $name {
+            $($(#[$fattr])* pub(crate) $field: $ty),*
+        }
     };
 }
 
@@ -75,25 +99,35 @@ macro_rules! internal {
         pub $($item)*
         $(#[$attr])*
         #[cfg(not(feature = "test-internals"))]
-        #[allow(dead_code)] // Some are used by the tests only.
+        #[allow(dead_code, unused_imports)] // Some are used by the tests only.
         pub(crate) $($item)*
     };
 }
 
 mod archive;
 pub mod checkpoint;
+pub mod dump;
 mod error;
 pub mod extract;
 pub mod graph;
 pub mod interop;
 mod json_cost;
-internal_mod!(onnx_proto);
+mod proto_walk;
+internal_mod!(
+    /// ONNX's protobuf types; the file lives in the format's folder.
+    #[path = "interop/onnx/proto.rs"]
+    onnx_proto
+);
 internal_mod!(paddle_proto);
 pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod tensor;
-internal_mod!(tf_proto);
+internal_mod!(
+    /// TensorFlow's protobuf types; the file lives in the format's folder.
+    #[path = "interop/tf/proto.rs"]
+    tf_proto
+);
 pub mod variants;
 
 pub use archive::{
@@ -105,8 +139,12 @@ pub use archive::{
     replace_graph, sha256_hex, validate_tag_name,
 };
 pub use error::{Error, ErrorKind, Location, Result};
-pub use graph::{Graph, GraphFormat, TrainingConfig};
-pub use tensor::{DType, Element, Lod, Tensor, TensorView};
+pub use graph::format::GraphFormat;
+pub use graph::model::Graph;
+pub use graph::training_config::TrainingConfig;
+pub use tensor::dtype::DType;
+pub use tensor::lod::Lod;
+pub use tensor::view::{Element, Tensor, TensorView};
 
 /// The write-fault hook (`fault-injection` feature, for the crate's own tests): makes this
 /// thread's archive writes fail after a byte budget, as a full disk would.

@@ -67,6 +67,16 @@ impl Set {
                 count: 400,
                 dims: [1024, 1311],
             },
+            // Issue 27's P4 checkpoint: 4 tensors of 25 MiB (4 x [1280, 5120] x 4 B).
+            "C4x25" => Set {
+                count: 4,
+                dims: [1280, 5120],
+            },
+            // Issue 27's Py1 tag: 1,024 tensors of 1 MiB (1 GiB): per-tensor costs.
+            "K1024" => Set {
+                count: 1024,
+                dims: [256, 1024],
+            },
             _ => return None,
         };
         s.dims[0] = (s.dims[0] / scale).max(1);

@@ -3,7 +3,7 @@
 //! archive can be walked; verify() runs to the end.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::graph::dump;
+use modelzip::dump;
 use modelzip::{Graph, OpenOptions, TrainingConfig};
 use std::io::Cursor;
 

@@ -4,13 +4,15 @@
 //! them when unset) and is itself a fixed point.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::graph::{VarKind, dump};
+use modelzip::dump;
+use modelzip::graph::VarKind;
 use modelzip::Graph;
 
 /// `g` with every variable's implied flags filled in, as the ProgramDesc encoder does.
 fn implied(g: &Graph) -> Graph {
     let mut g = g.clone();
-    for v in g.blocks.iter_mut().flat_map(|b| b.vars.iter_mut()) {
+    let Some(p) = g.program_mut() else { return g };
+    for v in p.blocks.iter_mut().flat_map(|b| b.vars.iter_mut()) {
         match v.kind {
             VarKind::Placeholder => drop(v.need_check_feed.get_or_insert(true)),
             VarKind::Parameter => drop((v.persistable.get_or_insert(true), v.is_parameter.get_or_insert(true))),

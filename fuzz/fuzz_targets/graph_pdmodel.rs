@@ -4,7 +4,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use modelzip::Graph;
-use modelzip::graph::dump;
+use modelzip::dump;
 
 fuzz_target!(|data: &[u8]| {
     let g = match Graph::from_programdesc(data) {

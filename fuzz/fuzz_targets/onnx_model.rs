@@ -29,12 +29,9 @@ fuzz_target!(|data: &[u8]| {
     let back = onnx::join_model(&g, |name| Ok(TensorData::Owned(params[name].clone())), None)
         .expect("a split model joins back");
     assert_eq!(back.encode_to_vec(), before);
-    let graph = Graph {
-        onnx: Some(g),
-        ..Graph::new()
-    };
+    let graph = Graph::Onnx(g);
     let fb = graph.to_flatbuffers().unwrap();
     assert_eq!(Graph::from_flatbuffers(&fb).unwrap(), graph);
-    let _ = modelzip::graph::dump::text(&graph);
-    let _ = modelzip::graph::dump::json(&graph);
+    let _ = modelzip::dump::text(&graph);
+    let _ = modelzip::dump::json(&graph);
 });

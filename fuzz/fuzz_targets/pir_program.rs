@@ -7,7 +7,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use modelzip::Graph;
-use modelzip::graph::{dump, pir};
+use modelzip::dump;
+use modelzip::graph::pir;
 
 fuzz_target!(|data: &[u8]| {
     let _ = pir::looks_like_pir(data);

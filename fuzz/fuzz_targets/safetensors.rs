@@ -4,10 +4,8 @@
 //! header renders back to itself, and the file survives import → export byte for byte.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::interop::safetensors::{
-    ImportOptions, export_safetensors_bytes, import_safetensors, looks_like_safetensors,
-    read_safetensors,
-};
+use modelzip::interop::safetensors::{export_safetensors_bytes, import_safetensors, looks_like_safetensors, read_safetensors};
+use modelzip::interop::{ImportOptions};
 use modelzip::{Archive, WriteOptions};
 
 fuzz_target!(|data: &[u8]| {

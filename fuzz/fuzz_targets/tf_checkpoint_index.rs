@@ -8,7 +8,7 @@
 //! which lets mutations inside blocks reach the block and entry parsers.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use modelzip::interop::saved_model::{parse_index, write_index};
+use modelzip::interop::tf::saved_model::{parse_index, write_index};
 
 const FOOTER_LEN: usize = 48;
 

@@ -14,7 +14,8 @@ use modelzip::checkpoint::{
     self, Checkpoint, CheckpointOptions, Checkpointer as CoreCheckpointer, Goal, KeepBest,
     Retention, SaveHandle as CoreSaveHandle, SaveReport,
 };
-use modelzip::interop::paddle::{self, ExportOptions, ImportOptions, ImportReport};
+use modelzip::interop::paddle;
+use modelzip::interop::{ExportOptions, ImportOptions, ImportReport};
 use modelzip::{
     AppendMode, Appender, Archive as CoreArchive, ArchiveWriter, DType, Error, ErrorKind,
     GraphFormat, ParamEntry, TagWriter, Tensor, TensorData, TensorLocation, TensorView,

@@ -242,8 +242,9 @@ def test_api_validates_its_inputs(served):
 
 
 def test_graphs_of_onnx_tensorflow_and_pir_tags(browser, tmp):
-    """ONNX nodes and TensorFlow nodes (constants included: they are GraphDef nodes) are
-    the drawn nodes; ONNX inputs and initializers are values, folded into edges."""
+    """ONNX nodes, TensorFlow nodes (constants included: they are GraphDef nodes) and PIR
+    ops are the drawn nodes; ONNX inputs and initializers and PIR parameters are values,
+    folded into edges."""
     archive = tmp / "g.zip"
     fixtures = REPO / "tests" / "fixtures"
     run_cli("import", archive, "--tag", "onnx", fixtures / "onnx" / "mlp.onnx", "-q")
@@ -252,15 +253,31 @@ def test_graphs_of_onnx_tensorflow_and_pir_tags(browser, tmp):
     run_cli("import", archive, "--tag", "pir", pir / "mlp.json", pir / "mlp.pdiparams", "-q")
     server = Server(archive)
     try:
-        # A PIR program (its ops counted, not decoded) is one node: its summary, the op
-        # counts as its attributes.
+        # A PIR program is drawn op by op, as the file lists them: its parameter ops are
+        # values (folded into edges), every other op a node, and an op that reads another
+        # op's result has an edge from it (read here from the file itself).
+        program = json.loads((pir / "mlp.json").read_text())
+        file_ops = [op for region in program["program"]["regions"]
+                    for block in region["blocks"] for op in block["ops"]]
+        pir_ops = [op["#"] for op in file_ops if op["#"] != "p"]
         status, g = server.get("api/graph?tag=pir")
-        assert status == 200 and g["kind"] == "pir" and len(g["nodes"]) == 1
-        assert sum(int(a["value"]) for a in g["nodes"][0]["attrs"]) == 12
+        assert status == 200 and g["kind"] == "pir"
+        assert sorted(n["op"] for n in g["nodes"]) == sorted(pir_ops)
+        producer = {}
+        for i, op in enumerate(file_ops):
+            results = op.get("O", [])
+            for r in results if isinstance(results, list) else [results]:
+                producer[r["%"]] = i
+        want_edges = sorted({(f"o{producer[v['%']]}", f"o{i}")
+                             for i, op in enumerate(file_ops) if op["#"] != "p"
+                             for v in op.get("I", [])
+                             if file_ops[producer[v["%"]]]["#"] != "p"})
+        assert sorted(tuple(e) for e in g["edges"]) == want_edges and want_edges
         page = open_page(browser, server.url)
         for tag, ops in [
             ("onnx", [n["op_type"] for n in cli_json_graph(archive, "onnx")["onnx"]["nodes"]]),
             ("tf", [n["op"] for n in cli_json_graph(archive, "tf")["tensorflow"]["nodes"]]),
+            ("pir", pir_ops),
         ]:
             page.locator(f'[data-testid="tag-row"][data-tag="{tag}"]').click()
             page.locator('[data-testid="param-row"]').first.wait_for()

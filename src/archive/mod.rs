@@ -71,9 +71,10 @@ pub(crate) use append::{finish_detached, remote_session};
 pub use hashing::sha256_hex;
 pub use lock::WriteLock;
 pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
+pub(crate) use reader::GraphFormat;
 pub use reader::{
-    Archive, GraphFormat, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData,
-    TensorKind, TensorLocation, UpdaterEntry,
+    Archive, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData, TensorKind,
+    TensorLocation, UpdaterEntry,
 };
 #[cfg(feature = "test-internals")]
 pub use reader::{WorkCounts, dropped_work_counts, work_counts};

@@ -94,7 +94,7 @@ fn rewrite_graph(
         let (from, old_bytes, new) = {
             let t = base.tag(&canon)?;
             let Some((from, old)) = t.graph()? else {
-                let what = if crate::interop::saved_model::is_saved_model_tag(&t) {
+                let what = if crate::interop::tf::saved_model::is_saved_model_tag(&t) {
                     "holds a TensorFlow SavedModel, whose saved_model/saved_model.pb is \
                      kept undecoded and not converted (no graph.pdmodel or graph.fb)"
                 } else {

@@ -332,7 +332,7 @@ impl Archive {
                     return None;
                 }
                 Ok(g) => {
-                    let checked = g.tf.is_some() || g.onnx.is_some() || g.pir.is_some();
+                    let checked = !matches!(g, Graph::Program(_));
                     pass.graphs.insert(entry.to_string(), checked);
                     if !checked {
                         return None;
@@ -367,22 +367,16 @@ impl Archive {
                         if !done && let Some(g) = self.decoded_graph(format, &entry, pass, r) {
                             WorkCounters::add(&self.work.graph_checks);
                             let before = r.problems.len();
-                            // A TensorFlow graph's constants must be the tag's parameters.
-                            if let Some(tf) = &g.tf
-                                && let Err(e) = crate::interop::tf::check_refs(&tag, tf)
-                            {
-                                r.push_error(Some(&entry), &e);
-                            }
-                            // So must an ONNX model's initializers.
-                            if let Some(onnx) = &g.onnx
-                                && let Err(e) = crate::interop::onnx::check_refs(&tag, onnx)
-                            {
-                                r.push_error(Some(&entry), &e);
-                            }
-                            // And a PIR program's parameters, with the declared types.
-                            if g.pir.is_some()
-                                && let Err(e) = crate::interop::paddle::check_params(&tag)
-                            {
+                            // A foreign graph's parameters must be the tag's: a
+                            // TensorFlow graph's constants, an ONNX model's initializers,
+                            // a PIR program's parameters with the declared types.
+                            let refs = match g {
+                                Graph::Program(_) => Ok(()),
+                                Graph::Tf(tf) => crate::interop::tf::check_refs(&tag, tf),
+                                Graph::Onnx(onnx) => crate::interop::onnx::check_refs(&tag, onnx),
+                                Graph::Pir(_) => crate::interop::paddle::check_params(&tag),
+                            };
+                            if let Err(e) = refs {
                                 r.push_error(Some(&entry), &e);
                             }
                             // Failures are checked again for each tag (their messages

@@ -15,7 +15,7 @@ const EARLY_WRITEBACK: u64 = 8 << 20;
 /// only a head start, and a failed request is ignored. Elsewhere, and when `on` is false,
 /// it only writes. Writes go through [`Budgeted`] (fault injection in tests).
 ///
-/// Measured (docs/BENCHMARKS.md P3): saving L (1 GiB) with fsync, medians of 5 in three
+/// Measured (docs/BENCHMARKS-history.md P3): saving L (1 GiB) with fsync, medians of 5 in three
 /// alternating pairs of processes: 893 / 1,302 / 1,076 ms without, 716 / 951 / 865 ms with
 /// (fastest repetition 743 → 490 ms).
 pub(crate) struct EarlyWriteback {

@@ -125,7 +125,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .as_os_str()
         .to_str()
         .is_some_and(|s| s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR));
-    let saved_model = format.name() == "tf" && interop::saved_model::is_saved_model_tag(&tag);
+    let saved_model = format.name() == "tf" && interop::tf::saved_model::is_saved_model_tag(&tag);
     if slash && format.name() != "paddle" && !saved_model && !args.out.is_dir() {
         let why = if format.name() == "safetensors" {
             "is not an existing directory: create it to write shards and an index there, or give a file path"

@@ -5,7 +5,7 @@ use super::output::{clean, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::Graph;
 use modelzip::GraphFormat;
-use modelzip::graph::dump;
+use modelzip::dump;
 use modelzip::interop::tf;
 use serde_json::json;
 
@@ -62,7 +62,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .graph()
         .map_err(|e| CliError::Failed(format!("cannot read the graph of tag {name:?}: {e}")))?
         .ok_or_else(|| {
-            let why = if modelzip::interop::saved_model::is_saved_model_tag(&tag) {
+            let why = if modelzip::interop::tf::saved_model::is_saved_model_tag(&tag) {
                 "the tag holds a TensorFlow SavedModel, whose saved_model/saved_model.pb \
                  modelzip keeps undecoded (no graph.pdmodel or graph.fb); `modelzip show` \
                  lists its variables, `modelzip export` writes the SavedModel back"
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 .map_err(|e| CliError::Failed(format!("cannot render {entry} as JSON: {e}")))?,
         }))?,
         Format::Dot => print(&dump::dot(&graph))?,
-        Format::Pbtxt if graph.tf.is_some() => {
+        Format::Pbtxt if matches!(graph, modelzip::Graph::Tf(_)) => {
             let text = tf::export_graphdef_text(&tag).map_err(|e| {
                 CliError::Failed(format!("cannot rebuild the GraphDef of tag {name:?}: {e}"))
             })?;

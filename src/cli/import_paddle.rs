@@ -6,7 +6,8 @@ use super::common::{
 };
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::interop::paddle::{self, ImportReport};
+use modelzip::interop::ImportReport;
+use modelzip::interop::paddle;
 use std::path::PathBuf;
 
 /// Import a Paddle inference model (MODEL.pdmodel + PARAMS.pdiparams) or a

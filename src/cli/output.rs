@@ -139,7 +139,7 @@ impl Table {
 }
 
 /// A name from an archive made safe for human output (JSON output escapes on its own).
-pub use modelzip::graph::dump::clean;
+pub use modelzip::dump::clean;
 
 /// An error line for stderr: one line (line breaks become spaces, as library messages
 /// may wrap), every other control or invisible format character escaped as by [`clean`].

@@ -178,7 +178,7 @@ fn read_graph(path: &Path, encoding: Option<GraphFormat>) -> Result<GraphFile, C
             GraphFormat::ProgramDesc
         }
     });
-    if encoding == GraphFormat::ProgramDesc && modelzip::graph::pir::looks_like_pir(&bytes) {
+    if encoding == GraphFormat::ProgramDesc && modelzip::graph::looks_like_pir(&bytes) {
         // A Paddle 3 PIR program: kept byte for byte in a graph.fb.
         let fb = Graph::from_pir_json(&bytes)
             .and_then(|g| g.to_flatbuffers())

@@ -56,7 +56,7 @@ pub(super) fn tag_json(position: usize, r: &TagSummary) -> Value {
 /// Every tag described from its tables, as the summary would describe it.
 fn from_tables(archive: &Archive, shown: &Path) -> Result<Vec<TagSummary>, CliError> {
     // Tags are independent: describe them on every core (two threads halve `tags` on
-    // an archive of 100 tags x 1,000 params; docs/BENCHMARKS.md, P5).
+    // an archive of 100 tags x 1,000 params; docs/BENCHMARKS-history.md, P5).
     let describe = |names: &[String]| -> Result<Vec<TagSummary>, CliError> {
         names
             .iter()

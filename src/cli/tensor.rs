@@ -2,8 +2,8 @@
 
 use super::output::{io_error, print_json};
 use super::{CliError, Outcome};
+use modelzip::Lod;
 use modelzip::sha256_hex;
-use modelzip::tensor::Lod;
 use modelzip::tensor::{self, Record};
 use std::io::Write;
 use std::path::PathBuf;

@@ -18,11 +18,11 @@ fn is_unsafe_char(c: char) -> bool {
         )
 }
 
-/// A name made safe for a terminal (used by [`dump::text`](super::dump::text) and by the CLI's human output):
+/// A name made safe for a terminal (used by [`dump::text`](crate::dump::text) and by the CLI's human output):
 /// control and invisible format characters written as in a Rust string literal (`\n`,
 /// `\u{1b}`), so a hostile name can neither run terminal escape sequences nor start a
 /// fake line. Everything else, backslashes included, stays as it is. Attribute strings
-/// in [`dump::text`](super::dump::text) are quoted with `{:?}` instead.
+/// in [`dump::text`](crate::dump::text) are quoted with `{:?}` instead.
 pub fn clean(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_unsafe_char) {
         return Cow::Borrowed(s);

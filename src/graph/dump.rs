@@ -1,7 +1,6 @@
-//! Human-readable renderings of a graph: a text listing, JSON, and protobuf text format.
-//!
-//! All functions return data; the library never prints. The JSON shape is documented in
-//! docs/GRAPH.md.
+//! Renderings of a Paddle / SameDiff [`Program`]: a text listing, JSON, a drawing, and
+//! the protobuf text format of ProgramDesc bytes. [`crate::dump`] renders every graph
+//! kind and calls these for programs.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -9,8 +8,9 @@ use std::fmt::Write as _;
 use prost_reflect::text_format::FormatOptions;
 use serde_json::{Value, json};
 
-pub use super::clean::clean;
-use super::model::{Attr, AttrValue, Graph, Scalar, Slot, Var, VarTypeExtra};
+use super::clean::clean;
+use super::drawing::{DrawNode, Drawing, NodeRole, NodeShape};
+use super::model::{Attr, AttrValue, Program, Scalar, Slot, Var, VarTypeExtra};
 use super::programdesc::decode_dynamic;
 use crate::error::Result;
 
@@ -21,17 +21,8 @@ const MAX_TEXT_ITEMS: usize = 8;
 
 /// A listing for people: per block, the variables (kind, dtype, shape, flags) and the
 /// operations in order as `type(inputs) -> outputs  attrs`. Long strings and lists
-/// (such as `op_callstack`) are abbreviated; use [`json()`] for everything.
-pub fn text(g: &Graph) -> String {
-    if let Some(tf) = &g.tf {
-        return super::dump_tf::text(tf);
-    }
-    if let Some(onnx) = &g.onnx {
-        return super::dump_onnx::text(onnx);
-    }
-    if let Some(pir) = &g.pir {
-        return super::pir::text(pir);
-    }
+/// (such as `op_callstack`) are abbreviated; the JSON has everything.
+pub(crate) fn text(g: &Program) -> String {
     let mut out = String::new();
     let version = g
         .version
@@ -150,7 +141,12 @@ fn attr_text(a: &Attr) -> String {
     if let ("op_callstack", AttrValue::Strings(v)) = (a.name.as_str(), &a.value) {
         return format!("op_callstack=({} lines)", v.len());
     }
-    let v = match &a.value {
+    format!("{}={}", clean(&a.name), attr_value_text(&a.value))
+}
+
+/// An attribute's value in words (long strings and lists abbreviated).
+pub(crate) fn attr_value_text(value: &AttrValue) -> String {
+    match value {
         AttrValue::Int(x) | AttrValue::Block(x) => x.to_string(),
         AttrValue::Long(x) => x.to_string(),
         AttrValue::Float(x) => x.to_string(),
@@ -166,27 +162,11 @@ fn attr_text(a: &Attr) -> String {
         AttrValue::Scalar(s) => scalar_text(s),
         AttrValue::Scalars(v) => list(v, scalar_text),
         AttrValue::DataType(d) => d.to_string(),
-    };
-    format!("{}={v}", clean(&a.name))
+    }
 }
 
-/// The whole graph as a JSON document, compact (every field; shape documented in
-/// docs/GRAPH.md).
-pub fn json(g: &Graph) -> String {
-    json_value(g).to_string()
-}
-
-/// [`json()`] as a value.
-pub(crate) fn json_value(g: &Graph) -> Value {
-    if let Some(tf) = &g.tf {
-        return json!({ "tensorflow": super::dump_tf::json(tf) });
-    }
-    if let Some(onnx) = &g.onnx {
-        return json!({ "onnx": super::dump_onnx::json(onnx) });
-    }
-    if let Some(pir) = &g.pir {
-        return json!({ "pir": super::pir::json(pir) });
-    }
+/// The whole program as a JSON value (every field; shape documented in docs/GRAPH.md).
+pub(crate) fn json_value(g: &Program) -> Value {
     json!({
         "version": g.version,
         "op_version_map": g.op_version_map.as_ref().map(|m| {
@@ -289,16 +269,75 @@ fn attr_json(a: &Attr) -> Value {
     json!({"name": a.name, "type": a.value.type_name(), "value": value})
 }
 
-/// Any graph (Paddle, TensorFlow or ONNX) as Graphviz DOT.
-pub fn dot(g: &Graph) -> String {
-    super::dump_tf::dot(g)
+/// A program's drawing: operations as grey ellipses between their variables
+/// (persistable ones boxed, with dtype and dims), each operation with its inputs,
+/// outputs and attributes.
+pub(crate) fn drawing(g: &Program) -> Drawing {
+    use std::collections::HashMap;
+    let mut d = Drawing::default();
+    for (b, block) in g.blocks.iter().enumerate() {
+        let mut ids: HashMap<&str, usize> = HashMap::new();
+        for (k, v) in block.vars.iter().enumerate() {
+            let dims = v
+                .dtype
+                .map(|t| format!("{t}{:?}", v.shape))
+                .unwrap_or_default();
+            let shape = if v.is_persistable() {
+                NodeShape::Box
+            } else {
+                NodeShape::Plaintext
+            };
+            let i = d.push(DrawNode::new(
+                format!("b{b}v{k}"),
+                NodeRole::Value,
+                shape,
+                format!("{}\n{dims}", v.name),
+            ));
+            ids.insert(v.name.as_str(), i);
+        }
+        for (k, op) in block.ops.iter().enumerate() {
+            let mut node = DrawNode::new(
+                format!("b{b}o{k}"),
+                NodeRole::Op,
+                NodeShape::FilledEllipse,
+                op.op_type.clone(),
+            );
+            node.block = Some(b);
+            let pairs = |s: &[Slot]| -> Vec<(String, Vec<String>)> {
+                s.iter().map(|s| (s.name.clone(), s.args.clone())).collect()
+            };
+            node.inputs = pairs(&op.inputs);
+            node.outputs = pairs(&op.outputs);
+            node.attrs = op
+                .attrs
+                .iter()
+                .map(|a| (a.name.clone(), attr_value_text(&a.value)))
+                .collect();
+            let id = d.push(node);
+            for s in &op.inputs {
+                for a in &s.args {
+                    if let Some(&v) = ids.get(a.as_str()) {
+                        d.edge(v, id, false);
+                    }
+                }
+            }
+            for s in &op.outputs {
+                for a in &s.args {
+                    if let Some(&v) = ids.get(a.as_str()) {
+                        d.edge(id, v, false);
+                    }
+                }
+            }
+        }
+    }
+    d
 }
 
 /// The protobuf text format of ProgramDesc bytes (pretty-printed, fields in
 /// field-number order). The bytes are decoded and checked as by
 /// [`Graph::from_programdesc`](crate::Graph::from_programdesc) first.
-pub fn pbtxt(programdesc_bytes: &[u8]) -> Result<String> {
-    crate::Graph::from_programdesc(programdesc_bytes)?;
+pub(crate) fn pbtxt(programdesc_bytes: &[u8]) -> Result<String> {
+    super::programdesc::decode(programdesc_bytes)?;
     let msg = decode_dynamic(programdesc_bytes)?;
     Ok(msg.to_text_format_with_options(&FormatOptions::new().pretty(true)))
 }
@@ -309,8 +348,8 @@ mod tests {
     use crate::graph::{Op, Var};
     use crate::tensor::DType;
 
-    fn sample() -> Graph {
-        let mut g = Graph::new();
+    fn sample() -> Program {
+        let mut g = Program::new();
         g.version = Some(2006002);
         let b = &mut g.blocks[0];
         b.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
@@ -351,7 +390,7 @@ mod tests {
 
     #[test]
     fn text_escapes_control_characters_in_names() {
-        let mut g = Graph::new();
+        let mut g = Program::new();
         let b = &mut g.blocks[0];
         b.vars.push(Var::parameter(
             "evil\u{1b}[31m\nvar fake",
@@ -396,7 +435,7 @@ mod tests {
 
     #[test]
     fn pbtxt_renders_programdesc() {
-        let bytes = sample().to_programdesc().unwrap();
+        let bytes = crate::Graph::from(sample()).to_programdesc().unwrap();
         let t = pbtxt(&bytes).unwrap();
         assert!(t.contains("type: \"matmul_v2\""), "{t}");
         assert!(t.contains("version: 2006002"), "{t}");

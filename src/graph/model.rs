@@ -8,10 +8,28 @@
 
 use crate::tensor::DType;
 
-/// A whole program: nested blocks of variables and operations.
-/// `Graph::default()` is [`Graph::new`]: one empty main block.
+/// A graph: one of the kinds an archive stores. Each kind is one variant, so a graph
+/// is exactly one kind and a `match` names every place a new kind must be handled.
+///
+/// The Paddle / SameDiff [`Program`] is modelzip's own model (both encodings hold it);
+/// the other kinds are foreign formats' graphs as graph.fb keeps them, understood by
+/// their format's module under [`crate::interop`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Graph {
+pub enum Graph {
+    /// A Paddle ProgramDesc or SameDiff program: nested blocks of variables and ops.
+    Program(Program),
+    /// A TensorFlow GraphDef (imported by `interop::tf`).
+    Tf(TfGraph),
+    /// An ONNX model (imported by `interop::onnx`).
+    Onnx(OnnxGraph),
+    /// A Paddle 3 PIR program, `.json` (imported by `interop::paddle`).
+    Pir(super::pir::PirGraph),
+}
+
+/// A whole Paddle / SameDiff program: nested blocks of variables and operations.
+/// `Program::default()` is [`Program::new`]: one empty main block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
     /// The blocks; block 0 is the main (global) block.
     pub blocks: Vec<Block>,
     /// `ProgramDesc.version.version` (2006002 from Paddle 2.6, 3003001 from 3.3.1).
@@ -19,91 +37,94 @@ pub struct Graph {
     /// `ProgramDesc.op_version_map` as (op name, version) pairs in file order;
     /// `None` when the map is absent, `Some(vec![])` when present but empty.
     pub op_version_map: Option<Vec<(String, i32)>>,
-    /// A TensorFlow GraphDef (imported by [`crate::interop::tf`]); `blocks` is then one
-    /// empty main block. `None` for Paddle and SameDiff graphs.
-    pub tf: Option<TfGraph>,
-    /// An ONNX model (imported by [`crate::interop::onnx`]); `blocks` is then one empty
-    /// main block. `None` for every other graph.
-    pub onnx: Option<OnnxGraph>,
-    /// A Paddle 3 PIR program (`.json`, imported by [`crate::interop::paddle`]); `blocks`
-    /// is then one empty main block. `None` for every other graph.
-    pub pir: Option<super::pir::PirGraph>,
 }
 
-/// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
-/// initializers that are tag parameters removed.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct OnnxGraph {
-    /// The ModelProto, encoded, with those initializers' values removed.
-    pub model: Vec<u8>,
-    /// One entry per top-level initializer (`GraphProto.initializer`), in order.
-    pub initializers: Vec<OnnxInit>,
+internal_fields! {
+    /// An ONNX ModelProto as graph.fb keeps it: the model's protobuf with the values of the
+    /// initializers that are tag parameters removed.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct OnnxGraph {
+        /// The ModelProto, encoded, with those initializers' values removed.
+        model: Vec<u8>,
+        /// One entry per top-level initializer (`GraphProto.initializer`), in order.
+        initializers: Vec<OnnxInit>,
+    }
 }
 
-/// Where one top-level ONNX initializer's values are.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OnnxInit {
-    /// The tag parameter holding the values; `None` when the initializer is kept whole
-    /// in the model (strings, values the parameters cannot hold as they came).
-    pub param: Option<String>,
-    /// The values were in the dtype's typed field (`float_data`, `int32_data`, ...),
-    /// not `raw_data`.
-    pub typed: bool,
-    /// The values came from external data: its `external_data` entries (`location`,
-    /// `offset`, `length`, `checksum`) as (key, value) pairs, as they came; empty when
-    /// they were in the model. A plain export writes them back there.
-    pub external: Vec<(String, String)>,
+internal_fields! {
+    /// Where one top-level ONNX initializer's values are.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub(crate) struct OnnxInit {
+        /// The tag parameter holding the values; `None` when the initializer is kept whole
+        /// in the model (strings, values the parameters cannot hold as they came).
+        param: Option<String>,
+        /// The values were in the dtype's typed field (`float_data`, `int32_data`, ...),
+        /// not `raw_data`.
+        typed: bool,
+        /// The values came from external data: its `external_data` entries (`location`,
+        /// `offset`, `length`, `checksum`) as (key, value) pairs, as they came; empty when
+        /// they were in the model. A plain export writes them back there.
+        external: Vec<(String, String)>,
+    }
 }
 
-/// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute
-/// values as TensorFlow's `AttrValue` protobuf, everything else as protobuf bytes.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TfGraph {
-    /// The nodes, in GraphDef order.
-    pub nodes: Vec<TfNode>,
-    /// The GraphDef without its nodes (versions, function library, debug info), encoded.
-    pub rest: Vec<u8>,
+internal_fields! {
+    /// A TensorFlow GraphDef as graph.fb keeps it: the nodes field by field, attribute
+    /// values as TensorFlow's `AttrValue` protobuf, everything else as protobuf bytes.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct TfGraph {
+        /// The nodes, in GraphDef order.
+        nodes: Vec<TfNode>,
+        /// The GraphDef without its nodes (versions, function library, debug info), encoded.
+        rest: Vec<u8>,
+    }
 }
 
-/// A TensorFlow NodeDef.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TfNode {
-    /// The node name.
-    pub name: String,
-    /// The op (`Const`, `MatMul`, ...).
-    pub op: String,
-    /// Inputs in order: `node`, `node:port`, control inputs `^node`.
-    pub inputs: Vec<String>,
-    /// The requested device, `""` when none.
-    pub device: String,
-    /// The attributes, in key order.
-    pub attrs: Vec<TfAttr>,
-    /// The NodeDef's other fields (experimental debug info and type), encoded; empty
-    /// when none.
-    pub rest: Vec<u8>,
+internal_fields! {
+    /// A TensorFlow NodeDef.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub(crate) struct TfNode {
+        /// The node name.
+        name: String,
+        /// The op (`Const`, `MatMul`, ...).
+        op: String,
+        /// Inputs in order: `node`, `node:port`, control inputs `^node`.
+        inputs: Vec<String>,
+        /// The requested device, `""` when none.
+        device: String,
+        /// The attributes, in key order.
+        attrs: Vec<TfAttr>,
+        /// The NodeDef's other fields (experimental debug info and type), encoded; empty
+        /// when none.
+        rest: Vec<u8>,
+    }
 }
 
-/// A TensorFlow node attribute.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TfAttr {
-    /// The key.
-    pub name: String,
-    /// The `AttrValue` protobuf; for a tensor stored as a parameter, the AttrValue with
-    /// the tensor's values removed.
-    pub value: Vec<u8>,
-    /// Where the tensor's values are, when they are a tag parameter.
-    pub param: Option<TfParamRef>,
+internal_fields! {
+    /// A TensorFlow node attribute.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub(crate) struct TfAttr {
+        /// The key.
+        name: String,
+        /// The `AttrValue` protobuf; for a tensor stored as a parameter, the AttrValue with
+        /// the tensor's values removed.
+        value: Vec<u8>,
+        /// Where the tensor's values are, when they are a tag parameter.
+        param: Option<TfParamRef>,
+    }
 }
 
-/// A Const tensor whose values are a tag parameter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TfParamRef {
-    /// The parameter's name.
-    pub param: String,
-    /// How the values were written: `None` in `tensor_content`; `Some(n)` as the first
-    /// `n` values in the dtype's typed field (`float_val`, ...), fewer than the element
-    /// count when TensorFlow repeats the last one (the splat form).
-    pub typed_count: Option<u64>,
+internal_fields! {
+    /// A Const tensor whose values are a tag parameter.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct TfParamRef {
+        /// The parameter's name.
+        param: String,
+        /// How the values were written: `None` in `tensor_content`; `Some(n)` as the first
+        /// `n` values in the dtype's typed field (`float_val`, ...), fewer than the element
+        /// count when TensorFlow repeats the last one (the splat form).
+        typed_count: Option<u64>,
+    }
 }
 
 /// One block: a scope with its variables and the operations that run in it.
@@ -614,28 +635,60 @@ pub struct Scalar {
     pub c: Option<(f64, f64)>,
 }
 
-impl Graph {
-    /// A graph with one empty main block and no version.
-    pub fn new() -> Graph {
-        Graph {
+impl Program {
+    /// A program with one empty main block and no version.
+    pub fn new() -> Program {
+        Program {
             blocks: vec![Block::main()],
             version: None,
             op_version_map: None,
-            tf: None,
-            onnx: None,
-            pir: None,
         }
     }
 
-    /// Block 0, the main block, if the graph has one.
-    /// (Decoded graphs always have one.)
+    /// Block 0, the main block, if the program has one.
+    /// (Decoded programs always have one.)
     pub fn main_block(&self) -> Option<&Block> {
         self.blocks.first()
     }
 }
 
-impl Default for Graph {
-    fn default() -> Graph {
-        Graph::new()
+impl Default for Program {
+    fn default() -> Program {
+        Program::new()
+    }
+}
+
+impl From<Program> for Graph {
+    fn from(p: Program) -> Graph {
+        Graph::Program(p)
+    }
+}
+
+impl Graph {
+    /// The Paddle / SameDiff program, when the graph is one.
+    pub fn program(&self) -> Option<&Program> {
+        match self {
+            Graph::Program(p) => Some(p),
+            Graph::Tf(_) | Graph::Onnx(_) | Graph::Pir(_) => None,
+        }
+    }
+
+    /// The program, mutably, when the graph is one.
+    pub fn program_mut(&mut self) -> Option<&mut Program> {
+        match self {
+            Graph::Program(p) => Some(p),
+            Graph::Tf(_) | Graph::Onnx(_) | Graph::Pir(_) => None,
+        }
+    }
+
+    /// What the graph is, in words: `a Paddle program`, `a TensorFlow graph`,
+    /// `an ONNX model`, `a Paddle PIR program`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Graph::Program(_) => "a Paddle program",
+            Graph::Tf(_) => "a TensorFlow graph",
+            Graph::Onnx(_) => "an ONNX model",
+            Graph::Pir(_) => "a Paddle PIR program",
+        }
     }
 }

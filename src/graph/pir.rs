@@ -17,6 +17,7 @@
 //! op names, and nothing allocated from a number in the file.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::drawing::{DrawNode, Drawing, NodeRole, NodeShape};
 use crate::graph::programdesc::gerr;
 use crate::tensor::DType;
 use serde::de::{
@@ -30,11 +31,13 @@ use std::collections::BTreeMap;
 /// Largest PIR JSON program accepted (256 MiB).
 pub const MAX_PIR_JSON_BYTES: usize = 256 << 20;
 
-/// A Paddle PIR program as graph.fb keeps it: the `.json` bytes, verbatim.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PirGraph {
-    /// The program file's bytes.
-    pub json: Vec<u8>,
+internal_fields! {
+    /// A Paddle PIR program as graph.fb keeps it: the `.json` bytes, verbatim.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct PirGraph {
+        /// The program file's bytes.
+        json: Vec<u8>,
+    }
 }
 
 /// What modelzip reads from a PIR program.
@@ -65,8 +68,13 @@ pub struct PirParam {
 }
 
 impl PirGraph {
+    /// The program file's bytes, as Paddle wrote them.
+    pub fn json(&self) -> &[u8] {
+        &self.json
+    }
+
     /// Parses and checks the program (see [`parse`]).
-    pub fn program(&self) -> Result<PirProgram> {
+    pub(crate) fn program(&self) -> Result<PirProgram> {
         parse(&self.json)
     }
 }
@@ -122,6 +130,29 @@ const MAX_PARAM_OP_FIELD: usize = 64 << 10;
 /// Most distinct op names counted (Paddle has about a thousand op types).
 const MAX_OP_NAMES: usize = 4096;
 
+/// Most ops whose operands and results a drawing reads ([`parse_ops`]); a program with
+/// more is drawn as its summary.
+pub(crate) const MAX_DRAWN_OPS: usize = 20_000;
+/// Longest operand or result list read for a drawing (bytes of JSON); longer lists are
+/// left out of the op's edges.
+const MAX_OPERANDS_FIELD: usize = 64 << 10;
+
+/// One op of a program as a drawing needs it: its name, where it is, and the value ids
+/// (`"%"`) it reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PirOp {
+    /// The op name as the file spells it (`1.matmul`, `p`).
+    pub(crate) name: String,
+    /// Where it is (`region 0, block 0, op 5`).
+    pub(crate) at: String,
+    /// The value ids of its operands (`"I"`), in order.
+    pub(crate) inputs: Vec<i64>,
+    /// The value ids of its results (`"O"`), in order.
+    pub(crate) outputs: Vec<i64>,
+    /// A parameter op's parameter name.
+    pub(crate) param: Option<String>,
+}
+
 /// Parses PIR JSON bytes and reads the op count and the parameters, checking the
 /// structure on the way: the `base_code` magic, regions of blocks of ops, each op named,
 /// each parameter op with a name and, for a dense tensor, a known element type and
@@ -131,6 +162,33 @@ const MAX_OP_NAMES: usize = 4096;
 /// skipped without being built, so memory is a small multiple of the parameter list,
 /// not of the file.
 pub fn parse(bytes: &[u8]) -> Result<PirProgram> {
+    walk(bytes, false).map(|(p, _)| p)
+}
+
+/// [`parse`], plus the first [`MAX_DRAWN_OPS`] ops with their operands and results
+/// (`None` when the program has more): the same walk, for drawing the program.
+pub(crate) fn parse_ops(bytes: &[u8]) -> Result<(PirProgram, Option<Vec<PirOp>>)> {
+    walk(bytes, true)
+}
+
+/// The value ids (`"%"`) of an op's operand or result field: a list of values or one
+/// value (results of a parameter op). Unreadable or overlong fields give none.
+fn value_ids(fields: &[(&str, &RawValue)], key: &str) -> Vec<i64> {
+    let Some((_, raw)) = fields.iter().find(|(k, _)| *k == key) else {
+        return Vec::new();
+    };
+    if raw.get().len() > MAX_OPERANDS_FIELD {
+        return Vec::new();
+    }
+    let id = |v: &Value| v.get("%").and_then(Value::as_i64);
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::Array(items)) => items.iter().filter_map(id).collect(),
+        Ok(v @ Value::Object(_)) => id(&v).into_iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn walk(bytes: &[u8], draw: bool) -> Result<(PirProgram, Option<Vec<PirOp>>)> {
     if bytes.len() > MAX_PIR_JSON_BYTES {
         return Err(gerr(format!(
             "PIR program is {} bytes, more than the {MAX_PIR_JSON_BYTES} this build reads",
@@ -138,6 +196,7 @@ pub fn parse(bytes: &[u8]) -> Result<PirProgram> {
         )));
     }
     let mut walk = Walk {
+        drawn: draw.then(Vec::new),
         ops: 0,
         op_counts: BTreeMap::new(),
         params: BTreeMap::new(),
@@ -162,13 +221,14 @@ pub fn parse(bytes: &[u8]) -> Result<PirProgram> {
             };
             Error::new(ErrorKind::Graph(msg)).at_line(e.line())
         })?;
-    Ok(PirProgram {
+    let program = PirProgram {
         version: top.version,
         trainable: top.trainable,
         ops: walk.ops,
         op_counts: walk.op_counts,
         params: walk.params.into_values().collect(),
-    })
+    };
+    Ok((program, walk.drawn))
 }
 
 struct Top {
@@ -386,9 +446,10 @@ object_seed!(OpSeed<'_>, (), "an op (a JSON object)", |this, map| {
     while let Some(key) = map.next_key::<Cow<'de, str>>()? {
         match &*key {
             "#" => name = Some(map.next_value::<String>()?),
-            k @ ("A" | "O" | "OA") => {
+            k @ ("A" | "I" | "O" | "OA") => {
                 let k = match k {
                     "A" => "A",
+                    "I" => "I",
                     "O" => "O",
                     _ => "OA",
                 };
@@ -408,6 +469,9 @@ object_seed!(OpSeed<'_>, (), "an op (a JSON object)", |this, map| {
 });
 
 struct Walk {
+    /// The ops read for a drawing: `Some` when asked for ([`parse_ops`]), until
+    /// [`MAX_DRAWN_OPS`]; `None` past it or when not asked for.
+    drawn: Option<Vec<PirOp>>,
     ops: usize,
     op_counts: BTreeMap<String, usize>,
     /// By name bytes: the params file's order (String's Ord is byte order).
@@ -429,11 +493,25 @@ impl Walk {
                 self.op_counts.insert(name.to_string(), 1);
             }
         }
-        if name != "p" && name != "1.data" {
+        let param_op = name == "p" || name == "1.data";
+        if let Some(drawn) = &mut self.drawn {
+            if drawn.len() >= MAX_DRAWN_OPS {
+                self.drawn = None;
+            } else {
+                drawn.push(PirOp {
+                    name: name.to_string(),
+                    at: at.to_string(),
+                    inputs: value_ids(fields, "I"),
+                    outputs: value_ids(fields, "O"),
+                    param: None,
+                });
+            }
+        }
+        if !param_op {
             return Ok(());
         }
         let mut op = serde_json::Map::new();
-        for (key, raw) in fields {
+        for (key, raw) in fields.iter().filter(|(k, _)| *k != "I") {
             let text = raw.get();
             if text.len() > MAX_PARAM_OP_FIELD {
                 return Err(gerr(format!(
@@ -445,6 +523,17 @@ impl Walk {
             let v: Value = serde_json::from_str(text)
                 .map_err(|e| gerr(format!("PIR program: {at}: \"{key}\": {e}")))?;
             op.insert((*key).to_string(), v);
+        }
+        if name == "p"
+            && let Some(last) = self.drawn.as_mut().and_then(|d| d.last_mut())
+        {
+            // Persistable or not, a parameter op is a named value in a drawing.
+            last.param = op
+                .get("A")
+                .and_then(Value::as_array)
+                .and_then(|a| a.last())
+                .and_then(Value::as_str)
+                .map(str::to_string);
         }
         let param = if name == "p" {
             parameter_op(&op, at)?
@@ -633,36 +722,100 @@ pub(crate) fn json(g: &PirGraph) -> Value {
     }
 }
 
-/// A Graphviz drawing of the program's summary: one box saying what it is, linked to
-/// one box per parameter.
-pub(crate) fn dot(g: &PirGraph, out: &mut String, q: impl Fn(&str) -> String) {
-    use std::fmt::Write;
-    let Ok(p) = g.program() else {
-        let _ = writeln!(
-            out,
-            "  pir [shape=box, label={}];",
-            q("PIR program (does not parse)")
-        );
-        return;
+/// The program drawn op by op: each op a node labelled with its name as the file spells
+/// it (`1.matmul`), parameters (`p` ops) as boxes with their dtype and dims, an edge from
+/// the op that produces each value to each op that reads it. A program of more than
+/// [`MAX_DRAWN_OPS`] ops is drawn as its summary: one rounded box saying what it is,
+/// linked to one box per parameter.
+pub(crate) fn drawing(g: &PirGraph) -> Drawing {
+    let mut d = Drawing::default();
+    let Ok((p, ops)) = parse_ops(&g.json) else {
+        d.push(DrawNode::new(
+            "pir".into(),
+            NodeRole::Op,
+            NodeShape::Box,
+            "PIR program (does not parse)".into(),
+        ));
+        return d;
     };
-    let _ = writeln!(
-        out,
-        "  pir [shape=box, style=rounded, label={}];",
-        q(&format!("Paddle PIR program\n{} op(s)", p.ops))
-    );
-    for (i, prm) in p.params.iter().enumerate() {
-        let dims = prm
-            .dims
-            .as_ref()
-            .map_or_else(|| "?".into(), |d| format!("{d:?}"));
-        let label = format!(
-            "{}\n{} {dims}",
-            prm.name,
-            prm.dtype.map_or("?", DType::name)
+    let declared = |name: &str| {
+        p.params.iter().find(|q| q.name == name).map_or_else(
+            || "?".to_string(),
+            |q| {
+                let dims = q
+                    .dims
+                    .as_ref()
+                    .map_or_else(|| "?".into(), |d| format!("{d:?}"));
+                format!("{} {dims}", q.dtype.map_or("?", DType::name))
+            },
+        )
+    };
+    let Some(ops) = ops else {
+        let mut summary = DrawNode::new(
+            "pir".into(),
+            NodeRole::Op,
+            NodeShape::RoundedBox,
+            format!("Paddle PIR program\n{} op(s)", p.ops),
         );
-        let _ = writeln!(out, "  p{i} [shape=box, label={}];", q(&label));
-        let _ = writeln!(out, "  p{i} -> pir;");
+        summary.attrs = p
+            .op_counts
+            .iter()
+            .map(|(op, n)| (op.clone(), n.to_string()))
+            .collect();
+        let root = d.push(summary);
+        for (i, prm) in p.params.iter().enumerate() {
+            let label = format!("{}\n{}", prm.name, declared(&prm.name));
+            let n = d.push(DrawNode::new(format!("p{i}"), NodeRole::Value, NodeShape::Box, label));
+            d.edge(n, root, false);
+        }
+        return d;
+    };
+    let ids = |v: &[i64]| v.iter().map(|i| format!("%{i}")).collect::<Vec<_>>();
+    let mut producer: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
+    let mut nodes = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let node = match op.param.as_ref().filter(|_| op.name == "p") {
+            Some(name) => DrawNode::new(
+                format!("o{i}"),
+                NodeRole::Value,
+                NodeShape::Box,
+                format!("{name}\n{}", declared(name)),
+            ),
+            None => {
+                let mut n = DrawNode::new(
+                    format!("o{i}"),
+                    NodeRole::Op,
+                    if op.name == "1.data" {
+                        NodeShape::InvHouse
+                    } else {
+                        NodeShape::FilledEllipse
+                    },
+                    op.name.clone(),
+                );
+                if !op.inputs.is_empty() {
+                    n.inputs = vec![("operands".into(), ids(&op.inputs))];
+                }
+                if !op.outputs.is_empty() {
+                    n.outputs = vec![("results".into(), ids(&op.outputs))];
+                }
+                n.attrs = vec![("at".into(), op.at.clone())];
+                n
+            }
+        };
+        let n = d.push(node);
+        nodes.push(n);
+        for &v in &op.outputs {
+            producer.insert(v, n);
+        }
     }
+    for (op, &n) in ops.iter().zip(&nodes) {
+        for v in &op.inputs {
+            if let Some(&from) = producer.get(v) {
+                d.edge(from, n, false);
+            }
+        }
+    }
+    d
 }
 
 #[cfg(test)]
@@ -674,6 +827,35 @@ mod tests {
 {"#":"p","A":[0,1,1,"a.w"],"DA":[],"O":{"%":2,"TT":{"#":"0.t_dtensor","D":[{"#":"0.t_f64"},[3],"NCHW",[],0]}},"OA":[1,0,1],"QA":[]},
 {"#":"p","A":[0,1,1,"off"],"DA":[],"O":{"%":3,"TT":{"#":"0.t_dtensor","D":[{"#":"0.t_f64"},[3],"NCHW",[],0]}},"OA":[0,0,1],"QA":[]},
 {"#":"1.relu","A":[],"I":[{"%":1}],"O":[{"%":4}]}]}]}]}}"##;
+
+    /// The drawing reads each op's operands and results: parameters are values, every
+    /// other op a node, an edge from each value's producer to its readers.
+    #[test]
+    fn ops_are_drawn_with_their_operands() {
+        let d = drawing(&PirGraph {
+            json: MLP.to_vec(),
+        });
+        let ops: Vec<&str> = d
+            .nodes
+            .iter()
+            .filter(|n| n.role == NodeRole::Op)
+            .map(|n| n.label.as_str())
+            .collect();
+        assert_eq!(ops, ["1.relu"]);
+        let values: Vec<&str> = d
+            .nodes
+            .iter()
+            .filter(|n| n.role == NodeRole::Value)
+            .map(|n| n.op())
+            .collect();
+        assert_eq!(values, ["b.w", "a.w", "off"]);
+        // relu reads %1, the result of the first parameter op (b.w, FP32 [4, 2]).
+        assert_eq!(d.nodes[0].label, "b.w\nFP32 [4, 2]");
+        assert_eq!(d.edges.len(), 1);
+        assert_eq!((d.edges[0].from, d.edges[0].to), (0, 3));
+        assert_eq!(d.nodes[3].inputs, [("operands".to_string(), vec!["%1".to_string()])]);
+        assert_eq!(d.nodes[3].outputs, [("results".to_string(), vec!["%4".to_string()])]);
+    }
 
     #[test]
     fn params_are_the_persistable_parameters_sorted_by_name() {

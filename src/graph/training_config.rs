@@ -352,7 +352,9 @@ mod tests {
                 .to_string()
                 .contains("identifier")
         );
-        let graph = crate::Graph::new().to_flatbuffers().unwrap();
+        let graph = crate::Graph::from(crate::graph::Program::new())
+            .to_flatbuffers()
+            .unwrap();
         assert!(TrainingConfig::decode(&graph).is_err());
         assert!(
             TrainingConfig {

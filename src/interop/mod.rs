@@ -13,9 +13,15 @@
 //!   out (byte for byte for files the safetensors library wrote).
 //! - [`tf`]: TensorFlow frozen GraphDefs (`.pb` binary, `.pbtxt` text) in and out, with
 //!   every numeric `Const` as a parameter and the rest of the graph kept in `graph.fb`.
-//! - [`saved_model`]: TensorFlow SavedModel directories in and out (through [`tf`]'s
+//! - [`tf::saved_model`]: TensorFlow SavedModel directories in and out (through [`tf`]'s
 //!   registered format), every numeric checkpoint variable as a parameter and the rest
 //!   kept verbatim under the tag's `saved_model/`.
+//!
+//! Each format is one folder (`src/interop/<format>/`): its import and export, its
+//! protobuf types, the dumps of its graph kind ([`crate::dump`] dispatches to them) and its
+//! variant rules (ONNX quantization). The graph kinds' stored forms are part of the
+//! neutral model in [`crate::graph`], which never imports this module
+//! (tests/it/structure.rs).
 //!
 //! Converting a tag's graph between `graph.pdmodel` and `graph.fb` inside an archive is
 //! [`crate::archive::convert_graph`].
@@ -23,11 +29,11 @@
 pub mod onnx;
 pub mod paddle;
 pub mod safetensors;
-pub mod saved_model;
 pub mod tf;
 
 use crate::archive::{AppendMode, Appender, Archive, ArchiveWriter, Tag, TagWriter, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::Graph;
 use crate::tensor::DType;
 use bytes::Bytes;
 use std::io::Write;
@@ -171,20 +177,43 @@ impl GraphKind {
     /// The kind of a tag without graph.pdmodel or graph.fb: a SavedModel tag holds its
     /// `saved_model.pb` (kept undecoded), any other has no graph at all.
     pub(crate) fn without_graph(tag: &Tag<'_>) -> GraphKind {
-        if saved_model::is_saved_model_tag(tag) {
+        if tf::saved_model::is_saved_model_tag(tag) {
             GraphKind::SavedModel
         } else {
             GraphKind::None
         }
     }
 
-    /// The kind of a graph.fb that holds neither TensorFlow nor ONNX: a PIR program when
-    /// `pir`, else a Paddle program.
-    pub(crate) fn paddle_fb(pir: bool) -> GraphKind {
-        if pir {
-            GraphKind::Pir
-        } else {
-            GraphKind::Paddle { fb: true }
+    /// The kind of a graph decoded from graph.fb.
+    pub(crate) fn of_fb(g: &Graph) -> GraphKind {
+        match g {
+            Graph::Program(_) => GraphKind::Paddle { fb: true },
+            Graph::Tf(_) => GraphKind::Tf,
+            Graph::Onnx(_) => GraphKind::Onnx,
+            Graph::Pir(_) => GraphKind::Pir,
+        }
+    }
+}
+
+/// The graph.fb graph of `tag` as the kind `take` accepts (it hands back any other), or
+/// the error saying what the tag holds instead and how it does export (`target` names
+/// the format asked for: `ONNX`, `TensorFlow`).
+pub(crate) fn foreign_graph<T>(
+    tag: &Tag<'_>,
+    target: &str,
+    take: impl FnOnce(Graph) -> std::result::Result<T, Graph>,
+) -> Result<T> {
+    let name = tag.name();
+    let wrong = |has| wrong_graph(name, has, target);
+    match tag.graph()? {
+        None => Err(wrong(GraphKind::without_graph(tag))),
+        Some((crate::graph::GraphFormat::ProgramDesc, _)) => {
+            Err(wrong(GraphKind::Paddle { fb: false }))
+        }
+        Some((crate::graph::GraphFormat::FlatBuffers, bytes)) => {
+            let g = Graph::from_flatbuffers(&bytes)
+                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
+            take(g).map_err(|other| wrong(GraphKind::of_fb(&other)))
         }
     }
 }

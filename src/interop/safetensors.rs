@@ -20,7 +20,7 @@
 //! Mapping, what is kept and what is refused: docs/SAFETENSORS.md.
 //!
 //! ```no_run
-//! use modelzip::interop::safetensors::{self, ExportOptions, ImportOptions};
+//! use modelzip::interop::{safetensors, ExportOptions, ImportOptions};
 //! use modelzip::Archive;
 //! use std::path::{Path, PathBuf};
 //!
@@ -36,7 +36,7 @@
 //! ```
 
 use super::paddle::{self, ImportedParam};
-pub use super::paddle::{ExportOptions, ImportOptions};
+pub(crate) use super::{ExportOptions, ImportOptions};
 use crate::archive::{Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::json_cost::check_json_cost;
@@ -49,21 +49,31 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
-/// The largest header a safetensors file may declare: the limit of the safetensors
-/// library itself (files with a larger one are refused by every reader).
-pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+internal! {
+    /// The largest header a safetensors file may declare: the limit of the safetensors
+    /// library itself (files with a larger one are refused by every reader).
+    pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+}
 
-/// The largest `model.safetensors.index.json` read (checked before it is read).
-pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+internal! {
+    /// The largest `model.safetensors.index.json` read (checked before it is read).
+    pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+}
 
-/// The index file of a sharded checkpoint, as `transformers` names it.
-pub const INDEX_FILE: &str = "model.safetensors.index.json";
+internal! {
+    /// The index file of a sharded checkpoint, as `transformers` names it.
+    pub const INDEX_FILE: &str = "model.safetensors.index.json";
+}
 
-/// The single-file checkpoint name `transformers` uses.
-pub const SINGLE_FILE: &str = "model.safetensors";
+internal! {
+    /// The single-file checkpoint name `transformers` uses.
+    pub const SINGLE_FILE: &str = "model.safetensors";
+}
 
-/// The metadata.json key under which an import records what it kept (docs/SAFETENSORS.md).
-pub const METADATA_KEY: &str = "safetensors";
+internal! {
+    /// The metadata.json key under which an import records what it kept (docs/SAFETENSORS.md).
+    pub const METADATA_KEY: &str = "safetensors";
+}
 
 /// The key of a safetensors header that holds the file's free-form metadata.
 const HEADER_METADATA: &str = "__metadata__";
@@ -129,32 +139,36 @@ fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidInput(msg))
 }
 
-/// One tensor of a safetensors file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FileTensor<'a> {
-    /// Its name in the header.
-    pub name: String,
-    /// Its safetensors dtype (as the header spells it).
-    pub(crate) st_dtype: Dtype,
-    /// Its dtype, dims and bytes, borrowed from the file.
-    pub view: TensorView<'a>,
-    /// Where its bytes are, counted from the end of the header (the header's
-    /// `data_offsets`).
-    pub begin: u64,
-    /// The end of its bytes, exclusive.
-    pub end: u64,
+internal! {
+    /// One tensor of a safetensors file.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct FileTensor<'a> {
+        /// Its name in the header.
+        pub name: String,
+        /// Its safetensors dtype (as the header spells it).
+        pub(crate) st_dtype: Dtype,
+        /// Its dtype, dims and bytes, borrowed from the file.
+        pub view: TensorView<'a>,
+        /// Where its bytes are, counted from the end of the header (the header's
+        /// `data_offsets`).
+        pub begin: u64,
+        /// The end of its bytes, exclusive.
+        pub end: u64,
+    }
 }
 
-/// A safetensors file checked as [`import_safetensors`] checks it (see
-/// [`read_safetensors`]), its tensors borrowed from the bytes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SafetensorsFile<'a> {
-    /// The header as stored (the JSON and its padding).
-    pub header: &'a [u8],
-    /// `__metadata__`, keys in file order; `None` when the header has none.
-    pub(crate) metadata: Option<Map<String, Value>>,
-    /// The tensors, in data-offset order.
-    pub tensors: Vec<FileTensor<'a>>,
+internal! {
+    /// A safetensors file checked as [`import_safetensors`] checks it (see
+    /// [`read_safetensors`]), its tensors borrowed from the bytes.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct SafetensorsFile<'a> {
+        /// The header as stored (the JSON and its padding).
+        pub header: &'a [u8],
+        /// `__metadata__`, keys in file order; `None` when the header has none.
+        pub(crate) metadata: Option<Map<String, Value>>,
+        /// The tensors, in data-offset order.
+        pub tensors: Vec<FileTensor<'a>>,
+    }
 }
 
 impl SafetensorsFile<'_> {
@@ -177,25 +191,27 @@ impl SafetensorsFile<'_> {
     }
 }
 
-/// Whether `bytes` start like a safetensors file: a header length within
-/// [`MAX_HEADER_BYTES`] and the file, and a header that starts with `{` (after any
-/// whitespace). A cheap test for
-/// telling formats apart; [`read_safetensors`] checks the whole file.
-pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
-    let Some(prefix) = bytes.get(..8) else {
-        return false;
-    };
-    let mut word = [0u8; 8];
-    word.copy_from_slice(prefix);
-    let n = u64::from_le_bytes(word);
-    if !(2..=MAX_HEADER_BYTES).contains(&n) || n > bytes.len() as u64 - 8 {
-        return false;
+internal! {
+    /// Whether `bytes` start like a safetensors file: a header length within
+    /// [`MAX_HEADER_BYTES`] and the file, and a header that starts with `{` (after any
+    /// whitespace). A cheap test for
+    /// telling formats apart; [`read_safetensors`] checks the whole file.
+    pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
+        let Some(prefix) = bytes.get(..8) else {
+            return false;
+        };
+        let mut word = [0u8; 8];
+        word.copy_from_slice(prefix);
+        let n = u64::from_le_bytes(word);
+        if !(2..=MAX_HEADER_BYTES).contains(&n) || n > bytes.len() as u64 - 8 {
+            return false;
+        }
+        // JSON may start with whitespace (the safetensors library accepts it).
+        bytes[8..8 + n as usize]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            == Some(&b'{')
     }
-    // JSON may start with whitespace (the safetensors library accepts it).
-    bytes[8..8 + n as usize]
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        == Some(&b'{')
 }
 
 /// The byte offset in `text` of serde_json's 1-based line and column.
@@ -229,185 +245,187 @@ fn u64_list(v: &Value, name: &str, field: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// Checks a whole safetensors file (the whole file must be in `bytes`) and borrows its
-/// tensors: what [`import_safetensors`] refuses, this refuses, with the byte offset in the
-/// file in the error's location.
-pub fn read_safetensors(bytes: &[u8]) -> Result<SafetensorsFile<'_>> {
-    let len = bytes.len() as u64;
-    let Some(prefix) = bytes.get(..8) else {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "safetensors header length",
-            needed: 8,
-            available: len,
-        })
-        .at_offset(0));
-    };
-    let mut word = [0u8; 8];
-    word.copy_from_slice(prefix);
-    let n = u64::from_le_bytes(word);
-    if n > MAX_HEADER_BYTES {
-        return Err(Error::new(ErrorKind::LimitExceeded {
-            what: "safetensors header length",
-            size: n,
-            limit: MAX_HEADER_BYTES,
-        })
-        .at_offset(0));
-    }
-    if n > len - 8 {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "safetensors header",
-            needed: n,
-            available: len - 8,
-        })
-        .at_offset(8));
-    }
-    // n <= MAX_HEADER_BYTES, so it fits in usize.
-    let data_start = 8 + n as usize;
-    let header = &bytes[8..data_start];
-    let data_bytes = len - 8 - n;
-    let text = std::str::from_utf8(header).map_err(|e| {
-        invalid(format!("the safetensors header is not UTF-8: {e}"))
-            .at_offset(8 + e.valid_up_to() as u64)
-    })?;
-    check_json_cost(header, "estimated memory of parsing the safetensors header")
-        .map_err(|e| e.at_offset(8))?;
-    let root: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
-        invalid(format!(
-            "the safetensors header (bytes 8..{data_start}) is not a JSON object: {e}"
-        ))
-        .at_offset(8 + json_offset(text, e.line(), e.column()))
-    })?;
-    let mut metadata = None;
-    let mut tensors: Vec<(String, Dtype, DType, Vec<u64>, u64, u64)> = Vec::new();
-    for (name, v) in &root {
-        if name == HEADER_METADATA {
-            let m = v.as_object().ok_or_else(|| {
-                invalid(format!("{HEADER_METADATA} must be a JSON object, not {v}")).at_offset(8)
-            })?;
-            if let Some((k, bad)) = m.iter().find(|(_, x)| !x.is_string()) {
-                return Err(invalid(format!(
-                    "{HEADER_METADATA} maps names to strings; key {k:?} has {bad}"
-                ))
-                .at_offset(8));
-            }
-            metadata = Some(m.clone());
-            continue;
+internal! {
+    /// Checks a whole safetensors file (the whole file must be in `bytes`) and borrows its
+    /// tensors: what [`import_safetensors`] refuses, this refuses, with the byte offset in the
+    /// file in the error's location.
+    pub fn read_safetensors(bytes: &[u8]) -> Result<SafetensorsFile<'_>> {
+        let len = bytes.len() as u64;
+        let Some(prefix) = bytes.get(..8) else {
+            return Err(Error::new(ErrorKind::Truncated {
+                what: "safetensors header length",
+                needed: 8,
+                available: len,
+            })
+            .at_offset(0));
+        };
+        let mut word = [0u8; 8];
+        word.copy_from_slice(prefix);
+        let n = u64::from_le_bytes(word);
+        if n > MAX_HEADER_BYTES {
+            return Err(Error::new(ErrorKind::LimitExceeded {
+                what: "safetensors header length",
+                size: n,
+                limit: MAX_HEADER_BYTES,
+            })
+            .at_offset(0));
         }
-        let at = |e: Error| e.at_offset(8);
-        let info = v.as_object().ok_or_else(|| {
-            at(invalid(format!(
-                "tensor {name:?}: its header entry is not a JSON object"
-            )))
+        if n > len - 8 {
+            return Err(Error::new(ErrorKind::Truncated {
+                what: "safetensors header",
+                needed: n,
+                available: len - 8,
+            })
+            .at_offset(8));
+        }
+        // n <= MAX_HEADER_BYTES, so it fits in usize.
+        let data_start = 8 + n as usize;
+        let header = &bytes[8..data_start];
+        let data_bytes = len - 8 - n;
+        let text = std::str::from_utf8(header).map_err(|e| {
+            invalid(format!("the safetensors header is not UTF-8: {e}"))
+                .at_offset(8 + e.valid_up_to() as u64)
         })?;
-        let dt = header_field(info, name, "dtype").map_err(at)?;
-        let st_dtype: Dtype = dt
-            .as_str()
-            .and_then(|s| serde_json::from_value(Value::String(s.to_string())).ok())
-            .ok_or_else(|| {
+        check_json_cost(header, "estimated memory of parsing the safetensors header")
+            .map_err(|e| e.at_offset(8))?;
+        let root: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
+            invalid(format!(
+                "the safetensors header (bytes 8..{data_start}) is not a JSON object: {e}"
+            ))
+            .at_offset(8 + json_offset(text, e.line(), e.column()))
+        })?;
+        let mut metadata = None;
+        let mut tensors: Vec<(String, Dtype, DType, Vec<u64>, u64, u64)> = Vec::new();
+        for (name, v) in &root {
+            if name == HEADER_METADATA {
+                let m = v.as_object().ok_or_else(|| {
+                    invalid(format!("{HEADER_METADATA} must be a JSON object, not {v}")).at_offset(8)
+                })?;
+                if let Some((k, bad)) = m.iter().find(|(_, x)| !x.is_string()) {
+                    return Err(invalid(format!(
+                        "{HEADER_METADATA} maps names to strings; key {k:?} has {bad}"
+                    ))
+                    .at_offset(8));
+                }
+                metadata = Some(m.clone());
+                continue;
+            }
+            let at = |e: Error| e.at_offset(8);
+            let info = v.as_object().ok_or_else(|| {
                 at(invalid(format!(
-                    "tensor {name:?}: {dt} is not a safetensors dtype"
+                    "tensor {name:?}: its header entry is not a JSON object"
                 )))
             })?;
-        let dtype = dtype_from_safetensors(st_dtype).ok_or_else(|| {
-            at(invalid(format!(
-                "tensor {name:?} has dtype {}, which modelzip cannot hold (no such element \
-                 type; see docs/SAFETENSORS.md for the dtypes it can)",
-                dtype_name(st_dtype)
-            )))
-        })?;
-        let dims = u64_list(
-            header_field(info, name, "shape").map_err(at)?,
-            name,
-            "shape",
-        )
-        .map_err(at)?;
-        let offsets = u64_list(
-            header_field(info, name, "data_offsets").map_err(at)?,
-            name,
-            "data_offsets",
-        )
-        .map_err(at)?;
-        let [begin, end] = offsets[..] else {
-            return Err(at(invalid(format!(
-                "tensor {name:?}: data_offsets must be [begin, end], not {offsets:?}"
-            ))));
-        };
-        let need = data_len(dtype, &dims).map_err(|e| {
-            at(invalid(format!(
-                "tensor {name:?}: shape {dims:?}: {}",
-                e.kind()
-            )))
-        })?;
-        if end < begin || end > data_bytes {
-            return Err(invalid(format!(
-                "tensor {name:?}: data_offsets [{begin}, {end}] do not lie within the file's \
-                 {data_bytes} data bytes"
-            ))
-            .at_offset(data_start as u64 + begin.min(data_bytes)));
+            let dt = header_field(info, name, "dtype").map_err(at)?;
+            let st_dtype: Dtype = dt
+                .as_str()
+                .and_then(|s| serde_json::from_value(Value::String(s.to_string())).ok())
+                .ok_or_else(|| {
+                    at(invalid(format!(
+                        "tensor {name:?}: {dt} is not a safetensors dtype"
+                    )))
+                })?;
+            let dtype = dtype_from_safetensors(st_dtype).ok_or_else(|| {
+                at(invalid(format!(
+                    "tensor {name:?} has dtype {}, which modelzip cannot hold (no such element \
+                     type; see docs/SAFETENSORS.md for the dtypes it can)",
+                    dtype_name(st_dtype)
+                )))
+            })?;
+            let dims = u64_list(
+                header_field(info, name, "shape").map_err(at)?,
+                name,
+                "shape",
+            )
+            .map_err(at)?;
+            let offsets = u64_list(
+                header_field(info, name, "data_offsets").map_err(at)?,
+                name,
+                "data_offsets",
+            )
+            .map_err(at)?;
+            let [begin, end] = offsets[..] else {
+                return Err(at(invalid(format!(
+                    "tensor {name:?}: data_offsets must be [begin, end], not {offsets:?}"
+                ))));
+            };
+            let need = data_len(dtype, &dims).map_err(|e| {
+                at(invalid(format!(
+                    "tensor {name:?}: shape {dims:?}: {}",
+                    e.kind()
+                )))
+            })?;
+            if end < begin || end > data_bytes {
+                return Err(invalid(format!(
+                    "tensor {name:?}: data_offsets [{begin}, {end}] do not lie within the file's \
+                     {data_bytes} data bytes"
+                ))
+                .at_offset(data_start as u64 + begin.min(data_bytes)));
+            }
+            if end - begin != need {
+                return Err(invalid(format!(
+                    "tensor {name:?}: data_offsets [{begin}, {end}] span {} bytes, dtype {} × shape \
+                     {dims:?} needs {need}",
+                    end - begin,
+                    dtype_name(st_dtype)
+                ))
+                .at_offset(data_start as u64 + begin));
+            }
+            tensors.push((name.clone(), st_dtype, dtype, dims, begin, end));
         }
-        if end - begin != need {
-            return Err(invalid(format!(
-                "tensor {name:?}: data_offsets [{begin}, {end}] span {} bytes, dtype {} × shape \
-                 {dims:?} needs {need}",
-                end - begin,
-                dtype_name(st_dtype)
-            ))
-            .at_offset(data_start as u64 + begin));
+        tensors.sort_by_key(|t| (t.4, t.5));
+        let mut covered = 0u64;
+        let mut prev: Option<&str> = None;
+        for (name, _, _, _, begin, end) in &tensors {
+            if *begin < covered {
+                return Err(invalid(format!(
+                    "tensor {name:?} (data_offsets [{begin}, {end}]) overlaps tensor {:?}, which \
+                     ends at data byte {covered}",
+                    prev.unwrap_or_default()
+                ))
+                .at_offset(data_start as u64 + begin));
+            }
+            if *begin > covered {
+                return Err(invalid(format!(
+                    "data bytes {covered}..{begin} before tensor {name:?} belong to no tensor \
+                     (safetensors packs tensors without gaps)"
+                ))
+                .at_offset(data_start as u64 + covered));
+            }
+            covered = *end;
+            prev = Some(name);
         }
-        tensors.push((name.clone(), st_dtype, dtype, dims, begin, end));
-    }
-    tensors.sort_by_key(|t| (t.4, t.5));
-    let mut covered = 0u64;
-    let mut prev: Option<&str> = None;
-    for (name, _, _, _, begin, end) in &tensors {
-        if *begin < covered {
+        if covered != data_bytes {
             return Err(invalid(format!(
-                "tensor {name:?} (data_offsets [{begin}, {end}]) overlaps tensor {:?}, which \
-                 ends at data byte {covered}",
-                prev.unwrap_or_default()
-            ))
-            .at_offset(data_start as u64 + begin));
-        }
-        if *begin > covered {
-            return Err(invalid(format!(
-                "data bytes {covered}..{begin} before tensor {name:?} belong to no tensor \
-                 (safetensors packs tensors without gaps)"
+                "{} data bytes follow the last tensor (the tensors cover {covered} of {data_bytes})",
+                data_bytes - covered
             ))
             .at_offset(data_start as u64 + covered));
         }
-        covered = *end;
-        prev = Some(name);
-    }
-    if covered != data_bytes {
-        return Err(invalid(format!(
-            "{} data bytes follow the last tensor (the tensors cover {covered} of {data_bytes})",
-            data_bytes - covered
-        ))
-        .at_offset(data_start as u64 + covered));
-    }
-    // The reference reader must agree; it gives the tensors' bytes.
-    let st = safetensors::SafeTensors::deserialize(bytes)
-        .map_err(|e| invalid(format!("the safetensors library refuses the file: {e}")))?;
-    let mut out = Vec::with_capacity(tensors.len());
-    for (name, st_dtype, dtype, dims, begin, end) in tensors {
-        let t = st
-            .tensor(&name)
+        // The reference reader must agree; it gives the tensors' bytes.
+        let st = safetensors::SafeTensors::deserialize(bytes)
             .map_err(|e| invalid(format!("the safetensors library refuses the file: {e}")))?;
-        let view = TensorView::new(dtype, dims, Vec::new(), t.data())
-            .map_err(|e| e.at_offset(data_start as u64 + begin))?;
-        out.push(FileTensor {
-            name,
-            st_dtype,
-            view,
-            begin,
-            end,
-        });
+        let mut out = Vec::with_capacity(tensors.len());
+        for (name, st_dtype, dtype, dims, begin, end) in tensors {
+            let t = st
+                .tensor(&name)
+                .map_err(|e| invalid(format!("the safetensors library refuses the file: {e}")))?;
+            let view = TensorView::new(dtype, dims, Vec::new(), t.data())
+                .map_err(|e| e.at_offset(data_start as u64 + begin))?;
+            out.push(FileTensor {
+                name,
+                st_dtype,
+                view,
+                begin,
+                end,
+            });
+        }
+        Ok(SafetensorsFile {
+            header,
+            metadata,
+            tensors: out,
+        })
     }
-    Ok(SafetensorsFile {
-        header,
-        metadata,
-        tensors: out,
-    })
 }
 
 /// A safetensors header: `__metadata__` first, then the tensors in the order given, in the
@@ -1101,8 +1119,10 @@ pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     })
 }
 
-/// The shard size `transformers` uses by default (`max_shard_size="5GB"`).
-pub const DEFAULT_MAX_SHARD_BYTES: u64 = 5_000_000_000;
+internal! {
+    /// The shard size `transformers` uses by default (`max_shard_size="5GB"`).
+    pub const DEFAULT_MAX_SHARD_BYTES: u64 = 5_000_000_000;
+}
 
 /// What a sharded export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1131,7 +1151,7 @@ fn shard_name(i: usize, n: usize) -> String {
 /// `total_size` still holds): byte for byte what was imported when
 /// [`ImportReport::exact_export`] said so. Otherwise the tensors, in the library's order
 /// (larger dtypes first, then by name), are cut into shards of at most `max_shard_bytes`
-/// of data ([`DEFAULT_MAX_SHARD_BYTES`] when `None`), as `transformers` cuts them: a
+/// of data (5 GB, as `transformers` uses, when `None`), as `transformers` cuts them: a
 /// tensor larger than that gets a shard of its own. The index is written as `transformers`
 /// writes it; `__metadata__` of every shard is the one the import kept. The refusals are
 /// [`export_safetensors`]'s.
@@ -1284,14 +1304,16 @@ fn left_out(tag: &Tag<'_>) -> Result<Vec<String>> {
     if enc == crate::archive::GraphFormat::FlatBuffers {
         let g = crate::graph::Graph::from_flatbuffers(&bytes)
             .map_err(|e| e.in_entry(format!("{}/graph.fb", tag.name())))?;
-        let kept = match (&g.onnx, &g.tf) {
-            (Some(o), _) => o.initializers.iter().filter(|i| i.param.is_none()).count(),
-            (None, Some(t)) => t
+        let kept = match &g {
+            crate::graph::Graph::Onnx(o) => {
+                o.initializers.iter().filter(|i| i.param.is_none()).count()
+            }
+            crate::graph::Graph::Tf(t) => t
                 .nodes
                 .iter()
                 .filter(|n| n.op == "Const" && n.attrs.iter().all(|a| a.param.is_none()))
                 .count(),
-            (None, None) => 0,
+            crate::graph::Graph::Program(_) | crate::graph::Graph::Pir(_) => 0,
         };
         if kept > 0 {
             notes.push(format!(
@@ -1306,7 +1328,7 @@ fn left_out(tag: &Tag<'_>) -> Result<Vec<String>> {
 /// safetensors in the [`FORMATS`](super::FORMATS) list: `modelzip import` of `.safetensors`
 /// files, a sharded checkpoint's index or a directory holding either; `modelzip export
 /// --format safetensors` to one file, or to a directory as shards and their index.
-pub struct SafetensorsFormat;
+pub(crate) struct SafetensorsFormat;
 
 /// Whether `p` names a safetensors input: a `.safetensors` file, an index
 /// (`*.safetensors.index.json`), or a directory holding `model.safetensors` or the index.

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// A memory-mapped tensor file. Decoding borrows from the map: reading a 256 MiB
-/// `.pdiparams` costs its headers, not its data (docs/BENCHMARKS.md, P6).
+/// `.pdiparams` costs its headers, not its data (docs/BENCHMARKS-history.md, P6).
 #[derive(Debug)]
 pub struct TensorFile {
     path: PathBuf,

@@ -1,16 +1,18 @@
 //! Tensors and Paddle's LoDTensor binary layout.
 
 pub(crate) mod codec;
-mod dtype;
+pub(crate) mod dtype;
 mod file;
-mod lod;
-mod view;
+pub(crate) mod lod;
+pub(crate) mod view;
 
 pub use codec::{
     MAX_LOD_LEVELS, Record, RecordHead, Records, check_lod, decode_combined, decode_head,
     decode_tensor, encode_combined, encode_header, encode_tensor, encoded_len, records,
 };
-pub use dtype::DType;
+// DType, Element, Lod, Tensor and TensorView are public at the crate root only.
+pub(crate) use dtype::DType;
 pub use file::TensorFile;
-pub use lod::Lod;
-pub use view::{Element, Tensor, TensorView, data_len, element_count};
+pub(crate) use lod::Lod;
+pub(crate) use view::{Tensor, TensorView};
+pub use view::{data_len, element_count};

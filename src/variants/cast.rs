@@ -212,14 +212,11 @@ fn build(
             // Their parameters' dtypes are declared in the stored model (ONNX
             // initializers, TensorFlow Const nodes), which cast does not rewrite: the
             // tag would not verify nor export.
-            let foreign = if g.onnx.is_some() {
-                Some("an ONNX model (quantize derives an INT8 variant of it)")
-            } else if g.tf.is_some() {
-                Some("a TensorFlow graph")
-            } else if g.pir.is_some() {
-                Some("a Paddle PIR program")
-            } else {
-                None
+            let foreign = match &g {
+                Graph::Onnx(_) => Some("an ONNX model (quantize derives an INT8 variant of it)"),
+                Graph::Tf(_) => Some("a TensorFlow graph"),
+                Graph::Pir(_) => Some("a Paddle PIR program"),
+                Graph::Program(_) => None,
             };
             if let Some(what) = foreign {
                 return Err(ErrorKind::InvalidInput(format!(
@@ -235,7 +232,8 @@ fn build(
     };
     let in_graph = |name: &str| {
         graph.as_ref().is_some_and(|(_, g)| {
-            g.main_block()
+            g.program()
+                .and_then(|p| p.main_block())
                 .is_some_and(|b| b.vars.iter().any(|v| v.name == name))
         })
     };

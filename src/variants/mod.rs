@@ -21,7 +21,6 @@
 
 mod cast;
 mod diff;
-mod onnx;
 mod quantize;
 pub mod quantize_math;
 mod rewrite;

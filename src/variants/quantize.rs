@@ -1,7 +1,6 @@
 //! `quantize`: an INT8 tag derived from a float tag (symmetric, per tensor or per
 //! output channel), with a graph that dequantizes the weights before use.
 
-use super::onnx::OnnxQuant;
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
 use super::variant::{
@@ -12,6 +11,7 @@ use super::variant::{
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{AttrValue, Graph, Op};
+use crate::interop::onnx::variants::OnnxQuant;
 use crate::progress::Ticker;
 use crate::tensor::{DType, Tensor};
 use serde_json::json;
@@ -89,8 +89,9 @@ fn weight_slot(op: &Op) -> Option<(&'static str, ChannelAxis)> {
 /// The weights the graph feeds to matmul/conv-style ops, with the ops that read them
 /// ([`WeightUses`]), in first-use order. A weight some op writes is left alone.
 fn graph_weights(graph: &Graph) -> Vec<(String, WeightUses)> {
-    let written: HashSet<&str> = graph
-        .blocks
+    // Only a program has ops modelzip rewrites (an ONNX model's are found apart).
+    let blocks = graph.program().map_or(&[][..], |p| p.blocks.as_slice());
+    let written: HashSet<&str> = blocks
         .iter()
         .flat_map(|b| &b.ops)
         .flat_map(|op| &op.outputs)
@@ -98,7 +99,7 @@ fn graph_weights(graph: &Graph) -> Vec<(String, WeightUses)> {
         .collect();
     let mut order: Vec<String> = Vec::new();
     let mut uses: HashMap<String, WeightUses> = HashMap::new();
-    for op in graph.blocks.iter().flat_map(|b| &b.ops) {
+    for op in blocks.iter().flat_map(|b| &b.ops) {
         let Some((slot, axis)) = weight_slot(op) else {
             continue;
         };
@@ -282,7 +283,7 @@ fn build(
         Some((enc, bytes)) => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
             let g = Graph::decode(enc, &bytes).map_err(|e| e.in_entry(entry))?;
-            if g.pir.is_some() {
+            if matches!(g, Graph::Pir(_)) {
                 // The JSON is kept as Paddle wrote it: no dequantize ops can go in.
                 return Err(ErrorKind::InvalidInput(format!(
                     "tag {:?} holds a Paddle PIR program, which quantize does not rewrite: \
@@ -295,7 +296,10 @@ fn build(
         }
         None => None,
     };
-    let onnx = graph.as_ref().and_then(|(_, g)| g.onnx.as_ref());
+    let onnx = match &graph {
+        Some((_, Graph::Onnx(o))) => Some(o),
+        _ => None,
+    };
     let params: HashMap<&str, usize> = tag
         .params()
         .iter()
@@ -307,7 +311,7 @@ fn build(
     let mut chosen: HashMap<String, WeightUses> = HashMap::new();
     if let Some(o) = onnx {
         let entry = format!("{}/graph.fb", tag.name());
-        for w in super::onnx::weights(o).map_err(|e| e.in_entry(entry))? {
+        for w in crate::interop::onnx::variants::weights(o).map_err(|e| e.in_entry(entry))? {
             if let Some(&i) = params.get(w.param.as_str()) {
                 let t = tag.tensor(&tag.params()[i].location)?;
                 let v = t.view();
@@ -407,7 +411,10 @@ fn build(
                 });
             }
             let entry = format!("{}/graph.fb", tag.name());
-            Some(super::onnx::rewrite(o, &quants).map_err(|e| e.in_entry(entry))?)
+            Some(
+                crate::interop::onnx::variants::rewrite(o, &quants)
+                    .map_err(|e| e.in_entry(entry))?,
+            )
         }
         None => None,
     };
@@ -505,9 +512,9 @@ fn build(
     }
 
     let graph = match graph {
-        Some((enc, mut g)) if is_onnx => {
+        Some((enc, g)) if is_onnx => {
             let entry = format!("{}/{}", tag.name(), enc.file_name());
-            g.onnx = onnx_rewritten;
+            let g = onnx_rewritten.map_or(g, Graph::Onnx);
             Some((enc, g.encode(enc).map_err(|e| e.in_entry(entry))?))
         }
         Some((enc, g)) => Some((enc, converted(tag.name(), enc, g, &convs)?)),
@@ -539,8 +546,8 @@ mod tests {
 
     #[test]
     fn weight_slots_and_axes() {
-        let mut g = Graph::new();
-        let b = &mut g.blocks[0];
+        let mut p = crate::graph::Program::new();
+        let b = &mut p.blocks[0];
         b.vars.push(Var::constant("w", DType::Fp32, vec![4, 3]));
         b.ops.push(
             Op::new("", "matmul_v2")
@@ -568,7 +575,7 @@ mod tests {
         );
         b.ops
             .push(Op::new("", "mul").input("Y", &["o"]).output("Out", &["p"]));
-        let w = graph_weights(&g);
+        let w = graph_weights(&Graph::from(p));
         let one = |op: &str, a| vec![(op.to_string(), a)];
         assert_eq!(
             w,

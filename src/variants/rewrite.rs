@@ -3,7 +3,7 @@
 //! converted value instead.
 
 use crate::error::{ErrorKind, Result};
-use crate::graph::{Attr, AttrValue, Graph, Op, Slot, Var, VarKind};
+use crate::graph::{Attr, AttrValue, Graph, Op, Program, Slot, Var, VarKind};
 use crate::tensor::DType;
 use std::collections::{HashMap, HashSet};
 
@@ -94,7 +94,7 @@ fn temp_var(like: &Var, name: String) -> Var {
 }
 
 /// Names every block declares.
-fn declared(graph: &Graph) -> HashSet<&str> {
+fn declared(graph: &Program) -> HashSet<&str> {
     graph
         .blocks
         .iter()
@@ -122,15 +122,26 @@ pub(crate) fn insert_conversions(graph: &mut Graph, convs: &[Conversion]) -> Res
     if convs.is_empty() {
         return Ok(());
     }
-    if graph.pir.is_some() {
+    let graph = match graph {
+        Graph::Program(p) => p,
         // The JSON is kept as Paddle wrote it; its parameter types are declared there.
-        return Err(ErrorKind::Graph(
-            "the graph is a Paddle PIR program, whose declared parameter dtypes modelzip \
-             does not rewrite: convert the model in Paddle before importing it"
-                .into(),
-        )
-        .into());
-    }
+        Graph::Pir(_) => {
+            return Err(ErrorKind::Graph(
+                "the graph is a Paddle PIR program, whose declared parameter dtypes modelzip \
+                 does not rewrite: convert the model in Paddle before importing it"
+                    .into(),
+            )
+            .into());
+        }
+        Graph::Tf(_) | Graph::Onnx(_) => {
+            return Err(ErrorKind::Graph(format!(
+                "the graph is {}, whose declared parameter dtypes modelzip does not rewrite \
+                 as ops: convert the model before importing it",
+                graph.kind_name()
+            ))
+            .into());
+        }
+    };
     let names = declared(graph);
     for c in convs {
         let mut new_names = vec![c.cast_out()];
@@ -213,7 +224,7 @@ mod tests {
     use super::*;
 
     fn graph() -> Graph {
-        let mut g = Graph::new();
+        let mut g = Program::new();
         let b = &mut g.blocks[0];
         b.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
         b.vars.push(Var::constant("w", DType::Fp32, vec![4, 3]));
@@ -225,7 +236,7 @@ mod tests {
                 .input("Y", &["w"])
                 .output("Out", &["y"]),
         );
-        g
+        Graph::from(g)
     }
 
     #[test]
@@ -237,7 +248,7 @@ mod tests {
             scale: Some(("w@scale".into(), vec![3], 1)),
         };
         insert_conversions(&mut g, &[c]).unwrap();
-        let b = &g.blocks[0];
+        let b = &g.program().unwrap().blocks[0];
         let types: Vec<_> = b.ops.iter().map(|o| o.op_type.as_str()).collect();
         assert_eq!(types, ["feed", "cast", "elementwise_mul", "matmul_v2"]);
         assert_eq!(b.ops[3].inputs[1].args, ["w@dequant"]);
@@ -256,7 +267,7 @@ mod tests {
     #[test]
     fn refuses_name_clashes_and_missing_vars() {
         let mut g = graph();
-        g.blocks[0]
+        g.program_mut().unwrap().blocks[0]
             .vars
             .push(Var::variable("w@cast", DType::Fp32, vec![1]));
         let c = Conversion {

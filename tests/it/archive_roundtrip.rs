@@ -99,7 +99,7 @@ fn streaming_tag_writer_and_metadata_merge() {
     let e = t.graph(GraphFormat::FlatBuffers, b"g").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
     assert!(e.to_string().contains("graph.fb"), "{e}");
-    let fb = modelzip::graph::Graph::from_programdesc(&sample_graph())
+    let fb = modelzip::Graph::from_programdesc(&sample_graph())
         .unwrap()
         .to_flatbuffers()
         .unwrap();

@@ -4,9 +4,11 @@
 //! `<target>`, which must return an error or a result with the property the target
 //! asserts (round trips), never panic. The named tests pin down each fix.
 
+use crate::support::ProgramOf;
+
 use modelzip::graph::{VarKind, pir};
 use modelzip::internals::text::{parse_table, parse_tags_txt, render_table, render_tags_txt};
-use modelzip::interop::saved_model::{parse_index, write_index};
+use modelzip::interop::tf::saved_model::{parse_index, write_index};
 use modelzip::{Graph, OpenOptions, TrainingConfig};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,12 @@ fn same<T: std::fmt::Debug>(a: &T, b: &T) -> bool {
 /// encoder writes them (docs/GRAPH.md, "Variable kinds").
 fn implied(g: &Graph) -> Graph {
     let mut g = g.clone();
-    for v in g.blocks.iter_mut().flat_map(|b| b.vars.iter_mut()) {
+    for v in g
+        .prog_mut()
+        .blocks
+        .iter_mut()
+        .flat_map(|b| b.vars.iter_mut())
+    {
         match v.kind {
             VarKind::Placeholder => {
                 v.need_check_feed.get_or_insert(true);
@@ -195,7 +202,10 @@ fn check_pir_program(data: &[u8]) {
         .to_flatbuffers()
         .unwrap();
     let g = Graph::from_flatbuffers(&fb).unwrap();
-    assert_eq!(g.pir.as_ref().unwrap().json, data);
+    let modelzip::Graph::Pir(pir) = &g else {
+        panic!("expected a PIR program, got {}", g.kind_name())
+    };
+    assert_eq!(pir.json, data);
     assert_eq!(g.to_flatbuffers().unwrap(), fb);
 }
 
@@ -257,10 +267,18 @@ fn training_config_empty_updater_is_refused() {
 fn graph_fb_parameter_without_flag_gets_it_in_programdesc() {
     let data = input("graph_fb-parameter-kind-without-flags.bin");
     let g = Graph::from_flatbuffers(&data).unwrap();
-    let v = g.blocks[0].vars.iter().find(|v| v.name == "c").unwrap();
+    let v = g.prog().blocks[0]
+        .vars
+        .iter()
+        .find(|v| v.name == "c")
+        .unwrap();
     assert_eq!((v.kind, v.is_parameter), (VarKind::Parameter, None));
     let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
-    let v = back.blocks[0].vars.iter().find(|v| v.name == "c").unwrap();
+    let v = back.prog().blocks[0]
+        .vars
+        .iter()
+        .find(|v| v.name == "c")
+        .unwrap();
     assert_eq!((v.kind, v.is_parameter), (VarKind::Parameter, Some(true)));
     check_graph_fb(&data);
 }
@@ -275,12 +293,12 @@ fn graph_fb_unknown_other_var_type_is_refused() {
     let e = Graph::from_flatbuffers(&data).unwrap_err().to_string();
     assert!(e.contains("unknown VarType.Type value 268435466"), "{e}");
 
-    let mut g = Graph::new();
+    let mut g = Graph::from(modelzip::graph::Program::new());
     let mut v = modelzip::graph::Var::variable("t", modelzip::DType::Fp32, vec![]);
     v.kind = VarKind::Other(18); // TUPLE
     v.dtype = None;
     v.extra.tuple = Some(vec![7, 12345]);
-    g.blocks[0].vars.push(v);
+    g.prog_mut().blocks[0].vars.push(v);
     let e = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap())
         .unwrap_err()
         .to_string();
@@ -307,18 +325,18 @@ fn graph_fb_keeps_signaling_nan_float_attributes() {
         0x7f80_0000,
         0x8000_0000,
     ] {
-        let mut g = Graph::new();
-        g.blocks[0].ops.push(
+        let mut g = Graph::from(modelzip::graph::Program::new());
+        g.prog_mut().blocks[0].ops.push(
             Op::new("", "scale")
                 .attr("f", AttrValue::Float(f32::from_bits(bits)))
                 .attr("t", AttrValue::Float(f32::from_bits(bits))),
         );
         // A named op keeps FLOAT attributes in the op's t_args, an unnamed one in attrs.
         let mut named = g.clone();
-        named.blocks[0].ops[0].name = "s".into();
+        named.prog_mut().blocks[0].ops[0].name = "s".into();
         for g in [g, named] {
             let back = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap()).unwrap();
-            for a in &back.blocks[0].ops[0].attrs {
+            for a in &back.prog().blocks[0].ops[0].attrs {
                 let AttrValue::Float(f) = a.value else {
                     panic!("{a:?}")
                 };

@@ -1,6 +1,6 @@
 //! Malformed graph.fb and graph.pdmodel bytes give errors, never panics.
 
-use modelzip::graph::Graph;
+use modelzip::Graph;
 use modelzip::paddle_proto as pb;
 use proptest::prelude::*;
 use prost::Message;
@@ -187,7 +187,7 @@ proptest! {
         let _ = Graph::from_programdesc(&bytes);
         let _ = Graph::from_flatbuffers(&bytes);
         let _ = modelzip::TrainingConfig::decode(&bytes);
-        let _ = modelzip::graph::dump::pbtxt(&bytes);
+        let _ = modelzip::dump::pbtxt(&bytes);
         let mut with_id = bytes.clone();
         if with_id.len() >= 8 {
             with_id[4..8].copy_from_slice(b"MZGF");
@@ -214,7 +214,7 @@ proptest! {
         let bytes = mutate(&g.to_flatbuffers().unwrap(), &edits, 8);
         if let Ok(g) = Graph::from_flatbuffers(&bytes) {
             let _ = g.to_programdesc();
-            let _ = modelzip::graph::dump::text(&g);
+            let _ = modelzip::dump::text(&g);
         }
     }
 }

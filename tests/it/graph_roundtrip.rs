@@ -1,6 +1,8 @@
 //! Round trips of real Paddle programs and synthetic graphs through both encodings.
 
-use modelzip::graph::{Graph, GraphFormat};
+use crate::support::ProgramOf;
+
+use modelzip::{Graph, GraphFormat};
 use std::path::PathBuf;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -35,8 +37,10 @@ fn paddle_fixtures_round_trip_byte_for_byte() {
 }
 
 mod synthetic {
+    use crate::support::ProgramOf;
     use modelzip::DType;
-    use modelzip::graph::{AttrValue, Graph, Op, Slot, Var, VarKind};
+    use modelzip::Graph;
+    use modelzip::graph::{AttrValue, Op, Slot, Var, VarKind};
     use modelzip::paddle_proto as pb;
     use pb::{op_desc, var_desc, var_type};
     use prost::Message;
@@ -443,8 +447,8 @@ mod synthetic {
     fn every_attr_type_var_kind_and_nested_block_round_trips() {
         let bytes = program().encode_to_vec();
         let g = round_trip_bytes(&bytes);
-        assert_eq!(g.blocks.len(), 3);
-        let kinds: Vec<VarKind> = g.blocks[0].vars.iter().map(|v| v.kind).collect();
+        assert_eq!(g.prog().blocks.len(), 3);
+        let kinds: Vec<VarKind> = g.prog().blocks[0].vars.iter().map(|v| v.kind).collect();
         assert_eq!(
             kinds,
             [
@@ -462,14 +466,14 @@ mod synthetic {
                 VarKind::Other(15),
             ]
         );
-        let every = &g.blocks[0].ops[1];
+        let every = &g.prog().blocks[0].ops[1];
         assert_eq!(every.attrs.len(), 21);
         assert_eq!(every.get_attr("sub_block"), Some(&AttrValue::Block(1)));
         // A Paddle INT named dtype stays an INT.
         assert_eq!(every.get_attr("dtype"), Some(&AttrValue::Int(5)));
-        assert_eq!(g.blocks[0].vars[3].dtype, Some(DType::Bf16));
-        assert_eq!(g.blocks[0].vars[3].lod_level, None);
-        assert_eq!(g.blocks[2].forward_block_idx, Some(1));
+        assert_eq!(g.prog().blocks[0].vars[3].dtype, Some(DType::Bf16));
+        assert_eq!(g.prog().blocks[0].vars[3].lod_level, None);
+        assert_eq!(g.prog().blocks[2].forward_block_idx, Some(1));
     }
 
     #[test]
@@ -478,17 +482,20 @@ mod synthetic {
         p.version = None;
         p.op_version_map = Some(pb::OpVersionMap { pair: vec![] });
         let g = round_trip_bytes(&p.encode_to_vec());
-        assert_eq!(g.version, None);
-        assert_eq!(g.op_version_map, Some(vec![]));
+        assert_eq!(g.prog().version, None);
+        assert_eq!(g.prog().op_version_map, Some(vec![]));
         p.op_version_map = None;
-        assert_eq!(round_trip_bytes(&p.encode_to_vec()).op_version_map, None);
+        assert_eq!(
+            round_trip_bytes(&p.encode_to_vec()).prog().op_version_map,
+            None
+        );
     }
 
     /// A SameDiff-shaped graph: one block, placeholders/constants/variables, named ops,
     /// long/double/bool/data-type arguments.
     pub fn samediff() -> Graph {
-        let mut g = Graph::new();
-        let b = &mut g.blocks[0];
+        let mut g = Graph::from(modelzip::graph::Program::new());
+        let b = &mut g.prog_mut().blocks[0];
         b.vars
             .push(Var::placeholder("in", DType::Fp32, vec![-1, 784]));
         b.vars
@@ -544,17 +551,17 @@ mod synthetic {
     #[test]
     fn contradictory_kind_is_refused_for_programdesc() {
         let mut g = samediff();
-        g.blocks[0].vars[3].persistable = Some(true); // a "variable" that reads back as constant
+        g.prog_mut().blocks[0].vars[3].persistable = Some(true); // a "variable" that reads back as constant
         let e = g.to_programdesc().unwrap_err().to_string();
         assert!(e.contains("var \"mm\"") && e.contains("contradicts"), "{e}");
         // Implied flags are filled in.
-        let mut g = Graph::new();
-        g.blocks[0]
+        let mut g = Graph::from(modelzip::graph::Program::new());
+        g.prog_mut().blocks[0]
             .vars
             .push(Var::new("p", VarKind::Placeholder, DType::Fp32, vec![1]));
         let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
-        assert_eq!(back.blocks[0].vars[0].kind, VarKind::Placeholder);
-        assert_eq!(back.blocks[0].vars[0].need_check_feed, Some(true));
+        assert_eq!(back.prog().blocks[0].vars[0].kind, VarKind::Placeholder);
+        assert_eq!(back.prog().blocks[0].vars[0].need_check_feed, Some(true));
     }
 
     #[test]
@@ -562,7 +569,7 @@ mod synthetic {
         let g = samediff();
         let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
         assert_eq!(
-            back.blocks[0].ops[0].inputs[0],
+            back.prog().blocks[0].ops[0].inputs[0],
             Slot::new("input", &["in", "w0"])
         );
     }
@@ -596,9 +603,9 @@ fn packed_repeated_fields_are_accepted() {
     let mut bytes = vec![0x0a, block.len() as u8];
     bytes.extend_from_slice(&block);
     let g = Graph::from_programdesc(&bytes).unwrap();
-    assert_eq!(g.blocks[0].parent_idx, -1);
+    assert_eq!(g.prog().blocks[0].parent_idx, -1);
     assert_eq!(
-        g.blocks[0].ops[0].get_attr("a"),
+        g.prog().blocks[0].ops[0].get_attr("a"),
         Some(&AttrValue::Ints(vec![1, 2]))
     );
     // Written back the way Paddle writes proto2 repeated fields: unpacked.

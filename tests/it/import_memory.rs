@@ -6,9 +6,13 @@
 //! `RssAnon` at 64 MiB (measured: about 15 MiB; holding the parameters took 2 × the input
 //! for an inline ONNX or TensorFlow model, 1 × for the others; docs/RELIABILITY.md).
 
+use crate::support::ProgramOf;
+
 use crate::support::rss::peak_anon;
-use modelzip::graph::{Attr, AttrValue, Block, Graph, Op, Var, VarKind};
-use modelzip::tensor::{TensorView, encode_combined, encode_tensor};
+use modelzip::Graph;
+use modelzip::TensorView;
+use modelzip::graph::{Attr, AttrValue, Block, Op, Var, VarKind};
+use modelzip::tensor::{encode_combined, encode_tensor};
 use modelzip::{DType, onnx_proto as onnx_pb, tf_proto as tf_pb};
 use prost::Message;
 use std::ffi::OsStr;
@@ -158,10 +162,10 @@ fn paddle_import_of_a_256_mib_pdiparams_stays_under_64_mib() {
         v.persistable = Some(true);
         block.vars.push(v);
     }
-    let graph = Graph {
+    let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..Graph::new()
-    };
+        ..modelzip::graph::Program::new()
+    });
     let model = d.path().join("m.pdmodel");
     std::fs::write(&model, graph.to_programdesc().unwrap()).unwrap();
     let params = d.path().join("m.pdiparams");
@@ -328,7 +332,7 @@ fn tf_import_of_a_256_mib_graphdef_stays_under_64_mib() {
 /// variable).
 #[test]
 fn saved_model_import_of_256_mib_in_two_shards_stays_under_64_mib() {
-    use modelzip::interop::saved_model::{Bundle, BundleEntry, BundleHeader, write_index};
+    use modelzip::interop::tf::saved_model::{Bundle, BundleEntry, BundleHeader, write_index};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let d = tempfile::tempdir().unwrap();
     let sm = d.path().join("sm");
@@ -390,10 +394,10 @@ fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
     });
     let mut block = Block::main();
     block.ops.push(op);
-    let graph = Graph {
+    let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..Graph::new()
-    };
+        ..modelzip::graph::Program::new()
+    });
     let model = d.path().join("m.pdmodel");
     std::fs::write(&model, graph.to_programdesc().unwrap()).unwrap();
     let zip = d.path().join("out.zip");
@@ -411,5 +415,8 @@ fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
     let a = modelzip::Archive::open(&zip).unwrap();
     let (_, bytes) = a.tag("t").unwrap().graph().unwrap().unwrap();
     let g = Graph::from_programdesc(&bytes).unwrap();
-    assert_eq!(g.blocks[0].ops[0].attrs, graph.blocks[0].ops[0].attrs);
+    assert_eq!(
+        g.prog().blocks[0].ops[0].attrs,
+        graph.prog().blocks[0].ops[0].attrs
+    );
 }

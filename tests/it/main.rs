@@ -28,6 +28,7 @@ mod remote;
 mod safetensors_interop;
 mod saved_model;
 mod shared_graph;
+mod structure;
 mod summary;
 mod support;
 mod tensor_malformed;

@@ -468,7 +468,7 @@ fn stored_external_locations_cannot_write_outside_the_output_directory() {
     ];
     for (n, (why, edit)) in cases.iter().enumerate() {
         let mut g = good.clone();
-        for (i, init) in g.onnx.as_mut().unwrap().initializers.iter_mut().enumerate() {
+        for (i, init) in onnx_of(&mut g).initializers.iter_mut().enumerate() {
             if i == 0 || *why == "overlap" {
                 edit(&mut init.external, i);
             }
@@ -1081,20 +1081,17 @@ fn a_model_past_2_gib_inline_is_refused_before_it_is_built() {
         }),
         ..Default::default()
     };
-    let g = Graph {
-        onnx: Some(modelzip::graph::OnnxGraph {
-            model: model.encode_to_vec(),
-            initializers: vec![
-                modelzip::graph::OnnxInit {
-                    param: Some("w".into()),
-                    typed: false,
-                    external: Vec::new(),
-                };
-                n
-            ],
-        }),
-        ..Graph::new()
-    };
+    let g = Graph::Onnx(modelzip::graph::OnnxGraph {
+        model: model.encode_to_vec(),
+        initializers: vec![
+            modelzip::graph::OnnxInit {
+                param: Some("w".into()),
+                typed: false,
+                external: Vec::new(),
+            };
+            n
+        ],
+    });
     let zip = dir.path().join("m.zip");
     let w = modelzip::Tensor::from_bytes(DType::Fp32, vec![1 << 18], vec![0; 1 << 20]).unwrap();
     let mut aw = modelzip::ArchiveWriter::create_with(&zip, &crate::support::write_opts()).unwrap();
@@ -1146,33 +1143,27 @@ fn a_stored_model_of_millions_of_empty_messages_is_refused_before_decoding() {
     }
     // 5 million empty entries of a repeated message field.
     let empties = |field: u8| [(field << 3) | 2, 0].repeat(5_000_000);
-    let onnx = Graph {
-        onnx: Some(modelzip::graph::OnnxGraph {
-            // ModelProto.graph (7) holding 5 million empty GraphProto.node (1).
-            model: delimited(7, &empties(1)),
-            initializers: Vec::new(),
-        }),
-        ..Graph::new()
-    };
-    let tf = Graph {
-        tf: Some(modelzip::graph::TfGraph {
-            nodes: vec![modelzip::graph::TfNode {
-                name: "n".into(),
-                op: "NoOp".into(),
-                inputs: Vec::new(),
-                device: String::new(),
-                // AttrValue.list (1) holding 5 million empty ListValue.shape (7).
-                attrs: vec![modelzip::graph::TfAttr {
-                    name: "a".into(),
-                    value: delimited(1, &empties(7)),
-                    param: None,
-                }],
-                rest: Vec::new(),
+    let onnx = Graph::Onnx(modelzip::graph::OnnxGraph {
+        // ModelProto.graph (7) holding 5 million empty GraphProto.node (1).
+        model: delimited(7, &empties(1)),
+        initializers: Vec::new(),
+    });
+    let tf = Graph::Tf(modelzip::graph::TfGraph {
+        nodes: vec![modelzip::graph::TfNode {
+            name: "n".into(),
+            op: "NoOp".into(),
+            inputs: Vec::new(),
+            device: String::new(),
+            // AttrValue.list (1) holding 5 million empty ListValue.shape (7).
+            attrs: vec![modelzip::graph::TfAttr {
+                name: "a".into(),
+                value: delimited(1, &empties(7)),
+                param: None,
             }],
             rest: Vec::new(),
-        }),
-        ..Graph::new()
-    };
+        }],
+        rest: Vec::new(),
+    });
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("h.zip");
     let mut w = modelzip::ArchiveWriter::create_with(&zip, &crate::support::write_opts()).unwrap();
@@ -1208,7 +1199,7 @@ fn a_stored_model_of_millions_of_empty_messages_is_refused_before_decoding() {
     for name in ["onnx", "tf"] {
         let (_, fb) = a.tag(name).unwrap().graph().unwrap().unwrap();
         let g = Graph::from_flatbuffers(&fb).unwrap();
-        let text = modelzip::graph::dump::text(&g);
+        let text = modelzip::dump::text(&g);
         assert!(text.len() < 1 << 20, "{name}: {} bytes", text.len());
     }
 }
@@ -1299,4 +1290,12 @@ fn external_data_of_an_attribute_tensor_is_read_into_the_model() {
             .collect::<Vec<_>>(),
         [0.0, 0.125, 0.25, 0.375]
     );
+}
+
+/// The ONNX model of a graph decoded from an ONNX tag.
+fn onnx_of(g: &mut Graph) -> &mut modelzip::graph::OnnxGraph {
+    match g {
+        Graph::Onnx(o) => o,
+        other => panic!("expected an ONNX model, got {}", other.kind_name()),
+    }
 }

@@ -26,7 +26,7 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn check_record(path: &str, i: usize, got: &tensor::TensorView<'_>, want: &Value) {
+fn check_record(path: &str, i: usize, got: &modelzip::TensorView<'_>, want: &Value) {
     let ctx = format!("{path} record {i}");
     assert_eq!(got.dtype().name(), want["dtype"].as_str().unwrap(), "{ctx}");
     assert_eq!(

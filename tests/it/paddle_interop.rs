@@ -2,13 +2,16 @@
 //! conversion inside the archive (also under a full disk at every offset), persistables
 //! directories, and the errors that name the variable and record.
 
+use crate::support::ProgramOf;
+
 use crate::support;
 use crate::support::{export_opts, import_opts as opts, write_opts as no_fsync};
 
 use modelzip::fault::{bytes_written, set_write_budget};
+use modelzip::interop::ExportOptions;
 use modelzip::interop::paddle::{
-    self, ExportOptions, export_inference_model, export_inference_model_bytes,
-    import_inference_model, import_inference_model_files, import_persistables_dir, import_program,
+    self, export_inference_model, export_inference_model_bytes, import_inference_model,
+    import_inference_model_files, import_persistables_dir, import_program,
 };
 use modelzip::tensor::{decode_combined, encode_combined};
 use modelzip::{Archive, ArchiveWriter, Graph, TagBuilder, Tensor, TensorView};
@@ -626,7 +629,7 @@ fn a_program_without_parameters_needs_no_params_file() {
     let zip = dir.path().join("m.zip");
     // The MLP's program without its persistable variables (and the ops that use them).
     let mut g = Graph::from_programdesc(&read("3.3.1", "mlp.pdmodel")).unwrap();
-    let block = &mut g.blocks[0];
+    let block = &mut g.prog_mut().blocks[0];
     let params: Vec<String> = block
         .vars
         .iter()

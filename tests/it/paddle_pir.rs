@@ -59,7 +59,10 @@ fn import_then_export_is_byte_identical_for_every_pir_fixture() {
         assert_eq!(enc, GraphFormat::FlatBuffers);
         assert!(modelzip::graph::flatbuffers::is_pir(&bytes));
         let g = Graph::from_flatbuffers(&bytes).unwrap();
-        assert_eq!(g.pir.as_ref().unwrap().json, read(&format!("{m}.json")));
+        let modelzip::Graph::Pir(pir) = &g else {
+            panic!("expected a PIR program, got {}", g.kind_name())
+        };
+        assert_eq!(pir.json, read(&format!("{m}.json")));
 
         let prefix = d.path().join(format!("out-{m}"));
         let e = export_inference_model(&tag, &prefix, &export_opts()).unwrap();
@@ -284,12 +287,9 @@ fn a_pir_program_with_parameters_needs_its_params_file() {
 /// that does not parse is a graph error, not a panic or a silent empty graph.
 #[test]
 fn a_stored_pir_program_that_does_not_parse_is_refused_on_read() {
-    let g = Graph {
-        pir: Some(PirGraph {
-            json: b"{\"base_code\":{\"magic\":\"pir\"".to_vec(),
-        }),
-        ..Graph::new()
-    };
+    let g = Graph::Pir(PirGraph {
+        json: b"{\"base_code\":{\"magic\":\"pir\"".to_vec(),
+    });
     let fb = g.to_flatbuffers().unwrap();
     let e = Graph::from_flatbuffers(&fb).unwrap_err();
     assert!(e.to_string().contains("PIR program"), "{e}");

@@ -9,10 +9,11 @@ use crate::support;
 use crate::support::{export_opts, import_opts as opts};
 
 use modelzip::fault::set_write_budget;
+use modelzip::interop::ExportOptions;
 use modelzip::interop::paddle;
 use modelzip::interop::safetensors::{
-    ExportOptions, METADATA_KEY, export_safetensors, export_safetensors_bytes,
-    export_safetensors_sharded, import_safetensors,
+    METADATA_KEY, export_safetensors, export_safetensors_bytes, export_safetensors_sharded,
+    import_safetensors,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
 use serde_json::{Map, Value};
@@ -546,12 +547,12 @@ fn a_paddle_tag_exports_to_a_file_the_safetensors_library_reads_back_equal() {
         "fp32",
         &fx.join("mlp.pdmodel"),
         &fx.join("mlp.pdiparams"),
-        &paddle::ImportOptions {
+        &modelzip::interop::ImportOptions {
             write: WriteOptions {
                 fsync: false,
                 ..WriteOptions::default()
             },
-            ..paddle::ImportOptions::default()
+            ..modelzip::interop::ImportOptions::default()
         },
     )
     .unwrap();

@@ -5,7 +5,7 @@
 //! TensorFlow itself loads the export in tests/tf/run_exported.py.
 
 use crate::support::{export_opts, import_opts as opts};
-use modelzip::interop::saved_model::{
+use modelzip::interop::tf::saved_model::{
     self, Bundle, BundleEntry, export_saved_model, import_saved_model, parse_index, write_index,
 };
 use modelzip::interop::{self, ExportOptions};

@@ -180,7 +180,9 @@ fn constants_of_every_dtype_and_form_become_parameters() {
     // The string constant stays in the graph.
     assert!(r.params.iter().all(|p| p.name != "words"));
     let (_, bytes) = t.graph().unwrap().unwrap();
-    let g = Graph::from_flatbuffers(&bytes).unwrap().tf.unwrap();
+    let Graph::Tf(g) = Graph::from_flatbuffers(&bytes).unwrap() else {
+        panic!("expected a TensorFlow graph")
+    };
     let words = g.nodes.iter().find(|n| n.name == "words").unwrap();
     assert!(words.attrs.iter().all(|a| a.param.is_none()));
 }
@@ -506,13 +508,10 @@ fn verify_and_export_check_a_stored_graph_against_its_parameters() {
         ..Default::default()
     };
     let fb = |param: &str| {
-        Graph {
-            tf: Some(TfGraph {
-                nodes: vec![node(param)],
-                rest: Vec::new(),
-            }),
-            ..Graph::new()
-        }
+        Graph::Tf(TfGraph {
+            nodes: vec![node(param)],
+            rest: Vec::new(),
+        })
         .to_flatbuffers()
         .unwrap()
     };
@@ -596,13 +595,10 @@ fn alias_graph_archive(dir: &Path, n: usize, elems: usize) -> PathBuf {
             ..Default::default()
         })
         .collect();
-    let fb = Graph {
-        tf: Some(TfGraph {
-            nodes,
-            rest: Vec::new(),
-        }),
-        ..Graph::new()
-    }
+    let fb = Graph::Tf(TfGraph {
+        nodes,
+        rest: Vec::new(),
+    })
     .to_flatbuffers()
     .unwrap();
     let zip = dir.join("alias.zip");

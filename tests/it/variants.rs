@@ -1,13 +1,17 @@
 //! Variants through the library: quantize (with and without a graph, both graph
 //! encodings), cast, and diff, on the real Paddle fixture models and synthetic tags.
 
-use modelzip::graph::{AttrValue, Graph, GraphFormat};
+use crate::support::ProgramOf;
+
+use modelzip::graph::AttrValue;
+
 use modelzip::tensor::decode_combined;
 use modelzip::variants::{
     AllowValues, GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, cast_allowing,
     diff_tags, quantize, quantize_allowing,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
+use modelzip::{Graph, GraphFormat};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -32,7 +36,7 @@ fn fast() -> WriteOptions {
 fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphFormat) -> TagBuilder {
     let pd = std::fs::read(fixture(&format!("{version}/{model}.pdmodel"))).unwrap();
     let graph = Graph::from_programdesc(&pd).unwrap();
-    let mut names: Vec<&str> = graph.blocks[0]
+    let mut names: Vec<&str> = graph.prog().blocks[0]
         .vars
         .iter()
         .filter(|v| v.is_persistable() && v.name != "feed" && v.name != "fetch")
@@ -179,7 +183,7 @@ fn quantize_mlp_with_graph_per_tensor() {
     // The graph dequantizes before the muls.
     let (enc, g) = new_graph(&archive, "int8");
     assert_eq!(enc, GraphFormat::ProgramDesc);
-    let b = &g.blocks[0];
+    let b = &g.prog().blocks[0];
     let types: Vec<_> = b.ops.iter().map(|o| o.op_type.as_str()).collect();
     assert_eq!(
         &types[..6],
@@ -248,7 +252,7 @@ fn quantize_conv_per_channel_axes_and_graph_fb() {
     let archive = Archive::open(&path).unwrap();
     let (enc, g) = new_graph(&archive, "int8");
     assert_eq!(enc, GraphFormat::FlatBuffers);
-    let b = &g.blocks[0];
+    let b = &g.prog().blocks[0];
     let conv = b.ops.iter().find(|o| o.op_type == "conv2d").unwrap();
     assert_eq!(
         conv.inputs
@@ -349,7 +353,7 @@ fn cast_values_are_half_conversions_and_graph_casts_back() {
     assert_eq!(metadata(&archive, "fp16")["cast"]["dtype"], "FP16");
     assert_eq!(metadata(&archive, "bf16")["cast"]["source_tag"], "fp32");
     let (_, g) = new_graph(&archive, "bf16");
-    let b = &g.blocks[0];
+    let b = &g.prog().blocks[0];
     let casts: Vec<_> = b.ops.iter().filter(|o| o.op_type == "cast").collect();
     assert_eq!(casts.len(), src.params().len());
     assert!(
@@ -1073,8 +1077,8 @@ fn diff_of_non_finite_values() {
 #[test]
 fn per_channel_fallback_to_per_tensor_carries_its_reason() {
     use modelzip::graph::{Op, Var};
-    let mut g = Graph::new();
-    let b = &mut g.blocks[0];
+    let mut g = Graph::from(modelzip::graph::Program::new());
+    let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
         b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
     }

@@ -135,7 +135,7 @@ pub struct Directory {
 }
 
 /// Entry name -> position in the entry list, holding positions only: the names stay in
-/// the entries (one allocation per entry instead of two, docs/BENCHMARKS.md P5).
+/// the entries (one allocation per entry instead of two, docs/BENCHMARKS-history.md P5).
 #[derive(Debug, Clone, Default)]
 pub struct NameIndex {
     table: hashbrown::HashTable<usize>,

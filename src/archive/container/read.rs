@@ -176,7 +176,7 @@ pub(crate) type ReadAt<'r> = &'r dyn Fn(&mut [u8], u64) -> std::io::Result<()>;
 /// read with `pread` by [`parse_mapped`]: faulting a page into the map costs ~2 µs, and
 /// tearing the mapping down later ~1 µs more (the kernel maps the 16 pages around a
 /// fault, 64 KiB, so headers closer together share one fault), against ~0.4 µs a `pread`
-/// (measured, docs/BENCHMARKS.md P2).
+/// (measured, docs/BENCHMARKS-history.md P2).
 const SPARSE_MAX_HEADERS: usize = 4;
 /// The kernel's fault-around window (`fault_around_bytes`, 64 KiB by default).
 const SPARSE_BLOCK_SHIFT: u32 = 16;

@@ -115,20 +115,31 @@ impl Record {
     }
 }
 
+/// Bytes of fingerprint input hashed at a time.
+const FINGERPRINT_CHUNK: usize = 64 << 10;
+
 /// Count and SHA-256 of the central-directory records of `entries` other than the
 /// summary (name, method, CRC-32, stored and uncompressed size; not offsets), in order.
 pub(crate) fn fingerprint<'e>(entries: impl Iterator<Item = &'e ZipEntry>) -> (u64, [u8; 32]) {
+    // The same bytes, gathered into a buffer and hashed 64 KiB at a time: six `update`s
+    // an entry cost more than the hashing on 100,000 entries (BENCHMARKS.md, P5).
     let mut h = sha2::Sha256::new();
     let mut n = 0u64;
+    let mut buf: Vec<u8> = Vec::with_capacity(FINGERPRINT_CHUNK + 256);
     for e in entries.filter(|e| e.name != SUMMARY_TXT) {
         n += 1;
-        h.update((e.name.len() as u64).to_le_bytes());
-        h.update(e.name.as_bytes());
-        h.update(e.method.to_le_bytes());
-        h.update(e.crc32.to_le_bytes());
-        h.update(e.compressed_size.to_le_bytes());
-        h.update(e.uncompressed_size.to_le_bytes());
+        buf.extend_from_slice(&(e.name.len() as u64).to_le_bytes());
+        buf.extend_from_slice(e.name.as_bytes());
+        buf.extend_from_slice(&e.method.to_le_bytes());
+        buf.extend_from_slice(&e.crc32.to_le_bytes());
+        buf.extend_from_slice(&e.compressed_size.to_le_bytes());
+        buf.extend_from_slice(&e.uncompressed_size.to_le_bytes());
+        if buf.len() >= FINGERPRINT_CHUNK {
+            h.update(&buf);
+            buf.clear();
+        }
     }
+    h.update(&buf);
     (n, h.finalize().into())
 }
 
@@ -365,7 +376,7 @@ impl Archive {
             return Ok(summaries);
         }
         // Tags are independent: described on every core (two threads halve the listing
-        // of 100 tags x 1,000 params; docs/BENCHMARKS.md, P5).
+        // of 100 tags x 1,000 params; docs/BENCHMARKS-history.md, P5).
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let chunk = self.tags().len().div_ceil(threads).max(1);
         std::thread::scope(|s| {

@@ -1,10 +1,10 @@
-//! A graph as the page draws it: the nodes and edges of the drawing `graph --format dot`
-//! prints ([`modelzip::graph::dump::dot`]), operations as nodes and variables folded
-//! into the edges between the operations that write and read them. Paddle operations
-//! also carry their inputs, outputs and attributes from the decoded graph.
+//! A graph as the page draws it: the library's drawing of the graph
+//! ([`modelzip::dump::drawing`], what `graph --format dot` writes out), operations as
+//! nodes and values folded into the edges between the operations that write and read
+//! them. Each operation carries its inputs, outputs and attributes.
 
 use modelzip::Graph;
-use modelzip::graph::dump;
+use modelzip::dump::{self, NodeRole};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
@@ -16,200 +16,90 @@ const MAX_EDGES: usize = 20_000;
 /// Attribute values are shortened to this many characters.
 const MAX_ATTR: usize = 200;
 
-/// One `ID [shape=S, ..., label="..."];` line of the drawing.
-struct DotNode {
-    id: String,
-    shape: String,
-    label: String,
-}
-
-/// Reads the drawing [`dump::dot`] writes: one node or edge statement a line. Lines of
-/// any other form are skipped (the drawing has none but its header).
-fn parse(dot: &str) -> (Vec<DotNode>, Vec<(String, String)>) {
-    let mut nodes = Vec::new();
-    let mut edges = Vec::new();
-    for line in dot.lines() {
-        let line = line.trim();
-        let Some(body) = line.strip_suffix(';') else {
-            continue;
-        };
-        if let Some((from, rest)) = body.split_once(" -> ") {
-            let to = rest.split([' ', '[']).next().unwrap_or("");
-            if is_id(from) && is_id(to) {
-                edges.push((from.to_string(), to.to_string()));
-            }
-            continue;
-        }
-        let Some((id, attrs)) = body.split_once(" [") else {
-            continue;
-        };
-        // (`node [...]`, `graph [...]`, `edge [...]` set defaults: no node)
-        if !is_id(id) || matches!(id, "node" | "graph" | "edge") {
-            continue;
-        }
-        let shape = attrs
-            .split_once("shape=")
-            .and_then(|(_, r)| r.split([',', ']']).next())
-            .unwrap_or("")
-            .to_string();
-        let label = attrs
-            .split_once("label=")
-            .map(|(_, r)| unquote(r))
-            .unwrap_or_default();
-        nodes.push(DotNode {
-            id: id.to_string(),
-            shape,
-            label,
-        });
-    }
-    (nodes, edges)
-}
-
-fn is_id(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// The text of a quoted DOT string at the start of `s` (the escapes `q` writes).
-fn unquote(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.strip_prefix('"').unwrap_or(s).chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => break,
-            '\\' => match chars.next() {
-                Some('n') => out.push('\n'),
-                Some(other) => out.push(other),
-                None => break,
-            },
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Whether a node of the drawing is a variable or value (folded into edges) rather
-/// than an operation: Paddle variables and ONNX inputs and initializers. TensorFlow
-/// nodes, constants included, are all operations; a PIR program (whose operations
-/// modelzip counts but does not decode) is one node, its summary.
-fn is_variable(g: &Graph, id: &str, shape: &str) -> bool {
-    if g.pir.is_some() {
-        // The summary box is the node; the parameter boxes linked to it are values.
-        return id != "pir";
-    }
-    if g.tf.is_some() {
-        return false;
-    }
-    matches!(shape, "box" | "plaintext" | "invhouse")
-}
-
-fn short(s: String) -> String {
+fn short(s: &str) -> String {
     if s.chars().count() <= MAX_ATTR {
-        return s;
+        return s.to_string();
     }
     let mut t: String = s.chars().take(MAX_ATTR).collect();
     t.push('…');
     t
 }
 
-/// The Paddle operation a node id `b{B}o{K}` of the drawing names, if any.
-fn paddle_op<'g>(g: &'g Graph, id: &str) -> Option<&'g modelzip::graph::Op> {
-    if g.tf.is_some() || g.onnx.is_some() || g.pir.is_some() {
-        return None;
-    }
-    let (b, k) = id.strip_prefix('b')?.split_once('o')?;
-    g.blocks
-        .get(b.parse::<usize>().ok()?)?
-        .ops
-        .get(k.parse::<usize>().ok()?)
-}
-
-fn slots(s: &[modelzip::graph::Slot]) -> Value {
+fn slots(s: &[(String, Vec<String>)]) -> Value {
     Value::Array(
         s.iter()
-            .map(|s| json!({"name": s.name, "args": s.args}))
+            .map(|(name, args)| json!({"name": name, "args": args}))
             .collect(),
     )
 }
 
-/// `{kind, ops, drawn, nodes: [{id, op, label, block?, inputs?, outputs?, attrs?}],
+/// `{kind, ops, drawn, nodes: [{id, op, label, block?, inputs?, outputs?, attrs}],
 /// edges: [[from, to], ...], variables}`: every operation of every block (feed and fetch
-/// included), variables folded into operation-to-operation edges.
+/// included), values folded into operation-to-operation edges.
 pub fn nodes(g: &Graph) -> Value {
-    let kind = match (&g.tf, &g.onnx, &g.pir) {
-        (Some(_), _, _) => "tensorflow",
-        (None, Some(_), _) => "onnx",
-        (None, None, Some(_)) => "pir",
-        _ => "paddle",
+    let kind = match g {
+        Graph::Program(_) => "paddle",
+        Graph::Tf(_) => "tensorflow",
+        Graph::Onnx(_) => "onnx",
+        Graph::Pir(_) => "pir",
     };
-    let (dot_nodes, dot_edges) = parse(&dump::dot(g));
-    let variable: HashMap<&str, bool> = dot_nodes
-        .iter()
-        .map(|n| (n.id.as_str(), is_variable(g, &n.id, &n.shape)))
-        .collect();
-    let is_var = |id: &str| variable.get(id).copied().unwrap_or(true);
-    // Operation-to-operation edges, and each variable's writers and readers.
-    let mut edges: Vec<(String, String)> = Vec::new();
-    let mut writers: HashMap<&str, Vec<&str>> = HashMap::new();
-    let mut readers: HashMap<&str, Vec<&str>> = HashMap::new();
-    for (from, to) in &dot_edges {
-        match (is_var(from), is_var(to)) {
-            (false, false) => edges.push((from.clone(), to.clone())),
-            (false, true) => writers.entry(to).or_default().push(from),
-            (true, false) => readers.entry(from).or_default().push(to),
+    let d = dump::drawing(g);
+    let is_value = |i: usize| d.nodes.get(i).is_none_or(|n| n.role == NodeRole::Value);
+    // Operation-to-operation edges, and each value's writers and readers.
+    let mut edges: Vec<(usize, usize)> = Vec::new();
+    let mut writers: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut readers: HashMap<usize, Vec<usize>> = HashMap::new();
+    for e in &d.edges {
+        match (is_value(e.from), is_value(e.to)) {
+            (false, false) => edges.push((e.from, e.to)),
+            (false, true) => writers.entry(e.to).or_default().push(e.from),
+            (true, false) => readers.entry(e.from).or_default().push(e.to),
             (true, true) => {}
         }
     }
     let mut truncated = false;
-    for (var, ws) in &writers {
-        for r in readers.get(var).map(Vec::as_slice).unwrap_or_default() {
+    'fold: for (value, ws) in &writers {
+        for r in readers.get(value).map(Vec::as_slice).unwrap_or_default() {
             for w in ws {
                 if edges.len() >= MAX_EDGES {
                     truncated = true;
-                    break;
+                    break 'fold;
                 }
-                edges.push((w.to_string(), r.to_string()));
+                edges.push((*w, *r));
             }
         }
     }
-    edges.sort();
+    edges.sort_unstable();
     edges.dedup();
     let mut out_nodes = Vec::new();
     let mut variables = 0usize;
-    for n in &dot_nodes {
-        if is_var(&n.id) {
+    for n in &d.nodes {
+        if n.role == NodeRole::Value {
             variables += 1;
             continue;
         }
-        let op = n.label.lines().next().unwrap_or("").to_string();
-        let mut node = json!({"id": n.id, "op": op, "label": n.label});
-        if let (Some(o), Value::Object(m)) = (paddle_op(g, &n.id), &mut node) {
-            let block =
-                n.id.strip_prefix('b')
-                    .and_then(|r| r.split('o').next())
-                    .and_then(|b| b.parse::<usize>().ok());
-            m.insert("block".into(), json!(block));
-            m.insert("inputs".into(), slots(&o.inputs));
-            m.insert("outputs".into(), slots(&o.outputs));
-            let attrs: Vec<Value> = o
-                .attrs
-                .iter()
-                .map(|a| json!({"name": a.name, "value": short(format!("{:?}", a.value))}))
-                .collect();
-            m.insert("attrs".into(), Value::Array(attrs));
-        }
-        if let (Some(pir), Value::Object(m)) = (&g.pir, &mut node)
-            && let Ok(p) = pir.program()
-        {
-            // The op counts per op name, as the node's attributes.
-            let attrs: Vec<Value> = p
-                .op_counts
-                .iter()
-                .map(|(op, n)| json!({"name": op, "value": n.to_string()}))
-                .collect();
-            m.insert("attrs".into(), Value::Array(attrs));
+        let attrs: Vec<Value> = n
+            .attrs
+            .iter()
+            .map(|(name, value)| json!({"name": name, "value": short(value)}))
+            .collect();
+        let mut node = json!({"id": n.id, "op": n.op(), "label": n.label, "attrs": attrs});
+        if let Value::Object(m) = &mut node {
+            // Kinds without slots (a PIR summary) leave them out: the page then lists
+            // the operations the edges connect.
+            if let Some(b) = n.block {
+                m.insert("block".into(), json!(b));
+            }
+            if !n.inputs.is_empty() {
+                m.insert("inputs".into(), slots(&n.inputs));
+            }
+            if !n.outputs.is_empty() {
+                m.insert("outputs".into(), slots(&n.outputs));
+            }
         }
         out_nodes.push(node);
     }
+    let id = |i: usize| d.nodes[i].id.as_str();
     json!({
         "kind": kind,
         "ops": out_nodes.len(),
@@ -218,26 +108,53 @@ pub fn nodes(g: &Graph) -> Value {
         "max_drawn": MAX_DRAWN,
         "edges_truncated": truncated,
         "nodes": out_nodes,
-        "edges": edges.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>(),
+        "edges": edges.iter().map(|&(a, b)| json!([id(a), id(b)])).collect::<Vec<_>>(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use modelzip::DType;
+    use modelzip::graph::{AttrValue, Op, Program, Var};
 
+    /// Variables fold into op-to-op edges; attributes read as values, not Rust syntax.
     #[test]
-    fn reads_the_drawing_lines() {
-        let (n, e) = parse(
-            "digraph G {\n  rankdir=TB;\n  b0v0 [shape=box, label=\"w\\n\\\"q\\\"\"];\n  b0o0 [shape=ellipse, style=filled, label=\"mul\"];\n  b0v0 -> b0o0;\n  n1 -> n2 [style=dashed];\n}\n",
+    fn variables_fold_into_edges_between_ops() {
+        let mut p = Program::new();
+        let b = &mut p.blocks[0];
+        b.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
+        b.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
+        b.vars.push(Var::variable("y", DType::Fp32, vec![-1, 2]));
+        b.vars.push(Var::variable("z", DType::Fp32, vec![-1, 2]));
+        b.ops.push(
+            Op::new("", "matmul_v2")
+                .input("X", &["x"])
+                .input("Y", &["w"])
+                .output("Out", &["y"])
+                .attr("trans_x", AttrValue::Bool(false))
+                .attr("axes", AttrValue::Ints(vec![0, 1])),
         );
-        assert_eq!(n.len(), 2);
-        assert_eq!(n[0].label, "w\n\"q\"");
-        assert_eq!(n[0].shape, "box");
-        assert_eq!(n[1].shape, "ellipse");
+        b.ops
+            .push(Op::new("", "relu").input("X", &["y"]).output("Out", &["z"]));
+        let v = nodes(&Graph::from(p));
+        assert_eq!(v["kind"], "paddle");
+        assert_eq!(v["ops"], 2);
+        assert_eq!(v["variables"], 4);
+        assert_eq!(v["edges"], json!([["b0o0", "b0o1"]]));
+        assert_eq!(v["nodes"][0]["op"], "matmul_v2");
+        assert_eq!(v["nodes"][0]["block"], 0);
         assert_eq!(
-            e,
-            [("b0v0".into(), "b0o0".into()), ("n1".into(), "n2".into())]
+            v["nodes"][0]["inputs"][1],
+            json!({"name": "Y", "args": ["w"]})
+        );
+        assert_eq!(
+            v["nodes"][0]["attrs"][0],
+            json!({"name": "trans_x", "value": "false"})
+        );
+        assert_eq!(
+            v["nodes"][0]["attrs"][1],
+            json!({"name": "axes", "value": "[0, 1]"})
         );
     }
 }

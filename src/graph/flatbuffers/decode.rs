@@ -10,8 +10,8 @@ use super::schema::{
 use crate::error::Result;
 use crate::graph::generated::graph as fbg;
 use crate::graph::model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, OnnxInit, Op, Scalar, ScalarType,
-    Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra,
+    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, OnnxInit, Op, Program, Scalar,
+    ScalarType, Slot, TensorDesc, TfAttr, TfGraph, TfNode, TfParamRef, Var, VarKind, VarTypeExtra,
     var_type_name,
 };
 use crate::graph::programdesc::{gerr, in_where};
@@ -68,7 +68,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
     if blocks.is_empty() {
         return Err(gerr("graph.fb has no blocks"));
     }
-    Ok(Graph {
+    let program = Program {
         blocks,
         version: root.version(),
         op_version_map: root.op_version_map().map(|m| {
@@ -76,10 +76,22 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
                 .map(|p| (p.op_name().to_string(), p.version()))
                 .collect()
         }),
-        tf,
-        onnx,
-        pir,
-    })
+    };
+    let foreign = match (tf, onnx, pir) {
+        (None, None, None) => return Ok(Graph::Program(program)),
+        (Some(t), _, _) => Graph::Tf(t),
+        (_, Some(o), _) => Graph::Onnx(o),
+        (_, _, Some(p)) => Graph::Pir(p),
+    };
+    // A foreign kind sits beside one empty main block and nothing else: anything more
+    // would be dropped on the way to the model, so it is refused rather than lost.
+    if program != Program::new() {
+        return Err(gerr(format!(
+            "graph.fb holds {} and also Paddle blocks, a version or an op version map              (only one empty main block may sit beside it)",
+            foreign.kind_name()
+        )));
+    }
+    Ok(foreign)
 }
 
 fn onnx_from_fb(g: fbg::OnnxGraph<'_>) -> Result<OnnxGraph> {

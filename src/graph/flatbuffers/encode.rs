@@ -8,28 +8,34 @@ use super::schema::{
 use crate::error::Result;
 use crate::graph::generated::graph as fbg;
 use crate::graph::model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, Op, Scalar, Slot, TensorDesc,
-    TfGraph, TfNode, Var, VarKind, VarTypeExtra,
+    Attr, AttrValue, Block, DenseTensorDesc, Graph, OnnxGraph, Op, Program, Scalar, Slot,
+    TensorDesc, TfGraph, TfNode, Var, VarKind, VarTypeExtra,
 };
 use crate::graph::programdesc::{gerr, in_where};
 use crate::tensor::DType;
 
 pub(super) type Fbb<'a> = FlatBufferBuilder<'a>;
 
-/// Encodes a graph as graph.fb bytes.
+/// Encodes a graph as graph.fb bytes. A foreign kind (TensorFlow, ONNX, PIR) is stored
+/// beside one empty main block, as every graph.fb reader since schema version 1 expects.
 pub fn encode(g: &Graph) -> Result<Vec<u8>> {
-    if g.blocks.is_empty() {
+    let main_only = Program::new();
+    let program = match g {
+        Graph::Program(p) => p,
+        Graph::Tf(_) | Graph::Onnx(_) | Graph::Pir(_) => &main_only,
+    };
+    if program.blocks.is_empty() {
         return Err(gerr("graph has no blocks"));
     }
     let mut fbb = Fbb::with_capacity(4096);
-    let blocks = g
+    let blocks = program
         .blocks
         .iter()
         .enumerate()
         .map(|(i, b)| block_to_fb(&mut fbb, b).map_err(|e| in_where(e, &format!("block {i}"))))
         .collect::<Result<Vec<_>>>()?;
     let blocks = fbb.create_vector(&blocks);
-    let op_version_map = g.op_version_map.as_ref().map(|pairs| {
+    let op_version_map = program.op_version_map.as_ref().map(|pairs| {
         let items: Vec<_> = pairs
             .iter()
             .map(|(name, v)| {
@@ -45,36 +51,29 @@ pub fn encode(g: &Graph) -> Result<Vec<u8>> {
             .collect();
         fbb.create_vector(&items)
     });
-    let tf = g.tf.as_ref().map(|t| tf_to_fb(&mut fbb, t));
-    let onnx = g.onnx.as_ref().map(|o| onnx_to_fb(&mut fbb, o));
-    if [g.tf.is_some(), g.onnx.is_some(), g.pir.is_some()]
-        .iter()
-        .filter(|&&x| x)
-        .count()
-        > 1
-    {
-        return Err(gerr(
-            "a graph holds at most one of a TensorFlow graph, an ONNX model and a PIR program",
-        ));
-    }
-    let pir = g.pir.as_ref().map(|p| {
-        let json = Some(fbb.create_vector(&p.json));
-        fbg::PirGraph::create(&mut fbb, &fbg::PirGraphArgs { json })
-    });
+    let (mut tf, mut onnx, mut pir) = (None, None, None);
+    let schema_version = match g {
+        Graph::Program(_) => SCHEMA_VERSION,
+        Graph::Tf(t) => {
+            tf = Some(tf_to_fb(&mut fbb, t));
+            SCHEMA_VERSION_TF
+        }
+        Graph::Onnx(o) => {
+            onnx = Some(onnx_to_fb(&mut fbb, o));
+            SCHEMA_VERSION_ONNX
+        }
+        Graph::Pir(p) => {
+            let json = Some(fbb.create_vector(&p.json));
+            pir = Some(fbg::PirGraph::create(&mut fbb, &fbg::PirGraphArgs { json }));
+            SCHEMA_VERSION_PIR
+        }
+    };
     let root = fbg::Graph::create(
         &mut fbb,
         &fbg::GraphArgs {
-            schema_version: if tf.is_some() {
-                SCHEMA_VERSION_TF
-            } else if onnx.is_some() {
-                SCHEMA_VERSION_ONNX
-            } else if pir.is_some() {
-                SCHEMA_VERSION_PIR
-            } else {
-                SCHEMA_VERSION
-            },
+            schema_version,
             blocks: Some(blocks),
-            version: g.version,
+            version: program.version,
             op_version_map,
             tf,
             onnx,

@@ -13,6 +13,8 @@ mod tests;
 pub use decode::decode;
 pub use encode::encode;
 pub(crate) use schema::verified_root;
+// (Read by the crate's tests through the test-internals feature.)
+#[allow(unused_imports)]
 pub use schema::{
     IDENTIFIER, MAX_GRAPH_FB_BYTES, SCHEMA_VERSION, SCHEMA_VERSION_ONNX, SCHEMA_VERSION_PIR,
     SCHEMA_VERSION_TF, is_onnx, is_pir, is_tf,

@@ -24,6 +24,7 @@ pub const SCHEMA_VERSION_PIR: i32 = 4;
 
 /// Whether graph.fb bytes hold a Paddle PIR program (schema_version 4 with `pir`);
 /// `false` for anything that does not verify.
+#[cfg_attr(not(feature = "test-internals"), allow(dead_code))] // Used by the tests.
 pub fn is_pir(bytes: &[u8]) -> bool {
     verified_root::<fbg::Graph>(bytes, IDENTIFIER, "graph.fb").is_ok_and(|r| r.pir().is_some())
 }

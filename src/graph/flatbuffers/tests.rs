@@ -1,7 +1,7 @@
 use super::decode::decode;
 use super::encode::{Fbb, encode, string_vec};
 use crate::graph::generated::graph as fbg;
-use crate::graph::model::{AttrValue, Graph, Op, Slot};
+use crate::graph::model::{AttrValue, Graph, Op, Program, Slot};
 use crate::tensor::DType;
 use ::flatbuffers::WIPOffset;
 
@@ -87,7 +87,7 @@ fn seed_op<'a>(fbb: &mut Fbb<'a>, d_arg: i32, i_count: usize) -> WIPOffset<fbg::
 fn seed_style_operation_reads_with_defaults() {
     let bytes = build(1, |_| None, |fbb| Some(seed_op(fbb, 5, 1)));
     let g = decode(&bytes).unwrap();
-    let op = &g.blocks[0].ops[0];
+    let op = &g.program().unwrap().blocks[0].ops[0];
     assert_eq!(op.name, "add_1");
     assert_eq!(op.inputs, vec![Slot::new("", &["a", "b"])]);
     assert_eq!(op.outputs, vec![Slot::new("", &["c"])]);
@@ -110,9 +110,9 @@ fn our_operations_carry_the_seed_vectors() {
         .attr("k", AttrValue::Int(3))
         .attr("d", AttrValue::DataType(DType::Int8))
         .attr("s", AttrValue::String("x".into()));
-    let mut g = Graph::new();
+    let mut g = Program::new();
     g.blocks[0].ops.push(op);
-    let bytes = encode(&g).unwrap();
+    let bytes = encode(&Graph::from(g)).unwrap();
     let root = fbg::root_as_graph(&bytes).unwrap();
     let o = root.blocks().unwrap().get(0).operations().unwrap().get(0);
     assert_eq!(o.inputs().unwrap().iter().collect::<Vec<_>>(), ["a", "b"]);
@@ -253,5 +253,5 @@ fn shared_tables_cannot_amplify() {
         })
         .collect();
     let g = decode(&finish(fbb, 1, &[], &ops)).unwrap();
-    assert_eq!(g.blocks[0].ops.len(), 1000);
+    assert_eq!(g.program().unwrap().blocks[0].ops.len(), 1000);
 }

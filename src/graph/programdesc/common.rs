@@ -121,7 +121,7 @@ pub(crate) fn decode_dynamic(bytes: &[u8]) -> Result<DynamicMessage> {
         .saturating_mul(32)
         .saturating_add(64 << 20)
         .max(1 << 30);
-    crate::interop::tf::walk_within(
+    crate::proto_walk::walk_within(
         bytes,
         &program_descriptor()?,
         budget,

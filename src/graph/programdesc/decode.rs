@@ -1,18 +1,18 @@
-//! ProgramDesc to [`Graph`], checking every enum value.
+//! ProgramDesc to [`Program`], checking every enum value.
 
 use super::common::{MODELZIP_ATTR, classify, decode_dynamic, gerr, in_where, modelzip_json};
 use prost::Message;
 
 use crate::error::Result;
 use crate::graph::model::{
-    Attr, AttrValue, Block, DenseTensorDesc, Graph, Op, Scalar, ScalarType, Slot, TensorDesc,
+    Attr, AttrValue, Block, DenseTensorDesc, Op, Program, Scalar, ScalarType, Slot, TensorDesc,
     TensorSlot, Var, VarTypeExtra, attr_type_name, main_slot, var_type_name,
 };
 use crate::paddle_proto as pb;
 use crate::tensor::DType;
 
-/// Decodes `.pdmodel` bytes into a [`Graph`].
-pub fn decode(bytes: &[u8]) -> Result<Graph> {
+/// Decodes `.pdmodel` bytes into a [`Program`].
+pub fn decode(bytes: &[u8]) -> Result<Program> {
     decode_dynamic(bytes)?;
     let program = pb::ProgramDesc::decode(bytes)
         .map_err(|e| gerr(format!("invalid ProgramDesc protobuf: {e}")))?;
@@ -20,7 +20,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
 }
 
 /// Converts a decoded ProgramDesc into the model, checking every enum value.
-pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
+pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Program> {
     if p.blocks.is_empty() {
         return Err(gerr("ProgramDesc has no blocks"));
     }
@@ -30,7 +30,7 @@ pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
         .enumerate()
         .map(|(i, b)| block_from_proto(b).map_err(|e| in_where(e, &format!("block {i}"))))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Graph {
+    Ok(Program {
         blocks,
         // An empty Version message reads as version 0, Paddle's default.
         version: p.version.as_ref().map(|v| v.version.unwrap_or(0)),
@@ -40,9 +40,6 @@ pub(crate) fn from_proto(p: &pb::ProgramDesc) -> Result<Graph> {
                 .map(|pair| (pair.op_name.clone(), pair.op_version.version))
                 .collect()
         }),
-        tf: None,
-        onnx: None,
-        pir: None,
     })
 }
 

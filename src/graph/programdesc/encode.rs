@@ -1,38 +1,22 @@
-//! [`Graph`] to ProgramDesc, fields in field-number order as Paddle writes them.
+//! [`Program`] to ProgramDesc, fields in field-number order as Paddle writes them.
 
 use super::common::{MODELZIP_ATTR, classify, gerr, in_where, modelzip_json};
 use prost::Message;
 
 use crate::error::Result;
 use crate::graph::model::{
-    Attr, AttrValue, Block, Graph, Op, Scalar, Slot, TensorDesc, TensorSlot, Var, VarKind,
+    Attr, AttrValue, Block, Op, Program, Scalar, Slot, TensorDesc, TensorSlot, Var, VarKind,
     main_slot,
 };
 use crate::paddle_proto as pb;
 
-/// Encodes a [`Graph`] as `.pdmodel` bytes.
-pub fn encode(graph: &Graph) -> Result<Vec<u8>> {
-    Ok(to_proto(graph)?.encode_to_vec())
+/// Encodes a [`Program`] as `.pdmodel` bytes.
+pub fn encode(program: &Program) -> Result<Vec<u8>> {
+    Ok(to_proto(program)?.encode_to_vec())
 }
 
-/// Converts the model into prost's ProgramDesc.
-pub(crate) fn to_proto(g: &Graph) -> Result<pb::ProgramDesc> {
-    if g.tf.is_some() {
-        return Err(gerr(
-            "the graph is a TensorFlow GraphDef, which has no Paddle ProgramDesc form",
-        ));
-    }
-    if g.onnx.is_some() {
-        return Err(gerr(
-            "the graph is an ONNX model, which has no Paddle ProgramDesc form",
-        ));
-    }
-    if g.pir.is_some() {
-        return Err(gerr(
-            "the graph is a Paddle PIR program, which is kept as the JSON Paddle wrote, \
-             not converted to a ProgramDesc",
-        ));
-    }
+/// Converts the program into prost's ProgramDesc.
+pub(crate) fn to_proto(g: &Program) -> Result<pb::ProgramDesc> {
     if g.blocks.is_empty() {
         return Err(gerr("graph has no blocks"));
     }

@@ -1,4 +1,4 @@
-//! The ProgramDesc codec: Paddle `.pdmodel` protobuf bytes ⇄ [`Graph`](crate::graph::Graph).
+//! The ProgramDesc codec: Paddle `.pdmodel` protobuf bytes ⇄ [`Program`](crate::graph::Program).
 //!
 //! Decoding uses the prost types of `paddle_proto`, then checks what prost does not:
 //! proto2 required fields (through prost-reflect over the compiled descriptor set) and
@@ -16,6 +16,8 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
+// (Read by the crate's tests through the test-internals feature.)
+#[allow(unused_imports)]
 pub use common::{MAX_PROGRAM_ITEMS, MAX_PROGRAMDESC_BYTES, MODELZIP_ATTR, unknown_field};
 pub(crate) use common::{decode_dynamic, delimited_fields, gerr, in_where};
 pub use decode::decode;

@@ -82,28 +82,24 @@ fn prepare<'a>(tag: &Tag<'a>) -> Result<Prepared<'a>> {
             let g = Graph::from_flatbuffers(&bytes).map_err(located)?;
             // A graph imported from TensorFlow or ONNX has no ProgramDesc form: say what
             // the tag can be exported as instead.
-            let other = match (&g.tf, &g.onnx) {
-                (Some(_), _) => Some(crate::interop::GraphKind::Tf),
-                (None, Some(_)) => Some(crate::interop::GraphKind::Onnx),
-                (None, None) => None,
-            };
-            if let Some(has) = other {
-                return Err(crate::interop::wrong_graph(name, has, "Paddle"));
-            }
-            match &g.pir {
+            match &g {
+                Graph::Tf(_) | Graph::Onnx(_) => {
+                    let has = crate::interop::GraphKind::of_fb(&g);
+                    return Err(crate::interop::wrong_graph(name, has, "Paddle"));
+                }
                 // A PIR program goes out as the JSON Paddle wrote.
-                Some(p) => {
+                Graph::Pir(p) => {
                     let json = p.json.clone();
                     (g, Cow::Owned(json), false)
                 }
-                None => {
+                Graph::Program(_) => {
                     let pd = g.to_programdesc().map_err(located)?;
                     (g, Cow::Owned(pd), true)
                 }
             }
         }
     };
-    let pir = graph.pir.is_some();
+    let pir = matches!(graph, Graph::Pir(_));
     let vars = declared(&graph).map_err(|e| {
         let file = enc.file_name();
         e.in_entry(format!("{name}/{file}"))
@@ -211,7 +207,7 @@ pub fn export_paths_pir(prefix: &Path) -> (PathBuf, PathBuf) {
 /// ProgramDesc; a tag without a graph is an error. A tag holding a PIR program (imported
 /// from a Paddle 3 `.json`) is written as `PREFIX.json`, the JSON as Paddle wrote it,
 /// plus `PREFIX.pdiparams` ([`export_paths_pir`]). The params file holds, in the order
-/// of [`super::persistable_vars`] (a PIR program: of its parameters), the tag's
+/// of the program's persistable variables, sorted by name (a PIR program: of its parameters), the tag's
 /// parameter of each variable (each must exist and match the declared dtype and dims),
 /// written with [`encode_combined`]; parameters the program does not use are left out
 /// and listed in the report.

@@ -23,40 +23,42 @@ fn name_list(vars: &[Declared]) -> String {
     names.join(", ")
 }
 
-/// Decodes a `.pdiparams` against its program: one record per value the program loads
-/// from it ([`super::persistable_vars`] of a ProgramDesc; the parameters of a PIR
-/// program, [`crate::graph::PirProgram::params`]), in that order, each with the declared
-/// dtype and dims. Returns (name, tensor) pairs borrowing `params`.
-pub fn inference_params<'a>(
-    graph: &Graph,
-    params: &'a [u8],
-) -> Result<Vec<(String, TensorView<'a>)>> {
-    let vars = declared(graph)?;
-    let records = decode_combined(params)?;
-    if records.len() != vars.len() {
-        return Err(ErrorKind::InvalidInput(format!(
-            "the params file holds {} record(s), the program has {} {} to load from it ({})",
-            records.len(),
-            vars.len(),
-            what_loads(graph),
-            name_list(&vars)
-        ))
-        .into());
+internal! {
+    /// Decodes a `.pdiparams` against its program: one record per value the program loads
+    /// from it ([`super::persistable_vars`] of a ProgramDesc; the parameters of a PIR
+    /// program, [`crate::graph::PirProgram::params`]), in that order, each with the declared
+    /// dtype and dims. Returns (name, tensor) pairs borrowing `params`.
+    pub fn inference_params<'a>(
+        graph: &Graph,
+        params: &'a [u8],
+    ) -> Result<Vec<(String, TensorView<'a>)>> {
+        let vars = declared(graph)?;
+        let records = decode_combined(params)?;
+        if records.len() != vars.len() {
+            return Err(ErrorKind::InvalidInput(format!(
+                "the params file holds {} record(s), the program has {} {} to load from it ({})",
+                records.len(),
+                vars.len(),
+                what_loads(graph),
+                name_list(&vars)
+            ))
+            .into());
+        }
+        vars.iter()
+            .zip(records)
+            .map(|(var, rec)| {
+                let what = format!("params record {} (byte {})", rec.index, rec.offset);
+                check_declared(var, &rec.tensor, &what)
+                    .map_err(|e| e.in_record(rec.index).at_offset(rec.offset))?;
+                Ok((var.name.clone(), rec.tensor))
+            })
+            .collect()
     }
-    vars.iter()
-        .zip(records)
-        .map(|(var, rec)| {
-            let what = format!("params record {} (byte {})", rec.index, rec.offset);
-            check_declared(var, &rec.tensor, &what)
-                .map_err(|e| e.in_record(rec.index).at_offset(rec.offset))?;
-            Ok((var.name.clone(), rec.tensor))
-        })
-        .collect()
 }
 
 /// What a program's params file holds, for messages.
 fn what_loads(graph: &Graph) -> &'static str {
-    if graph.pir.is_some() {
+    if matches!(graph, Graph::Pir(_)) {
         "parameter(s)"
     } else {
         "persistable variable(s)"
@@ -106,7 +108,7 @@ pub fn import_program(
 
 /// Imports an inference model (`.pdmodel` and `.pdiparams` bytes) as tag `tag` of the
 /// archive at `archive` (created if absent). `graph.pdmodel` is the exact model bytes;
-/// the parameters are checked with [`inference_params`] before anything is written.
+/// the parameters are checked against the program's declarations before anything is written.
 /// A Paddle 3 PIR program (the `.json` Paddle 3 writes by default) in place of the
 /// `.pdmodel` is stored as graph.fb holding the JSON bytes as they are
 /// ([`crate::graph::PirGraph`]).
@@ -115,7 +117,7 @@ pub fn import_program(
 /// # Examples
 ///
 /// ```
-/// use modelzip::interop::paddle::{self, ImportOptions};
+/// use modelzip::interop::{paddle, ImportOptions};
 ///
 /// let fixtures = std::path::Path::new("tests/fixtures/paddle/3.3.1");
 /// let model = std::fs::read(fixtures.join("mlp.pdmodel"))?;
@@ -195,15 +197,17 @@ pub(super) fn var_file(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(dir.join(rel))
 }
 
-/// Name of the model file `save_inference_model(dirname)` writes into the directory.
-pub const DIR_MODEL_FILE: &str = "__model__";
+internal! {
+    /// Name of the model file `save_inference_model(dirname)` writes into the directory.
+    pub const DIR_MODEL_FILE: &str = "__model__";
+}
 
 /// Imports a persistables directory (one LoDTensor file per variable, named after it)
 /// as tag `tag`. The model is `model`, else `DIR/__model__` when present, else
 /// `DIR/graph.fb` (what `modelzip extract` writes for a graph.fb tag; a model whose name
 /// ends in `.fb` is read as graph.fb and stored as the ProgramDesc it converts to, or as
 /// it is when it holds a PIR program). With a model: exactly its
-/// [`super::persistable_vars`] (a PIR program: its parameters; a missing file is an
+/// persistable variables (a PIR program: its parameters; a missing file is an
 /// error; other files are ignored), each checked against its declaration, and the model
 /// becomes `graph.pdmodel` (a PIR `.json`: graph.fb holding it). Without one: a
 /// directory holding one program `PREFIX.pdmodel` or PIR `PREFIX.json` with its
@@ -260,7 +264,7 @@ pub fn import_persistables_dir(
         // A modelzip graph.fb: stored as the ProgramDesc it converts to, or as it is
         // when it holds a PIR program.
         let g = Graph::from_flatbuffers(&model).map_err(|e| e.in_file(&model_path))?;
-        if g.pir.is_some() {
+        if matches!(g, Graph::Pir(_)) {
             (g, GraphFormat::FlatBuffers, model)
         } else {
             let pd = g.to_programdesc().map_err(|e| e.in_file(&model_path))?;

@@ -18,7 +18,7 @@
 //!   from Paddle both files are byte-identical to Paddle's.
 //!
 //! ```no_run
-//! use modelzip::interop::paddle::{self, ExportOptions, ImportOptions};
+//! use modelzip::interop::{paddle, ExportOptions, ImportOptions};
 //! use modelzip::Archive;
 //! use std::path::Path;
 //!
@@ -34,7 +34,8 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
-pub use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam, default_max_output};
+// The options and reports every format shares are public in `interop` only.
+pub(crate) use super::{ExportOptions, ImportOptions, ImportReport, ImportedParam};
 use super::{Exported, Format, has_ext, head};
 // The import and export plumbing every format shares (safetensors reaches it through here).
 pub(crate) use super::{persist, report, write_tag, write_temp};
@@ -55,10 +56,14 @@ pub use export::{
     export_paths_pir,
 };
 pub use import::{
-    DIR_MODEL_FILE, import_inference_model, import_inference_model_files, import_persistables_dir,
-    import_program, inference_params,
+    import_inference_model, import_inference_model_files, import_persistables_dir, import_program,
 };
-pub use vars::persistable_vars;
+internal! {
+    pub use import::{DIR_MODEL_FILE, inference_params};
+}
+internal! {
+    pub use vars::persistable_vars;
+}
 
 /// Whether `p` is named `.json` and starts like a PIR program (a safetensors index is
 /// JSON too).
@@ -68,7 +73,7 @@ fn is_pir_file(p: &Path) -> bool {
 
 /// Paddle in the [`super::FORMATS`] registry: `.pdmodel` (+ `.pdiparams`) files or a
 /// persistables directory (+ its model) in, `PREFIX.pdmodel` + `PREFIX.pdiparams` out.
-pub struct PaddleFormat;
+pub(crate) struct PaddleFormat;
 
 impl Format for PaddleFormat {
     fn name(&self) -> &'static str {

@@ -7,9 +7,9 @@ use crate::tensor::DType;
 use crate::tensor::TensorView;
 
 fn graph(vars: Vec<Var>) -> Graph {
-    let mut g = Graph::new();
-    g.blocks[0].vars = vars;
-    g
+    let mut p = crate::graph::Program::new();
+    p.blocks[0].vars = vars;
+    Graph::from(p)
 }
 
 fn holder(name: &str, ty: i32) -> Var {

@@ -12,45 +12,53 @@ const NOT_SAVED: [i32; 4] = [9, 10, 15, 17];
 /// Paddle's `VarType.Type` number of a dense tensor (LoDTensor).
 const DENSE_TENSOR: i32 = 7;
 
-/// The variables whose values a Paddle inference params file holds: block 0's
-/// persistable variables except feed/fetch holders (and READER/RAW), sorted by name
-/// (byte order). A persistable variable of another non-tensor type (SELECTED_ROWS,
-/// tensor arrays, ...) is an error: Paddle's inference files cannot hold it.
-pub fn persistable_vars(graph: &Graph) -> Result<Vec<&Var>> {
-    let block = graph
-        .main_block()
-        .ok_or_else(|| Error::new(ErrorKind::Graph("the program has no block 0".into())))?;
-    let mut vars = Vec::new();
-    for v in &block.vars {
-        if !v.is_persistable() {
-            continue;
+internal! {
+    /// The variables whose values a Paddle inference params file holds: block 0's
+    /// persistable variables except feed/fetch holders (and READER/RAW), sorted by name
+    /// (byte order). A persistable variable of another non-tensor type (SELECTED_ROWS,
+    /// tensor arrays, ...) is an error: Paddle's inference files cannot hold it.
+    pub fn persistable_vars(graph: &Graph) -> Result<Vec<&Var>> {
+        let program = graph.program().ok_or_else(|| {
+            Error::new(ErrorKind::Graph(format!(
+                "the graph is {}, not a Paddle program with persistable variables",
+                graph.kind_name()
+            )))
+        })?;
+        let block = program
+            .main_block()
+            .ok_or_else(|| Error::new(ErrorKind::Graph("the program has no block 0".into())))?;
+        let mut vars = Vec::new();
+        for v in &block.vars {
+            if !v.is_persistable() {
+                continue;
+            }
+            let ty = v.kind.paddle_type();
+            if NOT_SAVED.contains(&ty) {
+                continue;
+            }
+            if ty != DENSE_TENSOR {
+                return Err(ErrorKind::Graph(format!(
+                    "block 0: persistable variable {:?} has type {}, which Paddle inference \
+                     params files do not hold",
+                    v.name,
+                    crate::graph::model::var_type_name(ty)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| ty.to_string())
+                ))
+                .into());
+            }
+            vars.push(v);
         }
-        let ty = v.kind.paddle_type();
-        if NOT_SAVED.contains(&ty) {
-            continue;
+        vars.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        let dup = vars.windows(2).find_map(|w| match w {
+            [a, b] if a.name == b.name => Some(a.name.as_str()),
+            _ => None,
+        });
+        if let Some(name) = dup {
+            return Err(ErrorKind::Graph(format!("block 0 declares variable {name:?} twice")).into());
         }
-        if ty != DENSE_TENSOR {
-            return Err(ErrorKind::Graph(format!(
-                "block 0: persistable variable {:?} has type {}, which Paddle inference \
-                 params files do not hold",
-                v.name,
-                crate::graph::model::var_type_name(ty)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| ty.to_string())
-            ))
-            .into());
-        }
-        vars.push(v);
+        Ok(vars)
     }
-    vars.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-    let dup = vars.windows(2).find_map(|w| match w {
-        [a, b] if a.name == b.name => Some(a.name.as_str()),
-        _ => None,
-    });
-    if let Some(name) = dup {
-        return Err(ErrorKind::Graph(format!("block 0 declares variable {name:?} twice")).into());
-    }
-    Ok(vars)
 }
 
 /// One value a params file holds, as its program declares it: a persistable variable
@@ -76,7 +84,7 @@ impl From<&Var> for Declared {
 /// The values a params file of `graph` holds, in record order: [`persistable_vars`] of
 /// a ProgramDesc, or the parameters of a PIR program ([`crate::graph::pir`]).
 pub(super) fn declared(graph: &Graph) -> Result<Vec<Declared>> {
-    if let Some(pir) = &graph.pir {
+    if let Graph::Pir(pir) = graph {
         return Ok(pir
             .program()?
             .params

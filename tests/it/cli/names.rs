@@ -1,10 +1,13 @@
 //! Names from an archive are data, not terminal input: human output escapes control and
 //! invisible format characters in them (JSON output escapes on its own).
 
+use crate::support::ProgramOf;
+
 use super::harness::{expect_error, json_of, modelzip};
 use modelzip::DType;
+use modelzip::Graph;
 use modelzip::Tensor;
-use modelzip::graph::{Graph, Op, Var};
+use modelzip::graph::{Op, Var};
 use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
 use std::path::Path;
 
@@ -14,11 +17,11 @@ const SHOWN: &str = "evil\\u{1b}[31mRED\\u{1b}[0m\\nfake_row\\u{202e}";
 fn hostile_archive(path: &Path) {
     let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
     let t2 = Tensor::from_slice(vec![2], &[1.0f32, 3.0]).unwrap();
-    let mut g = Graph::new();
-    g.blocks[0]
+    let mut g = Graph::from(modelzip::graph::Program::new());
+    g.prog_mut().blocks[0]
         .vars
         .push(Var::parameter(EVIL, DType::Fp32, vec![2]));
-    g.blocks[0].ops.push(
+    g.prog_mut().blocks[0].ops.push(
         Op::new(EVIL, "relu")
             .input("X", &[EVIL])
             .output("Out", &["y"]),

@@ -1,6 +1,8 @@
 //! The Paddle and graph commands through the real binary: import-paddle, export-paddle,
 //! convert, graph.
 
+use crate::support::ProgramOf;
+
 use super::harness::{expect_error, fixture, json_of, modelzip};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -580,7 +582,8 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     // (deflate bombs); graph.pdmodel and graph.fb are deflated by the writer, so a
     // program padded with a huge repetitive attribute was written deflated and then
     // refused: import exited 2 and left an archive whose graph did not read.
-    use modelzip::graph::{Attr, AttrValue, Block, Graph, Op};
+    use modelzip::Graph;
+    use modelzip::graph::{Attr, AttrValue, Block, Op};
     let d = tempfile::tempdir().unwrap();
     let mut op = Op::new("", "scale");
     op.attrs.push(Attr {
@@ -589,10 +592,10 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     });
     let mut block = Block::main();
     block.ops.push(op);
-    let graph = Graph {
+    let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..Graph::new()
-    };
+        ..modelzip::graph::Program::new()
+    });
     let program = graph.to_programdesc().unwrap();
     let model = d.path().join("m.pdmodel");
     std::fs::write(&model, &program).unwrap();
@@ -622,7 +625,10 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     let (fmt, bytes) = a.tag("v2").unwrap().graph().unwrap().unwrap();
     assert_eq!(fmt, modelzip::GraphFormat::FlatBuffers);
     let back = Graph::from_flatbuffers(&bytes).unwrap();
-    assert_eq!(back.blocks[0].ops[0].attrs, graph.blocks[0].ops[0].attrs);
+    assert_eq!(
+        back.prog().blocks[0].ops[0].attrs,
+        graph.prog().blocks[0].ops[0].attrs
+    );
 }
 
 /// Copies fixture files into `dir` (created) under new names: (fixture, name).

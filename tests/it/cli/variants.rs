@@ -1,5 +1,7 @@
 //! The variant commands through the real binary: quantize, cast, diff.
 
+use crate::support::ProgramOf;
+
 use super::harness::{expect_error, fixture, json_of, modelzip};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -391,10 +393,11 @@ fn unrepresentable_values_are_refused_with_the_flag_to_allow_them() {
 /// `per_tensor_reason` (null when quantized as asked).
 #[test]
 fn quantize_says_why_a_weight_is_not_per_channel() {
-    use modelzip::graph::{AttrValue, Graph, GraphFormat, Op, Var};
+    use modelzip::graph::{AttrValue, Op, Var};
     use modelzip::{ArchiveWriter, DType, TagBuilder, Tensor};
-    let mut g = Graph::new();
-    let b = &mut g.blocks[0];
+    use modelzip::{Graph, GraphFormat};
+    let mut g = Graph::from(modelzip::graph::Program::new());
+    let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
         b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
     }

@@ -27,9 +27,10 @@ pub fn values(seed: u64, n: usize) -> Vec<f32> {
 /// A small ProgramDesc (`.pdmodel` bytes) that decodes: x -> matmul with fc.w -> y.
 pub fn sample_graph() -> Vec<u8> {
     use modelzip::DType;
-    use modelzip::graph::{Graph, Op, Var};
-    let mut g = Graph::new();
-    let main = &mut g.blocks[0];
+    use modelzip::Graph;
+    use modelzip::graph::{Op, Var};
+    let mut g = Graph::from(modelzip::graph::Program::new());
+    let main = &mut g.prog_mut().blocks[0];
     main.vars
         .push(Var::placeholder("x", DType::Fp32, vec![-1, 16]));
     main.vars
@@ -210,5 +211,24 @@ pub fn export_opts() -> modelzip::interop::ExportOptions {
     modelzip::interop::ExportOptions {
         fsync: false,
         ..modelzip::interop::ExportOptions::default()
+    }
+}
+
+/// The program of a graph the test built or decoded as one (a test fails loudly on
+/// any other kind).
+pub trait ProgramOf {
+    fn prog(&self) -> &modelzip::graph::Program;
+    fn prog_mut(&mut self) -> &mut modelzip::graph::Program;
+}
+
+impl ProgramOf for modelzip::Graph {
+    fn prog(&self) -> &modelzip::graph::Program {
+        self.program()
+            .unwrap_or_else(|| panic!("expected a program, got {}", self.kind_name()))
+    }
+    fn prog_mut(&mut self) -> &mut modelzip::graph::Program {
+        let kind = self.kind_name();
+        self.program_mut()
+            .unwrap_or_else(|| panic!("expected a program, got {kind}"))
     }
 }

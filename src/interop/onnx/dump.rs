@@ -2,13 +2,14 @@
 //! people and JSON. The stored ModelProto is decoded; initializers that are tag
 //! parameters are shown by name (their values are in the tag).
 
-use super::model::OnnxGraph;
+use crate::graph::OnnxGraph;
+use crate::graph::drawing::{DrawNode, Drawing, NodeRole, NodeShape};
 use crate::onnx_proto as pb;
 use serde_json::{Value, json};
 
 fn decode(g: &OnnxGraph) -> Option<pb::ModelProto> {
     // Walked first: a few KiB of deflated graph.fb can hold millions of empty messages.
-    crate::interop::onnx::decode_stored_model(g).ok()
+    super::decode_stored_model(g).ok()
 }
 
 /// A listing: the model's versions and opsets, inputs, outputs, the nodes in order as
@@ -120,44 +121,98 @@ pub fn json(g: &OnnxGraph) -> Value {
     })
 }
 
-/// The model's main graph as DOT statements: graph inputs as houses, initializers as
-/// boxes (with the parameter holding them), nodes as ellipses labelled with their op
-/// and name, an edge for every value a node reads from a producer.
-pub(crate) fn dot(g: &OnnxGraph, out: &mut String, q: impl Fn(&str) -> String) {
+/// The model's main graph drawn: graph inputs as houses, initializers as boxes (with
+/// the parameter holding them), nodes as ellipses labelled with their op and name, an
+/// edge for every value a node reads from a producer.
+pub(crate) fn drawing(g: &OnnxGraph) -> Drawing {
     use std::collections::HashMap;
-    use std::fmt::Write as _;
+    let mut d = Drawing::default();
     let Some(graph) = decode(g).and_then(|m| m.graph) else {
-        return;
+        return d;
     };
-    // Which DOT node produces each value name.
-    let mut producer: HashMap<&str, String> = HashMap::new();
+    // Which node produces each value name.
+    let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, v) in graph.input.iter().enumerate() {
-        let _ = writeln!(out, "  i{i} [shape=invhouse, label={}];", q(v.name()));
-        producer.insert(v.name(), format!("i{i}"));
+        let n = d.push(DrawNode::new(
+            format!("i{i}"),
+            NodeRole::Value,
+            NodeShape::InvHouse,
+            v.name().to_string(),
+        ));
+        producer.insert(v.name(), n);
     }
     for (i, (t, init)) in graph.initializer.iter().zip(&g.initializers).enumerate() {
         let label = match &init.param {
             Some(p) => format!("{p}\n{:?}", t.dims),
             None => format!("{}\n{:?} (in the model)", t.name(), t.dims),
         };
-        let _ = writeln!(out, "  w{i} [shape=box, label={}];", q(&label));
-        producer.insert(t.name(), format!("w{i}"));
+        let n = d.push(DrawNode::new(
+            format!("w{i}"),
+            NodeRole::Value,
+            NodeShape::Box,
+            label,
+        ));
+        producer.insert(t.name(), n);
     }
+    let mut ids = Vec::with_capacity(graph.node.len());
     for (i, n) in graph.node.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "  n{i} [shape=ellipse, label={}];",
-            q(&format!("{}\n{}", n.op_type(), n.name()))
+        let mut node = DrawNode::new(
+            format!("n{i}"),
+            NodeRole::Op,
+            NodeShape::Ellipse,
+            format!("{}\n{}", n.op_type(), n.name()),
         );
+        node.inputs = vec![("inputs".to_string(), n.input.clone())];
+        node.outputs = vec![("outputs".to_string(), n.output.clone())];
+        node.attrs = n
+            .attribute
+            .iter()
+            .map(|a| (a.name().to_string(), attr_text(a)))
+            .collect();
+        let id = d.push(node);
+        ids.push(id);
         for o in &n.output {
-            producer.insert(o, format!("n{i}"));
+            producer.insert(o, id);
         }
     }
-    for (i, n) in graph.node.iter().enumerate() {
+    for (n, &id) in graph.node.iter().zip(&ids) {
         for input in &n.input {
-            if let Some(from) = producer.get(input.as_str()) {
-                let _ = writeln!(out, "  {from} -> n{i};");
+            if let Some(&from) = producer.get(input.as_str()) {
+                d.edge(from, id, false);
             }
         }
+    }
+    d
+}
+
+/// An attribute's value in words: numbers and strings as they are (lists of more than 8
+/// items cut), tensors and graphs by their shape.
+fn attr_text(a: &pb::AttributeProto) -> String {
+    fn list<T>(items: &[T], show: impl Fn(&T) -> String) -> String {
+        let mut shown: Vec<String> = items.iter().take(8).map(show).collect();
+        if items.len() > 8 {
+            shown.push(format!("… {} more", items.len() - 8));
+        }
+        format!("[{}]", shown.join(", "))
+    }
+    let text = |b: &Vec<u8>| format!("{:?}", String::from_utf8_lossy(b));
+    if let Some(f) = a.f {
+        f.to_string()
+    } else if let Some(i) = a.i {
+        i.to_string()
+    } else if let Some(s) = &a.s {
+        text(s)
+    } else if let Some(t) = &a.t {
+        format!("tensor {:?}", t.dims)
+    } else if let Some(g) = &a.g {
+        format!("graph of {} node(s)", g.node.len())
+    } else if !a.floats.is_empty() {
+        list(&a.floats, f32::to_string)
+    } else if !a.ints.is_empty() {
+        list(&a.ints, i64::to_string)
+    } else if !a.strings.is_empty() {
+        list(&a.strings, text)
+    } else {
+        String::new()
     }
 }

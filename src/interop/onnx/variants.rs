@@ -6,17 +6,17 @@
 //! bodies) or functions, initializers that are also graph inputs (a caller may
 //! override them), and initializers a `training_info` updates stay FP32.
 
+use super::decode_model;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{OnnxGraph, OnnxInit};
-use crate::interop::onnx::decode_model;
 use crate::onnx_proto as pb;
 use prost::Message;
 use std::collections::{HashMap, HashSet};
 
 /// The opset of the default domain from which `DequantizeLinear` exists (per tensor).
-pub(super) const OPSET_PER_TENSOR: i64 = 10;
+pub(crate) const OPSET_PER_TENSOR: i64 = 10;
 /// The opset from which `DequantizeLinear` takes an `axis` (per channel).
-pub(super) const OPSET_PER_AXIS: i64 = 13;
+pub(crate) const OPSET_PER_AXIS: i64 = 13;
 /// The IR version opset 13 needs.
 const IR_FOR_OPSET_13: i64 = 7;
 
@@ -35,7 +35,7 @@ fn default_domain(domain: Option<&str>) -> bool {
 
 /// One quantizable weight of the main graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct OnnxWeight {
+pub(crate) struct OnnxWeight {
     /// The tag parameter holding it.
     pub param: String,
     /// The nodes that read it as their weight, each with where it says the output
@@ -73,7 +73,7 @@ fn weight_input(node: &pb::NodeProto, rank: usize) -> Option<(usize, usize)> {
 
 /// The FP32 top-level initializers of rank ≥ 2 that are tag parameters and that main
 /// graph `MatMul` / `Gemm` / `Conv` nodes read as their weight, in first-use order.
-pub(super) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
+pub(crate) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
     let m = decode_model(&g.model)?;
     let graph = m
         .graph
@@ -157,7 +157,7 @@ pub(super) fn weights(g: &OnnxGraph) -> Result<Vec<OnnxWeight>> {
 
 /// One weight as the INT8 tag stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct OnnxQuant {
+pub(crate) struct OnnxQuant {
     /// The parameter (INT8 in the new tag, under the weight's own name).
     pub param: String,
     /// The FP32 scale parameter (`<param>@scale`).
@@ -390,7 +390,7 @@ fn raise_ir(m: &mut pb::ModelProto, opset: i64) -> Result<()> {
 /// (with `axis` per channel) at the start of the main graph outputs `<W>`, so every
 /// other node reads the weight as before. The default domain's opset is raised when
 /// needed and safe ([`ensure_opset`]).
-pub(super) fn rewrite(g: &OnnxGraph, quants: &[OnnxQuant]) -> Result<OnnxGraph> {
+pub(crate) fn rewrite(g: &OnnxGraph, quants: &[OnnxQuant]) -> Result<OnnxGraph> {
     let mut m = decode_model(&g.model)?;
     let per_channel = quants.iter().any(|q| q.axis.is_some());
     let need = if per_channel {

@@ -28,6 +28,9 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
+pub(crate) mod dump;
+pub mod saved_model;
+
 use super::{
     ExportOptions, Exported, Format, ImportOptions, ImportReport, has_ext, head, read_whole,
     report, write_file_atomically, write_tag,
@@ -36,6 +39,7 @@ use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, TfAttr, TfGraph, TfNode, TfParamRef};
 use crate::progress::Ticker;
+use crate::proto_walk::{MAX_DEPTH, Stop, Walk, decode_budget, decode_stored};
 use crate::tensor::{DType, TensorView};
 use crate::tf_proto as pb;
 use bytes::Bytes;
@@ -45,22 +49,30 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Largest GraphDef accepted (protobuf's own limit is 2 GiB).
-pub const MAX_GRAPHDEF_BYTES: u64 = 1 << 31;
+internal! {
+    /// Largest GraphDef accepted (protobuf's own limit is 2 GiB).
+    pub const MAX_GRAPHDEF_BYTES: u64 = 1 << 31;
+}
 
-/// Most nodes a GraphDef may have, counted on the wire before decoding, over the graph
-/// and its library's functions. Real frozen graphs have thousands; decoding costs a few
-/// hundred bytes per node whatever its encoded size.
-pub const MAX_NODES: u64 = 200_000;
+internal! {
+    /// Most nodes a GraphDef may have, counted on the wire before decoding, over the graph
+    /// and its library's functions. Real frozen graphs have thousands; decoding costs a few
+    /// hundred bytes per node whatever its encoded size.
+    pub const MAX_NODES: u64 = 200_000;
+}
 
-/// Deepest nesting of messages accepted in a text GraphDef (the binary decoder stops at
-/// 100 as well).
-pub const MAX_TEXT_DEPTH: usize = 100;
+internal! {
+    /// Deepest nesting of messages accepted in a text GraphDef (the binary decoder stops at
+    /// 100 as well).
+    pub const MAX_TEXT_DEPTH: usize = 100;
+}
 
-/// Most bytes the splat constants (fewer values than elements) of one GraphDef are
-/// expanded to as parameters, in all; a splat past it stays in the graph as written (it
-/// is small there), so a few bytes of GraphDef cannot ask for gigabytes.
-pub const MAX_SPLAT_BYTES: u64 = 256 << 20;
+internal! {
+    /// Most bytes the splat constants (fewer values than elements) of one GraphDef are
+    /// expanded to as parameters, in all; a splat past it stays in the graph as written (it
+    /// is small there), so a few bytes of GraphDef cannot ask for gigabytes.
+    pub const MAX_SPLAT_BYTES: u64 = 256 << 20;
+}
 
 fn gerr(msg: impl Into<String>) -> Error {
     ErrorKind::Graph(msg.into()).into()
@@ -185,225 +197,9 @@ fn check_graphdef_wire(bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Deepest message nesting walked (prost's own recursion limit is 100 too).
-const MAX_DEPTH: usize = 100;
-
-/// Checks protobuf `bytes` of message `desc` before prost decodes them (shared with the
-/// ONNX import): fields the contract does not declare are refused (prost would drop
-/// them, and the message could not come back whole), as are nesting deeper than 100
-/// and an estimated decoded size past [`decode_budget`]. Malformed bytes pass, for
-/// prost to report precisely. `what` names the message in errors (`ONNX model`).
-pub(crate) fn precheck(bytes: &[u8], desc: &MessageDescriptor, what: &str) -> Result<()> {
-    let budget = decode_budget(bytes.len());
-    let mut walk = Walk {
-        left: budget,
-        unknown: None,
-        skip_unknown: false,
-    };
-    match walk.message(bytes, desc, 0) {
-        Ok(()) | Err(Stop::Malformed) => Ok(()),
-        Err(Stop::Unknown) => Err(gerr(format!(
-            "{what}{} is not in the protobuf contract this build knows; it could not be kept",
-            walk.unknown.unwrap_or_default()
-        ))),
-        Err(Stop::TooDeep) => Err(gerr(format!(
-            "invalid {what} protobuf: messages nested deeper than {MAX_DEPTH}"
-        ))),
-        Err(Stop::TooBig) => Err(ErrorKind::LimitExceeded {
-            what: "estimated decoded protobuf size",
-            size: budget.saturating_add(1),
-            limit: budget,
-        }
-        .into()),
-    }
-}
-
-/// What decoding `len` bytes may cost in memory: 8 times the input plus 64 MiB. Real
-/// GraphDefs are mostly tensor bytes (copied once) and need far less; a file of millions
-/// of empty messages or strings (each 2 bytes on the wire, up to hundreds of bytes
-/// decoded) is refused before it is decoded.
-fn decode_budget(len: usize) -> u64 {
-    (len as u64).saturating_mul(8).saturating_add(64 << 20)
-}
-
-/// The least decode budget of a protobuf stored in an archive (graph.fb's ONNX model,
-/// TensorFlow node fields and attributes): the import checked the file it came from
-/// against that file's size, but the stored message lost its weights, so its own size
-/// can be far smaller than what it legitimately decodes to.
-const STORED_DECODE_BUDGET: u64 = 1 << 30;
-
-/// Decodes a protobuf read back from an archive (`desc`: its full message name), after
-/// the same walk as an import's: an archive is input too, and a few KiB of deflated
-/// graph.fb can hold millions of empty messages (gigabytes decoded).
-pub(crate) fn decode_stored<M: Message + Default>(
-    bytes: &[u8],
-    pool: &DescriptorPool,
-    desc: &str,
-    what: &str,
-) -> Result<M> {
-    let desc = pool
-        .get_message_by_name(desc)
-        .ok_or_else(|| gerr(format!("{desc} is missing from the descriptor set")))?;
-    let budget = decode_budget(bytes.len()).max(STORED_DECODE_BUDGET);
-    walk_within(
-        bytes,
-        &desc,
-        budget,
-        what,
-        "estimated decoded size of a stored protobuf",
-    )?;
-    M::decode(bytes).map_err(|e| gerr(format!("{what} does not decode: {e}")))
-}
-
-/// Walks `bytes` as message `desc` (past fields it does not declare) and refuses nesting
-/// deeper than [`MAX_DEPTH`] and an estimated decoded size past `budget` (`limit_what`
-/// names it in the error). Malformed bytes pass, for the decoder to report precisely.
-pub(crate) fn walk_within(
-    bytes: &[u8],
-    desc: &MessageDescriptor,
-    budget: u64,
-    what: &str,
-    limit_what: &'static str,
-) -> Result<()> {
-    let mut walk = Walk {
-        left: budget,
-        unknown: None,
-        skip_unknown: true,
-    };
-    match walk.message(bytes, desc, 0) {
-        Ok(()) | Err(Stop::Malformed | Stop::Unknown) => Ok(()),
-        Err(Stop::TooDeep) => Err(gerr(format!(
-            "{what}: messages nested deeper than {MAX_DEPTH}"
-        ))),
-        Err(Stop::TooBig) => Err(Error::new(ErrorKind::LimitExceeded {
-            what: limit_what,
-            size: budget.saturating_add(1),
-            limit: budget,
-        })),
-    }
-}
-
 /// [`decode_stored`] of a TensorFlow message (`desc`: `tensorflow.AttrValue`, ...).
 pub(crate) fn decode_stored_tf<M: Message + Default>(bytes: &[u8], desc: &str) -> Result<M> {
     decode_stored(bytes, pool()?, desc, desc)
-}
-
-/// Estimated heap bytes of one decoded message / string, per element.
-const MESSAGE_COST: u64 = 256;
-const STRING_COST: u64 = 24;
-
-enum Stop {
-    /// A field the descriptor does not declare (path in `Walk::unknown`).
-    Unknown,
-    /// Over the memory budget.
-    TooBig,
-    /// Nested deeper than [`MAX_DEPTH`].
-    TooDeep,
-    /// Not valid protobuf: left for prost to report precisely.
-    Malformed,
-}
-
-/// A walk of protobuf wire data guided by the message descriptors: charges an estimate
-/// of what decoding will allocate and finds fields the contract does not declare.
-struct Walk {
-    left: u64,
-    unknown: Option<String>,
-    /// Walk past fields the descriptor does not declare (charged as bytes) instead of
-    /// stopping at the first.
-    skip_unknown: bool,
-}
-
-impl Walk {
-    fn charge(&mut self, n: u64) -> std::result::Result<(), Stop> {
-        self.left = self.left.checked_sub(n).ok_or(Stop::TooBig)?;
-        Ok(())
-    }
-
-    fn message(
-        &mut self,
-        mut b: &[u8],
-        desc: &MessageDescriptor,
-        depth: usize,
-    ) -> std::result::Result<(), Stop> {
-        use prost_reflect::Kind;
-        if depth > MAX_DEPTH {
-            return Err(Stop::TooDeep);
-        }
-        fn varint(b: &mut &[u8]) -> std::result::Result<u64, Stop> {
-            let mut v = 0u64;
-            for i in 0..10 {
-                let (&byte, rest) = b.split_first().ok_or(Stop::Malformed)?;
-                *b = rest;
-                v |= u64::from(byte & 0x7f) << (7 * i);
-                if byte & 0x80 == 0 {
-                    return Ok(v);
-                }
-            }
-            Err(Stop::Malformed)
-        }
-        while !b.is_empty() {
-            let key = varint(&mut b)?;
-            let number = u32::try_from(key >> 3).map_err(|_| Stop::Malformed)?;
-            let Some(field) = desc.get_field(number) else {
-                if !self.skip_unknown {
-                    self.unknown = Some(format!(": unknown field number {number}"));
-                    return Err(Stop::Unknown);
-                }
-                let n = match key & 7 {
-                    0 => {
-                        varint(&mut b)?;
-                        0
-                    }
-                    1 => 8,
-                    5 => 4,
-                    2 => usize::try_from(varint(&mut b)?).map_err(|_| Stop::Malformed)?,
-                    _ => return Err(Stop::Malformed),
-                };
-                b = b.get(n..).ok_or(Stop::Malformed)?;
-                self.charge(STRING_COST + n as u64)?;
-                continue;
-            };
-            let repeated = field.is_list() || field.is_map();
-            match key & 7 {
-                0 => {
-                    varint(&mut b)?;
-                    if repeated {
-                        self.charge(8)?;
-                    }
-                }
-                1 | 5 => {
-                    let n = if key & 7 == 1 { 8 } else { 4 };
-                    b = b.get(n..).ok_or(Stop::Malformed)?;
-                    if repeated {
-                        self.charge(8)?;
-                    }
-                }
-                2 => {
-                    let len = usize::try_from(varint(&mut b)?).map_err(|_| Stop::Malformed)?;
-                    let payload = b.get(..len).ok_or(Stop::Malformed)?;
-                    b = &b[len..];
-                    match field.kind() {
-                        Kind::Message(m) => {
-                            self.charge(MESSAGE_COST)?;
-                            if let Err(stop) = self.message(payload, &m, depth + 1) {
-                                if let (Stop::Unknown, Some(rest)) = (&stop, &self.unknown) {
-                                    self.unknown = Some(format!(".{}{rest}", field.name()));
-                                }
-                                return Err(stop);
-                            }
-                        }
-                        Kind::String | Kind::Bytes => {
-                            self.charge(STRING_COST + len as u64)?;
-                        }
-                        // A packed run of scalars: at most one element per byte.
-                        _ => self.charge(8 * len as u64)?,
-                    }
-                }
-                _ => return Err(Stop::Malformed),
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The deepest `{`/`<` nesting of a text-format message and the number of separators
@@ -1035,41 +831,43 @@ fn join_node<'p>(
     Ok(node)
 }
 
-/// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
-/// decodes, and every parameter it refers to exists with the declared dtype and dims and
-/// enough elements for its typed values. Reads the parameters in place (no copies).
-pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
-    for (i, n) in g.nodes.iter().enumerate() {
-        let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
-        for a in &n.attrs {
-            let value: pb::AttrValue = decode_stored(
-                &a.value,
-                pool()?,
-                "tensorflow.AttrValue",
-                &format!("attr {:?}", a.name),
-            )
-            .map_err(place)?;
-            let Some(r) = &a.param else {
-                continue;
-            };
-            let Some(pb::attr_value::Value::Tensor(t)) = &value.value else {
-                return Err(place(gerr(format!(
-                    "attr {:?} refers to parameter {:?} but holds no tensor",
-                    a.name, r.param
-                ))));
-            };
-            let data = tag.param(&r.param).map_err(place)?;
-            let v = data.view();
-            check_param(t, &v, &r.param).map_err(place)?;
-            if r.typed_count.is_some_and(|k| k > v.numel()) {
-                return Err(place(invalid(format!(
-                    "attr {:?} asks for more typed values than parameter {:?} has elements",
-                    a.name, r.param
-                ))));
+internal! {
+    /// Checks that a TensorFlow graph stored in `tag` can be exported: every attribute
+    /// decodes, and every parameter it refers to exists with the declared dtype and dims and
+    /// enough elements for its typed values. Reads the parameters in place (no copies).
+    pub fn check_refs(tag: &Tag<'_>, g: &TfGraph) -> Result<()> {
+        for (i, n) in g.nodes.iter().enumerate() {
+            let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
+            for a in &n.attrs {
+                let value: pb::AttrValue = decode_stored(
+                    &a.value,
+                    pool()?,
+                    "tensorflow.AttrValue",
+                    &format!("attr {:?}", a.name),
+                )
+                .map_err(place)?;
+                let Some(r) = &a.param else {
+                    continue;
+                };
+                let Some(pb::attr_value::Value::Tensor(t)) = &value.value else {
+                    return Err(place(gerr(format!(
+                        "attr {:?} refers to parameter {:?} but holds no tensor",
+                        a.name, r.param
+                    ))));
+                };
+                let data = tag.param(&r.param).map_err(place)?;
+                let v = data.view();
+                check_param(t, &v, &r.param).map_err(place)?;
+                if r.typed_count.is_some_and(|k| k > v.numel()) {
+                    return Err(place(invalid(format!(
+                        "attr {:?} asks for more typed values than parameter {:?} has elements",
+                        a.name, r.param
+                    ))));
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Checks a parameter against the dtype and shape the graph declares for it.
@@ -1110,11 +908,7 @@ pub fn import_graphdef(
 }
 
 fn store(archive: &Path, tag: &str, split: Split, opts: &ImportOptions) -> Result<ImportReport> {
-    let g = Graph {
-        tf: Some(split.graph),
-        ..Graph::new()
-    };
-    let fb = g.to_flatbuffers()?;
+    let fb = Graph::Tf(split.graph).to_flatbuffers()?;
     let mut tensors = Vec::with_capacity(split.params.len());
     for (name, dtype, dims, data) in &split.params {
         tensors.push((
@@ -1151,22 +945,10 @@ pub fn import_graphdef_file(
 
 /// The tag's TensorFlow graph, or an error saying what the tag holds instead.
 fn tf_graph(tag: &Tag<'_>) -> Result<TfGraph> {
-    use super::GraphKind;
-    let name = tag.name();
-    let wrong = |has| super::wrong_graph(name, has, "TensorFlow");
-    match tag.graph()? {
-        None => Err(wrong(GraphKind::without_graph(tag))),
-        Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
-        Some((GraphFormat::FlatBuffers, bytes)) => {
-            let g = Graph::from_flatbuffers(&bytes)
-                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            match (g.tf, g.onnx) {
-                (Some(tf), _) => Ok(tf),
-                (None, Some(_)) => Err(wrong(GraphKind::Onnx)),
-                (None, None) => Err(wrong(GraphKind::paddle_fb(g.pir.is_some()))),
-            }
-        }
-    }
+    super::foreign_graph(tag, "TensorFlow", |g| match g {
+        Graph::Tf(tf) => Ok(tf),
+        other => Err(other),
+    })
 }
 
 internal! {
@@ -1315,19 +1097,21 @@ fn graph_fields_bytes(fields: &pb::GraphDef, nodes: usize, text: bool) -> Result
     Ok(out.into_bytes())
 }
 
-/// How many nodes of each op a TensorFlow graph has (for summaries).
-pub fn op_counts(g: &TfGraph) -> Vec<(String, usize)> {
-    let mut m: HashMap<&str, usize> = HashMap::new();
-    for n in &g.nodes {
-        *m.entry(&n.op).or_default() += 1;
+internal! {
+    /// How many nodes of each op a TensorFlow graph has (for summaries).
+    pub fn op_counts(g: &TfGraph) -> Vec<(String, usize)> {
+        let mut m: HashMap<&str, usize> = HashMap::new();
+        for n in &g.nodes {
+            *m.entry(&n.op).or_default() += 1;
+        }
+        let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+        v.sort();
+        v
     }
-    let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
-    v.sort();
-    v
 }
 
 /// TensorFlow in the [`super::FORMATS`] registry: frozen GraphDefs, `.pb` or `.pbtxt`.
-pub struct TfFormat;
+pub(crate) struct TfFormat;
 
 impl Format for TfFormat {
     fn name(&self) -> &'static str {
@@ -1369,15 +1153,13 @@ impl Format for TfFormat {
             "one GraphDef file (.pb or .pbtxt) or one SavedModel directory",
         )?;
         if let Some(dir) = saved_model_dir(p) {
-            return super::saved_model::import_saved_model(archive, tag, &dir, opts);
+            return saved_model::import_saved_model(archive, tag, &dir, opts);
         }
         import_graphdef_file(archive, tag, p, opts)
     }
 
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
-        if super::saved_model::is_saved_model_tag(tag)
-            || super::saved_model::refuse_variant(tag)?.is_some()
-        {
+        if saved_model::is_saved_model_tag(tag) || saved_model::refuse_variant(tag)?.is_some() {
             return Ok(true);
         }
         Ok(match tag.graph()? {
@@ -1387,10 +1169,10 @@ impl Format for TfFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-        if super::saved_model::is_saved_model_tag(tag) {
-            return super::saved_model::export_saved_model(tag, out, opts);
+        if saved_model::is_saved_model_tag(tag) {
+            return saved_model::export_saved_model(tag, out, opts);
         }
-        if let Some(e) = super::saved_model::refuse_variant(tag)? {
+        if let Some(e) = saved_model::refuse_variant(tag)? {
             return Err(e);
         }
         export_graphdef_file(tag, out, opts)

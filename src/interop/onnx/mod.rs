@@ -33,6 +33,9 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
+pub(crate) mod dump;
+pub(crate) mod variants;
+
 use super::{
     ExportOptions, Exported, Format, ImportOptions, ImportReport, check_output_size, has_ext, head,
     persist, read_whole, report, write_tag, write_temp,
@@ -51,11 +54,15 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Largest ModelProto accepted (protobuf's own limit is 2 GiB).
-pub const MAX_MODEL_BYTES: u64 = 1 << 31;
+internal! {
+    /// Largest ModelProto accepted (protobuf's own limit is 2 GiB).
+    pub const MAX_MODEL_BYTES: u64 = 1 << 31;
+}
 
-/// Alignment of each tensor's offset in an exported external data file.
-pub const EXTERNAL_ALIGN: u64 = 64;
+internal! {
+    /// Alignment of each tensor's offset in an exported external data file.
+    pub const EXTERNAL_ALIGN: u64 = 64;
+}
 
 fn gerr(msg: impl Into<String>) -> Error {
     ErrorKind::Graph(msg.into()).into()
@@ -105,35 +112,37 @@ fn check_model_wire(bytes: &[u8]) -> Result<()> {
         }
         .into());
     }
-    super::tf::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")
+    crate::proto_walk::precheck(bytes, &descriptor("onnx.ModelProto")?, "ONNX model")
 }
 
 // ---------------------------------------------------------------------------------
 // Dtypes and values
 
-/// The modelzip dtype of an ONNX `TensorProto.DataType` number, when it has one.
-pub fn dtype_from_onnx(dt: i32) -> Option<DType> {
-    use pb::tensor_proto::DataType as D;
-    Some(match D::try_from(dt).ok()? {
-        D::Float => DType::Fp32,
-        D::Uint8 => DType::Uint8,
-        D::Int8 => DType::Int8,
-        D::Uint16 => DType::Uint16,
-        D::Int16 => DType::Int16,
-        D::Int32 => DType::Int32,
-        D::Int64 => DType::Int64,
-        D::Bool => DType::Bool,
-        D::Float16 => DType::Fp16,
-        D::Double => DType::Fp64,
-        D::Uint32 => DType::Uint32,
-        D::Uint64 => DType::Uint64,
-        D::Complex64 => DType::Complex64,
-        D::Complex128 => DType::Complex128,
-        D::Bfloat16 => DType::Bf16,
-        D::Float8e4m3fn => DType::Fp8E4m3fn,
-        D::Float8e5m2 => DType::Fp8E5m2,
-        _ => return None,
-    })
+internal! {
+    /// The modelzip dtype of an ONNX `TensorProto.DataType` number, when it has one.
+    pub fn dtype_from_onnx(dt: i32) -> Option<DType> {
+        use pb::tensor_proto::DataType as D;
+        Some(match D::try_from(dt).ok()? {
+            D::Float => DType::Fp32,
+            D::Uint8 => DType::Uint8,
+            D::Int8 => DType::Int8,
+            D::Uint16 => DType::Uint16,
+            D::Int16 => DType::Int16,
+            D::Int32 => DType::Int32,
+            D::Int64 => DType::Int64,
+            D::Bool => DType::Bool,
+            D::Float16 => DType::Fp16,
+            D::Double => DType::Fp64,
+            D::Uint32 => DType::Uint32,
+            D::Uint64 => DType::Uint64,
+            D::Complex64 => DType::Complex64,
+            D::Complex128 => DType::Complex128,
+            D::Bfloat16 => DType::Bf16,
+            D::Float8e4m3fn => DType::Fp8E4m3fn,
+            D::Float8e5m2 => DType::Fp8E5m2,
+            _ => return None,
+        })
+    }
 }
 
 /// Values written in any typed field of a tensor.
@@ -699,7 +708,7 @@ fn check_param(t: &pb::TensorProto, v: &TensorView<'_>, name: &str) -> Result<()
 /// The ModelProto stored in graph.fb, walked before it is decoded (see
 /// `tf::decode_stored`).
 pub(crate) fn decode_stored_model(g: &OnnxGraph) -> Result<pb::ModelProto> {
-    super::tf::decode_stored(
+    crate::proto_walk::decode_stored(
         &g.model,
         pool()?,
         "onnx.ModelProto",
@@ -791,11 +800,7 @@ fn store(
     params: Vec<Lifted>,
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
-    let fb = Graph {
-        onnx: Some(onnx),
-        ..Graph::new()
-    }
-    .to_flatbuffers()?;
+    let fb = Graph::Onnx(onnx).to_flatbuffers()?;
     let mut tensors = Vec::with_capacity(params.len());
     for p in &params {
         tensors.push((
@@ -817,23 +822,13 @@ fn store(
     report(archive, tag, created, Some(fb.len() as u64))
 }
 
-/// The tag's ONNX model, or an error saying what the tag holds instead.
-pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
-    use super::GraphKind;
-    let name = tag.name();
-    let wrong = |has| super::wrong_graph(name, has, "ONNX");
-    match tag.graph()? {
-        None => Err(wrong(GraphKind::without_graph(tag))),
-        Some((GraphFormat::ProgramDesc, _)) => Err(wrong(GraphKind::Paddle { fb: false })),
-        Some((GraphFormat::FlatBuffers, bytes)) => {
-            let g = Graph::from_flatbuffers(&bytes)
-                .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
-            match (g.onnx, g.tf) {
-                (Some(onnx), _) => Ok(onnx),
-                (None, Some(_)) => Err(wrong(GraphKind::Tf)),
-                (None, None) => Err(wrong(GraphKind::paddle_fb(g.pir.is_some()))),
-            }
-        }
+internal! {
+    /// The tag's ONNX model, or an error saying what the tag holds instead.
+    pub fn onnx_graph(tag: &Tag<'_>) -> Result<OnnxGraph> {
+        super::foreign_graph(tag, "ONNX", |g| match g {
+            Graph::Onnx(onnx) => Ok(onnx),
+            other => Err(other),
+        })
     }
 }
 
@@ -867,29 +862,33 @@ fn used_params(tag: &Tag<'_>, g: &OnnxGraph) -> (Vec<String>, Vec<String>) {
     (used, unused)
 }
 
-/// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
-/// every parameter it refers to exists with the declared dtype and dims, and the kept
-/// external data entries name a plain relative location with the parameter's length.
-/// Reads the parameters in place (no copies).
-pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
-    let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
-    join_model(g, |p| tag.param(p), Some(&mut nothing))?;
-    // Where a plain export would write the initializers imported from external data.
-    for (i, init) in g.initializers.iter().enumerate() {
-        let (Some(p), false) = (&init.param, init.external.is_empty()) else {
-            continue;
-        };
-        let len = tag.param(p)?.view().data().len() as u64;
-        external_slot(init, len).map_err(|e| gerr(format!("initializer {i} ({p:?}): {e}")))?;
+internal! {
+    /// Checks that an ONNX model stored in `tag` can be exported: the stored model decodes,
+    /// every parameter it refers to exists with the declared dtype and dims, and the kept
+    /// external data entries name a plain relative location with the parameter's length.
+    /// Reads the parameters in place (no copies).
+    pub fn check_refs(tag: &Tag<'_>, g: &OnnxGraph) -> Result<()> {
+        let mut nothing = |_: &mut pb::TensorProto, _: &[u8]| Ok(());
+        join_model(g, |p| tag.param(p), Some(&mut nothing))?;
+        // Where a plain export would write the initializers imported from external data.
+        for (i, init) in g.initializers.iter().enumerate() {
+            let (Some(p), false) = (&init.param, init.external.is_empty()) else {
+                continue;
+            };
+            let len = tag.param(p)?.view().data().len() as u64;
+            external_slot(init, len).map_err(|e| gerr(format!("initializer {i} ({p:?}): {e}")))?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
-/// The external data file of a model written to `out`: `out` + `.data`.
-pub fn external_data_path(out: &Path) -> PathBuf {
-    let mut s = out.as_os_str().to_owned();
-    s.push(".data");
-    PathBuf::from(s)
+internal! {
+    /// The external data file of a model written to `out`: `out` + `.data`.
+    pub fn external_data_path(out: &Path) -> PathBuf {
+        let mut s = out.as_os_str().to_owned();
+        s.push(".data");
+        PathBuf::from(s)
+    }
 }
 
 /// The file an external-data `location` names for an export beside `dir`: a relative
@@ -1271,7 +1270,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
 }
 
 /// ONNX in the [`super::FORMATS`] registry: `.onnx` ModelProto files.
-pub struct OnnxFormat;
+pub(crate) struct OnnxFormat;
 
 impl Format for OnnxFormat {
     fn name(&self) -> &'static str {

@@ -16,9 +16,9 @@
 
 mod table;
 
-use super::{ExportOptions, Exported, ImportOptions, ImportReport, report, write_tag};
 use crate::archive::Tag;
 use crate::error::{Error, ErrorKind, Result};
+use crate::interop::{ExportOptions, Exported, ImportOptions, ImportReport, report, write_tag};
 use crate::progress::Ticker;
 use crate::tensor::{DType, TensorView};
 use crate::tf_proto as pb;
@@ -29,24 +29,34 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Largest `variables.index` accepted.
-pub const MAX_INDEX_BYTES: u64 = 256 << 20;
+internal! {
+    /// Largest `variables.index` accepted.
+    pub const MAX_INDEX_BYTES: u64 = 256 << 20;
+}
 
-/// Largest file kept verbatim (`saved_model.pb`, an asset): protobuf's limit.
-pub const MAX_KEPT_BYTES: u64 = 1 << 31;
+internal! {
+    /// Largest file kept verbatim (`saved_model.pb`, an asset): protobuf's limit.
+    pub const MAX_KEPT_BYTES: u64 = 1 << 31;
+}
 
-/// Most files under `assets/` and `assets.extra/`.
-pub const MAX_ASSETS: usize = 10_000;
+internal! {
+    /// Most files under `assets/` and `assets.extra/`.
+    pub const MAX_ASSETS: usize = 10_000;
+}
 
 /// Largest BundleEntryProto accepted: a non-sliced entry is a dtype, a shape of at
 /// most 254 dims and four numbers.
 const MAX_ENTRY_BYTES: usize = 8 << 10;
 
-/// The checkpoint key of the object graph (a DT_STRING scalar, kept as stored).
-pub const OBJECT_GRAPH_KEY: &str = "_CHECKPOINTABLE_OBJECT_GRAPH";
+internal! {
+    /// The checkpoint key of the object graph (a DT_STRING scalar, kept as stored).
+    pub const OBJECT_GRAPH_KEY: &str = "_CHECKPOINTABLE_OBJECT_GRAPH";
+}
 
-/// Where a SavedModel's kept files go in the tag.
-pub const ENTRY_DIR: &str = "saved_model";
+internal! {
+    /// Where a SavedModel's kept files go in the tag.
+    pub const ENTRY_DIR: &str = "saved_model";
+}
 const SAVED_MODEL_PB: &str = "saved_model/saved_model.pb";
 const FINGERPRINT_PB: &str = "saved_model/fingerprint.pb";
 const INDEX: &str = "saved_model/variables.index";
@@ -104,7 +114,7 @@ fn invalid(msg: impl Into<String>) -> Error {
 }
 
 fn dtype_from_tf(dt: i32) -> Option<DType> {
-    super::tf::dtype_from_tf(dt)
+    super::dtype_from_tf(dt)
 }
 
 /// Whether `dir` is a SavedModel directory (holds `saved_model.pb`).
@@ -451,7 +461,7 @@ fn read_kept(p: &Path) -> Result<Vec<u8>> {
         })
         .in_file(p));
     }
-    super::read_file(p)
+    super::super::read_file(p)
 }
 
 /// The files under `dir/sub` (recursively), as paths relative to `dir` with `/`.
@@ -692,7 +702,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
             }
         }
     }
-    super::check_output_size(tag, opts, "SavedModel export size", total)?;
+    super::super::check_output_size(tag, opts, "SavedModel export size", total)?;
     let assets: Vec<String> = tag
         .own_entries()
         .into_iter()
@@ -835,7 +845,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::from(e).in_file(&parent))?;
     }
-    let unused = super::unused_params(tag, &used);
+    let unused = super::super::unused_params(tag, &used);
     Ok(Exported {
         tag: name,
         format: "tf",

@@ -1,13 +1,14 @@
-//! Renderings of TensorFlow graphs ([`TfGraph`]) and the Graphviz DOT rendering of any
-//! graph, used by [`super::dump`].
+//! Renderings of TensorFlow graphs ([`TfGraph`]) for [`crate::dump`]: a listing, JSON
+//! and a drawing.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::clean::clean;
-use super::model::{Graph, TfAttr, TfGraph};
+use crate::graph::clean::clean;
+use crate::graph::drawing::{DrawNode, Drawing, NodeRole, NodeShape};
+use crate::graph::{TfAttr, TfGraph};
 use crate::tf_proto as pb;
 
 /// Most list items shown in text; the rest are counted.
@@ -112,10 +113,7 @@ fn value_text(v: &pb::AttrValue) -> String {
 
 /// An attribute as `name=value`; a tensor stored as a parameter shows which.
 fn attr_text(a: &TfAttr) -> String {
-    let v = match crate::interop::tf::decode_stored_tf::<pb::AttrValue>(
-        &a.value,
-        "tensorflow.AttrValue",
-    ) {
+    let v = match super::decode_stored_tf::<pb::AttrValue>(&a.value, "tensorflow.AttrValue") {
         Ok(v) => value_text(&v),
         Err(_) => format!("<{} undecodable bytes>", a.value.len()),
     };
@@ -127,7 +125,7 @@ fn attr_text(a: &TfAttr) -> String {
 
 /// The library and versions a TensorFlow graph keeps besides its nodes.
 fn rest(g: &TfGraph) -> Option<pb::GraphDef> {
-    crate::interop::tf::decode_stored_tf::<pb::GraphDef>(&g.rest, "tensorflow.GraphDef").ok()
+    super::decode_stored_tf::<pb::GraphDef>(&g.rest, "tensorflow.GraphDef").ok()
 }
 
 /// A listing of a TensorFlow graph: versions, the function library, then each node as
@@ -194,12 +192,10 @@ pub fn json(g: &TfGraph) -> Value {
                 .attrs
                 .iter()
                 .map(|a| {
-                    let v = crate::interop::tf::decode_stored_tf::<pb::AttrValue>(
-                        &a.value,
-                        "tensorflow.AttrValue",
-                    )
-                    .map(|v| value_text(&v))
-                    .unwrap_or_default();
+                    let v =
+                        super::decode_stored_tf::<pb::AttrValue>(&a.value, "tensorflow.AttrValue")
+                            .map(|v| value_text(&v))
+                            .unwrap_or_default();
                     let mut m = json!({"value": v});
                     if let (Some(p), Some(obj)) = (&a.param, m.as_object_mut()) {
                         obj.insert("param".into(), json!(p.param));
@@ -233,25 +229,6 @@ pub fn json(g: &TfGraph) -> Value {
     })
 }
 
-/// A DOT string literal.
-fn q(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// The node a TensorFlow input names: `^ctrl` → `ctrl`, `name:1` → `name`.
 fn source(input: &str) -> &str {
     let s = input.strip_prefix('^').unwrap_or(input);
@@ -261,26 +238,39 @@ fn source(input: &str) -> &str {
     }
 }
 
-fn tf_dot(g: &TfGraph, out: &mut String) {
+/// The graph's drawing: nodes labelled with their op and name (constants stored as
+/// parameters with dtype and dims), control inputs dashed.
+pub(crate) fn drawing(g: &TfGraph) -> Drawing {
+    let mut d = Drawing::default();
     for (i, n) in g.nodes.iter().enumerate() {
         let param = n.attrs.iter().find_map(|a| {
             let p = a.param.as_ref()?;
-            let v = crate::interop::tf::decode_stored_tf::<pb::AttrValue>(
-                &a.value,
-                "tensorflow.AttrValue",
-            )
-            .ok()?;
+            let v =
+                super::decode_stored_tf::<pb::AttrValue>(&a.value, "tensorflow.AttrValue").ok()?;
             Some((p.param.clone(), value_text(&v)))
         });
         let (shape, label) = match param {
             Some((p, t)) => (
-                "box",
+                NodeShape::Box,
                 format!("{}\n{}\n{}", n.op, p, t.trim_start_matches("tensor ")),
             ),
-            None if n.op == "Placeholder" => ("invhouse", format!("{}\n{}", n.op, n.name)),
-            None => ("ellipse", format!("{}\n{}", n.op, n.name)),
+            None if n.op == "Placeholder" => (NodeShape::InvHouse, format!("{}\n{}", n.op, n.name)),
+            None => (NodeShape::Ellipse, format!("{}\n{}", n.op, n.name)),
         };
-        let _ = writeln!(out, "  n{i} [shape={shape}, label={}];", q(&label));
+        let mut node = DrawNode::new(format!("n{i}"), NodeRole::Op, shape, label);
+        if !n.inputs.is_empty() {
+            node.inputs = vec![("inputs".to_string(), n.inputs.clone())];
+        }
+        node.attrs = n
+            .attrs
+            .iter()
+            .map(|a| {
+                let v = super::decode_stored_tf::<pb::AttrValue>(&a.value, "tensorflow.AttrValue")
+                    .map_or_else(|e| format!("(does not decode: {e})"), |v| value_text(&v));
+                (a.name.clone(), v)
+            })
+            .collect();
+        d.push(node);
     }
     let index: HashMap<&str, usize> = g
         .nodes
@@ -291,77 +281,11 @@ fn tf_dot(g: &TfGraph, out: &mut String) {
     for (i, n) in g.nodes.iter().enumerate() {
         for input in &n.inputs {
             if let Some(&from) = index.get(source(input)) {
-                let style = if input.starts_with('^') {
-                    " [style=dashed]"
-                } else {
-                    ""
-                };
-                let _ = writeln!(out, "  n{from} -> n{i}{style};");
+                d.edge(from, i, input.starts_with('^'));
             }
         }
     }
-}
-
-fn paddle_dot(g: &Graph, out: &mut String) {
-    for (b, block) in g.blocks.iter().enumerate() {
-        let mut ids: HashMap<&str, String> = HashMap::new();
-        for (k, v) in block.vars.iter().enumerate() {
-            let id = format!("b{b}v{k}");
-            ids.insert(v.name.as_str(), id.clone());
-            let dims = v
-                .dtype
-                .map(|d| format!("{d}{:?}", v.shape))
-                .unwrap_or_default();
-            let shape = if v.is_persistable() {
-                "box"
-            } else {
-                "plaintext"
-            };
-            let _ = writeln!(
-                out,
-                "  {id} [shape={shape}, label={}];",
-                q(&format!("{}\n{dims}", v.name))
-            );
-        }
-        for (k, op) in block.ops.iter().enumerate() {
-            let id = format!("b{b}o{k}");
-            let _ = writeln!(
-                out,
-                "  {id} [shape=ellipse, style=filled, fillcolor=lightgrey, label={}];",
-                q(&op.op_type)
-            );
-            for s in &op.inputs {
-                for a in &s.args {
-                    if let Some(v) = ids.get(a.as_str()) {
-                        let _ = writeln!(out, "  {v} -> {id};");
-                    }
-                }
-            }
-            for s in &op.outputs {
-                for a in &s.args {
-                    if let Some(v) = ids.get(a.as_str()) {
-                        let _ = writeln!(out, "  {id} -> {v};");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Any graph as Graphviz DOT (`dot -Tsvg` draws it): TensorFlow nodes labelled with
-/// their op and name (constants stored as parameters with dtype and dims, control
-/// inputs dashed); Paddle operations as grey ellipses between their variables
-/// (persistable ones boxed, with dtype and dims).
-pub fn dot(g: &Graph) -> String {
-    let mut out = String::from("digraph G {\n  rankdir=TB;\n  node [fontsize=10];\n");
-    match (&g.tf, &g.onnx, &g.pir) {
-        (Some(tf), _, _) => tf_dot(tf, &mut out),
-        (None, Some(onnx), _) => super::dump_onnx::dot(onnx, &mut out, q),
-        (None, None, Some(pir)) => super::pir::dot(pir, &mut out, q),
-        (None, None, None) => paddle_dot(g, &mut out),
-    }
-    out.push_str("}\n");
-    out
+    d
 }
 
 #[cfg(test)]
@@ -374,10 +298,5 @@ mod tests {
         assert_eq!(source("split:1"), "split");
         assert_eq!(source("a:b"), "a:b");
         assert_eq!(source("x"), "x");
-    }
-
-    #[test]
-    fn dot_quotes_hostile_names() {
-        assert_eq!(q("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
     }
 }
