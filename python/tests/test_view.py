@@ -10,11 +10,15 @@ Without Playwright or Chromium these tests skip, except under test.sh
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -60,11 +64,12 @@ class Server:
             text=True,
         )
         line = self.proc.stdout.readline()
-        m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-        if not m:
+        # The page's URL ends the line (an http:// archive's URL may come before it).
+        urls = re.findall(r"(http://127\.0\.0\.1:\d+/)(?:\s|$)", line)
+        if not urls:
             self.stop()
             raise AssertionError(f"no URL printed: {line!r} {self.proc.stderr.read()!r}")
-        self.url = m.group(1)
+        self.url = urls[-1]
 
     def get(self, path: str):
         """(status, JSON body) of an API request."""
@@ -381,3 +386,161 @@ def test_html_writes_a_static_page_that_needs_no_server(browser, tmp):
     page.wait_for_function("document.getElementById('diff-summary').textContent.includes('added')")
     assert page.locator('[data-testid="diff-row"]').count() > 0
     page.close()
+
+
+def test_the_graph_pans_on_drag_and_zooms_at_the_pointer(browser, served):
+    """Dragging the drawing moves the view by the pointer's travel; the wheel zooms in
+    (a smaller viewBox) and out, keeping the point under the pointer in place."""
+    _, server = served
+    page = open_page(browser, server.url)
+    page.locator('[data-testid="tag-row"][data-tag="fp32"]').click()
+    page.locator('[data-testid="param-row"]').first.wait_for()
+    page.click('[data-testid="view-graph"]')
+    page.locator('[data-testid="graph-node"]').first.wait_for()
+    svg = page.locator('[data-testid="graph-svg"]')
+
+    def view_box():
+        return [float(v) for v in svg.get_attribute("viewBox").split()]
+
+    box = svg.bounding_box()
+    cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    x0, y0, w0, h0 = view_box()
+    # Zoom in at the centre: the box shrinks by 1.15 per notch around the same point.
+    page.mouse.move(cx, cy)
+    page.mouse.wheel(0, -100)
+    page.wait_for_function(f"document.querySelector('[data-testid=graph-svg]')"
+                           f".getAttribute('viewBox').split(' ')[2] < {w0}")
+    x1, y1, w1, h1 = view_box()
+    assert w1 == pytest.approx(w0 / 1.15, rel=1e-3) and h1 == pytest.approx(h0 / 1.15, rel=1e-3)
+    centre_before = (x0 + w0 / 2, y0 + h0 / 2)
+    centre_after = (x1 + w1 / 2, y1 + h1 / 2)
+    assert centre_after == pytest.approx(centre_before, abs=w0 * 0.01)
+    # Zoom back out.
+    page.mouse.wheel(0, 100)
+    page.wait_for_function(f"document.querySelector('[data-testid=graph-svg]')"
+                           f".getAttribute('viewBox').split(' ')[2] > {w1}")
+    assert view_box()[2] == pytest.approx(w0, rel=1e-3)
+    # Drag 100 px right and 50 px down: the view moves left and up by that much of the
+    # box, in drawing units.
+    x2, y2, w2, h2 = view_box()
+    page.mouse.move(cx, cy)
+    page.mouse.down()
+    page.mouse.move(cx + 100, cy + 50, steps=5)
+    page.mouse.up()
+    x3, y3, w3, h3 = view_box()
+    assert (w3, h3) == (w2, h2)
+    assert x3 == pytest.approx(x2 - 100 / box["width"] * w2, rel=1e-3, abs=1e-6)
+    assert y3 == pytest.approx(y2 - 50 / box["height"] * h2, rel=1e-3, abs=1e-6)
+    page.close()
+
+
+def test_open_starts_the_systems_browser_with_the_printed_url(tmp):
+    """--open runs xdg-open (here a stand-in earlier on PATH that records its argument)
+    with the URL the server printed."""
+    archive = tmp / "o.zip"
+    make_archive(archive)
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    record = tmp / "opened.txt"
+    opener = bin_dir / "xdg-open"
+    opener.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > '{record}'\n")
+    opener.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen([str(cli_path()), "view", str(archive), "--open"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/)", line).group(1)
+        for _ in range(100):
+            if record.exists() and record.read_text():
+                break
+            time.sleep(0.05)
+        assert record.read_text() == url
+        with urllib.request.urlopen(url + "api/archive") as r:
+            assert r.status == 200
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A static file server that answers `Range: bytes=a-b` (Python's own does not), as
+    HTTP object stores and nginx do."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_head(self):
+        rng = self.headers.get("Range")
+        path = self.translate_path(self.path)
+        if not rng or not os.path.isfile(path):
+            return super().send_head()
+        size = os.path.getsize(path)
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+        if not m:
+            self.send_error(416)
+            return None
+        a, b = m.groups()
+        if a == "":
+            start, end = max(0, size - int(b)), size - 1
+        else:
+            start, end = int(a), min(int(b) if b else size - 1, size - 1)
+        if start > end:
+            self.send_error(416)
+            return None
+        f = open(path, "rb")
+        f.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
+        self.send_header("ETag", f'"{int(os.path.getmtime(path) * 1e6)}-{size}"')
+        self.end_headers()
+        self.range_left = end - start + 1
+        return f
+
+    def copyfile(self, source, outputfile):
+        left = getattr(self, "range_left", None)
+        if left is None:
+            return super().copyfile(source, outputfile)
+        while left > 0:
+            chunk = source.read(min(left, 1 << 16))
+            if not chunk:
+                break
+            outputfile.write(chunk)
+            left -= len(chunk)
+
+
+def test_an_http_archive_is_served_like_a_local_one(tmp):
+    """`modelzip view http://127.0.0.1:PORT/demo.zip` (a range-answering file server of
+    this test, on 127.0.0.1) shows the tags and the diff `tags` and `diff` give for the
+    same URL, and a checkpoint packed meanwhile appears."""
+    archive = tmp / "site" / "demo.zip"
+    archive.parent.mkdir()
+    make_archive(archive)
+    handler = functools.partial(RangeHandler, directory=str(archive.parent))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/demo.zip"
+    try:
+        server = Server(url)
+        try:
+            status, doc = server.get("api/archive")
+            assert status == 200
+            assert [t["name"] for t in doc["tags"]] == [
+                t["name"] for t in cli_json("tags", url)["tags"]]
+            status, diff = server.get("api/diff?a=fp32&b=int8")
+            assert status == 200 and diff == cli_json("diff", url, "fp32", "int8")
+            # A checkpoint packed into the served file appears on the next request.
+            run_cli("pack", archive, PERSISTABLES, "--tag", "step-000000400", "--step", 400,
+                    "-q")
+            assert server.get("api/archive")[1]["tags"][-1]["name"] == "step-000000400"
+        finally:
+            server.stop()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
