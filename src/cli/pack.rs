@@ -312,6 +312,31 @@ struct Packed {
     graph: Option<&'static str>,
 }
 
+impl Packed {
+    /// The `--json` document (the remote append adds its costs to it).
+    fn json(&self, shown: &str) -> serde_json::Value {
+        json!({
+            "archive": shown,
+            "tag": self.tag,
+            "created": self.created,
+            "mode": self.mode,
+            "params": self.params,
+            "updater_arrays": self.updater_arrays,
+            "shared": self.shared,
+            "graph": self.graph,
+        })
+    }
+
+    /// What the human line says was done.
+    fn verb(&self) -> &'static str {
+        if self.created {
+            "created archive with"
+        } else {
+            "added"
+        }
+    }
+}
+
 /// Reads tag `name` back from the finished archive.
 fn read_back(args: &Args, created: bool, mode: &'static str) -> Result<Packed, CliError> {
     let archive = open(&args.archive)?;
@@ -456,16 +481,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     let p = read_back(&args, created, mode)?;
     if args.write.output.json {
-        print_json(&json!({
-            "archive": shown,
-            "tag": p.tag,
-            "created": p.created,
-            "mode": p.mode,
-            "params": p.params,
-            "updater_arrays": p.updater_arrays,
-            "shared": p.shared,
-            "graph": p.graph,
-        }))?;
+        print_json(&p.json(&shown))?;
     } else {
         let updater = if p.updater_arrays > 0 {
             format!(", {} updater array(s)", p.updater_arrays)
@@ -483,11 +499,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         };
         print(&format!(
             "{} tag {} in {shown}: {graph}{} param(s){updater}, {} shared with older tags\n",
-            if p.created {
-                "created archive with"
-            } else {
-                "added"
-            },
+            p.verb(),
             p.tag,
             p.params,
             p.shared,
@@ -529,31 +541,26 @@ fn run_remote(
     let mode = if done.created { "new" } else { "remote_append" };
     let p = read_back(args, done.created, mode)?;
     if args.write.output.json {
-        print_json(&json!({
-            "archive": shown,
-            "tag": p.tag,
-            "created": p.created,
-            "mode": p.mode,
-            "params": p.params,
-            "updater_arrays": p.updater_arrays,
-            "shared": p.shared,
-            "graph": p.graph,
-            "version": done.version,
-            "previous_version": done.previous_version,
-            "bytes_uploaded": done.bytes_uploaded,
-            "bytes_copied": done.bytes_copied,
-            "bytes_reread": done.bytes_reread,
-            "requests": done.requests,
-            "stale_uploads_aborted": done.stale_uploads_aborted,
-        }))?;
+        let mut doc = p.json(&shown);
+        if let serde_json::Value::Object(m) = &mut doc {
+            m.extend([
+                ("version".to_string(), json!(done.version)),
+                ("previous_version".to_string(), json!(done.previous_version)),
+                ("bytes_uploaded".to_string(), json!(done.bytes_uploaded)),
+                ("bytes_copied".to_string(), json!(done.bytes_copied)),
+                ("bytes_reread".to_string(), json!(done.bytes_reread)),
+                ("requests".to_string(), json!(done.requests)),
+                (
+                    "stale_uploads_aborted".to_string(),
+                    json!(done.stale_uploads_aborted),
+                ),
+            ]);
+        }
+        print_json(&doc)?;
     } else {
         print(&format!(
             "{} tag {} in {shown}: {} param(s), {} shared with older tags; {} bytes uploaded, {} copied by the store, {} requests\n",
-            if p.created {
-                "created archive with"
-            } else {
-                "added"
-            },
+            p.verb(),
             p.tag,
             p.params,
             p.shared,
