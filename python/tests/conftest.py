@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,3 +43,65 @@ def cli_json(*args: object):
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def moto_server(env: dict | None = None):
+    """moto_server (the S3-compatible server of the remote tests) on a free port of
+    127.0.0.1, started here and stopped on leaving; yields its port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto_server did not start (exit {proc.poll()})")
+                time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def s3_env(endpoint: str) -> dict:
+    """This process's environment pointed at an S3 endpoint with test credentials."""
+    env = dict(os.environ)
+    env.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ALLOW_HTTP="true",
+        AWS_ACCESS_KEY_ID="test",
+        AWS_SECRET_ACCESS_KEY="test",
+        AWS_REGION="us-east-1",
+    )
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        env.pop(k, None)
+    return env
+
+
+def cli_env(env, *args, check=True):
+    """The CLI run with `env`; fails the test on a non-zero exit when `check`."""
+    proc = subprocess.run(
+        [str(cli_path()), *map(str, args)], capture_output=True, text=True, env=env, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"modelzip {args} exited {proc.returncode}: {proc.stderr}")
+    return proc

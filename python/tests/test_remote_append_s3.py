@@ -19,13 +19,9 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
-import os
 import random
 import re
-import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -35,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PADDLE_FIXTURES, cli_path
+from conftest import PADDLE_FIXTURES, cli_env, cli_path, moto_server, s3_env
 
 BUCKET = "models"
 MIB = 1 << 20
@@ -56,12 +52,6 @@ def raw(env, method: str, path: str, body: bytes | None = None) -> tuple[int, di
     data = r.read()
     c.close()
     return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Proxy(http.server.ThreadingHTTPServer):
@@ -232,56 +222,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def s3(tmp_path_factory):
     """moto on 127.0.0.1 with one bucket, the proxy in front of it, and the environment
     that points the CLI at the proxy."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    proxy = None
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto_server did not start (exit {proc.poll()})")
-                time.sleep(0.2)
+    with moto_server() as port:
         proxy = Proxy(port)
-        assert proxy.upstream("PUT", f"/{BUCKET}", AUTH)[0] == 200
-        threading.Thread(target=proxy.serve_forever, daemon=True).start()
-        env = dict(os.environ)
-        env.update(
-            AWS_ENDPOINT_URL=f"http://127.0.0.1:{proxy.server_address[1]}",
-            AWS_ALLOW_HTTP="true",
-            AWS_ACCESS_KEY_ID="test",
-            AWS_SECRET_ACCESS_KEY="test",
-            AWS_REGION="us-east-1",
-        )
-        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-            env.pop(k, None)
-        yield env, proxy
-    finally:
-        if proxy is not None:
+        try:
+            assert proxy.upstream("PUT", f"/{BUCKET}", AUTH)[0] == 200
+            threading.Thread(target=proxy.serve_forever, daemon=True).start()
+            yield s3_env(f"http://127.0.0.1:{proxy.server_address[1]}"), proxy
+        finally:
             proxy.shutdown()
             proxy.server_close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
-def cli(env, *args, check=True):
-    proc = subprocess.run(
-        [str(cli_path()), *map(str, args)], capture_output=True, text=True, env=env, check=False
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"modelzip {args} exited {proc.returncode}: {proc.stderr}")
-    return proc
+cli = cli_env
 
 
 def varint(v: int) -> bytes:

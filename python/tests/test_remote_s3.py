@@ -5,80 +5,32 @@ concurrent uploads to one key, of which exactly one wins."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import PADDLE_FIXTURES, cli_path
+from conftest import PADDLE_FIXTURES, cli_env, cli_path, moto_server, s3_env
 
 BUCKET = "models"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 with one bucket; the environment the CLI reads. Its
     request recorder (off until a test starts it) writes to a file of this module's."""
-    port = free_port()
     recording = tmp_path_factory.mktemp("moto") / "requests.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)},
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto_server did not start (exit {proc.poll()})")
-                time.sleep(0.2)
+    with moto_server({"MOTO_RECORDER_FILEPATH": str(recording)}) as port:
+        endpoint = f"http://127.0.0.1:{port}"
         req = urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")
         urllib.request.urlopen(req, timeout=30).close()
-        env = dict(os.environ)
-        env.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ALLOW_HTTP="true",
-            AWS_ACCESS_KEY_ID="test",
-            AWS_SECRET_ACCESS_KEY="test",
-            AWS_REGION="us-east-1",
-        )
-        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-            env.pop(k, None)
+        env = s3_env(endpoint)
         yield env
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
-def cli(env, *args, check=True):
-    proc = subprocess.run(
-        [str(cli_path()), *map(str, args)], capture_output=True, text=True, env=env, check=False
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"modelzip {args} exited {proc.returncode}: {proc.stderr}")
-    return proc
+cli = cli_env
 
 
 def make_archive(env, path: Path, model: str) -> Path:
