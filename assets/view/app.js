@@ -88,13 +88,14 @@ function renderTimeline(doc) {
       el("td", { class: "num" }, bytes(t.own_bytes)),
       el("td", { class: "num" }, bytes(t.shared_bytes)),
       el("td", {}, t.graph || "-"),
-      el("td", {}, (t.dtypes || []).join(", ")));
-    if (t.metadata_problem) row.title = t.metadata_problem;
+      el("td", {}, (t.dtypes || []).join(", ")),
+      el("td", { testid: "tag-retention" }, t.kept_by ? (t.kept_by.length ? "kept: " + t.kept_by.join(", ") : "due for removal") : "-"));
+    if (t.not_checkpoint) row.title = "not a checkpoint: " + t.not_checkpoint;
     body.append(row);
   }
-  if (!doc.tags.length) body.append(el("tr", {}, el("td", { colspan: 10 }, "(no tags)")));
+  if (!doc.tags.length) body.append(el("tr", {}, el("td", { colspan: 11 }, "(no tags)")));
   if (shown.length < doc.tags.length) {
-    body.append(el("tr", {}, el("td", { colspan: 10 }, `… and ${doc.tags.length - shown.length} more tags (the first ${MAX_ROWS} are listed)`)));
+    body.append(el("tr", {}, el("td", { colspan: 11 }, `… and ${doc.tags.length - shown.length} more tags (the first ${MAX_ROWS} are listed)`)));
   }
 }
 
@@ -104,23 +105,45 @@ function goal(name) {
   if (/^(lr|learning[_-]?rate)$/i.test(name)) return null;
   return /acc|auc|f1|precision|recall|score|bleu|iou|map/i.test(name) ? "max" : "min";
 }
+// The retention policy in words, as the newest checkpoint's save recorded it.
+function policyText(r) {
+  const rules = [];
+  if (r.keep_last) rules.push(`the last ${r.keep_last}`);
+  if (r.keep_every) rules.push(`every ${r.keep_every} steps`);
+  if (r.keep_best) rules.push(`the best ${r.keep_best.count} by ${r.keep_best.metric} (${r.keep_best.goal === "min" ? "lowest" : "highest"})`);
+  return "keeps the newest" + rules.map((x) => ", " + x).join("");
+}
 function renderMetrics(doc) {
   const box = $("metrics"); box.textContent = "";
+  const r = doc.retention;
+  const removed = r ? r.removed : [];
+  if (r) {
+    const omitted = r.removed_omitted ? ` (and ${r.removed_omitted} earlier ones not listed)` : "";
+    box.append(el("p", { testid: "retention-summary" }, `Retention policy: ${policyText(r)}. ` +
+      `${removed.length} checkpoint${removed.length === 1 ? "" : "s"} removed${omitted}` +
+      (removed.length ? ", drawn as hollow points." : ".")));
+  } else if (doc.retention_problem) {
+    box.append(el("p", { testid: "retention-summary" }, "The retention record is not read: " + doc.retention_problem));
+  }
   const ckpts = doc.tags.filter((t) => t.step !== null && t.step !== undefined);
-  const names = [...new Set(ckpts.flatMap((t) => Object.keys(t.metrics || {})))].sort();
+  const names = [...new Set([...ckpts, ...removed].flatMap((t) => Object.keys(t.metrics || {})))].sort();
   if (!names.length) {
     box.append(el("p", {}, ckpts.length
       ? "The checkpoints have no metrics (metadata.json \"metrics\")."
       : "No checkpoints: no tag's metadata.json has a \"step\" (pack --step N --metric NAME=VALUE, or the Checkpointer, write them)."));
     return;
   }
-  for (const name of names) box.append(chart(name, ckpts.filter((t) => name in t.metrics)
-    .map((t) => ({ step: t.step, v: t.metrics[name], tag: t.name })).sort((a, b) => a.step - b.step)));
+  const best = r && r.keep_best;
+  for (const name of names) {
+    const pts = ckpts.filter((t) => name in t.metrics).map((t) => ({ step: t.step, v: t.metrics[name], tag: t.name }))
+      .concat(removed.filter((t) => name in t.metrics).map((t) => ({ step: t.step, v: t.metrics[name], tag: t.tag, removed: true })))
+      .sort((a, b) => a.step - b.step);
+    box.append(chart(name, pts, best && best.metric === name ? best.goal : goal(name)));
+  }
 }
-function chart(name, pts) {
+function chart(name, pts, g) {
   const W = 380, H = 220, L = 58, R = 12, T = 26, B = 34;
   const svg = sv("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, testid: "metric-chart", "data-metric": name });
-  const g = goal(name);
   let best = null;
   if (g) for (const p of pts) if (best === null || (g === "min" ? p.v < best.v : p.v > best.v)) best = p;
   svg.append(sv("text", { x: L, y: 16, "font-weight": "bold", text: name + (best ? `  (best ${num(best.v)} at step ${best.step})` : "") }));
@@ -138,10 +161,10 @@ function chart(name, pts) {
   svg.append(sv("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", text: "step" }));
   svg.append(sv("polyline", { class: "line", points: pts.map((p) => X(p.step) + "," + Y(p.v)).join(" ") }));
   for (const p of pts) {
-    const c = sv("circle", { class: "pt" + (p === best ? " best" : ""), cx: X(p.step), cy: Y(p.v), r: p === best ? 5 : 3.5,
-      testid: "metric-point", "data-tag": p.tag, "data-step": p.step, "data-value": p.v },
-      sv("title", { text: `${p.tag}: ${name} = ${p.v} (step ${p.step})${p === best ? ", the best" : ""}` }));
-    c.addEventListener("click", () => selectTag(p.tag));
+    const c = sv("circle", { class: "pt" + (p === best ? " best" : "") + (p.removed ? " removed" : ""), cx: X(p.step), cy: Y(p.v), r: p === best ? 5 : 3.5,
+      testid: p.removed ? "metric-point-removed" : "metric-point", "data-tag": p.tag, "data-step": p.step, "data-value": p.v },
+      sv("title", { text: `${p.tag}: ${name} = ${p.v} (step ${p.step})${p === best ? ", the best" : ""}${p.removed ? ", removed by the retention policy" : ""}` }));
+    if (!p.removed) c.addEventListener("click", () => selectTag(p.tag));
     svg.append(c);
   }
   return svg;

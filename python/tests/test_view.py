@@ -364,6 +364,49 @@ def test_hostile_archives_give_an_error_panel_and_the_server_survives(browser, t
     page.close()
 
 
+def test_the_retention_policys_kept_and_removed_checkpoints_are_shown(browser, tmp):
+    """A Checkpointer with keep_last=2 and the best 1 by loss: the timeline says which
+    rule keeps each checkpoint, and the loss chart draws the removed ones hollow, from
+    the record each save writes into metadata.json."""
+    import numpy as np
+
+    import modelzip
+
+    archive = tmp / "run.zip"
+    ck = modelzip.Checkpointer(archive, keep_last=2, keep_best=("loss", "min", 1))
+    losses = {100: 0.9, 200: 0.2, 300: 0.7, 400: 0.5, 500: 0.6}
+    for step, loss in losses.items():
+        ck.save(step, {"w": np.full(4, step, dtype=np.float32)}, metrics={"loss": loss})
+    assert ck.checkpoints() == ["step-000000200", "step-000000400", "step-000000500"]
+    server = Server(archive)
+    try:
+        page = open_page(browser, server.url)
+        kept = page.locator('[data-testid="tag-row"]').evaluate_all(
+            "rs => rs.map(r => [r.dataset.tag, "
+            "r.querySelector('[data-testid=tag-retention]').textContent])")
+        assert kept == [
+            ["step-000000200", "kept: best 1 lowest by loss"],
+            ["step-000000400", "kept: last 2"],
+            ["step-000000500", "kept: newest, last 2"],
+        ]
+        chart = page.locator('[data-metric="loss"]')
+        points = chart.locator('[data-testid="metric-point"]').evaluate_all(
+            "ps => ps.map(p => +p.dataset.step)")
+        removed = chart.locator('[data-testid="metric-point-removed"]').evaluate_all(
+            "ps => ps.map(p => [p.dataset.tag, +p.dataset.step, +p.dataset.value])")
+        assert sorted(points) == [200, 400, 500]
+        assert removed == [["step-000000100", 100, 0.9], ["step-000000300", 300, 0.7]]
+        assert chart.locator(".pt.best").get_attribute("data-step") == "200"
+        summary = page.locator('[data-testid="retention-summary"]').text_content()
+        assert "the last 2" in summary and "the best 1 by loss (lowest)" in summary
+        assert "2 checkpoints removed" in summary
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator("#metrics-section").screenshot(path=str(SHOTS / "retention.png"))
+        page.close()
+    finally:
+        server.stop()
+
+
 def test_html_writes_a_static_page_that_needs_no_server(browser, tmp):
     archive = tmp / "demo.zip"
     make_archive(archive)

@@ -111,6 +111,86 @@ fn keep_every_and_keep_best_combine_and_the_newest_is_always_kept() {
     assert!(Archive::open(&path).unwrap().verify().is_ok());
 }
 
+/// Each save records its policy and the checkpoints removed so far (its own removals
+/// included) in metadata.json; `history` reads that back and says which rule keeps each
+/// checkpoint. A tag added by hand is listed among the others with its reason.
+#[test]
+fn history_tells_what_retention_kept_and_removed_and_why() {
+    use modelzip::checkpoint::{KeptBy, history};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let best = KeepBest {
+        metric: "loss".into(),
+        count: 1,
+        goal: Goal::Min,
+    };
+    let mut c = Checkpointer::open(
+        &path,
+        with(Retention {
+            keep_last: Some(2),
+            keep_best: Some(best.clone()),
+            ..Retention::default()
+        }),
+    )
+    .unwrap();
+    for (step, loss) in [(100, 0.9), (200, 0.2), (300, 0.7), (400, 0.5), (500, 0.6)] {
+        c.save(&ckpt(step, loss)).unwrap();
+    }
+    let t = Tensor::from_slice(vec![1], &[1.0f32]).unwrap();
+    let opts = WriteOptions::default();
+    append_tag(
+        &path,
+        TagBuilder::new("release").param("x", t),
+        AppendMode::InPlace,
+        &opts,
+    )
+    .unwrap();
+
+    let h = history(&Archive::open(&path).unwrap()).unwrap();
+    let policy = h.policy.as_ref().expect("the policy is recorded");
+    assert_eq!(policy.keep_last, Some(2));
+    assert_eq!(policy.keep_best.as_ref(), Some(&best));
+    let kept: Vec<(&str, &[KeptBy])> = h
+        .checkpoints
+        .iter()
+        .map(|c| (c.record.tag.as_str(), c.kept_by.as_slice()))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            ("step-000000200", &[KeptBy::Best(best)][..]),
+            ("step-000000400", &[KeptBy::Last(2)][..]),
+            ("step-000000500", &[KeptBy::Newest, KeptBy::Last(2)][..]),
+        ]
+    );
+    let removed: Vec<(&str, u64, f64)> = h
+        .removed
+        .iter()
+        .map(|r| (r.tag.as_str(), r.step, r.metrics["loss"]))
+        .collect();
+    assert_eq!(
+        removed,
+        [("step-000000100", 100, 0.9), ("step-000000300", 300, 0.7)]
+    );
+    assert_eq!(h.removed_omitted, 0);
+    assert_eq!(h.others.len(), 1);
+    assert_eq!(h.others[0].0, "release");
+    assert!(
+        h.others[0].1.contains("not written by a checkpointer"),
+        "{:?}",
+        h.others
+    );
+    assert_eq!(h.problem, None);
+
+    // Without a policy nothing is recorded, and nothing is claimed.
+    let plain = dir.path().join("plain.zip");
+    let mut c = Checkpointer::open(&plain, CheckpointOptions::default()).unwrap();
+    c.save(&ckpt(1, 0.5)).unwrap();
+    let h = history(&Archive::open(&plain).unwrap()).unwrap();
+    assert_eq!(h.policy, None);
+    assert!(h.checkpoints[0].kept_by.is_empty() && h.removed.is_empty());
+}
+
 #[test]
 fn keep_last_one_keeps_only_the_newest() {
     let dir = tempfile::tempdir().unwrap();

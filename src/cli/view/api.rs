@@ -7,9 +7,11 @@ use super::super::common::TensorInfo;
 use super::super::diff::DiffJson;
 use super::super::tags;
 use super::graph;
+use modelzip::checkpoint::{self, CheckpointStatus, Goal};
 use modelzip::variants::compare_tags;
 use modelzip::{Archive, Graph, GraphFormat, TensorView};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// An API failure: an HTTP status and the one-line message the page shows.
@@ -81,73 +83,68 @@ fn tag<'a>(archive: &'a Archive, name: &str) -> Result<modelzip::Tag<'a>, ApiErr
         .map_err(|e| ApiError::unreadable(format!("cannot read tag {name}: {e}")))
 }
 
-/// What metadata.json says of a checkpoint: its step and metrics, when the tag is one
-/// (a `step` that is a non-negative integer and no variant record: the rule of
-/// docs/checkpoints.md), and whether metadata.json could be read.
-struct Checkpoint {
-    step: Option<u64>,
-    metrics: Map<String, Value>,
-    problem: Option<String>,
-}
-
-fn checkpoint_of(archive: &Archive, name: &str) -> Checkpoint {
-    let mut c = Checkpoint {
-        step: None,
-        metrics: Map::new(),
-        problem: None,
-    };
-    let meta = match archive.tag(name).and_then(|t| t.metadata()) {
-        Ok(Some(m)) => m,
-        Ok(None) => return c,
-        Err(e) => {
-            c.problem = Some(format!("cannot read metadata.json: {e}"));
-            return c;
-        }
-    };
-    let v: Value = match serde_json::from_slice(&meta) {
-        Ok(v) => v,
-        Err(e) => {
-            c.problem = Some(format!("metadata.json is not valid JSON ({e})"));
-            return c;
-        }
-    };
-    if ["quantization", "cast"].iter().any(|k| v.get(k).is_some()) {
-        return c;
-    }
-    c.step = v.get("step").and_then(Value::as_u64);
-    if c.step.is_some()
-        && let Some(m) = v.get("metrics").and_then(Value::as_object)
-    {
-        c.metrics = m
-            .iter()
-            .filter(|(_, x)| x.as_f64().is_some_and(f64::is_finite))
-            .map(|(k, x)| (k.clone(), x.clone()))
-            .collect();
-    }
-    c
-}
-
-/// `GET /api/archive`: every tag as `tags --json` lists it, plus each checkpoint's step
-/// and metrics (metadata.json).
+/// `GET /api/archive`: every tag as `tags --json` lists it, plus, from
+/// [`checkpoint::history`], each checkpoint's step and metrics and why the retention
+/// policy keeps it, each other tag's reason for not being a checkpoint, and the policy
+/// and the checkpoints it removed (as the newest checkpoint's save recorded them).
 pub fn archive_doc(archive: &Archive, shown: &Path) -> Result<Value, ApiError> {
     let rows = tags::summaries(archive, shown)?;
+    let h = checkpoint::history(archive)
+        .map_err(|e| ApiError::unreadable(format!("cannot read the checkpoints: {e}")))?;
+    let ckpts: HashMap<&str, &CheckpointStatus> = h
+        .checkpoints
+        .iter()
+        .map(|c| (c.record.tag.as_str(), c))
+        .collect();
+    let others: HashMap<&str, &str> = h
+        .others
+        .iter()
+        .map(|(t, why)| (t.as_str(), why.as_str()))
+        .collect();
     let mut list = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
         let mut row = tags::tag_json(i, r);
-        let c = checkpoint_of(archive, &r.name);
+        let c = ckpts.get(r.name.as_str());
         if let Value::Object(m) = &mut row {
-            m.insert("step".into(), json!(c.step));
-            m.insert("metrics".into(), Value::Object(c.metrics));
-            m.insert("metadata_problem".into(), json!(c.problem));
+            m.insert("step".into(), json!(c.map(|c| c.record.step)));
+            m.insert(
+                "metrics".into(),
+                c.map_or(json!({}), |c| json!(c.record.metrics)),
+            );
+            let kept = c.filter(|_| h.policy.is_some()).map(|c| {
+                c.kept_by
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+            });
+            m.insert("kept_by".into(), json!(kept));
+            m.insert("not_checkpoint".into(), json!(others.get(r.name.as_str())));
         }
         list.push(row);
     }
+    let retention = h.policy.as_ref().map(|p| {
+        json!({
+            "keep_last": p.keep_last,
+            "keep_every": p.keep_every,
+            "keep_best": p.keep_best.as_ref().map(|b| json!({
+                "metric": b.metric,
+                "goal": match b.goal { Goal::Min => "min", Goal::Max => "max" },
+                "count": b.count,
+            })),
+            "removed": h.removed.iter().map(|r| json!({
+                "tag": r.tag, "step": r.step, "metrics": r.metrics,
+            })).collect::<Vec<_>>(),
+            "removed_omitted": h.removed_omitted,
+        })
+    });
     Ok(json!({
         "archive": shown.display().to_string(),
         "default": archive.default_tag(),
         "len_bytes": archive.len_bytes(),
         "dead_bytes": archive.dead_bytes(),
         "tags": list,
+        "retention": retention,
+        "retention_problem": h.problem,
     }))
 }
 

@@ -55,6 +55,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+mod history;
+mod retention;
+
+pub use history::{CheckpointStatus, History, history};
+pub use retention::{CheckpointRecord, KeptBy, MAX_REMOVED_RECORDS};
+use retention::{Record, decide};
+
 /// Everything needed to resume training at one step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Checkpoint {
@@ -507,13 +514,13 @@ pub fn tag_for(pattern: &str, step: u64) -> Result<String> {
 /// The metadata.json keys a checkpointer writes (`write_tag`), `step` being the one
 /// that marks its tags. A tag derived from a checkpoint (a variant) must not carry them, or it would be
 /// resumed from and removed by retention like a checkpoint.
-pub(crate) const CHECKPOINT_KEYS: [&str; 2] = ["step", "metrics"];
+pub(crate) const CHECKPOINT_KEYS: [&str; 3] = ["step", "metrics", "retention"];
 
 /// The metadata.json records of variants ([`crate::variants`]): a tag that has one is
 /// not a checkpoint, even with a `step` (variants made by earlier versions copied it).
 const VARIANT_KEYS: [&str; 2] = ["quantization", "cast"];
 
-fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint) -> Result<()> {
+fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint, retention: Option<&Record>) -> Result<()> {
     for (name, t) in &ckpt.params {
         w.param(name, &t.view())?;
     }
@@ -524,22 +531,26 @@ fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint) -> Result<()> {
     if let Some(tc) = &ckpt.training_config {
         w.training_config(&tc.encode()?)?;
     }
-    let meta = json!({"step": ckpt.step, "metrics": ckpt.metrics});
+    let mut meta = json!({"step": ckpt.step, "metrics": ckpt.metrics});
+    if let Some(r) = retention {
+        meta["retention"] = r.to_json();
+    }
     w.metadata(meta.to_string().as_bytes())
 }
 
 fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<SaveReport> {
     let tag = tag_for(&opts.pattern, ckpt.step)?;
+    let record = retention_record(path, opts, &tag, ckpt)?;
     if path.exists() {
         let mut app = Appender::open_with(path, AppendMode::InPlace, &opts.write)?;
         let mut w = app.begin_tag(&tag)?;
-        write_tag(&mut w, ckpt)?;
+        write_tag(&mut w, ckpt, record.as_ref())?;
         w.finish()?;
         app.finish()?;
     } else {
         let mut writer = ArchiveWriter::create_with(path, &opts.write)?;
         let mut w = writer.begin_tag(&tag)?;
-        write_tag(&mut w, ckpt)?;
+        write_tag(&mut w, ckpt, record.as_ref())?;
         w.finish()?;
         writer.finish()?;
     }
@@ -559,6 +570,45 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         removed,
         compacted,
     })
+}
+
+/// The `retention` record of the checkpoint `tag` about to be saved: the policy, and
+/// the checkpoints removed so far (from the newest checkpoint's record) plus those the
+/// policy will drop once this one is in, as decided on the archive as it is now (the
+/// retention pass after the append decides again, under the lock; another writer in
+/// between can make the two differ). `None` without a policy.
+fn retention_record(
+    path: &Path,
+    opts: &CheckpointOptions,
+    tag: &str,
+    ckpt: &Checkpoint,
+) -> Result<Option<Record>> {
+    if opts.retention.is_unset() {
+        return Ok(None);
+    }
+    let (mut ckpts, previous) = if path.exists() {
+        checkpoint_records(&Archive::open(path)?)?
+    } else {
+        (Vec::new(), None)
+    };
+    ckpts.push(CheckpointRecord {
+        tag: tag.to_string(),
+        step: ckpt.step,
+        metrics: ckpt.metrics.clone(),
+    });
+    let why = decide(&ckpts, &opts.retention);
+    let mut record = Record {
+        policy: opts.retention.clone(),
+        ..previous.unwrap_or_default()
+    };
+    record.extend(
+        ckpts
+            .into_iter()
+            .zip(why)
+            .filter(|(_, w)| w.is_empty())
+            .map(|(c, _)| c),
+    );
+    Ok(Some(record))
 }
 
 /// Removes, in place, the checkpoints the retention policy drops from the archive at
@@ -581,8 +631,8 @@ fn apply_retention(path: &Path, opts: &CheckpointOptions) -> Result<Vec<String>>
     Ok(archive::remove_tags(path, removal, &opts.write)?.removed)
 }
 
-/// Why tag `tag` is not a checkpoint (`Err`), or its step and metrics (`Ok`).
-type CheckpointInfo = std::result::Result<(u64, BTreeMap<String, f64>), String>;
+/// Why tag `tag` is not a checkpoint (`Err`), or its record and parsed metadata.json (`Ok`).
+type CheckpointInfo = std::result::Result<(CheckpointRecord, Value), String>;
 
 /// Whether `tag` was written by a checkpointer: its metadata.json has a `step` (a
 /// non-negative integer) and no variant record.
@@ -615,70 +665,48 @@ fn checkpoint_info(archive: &Archive, tag: &str) -> Result<CheckpointInfo> {
             "its metadata.json has \"step\": {step}, not a non-negative integer"
         )));
     };
-    let metrics = v
-        .get("metrics")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, x)| x.as_f64().map(|f| (k.clone(), f)))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Ok((step, metrics)))
+    let record = CheckpointRecord {
+        tag: tag.to_string(),
+        step,
+        metrics: retention::metrics_from(v.get("metrics")),
+    };
+    Ok(Ok((record, v)))
+}
+
+/// The checkpoints of `archive`, oldest first, and the retention record of the newest
+/// one (`None` when it has none or a malformed one: a new record then starts afresh).
+fn checkpoint_records(archive: &Archive) -> Result<(Vec<CheckpointRecord>, Option<Record>)> {
+    let mut ckpts = Vec::new();
+    let mut newest = None;
+    for tag in archive.tags() {
+        if let Ok((record, meta)) = checkpoint_info(archive, tag)? {
+            ckpts.push(record);
+            newest = Some(meta);
+        }
+    }
+    let record = newest
+        .as_ref()
+        .and_then(|m| m.get("retention"))
+        .and_then(|r| Record::from_json(r).ok());
+    Ok((ckpts, record))
 }
 
 /// The checkpoint tags the policy drops, spelled as in tags.txt. Tags not written by a
 /// checkpointer are never dropped, nor is the newest checkpoint.
 fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
-    let mut ckpts: Vec<(String, u64, BTreeMap<String, f64>)> = Vec::new();
-    for tag in archive.tags() {
-        if let Ok((step, metrics)) = checkpoint_info(archive, tag)? {
-            ckpts.push((tag.clone(), step, metrics));
-        }
-    }
-    let newest = ckpts.len().checked_sub(1);
-    let mut keep: Vec<bool> = (0..ckpts.len()).map(|i| Some(i) == newest).collect();
-    if let Some(n) = policy.keep_last {
-        let from = ckpts.len().saturating_sub(n);
-        keep.iter_mut().skip(from).for_each(|k| *k = true);
-    }
-    if let Some(k) = policy.keep_every.filter(|k| *k > 0) {
-        // (0 is refused by `check_options`; the filter keeps a division by zero impossible)
-        for (i, (_, step, _)) in ckpts.iter().enumerate() {
-            if step % k == 0 {
-                keep[i] = true;
-            }
-        }
-    }
-    if let Some(best) = &policy.keep_best {
-        let mut scored: Vec<(usize, f64)> = ckpts
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, _, m))| m.get(&best.metric).map(|v| (i, *v)))
-            .filter(|(_, v)| !v.is_nan())
-            .collect();
-        scored.sort_by(|a, b| {
-            let ord = a.1.total_cmp(&b.1);
-            match best.goal {
-                Goal::Min => ord,
-                Goal::Max => ord.reverse(),
-            }
-        });
-        for (i, _) in scored.into_iter().take(best.count) {
-            keep[i] = true;
-        }
-    }
+    let (ckpts, _) = checkpoint_records(archive)?;
+    let why = decide(&ckpts, policy);
     Ok(ckpts
         .into_iter()
-        .zip(keep)
-        .filter(|(_, k)| !k)
-        .map(|((t, _, _), _)| t)
+        .zip(why)
+        .filter(|(_, w)| w.is_empty())
+        .map(|(c, _)| c.tag)
         .collect())
 }
 
 fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
     let t = archive.tag(tag)?;
-    let (step, metrics) = checkpoint_info(archive, tag)?.map_err(|why| {
+    let (record, _) = checkpoint_info(archive, tag)?.map_err(|why| {
         Error::new(ErrorKind::NotACheckpoint {
             tag: t.name().to_string(),
             why,
@@ -707,11 +735,11 @@ fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
         None => None,
     };
     Ok(Checkpoint {
-        step,
+        step: record.step,
         params,
         updater,
         training_config,
-        metrics,
+        metrics: record.metrics,
     })
 }
 
