@@ -407,6 +407,39 @@ def test_the_retention_policys_kept_and_removed_checkpoints_are_shown(browser, t
         server.stop()
 
 
+def test_host_warns_loudly_before_listening_beyond_the_loopback(tmp):
+    """`--host` with a non-loopback address says so on stderr before it binds. The address
+    is TEST-NET-1's (RFC 5737), which no machine has: the bind fails after the warning,
+    so the test never listens beyond 127.0.0.1. A loopback `--host` gets no warning and
+    serves, keeping the Host-header check."""
+    archive = tmp / "demo.zip"
+    make_archive(archive)
+    r = subprocess.run([str(cli_path()), "view", str(archive), "--host", "192.0.2.1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "WARNING: --host 192.0.2.1 is not a loopback address" in r.stderr
+    assert "no authentication" in r.stderr
+    assert "cannot listen on 192.0.2.1" in r.stderr
+    assert r.stdout == ""
+
+    proc = subprocess.Popen([str(cli_path()), "view", str(archive), "--host", "127.0.0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.findall(r"(http://127\.0\.0\.2:\d+/)", line)
+        assert url, line
+        with urllib.request.urlopen(url[0] + "api/archive") as resp:
+            assert resp.status == 200
+        req = urllib.request.Request(url[0] + "api/archive", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req)
+        assert e.value.code == 403
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert "WARNING" not in err
+
+
 def test_html_writes_a_static_page_that_needs_no_server(browser, tmp):
     archive = tmp / "demo.zip"
     make_archive(archive)

@@ -347,21 +347,32 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .route("/api/graph", get(graph_route))
         .fallback(not_found)
         .with_state(source);
+    if !host.is_loopback() {
+        // Said before binding, so that it is seen even when the bind fails.
+        eprintln!(
+            "modelzip view: WARNING: --host {host} is not a loopback address: anyone who can \
+             reach this machine on the port printed below can read {} (no authentication, \
+             no TLS)",
+            args.archive.display()
+        );
+    }
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(SocketAddr::new(host, args.port))
             .await
             .map_err(|e| {
-                CliError::Failed(format!(
-                    "cannot listen on {host} port {}: {e}",
-                    args.port
-                ))
+                CliError::Failed(format!("cannot listen on {host} port {}: {e}", args.port))
             })?;
         let addr = listener
             .local_addr()
             .map_err(|e| CliError::Failed(format!("cannot listen on {host}: {e}")))?;
         let port = addr.port();
         let allowed: Vec<String> = if host.is_loopback() {
-            ["127.0.0.1", "localhost", "[::1]"]
+            // The address bound (a loopback --host such as 127.0.0.2 is its own URL's name).
+            let bound = match addr {
+                SocketAddr::V6(a) => format!("[{}]", a.ip()),
+                SocketAddr::V4(a) => a.ip().to_string(),
+            };
+            ["127.0.0.1", "localhost", "[::1]", bound.as_str()]
                 .iter()
                 .map(|h| format!("{h}:{port}"))
                 .collect()
@@ -376,13 +387,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             SocketAddr::V6(a) => format!("http://[{}]:{}/", a.ip(), a.port()),
             SocketAddr::V4(a) => format!("http://{a}/"),
         };
-        if !host.is_loopback() {
-            eprintln!(
-                "modelzip view: WARNING: listening on {host}, not 127.0.0.1: anyone who can reach this machine's port {} can read {} (no authentication)",
-                addr.port(),
-                args.archive.display()
-            );
-        }
         print(&format!(
             "modelzip view: {} at {url} (Ctrl-C stops)\n",
             args.archive.display()
