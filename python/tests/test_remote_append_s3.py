@@ -533,3 +533,90 @@ def test_a_commit_that_keeps_failing_is_reported_as_of_unknown_outcome(s3, tmp):
     assert raw(env, "HEAD", f"/{BUCKET}/unknown/model.zip")[1]["etag"] == version
     _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=unknown/")
     assert b"<Upload>" not in listing, listing
+
+
+def test_rm_and_prune_compose_a_version_without_the_removed_tags(s3, tmp):
+    """`rm s3://... t1` where t2 shares t1's 8 MiB tensor `a`: the store copies the old
+    bytes, `a` is re-homed into t2 (read once, uploaded once), the tables are rewritten;
+    nothing else of the data is read or sent. The object then holds what the same removal
+    makes locally (`rm --in-place`), entry for entry. `prune --keep 1` removes t2 with no
+    data moved; a second prune has nothing to remove and sends nothing."""
+    env, proxy = s3
+    d1 = tensor_dir(tmp, "m1", {"a": 8 * MIB, "b": 6 * MIB}, seed=21)
+    d2 = tmp / "m2"
+    d2.mkdir()
+    (d2 / "a").write_bytes((d1 / "a").read_bytes())  # stored once, in t1
+    (d2 / "c").write_bytes(lodtensor_fp32(random.Random(22).randbytes(1 * MIB)))
+    d3 = tensor_dir(tmp, "m3", {"d": 1 * MIB}, seed=23)
+    local = tmp / "rm-local.zip"
+    for tag, d in (("t1", d1), ("t2", d2), ("t3", d3)):
+        cli(env, "pack", local, d, "--tag", tag, "-q")
+    url = f"s3://{BUCKET}/rm/model.zip"
+    cli(env, "cp", local, url)
+    key = "/rm/model.zip"
+
+    before = len(proxy.log)
+    out = json.loads(cli(env, "rm", url, "T1", "--json").stdout)
+    reqs = requests_to(proxy, key, before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    got = sum(r["received"] for r in reqs if r["method"] == "GET")
+    assert out["removed"] == ["t1"] and out["kept"] == ["t2", "t3"] and out["rehomed"] == 1
+    assert 8 * MIB <= uploaded <= 8 * MIB + 1 * MIB, uploaded  # `a` re-homed, plus tables
+    assert out["bytes_uploaded"] == uploaded and out["bytes_reread"] == 0
+    assert out["bytes_copied"] >= 16 * MIB and any(r["copy"] for r in reqs)
+    assert 8 * MIB <= got < 9 * MIB, got  # `a` read once; `b`, `c`, `d` never
+    assert out["previous_version"] and out["version"] != out["previous_version"]
+    cli(env, "verify", url)
+    assert [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]] == [
+        "t2",
+        "t3",
+    ]
+    cli(env, "rm", local, "t1", "--in-place", "-q")
+    down = tmp / "rm-down.zip"
+    cli(env, "cp", url, down)
+    for tag in ("t2", "t3"):
+        for name, src in (("remote-rm", down), ("local-rm", local)):
+            cli(env, "extract", src, "--tag", tag, "--out", tmp / name / tag)
+    files = sorted(p.relative_to(tmp / "local-rm") for p in (tmp / "local-rm").rglob("*") if p.is_file())
+    assert {"t2/a", "t2/c", "t3/d"} <= {str(f) for f in files}, files
+    for rel in files:
+        assert (tmp / "remote-rm" / rel).read_bytes() == (tmp / "local-rm" / rel).read_bytes(), rel
+
+    before = len(proxy.log)
+    r = cli(env, "prune", url, "--keep", "1")
+    assert r.stdout.startswith("removed 1 tag(s): t2;"), r.stdout
+    assert "bytes uploaded" in r.stdout
+    reqs = requests_to(proxy, key, before)
+    assert sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"]) < 1 * MIB
+    cli(env, "verify", url)
+    assert [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]] == ["t3"]
+
+    before = len(proxy.log)
+    assert cli(env, "prune", url, "--keep", "1").stdout == "nothing to remove\n"
+    assert not [r for r in requests_to(proxy, key, before) if r["method"] in ("PUT", "POST")]
+
+
+def test_a_removal_racing_an_append_exactly_one_wins(s3, tmp):
+    """`rm` and `pack` to one object, both opened before either commits: one commits,
+    the other says the archive changed and wrote nothing; the object verifies and
+    holds exactly the winner's change."""
+    env, proxy = s3
+    url = f"s3://{BUCKET}/rmrace/model.zip"
+    cli(env, "pack", url, tensor_dir(tmp, "q0", {"w": 6 * MIB}, seed=31), "--tag", "old", "-q")
+    cli(env, "pack", url, tensor_dir(tmp, "q1", {"w": 1 * MIB}, seed=32), "--tag", "mid", "-q")
+    new = tensor_dir(tmp, "q2", {"w": 1 * MIB}, seed=33)
+    proxy.hold_commits, proxy.arrived = 2, 0
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            rm = pool.submit(cli, env, "rm", url, "mid", check=False)
+            pack = pool.submit(cli, env, "pack", url, new, "--tag", "new", check=False)
+            results = {"rm": rm.result(), "pack": pack.result()}
+    finally:
+        proxy.hold_commits = 0
+    codes = sorted(r.returncode for r in results.values())
+    assert codes == [0, 2], {k: (r.returncode, r.stderr) for k, r in results.items()}
+    loser = next(r for r in results.values() if r.returncode == 2)
+    assert "changed since it was opened" in loser.stderr and "nothing was written" in loser.stderr
+    cli(env, "verify", url)
+    tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+    assert tags == (["old"] if results["rm"].returncode == 0 else ["old", "mid", "new"])

@@ -165,8 +165,8 @@ pub(crate) fn remote_session(
 /// Finishes a session of [`remote_session`]: writes tags.txt, the summary and the
 /// central directory, flushes its sink and returns the offset after its last byte.
 #[cfg(feature = "remote")]
-pub(crate) fn finish_detached(session: Session) -> Result<u64> {
-    let end = finish_session(session, None)?;
+pub(crate) fn finish_detached(session: Session, base: Option<Archive>) -> Result<u64> {
+    let end = finish_session(session, base)?;
     Ok(end)
 }
 

@@ -179,28 +179,8 @@ fn remove_in_place(
             });
         }
         let plan = Plan::make(&base, &removed)?;
-        let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
-        let keep = |e: &super::container::ZipEntry| {
-            !written_by_commit(&e.name)
-                && !plan.replaced.contains_key(&e.name)
-                && !plan.dropped.contains(&e.name)
-                && !e
-                    .name
-                    .split_once('/')
-                    .is_some_and(|(top, _)| removed_set.contains(top))
-        };
-        let (mut s, file) = in_place_session(path, &base, opts, keep)?;
-        let written = (|| -> Result<()> {
-            let total = (plan.replaced.len() + plan.copies.len()) as u64;
-            let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
-            let mut replaced: Vec<(&String, &Vec<u8>)> = plan.replaced.iter().collect();
-            replaced.sort();
-            for (name, bytes) in replaced {
-                s.write_text(name, bytes)?;
-                ticker.tick();
-            }
-            s.copy_entries(&base, &plan.copies, &mut || ticker.tick())
-        })();
+        let (mut s, file) = in_place_session(path, &base, opts, |e| plan.keeps(e))?;
+        let written = plan.write(&mut s, &base, opts);
         let rehomed = plan.copies.len() as u64;
         if let Err(e) = written {
             // Unmap the old file before its length changes.
@@ -209,7 +189,6 @@ fn remove_in_place(
             abandon_in_place(path, file);
             return Err(e);
         }
-        s.set_tags(plan.kept.clone());
         let after = finish_in_place(path, s, file, Some(base))?;
         Ok(RemoveReport {
             removed,
@@ -297,6 +276,8 @@ fn rewrite(
 /// What a rewrite changes: files re-homed from removed tags into kept ones, and the
 /// text files of kept tags rewritten to match.
 struct Plan {
+    /// The tags removed, spelled as in tags.txt.
+    removed: HashSet<String>,
     kept: Vec<String>,
     /// (source entry, new entry) of each re-homed tensor file.
     copies: Vec<(String, String)>,
@@ -309,7 +290,101 @@ struct Plan {
 
 type FileKey = (String, TensorKind, u64);
 
+/// The SHA-256 of the files a removal re-homes, for the kept tags' new manifests.
+/// Locally the bytes are hashed (they are mapped). From a remote archive, the digest its
+/// owner's sha256sums.txt records is taken instead, so that a re-homed file is read once
+/// (by its copy), not twice; a file the manifest does not list is hashed.
+#[derive(Default)]
+struct Digests {
+    /// Per tag whose manifest was read: its files' digests by entry name.
+    recorded: HashMap<String, HashMap<String, String>>,
+}
+
+impl Digests {
+    fn of(&mut self, base: &Archive, entry: &str) -> Result<String> {
+        if base.is_remote()
+            && let Some((tag, _)) = entry.split_once('/')
+        {
+            if !self.recorded.contains_key(tag) {
+                let sums = format!("{tag}/sha256sums.txt");
+                let mut map = HashMap::new();
+                if base.entry(&sums).is_some() {
+                    for (hex, path) in text::parse_sums(&base.entry_bytes(&sums)?, &sums)? {
+                        map.insert(format!("{tag}/{path}"), hex.to_ascii_lowercase());
+                    }
+                }
+                self.recorded.insert(tag.to_string(), map);
+            }
+            if let Some(hex) = self.recorded.get(tag).and_then(|m| m.get(entry)) {
+                return Ok(hex.clone());
+            }
+        }
+        Ok(sha256_hex(&base.entry_bytes(entry)?))
+    }
+}
+
+/// What [`removal_session`] composed: the session to finish, and the removal's facts.
+#[cfg(feature = "remote")]
+pub(crate) struct RemovalSession {
+    pub session: Session,
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+    pub rehomed: u64,
+}
+
+/// A removal composed onto a session continuing `base` (a remote archive's new version
+/// is written this way: the same pick, plan, re-homing and tables as a local in-place
+/// removal). `None` when the removal picks nothing (nothing to write).
+#[cfg(feature = "remote")]
+pub(crate) fn removal_session(
+    sink: Box<dyn std::io::Write>,
+    base: &Archive,
+    removal: Removal<'_>,
+    opts: &WriteOptions,
+) -> Result<Option<RemovalSession>> {
+    let removed = (removal.pick)(base)?;
+    if removed.is_empty() {
+        return Ok(None);
+    }
+    let plan = Plan::make(base, &removed)?;
+    let mut session = Session::in_place(sink, base, opts.clone(), |e| plan.keeps(e));
+    plan.write(&mut session, base, opts)?;
+    Ok(Some(RemovalSession {
+        session,
+        removed,
+        rehomed: plan.copies.len() as u64,
+        kept: plan.kept,
+    }))
+}
+
 impl Plan {
+    /// Whether an entry of the base stays listed: not a table the commit rewrites, not
+    /// replaced or dropped by the plan, not under a removed tag.
+    fn keeps(&self, e: &super::container::ZipEntry) -> bool {
+        !written_by_commit(&e.name)
+            && !self.replaced.contains_key(&e.name)
+            && !self.dropped.contains(&e.name)
+            && !e
+                .name
+                .split_once('/')
+                .is_some_and(|(top, _)| self.removed.contains(top))
+    }
+
+    /// Writes the plan onto `s`: the replaced tables, the re-homed files, the kept tags.
+    fn write(&self, s: &mut Session, base: &Archive, opts: &WriteOptions) -> Result<()> {
+        let total = (self.replaced.len() + self.copies.len()) as u64;
+        let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
+        let mut replaced: Vec<(&String, &Vec<u8>)> = self.replaced.iter().collect();
+        replaced.sort();
+        for (name, bytes) in replaced {
+            s.write_text(name, bytes)?;
+            ticker.tick();
+        }
+        s.copy_entries(base, &self.copies, &mut || ticker.tick())?;
+        s.set_tags(self.kept.clone());
+        Ok(())
+    }
+
     fn make(base: &Archive, removed: &[String]) -> Result<Plan> {
         let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
         let kept: Vec<String> = base
@@ -319,6 +394,7 @@ impl Plan {
             .cloned()
             .collect();
         let mut plan = Plan {
+            removed: removed.iter().cloned().collect(),
             kept: kept.clone(),
             copies: Vec::new(),
             replaced: HashMap::new(),
@@ -331,6 +407,7 @@ impl Plan {
             .iter()
             .map(|t| base.tag(t))
             .collect::<Result<Vec<_>>>()?;
+        let mut digests = Digests::default();
         // New homes, oldest referencing kept tag first.
         let mut moves: HashMap<FileKey, (String, u64)> = HashMap::new();
         let mut next: HashMap<(String, TensorKind), u64> = HashMap::new();
@@ -353,7 +430,7 @@ impl Plan {
                 *n += 1;
                 let rel = format!("{}/{index}.lodtensor", loc.kind.dir());
                 let to = format!("{owner}/{rel}");
-                let hash = sha256_hex(&base.entry_bytes(&loc.entry)?);
+                let hash = digests.of(base, &loc.entry)?;
                 added_files
                     .entry(owner.clone())
                     .or_default()
@@ -387,7 +464,7 @@ impl Plan {
                     continue;
                 }
                 let from = format!("{owner}/{file}");
-                let hash = sha256_hex(&base.entry_bytes(&from)?);
+                let hash = digests.of(base, &from)?;
                 added_files
                     .entry(me.clone())
                     .or_default()

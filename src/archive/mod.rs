@@ -70,6 +70,8 @@ pub use append::{AppendMode, Appender, append_tag};
 pub(crate) use append::{finish_detached, remote_session};
 pub use hashing::sha256_hex;
 pub use lock::WriteLock;
+#[cfg(feature = "remote")]
+pub(crate) use maintenance::removal_session;
 pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
 pub(crate) use reader::GraphFormat;
 pub use reader::{

@@ -239,6 +239,37 @@ pub fn is_url(path: &Path) -> bool {
     path.to_str().is_some_and(modelzip::remote::is_url)
 }
 
+/// The fields a remote write adds to a command's `--json` document (docs/REMOTE.md):
+/// the versions before and after, and what the commit cost.
+pub fn remote_write_fields(
+    done: &modelzip::remote::RemoteWrite,
+) -> serde_json::Map<String, serde_json::Value> {
+    serde_json::Map::from_iter([
+        ("version".to_string(), serde_json::json!(done.version)),
+        (
+            "previous_version".to_string(),
+            serde_json::json!(done.previous_version),
+        ),
+        (
+            "bytes_uploaded".to_string(),
+            serde_json::json!(done.bytes_uploaded),
+        ),
+        (
+            "bytes_copied".to_string(),
+            serde_json::json!(done.bytes_copied),
+        ),
+        (
+            "bytes_reread".to_string(),
+            serde_json::json!(done.bytes_reread),
+        ),
+        ("requests".to_string(), serde_json::json!(done.requests)),
+        (
+            "stale_uploads_aborted".to_string(),
+            serde_json::json!(done.stale_uploads_aborted),
+        ),
+    ])
+}
+
 /// Opens an archive (a local path, or a URL read by byte ranges with the store settings
 /// of the environment), turning a failure into `cannot open PATH: why`.
 pub fn open(path: &Path) -> Result<Archive, CliError> {

@@ -1,6 +1,8 @@
 //! `modelzip pack`: create an archive or add a tag from a directory of tensor files.
 
-use super::common::{WriteArgs, archive_dir, is_url, open, refuse_directory, refuse_non_archive};
+use super::common::{
+    WriteArgs, archive_dir, is_url, open, refuse_directory, refuse_non_archive, remote_write_fields,
+};
 use super::output::{print, print_json};
 use super::progress::Progress;
 use super::{CliError, Outcome};
@@ -543,18 +545,7 @@ fn run_remote(
     if args.write.output.json {
         let mut doc = p.json(&shown);
         if let serde_json::Value::Object(m) = &mut doc {
-            m.extend([
-                ("version".to_string(), json!(done.version)),
-                ("previous_version".to_string(), json!(done.previous_version)),
-                ("bytes_uploaded".to_string(), json!(done.bytes_uploaded)),
-                ("bytes_copied".to_string(), json!(done.bytes_copied)),
-                ("bytes_reread".to_string(), json!(done.bytes_reread)),
-                ("requests".to_string(), json!(done.requests)),
-                (
-                    "stale_uploads_aborted".to_string(),
-                    json!(done.stale_uploads_aborted),
-                ),
-            ]);
+            m.extend(remote_write_fields(&done));
         }
         print_json(&doc)?;
     } else {

@@ -10,13 +10,17 @@ use std::path::PathBuf;
 /// only the changes are appended and the removed tags' bytes stay as dead bytes until
 /// `modelzip compact`. Nothing to remove writes nothing with --in-place.
 ///
+/// ARCHIVE may be an s3:// URL: the removal is composed by the store as `rm` does
+/// (the removed tags' bytes stay as dead bytes; nothing to remove writes nothing).
+///
 /// Example:
 ///   modelzip prune checkpoints.zip --keep 3
 ///   modelzip prune checkpoints.zip --keep 3 --in-place --json
+///   modelzip prune s3://bucket/run.zip --keep 3
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive.
+    /// The archive (a path, or an s3:// URL).
     archive: PathBuf,
     /// How many of the newest tags to keep (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]

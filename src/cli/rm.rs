@@ -1,6 +1,6 @@
 //! `modelzip rm`: remove a tag.
 
-use super::common::{WriteArgs, require_archive};
+use super::common::{WriteArgs, is_url, remote_write_fields, require_archive};
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Removal, RemoveReport};
@@ -13,13 +13,19 @@ use std::path::{Path, PathBuf};
 /// --in-place, only the changes are appended (crash-safe, like an in-place append) and
 /// the removed tag's bytes stay as dead bytes until `modelzip compact`.
 ///
+/// ARCHIVE may be an s3:// URL: the store composes the new version from the old
+/// object's bytes (copied server-side) and the rewritten tables uploaded from here,
+/// committed only if the object is still the version read; the removed tag's bytes stay
+/// in the object as dead bytes, as with --in-place (docs/REMOTE.md).
+///
 /// Example:
 ///   modelzip rm model.zip step-1000
 ///   modelzip rm model.zip step-1000 --in-place --json
+///   modelzip rm s3://bucket/run.zip step-1000
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive.
+    /// The archive (a path, or an s3:// URL).
     archive: PathBuf,
     /// The tag to remove (ignoring case).
     tag: String,
@@ -43,7 +49,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
 
 /// The switches `rm` and `prune` share: `--in-place` and the write switches.
 #[derive(clap::Args, Debug)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "removed", "kept", "rehomed", "before_bytes", "after_bytes"}"#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "removed", "kept", "rehomed", "before_bytes", "after_bytes"}; for an s3:// ARCHIVE that changed, also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct RemovalArgs {
     /// Remove without rewriting the archive: append the changes in place; the
     /// removed bytes become dead bytes until `compact`.
@@ -65,16 +71,47 @@ impl RemovalArgs {
         removal: Removal<'_>,
         summary: impl FnOnce(&RemoveReport) -> String,
     ) -> Result<Outcome, CliError> {
-        require_archive(archive, failed)?;
+        let remote = is_url(archive);
+        if !remote {
+            require_archive(archive, failed)?;
+        }
         let progress = self.write.output.progress(label);
         let opts = self.write.options_reporting(&progress);
-        let report = modelzip::remove_tags(archive, removal.in_place(self.in_place), &opts)
-            .map_err(|e| CliError::Failed(format!("{failed}: {e}")))?;
+        let fail = |e: modelzip::Error| CliError::Failed(format!("{failed}: {e}"));
+        let (report, done) = match archive.to_str().filter(|_| remote) {
+            Some(url) => {
+                let r = modelzip::remote::remove_tags(
+                    url,
+                    removal,
+                    &modelzip::remote::RemoteOptions::default(),
+                    &opts,
+                )
+                .map_err(fail)?;
+                (r.report, r.write)
+            }
+            None => (
+                modelzip::remove_tags(archive, removal.in_place(self.in_place), &opts)
+                    .map_err(fail)?,
+                None,
+            ),
+        };
         progress.finish();
         if self.write.output.json {
-            print_json(&removal_json(archive, &report))?;
+            let mut doc = removal_json(archive, &report);
+            if let (Value::Object(m), Some(done)) = (&mut doc, &done) {
+                m.extend(remote_write_fields(done));
+            }
+            print_json(&doc)?;
         } else if !self.write.output.quiet {
-            print(&summary(&report))?;
+            let mut line = summary(&report);
+            if let Some(done) = &done {
+                line.pop();
+                line.push_str(&format!(
+                    "; {} bytes uploaded, {} copied by the store, {} requests\n",
+                    done.bytes_uploaded, done.bytes_copied, done.requests
+                ));
+            }
+            print(&line)?;
         }
         Ok(Outcome::Success)
     }

@@ -7,7 +7,7 @@
 use super::s3::{PartDone, S3Access, S3Failure};
 use super::{Client, RemoteOptions, remote_err};
 use crate::archive::{TagBuilder, TagWriter, WriteOptions};
-use crate::archive::{finish_detached, remote_session};
+use crate::archive::{finish_detached, remote_session, removal_session};
 use crate::error::{Error, ErrorKind, Result};
 use object_store::{GetOptions, GetRange, ObjectStoreExt};
 use std::fs::File;
@@ -112,6 +112,98 @@ fn plan(keep: u64, staged: u64) -> std::result::Result<Plan, String> {
     })
 }
 
+/// The client of `url` and its S3 access, or why the URL cannot be written.
+fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, S3Access)> {
+    let client = Client::new(url, remote)?;
+    let s3 = client.s3_access().map_err(|why| {
+        Error::new(ErrorKind::InvalidInput(format!(
+            "writing to {url} is not supported ({why}): remote writes need S3's multipart copy and conditional commit (s3:// URLs); for other stores write a local archive and upload it with `modelzip cp` (docs/REMOTE.md)"
+        )))
+    })?;
+    Ok((client, s3))
+}
+
+/// The version (ETag) of the remote archive `base` read, which a commit is conditional on.
+fn version_of(base: &crate::Archive, url: &str) -> Result<String> {
+    base.remote_version().map(str::to_string).ok_or_else(|| {
+        Error::new(ErrorKind::Remote(format!(
+            "the store sent no ETag for {url}: a write is committed only if the object is still the version read, which needs one"
+        )))
+    })
+}
+
+/// The staged new bytes: an unnamed temporary file, and a buffered writer into it.
+fn staging() -> Result<(File, Box<dyn std::io::Write>)> {
+    let staged = tempfile::tempfile().map_err(Error::from)?;
+    let sink = staged.try_clone().map_err(Error::from)?;
+    Ok((staged, Box::new(BufWriter::with_capacity(1 << 20, sink))))
+}
+
+/// What a remote removal did: the removal, as a local one reports it (`before` and
+/// `after` are the object's sizes), and the new version's cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RemoteRemoval {
+    /// Tags removed and kept, files re-homed into kept tags, sizes before and after.
+    pub report: crate::RemoveReport,
+    /// The commit; `None` when the removal picked nothing (nothing was written).
+    pub write: Option<RemoteWrite>,
+}
+
+/// Removes tags from the archive at an `s3://` URL without downloading or re-uploading
+/// it: the new version is the old object up to its central directory (copied by the
+/// store), then the kept tags' rewritten tables, the files of removed tags that kept
+/// tags use (re-homed: read and uploaded), and a new tags.txt, summary and central
+/// directory. Committed only if the object is still the version read
+/// ([`ErrorKind::RemoteConflict`] otherwise; nothing written). As a local
+/// [`Removal::in_place`](crate::Removal::in_place) removal, the removed tags' bytes stay
+/// in the object as dead bytes until a compaction; `removal`'s own `in_place` setting
+/// does not apply.
+pub fn remove_tags(
+    url: &str,
+    removal: crate::Removal<'_>,
+    remote: &RemoteOptions,
+    write: &WriteOptions,
+) -> Result<RemoteRemoval> {
+    let (client, s3) = writable(url, remote)?;
+    let base = remote.open(url)?;
+    let e_tag = version_of(&base, url)?;
+    let keep = base.directory().cd_offset;
+    let before = base.len_bytes();
+    let (staged, sink) = staging()?;
+    let Some(r) = removal_session(sink, &base, removal, write).map_err(|e| e.in_file(url))? else {
+        return Ok(RemoteRemoval {
+            report: crate::RemoveReport {
+                removed: Vec::new(),
+                kept: base.tags().to_vec(),
+                rehomed: 0,
+                before,
+                after: before,
+            },
+            write: None,
+        });
+    };
+    let end = finish_detached(r.session, Some(base)).map_err(|e| e.in_file(url))?;
+    let app = RemoteAppender {
+        session: None,
+        staged,
+        client,
+        s3,
+        start: Start::Existing { e_tag, keep },
+    };
+    let done = app.commit_staged(end - keep)?;
+    Ok(RemoteRemoval {
+        report: crate::RemoveReport {
+            removed: r.removed,
+            kept: r.kept,
+            rehomed: r.rehomed,
+            before,
+            after: end,
+        },
+        write: Some(done),
+    })
+}
+
 /// What the append continues: an existing object (its version and where its central
 /// directory starts, the bytes before which are kept), or none.
 enum Start {
@@ -163,12 +255,7 @@ impl RemoteAppender {
     /// tensors. With no object at `url`, the tags go into a new archive, created only if
     /// none appears meanwhile.
     pub fn open(url: &str, remote: &RemoteOptions, write: &WriteOptions) -> Result<Self> {
-        let client = Client::new(url, remote)?;
-        let s3 = client.s3_access().map_err(|why| {
-            Error::new(ErrorKind::InvalidInput(format!(
-                "writing to {url} is not supported ({why}): remote appends need S3's multipart copy and conditional commit (s3:// URLs); for other stores write a local archive and upload it with `modelzip cp` (docs/REMOTE.md)"
-            )))
-        })?;
+        let (client, s3) = writable(url, remote)?;
         let exists = match client.block_on(client.store.head(&client.path)) {
             Ok(_) => true,
             Err(object_store::Error::NotFound { .. }) => false,
@@ -176,19 +263,13 @@ impl RemoteAppender {
         };
         let (base, start) = if exists {
             let base = remote.open(url)?;
-            let e_tag = base.remote_version().map(str::to_string).ok_or_else(|| {
-                Error::new(ErrorKind::Remote(format!(
-                    "the store sent no ETag for {url}: an append is committed only if the object is still the version read, which needs one"
-                )))
-            })?;
+            let e_tag = version_of(&base, url)?;
             let keep = base.directory().cd_offset;
             (Some(base), Start::Existing { e_tag, keep })
         } else {
             (None, Start::New)
         };
-        let staged = tempfile::tempfile().map_err(Error::from)?;
-        let sink = staged.try_clone().map_err(Error::from)?;
-        let sink = Box::new(BufWriter::with_capacity(1 << 20, sink));
+        let (staged, sink) = staging()?;
         let session = remote_session(sink, base, write).map_err(|e| e.in_file(url))?;
         Ok(RemoteAppender {
             session: Some(session),
@@ -233,8 +314,14 @@ impl RemoteAppender {
             Start::Existing { keep, .. } => *keep,
             Start::New => 0,
         };
-        let end = finish_detached(session).map_err(|e| e.in_file(&url))?;
-        let staged_len = end - keep;
+        let end = finish_detached(session, None).map_err(|e| e.in_file(&url))?;
+        self.commit_staged(end - keep)
+    }
+
+    /// Checks that the staged file holds the `staged_len` new bytes, rewinds it, and
+    /// commits.
+    fn commit_staged(mut self, staged_len: u64) -> Result<RemoteWrite> {
+        let url = self.client.url.clone();
         let on_disk = self
             .staged
             .metadata()

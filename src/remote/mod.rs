@@ -29,7 +29,9 @@ use std::time::Duration;
 mod append;
 mod s3;
 
-pub use append::{RemoteAppender, RemoteWrite, S3_MIN_PART, STALE_UPLOAD_AGE};
+pub use append::{
+    RemoteAppender, RemoteRemoval, RemoteWrite, S3_MIN_PART, STALE_UPLOAD_AGE, remove_tags,
+};
 
 /// True when `s` is a URL this module opens (`s3://`, `gs://`, `az://`, `abfs://`,
 /// `http(s)://`, `file://`, ...) rather than a local path.
