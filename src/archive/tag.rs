@@ -24,6 +24,25 @@ impl Archive {
         self.tag_cached(name, true)
     }
 
+    /// [`Tag::metadata`] of the tag spelled `canon` (as tags.txt spells it), without
+    /// loading its tables: what a caller that reads only metadata (the checkpoints'
+    /// steps and metrics) pays per tag.
+    pub(crate) fn metadata_of(&self, canon: &str) -> Result<Option<Cow<'_, [u8]>>> {
+        let name = format!("{canon}/metadata.json");
+        match self.entry(&name) {
+            None => Ok(None),
+            Some(e) if e.uncompressed_size > MAX_METADATA_BYTES => Err(self.located(
+                Error::new(ErrorKind::LimitExceeded {
+                    what: "metadata.json size",
+                    size: e.uncompressed_size,
+                    limit: MAX_METADATA_BYTES,
+                })
+                .in_entry(name),
+            )),
+            Some(_) => self.entry_bytes(&name).map(Some),
+        }
+    }
+
     /// [`Archive::tag`]; with `keep` false, tables not cached yet are not kept (a
     /// caller visiting every tag once, as verify does, needs one tag's at a time).
     pub(super) fn tag_cached(&self, name: &str, keep: bool) -> Result<Tag<'_>> {
@@ -353,15 +372,6 @@ impl<'a> Tag<'a> {
         self.archive
     }
 
-    fn optional(&self, file: &str) -> Result<Option<Cow<'a, [u8]>>> {
-        let name = format!("{}/{file}", self.name);
-        if self.archive.has_entry(&name) {
-            self.archive.entry_bytes(&name).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
     /// The graph and its encoding, if the tag has one (its own, or the one shared.txt
     /// points at); both encodings present is an error.
     pub fn graph(&self) -> Result<Option<(GraphFormat, Cow<'a, [u8]>)>> {
@@ -540,20 +550,7 @@ impl<'a> Tag<'a> {
     /// `<tag>/metadata.json`, raw; at most [`MAX_METADATA_BYTES`] (checked before it is
     /// read or inflated).
     pub fn metadata(&self) -> Result<Option<Cow<'a, [u8]>>> {
-        let name = format!("{}/metadata.json", self.name);
-        if let Some(e) = self.archive.entry(&name)
-            && e.uncompressed_size > MAX_METADATA_BYTES
-        {
-            return Err(self.archive.located(
-                Error::new(ErrorKind::LimitExceeded {
-                    what: "metadata.json size",
-                    size: e.uncompressed_size,
-                    limit: MAX_METADATA_BYTES,
-                })
-                .in_entry(name),
-            ));
-        }
-        self.optional("metadata.json")
+        self.archive.metadata_of(self.name)
     }
 
     /// Bytes the file at `loc` takes in the archive as stored (0 if it has none).

@@ -637,8 +637,11 @@ type CheckpointInfo = std::result::Result<(CheckpointRecord, Value), String>;
 /// Whether `tag` was written by a checkpointer: its metadata.json has a `step` (a
 /// non-negative integer) and no variant record.
 fn checkpoint_info(archive: &Archive, tag: &str) -> Result<CheckpointInfo> {
-    let t = archive.tag(tag)?;
-    let Some(meta) = t.metadata()? else {
+    let Some(canon) = archive.canonical_tag(tag) else {
+        return Err(ErrorKind::tag_not_found(tag, archive.tags()).into());
+    };
+    // Only metadata.json: the tag's tables are not loaded (a save reads every tag's).
+    let Some(meta) = archive.metadata_of(canon)? else {
         return Ok(Err("it has no metadata.json".into()));
     };
     if let Err(e) =
@@ -666,7 +669,7 @@ fn checkpoint_info(archive: &Archive, tag: &str) -> Result<CheckpointInfo> {
         )));
     };
     let record = CheckpointRecord {
-        tag: tag.to_string(),
+        tag: canon.to_string(),
         step,
         metrics: retention::metrics_from(v.get("metrics")),
     };
