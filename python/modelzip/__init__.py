@@ -706,6 +706,13 @@ class Checkpointer:
     With no policy, every checkpoint is kept. Opening applies the policy to an existing
     archive (a run killed between a save and its retention pass ends as the policy says).
 
+    ``path`` may be an ``s3://`` URL: each save appends the checkpoint to the object
+    where it lies (only its new bytes uploaded, the old ones copied by the store) and the
+    retention pass removes checkpoints the same way (docs/REMOTE.md); a save that loses a
+    race with another writer re-opens the archive and tries again, up to 4 more times,
+    then raises ``ModelzipError(kind="remote_conflict")``. A remote archive is never
+    compacted.
+
     The counts (``keep_last``, ``keep_every``, ``keep_best``'s count) must be integers
     >= 1 and ``compact_dead_fraction`` a number from 0 (compact whenever there are dead
     bytes) to 1 (never compact); anything else (0, 2.5, NaN ...) raises
@@ -724,7 +731,8 @@ class Checkpointer:
         compact_dead_fraction: float = 0.5,
         wait: bool = False,
     ) -> None:
-        self._path = _local(path, "checkpoint into")
+        p = os.fspath(path)
+        self._path = p if _is_s3(p) else _local(path, "checkpoint into")
         self._native = _modelzip.NativeCheckpointer(
             self._path,
             _optional_whole("checkpoint option keep_last", keep_last),

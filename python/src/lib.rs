@@ -1135,11 +1135,15 @@ impl NativeCheckpointer {
     }
 
     fn restore(&self, py: Python<'_>, tag: &str) -> PyResult<Restored> {
-        let (path, tag) = (self.path.clone(), tag.to_string());
+        let tag = tag.to_string();
         let (canonical, c) = self.read(py, move |ck| {
             let c = ck.restore(&tag)?;
-            let a = CoreArchive::open(&path)?;
-            let canonical = a.canonical_tag(&tag).unwrap_or(&tag).to_string();
+            // The tag as tags.txt spells it (through the checkpointer: a file or a URL).
+            let canonical = ck
+                .tags()?
+                .into_iter()
+                .find(|t| t.eq_ignore_ascii_case(&tag))
+                .unwrap_or(tag);
             Ok((canonical, c))
         })?;
         restored(py, canonical, c)

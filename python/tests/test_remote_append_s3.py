@@ -620,3 +620,67 @@ def test_a_removal_racing_an_append_exactly_one_wins(s3, tmp):
     cli(env, "verify", url)
     tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
     assert tags == (["old"] if results["rm"].returncode == 0 else ["old", "mid", "new"])
+
+
+def test_a_checkpointer_saves_into_s3_keeps_by_policy_and_retries_a_lost_race(
+    s3, tmp, monkeypatch
+):
+    """`modelzip.Checkpointer("s3://...", keep_last=2, keep_best=("loss", "min", 1))`:
+    five saves leave the checkpoints the policy keeps, the frozen array stored once,
+    each save uploading about its own new bytes; `latest` restores equal arrays. Another
+    writer replaces the object just before a save's commit: that commit loses, the
+    Checkpointer re-opens and saves again by itself, and the other writer's tag is kept."""
+    import numpy as np
+
+    import modelzip
+
+    env, proxy = s3
+    for k, v in env.items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(k, raising=False)
+    url = f"s3://{BUCKET}/ckpt/run.zip"
+    key = "/ckpt/run.zip"
+    ck = modelzip.Checkpointer(url, keep_last=2, keep_best=("loss", "min", 1))
+    rng = np.random.default_rng(7)
+    frozen = rng.standard_normal((512, 1024)).astype(np.float32)  # 2 MiB, never changes
+    removed = []
+    for step, loss in [(1, 0.5), (2, 0.1), (3, 0.4), (4, 0.3)]:
+        w = rng.standard_normal((256, 1024)).astype(np.float32)  # 1 MiB new per save
+        before = len(proxy.log)
+        report = ck.save(step, {"frozen": frozen, "w": w}, metrics={"loss": loss})
+        removed += report["removed"]
+        reqs = requests_to(proxy, key, before)
+        sent = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+        if step > 1:
+            # The new array, tables, and (under S3's 5 MiB part minimum) the re-uploaded
+            # head of a small archive, plus what retention rewrites: never the frozen one again.
+            assert sent < 2 * (w.nbytes + 6 * MIB), (step, sent)
+    assert ck.checkpoints() == ["step-000000002", "step-000000003", "step-000000004"]
+    assert removed == ["step-000000001"]
+
+    # Another writer: the object replaced (a tag added) just before the next commit.
+    other = tmp / "other.zip"
+    cli(env, "cp", url, other)
+    cli(env, "pack", other, tensor_dir(tmp, "intruder", {"x": 4096}, seed=41), "--tag", "intruder", "-q")
+    replacement = other.read_bytes()
+    proxy.before_commit = lambda: proxy.upstream("PUT", f"/{BUCKET}{key}", AUTH, replacement)
+    w5 = rng.standard_normal((256, 1024)).astype(np.float32)
+    before = len(proxy.log)
+    report = ck.save(5, {"frozen": frozen, "w": w5}, metrics={"loss": 0.2})
+    commits = [r for r in requests_to(proxy, key, before) if r["method"] == "POST" and "uploadId" in r["query"]]
+    assert len(commits) >= 2 and commits[0]["status"] == 412, commits
+    assert proxy.before_commit is None  # the hook ran
+    tags = ck.tags()
+    assert "intruder" in tags and tags[-1] == "step-000000005", tags
+    assert ck.checkpoints() == ["step-000000002", "step-000000004", "step-000000005"]
+    latest = ck.latest()
+    assert latest.step == 5
+    np.testing.assert_array_equal(latest.params["w"], w5)
+    np.testing.assert_array_equal(latest.params["frozen"], frozen)
+    cli(env, "verify", url)
+    doc = json.loads(cli(env, "tags", url, "--json").stdout)
+    # The frozen array is stored once: every checkpoint after the first that holds it shares it.
+    own = {t["name"]: t["own_bytes"] for t in doc["tags"]}
+    assert all(own[t] < frozen.nbytes for t in ck.checkpoints()[1:]), own

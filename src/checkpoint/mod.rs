@@ -56,6 +56,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 mod history;
+#[cfg(feature = "remote")]
+mod remote;
 mod retention;
 
 pub use history::{CheckpointStatus, History, history};
@@ -275,6 +277,14 @@ pub struct Checkpointer {
 impl Checkpointer {
     /// A checkpointer for the archive at `path`; the file is created by the first save.
     ///
+    /// `path` may be an `s3://` URL (with the `remote` feature): each save is then a
+    /// remote append ([`RemoteAppender`](crate::remote::RemoteAppender): only the new
+    /// checkpoint's bytes are uploaded, the old ones copied by the store) and each
+    /// retention pass a remote removal ([`remote::remove_tags`](crate::remote::remove_tags));
+    /// one that loses a race with another writer re-opens the archive and tries again, up
+    /// to 4 more times (then fails with [`ErrorKind::RemoteConflict`], nothing written). A
+    /// remote archive is never compacted (its dead bytes stay; docs/REMOTE.md).
+    ///
     /// When the archive exists, the retention policy is applied to it at once (in place,
     /// under the write lock, only when it drops something), as a save would after its
     /// append: a run killed between a save's append and its retention pass thus ends as
@@ -293,6 +303,16 @@ impl Checkpointer {
         check_options(&opts)?;
         let path = path.as_ref().to_path_buf();
         let mut opened = OpenReport::default();
+        #[cfg(feature = "remote")]
+        if let Some(url) = url_of(&path) {
+            opened.removed = remote::apply_retention(url, &opts).map_err(|e| e.in_file(url))?;
+            return Ok(Checkpointer {
+                opts,
+                pending: None,
+                opened,
+                path,
+            });
+        }
         if path.exists() {
             match apply_retention(&path, &opts) {
                 Ok(removed) => opened.removed = removed,
@@ -387,19 +407,15 @@ impl Checkpointer {
     /// Every tag in the archive, oldest first, checkpoints or not (none before the
     /// first save).
     pub fn tags(&self) -> Result<Vec<String>> {
-        if !self.path.exists() {
-            return Ok(Vec::new());
-        }
-        Ok(Archive::open(&self.path)?.tags().to_vec())
+        Ok(open_archive(&self.path)?.map_or_else(Vec::new, |a| a.tags().to_vec()))
     }
 
     /// The checkpoint tags in the archive, oldest first: the tags a checkpointer wrote
     /// (see the module documentation), without any other tag.
     pub fn checkpoints(&self) -> Result<Vec<String>> {
-        if !self.path.exists() {
+        let Some(archive) = open_archive(&self.path)? else {
             return Ok(Vec::new());
-        }
-        let archive = Archive::open(&self.path)?;
+        };
         let mut out = Vec::new();
         for tag in archive.tags() {
             if checkpoint_info(&archive, tag)?.is_ok() {
@@ -413,10 +429,9 @@ impl Checkpointer {
     /// wrote (tags added otherwise, such as a `release` tag or an INT8 variant, are
     /// skipped). `None` when the archive holds no checkpoint or does not exist yet.
     pub fn latest(&self) -> Result<Option<Checkpoint>> {
-        if !self.path.exists() {
+        let Some(archive) = open_archive(&self.path)? else {
             return Ok(None);
-        }
-        let archive = Archive::open(&self.path)?;
+        };
         for tag in archive.tags().iter().rev() {
             if checkpoint_info(&archive, tag)?.is_ok() {
                 return restore_from(&archive, tag)
@@ -431,6 +446,11 @@ impl Checkpointer {
     /// checkpoint (no `step` in its metadata.json, or a variant) is refused with
     /// [`ErrorKind::NotACheckpoint`].
     pub fn restore(&self, tag: &str) -> Result<Checkpoint> {
+        #[cfg(feature = "remote")]
+        if let Some(url) = url_of(&self.path) {
+            let archive = crate::remote::RemoteOptions::default().open(url)?;
+            return restore_from(&archive, tag).map_err(|e| e.in_file(url));
+        }
         let archive = Archive::open(&self.path)?;
         restore_from(&archive, tag).map_err(|e| e.in_file(&self.path))
     }
@@ -443,6 +463,24 @@ impl Drop for Checkpointer {
             let _ = thread.join();
         }
     }
+}
+
+/// The URL `path` spells, when the checkpointer's archive is remote (`s3://...`).
+#[cfg(feature = "remote")]
+fn url_of(path: &Path) -> Option<&str> {
+    path.to_str().filter(|p| crate::remote::is_url(p))
+}
+
+/// The archive at `path` (a file, or an `s3://` URL), or `None` before the first save.
+fn open_archive(path: &Path) -> Result<Option<Archive>> {
+    #[cfg(feature = "remote")]
+    if let Some(url) = url_of(path) {
+        return remote::open(url);
+    }
+    if !path.exists() {
+        return Ok(None);
+    }
+    Archive::open(path).map(Some)
 }
 
 /// Refuses options that mean nothing (see [`Checkpointer::open`]); the one place they
@@ -539,8 +577,17 @@ fn write_tag(w: &mut TagWriter<'_>, ckpt: &Checkpoint, retention: Option<&Record
 }
 
 fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<SaveReport> {
+    #[cfg(feature = "remote")]
+    if let Some(url) = url_of(path) {
+        return remote::save(url, opts, ckpt);
+    }
     let tag = tag_for(&opts.pattern, ckpt.step)?;
-    let record = retention_record(path, opts, &tag, ckpt)?;
+    let snapshot = match path.exists() && !opts.retention.is_unset() {
+        true => Some(Archive::open(path)?),
+        false => None,
+    };
+    let record = retention_record(snapshot.as_ref(), opts, &tag, ckpt)?;
+    drop(snapshot);
     if path.exists() {
         let mut app = Appender::open_with(path, AppendMode::InPlace, &opts.write)?;
         let mut w = app.begin_tag(&tag)?;
@@ -578,7 +625,7 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
 /// retention pass after the append decides again, under the lock; another writer in
 /// between can make the two differ). `None` without a policy.
 fn retention_record(
-    path: &Path,
+    archive: Option<&Archive>,
     opts: &CheckpointOptions,
     tag: &str,
     ckpt: &Checkpoint,
@@ -586,10 +633,9 @@ fn retention_record(
     if opts.retention.is_unset() {
         return Ok(None);
     }
-    let (mut ckpts, previous) = if path.exists() {
-        checkpoint_records(&Archive::open(path)?)?
-    } else {
-        (Vec::new(), None)
+    let (mut ckpts, previous) = match archive {
+        Some(a) => checkpoint_records(a)?,
+        None => (Vec::new(), None),
     };
     ckpts.push(CheckpointRecord {
         tag: tag.to_string(),
