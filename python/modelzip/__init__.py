@@ -55,6 +55,7 @@ __all__ = [
     "ModelzipValueError",
     "SaveHandle",
     "Tag",
+    "TensorSlice",
     "export_model",
     "export_paddle",
     "import_model",
@@ -300,6 +301,13 @@ class Tag:
         :class:`ModelzipKeyError`."""
         return _array(self._native.get(name))
 
+    def get_slice(self, name: str) -> "TensorSlice":
+        """Parameter ``name`` for reading part of it, as safetensors' ``get_slice``:
+        ``tag.get_slice("w")[a:b]`` reads rows ``a:b`` only (``[a:b, c:d]`` a box, ints and
+        ``...`` as in numpy), and ``get_shape()`` / ``get_dtype()`` read the header alone.
+        A missing name raises :class:`ModelzipKeyError` here."""
+        return TensorSlice(self._native, name)
+
     def extract(
         self,
         out: PathLike,
@@ -398,6 +406,107 @@ class Tag:
 
     def __repr__(self) -> str:
         return f"<modelzip.Tag {self.name!r}: {len(self)} params>"
+
+
+class TensorSlice:
+    """One parameter of a tag, read in parts (made by :meth:`Tag.get_slice`).
+
+    ``[key]`` takes what numpy's basic indexing takes: ints (negative from the end),
+    slices of step 1 (clamped to the dimension, as numpy clamps them), ``...``, one entry
+    per leading dimension (the rest whole). It reads only the part it returns: rows of a
+    stored tensor of a local archive are a read-only view of the memory map (no copy, the
+    pages of other rows untouched), a box of several runs is gathered into an owned
+    array, and a remote archive fetches only the part's bytes (rows: one range request).
+    An int past its dimension, more indices than dimensions, a step other than 1 or an
+    index of another type raise :class:`ModelzipValueError` (``invalid_input``).
+    """
+
+    __slots__ = ("_native", "_name", "_dtype", "_shape")
+
+    def __init__(self, native: Any, name: str) -> None:
+        self._native = native
+        self._name = name
+        self._dtype, dims = native.head(name)
+        self._shape: List[int] = list(dims)
+
+    def get_shape(self) -> List[int]:
+        """The parameter's dims."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The parameter's dtype name (``"FP32"``, ``"BF16"`` ...; docs/FORMAT.md)."""
+        return self._dtype
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """The parameter's dims, as numpy's ``shape``."""
+        return tuple(self._shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype the parts are read as."""
+        return _numpy_dtype(self._dtype)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        ranges, drop = self._ranges(key)
+        arr = _array(self._native.slice(self._name, ranges))
+        if drop:
+            arr = arr.reshape(tuple(n for d, n in enumerate(arr.shape) if d not in drop))
+        return arr
+
+    def _ranges(self, key: Any) -> Tuple[List[Tuple[int, int]], set]:
+        """``([(start, end)] per leading dimension, dims indexed by an int)`` of ``key``."""
+        shape = self._shape
+        keys = key if isinstance(key, tuple) else (key,)
+        bad = lambda why: _make(  # noqa: E731
+            "invalid_input", f"slice of param {self._name!r} (dims {shape}): {why}"
+        )
+        if sum(1 for k in keys if k is Ellipsis) > 1:
+            raise bad("at most one ... is allowed")
+        named = sum(1 for k in keys if k is not Ellipsis)
+        if named > len(shape):
+            raise bad(f"{named} indices for a tensor of {len(shape)} dimensions")
+        expanded: List[Any] = []
+        for k in keys:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (len(shape) - named))
+            else:
+                expanded.append(k)
+        ranges: List[Tuple[int, int]] = []
+        drop = set()
+        for d, k in enumerate(expanded):
+            n = shape[d]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step != 1:
+                    raise bad(f"step {step} of dimension {d}: only step 1 is read (slice, then step in numpy)")
+                ranges.append((start, max(start, stop)))
+            elif k is None or isinstance(k, (bool, np.bool_)):
+                raise bad(f"index {k!r} of dimension {d}: ints, slices and ... are supported")
+            else:
+                try:
+                    i = operator.index(k)
+                except TypeError:
+                    raise bad(
+                        f"index {k!r} of dimension {d}: ints, slices and ... are supported"
+                    ) from None
+                if not -n <= i < n:
+                    raise bad(f"index {i} is out of bounds for dimension {d}, which has {n}")
+                i += n if i < 0 else 0
+                ranges.append((i, i + 1))
+                drop.add(d)
+        # Trailing whole dimensions need no range.
+        while ranges and len(ranges) - 1 not in drop and ranges[-1] == (0, shape[len(ranges) - 1]):
+            ranges.pop()
+        return ranges, drop
+
+    def __repr__(self) -> str:
+        return f"<modelzip.TensorSlice {self._name!r} {self._dtype} {self._shape}>"
 
 
 class _TagItems(collections.abc.ItemsView):

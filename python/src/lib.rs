@@ -652,6 +652,31 @@ impl NativeTag {
             .collect())
     }
 
+    /// `(dtype, dims)` of parameter `name`, from its record header alone (a remote
+    /// archive fetches the header, not the data).
+    fn head(&self, py: Python<'_>, name: &str) -> PyResult<(&'static str, Vec<u64>)> {
+        let loc = self.location(py, name)?;
+        let head = py
+            .detach(|| self.archive.tensor_heads(&[loc]))
+            .or_raise(py)?;
+        let h = head
+            .into_iter()
+            .next()
+            .ok_or_else(|| invalid(py, "internal: no header was read"))?;
+        Ok((h.dtype.name(), h.dims))
+    }
+
+    /// `(buffer, dtype, dims)` of the box `ranges` (`[(start, end)]` per leading
+    /// dimension) of parameter `name` ([`modelzip::Tag::param_slice`]): rows of a local
+    /// stored tensor are a view of the map, the GIL released while reading.
+    fn slice(&self, py: Python<'_>, name: &str, ranges: Vec<(u64, u64)>) -> PyResult<Described> {
+        let ranges: Vec<std::ops::Range<u64>> = ranges.into_iter().map(|(a, b)| a..b).collect();
+        let data = py
+            .detach(|| self.archive.tag(&self.name)?.param_slice(name, &ranges))
+            .or_raise(py)?;
+        describe(py, &self.archive, data)
+    }
+
     fn lod(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Vec<u64>>> {
         let loc = self.location(py, name)?;
         py.detach(|| Ok(lod_of(&self.archive.tensor(loc)?.view())))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -105,3 +107,52 @@ def cli_env(env, *args, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"modelzip {args} exited {proc.returncode}: {proc.stderr}")
     return proc
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A static file server that answers `Range: bytes=a-b` (Python's own does not), as
+    HTTP object stores and nginx do."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_head(self):
+        rng = self.headers.get("Range")
+        path = self.translate_path(self.path)
+        if not rng or not os.path.isfile(path):
+            return super().send_head()
+        size = os.path.getsize(path)
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+        if not m:
+            self.send_error(416)
+            return None
+        a, b = m.groups()
+        if a == "":
+            start, end = max(0, size - int(b)), size - 1
+        else:
+            start, end = int(a), min(int(b) if b else size - 1, size - 1)
+        if start > end:
+            self.send_error(416)
+            return None
+        f = open(path, "rb")
+        f.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
+        self.send_header("ETag", f'"{int(os.path.getmtime(path) * 1e6)}-{size}"')
+        self.end_headers()
+        self.range_left = end - start + 1
+        return f
+
+    def copyfile(self, source, outputfile):
+        left = getattr(self, "range_left", None)
+        if left is None:
+            return super().copyfile(source, outputfile)
+        while left > 0:
+            chunk = source.read(min(left, 1 << 16))
+            if not chunk:
+                break
+            outputfile.write(chunk)
+            left -= len(chunk)

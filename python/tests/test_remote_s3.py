@@ -241,6 +241,12 @@ def test_python_open_upload_download_through_s3(s3, tmp, monkeypatch):
                 assert t[name].dtype == h[name].dtype
             assert t.metadata == h.metadata
         assert ar["FP32"]["fc.w"].flags.writeable  # remote tensors are owned copies
+        # Parts through S3 (ranged GETs of their bytes; counted in test_slices.py).
+        part = ar["fp32"].get_slice("fc.w")
+        assert part.get_shape() == [10, 100] and part.get_dtype() == "FP32"
+        np.testing.assert_array_equal(part[2:5], w[2:5])
+        np.testing.assert_array_equal(part[2:5, 10:20], w[2:5, 10:20])
+        np.testing.assert_array_equal(part[-1, ...], w[-1])
         with pytest.raises(KeyError):
             ar["nope"]
     # Writes other than appends to s3:// (test_remote_append_s3.py) refuse a URL.

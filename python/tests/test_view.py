@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOSTILE, PADDLE_FIXTURES, REPO, cli_json, cli_path, run_cli
+from conftest import HOSTILE, PADDLE_FIXTURES, REPO, RangeHandler, cli_json, cli_path, run_cli
 
 SHOTS = REPO / "target" / "view-screenshots"
 PERSISTABLES = PADDLE_FIXTURES / "mlp_persistables"
@@ -539,55 +539,6 @@ def test_open_starts_the_systems_browser_with_the_printed_url(tmp):
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
-
-
-class RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """A static file server that answers `Range: bytes=a-b` (Python's own does not), as
-    HTTP object stores and nginx do."""
-
-    def log_message(self, *args):
-        pass
-
-    def send_head(self):
-        rng = self.headers.get("Range")
-        path = self.translate_path(self.path)
-        if not rng or not os.path.isfile(path):
-            return super().send_head()
-        size = os.path.getsize(path)
-        m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
-        if not m:
-            self.send_error(416)
-            return None
-        a, b = m.groups()
-        if a == "":
-            start, end = max(0, size - int(b)), size - 1
-        else:
-            start, end = int(a), min(int(b) if b else size - 1, size - 1)
-        if start > end:
-            self.send_error(416)
-            return None
-        f = open(path, "rb")
-        f.seek(start)
-        self.send_response(206)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-        self.send_header("Content-Length", str(end - start + 1))
-        self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
-        self.send_header("ETag", f'"{int(os.path.getmtime(path) * 1e6)}-{size}"')
-        self.end_headers()
-        self.range_left = end - start + 1
-        return f
-
-    def copyfile(self, source, outputfile):
-        left = getattr(self, "range_left", None)
-        if left is None:
-            return super().copyfile(source, outputfile)
-        while left > 0:
-            chunk = source.read(min(left, 1 << 16))
-            if not chunk:
-                break
-            outputfile.write(chunk)
-            left -= len(chunk)
 
 
 def test_an_http_archive_is_served_like_a_local_one(tmp):

@@ -49,6 +49,7 @@ mod reader;
 mod regraph;
 mod session;
 mod shared_str;
+mod slice;
 mod summary;
 mod tag;
 

@@ -12,6 +12,7 @@ use crate::tensor::{Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -741,6 +742,31 @@ impl Archive {
         }
     }
 
+    /// The box of the tensor at `loc` that `ranges` selects, as
+    /// [`TensorView::slice`](crate::TensorView::slice) selects it (one range per leading
+    /// dimension, the rest whole; `&[a..b]` is rows `a..b`), reading only what it needs:
+    ///
+    /// - a stored entry of a local archive: a view of the map when the box is one run
+    ///   (rows; no page of other rows is touched but the pages the box starts and ends
+    ///   in), else the runs gathered into an owned tensor;
+    /// - a stored entry of a remote archive: the record header (one batched request,
+    ///   shared with [`Archive::tensor_heads`]; none when it was read before), then the
+    ///   box's bytes: one range for rows, and for a box of several runs one range per run
+    ///   (the store merges runs less than 1 MiB apart into one request), or the one range
+    ///   that covers them when there are more than 4096;
+    /// - a deflated entry: inflated whole and checked, then sliced.
+    ///
+    /// Bytes read by range are not checked against the entry's CRC-32, which covers the
+    /// whole entry (as with a mapped view; `verify` checks it). Bad ranges are an
+    /// [`ErrorKind::InvalidInput`] naming the dimension and the entry.
+    pub fn tensor_slice(
+        &self,
+        loc: &TensorLocation,
+        ranges: &[Range<u64>],
+    ) -> Result<TensorData<'_>> {
+        self.slice_at(loc, ranges, &format!("tensor {}", loc.entry))
+    }
+
     /// The view of stored tensor entry `e` of a mapped archive whose local header was read
     /// without the map, decoding its record header from the first bytes kept from that
     /// read ([`ZipEntry::read_head`]) or else a `pread` of them, so that the view touches
@@ -875,12 +901,17 @@ impl Archive {
         probe: Option<Vec<u8>>,
     ) -> Result<RecordHead> {
         if let (Some(e), Some(w)) = (e, probe)
-            && let Some(h) =
+            && let Ok(prefix) =
                 container::read::check_local_prefix(&w, self.len_bytes(), e, self.dir.cd_offset)
-                    .ok()
-                    .and_then(|prefix| decode_head(prefix, e.compressed_size).ok().flatten())
         {
-            return Ok(h);
+            // The local header is checked: a slice read of this entry needs no other.
+            if let Backing::Ranged(r) = &self.backing {
+                let at = prefix.as_ptr() as usize - w.as_ptr() as usize;
+                r.note_data_start(e, e.header_offset + at as u64);
+            }
+            if let Ok(Some(h)) = decode_head(prefix, e.compressed_size) {
+                return Ok(h);
+            }
         }
         if let Some(e) = e
             && e.method == METHOD_DEFLATED

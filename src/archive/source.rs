@@ -43,6 +43,9 @@ pub(crate) struct Ranged {
     /// Sorted header offsets of all entries, then the central directory's offset: an
     /// entry's bytes end before the next start.
     starts: Vec<u64>,
+    /// Where the data of entries whose local header has been checked starts (by header
+    /// offset): a slice read fetches only its bytes after that.
+    data_starts: Mutex<HashMap<u64, u64>>,
 }
 
 impl std::fmt::Debug for Ranged {
@@ -119,6 +122,7 @@ impl Ranged {
                 windows,
                 prefetched: Mutex::new(HashMap::new()),
                 starts,
+                data_starts: Mutex::new(HashMap::new()),
             },
             dir,
         ))
@@ -232,6 +236,48 @@ impl Ranged {
                     .to_vec()
             })
         })
+    }
+
+    /// Notes that entry `e`'s data starts at `at` (its local header checked there).
+    pub(crate) fn note_data_start(&self, e: &ZipEntry, at: u64) {
+        let mut starts = self.data_starts.lock().unwrap_or_else(|p| p.into_inner());
+        starts.insert(e.header_offset, at);
+    }
+
+    /// Where entry `e`'s data starts, its local header checked against the directory:
+    /// known when its header was probed before (a tensor header read), else read now
+    /// (one request of the local header and the first bytes).
+    pub(crate) fn data_start(&self, e: &ZipEntry, cd_offset: u64) -> Result<u64> {
+        if let Some(&at) = self
+            .data_starts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&e.header_offset)
+        {
+            return Ok(at);
+        }
+        // The local header's extra field is at most 64 KiB; modelzip's are a few bytes,
+        // so a short probe settles it and a longer one is read only if it did not.
+        let mut last = None;
+        for probe in [64, 0x10000] {
+            let window = self.probe(&[e], probe)?.pop().unwrap_or_default();
+            match container::read::check_local_prefix(&window, self.len(), e, cd_offset) {
+                Ok(data) => {
+                    let at = e.header_offset
+                        + (data.as_ptr() as usize - window.as_ptr() as usize) as u64;
+                    self.note_data_start(e, at);
+                    return Ok(at);
+                }
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::new(ErrorKind::Zip("no local header".into()))))
+    }
+
+    /// The bytes of `ranges` (inside the object), in one batched read: near ranges are
+    /// merged into one request by the source.
+    pub(crate) fn read(&self, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        self.source.read_ranges(ranges)
     }
 
     /// Entry `e`'s stored bytes, in one request (local header and data together): the

@@ -15,6 +15,7 @@ use crate::graph::GraphFormat;
 use crate::tensor::codec::decode_tensor_record;
 use crate::tensor::{Tensor, TensorView};
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 impl Archive {
@@ -429,20 +430,7 @@ impl<'a> Tag<'a> {
     /// # Ok::<(), modelzip::Error>(())
     /// ```
     pub fn param(&self, name: &str) -> Result<TensorData<'a>> {
-        let by_name = self.tables.by_name.get_or_init(|| {
-            self.tables
-                .params
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.name.clone(), i))
-                .collect()
-        });
-        let i = by_name.get(name).ok_or_else(|| {
-            self.archive.located(Error::new(ErrorKind::ParamNotFound(
-                name.to_string(),
-                self.name.to_string(),
-            )))
-        })?;
+        let i = &self.param_index(name)?;
         let loc = &self.tables.params[*i].location;
         // A stored entry of a local archive: the header decoded by the first call is
         // reused (the bytes cannot change while the archive is open).
@@ -479,6 +467,59 @@ impl<'a> Tag<'a> {
             });
         }
         Ok(t)
+    }
+
+    /// The rows or the box of parameter `name` that `ranges` selects (one range per
+    /// leading dimension, the rest whole: `&[a..b]` is rows `a..b`), reading only what it
+    /// needs: a zero-copy view of the map for rows of a local archive, one range request
+    /// for rows of a remote one; [`Archive::tensor_slice`] says what each case reads.
+    /// Errors name the parameter and the dimension of a bad range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("model.zip");
+    /// # let w = modelzip::Tensor::from_slice(vec![4, 2], &[0f32, 1., 2., 3., 4., 5., 6., 7.])?;
+    /// # let mut writer = modelzip::ArchiveWriter::create(&path)?;
+    /// # writer.add_tag(modelzip::TagBuilder::new("fp32").param("fc.w", w))?;
+    /// # writer.finish()?;
+    /// let archive = modelzip::Archive::open(&path)?;
+    /// let tag = archive.latest()?;
+    /// let rows = tag.param_slice("fc.w", &[1..3])?; // rows 1 and 2
+    /// assert!(rows.is_mapped());
+    /// assert_eq!(rows.view().as_slice::<f32>()?, &[2., 3., 4., 5.]);
+    /// let column = tag.param_slice("fc.w", &[0..4, 1..2])?;
+    /// assert_eq!(column.view().to_vec::<f32>()?, [1., 3., 5., 7.]);
+    /// assert!(tag.param_slice("fc.w", &[3..5]).is_err()); // dimension 0 has 4
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
+    pub fn param_slice(&self, name: &str, ranges: &[Range<u64>]) -> Result<TensorData<'a>> {
+        let i = self.param_index(name)?;
+        let loc = &self.tables.params[i].location;
+        self.archive.slice_at(
+            loc,
+            ranges,
+            &format!("param {name:?} of tag {:?}", self.name),
+        )
+    }
+
+    /// The position of parameter `name` in params.txt.
+    fn param_index(&self, name: &str) -> Result<usize> {
+        let by_name = self.tables.by_name.get_or_init(|| {
+            self.tables
+                .params
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.name.clone(), i))
+                .collect()
+        });
+        by_name.get(name).copied().ok_or_else(|| {
+            self.archive.located(Error::new(ErrorKind::ParamNotFound(
+                name.to_string(),
+                self.name.to_string(),
+            )))
+        })
     }
 
     /// The updater state, in updater.txt order.

@@ -8,11 +8,13 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 
 /// Print one parameter's values: a readable summary by default, every value with
-/// `--json`, or exactly the raw little-endian data bytes with `--raw`.
+/// `--json`, or exactly the raw little-endian data bytes with `--raw`; `--slice` reads
+/// only a part (rows, or a box), not the rest.
 ///
 /// Example:
 ///   modelzip cat model.zip fc_0.w_0 --tag fp32
 ///   modelzip cat model.zip fc_0.w_0 --raw > w.bin
+///   modelzip cat model.zip fc_0.w_0 --slice 2:4,0:8
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -29,18 +31,82 @@ pub struct Args {
     /// Print one JSON document with every value.
     #[arg(long)]
     json: bool,
+    /// Only this part: one `A:B` (rows A to B-1; `A:`, `:B` and `:` leave a side open)
+    /// or `I` (row I) per leading dimension, comma-separated; later dimensions whole.
+    #[arg(long, value_name = "A:B,...")]
+    slice: Option<String>,
+}
+
+/// The ranges `spec` names (`A:B`, `A:`, `:B`, `:` or `I` per dimension, comma-separated)
+/// of a tensor of `dims`: open ends are the dimension's ends; bounds are checked by the
+/// read.
+fn parse_slice(spec: &str, dims: &[u64]) -> Result<Vec<std::ops::Range<u64>>, CliError> {
+    let bad = |part: &str, why: &str| {
+        CliError::Failed(format!(
+            "--slice {spec:?}: {part:?} {why} (each dimension takes A:B, A:, :B, : or I, \
+             non-negative integers, comma-separated)"
+        ))
+    };
+    let num = |part: &str, s: &str| -> Result<u64, CliError> {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| bad(part, "is not a range or an index"))
+    };
+    spec.split(',')
+        .enumerate()
+        .map(|(d, part)| {
+            let whole = dims.get(d).copied().unwrap_or(0);
+            match part.split_once(':') {
+                Some((a, b)) => {
+                    let a = if a.trim().is_empty() {
+                        0
+                    } else {
+                        num(part, a)?
+                    };
+                    let b = if b.trim().is_empty() {
+                        whole
+                    } else {
+                        num(part, b)?
+                    };
+                    Ok(a..b)
+                }
+                None => {
+                    let i = num(part, part)?;
+                    Ok(i..i.saturating_add(1))
+                }
+            }
+        })
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.archive)?;
     let tag = pick_tag(&archive, args.tag.as_deref())?;
-    let data = tag.param(&args.param).map_err(|e| {
+    let failed = |e: modelzip::Error| {
         CliError::Failed(format!(
             "cannot read {:?} of tag {}: {e}",
             args.param,
             tag.name()
         ))
-    })?;
+    };
+    let (data, ranges) = match &args.slice {
+        None => (tag.param(&args.param).map_err(failed)?, None),
+        Some(spec) => {
+            // The dims from the header alone (the data is not read).
+            let loc = tag
+                .params()
+                .iter()
+                .find(|p| p.name == args.param)
+                .map(|p| p.location.clone());
+            let dims = match &loc {
+                Some(l) => archive.tensor_heads(&[l]).map_err(failed)?.remove(0).dims,
+                None => Vec::new(),
+            };
+            let ranges = parse_slice(spec, &dims)?;
+            let data = tag.param_slice(&args.param, &ranges).map_err(failed)?;
+            (data, Some(ranges))
+        }
+    };
     let t = data.view();
     if args.raw {
         return print_bytes(t.data()).map(|_| Outcome::Success);
@@ -54,13 +120,23 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             dtype_code: t.dtype().code(),
             dims: t.dims(),
             lod: t.lod(),
+            slice: ranges
+                .as_ref()
+                .map(|r| r.iter().map(|r| [r.start, r.end]).collect()),
             values: AllValues(&t),
         };
         return print_json(&doc).map(|_| Outcome::Success);
     }
     let n = t.numel();
+    let part = match &ranges {
+        Some(r) => {
+            let r: Vec<String> = r.iter().map(|r| format!("{}:{}", r.start, r.end)).collect();
+            format!("[{}]", r.join(", "))
+        }
+        None => String::new(),
+    };
     let mut out = format!(
-        "{} (tag {}): {} {:?}, {n} elements",
+        "{}{part} (tag {}): {} {:?}, {n} elements",
         clean(&args.param),
         clean(tag.name()),
         t.dtype(),
@@ -197,6 +273,9 @@ struct CatJson<'a> {
     dtype_code: i32,
     dims: &'a [u64],
     lod: &'a modelzip::Lod,
+    /// `[[start, end], ...]` of `--slice`, absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slice: Option<Vec<[u64; 2]>>,
     values: AllValues<'a>,
 }
 

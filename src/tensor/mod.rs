@@ -4,6 +4,7 @@ pub(crate) mod codec;
 pub(crate) mod dtype;
 mod file;
 pub(crate) mod lod;
+pub(crate) mod slice;
 pub(crate) mod view;
 
 pub use codec::{

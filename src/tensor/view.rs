@@ -2,7 +2,10 @@
 
 use super::dtype::DType;
 use super::lod::{Lod, check_lod};
+use super::slice::SliceLayout;
+use crate::archive::TensorData;
 use crate::error::{ErrorKind, Result};
+use std::ops::Range;
 
 /// Sealing [`Element`]: its supertrait is plain old data as bytemuck defines it, without
 /// bytemuck's trait appearing in the public API.
@@ -244,6 +247,59 @@ impl<'a> TensorView<'a> {
                 }
                 .into());
             }
+        })
+    }
+
+    /// The box of this tensor that `ranges` selects: one range per leading dimension
+    /// (`ranges[d]` of dimension `d`; the dimensions after the last range whole), so
+    /// `&[a..b]` is rows `a..b`. The result's dims are the ranges' lengths, and it has
+    /// no LoD (LoD levels index the whole tensor's rows).
+    ///
+    /// When the box is one run of the data (rows of the first dimension; more generally
+    /// single indices, then one range, then whole dimensions) the result is
+    /// [`TensorData::Mapped`], a view of the same bytes (no copy: a view of an archive's
+    /// map touches only the pages of those rows); otherwise the runs are gathered into
+    /// [`TensorData::Owned`]. A range past its dimension, one ending before it starts, or
+    /// more ranges than dimensions is an [`ErrorKind::InvalidInput`] naming the dimension.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use modelzip::Tensor;
+    ///
+    /// let t = Tensor::from_slice(vec![3, 2], &[1i32, 2, 3, 4, 5, 6])?;
+    /// let rows = t.view().slice(&[1..3])?;
+    /// assert!(rows.is_mapped()); // rows are a view, not a copy
+    /// assert_eq!(rows.view().dims(), &[2, 2]);
+    /// assert_eq!(rows.view().to_vec::<i32>()?, [3, 4, 5, 6]);
+    /// let column = t.view().slice(&[0..3, 1..2])?; // gathered
+    /// assert_eq!(column.view().to_vec::<i32>()?, [2, 4, 6]);
+    /// assert!(t.view().slice(&[2..4]).is_err()); // dimension 0 has 3
+    /// # Ok::<(), modelzip::Error>(())
+    /// ```
+    pub fn slice(&self, ranges: &[Range<u64>]) -> Result<TensorData<'a>> {
+        self.slice_of(ranges, "the tensor")
+    }
+
+    /// [`Self::slice`], naming the tensor `what` in errors.
+    pub(crate) fn slice_of(&self, ranges: &[Range<u64>], what: &str) -> Result<TensorData<'a>> {
+        let layout = SliceLayout::new(self.dtype, &self.dims, ranges, what)?;
+        let data: &'a [u8] = self.data;
+        // The layout lies inside the data: its ranges were checked against dims, and
+        // dims against the data's length.
+        Ok(match layout.contiguous() {
+            Some(r) => TensorData::Mapped(TensorView {
+                dtype: self.dtype,
+                dims: layout.dims,
+                lod: Lod::new(),
+                data: &data[r.start as usize..r.end as usize],
+            }),
+            None => TensorData::Owned(Tensor {
+                dtype: self.dtype,
+                data: layout.gather(data, 0),
+                dims: layout.dims,
+                lod: Lod::new(),
+            }),
         })
     }
 

@@ -28,6 +28,7 @@ mod remote;
 mod safetensors_interop;
 mod saved_model;
 mod shared_graph;
+mod slices;
 mod structure;
 mod summary;
 mod support;

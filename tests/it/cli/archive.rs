@@ -150,6 +150,72 @@ fn cat_raw_is_exactly_the_data_bytes() {
     assert!(line.contains("no_such_param"), "{line}");
 }
 
+/// `cat --slice`: the raw bytes of rows (and of a box) are exactly those rows' (box's)
+/// bytes of the full tensor; the summary and `--json` name the ranges; bad specs and
+/// ranges past a dimension exit 2 naming it.
+#[test]
+fn cat_slice_prints_only_that_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("m.zip");
+    let values: Vec<f32> = (0..48).map(|i| i as f32).collect();
+    let mut w = ArchiveWriter::create(&a).unwrap();
+    w.add_tag(TagBuilder::new("t").param("w", Tensor::from_slice(vec![8, 6], &values).unwrap()))
+        .unwrap();
+    w.finish().unwrap();
+    let raw = |spec: &str| {
+        let out = modelzip()
+            .arg("cat")
+            .arg(&a)
+            .args(["w", "--raw", "--slice", spec])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{spec}: {out:?}");
+        out.stdout
+    };
+    let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    assert_eq!(raw("2:4"), floats(&values[12..24]));
+    assert_eq!(raw("6:"), floats(&values[36..48]));
+    assert_eq!(raw("5"), floats(&values[30..36]));
+    let column: Vec<f32> = (0..8).map(|r| values[r * 6 + 1]).collect();
+    assert_eq!(raw(":,1:2"), floats(&column));
+    let text = modelzip()
+        .arg("cat")
+        .arg(&a)
+        .args(["w", "--slice", "1:3,4:6"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.starts_with("w[1:3, 4:6] (tag t): FP32 [2, 2], 4 elements"),
+        "{text}"
+    );
+    let doc = json_of(
+        modelzip()
+            .arg("cat")
+            .arg(&a)
+            .args(["w", "--json", "--slice", "7:8"]),
+    );
+    assert_eq!(doc["dims"], serde_json::json!([1, 6]));
+    assert_eq!(doc["slice"], serde_json::json!([[7, 8]]));
+    assert_eq!(
+        doc["values"],
+        serde_json::json!([42.0, 43.0, 44.0, 45.0, 46.0, 47.0])
+    );
+    let full = json_of(modelzip().arg("cat").arg(&a).args(["w", "--json"]));
+    assert!(full.get("slice").is_none());
+    for (spec, words) in [
+        ("7:9", &["dimension 0", "7..9", "has 8"][..]),
+        ("0:1,0:1,0:1", &["3 ranges", "2 dimensions"]),
+        ("x", &["\"x\"", "not a range"]),
+        ("1:2,a:", &["\"a:\""]),
+    ] {
+        let line = expect_error(modelzip().arg("cat").arg(&a).args(["w", "--slice", spec]));
+        for w in words {
+            assert!(line.contains(w), "{spec}: {w} not in {line}");
+        }
+    }
+}
+
 #[test]
 fn verify_is_clean_then_finds_a_flipped_byte() {
     let dir = tempfile::tempdir().unwrap();
