@@ -9,6 +9,10 @@ was never interrupted, because every step's batch is drawn from a generator seed
 the step number.
 
     python examples/python/checkpoint_loop.py --archive run.zip --steps 300
+
+--archive may be an s3:// URL (credentials and endpoint from the environment, as for
+every modelzip command): each checkpoint is then appended to the object where it lies,
+and each "saved" line says how many bytes that save uploaded.
 """
 
 from __future__ import annotations
@@ -72,9 +76,14 @@ def main(argv=None) -> int:
             v_hat = v / (1 - BETA2**step)
             params[k] -= LR * m_hat / (np.sqrt(v_hat) + EPS)
         if step % args.every == 0 or step == args.steps:
-            save = ck.save_async if args.async_save else ck.save
-            save(step, params, state, metrics={"loss": loss})
-            print(f"step {step} saved loss={loss:.6f}", flush=True)
+            if args.async_save:
+                ck.save_async(step, params, state, metrics={"loss": loss})
+                print(f"step {step} saved loss={loss:.6f}", flush=True)
+            else:
+                report = ck.save(step, params, state, metrics={"loss": loss})
+                # An s3:// archive: what this save sent (the rest was copied by the store).
+                sent = f" uploaded={report['bytes_uploaded']}" if "bytes_uploaded" in report else ""
+                print(f"step {step} saved loss={loss:.6f}{sent}", flush=True)
         if args.sleep:
             time.sleep(args.sleep)
     ck.wait()

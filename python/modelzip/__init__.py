@@ -866,7 +866,8 @@ class Checkpointer:
     ) -> Dict[str, Any]:
         """Saves a checkpoint and applies the retention policy; returns when it is
         durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
-        "compacted"}``. A NaN or infinite metric is stored as JSON ``null``: absent when
+        "compacted"}``, plus ``"bytes_uploaded"`` and ``"bytes_copied"`` (by the store) for
+        an ``s3://`` archive. A NaN or infinite metric is stored as JSON ``null``: absent when
         restored, and no ``keep_best`` candidate."""
         return self._native.save(
             _whole("step", step),

@@ -974,6 +974,10 @@ fn save_report<'py>(py: Python<'py>, path: &Path, r: &SaveReport) -> PyResult<Bo
     let d = tag_report(py, path, &r.tag)?;
     d.set_item("removed", r.removed.clone())?;
     d.set_item("compacted", r.compacted)?;
+    if let (Some(up), Some(copied)) = (r.bytes_uploaded, r.bytes_copied) {
+        d.set_item("bytes_uploaded", up)?;
+        d.set_item("bytes_copied", copied)?;
+    }
     Ok(d)
 }
 

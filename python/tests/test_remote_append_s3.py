@@ -684,3 +684,87 @@ def test_a_checkpointer_saves_into_s3_keeps_by_policy_and_retries_a_lost_race(
     # The frozen array is stored once: every checkpoint after the first that holds it shares it.
     own = {t["name"]: t["own_bytes"] for t in doc["tags"]}
     assert all(own[t] < frozen.nbytes for t in ck.checkpoints()[1:]), own
+
+
+def test_two_checkpointers_racing_both_end_up_in_the_object(s3, tmp, monkeypatch):
+    """Two Checkpointers of one s3:// archive save different steps at once (the proxy
+    holds both commits until both arrive, so one must lose): the loser re-opens and
+    saves again by itself; both checkpoints are in the object, which verifies."""
+    import numpy as np
+
+    import modelzip
+
+    env, proxy = s3
+    for k, v in env.items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    url = f"s3://{BUCKET}/ckrace/run.zip"
+    first = modelzip.Checkpointer(url)
+    first.save(1, {"w": np.zeros(1 << 20, np.float32)})  # 4 MiB: copied, not re-read
+    a, b = modelzip.Checkpointer(url), modelzip.Checkpointer(url)
+    rng = np.random.default_rng(3)
+    wa, wb = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+    proxy.hold_commits, proxy.arrived = 2, 0
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            ra = pool.submit(a.save, 2, {"w": wa})
+            rb = pool.submit(b.save, 3, {"w": wb})
+            reports = [ra.result(timeout=120), rb.result(timeout=120)]
+    finally:
+        proxy.hold_commits = 0
+    assert sorted(r["tag"] for r in reports) == ["step-000000002", "step-000000003"]
+    assert sorted(first.checkpoints()) == ["step-000000001", "step-000000002", "step-000000003"]
+    np.testing.assert_array_equal(first.restore("step-000000002").params["w"], wa)
+    np.testing.assert_array_equal(first.restore("step-000000003").params["w"], wb)
+    cli(env, "verify", url)
+
+
+def test_the_checkpoint_loop_example_on_s3_is_killed_and_resumes_bit_identical(s3, tmp):
+    """examples/python/checkpoint_loop.py --archive s3://... (keep_last 3 + best): killed
+    with SIGKILL mid-run, run again, it resumes from the object's newest checkpoint and
+    ends with the parameters of an uninterrupted local run; each save line reports the
+    bytes it uploaded; the object verifies, and an upload the kill may have left is
+    aborted by the resumed run's first save."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env, proxy = s3
+    example = Path(__file__).resolve().parents[2] / "examples" / "python" / "checkpoint_loop.py"
+    args = ["--steps", "60", "--every", "10"]
+
+    def run(archive, *more):
+        return subprocess.run([sys.executable, str(example), "--archive", str(archive), *args, *more],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    reference = run(tmp / "ref.zip")
+    assert reference.returncode == 0, reference.stderr
+    url = f"s3://{BUCKET}/loop/run.zip"
+    proc = subprocess.Popen([sys.executable, str(example), "--archive", url, *args, "--sleep", "0.01"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    saved = []
+    for line in proc.stdout:
+        if " saved" in line:
+            saved.append(line)
+            if len(saved) == 3:
+                break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert all(re.search(r" uploaded=\d+$", s.strip()) for s in saved), saved
+    cli(env, "verify", url)
+    # An upload the kill left (if it struck inside one) is a day old for the next writer,
+    # which aborts it (STALE_UPLOAD_AGE; the proxy reports the times it saw).
+    for upload in list(proxy.initiated):
+        proxy.initiated[upload] -= 2 * 86400
+    out = run(url)
+    assert out.returncode == 0, out.stderr
+    assert "resumed from step-" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == reference.stdout.strip().splitlines()[-1]
+    tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+    assert tags[-1] == "step-000000060" and 3 <= len(tags) <= 4, tags
+    cli(env, "verify", url)
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=loop/")
+    assert b"<Upload>" not in listing, listing

@@ -168,6 +168,13 @@ pub struct SaveReport {
     pub removed: Vec<String>,
     /// Whether the archive was compacted.
     pub compacted: bool,
+    /// For an `s3://` archive: the bytes this save sent to the store (the append's and
+    /// the retention pass's, see [`RemoteWrite`](crate::remote::RemoteWrite)); `None`
+    /// for a local archive.
+    pub bytes_uploaded: Option<u64>,
+    /// For an `s3://` archive: the bytes of the old object the store copied; `None` for a
+    /// local archive.
+    pub bytes_copied: Option<u64>,
 }
 
 /// What [`Checkpointer::open`] did to an existing archive to bring it in line with the
@@ -305,7 +312,9 @@ impl Checkpointer {
         let mut opened = OpenReport::default();
         #[cfg(feature = "remote")]
         if let Some(url) = url_of(&path) {
-            opened.removed = remote::apply_retention(url, &opts).map_err(|e| e.in_file(url))?;
+            opened.removed = remote::apply_retention(url, &opts)
+                .map_err(|e| e.in_file(url))?
+                .0;
             return Ok(Checkpointer {
                 opts,
                 pending: None,
@@ -616,6 +625,8 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         tag,
         removed,
         compacted,
+        bytes_uploaded: None,
+        bytes_copied: None,
     })
 }
 

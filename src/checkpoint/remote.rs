@@ -7,7 +7,7 @@
 use super::{Checkpoint, CheckpointOptions, SaveReport, retention_record, tag_for, to_remove};
 use crate::archive::{Archive, Removal};
 use crate::error::{ErrorKind, Result};
-use crate::remote::{self, RemoteAppender, RemoteOptions};
+use crate::remote::{self, RemoteAppender, RemoteOptions, RemoteWrite};
 use std::time::Duration;
 
 /// How many times a save or a retention pass that lost a race is tried again.
@@ -45,7 +45,7 @@ pub(super) fn open(url: &str) -> Result<Option<Archive>> {
 pub(super) fn save(url: &str, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<SaveReport> {
     let tag = tag_for(&opts.pattern, ckpt.step)?;
     let remote = RemoteOptions::default();
-    retrying(|| {
+    let appended = retrying(|| {
         let record = retention_record(open(url)?.as_ref(), opts, &tag, ckpt)?;
         let mut app = RemoteAppender::open(url, &remote, &opts.write)?;
         let mut w = app.begin_tag(&tag)?;
@@ -53,29 +53,34 @@ pub(super) fn save(url: &str, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Re
         w.finish()?;
         app.finish()
     })?;
-    let removed = apply_retention(url, opts)?;
+    let (removed, removal) = apply_retention(url, opts)?;
+    let (up, copied) = removal.map_or((0, 0), |w| (w.bytes_uploaded, w.bytes_copied));
     Ok(SaveReport {
         tag,
         removed,
         // A remote archive is not compacted (docs/REMOTE.md): its dead bytes stay.
         compacted: false,
+        bytes_uploaded: Some(appended.bytes_uploaded + up),
+        bytes_copied: Some(appended.bytes_copied + copied),
     })
 }
 
-/// Removes the checkpoints the policy drops from the archive at `url` (none: nothing is
-/// written).
-pub(super) fn apply_retention(url: &str, opts: &CheckpointOptions) -> Result<Vec<String>> {
+/// Removes the checkpoints the policy drops from the archive at `url`, and says what
+/// the commit cost (`None`: nothing to remove, nothing written).
+pub(super) fn apply_retention(
+    url: &str,
+    opts: &CheckpointOptions,
+) -> Result<(Vec<String>, Option<RemoteWrite>)> {
     if opts.retention.is_unset() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let remote = RemoteOptions::default();
     if remote::remote_version(url, &remote)?.is_none() {
-        return Ok(Vec::new()); // before the first save
+        return Ok((Vec::new(), None)); // before the first save
     }
     retrying(|| {
         let removal = Removal::picked_by(|a| to_remove(a, &opts.retention));
-        Ok(remote::remove_tags(url, removal, &remote, &opts.write)?
-            .report
-            .removed)
+        let r = remote::remove_tags(url, removal, &remote, &opts.write)?;
+        Ok((r.report.removed, r.write))
     })
 }
