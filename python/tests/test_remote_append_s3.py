@@ -76,6 +76,8 @@ class Proxy(http.server.ThreadingHTTPServer):
         self.before_commit = None
         # Answer every commit 500 without forwarding it.
         self.fail_commits = False
+        # Requests being handled now.
+        self.inflight = 0
 
     def upstream(self, method, path, headers=None, body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=120)
@@ -215,7 +217,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_one
+    def handle_counted(self):
+        """handle_one, counted in the proxy's `inflight` while it runs (a request whose
+        client was killed still reaches the store: tests wait for it to land)."""
+        server: Proxy = self.server
+        with server.log_lock:
+            server.inflight += 1
+        try:
+            self.handle_one()
+        finally:
+            with server.log_lock:
+                server.inflight -= 1
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_counted
 
 
 @pytest.fixture(scope="module")
@@ -768,3 +782,53 @@ def test_the_checkpoint_loop_example_on_s3_is_killed_and_resumes_bit_identical(s
     cli(env, "verify", url)
     _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=loop/")
     assert b"<Upload>" not in listing, listing
+
+
+def test_remote_appends_killed_at_random_instants_leave_the_old_or_the_new_version(s3, tmp):
+    """20 `pack s3://...` runs, each killed with SIGKILL at a random instant of its run
+    (the open, the staging, the part uploads or the commit): after every kill the object
+    verifies and lists the old tags, or the old tags plus the new one, never anything
+    else; the next writer aborts every upload the kills left (backdated a day by the
+    proxy), and none is left after it."""
+    import os
+    import signal
+    import subprocess
+
+    env, proxy = s3
+    url = f"s3://{BUCKET}/killed/model.zip"
+    cli(env, "pack", url, tensor_dir(tmp, "k0", {"w": 6 * MIB}, seed=50), "--tag", "base", "-q")
+    new = tensor_dir(tmp, "k1", {"w": 3 * MIB, "v": 1 * MIB}, seed=51)
+    # How long an uninterrupted append takes here, to spread the kills over it.
+    t = time.monotonic()
+    cli(env, "pack", url, new, "--tag", "probe", "-q")
+    whole = time.monotonic() - t
+    cli(env, "rm", url, "probe", "-q")
+    expected = ["base"]
+    rng = random.Random(52)
+    committed = 0
+    for i in range(20):
+        tag = f"k{i}"
+        proc = subprocess.Popen([str(cli_path()), "pack", url, str(new), "--tag", tag, "-q"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0, whole * 1.5))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # A request the process sent before it died (its commit, perhaps) still lands.
+        deadline = time.monotonic() + 60
+        while proxy.inflight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+        assert tags in (expected, expected + [tag]), (i, tags)
+        if tags != expected:
+            committed += 1
+            expected = tags
+        cli(env, "verify", url)
+    for upload in list(proxy.initiated):
+        proxy.initiated[upload] -= 2 * 86400
+    cli(env, "pack", url, tensor_dir(tmp, "k2", {"w": 4096}, seed=53), "--tag", "after", "-q")
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=killed/")
+    assert b"<Upload>" not in listing, listing
+    assert [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]] == expected + ["after"]
+    cli(env, "verify", url)
+    # Not every kill came before the commit, nor after it (else the instants were not spread).
+    assert 0 < committed < 20, committed
