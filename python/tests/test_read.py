@@ -226,6 +226,10 @@ def test_ctrl_c_interrupts_a_call_that_waits_for_a_writer(tmp, call):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C's default: a shell's background job (`cmd &` without job control,
+            # as some CI runners start the suite) inherits SIGINT ignored, and a Python
+            # started so never raises KeyboardInterrupt.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             assert child.stdout.readline() == "waiting\n"
