@@ -250,6 +250,16 @@ def s3(tmp_path_factory):
 cli = cli_env
 
 
+def python_env(env, monkeypatch):
+    """Points this process's modelzip (the Python package) at the proxy, as `env` points
+    the CLI, without the caller's own AWS settings."""
+    for k, v in env.items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(k, raising=False)
+
+
 def varint(v: int) -> bytes:
     out = b""
     while True:
@@ -455,11 +465,7 @@ def test_python_save_appends_to_s3(s3, tmp, monkeypatch):
     import modelzip
 
     env, proxy = s3
-    for k, v in env.items():
-        if k.startswith("AWS_"):
-            monkeypatch.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(k, raising=False)
+    python_env(env, monkeypatch)
     url = f"s3://{BUCKET}/python/ck.zip"
     rng = np.random.default_rng(0)
     w = rng.standard_normal((1024, 1536)).astype(np.float32)  # 6 MiB
@@ -649,11 +655,7 @@ def test_a_checkpointer_saves_into_s3_keeps_by_policy_and_retries_a_lost_race(
     import modelzip
 
     env, proxy = s3
-    for k, v in env.items():
-        if k.startswith("AWS_"):
-            monkeypatch.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(k, raising=False)
+    python_env(env, monkeypatch)
     url = f"s3://{BUCKET}/ckpt/run.zip"
     key = "/ckpt/run.zip"
     ck = modelzip.Checkpointer(url, keep_last=2, keep_best=("loss", "min", 1))
@@ -709,9 +711,7 @@ def test_two_checkpointers_racing_both_end_up_in_the_object(s3, tmp, monkeypatch
     import modelzip
 
     env, proxy = s3
-    for k, v in env.items():
-        if k.startswith("AWS_"):
-            monkeypatch.setenv(k, v)
+    python_env(env, monkeypatch)
     url = f"s3://{BUCKET}/ckrace/run.zip"
     first = modelzip.Checkpointer(url)
     first.save(1, {"w": np.zeros(1 << 20, np.float32)})  # 4 MiB: copied, not re-read

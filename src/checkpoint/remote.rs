@@ -46,7 +46,12 @@ pub(super) fn save(url: &str, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Re
     let tag = tag_for(&opts.pattern, ckpt.step)?;
     let remote = RemoteOptions::default();
     let appended = retrying(|| {
-        let record = retention_record(open(url)?.as_ref(), opts, &tag, ckpt)?;
+        // The archive is read for the record only when there is a policy to record.
+        let snapshot = match opts.retention.is_unset() {
+            true => None,
+            false => open(url)?,
+        };
+        let record = retention_record(snapshot.as_ref(), opts, &tag, ckpt)?;
         let mut app = RemoteAppender::open(url, &remote, &opts.write)?;
         let mut w = app.begin_tag(&tag)?;
         super::write_tag(&mut w, ckpt, record.as_ref())?;
