@@ -123,6 +123,10 @@ pub mod progress;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod tensor;
+/// Sharded saves: one tag written by many processes at once (docs/SHARDED.md).
+pub mod sharded {
+    pub use crate::archive::sharded::{ShardedOptions, ShardedReport, ShardedWriter, TensorSpec};
+}
 internal_mod!(
     /// TensorFlow's protobuf types; the file lives in the format's folder.
     #[path = "interop/tf/proto.rs"]

@@ -70,6 +70,10 @@ impl std::fmt::Debug for Appender {
     }
 }
 
+/// How long a writer waits for the ranks of a dead sharded save to stop writing before it
+/// rolls that save back.
+const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Takes the lock, rolls back any unfinished append and opens the archive (`path`
 /// resolved through symlinks: the lock, journal and temp files are the real file's).
 pub(crate) fn open_locked(path: &ArchivePath, opts: &WriteOptions) -> Result<(WriteLock, Archive)> {
@@ -77,6 +81,7 @@ pub(crate) fn open_locked(path: &ArchivePath, opts: &WriteOptions) -> Result<(Wr
     let lock = WriteLock::acquire_resolved(real, opts.wait_for_lock)?;
     super::durable::remove_stale_temps(real);
     journal::recover(real)?;
+    super::sharded::recover_staged(real, RECOVERY_WAIT)?;
     let base = Archive::open_unrecovered(real, &path.shown, OpenOptions::default())?;
     Ok((lock, base))
 }
@@ -122,7 +127,7 @@ pub(crate) fn in_place_session(
 
 /// Writes tags.txt, the summary and the central directory of a session started from
 /// `base` (or from the base it adopted), then unmaps the base. Returns the new length.
-fn finish_session(mut session: Session, base: Option<Archive>) -> Result<u64> {
+pub(crate) fn finish_session(mut session: Session, base: Option<Archive>) -> Result<u64> {
     let adopted = session.take_base();
     let base = base.or(adopted);
     // An in-place session overwrites only the old central directory: the summary may

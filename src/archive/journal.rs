@@ -40,8 +40,20 @@ pub(crate) fn journal_path(path: &Path) -> PathBuf {
 /// Writes and fsyncs the journal saving `saved` (the archive's bytes from `offset` to
 /// `original_len`). Must complete before the archive is modified.
 pub(crate) fn write(path: &Path, original_len: u64, offset: u64, saved: &[u8]) -> Result<()> {
+    write_as(path, &journal_path(path), original_len, offset, saved)
+}
+
+/// [`write`] under another name `jp` (a sharded save's undo record, which only writers
+/// replay: see src/sharded/).
+pub(crate) fn write_as(
+    path: &Path,
+    jp: &Path,
+    original_len: u64,
+    offset: u64,
+    saved: &[u8],
+) -> Result<()> {
     refuse_hard_links(path)?;
-    let jp = journal_path(path);
+    let jp = jp.to_path_buf();
     let mut head = Vec::with_capacity(HEADER);
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&original_len.to_le_bytes());
@@ -86,7 +98,12 @@ fn refuse_hard_links(path: &Path) -> Result<()> {
 /// Deletes the journal after a finished append and fsyncs the directory. Something else
 /// under the journal's name (a FIFO, a directory) is refused, not removed.
 pub(crate) fn remove(path: &Path) -> Result<()> {
-    let jp = journal_path(path);
+    remove_file(&journal_path(path))
+}
+
+/// Deletes the journal-format file `jp` and fsyncs its directory (see [`remove`]).
+pub(crate) fn remove_file(jp: &Path) -> Result<()> {
+    let jp = jp.to_path_buf();
     regular_file(&jp, "journal")?;
     match std::fs::remove_file(&jp) {
         Ok(()) => fsync_dir(&jp),
@@ -226,7 +243,13 @@ fn belongs_to(file: &File, j: &Journal) -> std::io::Result<bool> {
 /// Rolls back an unfinished in-place append of the archive at `path`, if its journal is
 /// there; the caller holds the write lock. Returns true when bytes were restored.
 pub(crate) fn recover(path: &Path) -> Result<bool> {
-    let jp = journal_path(path);
+    recover_from(path, &journal_path(path))
+}
+
+/// [`recover`] from the journal-format file `jp` (a sharded save's undo record); the
+/// file is deleted after the replay.
+pub(crate) fn recover_from(path: &Path, jp: &Path) -> Result<bool> {
+    let jp = jp.to_path_buf();
     if !jp.exists() {
         return Ok(false);
     }
@@ -235,7 +258,7 @@ pub(crate) fn recover(path: &Path) -> Result<bool> {
         .len();
     let Some(j) = read_journal(&jp, archive_len)? else {
         // Cut short while being written: the archive was not touched yet.
-        remove(path)?;
+        remove_file(&jp)?;
         return Ok(false);
     };
     let file = OpenOptions::new()
@@ -254,6 +277,6 @@ pub(crate) fn recover(path: &Path) -> Result<bool> {
         file.sync_all()
     })();
     res.map_err(|e| Error::from(e).in_file(path))?;
-    remove(path)?;
+    remove_file(&jp)?;
     Ok(true)
 }

@@ -48,6 +48,7 @@ mod pread;
 mod reader;
 mod regraph;
 mod session;
+pub(crate) mod sharded;
 mod shared_str;
 mod slice;
 mod summary;

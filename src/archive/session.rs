@@ -198,7 +198,19 @@ impl Session {
         opts: WriteOptions,
         keep: impl Fn(&ZipEntry) -> bool,
     ) -> Session {
-        let mut s = Session::new(sink, base.directory().cd_offset, opts);
+        Session::in_place_at(sink, base.directory().cd_offset, base, opts, keep)
+    }
+
+    /// [`Session::in_place`] with `sink`'s first byte at file offset `start` (at or past
+    /// `base`'s central directory: a sharded save's staged extension lies between).
+    pub fn in_place_at(
+        sink: Box<dyn Write>,
+        start: u64,
+        base: &Archive,
+        opts: WriteOptions,
+        keep: impl Fn(&ZipEntry) -> bool,
+    ) -> Session {
+        let mut s = Session::new(sink, start, opts);
         s.out.entries = base
             .directory()
             .entries

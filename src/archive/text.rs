@@ -355,6 +355,82 @@ pub fn parse_sums(bytes: &[u8], entry: &str) -> Result<Vec<(String, String)>> {
         .collect())
 }
 
+/// One line of a tag's shards.txt (a sharded save's per-shard digests, docs/FORMAT.md):
+/// bytes `offset..offset + len` of tensor file `path` (relative to the tag), their
+/// SHA-256, and the rank that wrote them (`None`: the committing rank's record header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShardLine {
+    pub path: String,
+    pub offset: u64,
+    pub len: u64,
+    pub sha256: String,
+    pub writer: Option<u32>,
+    /// 1-based line number (0 when rendered, not parsed).
+    pub line: usize,
+}
+
+/// Parses shards.txt: `path SP offset SP length SP sha256 SP writer` per line, `writer`
+/// a rank or `-`.
+pub(crate) fn parse_shards(bytes: &[u8], entry: &str) -> Result<Vec<ShardLine>> {
+    let text = utf8(bytes, entry)?;
+    let mut out = Vec::new();
+    for item in lines(text, entry, MAX_TABLE_LINE) {
+        let (n, line) = item?;
+        let f: Vec<&str> = line.split(' ').collect();
+        let [path, offset, len, sha, writer] = f[..] else {
+            return Err(syntax(
+                "expected `<path> <offset> <length> <sha256> <rank or ->`".into(),
+                entry,
+                n,
+            ));
+        };
+        let num = |v: &str, what: &str| {
+            v.parse::<u64>().map_err(|_| {
+                syntax(
+                    format!("the {what} {v:?} is not a decimal number"),
+                    entry,
+                    n,
+                )
+            })
+        };
+        if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(syntax("the hash is not 64 hex digits".into(), entry, n));
+        }
+        let writer = match writer {
+            "-" => None,
+            w => Some(
+                w.parse::<u32>()
+                    .map_err(|_| syntax(format!("the rank {w:?} is not a number"), entry, n))?,
+            ),
+        };
+        if path.is_empty() {
+            return Err(syntax("empty path".into(), entry, n));
+        }
+        out.push(ShardLine {
+            path: path.to_string(),
+            offset: num(offset, "offset")?,
+            len: num(len, "length")?,
+            sha256: sha.to_ascii_lowercase(),
+            writer,
+            line: n,
+        });
+    }
+    Ok(out)
+}
+
+/// Renders shards.txt (see [`parse_shards`]).
+pub(crate) fn render_shards(rows: &[ShardLine]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        let w = r.writer.map_or("-".to_string(), |w| w.to_string());
+        s.push_str(&format!(
+            "{} {} {} {} {w}\n",
+            r.path, r.offset, r.len, r.sha256
+        ));
+    }
+    s
+}
+
 /// [`parse_sums`] with each row's line number (1-based; blank lines count).
 pub fn parse_sums_lines(bytes: &[u8], entry: &str) -> Result<Vec<(String, String, usize)>> {
     let text = utf8(bytes, entry)?;

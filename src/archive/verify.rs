@@ -449,6 +449,7 @@ impl Archive {
                 r.push_error(Some(&e.name), err);
             }
         }
+        let sharded = self.verify_shards(t, &prefix, r);
         let sums_name = format!("{t}/sha256sums.txt");
         let sums = match manifest {
             None => return,
@@ -514,10 +515,119 @@ impl Archive {
                 && !e
                     .name
                     .strip_prefix(&prefix)
-                    .is_some_and(|rel| listed.contains_key(rel))
+                    .is_some_and(|rel| listed.contains_key(rel) || sharded.contains(rel))
             {
                 r.push(Some(&e.name), "not listed in the tag's sha256sums.txt");
             }
         }
+    }
+
+    /// Checks tag `t`'s shards.txt (a sharded save's per-shard digests), if it has one:
+    /// each listed file is a stored entry of the tag whose ranges tile it exactly, and
+    /// each range has the SHA-256 listed. Returns the files it lists (relative to the
+    /// tag), which sha256sums.txt does not list.
+    fn verify_shards(&self, t: &str, prefix: &str, r: &mut VerifyReport) -> HashSet<String> {
+        let name = format!("{t}/shards.txt");
+        let mut files = HashSet::new();
+        if self.entry(&name).is_none() {
+            return files;
+        }
+        let lines = match self
+            .entry_bytes(&name)
+            .and_then(|b| text::parse_shards(&b, &name))
+        {
+            Ok(l) => l,
+            Err(e) => {
+                r.push_error(Some(&name), &e);
+                return files;
+            }
+        };
+        let mut by_path: Vec<(&str, Vec<&text::ShardLine>)> = Vec::new();
+        for l in &lines {
+            match by_path.last_mut() {
+                Some((p, v)) if *p == l.path => v.push(l),
+                _ => by_path.push((&l.path, vec![l])),
+            }
+        }
+        for (rel, ranges) in by_path {
+            if !files.insert(rel.to_string()) {
+                r.push(
+                    Some(&name),
+                    format!(
+                        "lists {rel:?} on lines that are not together (line {})",
+                        ranges[0].line
+                    ),
+                );
+                continue;
+            }
+            let full = format!("{prefix}{rel}");
+            let Some(e) = self.entry(&full) else {
+                r.push(Some(&name), format!("lists {rel:?}, which is missing"));
+                continue;
+            };
+            if e.method != METHOD_STORED {
+                r.push(
+                    Some(&full),
+                    "listed in shards.txt but not stored (deflated)",
+                );
+                continue;
+            }
+            let raw = match self.raw_data(e) {
+                Ok(b) => b,
+                Err(err) => {
+                    r.push_error(Some(&full), &err);
+                    continue;
+                }
+            };
+            let mut next = 0u64;
+            for l in &ranges {
+                let end = l.offset.checked_add(l.len);
+                if l.offset != next || end.is_none_or(|x| x > raw.len() as u64) {
+                    r.push(
+                        Some(&name),
+                        format!(
+                            "line {}: bytes {}..{} of {rel:?} do not continue its ranges at byte {next} inside its {} bytes",
+                            l.line,
+                            l.offset,
+                            l.offset.saturating_add(l.len),
+                            raw.len()
+                        ),
+                    );
+                    next = u64::MAX;
+                    break;
+                }
+                let got = hex_digest(
+                    &sha2::Sha256::digest(&raw[l.offset as usize..(l.offset + l.len) as usize])
+                        .into(),
+                );
+                WorkCounters::add(&self.work.hashed);
+                if got != l.sha256 {
+                    let by = l
+                        .writer
+                        .map_or("the committing rank".to_string(), |w| format!("rank {w}"));
+                    r.push(
+                        Some(&full),
+                        format!(
+                            "bytes {}..{} (written by {by}) have SHA-256 {got}, shards.txt line {} says {}",
+                            l.offset,
+                            l.offset + l.len,
+                            l.line,
+                            l.sha256
+                        ),
+                    );
+                }
+                next = l.offset + l.len;
+            }
+            if next != u64::MAX && next != raw.len() as u64 {
+                r.push(
+                    Some(&name),
+                    format!(
+                        "the ranges of {rel:?} end at byte {next}, the file has {}",
+                        raw.len()
+                    ),
+                );
+            }
+        }
+        files
     }
 }

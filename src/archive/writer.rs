@@ -65,8 +65,9 @@ impl Session {
 const POOL_HASH_MIN: usize = 64 << 10;
 
 /// File names a tag writer produces itself.
-const RESERVED: [&str; 9] = [
+const RESERVED: [&str; 10] = [
     "params.txt",
+    "shards.txt",
     "shared.txt",
     "updater.txt",
     "sha256sums.txt",
@@ -265,6 +266,78 @@ impl TagWriter<'_> {
         self.param_names.insert(name.to_string());
         self.params.push((name.to_string(), r));
         Ok(())
+    }
+
+    /// Lists tensor file `index` of `kind` whose entry (local header and record) was
+    /// already written into the file by positioned writes (a sharded save): `entry` goes
+    /// into the central directory as it is. Its SHA-256 is not in sha256sums.txt (the
+    /// caller lists it per shard in shards.txt).
+    pub(crate) fn place_tensor(
+        &mut self,
+        kind: TensorKind,
+        index: u64,
+        entry: super::container::ZipEntry,
+        dtype: DType,
+    ) -> Result<ParamRef> {
+        let rel = format!("{}/{index}.lodtensor", kind.dir());
+        let full = self.claim(&rel)?;
+        if full != entry.name {
+            return Err(ErrorKind::InvalidInput(format!(
+                "placed entry {:?} is not {full:?}",
+                entry.name
+            ))
+            .into());
+        }
+        let slot = match kind {
+            TensorKind::Params => 0,
+            TensorKind::Updater => 1,
+        };
+        self.next[slot] = self.next[slot].max(index + 1);
+        self.dtypes.insert(dtype);
+        self.s.out.list_placed(entry);
+        Ok(ParamRef { tag: None, index })
+    }
+
+    /// A reference to tensor file `index` of tag `tag` (an identical tensor stored
+    /// earlier), whose element type is `dtype`.
+    pub(crate) fn reuse_tensor(&mut self, tag: &str, index: u64, dtype: DType) -> ParamRef {
+        self.dtypes.insert(dtype);
+        let tag = (tag != self.name).then(|| tag.to_string());
+        ParamRef { tag, index }
+    }
+
+    /// Adds parameter `name` referring to `r` (from [`TagWriter::place_tensor`] or
+    /// [`TagWriter::reuse_tensor`]).
+    pub(crate) fn param_ref(&mut self, name: &str, r: ParamRef) -> Result<()> {
+        if name.is_empty() || !self.param_names.insert(name.to_string()) {
+            return Err(ErrorKind::InvalidInput(format!(
+                "parameter {name:?} is empty or added twice to tag {:?}",
+                self.name
+            ))
+            .into());
+        }
+        self.params.push((name.to_string(), r));
+        Ok(())
+    }
+
+    /// Adds the updater state of parameter `name` referring to `refs` (see
+    /// [`TagWriter::param_ref`]).
+    pub(crate) fn updater_refs(&mut self, name: &str, refs: Vec<ParamRef>) -> Result<()> {
+        if name.is_empty() || refs.is_empty() || !self.updater_names.insert(name.to_string()) {
+            return Err(ErrorKind::InvalidInput(format!(
+                "updater state of {name:?} is empty or added twice to tag {:?}",
+                self.name
+            ))
+            .into());
+        }
+        self.updater.push((name.to_string(), refs));
+        Ok(())
+    }
+
+    /// Writes a file of modelzip's own under the tag (shards.txt), deflated like the
+    /// tables and listed in sha256sums.txt.
+    pub(crate) fn own_file(&mut self, rel: &str, bytes: &[u8]) -> Result<()> {
+        self.put_file(rel, bytes, true)
     }
 
     /// Adds the updater state arrays of parameter `name` (one or more, in order).
@@ -600,6 +673,7 @@ impl ArchiveWriter {
         } else {
             super::journal::remove(path)?;
         }
+        super::sharded::discard_staged(path)?;
         let temp = TempTarget::create(path)?;
         let sink: Box<dyn Write> = Box::new(temp.writer(opts.fsync)?);
         Ok(ArchiveWriter {

@@ -372,6 +372,12 @@ impl RecordHead {
     }
 }
 
+/// The record header modelzip writes for a tensor of `dtype` and `dims` without LoD
+/// (what precedes its data in a tensor file).
+pub(crate) fn header_for(dtype: DType, dims: &[u64]) -> Vec<u8> {
+    header_bytes(dtype, dims, &Lod::default())
+}
+
 fn header_bytes(dtype: DType, dims: &[u64], lod: &Lod) -> Vec<u8> {
     let desc = TensorDescWire {
         data_type: Some(dtype.code()),

@@ -27,6 +27,7 @@ mod reference_amplification;
 mod remote;
 mod safetensors_interop;
 mod saved_model;
+mod sharded;
 mod shared_graph;
 mod slices;
 mod structure;

@@ -79,82 +79,20 @@ impl<W: Write> ZipOut<W> {
 
     /// Writes a local header and the entry's data (see [`EntrySpec`]).
     pub fn write_entry(&mut self, spec: EntrySpec<'_>) -> Result<ZipEntry> {
-        let EntrySpec {
-            name,
-            method,
-            crc32,
-            uncompressed_size,
-            data,
-            align_after,
-            template,
-        } = spec;
-        let compressed_size: u64 = data.iter().map(|d| d.len() as u64).sum();
-        let zip64 = compressed_size >= U32_MAX || uncompressed_size >= U32_MAX;
-        let header_offset = self.pos;
-        let mut extra = Vec::new();
-        if zip64 {
-            extra.extend_from_slice(&ZIP64_EXTRA.to_le_bytes());
-            extra.extend_from_slice(&16u16.to_le_bytes());
-            extra.extend_from_slice(&uncompressed_size.to_le_bytes());
-            extra.extend_from_slice(&compressed_size.to_le_bytes());
-        }
-        if let Some(h) = align_after {
-            let base = header_offset + 30 + name.len() as u64 + extra.len() as u64 + 6 + h;
-            let pad = (DATA_ALIGN - base % DATA_ALIGN) % DATA_ALIGN;
-            extra.extend_from_slice(&ALIGN_EXTRA.to_le_bytes());
-            extra.extend_from_slice(&(2 + pad as u16).to_le_bytes());
-            extra.extend_from_slice(&(DATA_ALIGN as u16).to_le_bytes());
-            extra.resize(extra.len() + pad as usize, 0);
-        }
-        if 30 + name.len() + extra.len() > usize::from(u16::MAX) {
-            return Err(ErrorKind::InvalidInput(format!("entry name {name:?} is too long")).into());
-        }
-        let mut h = Vec::with_capacity(30 + name.len() + extra.len());
-        h.extend_from_slice(&SIG_LOCAL.to_le_bytes());
-        h.extend_from_slice(&(if zip64 { 45u16 } else { 20u16 }).to_le_bytes());
-        h.extend_from_slice(&FLAG_UTF8.to_le_bytes());
-        h.extend_from_slice(&method.to_le_bytes());
-        let (t, d) = template.map_or((self.dos_time, self.dos_date), |e| (e.dos_time, e.dos_date));
-        h.extend_from_slice(&t.to_le_bytes());
-        h.extend_from_slice(&d.to_le_bytes());
-        h.extend_from_slice(&crc32.to_le_bytes());
-        let (c32, u32_) = if zip64 {
-            (U32_MAX as u32, U32_MAX as u32)
-        } else {
-            (compressed_size as u32, uncompressed_size as u32)
-        };
-        h.extend_from_slice(&c32.to_le_bytes());
-        h.extend_from_slice(&u32_.to_le_bytes());
-        h.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
-        h.extend_from_slice(name.as_bytes());
-        h.extend_from_slice(&extra);
+        let (h, entry) = local_header(&spec, self.pos, (self.dos_time, self.dos_date))?;
         self.put(&h)?;
-        let data_offset = self.pos;
-        for part in data {
+        for part in spec.data {
             self.put(part)?;
         }
-        let entry = ZipEntry {
-            name: name.to_string(),
-            method,
-            flags: FLAG_UTF8,
-            crc32,
-            compressed_size,
-            uncompressed_size,
-            header_offset,
-            data_offset,
-            descriptor_len: 0,
-            dos_time: t,
-            dos_date: d,
-            version_made_by: template.map_or(0x031e, |e| e.version_made_by),
-            external_attrs: template.map_or(0o100644 << 16, |e| e.external_attrs),
-            internal_attrs: template.map_or(0, |e| e.internal_attrs),
-            cd_extra: template.map_or_else(Box::default, |e| e.cd_extra.clone()),
-            comment: template.map_or_else(Box::default, |e| e.comment.clone()),
-            read_head: None,
-        };
         self.entries.push(entry.clone());
         Ok(entry)
+    }
+
+    /// Lists an entry whose local header and data are already in the file (written
+    /// there by positioned writes, before this writer's start): it goes into the central
+    /// directory as it is.
+    pub fn list_placed(&mut self, entry: ZipEntry) {
+        self.entries.push(entry);
     }
 
     /// Writes an entry from uncompressed bytes: deflated when `deflate` and that makes it
@@ -234,6 +172,91 @@ impl<W: Write> ZipOut<W> {
         self.w.flush()?;
         Ok((self.w, self.pos))
     }
+}
+
+/// The local header of `spec`'s entry at `header_offset` (its data follows it), and the
+/// entry as the central directory lists it. The header's length depends on the name, the
+/// sizes and the alignment only, not on the CRC: a writer may compute where data goes
+/// before it knows the CRC, and write the header afterwards.
+pub fn local_header(
+    spec: &EntrySpec<'_>,
+    header_offset: u64,
+    (dos_time, dos_date): (u16, u16),
+) -> Result<(Vec<u8>, ZipEntry)> {
+    let EntrySpec {
+        name,
+        method,
+        crc32,
+        uncompressed_size,
+        data,
+        align_after,
+        template,
+    } = *spec;
+    let compressed_size: u64 = data.iter().map(|d| d.len() as u64).sum();
+    let compressed_size = if data.is_empty() && method == METHOD_STORED {
+        uncompressed_size
+    } else {
+        compressed_size
+    };
+    let zip64 = compressed_size >= U32_MAX || uncompressed_size >= U32_MAX;
+    let mut extra = Vec::new();
+    if zip64 {
+        extra.extend_from_slice(&ZIP64_EXTRA.to_le_bytes());
+        extra.extend_from_slice(&16u16.to_le_bytes());
+        extra.extend_from_slice(&uncompressed_size.to_le_bytes());
+        extra.extend_from_slice(&compressed_size.to_le_bytes());
+    }
+    if let Some(h) = align_after {
+        let base = header_offset + 30 + name.len() as u64 + extra.len() as u64 + 6 + h;
+        let pad = (DATA_ALIGN - base % DATA_ALIGN) % DATA_ALIGN;
+        extra.extend_from_slice(&ALIGN_EXTRA.to_le_bytes());
+        extra.extend_from_slice(&(2 + pad as u16).to_le_bytes());
+        extra.extend_from_slice(&(DATA_ALIGN as u16).to_le_bytes());
+        extra.resize(extra.len() + pad as usize, 0);
+    }
+    if 30 + name.len() + extra.len() > usize::from(u16::MAX) {
+        return Err(ErrorKind::InvalidInput(format!("entry name {name:?} is too long")).into());
+    }
+    let mut h = Vec::with_capacity(30 + name.len() + extra.len());
+    h.extend_from_slice(&SIG_LOCAL.to_le_bytes());
+    h.extend_from_slice(&(if zip64 { 45u16 } else { 20u16 }).to_le_bytes());
+    h.extend_from_slice(&FLAG_UTF8.to_le_bytes());
+    h.extend_from_slice(&method.to_le_bytes());
+    let (t, d) = template.map_or((dos_time, dos_date), |e| (e.dos_time, e.dos_date));
+    h.extend_from_slice(&t.to_le_bytes());
+    h.extend_from_slice(&d.to_le_bytes());
+    h.extend_from_slice(&crc32.to_le_bytes());
+    let (c32, u32_) = if zip64 {
+        (U32_MAX as u32, U32_MAX as u32)
+    } else {
+        (compressed_size as u32, uncompressed_size as u32)
+    };
+    h.extend_from_slice(&c32.to_le_bytes());
+    h.extend_from_slice(&u32_.to_le_bytes());
+    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+    h.extend_from_slice(name.as_bytes());
+    h.extend_from_slice(&extra);
+    let entry = ZipEntry {
+        name: name.to_string(),
+        method,
+        flags: FLAG_UTF8,
+        crc32,
+        compressed_size,
+        uncompressed_size,
+        header_offset,
+        data_offset: header_offset + h.len() as u64,
+        descriptor_len: 0,
+        dos_time: t,
+        dos_date: d,
+        version_made_by: template.map_or(0x031e, |e| e.version_made_by),
+        external_attrs: template.map_or(0o100644 << 16, |e| e.external_attrs),
+        internal_attrs: template.map_or(0, |e| e.internal_attrs),
+        cd_extra: template.map_or_else(Box::default, |e| e.cd_extra.clone()),
+        comment: template.map_or_else(Box::default, |e| e.comment.clone()),
+        read_head: None,
+    };
+    Ok((h, entry))
 }
 
 fn write_central(buf: &mut Vec<u8>, e: &ZipEntry) {

@@ -1,0 +1,630 @@
+//! Staging, committing and rolling back a sharded save (the protocol of docs/SHARDED.md).
+//!
+//! Staged state: `[old archive, untouched][pad to 4 KiB][extension: the planned entries,
+//! written by the ranks][tags.txt, summary, central directory listing the old entries]`.
+//! The archive reads as before throughout; its undo record (the journal format, under
+//! another name so that readers do not replay it) restores the old bytes exactly. The
+//! commit renames the undo record to the archive's journal, so that a crash during the
+//! commit rolls back the whole save, writes the local headers and record headers, then
+//! the tag's tables and a new central directory over the staged one.
+
+use super::super::append::{finish_in_place, finish_session};
+use super::super::archive_path::ArchivePath;
+use super::super::container::write::{EntrySpec, local_header};
+use super::super::hashing::hex_digest;
+use super::super::journal;
+use super::super::lock::WriteLock;
+use super::super::reader::{Archive, OpenOptions};
+use super::super::session::Session;
+use super::super::summary::written_by_commit;
+use super::super::text::{ShardLine, parse_shards, render_shards};
+use super::group::{self, Group, Marker};
+use super::plan::{Plan, Planned};
+use super::{Extras, ShardedOptions, invalid, past};
+use crate::error::{Error, ErrorKind, Result};
+use sha2::Digest;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The extension starts at a multiple of this (a page: ranks' writes start page-aligned
+/// where the rows allow).
+const EXT_ALIGN: u64 = 4096;
+
+/// Rank 0: takes the write lock (held for the group), rolls back what a dead group or
+/// append left, creates the archive if there is none, and stages the extension.
+pub(super) fn stage(
+    ap: &ArchivePath,
+    plan: &Plan,
+    opts: &ShardedOptions,
+) -> Result<(WriteLock, Group)> {
+    let real = ap.real.as_path();
+    if !real.exists() {
+        let w = super::super::writer::ArchiveWriter::create_with(real, &opts.write)?;
+        w.finish()?;
+    }
+    let lock = WriteLock::acquire_resolved(real, opts.write.wait_for_lock)?;
+    super::super::durable::remove_stale_temps(real);
+    journal::recover(real)?;
+    recover_staged(real, opts.timeout)?;
+    let base = Archive::open_unrecovered(real, &ap.shown, OpenOptions::default())?;
+    if let Some(t) = base.canonical_tag(&plan.tag) {
+        return Err(ErrorKind::TagExists(t.to_string()).into());
+    }
+    let lease = group::lease(real, true, opts.timeout)?;
+    group::remove_group_files(real, &plan.tag)?;
+    let original_len = base.len_bytes();
+    let cd_offset = base.directory().cd_offset;
+    let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
+    let undo = group::undo_path(real);
+    journal::write_as(real, &undo, original_len, cd_offset, saved)?;
+    let ext_start = original_len.div_ceil(EXT_ALIGN) * EXT_ALIGN;
+    let group = Group {
+        tag: plan.tag.clone(),
+        plan: plan.digest.clone(),
+        world_size: plan.world_size,
+        nonce: group::new_nonce(),
+        ext_start,
+        ext_len: plan.ext_len,
+    };
+    let staged = (|| -> Result<()> {
+        let tail = ext_start + plan.ext_len;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(real)?;
+        file.set_len(tail)?;
+        let mut w = file.try_clone()?;
+        w.seek(SeekFrom::Start(tail))?;
+        let sink = BufWriter::with_capacity(1 << 20, w);
+        let session = Session::in_place_at(Box::new(sink), tail, &base, opts.write.clone(), |e| {
+            !written_by_commit(&e.name)
+        });
+        let end = finish_session(session, Some(base))?;
+        file.set_len(end)?;
+        if opts.write.fsync {
+            file.sync_all()?;
+        }
+        group::write_group(real, &group)
+    })();
+    if let Err(e) = staged {
+        let _ = group::remove_group_files(real, &plan.tag);
+        let _ = journal::recover_from(real, &undo);
+        return Err(e.in_file(real));
+    }
+    drop(lease);
+    Ok((lock, group))
+}
+
+/// A rank other than 0: waits for rank 0 to stage the save, and checks that it staged
+/// the same plan.
+pub(super) fn wait_for_group(
+    ap: &ArchivePath,
+    plan: &Plan,
+    opts: &ShardedOptions,
+) -> Result<Group> {
+    let deadline = Instant::now() + opts.timeout;
+    loop {
+        if let Some(g) = group::read_group(&ap.real, &plan.tag)? {
+            if g.plan != plan.digest || g.world_size != plan.world_size {
+                return Err(invalid(format!(
+                    "rank {}: the save plan differs from rank 0's ({} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions",
+                    opts.rank,
+                    g.world_size,
+                    &g.plan[..12.min(g.plan.len())],
+                    plan.world_size,
+                    &plan.digest[..12]
+                )));
+            }
+            return Ok(g);
+        }
+        if past(deadline) {
+            return Err(invalid(format!(
+                "rank {}: rank 0 did not start the sharded save of tag {:?} within {:.0} s (it failed, or was not run; see its error)",
+                opts.rank,
+                plan.tag,
+                opts.timeout.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(group::POLL);
+    }
+}
+
+/// Writes `data` at `at` and returns its CRC-32 and SHA-256 (hex), hashing on another
+/// thread while the bytes are written.
+pub(super) fn write_hashed(file: &File, at: u64, data: &[u8]) -> std::io::Result<(u32, String)> {
+    let digest = |d: &[u8]| {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(d);
+        (crc.finalize(), hex_digest(&sha2::Sha256::digest(d).into()))
+    };
+    if data.len() < (1 << 20) {
+        write_at(file, at, data)?;
+        return Ok(digest(data));
+    }
+    std::thread::scope(|s| {
+        let h = s.spawn(|| digest(data));
+        let w = write_at(file, at, data);
+        let d = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        w.map(|()| d)
+    })
+}
+
+#[cfg(unix)]
+fn write_at(file: &File, at: u64, data: &[u8]) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, data, at)
+}
+
+#[cfg(windows)]
+fn write_at(file: &File, mut at: u64, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let n = std::os::windows::fs::FileExt::seek_write(file, data, at)?;
+        data = &data[n..];
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Rank 0: waits for every marker, checks them, and commits; on a timeout or a bad
+/// marker, rolls the archive back to what it was and says why. Returns how many tensors
+/// were stored by reference.
+pub(super) fn commit(
+    ap: &ArchivePath,
+    plan: &Plan,
+    g: &Group,
+    opts: &ShardedOptions,
+    extras: Extras,
+    lock: WriteLock,
+) -> Result<usize> {
+    let real = ap.real.as_path();
+    let result = (|| -> Result<usize> {
+        let markers = wait_for_markers(real, plan, g, opts)?;
+        let tensors = check_coverage(plan, &markers)?;
+        let lease = group::lease(real, true, opts.timeout)?;
+        let n = write_tag(ap, plan, g, opts, extras, &tensors)?;
+        let _ = group::remove_group_files(real, &plan.tag);
+        drop(lease);
+        Ok(n)
+    })();
+    if result.is_err() {
+        // The group file still there: nothing of the commit reached the archive, or the
+        // commit's journal rolled it back already. Either way, undo the staging.
+        let _ = abort(real, &plan.tag, opts.timeout);
+    }
+    drop(lock);
+    result
+}
+
+/// Reads every rank's finished marker of this attempt, waiting at most the timeout.
+fn wait_for_markers(
+    real: &Path,
+    plan: &Plan,
+    g: &Group,
+    opts: &ShardedOptions,
+) -> Result<Vec<Marker>> {
+    let deadline = Instant::now() + opts.timeout;
+    let mut got: Vec<Option<Marker>> = vec![None; plan.world_size as usize];
+    loop {
+        for (r, slot) in got.iter_mut().enumerate() {
+            if slot.is_none()
+                && let Some(m) = group::read_marker(real, &plan.tag, r as u32)?
+                && m.nonce == g.nonce
+            {
+                if m.plan != plan.digest {
+                    return Err(invalid(format!(
+                        "rank {r} wrote with another save plan ({}) than rank 0 ({}): the ranks were given different tensor descriptions; nothing was committed",
+                        &m.plan[..12.min(m.plan.len())],
+                        &plan.digest[..12]
+                    )));
+                }
+                *slot = Some(m);
+            }
+        }
+        let missing: Vec<String> = got
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.is_none())
+            .map(|(r, _)| r.to_string())
+            .collect();
+        if missing.is_empty() {
+            return Ok(got.into_iter().flatten().collect());
+        }
+        if past(deadline) {
+            return Err(invalid(format!(
+                "the sharded save of tag {:?} timed out after {:.0} s waiting for rank{} {} of {}; nothing was committed and the archive is as it was",
+                plan.tag,
+                opts.timeout.as_secs_f64(),
+                if missing.len() > 1 { "s" } else { "" },
+                missing.join(", "),
+                plan.world_size
+            )));
+        }
+        std::thread::sleep(group::POLL);
+    }
+}
+
+/// Each tensor's shard lines (record header first, then the rows in order) and its
+/// CRC-32, after checking that the ranks' rows tile every tensor exactly.
+fn check_coverage(plan: &Plan, markers: &[Marker]) -> Result<Vec<(Vec<ShardLine>, u32)>> {
+    let mut per: Vec<Vec<(&group::ShardDone, u32)>> = vec![Vec::new(); plan.tensors.len()];
+    for m in markers {
+        for s in &m.shards {
+            let Some(t) = per.get_mut(s.tensor) else {
+                return Err(invalid(format!(
+                    "rank {} reports a shard of tensor {}, which the plan does not have",
+                    m.rank, s.tensor
+                )));
+            };
+            t.push((s, m.rank));
+        }
+    }
+    let mut out = Vec::with_capacity(plan.tensors.len());
+    for (p, shards) in plan.tensors.iter().zip(per.iter_mut()) {
+        shards.sort_by_key(|(s, _)| s.first_row);
+        let label = p.spec.label();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&p.record_header);
+        let mut lines = vec![ShardLine {
+            path: rel_of(p),
+            offset: 0,
+            len: p.record_header.len() as u64,
+            sha256: hex_digest(&sha2::Sha256::digest(&p.record_header).into()),
+            writer: None,
+            line: 0,
+        }];
+        let mut next = 0u64;
+        let mut prev_rank = None;
+        for (s, rank) in shards.iter() {
+            if s.first_row < next {
+                return Err(invalid(format!(
+                    "ranks {} and {rank} both wrote row {} of {label}: the shards overlap; nothing was committed",
+                    prev_rank.unwrap_or(*rank),
+                    s.first_row
+                )));
+            }
+            if s.first_row > next {
+                return Err(invalid(format!(
+                    "no rank wrote rows {next}..{} of {label}: the shards leave a gap; nothing was committed",
+                    s.first_row
+                )));
+            }
+            let len = s.rows * p.row_bytes;
+            if s.rows > 0 {
+                crc.combine(&crc32fast::Hasher::new_with_initial_len(s.crc32, len));
+                lines.push(ShardLine {
+                    path: rel_of(p),
+                    offset: p.row_offset(s.first_row),
+                    len,
+                    sha256: s.sha256.clone(),
+                    writer: Some(*rank),
+                    line: 0,
+                });
+            }
+            next = s.first_row + s.rows;
+            prev_rank = Some(*rank);
+        }
+        if next != p.spec.rows() {
+            return Err(invalid(format!(
+                "no rank wrote rows {next}..{} of {label}: the shards leave a gap; nothing was committed",
+                p.spec.rows()
+            )));
+        }
+        out.push((lines, crc.finalize()));
+    }
+    Ok(out)
+}
+
+fn rel_of(p: &Planned) -> String {
+    format!("{}/{}.lodtensor", p.kind.dir(), p.index)
+}
+
+/// Writes the committed tag: headers into the extension, then (journaled by the undo
+/// record, renamed) the tag's tables and the new central directory. Returns how many
+/// tensors were stored by reference.
+fn write_tag(
+    ap: &ArchivePath,
+    plan: &Plan,
+    g: &Group,
+    opts: &ShardedOptions,
+    extras: Extras,
+    tensors: &[(Vec<ShardLine>, u32)],
+) -> Result<usize> {
+    let real = ap.real.as_path();
+    let base = Archive::open_unrecovered(real, &ap.shown, OpenOptions::default())?;
+    let reused = find_duplicates(&base, plan, tensors)?;
+    // From here the archive changes: first the group ends (no rank may join or write),
+    // then the undo record becomes the journal of the commit.
+    std::fs::remove_file(group::group_path(real, &plan.tag))
+        .map_err(|e| Error::from(e).in_file(real))?;
+    super::super::durable::fsync_dir(real)?;
+    let undo = group::undo_path(real);
+    std::fs::rename(&undo, journal::journal_path(real))
+        .map_err(|e| Error::from(e).in_file(&undo))?;
+    super::super::durable::fsync_dir(real)?;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(real)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            drop(base);
+            let _ = journal::recover(real);
+            return Err(Error::from(e).in_file(real));
+        }
+    };
+    let written = (|| -> Result<Session> {
+        let (dos_date, dos_time) = super::super::time::dos_now();
+        let mut placed = Vec::with_capacity(plan.tensors.len());
+        for (i, (p, (_, crc))) in plan.tensors.iter().zip(tensors).enumerate() {
+            if reused[i].is_some() {
+                punch_hole(
+                    &file,
+                    g.ext_start + p.header_offset,
+                    p.end() - p.header_offset,
+                );
+                placed.push(None);
+                continue;
+            }
+            let spec = EntrySpec {
+                uncompressed_size: p.record_len,
+                align_after: Some(p.record_header.len() as u64),
+                ..EntrySpec::stored(&p.entry_name, *crc, &[])
+            };
+            let (h, entry) =
+                local_header(&spec, g.ext_start + p.header_offset, (dos_time, dos_date))?;
+            write_at(&file, g.ext_start + p.header_offset, &h)?;
+            write_at(&file, g.ext_start + p.record_offset, &p.record_header)?;
+            placed.push(Some(entry));
+        }
+        if opts.write.fsync {
+            file.sync_data()?;
+        }
+        let mut w = file.try_clone()?;
+        let cd_offset = base.directory().cd_offset;
+        w.seek(SeekFrom::Start(cd_offset))?;
+        let sink = BufWriter::with_capacity(1 << 20, w);
+        let mut s = Session::in_place(Box::new(sink), &base, opts.write.clone(), |e| {
+            !written_by_commit(&e.name)
+        });
+        s.adopt_base(base);
+        let mut t = s.begin_tag(&plan.tag)?;
+        let mut refs = Vec::with_capacity(plan.tensors.len());
+        for ((p, entry), reuse) in plan.tensors.iter().zip(placed).zip(&reused) {
+            let r = match (entry, reuse) {
+                (_, Some((tag, index))) => t.reuse_tensor(tag, *index, p.spec.dtype),
+                (Some(e), None) => t.place_tensor(p.kind, p.index, e, p.spec.dtype)?,
+                (None, None) => unreachable!("a tensor is placed or reused"),
+            };
+            refs.push(r);
+        }
+        let mut updater: Vec<(String, Vec<super::super::text::ParamRef>)> = Vec::new();
+        for (p, r) in plan.tensors.iter().zip(refs) {
+            match p.spec.updater_slot {
+                None => t.param_ref(&p.spec.name, r)?,
+                Some(_) => match updater.last_mut() {
+                    Some((n, v)) if *n == p.spec.name => v.push(r),
+                    _ => updater.push((p.spec.name.clone(), vec![r])),
+                },
+            }
+        }
+        for (n, v) in updater {
+            t.updater_refs(&n, v)?;
+        }
+        if let Some((enc, bytes)) = &extras.graph {
+            t.graph(*enc, bytes)?;
+        }
+        if let Some(c) = &extras.training_config {
+            t.training_config(c)?;
+        }
+        t.metadata(&metadata_with_group(extras.metadata.as_deref(), plan, g)?)?;
+        let lines: Vec<ShardLine> = tensors
+            .iter()
+            .zip(&reused)
+            .filter(|(_, r)| r.is_none())
+            .flat_map(|((l, _), _)| l.iter().cloned())
+            .collect();
+        if !lines.is_empty() {
+            t.own_file("shards.txt", render_shards(&lines).as_bytes())?;
+        }
+        t.finish()?;
+        Ok(s)
+    })();
+    let session = match written {
+        Ok(s) => s,
+        Err(e) => {
+            super::super::append::abandon_in_place(real, file);
+            return Err(e.in_file(real));
+        }
+    };
+    finish_in_place(real, session, file, None)?;
+    Ok(reused.iter().filter(|r| r.is_some()).count())
+}
+
+/// metadata.json of the committed tag: rank 0's (or `{}`) with `"sharded"`.
+fn metadata_with_group(given: Option<&[u8]>, plan: &Plan, g: &Group) -> Result<Vec<u8>> {
+    let mut v: serde_json::Value = match given {
+        Some(b) => {
+            serde_json::from_slice(b).map_err(|e| invalid(format!("metadata is not JSON: {e}")))?
+        }
+        None => serde_json::json!({}),
+    };
+    let Some(obj) = v.as_object_mut() else {
+        return Err(invalid("metadata must be a JSON object".to_string()));
+    };
+    obj.insert(
+        "sharded".to_string(),
+        serde_json::json!({"world_size": plan.world_size, "plan": plan.digest, "group": g.nonce}),
+    );
+    serde_json::to_vec(&v).map_err(|e| invalid(e.to_string()))
+}
+
+/// For each planned tensor, the earlier sharded tensor with the same bytes, if any:
+/// same kind, length and CRC-32 in the directory, and the same shard ranges and SHA-256
+/// digests in its tag's shards.txt (no tensor bytes are read).
+fn find_duplicates(
+    base: &Archive,
+    plan: &Plan,
+    tensors: &[(Vec<ShardLine>, u32)],
+) -> Result<Vec<Option<(String, u64)>>> {
+    let mut want: HashMap<(&str, u64, u32), Vec<usize>> = HashMap::new();
+    for (i, (p, (_, crc))) in plan.tensors.iter().zip(tensors).enumerate() {
+        want.entry((p.kind.dir(), p.record_len, *crc))
+            .or_default()
+            .push(i);
+    }
+    let mut out = vec![None; plan.tensors.len()];
+    let mut manifests: HashMap<String, Option<HashMap<String, Vec<ShardLine>>>> = HashMap::new();
+    for e in &base.directory().entries {
+        let Some((top, rel)) = e.name.split_once('/') else {
+            continue;
+        };
+        let Some(tag) = base.canonical_tag(top).filter(|t| *t == top) else {
+            continue;
+        };
+        let Some((dir, file)) = rel.split_once('/') else {
+            continue;
+        };
+        let Some(index) = file
+            .strip_suffix(".lodtensor")
+            .and_then(|n| super::super::text::parse_index(n).ok())
+        else {
+            continue;
+        };
+        let Some(cands) = want.get(&(dir, e.uncompressed_size, e.crc32)) else {
+            continue;
+        };
+        if !manifests.contains_key(tag) {
+            let name = format!("{tag}/shards.txt");
+            let m = match base.entry(&name) {
+                None => None,
+                Some(_) => {
+                    let bytes = base.entry_bytes(&name)?;
+                    let mut by: HashMap<String, Vec<ShardLine>> = HashMap::new();
+                    for l in parse_shards(&bytes, &name)? {
+                        by.entry(l.path.clone()).or_default().push(l);
+                    }
+                    Some(by)
+                }
+            };
+            manifests.insert(tag.to_string(), m);
+        }
+        let Some(Some(m)) = manifests.get(tag) else {
+            continue;
+        };
+        let Some(theirs) = m.get(rel) else {
+            continue;
+        };
+        for &i in cands {
+            let ours = &tensors[i].0;
+            let same = ours.len() == theirs.len()
+                && ours
+                    .iter()
+                    .zip(theirs)
+                    .all(|(a, b)| a.offset == b.offset && a.len == b.len && a.sha256 == b.sha256);
+            if same && out[i].is_none() {
+                out[i] = Some((tag.to_string(), index));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Frees the disk blocks of a staged entry that is stored by reference instead (best
+/// effort: where the filesystem cannot, the bytes stay as dead bytes until `compact`).
+fn punch_hole(file: &File, at: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{FallocateFlags, fallocate};
+        let _ = fallocate(
+            file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            at,
+            len,
+        );
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, at, len);
+}
+
+/// A rank other than 0, after its marker: waits for the group to end and checks that
+/// the tag was committed by this attempt.
+pub(super) fn wait_for_commit(
+    ap: &ArchivePath,
+    plan: &Plan,
+    g: &Group,
+    opts: &ShardedOptions,
+) -> Result<()> {
+    let deadline = Instant::now() + opts.timeout;
+    while group::read_group(&ap.real, &plan.tag)?.as_ref() == Some(g) {
+        if past(deadline) {
+            return Err(invalid(format!(
+                "rank {}: the sharded save of tag {:?} was not committed within {:.0} s (rank 0 is late, failed or died; see its error)",
+                opts.rank,
+                plan.tag,
+                opts.timeout.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(group::POLL);
+    }
+    let a = Archive::open(&ap.real)?;
+    let committed = match a.canonical_tag(&plan.tag) {
+        None => false,
+        Some(t) => a
+            .metadata_of(t)?
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| {
+                v.pointer("/sharded/group")
+                    .and_then(|n| n.as_str())
+                    .map(str::to_string)
+            })
+            .is_some_and(|n| n == g.nonce),
+    };
+    if !committed {
+        return Err(invalid(format!(
+            "rank {}: the sharded save of tag {:?} was not committed (rank 0 rolled it back; see its error)",
+            opts.rank, plan.tag
+        )));
+    }
+    Ok(())
+}
+
+/// Rolls back the staged save of `tag` (the caller holds the write lock): ends the
+/// group, then replays the undo record.
+pub(super) fn abort(real: &Path, tag: &str, timeout: Duration) -> Result<()> {
+    let _lease = group::lease(real, true, timeout)?;
+    group::remove_group_files(real, tag)?;
+    journal::recover_from(real, &group::undo_path(real))?;
+    Ok(())
+}
+
+/// Rolls back a staged save whose group died (rank 0 killed before its commit), if its
+/// undo record is there; every writer calls this under the write lock before it reads
+/// the archive. Waits (at most `timeout`) for ranks still writing into it.
+pub(crate) fn recover_staged(real: &Path, timeout: Duration) -> Result<()> {
+    let undo = group::undo_path(real);
+    if !undo.exists() {
+        return Ok(());
+    }
+    let _lease = group::lease(real, true, timeout)?;
+    for t in group::staged_tags(real) {
+        group::remove_group_files(real, &t)?;
+    }
+    journal::recover_from(real, &undo)?;
+    Ok(())
+}
+
+/// Forgets a staged save of the archive at `real`, which is being replaced by a new
+/// file (its undo record belongs to the old one).
+pub(crate) fn discard_staged(real: &Path) -> Result<()> {
+    let undo = group::undo_path(real);
+    if !undo.exists() {
+        return Ok(());
+    }
+    for t in group::staged_tags(real) {
+        group::remove_group_files(real, &t)?;
+    }
+    journal::remove_file(&undo)
+}

@@ -1,0 +1,367 @@
+//! The files beside the archive through which the ranks of a sharded save talk (no other
+//! channel: any launcher works): the group file the committing rank writes when the
+//! extension is staged, one marker per rank, the undo record and the lease.
+//!
+//! - `<archive>.sharded-<tag>`: the group (JSON): plan digest, world size, a random
+//!   nonce naming this attempt, where the extension starts. It exists exactly while the
+//!   archive is in the staged state of this attempt (deleted, under the exclusive lease,
+//!   before the commit or the rollback touches the archive).
+//! - `<archive>.sharded-<tag>.rank-<r>`: rank r's marker (JSON): created (exclusively)
+//!   when it starts writing, replaced by the finished one (its shards' offsets, lengths,
+//!   CRC-32 and SHA-256) once its bytes are durable.
+//! - `<archive>.sharded-undo`: the rollback journal of the staging (the journal's format,
+//!   journal.rs): replayed by the next writer if the group never commits.
+//! - `<archive>.sharded-lease`: an advisory lock, shared by each rank while it checks the
+//!   group and writes, exclusive while the extension is staged, committed or rolled back.
+//!   So no rank writes into the archive after its group is gone.
+
+use super::super::archive_path::{regular_file, sidecar};
+use super::super::durable::fsync_dir;
+use crate::error::{Error, ErrorKind, Result};
+use serde_json::{Value, json};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Largest group file or marker read (a marker lists one line per shard).
+const MAX_SIDECAR: u64 = 64 << 20;
+
+/// How often a waiting rank looks again.
+pub(crate) const POLL: Duration = Duration::from_millis(20);
+
+pub(crate) fn group_path(archive: &Path, tag: &str) -> PathBuf {
+    sidecar(archive, &format!(".sharded-{}", tag.to_ascii_lowercase()))
+}
+
+pub(crate) fn marker_path(archive: &Path, tag: &str, rank: u32) -> PathBuf {
+    sidecar(
+        archive,
+        &format!(".sharded-{}.rank-{rank}", tag.to_ascii_lowercase()),
+    )
+}
+
+pub(crate) fn undo_path(archive: &Path) -> PathBuf {
+    sidecar(archive, ".sharded-undo")
+}
+
+fn lease_path(archive: &Path) -> PathBuf {
+    sidecar(archive, ".sharded-lease")
+}
+
+/// The staged attempt, as the group file records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub tag: String,
+    pub plan: String,
+    pub world_size: u32,
+    pub nonce: String,
+    /// Absolute offset of the extension's first byte.
+    pub ext_start: u64,
+    pub ext_len: u64,
+}
+
+impl Group {
+    fn to_json(&self) -> Value {
+        json!({
+            "format": "modelzip-sharded-group 1",
+            "tag": self.tag,
+            "plan": self.plan,
+            "world_size": self.world_size,
+            "nonce": self.nonce,
+            "ext_start": self.ext_start,
+            "ext_len": self.ext_len,
+        })
+    }
+
+    fn from_json(v: &Value, at: &Path) -> Result<Group> {
+        let bad = || corrupt(at, "not a modelzip group file");
+        if v.get("format").and_then(Value::as_str) != Some("modelzip-sharded-group 1") {
+            return Err(bad());
+        }
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let n = |k: &str| v.get(k).and_then(Value::as_u64);
+        Ok(Group {
+            tag: s("tag").ok_or_else(bad)?,
+            plan: s("plan").ok_or_else(bad)?,
+            world_size: n("world_size")
+                .and_then(|w| u32::try_from(w).ok())
+                .ok_or_else(bad)?,
+            nonce: s("nonce").ok_or_else(bad)?,
+            ext_start: n("ext_start").ok_or_else(bad)?,
+            ext_len: n("ext_len").ok_or_else(bad)?,
+        })
+    }
+}
+
+/// One shard as a rank's marker reports it: rows of a planned tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShardDone {
+    /// Position of the tensor in the plan.
+    pub tensor: usize,
+    pub first_row: u64,
+    pub rows: u64,
+    pub crc32: u32,
+    pub sha256: String,
+}
+
+/// A rank's finished marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Marker {
+    pub rank: u32,
+    pub plan: String,
+    pub nonce: String,
+    pub shards: Vec<ShardDone>,
+}
+
+impl Marker {
+    fn to_json(&self) -> Value {
+        let shards: Vec<Value> = self
+            .shards
+            .iter()
+            .map(|s| json!([s.tensor, s.first_row, s.rows, s.crc32, s.sha256]))
+            .collect();
+        json!({
+            "format": "modelzip-sharded-rank 1",
+            "state": "written",
+            "rank": self.rank,
+            "plan": self.plan,
+            "nonce": self.nonce,
+            "shards": shards,
+        })
+    }
+
+    /// The marker in `v`; `None` while it is only a claim (the rank is still writing).
+    fn from_json(v: &Value, at: &Path) -> Result<Option<Marker>> {
+        let bad = || corrupt(at, "not a modelzip rank marker");
+        if v.get("format").and_then(Value::as_str) != Some("modelzip-sharded-rank 1") {
+            return Err(bad());
+        }
+        if v.get("state").and_then(Value::as_str) != Some("written") {
+            return Ok(None);
+        }
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let mut shards = Vec::new();
+        for row in v.get("shards").and_then(Value::as_array).ok_or_else(bad)? {
+            let f = row.as_array().filter(|f| f.len() == 5).ok_or_else(bad)?;
+            let n = |i: usize| f[i].as_u64().ok_or_else(bad);
+            shards.push(ShardDone {
+                tensor: usize::try_from(n(0)?).map_err(|_| bad())?,
+                first_row: n(1)?,
+                rows: n(2)?,
+                crc32: u32::try_from(n(3)?).map_err(|_| bad())?,
+                sha256: f[4].as_str().ok_or_else(bad)?.to_string(),
+            });
+        }
+        Ok(Some(Marker {
+            rank: v
+                .get("rank")
+                .and_then(Value::as_u64)
+                .and_then(|r| u32::try_from(r).ok())
+                .ok_or_else(bad)?,
+            plan: s("plan").ok_or_else(bad)?,
+            nonce: s("nonce").ok_or_else(bad)?,
+            shards,
+        }))
+    }
+}
+
+fn corrupt(at: &Path, why: &str) -> Error {
+    Error::new(ErrorKind::InvalidInput(format!(
+        "{why} (delete it if no sharded save is running)"
+    )))
+    .in_file(at)
+}
+
+/// Reads the JSON sidecar at `p`; `None` when it does not exist.
+fn read_json(p: &Path) -> Result<Option<Value>> {
+    let mut f = match File::open(p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::from(e).in_file(p)),
+    };
+    regular_file(p, "sharded save file")?;
+    let len = f.metadata().map_err(|e| Error::from(e).in_file(p))?.len();
+    if len > MAX_SIDECAR {
+        return Err(Error::new(ErrorKind::LimitExceeded {
+            what: "sharded save file",
+            size: len,
+            limit: MAX_SIDECAR,
+        })
+        .in_file(p));
+    }
+    let mut b = Vec::with_capacity(len as usize);
+    f.read_to_end(&mut b)
+        .map_err(|e| Error::from(e).in_file(p))?;
+    serde_json::from_slice(&b)
+        .map(Some)
+        .map_err(|e| corrupt(p, &format!("not JSON ({e})")))
+}
+
+/// Writes `v` to `p` atomically and durably (a temp file renamed over it).
+fn write_json(p: &Path, v: &Value) -> Result<()> {
+    let dir = super::super::durable::parent_dir(p);
+    let mut t = tempfile::Builder::new()
+        .prefix(".modelzip-sharded")
+        .tempfile_in(&dir)
+        .map_err(|e| Error::from(e).in_file(&dir))?;
+    let bytes = serde_json::to_vec(v).map_err(|e| ErrorKind::InvalidInput(e.to_string()))?;
+    t.write_all(&bytes)
+        .and_then(|()| t.as_file().sync_all())
+        .map_err(|e| Error::from(e).in_file(p))?;
+    t.persist(p).map_err(|e| Error::from(e.error).in_file(p))?;
+    fsync_dir(p)
+}
+
+pub(crate) fn write_group(archive: &Path, g: &Group) -> Result<()> {
+    write_json(&group_path(archive, &g.tag), &g.to_json())
+}
+
+pub(crate) fn read_group(archive: &Path, tag: &str) -> Result<Option<Group>> {
+    let p = group_path(archive, tag);
+    read_json(&p)?.map(|v| Group::from_json(&v, &p)).transpose()
+}
+
+/// Claims rank `rank`'s marker for attempt `nonce` (fails if the rank is already
+/// claimed: two processes given one rank, or two groups saving one tag at once).
+pub(crate) fn claim(archive: &Path, tag: &str, rank: u32, nonce: &str) -> Result<()> {
+    let p = marker_path(archive, tag, rank);
+    let mut f = match OpenOptions::new().write(true).create_new(true).open(&p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::new(ErrorKind::InvalidInput(format!(
+                "rank {rank} of the sharded save of tag {tag:?} is already being written by another process (two processes given rank {rank}, or two groups saving {tag:?} at once)"
+            )))
+            .in_file(&p));
+        }
+        Err(e) => return Err(Error::from(e).in_file(&p)),
+    };
+    let v = json!({"format": "modelzip-sharded-rank 1", "state": "claimed", "rank": rank, "nonce": nonce});
+    f.write_all(v.to_string().as_bytes())
+        .map_err(|e| Error::from(e).in_file(&p))
+}
+
+pub(crate) fn write_marker(archive: &Path, tag: &str, m: &Marker) -> Result<()> {
+    write_json(&marker_path(archive, tag, m.rank), &m.to_json())
+}
+
+/// Rank `rank`'s finished marker, if it is there.
+pub(crate) fn read_marker(archive: &Path, tag: &str, rank: u32) -> Result<Option<Marker>> {
+    let p = marker_path(archive, tag, rank);
+    match read_json(&p)? {
+        None => Ok(None),
+        Some(v) => Marker::from_json(&v, &p),
+    }
+}
+
+/// Deletes the group file and every rank marker of `tag` (any world size: the
+/// directory is listed), then fsyncs the directory.
+pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
+    let group = group_path(archive, tag);
+    let _ = std::fs::remove_file(&group);
+    let prefix = format!(
+        "{}.rank-",
+        group
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
+    let dir = super::super::durable::parent_dir(archive);
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    fsync_dir(&group)
+}
+
+/// Tags with a group file beside `archive` (staged attempts, live or dead).
+pub(crate) fn staged_tags(archive: &Path) -> Vec<String> {
+    let Some(name) = archive
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+    else {
+        return Vec::new();
+    };
+    let prefix = format!("{name}.sharded-");
+    let dir = super::super::durable::parent_dir(archive);
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let f = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = f.strip_prefix(&prefix)
+                && rest != "undo"
+                && rest != "lease"
+                && !rest.contains(".rank-")
+            {
+                out.push(rest.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// A held lease (shared or exclusive); released when dropped.
+pub(crate) struct Lease(File);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Takes the lease of `archive`, shared or exclusive, waiting at most `timeout`.
+pub(crate) fn lease(archive: &Path, exclusive: bool, timeout: Duration) -> Result<Lease> {
+    let p = lease_path(archive);
+    regular_file(&p, "lease file")?;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| Error::from(e).in_file(&p))?;
+    let start = Instant::now();
+    loop {
+        let got = if exclusive {
+            f.try_lock()
+        } else {
+            f.try_lock_shared()
+        };
+        match got {
+            Ok(()) => return Ok(Lease(f)),
+            Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(Error::new(ErrorKind::InvalidInput(format!(
+                    "a rank of a sharded save is still writing into the archive after {:.0} s",
+                    timeout.as_secs_f64()
+                )))
+                .in_file(archive));
+            }
+            Err(TryLockError::Error(e)) => return Err(Error::from(e).in_file(&p)),
+        }
+    }
+}
+
+/// A random nonce (128 bits, hex) naming one attempt.
+pub(crate) fn new_nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = sha2::Sha256::default();
+    sha2::Digest::update(
+        &mut h,
+        format!(
+            "{:?} {} {:?}",
+            std::time::SystemTime::now(),
+            std::process::id(),
+            std::thread::current().id()
+        ),
+    );
+    let mut r = std::collections::hash_map::RandomState::new().build_hasher();
+    r.write_u64(0);
+    sha2::Digest::update(&mut h, r.finish().to_le_bytes());
+    let d: [u8; 32] = sha2::Digest::finalize(h).into();
+    super::super::hashing::hex_digest(&d)[..32].to_string()
+}

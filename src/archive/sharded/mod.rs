@@ -1,0 +1,426 @@
+//! Sharded saves: one tag written by many processes ("ranks") at once, each writing only
+//! the rows it holds, committed once (docs/SHARDED.md).
+//!
+//! Every rank opens a [`ShardedWriter`] with the same description of the global tensors
+//! ([`TensorSpec`]: name, element type, global shape) and its own rank; each computes the
+//! same plan (where each tensor's entry and each row goes) without talking to the
+//! others. Rank 0 takes the archive's write lock for the group and stages an extension
+//! of the archive (the archive stays readable as it was); every rank then writes its
+//! rows into it with positioned writes, makes them durable and leaves a marker beside
+//! the archive; rank 0 commits when every marker is there, or rolls the archive back to
+//! exactly what it was after [`ShardedOptions::timeout`]. The committed tag is an
+//! ordinary tag: each tensor is one LoDTensor entry that every reader reads.
+//!
+//! # Examples
+//!
+//! Two ranks (here two threads; usually two processes) each write half the rows:
+//!
+//! ```
+//! use modelzip::sharded::{ShardedOptions, ShardedWriter, TensorSpec};
+//! use modelzip::{DType, Tensor};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("run.zip");
+//! let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 2])];
+//! let rows: Vec<f32> = (0..8).map(|i| i as f32).collect();
+//! std::thread::scope(|s| {
+//!     for rank in 0..2u32 {
+//!         let (path, specs, rows) = (&path, &specs, &rows);
+//!         s.spawn(move || -> modelzip::Result<()> {
+//!             let opts = ShardedOptions::new(rank, 2);
+//!             let mut w = ShardedWriter::open(path, "step-1", specs, &opts)?;
+//!             let mine = &rows[rank as usize * 4..rank as usize * 4 + 4];
+//!             let t = Tensor::from_slice(vec![2, 2], mine)?;
+//!             w.write_param("w", 2 * u64::from(rank), &t.view())?;
+//!             w.finish()?;
+//!             Ok(())
+//!         });
+//!     }
+//! });
+//! let a = modelzip::Archive::open(&path)?;
+//! let w = a.latest()?.param("w")?;
+//! assert_eq!(w.view().to_vec::<f32>()?, rows);
+//! assert!(a.verify().is_ok());
+//! # Ok::<(), modelzip::Error>(())
+//! ```
+
+mod commit;
+mod group;
+mod plan;
+
+pub use plan::TensorSpec;
+
+use super::archive_path::ArchivePath;
+use super::lock::WriteLock;
+use super::reader::GraphFormat;
+use super::session::WriteOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::TensorView;
+use group::{Group, Lease, ShardDone};
+use plan::Plan;
+use std::fs::File;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub(crate) use commit::{discard_staged, recover_staged};
+
+/// Options of a [`ShardedWriter`]: which rank this is, of how many, and how long to wait.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ShardedOptions {
+    /// This process's rank, `0..world_size`; rank 0 stages and commits.
+    pub rank: u32,
+    /// How many ranks write the tag.
+    pub world_size: u32,
+    /// How long each wait lasts: rank 0 for every marker, the others for rank 0 to stage
+    /// the save and then to commit it (default 600 s).
+    pub timeout: Duration,
+    /// The write options (rank 0's `wait_for_lock`; `fsync` on every rank).
+    pub write: WriteOptions,
+}
+
+impl ShardedOptions {
+    /// Rank `rank` of `world_size`, with the default timeout and write options.
+    pub fn new(rank: u32, world_size: u32) -> ShardedOptions {
+        ShardedOptions {
+            rank,
+            world_size,
+            timeout: Duration::from_secs(600),
+            write: WriteOptions::default(),
+        }
+    }
+
+    /// These options with each wait bounded by `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> ShardedOptions {
+        self.timeout = timeout;
+        self
+    }
+
+    /// These options with `write` as the write options.
+    pub fn with_write(mut self, write: WriteOptions) -> ShardedOptions {
+        self.write = write;
+        self
+    }
+}
+
+/// What a sharded save did, as seen by one rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardedReport {
+    /// The tag written.
+    pub tag: String,
+    /// This rank.
+    pub rank: u32,
+    /// How many ranks wrote the tag.
+    pub world_size: u32,
+    /// Shards (row ranges) this rank wrote.
+    pub shards: usize,
+    /// Bytes this rank wrote into the archive.
+    pub bytes_written: u64,
+    /// Tensors stored by reference to an identical earlier sharded tensor (rank 0 only;
+    /// 0 on the others).
+    pub deduplicated: usize,
+    /// SHA-256 of the save plan, lowercase hex (the same on every rank).
+    pub plan: String,
+}
+
+/// The tag-wide files only the committing rank gives.
+#[derive(Debug, Default)]
+struct Extras {
+    graph: Option<(GraphFormat, Vec<u8>)>,
+    training_config: Option<Vec<u8>>,
+    metadata: Option<Vec<u8>>,
+}
+
+/// One rank's part of a sharded save (see [`crate::sharded`]). Dropped
+/// without [`ShardedWriter::finish`], the rank leaves no marker: rank 0's commit then
+/// times out and the archive is rolled back.
+pub struct ShardedWriter {
+    path: ArchivePath,
+    plan: Plan,
+    opts: ShardedOptions,
+    group: Group,
+    file: File,
+    /// Held from the claim to the marker: no commit or rollback while this rank writes.
+    lease: Option<Lease>,
+    /// Rank 0's write lock, held for the group.
+    lock: Option<WriteLock>,
+    shards: Vec<ShardDone>,
+    bytes_written: u64,
+    extras: Extras,
+}
+
+impl std::fmt::Debug for ShardedWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedWriter")
+            .field("path", &self.path.shown)
+            .field("tag", &self.plan.tag)
+            .field("rank", &self.opts.rank)
+            .field("world_size", &self.opts.world_size)
+            .finish()
+    }
+}
+
+impl ShardedWriter {
+    /// Joins the sharded save of tag `tag` into the archive at `path` as rank
+    /// `opts.rank` of `opts.world_size`. `specs` describes every global tensor of the
+    /// tag and must be the same on every rank (in any order). Rank 0 creates the archive
+    /// if there is none, takes its write lock and stages the save; the other ranks wait
+    /// for that (at most `opts.timeout`).
+    pub fn open(
+        path: impl AsRef<Path>,
+        tag: &str,
+        specs: &[TensorSpec],
+        opts: &ShardedOptions,
+    ) -> Result<ShardedWriter> {
+        let ap = ArchivePath::resolve(path.as_ref())?;
+        Self::open_resolved(ap.clone(), tag, specs, opts).map_err(|e| ap.located(e))
+    }
+
+    fn open_resolved(
+        ap: ArchivePath,
+        tag: &str,
+        specs: &[TensorSpec],
+        opts: &ShardedOptions,
+    ) -> Result<ShardedWriter> {
+        if opts.rank >= opts.world_size {
+            return Err(invalid(format!(
+                "rank {} is not below the world size {}",
+                opts.rank, opts.world_size
+            )));
+        }
+        let plan = Plan::new(tag, opts.world_size, specs)?;
+        let (lock, group) = if opts.rank == 0 {
+            let (lock, group) = commit::stage(&ap, &plan, opts)?;
+            (Some(lock), group)
+        } else {
+            (None, commit::wait_for_group(&ap, &plan, opts)?)
+        };
+        // The lease before the claim: the group cannot end while this rank writes.
+        let lease = group::lease(&ap.real, false, opts.timeout)?;
+        match group::read_group(&ap.real, tag)? {
+            Some(g) if g == group => {}
+            _ => {
+                return Err(invalid(format!(
+                    "the sharded save of tag {tag:?} ended before rank {} joined it",
+                    opts.rank
+                )));
+            }
+        }
+        group::claim(&ap.real, tag, opts.rank, &group.nonce)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ap.real)
+            .map_err(|e| Error::from(e).in_file(&ap.real))?;
+        Ok(ShardedWriter {
+            path: ap,
+            plan,
+            opts: opts.clone(),
+            group,
+            file,
+            lease: Some(lease),
+            lock,
+            shards: Vec::new(),
+            bytes_written: 0,
+            extras: Extras::default(),
+        })
+    }
+
+    /// Writes rows `first_row..first_row + t.dims()[0]` of parameter `name` (the whole
+    /// tensor of a scalar). `t` has the parameter's element type and its global shape
+    /// but for the first dimension.
+    pub fn write_param(&mut self, name: &str, first_row: u64, t: &TensorView<'_>) -> Result<()> {
+        self.write_shard(name, None, first_row, t)
+    }
+
+    /// Writes rows of updater array `slot` of parameter `name` (see
+    /// [`ShardedWriter::write_param`]).
+    pub fn write_updater(
+        &mut self,
+        name: &str,
+        slot: u32,
+        first_row: u64,
+        t: &TensorView<'_>,
+    ) -> Result<()> {
+        self.write_shard(name, Some(slot), first_row, t)
+    }
+
+    fn write_shard(
+        &mut self,
+        name: &str,
+        slot: Option<u32>,
+        first_row: u64,
+        t: &TensorView<'_>,
+    ) -> Result<()> {
+        let rank = self.opts.rank;
+        let Some(pos) = self.plan.position(name, slot) else {
+            let what = TensorSpec {
+                name: name.to_string(),
+                updater_slot: slot,
+                dtype: t.dtype(),
+                dims: Vec::new(),
+            }
+            .label();
+            return Err(invalid(format!(
+                "rank {rank}: tensor {what} is not in the save's description"
+            )));
+        };
+        let p = &self.plan.tensors[pos];
+        let label = p.spec.label();
+        if t.dtype() != p.spec.dtype {
+            return Err(invalid(format!(
+                "rank {rank}: the shard of {label} is {}, the description says {}",
+                t.dtype().name(),
+                p.spec.dtype.name()
+            )));
+        }
+        let (rows, tail_ok) = match (t.dims(), p.spec.dims.as_slice()) {
+            ([], []) => (1, first_row == 0),
+            ([r, a @ ..], [_, b @ ..]) => (*r, a == b),
+            _ => (0, false),
+        };
+        if !tail_ok
+            || first_row
+                .checked_add(rows)
+                .is_none_or(|e| e > p.spec.rows())
+        {
+            return Err(invalid(format!(
+                "rank {rank}: a shard of {label} of shape {:?} at row {first_row} does not fit the global shape {:?} (shards split the first dimension only)",
+                t.dims(),
+                p.spec.dims
+            )));
+        }
+        if let Some(s) = self.shards.iter().find(|s| {
+            s.tensor == pos && s.first_row < first_row + rows && first_row < s.first_row + s.rows
+        }) {
+            return Err(invalid(format!(
+                "rank {rank}: rows {first_row}..{} of {label} overlap rows {}..{} it already wrote",
+                first_row + rows,
+                s.first_row,
+                s.first_row + s.rows
+            )));
+        }
+        let data = t.data();
+        let at = self.group.ext_start + p.record_offset + p.row_offset(first_row);
+        let (crc32, sha) = commit::write_hashed(&self.file, at, data)
+            .map_err(|e| Error::from(e).in_file(&self.path.real))?;
+        self.bytes_written += data.len() as u64;
+        self.shards.push(ShardDone {
+            tensor: pos,
+            first_row,
+            rows,
+            crc32,
+            sha256: sha,
+        });
+        Ok(())
+    }
+
+    /// The tag's graph (rank 0 only: the committing rank writes the tag's own files).
+    pub fn graph(&mut self, enc: GraphFormat, bytes: &[u8]) -> Result<()> {
+        self.rank0_only("the graph")?;
+        super::writer::check_graph(&self.plan.tag, enc, bytes)?;
+        self.extras.graph = Some((enc, bytes.to_vec()));
+        Ok(())
+    }
+
+    /// The tag's trainingConfig.fb (rank 0 only).
+    pub fn training_config(&mut self, bytes: &[u8]) -> Result<()> {
+        self.rank0_only("the training config")?;
+        self.extras.training_config = Some(bytes.to_vec());
+        Ok(())
+    }
+
+    /// The tag's metadata.json, a JSON object (rank 0 only); modelzip adds `"sharded"`
+    /// (world size, plan digest) and `"created"`.
+    pub fn metadata(&mut self, json: &[u8]) -> Result<()> {
+        self.rank0_only("metadata")?;
+        let v: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| invalid(format!("metadata is not JSON: {e}")))?;
+        if !v.is_object() {
+            return Err(invalid("metadata must be a JSON object".to_string()));
+        }
+        self.extras.metadata = Some(json.to_vec());
+        Ok(())
+    }
+
+    fn rank0_only(&self, what: &str) -> Result<()> {
+        if self.opts.rank != 0 {
+            return Err(invalid(format!(
+                "rank {}: {what} of a sharded save is given by rank 0, which commits the tag",
+                self.opts.rank
+            )));
+        }
+        Ok(())
+    }
+
+    /// Makes this rank's rows durable and leaves its marker; then rank 0 waits for every
+    /// rank's marker and commits (or, after the timeout, rolls the archive back and
+    /// names the missing ranks), and the other ranks wait for the commit to land.
+    pub fn finish(mut self) -> Result<ShardedReport> {
+        let ap = self.path.clone();
+        self.finish_inner().map_err(|e| ap.located(e))
+    }
+
+    fn finish_inner(&mut self) -> Result<ShardedReport> {
+        if self.opts.write.fsync {
+            self.file
+                .sync_data()
+                .map_err(|e| Error::from(e).in_file(&self.path.real))?;
+        }
+        let marker = group::Marker {
+            rank: self.opts.rank,
+            plan: self.plan.digest.clone(),
+            nonce: self.group.nonce.clone(),
+            shards: std::mem::take(&mut self.shards),
+        };
+        let shards = marker.shards.len();
+        group::write_marker(&self.path.real, &self.plan.tag, &marker)?;
+        drop(self.lease.take());
+        let deduplicated = match self.lock.take() {
+            Some(lock) => {
+                let extras = std::mem::take(&mut self.extras);
+                commit::commit(
+                    &self.path,
+                    &self.plan,
+                    &self.group,
+                    &self.opts,
+                    extras,
+                    lock,
+                )?
+            }
+            None => {
+                commit::wait_for_commit(&self.path, &self.plan, &self.group, &self.opts)?;
+                0
+            }
+        };
+        Ok(ShardedReport {
+            tag: self.plan.tag.clone(),
+            rank: self.opts.rank,
+            world_size: self.opts.world_size,
+            shards,
+            bytes_written: self.bytes_written,
+            deduplicated,
+            plan: self.plan.digest.clone(),
+        })
+    }
+}
+
+impl Drop for ShardedWriter {
+    fn drop(&mut self) {
+        // Rank 0 dropped unfinished: roll back now rather than leave the next writer to.
+        if let Some(lock) = self.lock.take() {
+            drop(self.lease.take());
+            let _ = commit::abort(&self.path.real, &self.plan.tag, self.opts.timeout);
+            drop(lock);
+        }
+    }
+}
+
+fn invalid(msg: String) -> Error {
+    Error::new(ErrorKind::InvalidInput(msg))
+}
+
+/// When `deadline` has passed.
+fn past(deadline: Instant) -> bool {
+    Instant::now() >= deadline
+}

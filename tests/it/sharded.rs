@@ -1,0 +1,323 @@
+//! Sharded saves (`modelzip::sharded`): ranks (threads here; processes in
+//! python/tests/test_sharded.py) write row shards of one tag; the committed tag equals
+//! the concatenated rows and verifies; a missing rank, a gap, an overlap or ranks that
+//! disagree on the plan leave the archive byte for byte as it was.
+
+use modelzip::sharded::{ShardedOptions, ShardedReport, ShardedWriter, TensorSpec};
+use modelzip::{Archive, ArchiveWriter, DType, TagBuilder, Tensor, WriteOptions};
+use std::path::Path;
+use std::time::Duration;
+
+/// Rows of tensor `t` (`rows` x 3 f32), deterministic per seed.
+fn rows_of(seed: u32, rows: u64) -> Vec<f32> {
+    (0..rows * 3)
+        .map(|i| (seed * 1000 + i as u32) as f32 * 0.5)
+        .collect()
+}
+
+fn specs() -> Vec<TensorSpec> {
+    vec![
+        TensorSpec::param("emb", DType::Fp32, vec![10, 3]),
+        TensorSpec::param("w", DType::Fp32, vec![7, 3]),
+        TensorSpec::updater("w", 0, DType::Fp32, vec![7, 3]),
+        TensorSpec::updater("w", 1, DType::Fp32, vec![7, 3]),
+    ]
+}
+
+/// Rows `[a, b)` of `n` split over `world` ranks (as numpy.array_split).
+fn split(n: u64, world: u32, rank: u32) -> (u64, u64) {
+    let (w, r) = (u64::from(world), u64::from(rank));
+    let (q, m) = (n / w, n % w);
+    let a = r * q + r.min(m);
+    (a, a + q + u64::from(r < m))
+}
+
+fn opts(rank: u32, world: u32, timeout: Duration) -> ShardedOptions {
+    ShardedOptions::new(rank, world)
+        .with_timeout(timeout)
+        .with_write(WriteOptions {
+            fsync: false,
+            ..WriteOptions::default()
+        })
+}
+
+/// Rank `rank` of `world` writes its rows of every tensor of `specs()`, seeds from
+/// `seed` (emb always seed 1: a frozen embedding).
+fn rank_save(
+    path: &Path,
+    tag: &str,
+    rank: u32,
+    world: u32,
+    seed: u32,
+    timeout: Duration,
+) -> modelzip::Result<ShardedReport> {
+    let mut w = ShardedWriter::open(path, tag, &specs(), &opts(rank, world, timeout))?;
+    for (i, s) in specs().iter().enumerate() {
+        let n = s.dims[0];
+        let (a, b) = split(n, world, rank);
+        let seed = if s.name == "emb" { 1 } else { seed + i as u32 };
+        let all = rows_of(seed, n);
+        let t = Tensor::from_slice(vec![b - a, 3], &all[(a * 3) as usize..(b * 3) as usize])?;
+        match s.updater_slot {
+            None => w.write_param(&s.name, a, &t.view())?,
+            Some(k) => w.write_updater(&s.name, k, a, &t.view())?,
+        }
+    }
+    if rank == 0 {
+        w.metadata(br#"{"step": 5}"#)?;
+    }
+    w.finish()
+}
+
+fn group_save(
+    path: &Path,
+    tag: &str,
+    world: u32,
+    seed: u32,
+) -> Vec<modelzip::Result<ShardedReport>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|r| s.spawn(move || rank_save(path, tag, r, world, seed, Duration::from_secs(30))))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn base_archive(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("run.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    w.add_tag(
+        TagBuilder::new("init").param("x", Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap()),
+    )
+    .unwrap();
+    w.finish().unwrap();
+    path
+}
+
+#[test]
+fn four_ranks_write_one_tag_that_equals_the_concatenated_rows_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    for r in group_save(&path, "step-1", 4, 10) {
+        let r = r.unwrap();
+        assert_eq!((r.world_size, r.shards), (4, 4));
+    }
+    let a = Archive::open(&path).unwrap();
+    assert_eq!(a.tags(), &["init", "step-1"]);
+    let t = a.tag("step-1").unwrap();
+    assert_eq!(
+        t.param("emb").unwrap().view().to_vec::<f32>().unwrap(),
+        rows_of(1, 10)
+    );
+    assert_eq!(
+        t.param("w").unwrap().view().to_vec::<f32>().unwrap(),
+        rows_of(11, 7)
+    );
+    assert_eq!(t.param("w").unwrap().view().dims(), &[7, 3]);
+    let upd = &t.updater()[0];
+    assert_eq!(upd.name, "w");
+    for (k, loc) in upd.arrays.iter().enumerate() {
+        let v = t.tensor(loc).unwrap();
+        assert_eq!(v.view().to_vec::<f32>().unwrap(), rows_of(12 + k as u32, 7));
+    }
+    let report = a.verify();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    let meta: serde_json::Value = serde_json::from_slice(&t.metadata().unwrap().unwrap()).unwrap();
+    assert_eq!(meta["step"], 5);
+    assert_eq!(meta["sharded"]["world_size"], 4);
+    // Nothing left beside the archive but the lock and lease files.
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "run.zip" && n != "run.zip.lock" && n != "run.zip.sharded-lease")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_tampered_shard_is_found_by_verify_naming_the_entry_and_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    for r in group_save(&path, "step-1", 2, 10) {
+        r.unwrap();
+    }
+    let a = Archive::open(&path).unwrap();
+    let shards = a.entry_bytes("step-1/shards.txt").unwrap().to_vec();
+    let text = String::from_utf8(shards).unwrap();
+    // Every tensor file: its record header and one range per rank.
+    assert_eq!(text.lines().count(), 4 * 3, "{text}");
+    drop(a);
+    // Flip a data byte of the last row of "w" (rank 1's).
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The entry's local header is its name's first occurrence; its last data byte is
+    // in rank 1's rows.
+    let name = b"step-1/params/1.lodtensor";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap() - 30;
+    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]) as usize;
+    let size = u32::from_le_bytes(bytes[at + 18..at + 22].try_into().unwrap()) as usize;
+    let end = at + 30 + u16_at(at + 26) + u16_at(at + 28) + size;
+    bytes[end - 2] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let a = Archive::open(&path).unwrap();
+    let problems = a.verify().problems;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.entry.as_deref() == Some("step-1/params/1.lodtensor")
+                && p.message.contains("(written by rank 1) have SHA-256")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn a_missing_rank_times_out_naming_it_and_leaves_the_archive_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    let before = std::fs::read(&path).unwrap();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = [0u32, 1, 2]
+            .into_iter()
+            .map(|r| {
+                let path = &path;
+                s.spawn(move || rank_save(path, "step-1", r, 4, 10, Duration::from_millis(800)))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let e = results[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("waiting for rank 3 of 4"), "{e}");
+    assert!(e.contains("nothing was committed"), "{e}");
+    for r in &results[1..] {
+        let e = r.as_ref().unwrap_err().to_string();
+        assert!(e.contains("was not committed"), "{e}");
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // The next save succeeds.
+    for r in group_save(&path, "step-1", 2, 10) {
+        r.unwrap();
+    }
+    assert!(Archive::open(&path).unwrap().verify().is_ok());
+}
+
+#[test]
+fn gaps_overlaps_and_disagreeing_ranks_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    let before = std::fs::read(&path).unwrap();
+    let one = |rank: u32, rows: std::ops::Range<u64>, dims: Vec<u64>| {
+        let path = path.clone();
+        move || -> modelzip::Result<ShardedReport> {
+            let specs = vec![TensorSpec::param("w", DType::Fp32, dims)];
+            let mut w =
+                ShardedWriter::open(&path, "s", &specs, &opts(rank, 2, Duration::from_secs(2)))?;
+            let n = rows.end - rows.start;
+            let t = Tensor::from_slice(vec![n, 3], &rows_of(rank, n))?;
+            w.write_param("w", rows.start, &t.view())?;
+            w.finish()
+        }
+    };
+    let run = |a: Box<dyn FnOnce() -> modelzip::Result<ShardedReport> + Send>,
+               b: Box<dyn FnOnce() -> modelzip::Result<ShardedReport> + Send>| {
+        std::thread::scope(|s| {
+            let ha = s.spawn(a);
+            let hb = s.spawn(b);
+            (ha.join().unwrap(), hb.join().unwrap())
+        })
+    };
+    // A gap: rows 3..4 written by nobody.
+    let (r0, _) = run(
+        Box::new(one(0, 0..3, vec![8, 3])),
+        Box::new(one(1, 4..8, vec![8, 3])),
+    );
+    let e = r0.unwrap_err().to_string();
+    assert!(e.contains("no rank wrote rows 3..4 of \"w\""), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // An overlap: row 3 written twice.
+    let (r0, _) = run(
+        Box::new(one(0, 0..4, vec![8, 3])),
+        Box::new(one(1, 3..8, vec![8, 3])),
+    );
+    let e = r0.unwrap_err().to_string();
+    assert!(e.contains("both wrote row 3 of \"w\""), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // Rank 1 given another shape: its own error names the disagreement; rank 0 times out.
+    let (r0, r1) = run(
+        Box::new(one(0, 0..4, vec![8, 3])),
+        Box::new(one(1, 4..9, vec![9, 3])),
+    );
+    let e1 = r1.unwrap_err().to_string();
+    assert!(e1.contains("differs from rank 0's"), "{e1}");
+    let e0 = r0.unwrap_err().to_string();
+    assert!(e0.contains("waiting for rank 1 of 2"), "{e0}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // A shard that does not fit its global shape is refused by the rank writing it.
+    let e = one(0, 6..10, vec![8, 3])().unwrap_err().to_string();
+    assert!(e.contains("rank 0: a shard of \"w\""), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn an_unchanged_sharded_tensor_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    for r in group_save(&path, "step-1", 3, 10) {
+        r.unwrap();
+    }
+    let reports = group_save(&path, "step-2", 3, 20);
+    let r0 = reports[0].as_ref().unwrap();
+    // The frozen embedding; the other tensors changed.
+    assert_eq!(r0.deduplicated, 1);
+    let a = Archive::open(&path).unwrap();
+    let t = a.tag("step-2").unwrap();
+    let params = String::from_utf8(a.entry_bytes("step-2/params.txt").unwrap().to_vec()).unwrap();
+    assert!(params.contains("emb step-1/0"), "{params}");
+    assert_eq!(
+        t.param("emb").unwrap().view().to_vec::<f32>().unwrap(),
+        rows_of(1, 10)
+    );
+    assert_eq!(
+        t.param("w").unwrap().view().to_vec::<f32>().unwrap(),
+        rows_of(21, 7)
+    );
+    assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
+    // Removing the first tag re-homes the shared tensor; the archive still verifies.
+    drop(a);
+    modelzip::remove_tags(
+        &path,
+        modelzip::Removal::tags(["step-1"]),
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    let a = Archive::open(&path).unwrap();
+    assert_eq!(
+        a.tag("step-2")
+            .unwrap()
+            .param("emb")
+            .unwrap()
+            .view()
+            .to_vec::<f32>()
+            .unwrap(),
+        rows_of(1, 10)
+    );
+    assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
+}
+
+#[test]
+fn readers_see_the_old_archive_while_ranks_write_and_a_dead_group_is_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    let before = std::fs::read(&path).unwrap();
+    let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 3])];
+    let mut w0 =
+        ShardedWriter::open(&path, "s", &specs, &opts(0, 2, Duration::from_secs(5))).unwrap();
+    let t = Tensor::from_slice(vec![2, 3], &rows_of(0, 2)).unwrap();
+    w0.write_param("w", 0, &t.view()).unwrap();
+    // Staged: the archive reads as before (and verifies), with the extension as dead bytes.
+    let a = Archive::open(&path).unwrap();
+    assert_eq!(a.tags(), &["init"]);
+    assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
+    drop(a);
+    // Rank 0 gives up (dropped unfinished): the archive is as it was.
+    drop(w0);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
