@@ -1559,6 +1559,111 @@ fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(py, items)
 }
 
+// ---------------------------------------------------------------------------------------
+// Sharded saves
+// ---------------------------------------------------------------------------------------
+
+/// One tensor of a sharded save as Python prepared it: `(name, slot or None, (uint8
+/// array, dtype, dims), start_row, global_dims, holds)`; `holds` false: this rank has
+/// none of its rows (the array only names the dtype).
+type ShardInput = (String, Option<u32>, Input, u64, Vec<u64>, bool);
+
+/// One rank's part of a sharded save (docs/SHARDED.md). `shards`: a list of
+/// `(name, slot or None, (uint8 array, dtype, dims), start_row, global_dims, holds)`.
+/// The GIL is released while the rows are written and while waiting for the other ranks.
+#[pyfunction]
+#[pyo3(signature = (path, tag, rank, world_size, shards, metadata=None, graph=None, timeout=600.0, wait=false, fsync=true))]
+#[allow(clippy::too_many_arguments)]
+fn sharded_save<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    tag: &str,
+    rank: u32,
+    world_size: u32,
+    shards: &Bound<'py, PyList>,
+    metadata: Option<Vec<u8>>,
+    graph: Option<(String, Vec<u8>)>,
+    timeout: f64,
+    wait: bool,
+    fsync: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    use modelzip::sharded::{ShardedOptions, ShardedWriter, TensorSpec};
+    let mut items: Vec<ShardInput> = Vec::with_capacity(shards.len());
+    for item in shards.iter() {
+        let (name, slot, arr, start, global, holds): (
+            String,
+            Option<u32>,
+            Bound<'_, PyAny>,
+            u64,
+            Vec<u64>,
+            bool,
+        ) = item.extract()?;
+        let what = match slot {
+            None => format!("shard of {name:?}"),
+            Some(k) => format!("shard of updater array {k} of {name:?}"),
+        };
+        let input = Input::from_py(py, &what, &arr)?;
+        items.push((name, slot, input, start, global, holds));
+    }
+    let graph = match &graph {
+        Some((enc, bytes)) => Some((encoding_from(py, enc)?, bytes.clone())),
+        None => None,
+    };
+    if !(timeout.is_finite() && timeout >= 0.0) {
+        return Err(invalid(
+            py,
+            format!("timeout must be a number of seconds, not {timeout}"),
+        ));
+    }
+    let opts = ShardedOptions::new(rank, world_size)
+        .with_timeout(Duration::from_secs_f64(timeout))
+        .with_write(WriteOptions {
+            wait_for_lock: wait,
+            fsync,
+            ..WriteOptions::default()
+        });
+    let report = py
+        .detach(|| -> modelzip::Result<_> {
+            let specs: Vec<TensorSpec> = items
+                .iter()
+                .map(|(name, slot, input, _, global, _)| TensorSpec {
+                    name: name.clone(),
+                    updater_slot: *slot,
+                    dtype: input.dtype,
+                    dims: global.clone(),
+                })
+                .collect();
+            let mut w = ShardedWriter::open(&path, tag, &specs, &opts)?;
+            if let Some((enc, bytes)) = &graph {
+                w.graph(*enc, bytes)?;
+            }
+            if let Some(m) = &metadata {
+                w.metadata(m)?;
+            }
+            for (name, slot, input, start, _, holds) in &items {
+                if !holds {
+                    continue;
+                }
+                let v = input.view()?;
+                match slot {
+                    None => w.write_param(name, *start, &v)?,
+                    Some(k) => w.write_updater(name, *k, *start, &v)?,
+                }
+            }
+            w.finish()
+        })
+        .or_raise(py)?;
+    let d = PyDict::new(py);
+    d.set_item("tag", &report.tag)?;
+    d.set_item("rank", report.rank)?;
+    d.set_item("world_size", report.world_size)?;
+    d.set_item("shards", report.shards)?;
+    d.set_item("bytes_written", report.bytes_written)?;
+    d.set_item("deduplicated", report.deduplicated)?;
+    d.set_item("plan", &report.plan)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TensorBuffer>()?;
@@ -1567,6 +1672,7 @@ fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeCheckpointer>()?;
     m.add_class::<NativeSaveHandle>()?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(sharded_save, m)?)?;
     m.add_function(wrap_pyfunction!(tag_for, m)?)?;
     m.add_function(wrap_pyfunction!(import_paddle, m)?)?;
     m.add_function(wrap_pyfunction!(export_paddle, m)?)?;

@@ -1,7 +1,7 @@
 """`tag.get_slice(name)[key]`: every key numpy's basic indexing takes gives what numpy
 gives of the full array, rows are zero-copy views of the map, bad keys are refused; and
 the issue-25 load: 3 processes (multiprocessing) each load their third of the rows of 20
-tensors saved for 4 ranks, reading only those rows.
+tensors that 4 processes saved with ``modelzip.sharded.save``, reading only those rows.
 
 How reads are counted:
 - locally, the pages of the archive in the page cache (``mincore`` over a map of the
@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 import modelzip
+import modelzip.sharded
 from conftest import RangeHandler
 
 PAGE = mmap.PAGESIZE
@@ -161,14 +162,23 @@ def full_array(name: str) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(dt)
 
 
-def four_way_save(path: Path) -> None:
-    """The tag 4 ranks' row shards make: a 4-way save's committed tag is an ordinary tag
-    whose tensors are the shards concatenated (issue 25), written here in one save."""
-    arrays = {}
+def save_rank(path: str, rank: int) -> dict:
+    """One saving process: rank `rank` of 4 writes its rows of every tensor."""
+    shards = {}
     for name in shapes():
-        shards = np.array_split(full_array(name), SAVED_BY)
-        arrays[name] = np.concatenate(shards)
-    modelzip.save(path, "step-100", arrays)
+        full = full_array(name)
+        a, b = modelzip.sharded.row_range(len(full), rank, SAVED_BY)
+        shards[name] = (full[a:b], a, full.shape)
+    return modelzip.sharded.save(path, "step-100", rank, SAVED_BY, shards, timeout=120)
+
+
+def four_way_save(path: Path) -> None:
+    """The 4-way save: 4 processes (spawned) each write their rows of every tensor with
+    `modelzip.sharded.save`; the committed tag's tensors are the full arrays."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(SAVED_BY) as pool:
+        reports = pool.starmap(save_rank, [(str(path), r) for r in range(SAVED_BY)])
+    assert [r["shards"] for r in reports] == [TENSORS] * SAVED_BY
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)  # clean pages only can be dropped from the cache

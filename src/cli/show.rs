@@ -10,7 +10,8 @@ use std::io::Write;
 
 /// Show each parameter and updater array of a tag: name, dtype, dims, LoD, the
 /// entry it is stored in, whether it is shared and from which tag, and the SHA-256
-/// of its data.
+/// of its data. A tag written by a sharded save (many processes at once) says how
+/// many ranks wrote it.
 ///
 /// Example:
 ///   modelzip show model.zip --tag int8
@@ -51,6 +52,28 @@ fn info<'i>(infos: &'i Infos<'_>, loc: &TensorLocation) -> &'i TensorInfo {
 struct Doc<'a, 't> {
     tag: &'a Tag<'t>,
     infos: &'a Infos<'a>,
+    sharded: Option<Sharded>,
+}
+
+/// What metadata.json's `"sharded"` says of a tag written by a sharded save
+/// (docs/SHARDED.md): how many ranks wrote it, and its plan digest.
+#[derive(serde::Serialize)]
+struct Sharded {
+    world_size: u64,
+    plan: String,
+}
+
+fn sharded_of(tag: &Tag<'_>) -> Result<Option<Sharded>, CliError> {
+    let Some(meta) = tag.metadata().map_err(tag_err(tag.name()))? else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_slice(&meta).unwrap_or_default();
+    Ok(v.get("sharded").and_then(|s| {
+        Some(Sharded {
+            world_size: s.get("world_size")?.as_u64()?,
+            plan: s.get("plan")?.as_str()?.to_string(),
+        })
+    }))
 }
 
 struct Params<'a, 't>(&'a Doc<'a, 't>);
@@ -59,8 +82,9 @@ struct Arrays<'a>(&'a [TensorLocation], &'a Infos<'a>);
 
 impl serde::Serialize for Doc<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3))?;
+        let mut m = s.serialize_map(Some(4))?;
         m.serialize_entry("tag", self.tag.name())?;
+        m.serialize_entry("sharded", &self.sharded)?;
         m.serialize_entry("params", &Params(self))?;
         m.serialize_entry("updater", &Updater(self))?;
         m.end()
@@ -130,10 +154,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // Every file is read and checked before anything is printed, so an error never
     // comes after half a document.
     let infos = describe_files(&tag)?;
+    let sharded = sharded_of(&tag)?;
     if args.json {
         let doc = Doc {
             tag: &tag,
             infos: &infos,
+            sharded,
         };
         return print_json(&doc).map(|_| Outcome::Success);
     }
@@ -146,6 +172,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             tag.params().len(),
             tag.updater().len()
         )?;
+        if let Some(sh) = &sharded {
+            writeln!(
+                out,
+                "sharded: written by {} ranks in one save (plan {})",
+                sh.world_size,
+                &sh.plan[..12.min(sh.plan.len())]
+            )?;
+        }
         // Columns as wide as their widest cell (two passes over the rows, none held).
         use Align::Left;
         let mut table = Table::new(&[Left; 7]);

@@ -558,7 +558,15 @@ pub(super) fn wait_for_commit(
     opts: &ShardedOptions,
 ) -> Result<()> {
     let deadline = Instant::now() + opts.timeout;
-    while group::read_group(&ap.real, &plan.tag)?.as_ref() == Some(g) {
+    // The group file goes first; then the undo record is renamed to the journal (a
+    // commit) or replayed (a rollback), and the journal goes when the commit is durable.
+    // Checked in that order, so that the rename is never missed between two checks.
+    let settled = || -> Result<bool> {
+        Ok(group::read_group(&ap.real, &plan.tag)?.as_ref() != Some(g)
+            && !group::undo_path(&ap.real).exists()
+            && !journal::journal_path(&ap.real).exists())
+    };
+    while !settled()? {
         if past(deadline) {
             return Err(invalid(format!(
                 "rank {}: the sharded save of tag {:?} was not committed within {:.0} s (rank 0 is late, failed or died; see its error)",

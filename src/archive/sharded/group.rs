@@ -202,7 +202,7 @@ fn read_json(p: &Path) -> Result<Option<Value>> {
 fn write_json(p: &Path, v: &Value) -> Result<()> {
     let dir = super::super::durable::parent_dir(p);
     let mut t = tempfile::Builder::new()
-        .prefix(".modelzip-sharded")
+        .prefix(&temp_prefix(p))
         .tempfile_in(&dir)
         .map_err(|e| Error::from(e).in_file(&dir))?;
     let bytes = serde_json::to_vec(v).map_err(|e| ErrorKind::InvalidInput(e.to_string()))?;
@@ -211,6 +211,18 @@ fn write_json(p: &Path, v: &Value) -> Result<()> {
         .map_err(|e| Error::from(e).in_file(p))?;
     t.persist(p).map_err(|e| Error::from(e.error).in_file(p))?;
     fsync_dir(p)
+}
+
+/// Prefix of the temp files of [`write_json`] for the sidecar `p`: `.<archive name>.sharded-tmp`
+/// (`p` is `<archive>.sharded-...`), so that the group's clean-up finds those a killed
+/// rank left.
+fn temp_prefix(p: &Path) -> String {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let archive = name.split(".sharded-").next().unwrap_or_default();
+    format!(".{archive}.sharded-tmp")
 }
 
 pub(crate) fn write_group(archive: &Path, g: &Group) -> Result<()> {
@@ -254,8 +266,9 @@ pub(crate) fn read_marker(archive: &Path, tag: &str, rank: u32) -> Result<Option
     }
 }
 
-/// Deletes the group file and every rank marker of `tag` (any world size: the
-/// directory is listed), then fsyncs the directory.
+/// Deletes the group file, every rank marker of `tag` (any world size: the directory is
+/// listed) and the temp files of markers being written (the caller holds the exclusive
+/// lease: no rank is writing one), then fsyncs the directory.
 pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
     let group = group_path(archive, tag);
     let _ = std::fs::remove_file(&group);
@@ -266,10 +279,12 @@ pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     );
+    let temps = temp_prefix(&group);
     let dir = super::super::durable::parent_dir(archive);
     if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&prefix) || n.starts_with(&temps) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -1,0 +1,123 @@
+"""Sharded saves: one tag written by many processes at once, each writing only its rows.
+
+Every rank (process) calls :func:`save` with its rank, the world size and its rows of
+every tensor; the ranks need no channel but the filesystem the archive is on (any
+launcher works: torchrun, mpirun, a ``multiprocessing`` pool, Kubernetes jobs). Rank 0
+stages the save and commits it once every rank has written; the committed tag is an
+ordinary tag that every reader reads. See docs/SHARDED.md.
+
+>>> import numpy as np, modelzip.sharded as zs
+>>> rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+>>> a, b = zs.row_range(6, rank, world_size)            # this rank's rows
+>>> zs.save("run.zip", "step-100", rank, world_size,
+...         {"w": (rows[a:b], a, rows.shape)})           # (local rows, first row, global shape)
+
+Loading with any other layout reads only the rows asked for:
+``modelzip.open("run.zip").latest().get_slice("w")[a:b]``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _modelzip, _graph_arg, _local, _make, _metadata_json, _prepare
+
+__all__ = ["row_range", "save"]
+
+Shard = Tuple[Any, int, Sequence[int]]
+
+
+def row_range(rows: int, rank: int, world_size: int) -> Tuple[int, int]:
+    """Rows ``[start, stop)`` of ``rows`` that rank ``rank`` of ``world_size`` holds when
+    they are split as evenly as possible, the first ranks taking one more (the split of
+    ``numpy.array_split``)."""
+    if world_size < 1 or not 0 <= rank < world_size or rows < 0:
+        raise _make(
+            "invalid_input",
+            f"row_range needs 0 <= rank < world_size and rows >= 0 (got rows={rows}, rank={rank}, world_size={world_size})",
+        )
+    q, m = divmod(rows, world_size)
+    start = rank * q + min(rank, m)
+    return start, start + q + (1 if rank < m else 0)
+
+
+def _shard_item(what: str, name: str, slot: Optional[int], shard: Any) -> tuple:
+    if not isinstance(shard, tuple) or len(shard) not in (3, 4):
+        raise _make(
+            "invalid_input",
+            f"{what} must be (rows, first_row, global_shape), or (None, 0, global_shape, dtype) on a rank that holds none of it",
+        )
+    arr, start, shape = shard[0], shard[1], shard[2]
+    try:
+        global_shape = [int(d) for d in shape]
+        start = int(start)
+    except (TypeError, ValueError) as e:
+        raise _make("invalid_input", f"{what}: first_row and global_shape must be integers ({e})") from e
+    holds = arr is not None
+    if not holds:
+        if len(shard) != 4:
+            raise _make("invalid_input", f"{what}: a rank that holds none of it gives its dtype: (None, 0, global_shape, dtype)")
+        arr = np.empty((0,) + tuple(global_shape[1:]), dtype=np.dtype(shard[3]))
+    return (name, slot, _prepare(what, arr), start, global_shape, holds)
+
+
+def save(
+    path: Union[str, "os.PathLike[str]"],
+    tag: str,
+    rank: int,
+    world_size: int,
+    shards: Mapping[str, Shard],
+    updater: Optional[Mapping[str, Sequence[Shard]]] = None,
+    metadata: Optional[Mapping[str, Any]] = None,
+    graph: Union[None, bytes, Tuple[str, bytes]] = None,
+    *,
+    timeout: float = 600.0,
+    wait: bool = False,
+    fsync: bool = True,
+) -> Dict[str, Any]:
+    """Writes this rank's rows of tag ``tag`` of the archive at ``path`` (created by rank
+    0 if there is none); returns once the tag is committed (or raises).
+
+    ``shards``: parameter name -> ``(rows, first_row, global_shape)``: this rank's rows
+    ``first_row .. first_row + len(rows)`` of a tensor of ``global_shape`` (every
+    dimension but the first as the array's). Every rank lists every tensor, with the
+    same global shape and dtype; a rank that holds none of one gives an array of 0 rows,
+    or ``(None, 0, global_shape, dtype)``. ``updater``: parameter name -> a sequence of
+    the same triples, one per state array (Adam's moments). ``metadata`` and ``graph``
+    are given by rank 0 (as :func:`modelzip.save` takes them).
+
+    Rank 0 holds the archive's write lock for the group (``wait=True``: waits for
+    another writer instead of raising ``kind="locked"``), waits for every rank at most
+    ``timeout`` seconds, then commits; the others wait as long for rank 0. Rows that
+    overlap or leave a gap, ranks that were given different descriptions, a rank that
+    never writes: nothing is committed, the archive is left exactly as it was, and the
+    error names the ranks and rows. ``fsync=False`` skips the fsyncs (tests only).
+
+    Returns ``{"tag", "rank", "world_size", "shards", "bytes_written", "deduplicated",
+    "plan"}``: this rank's shards and bytes, the tensors rank 0 stored by reference to an
+    identical earlier sharded tensor, and the plan's digest (equal on every rank).
+    """
+    p = _local(path, "save a sharded tag to", "sharded saves write a local or shared filesystem")
+    if not isinstance(shards, Mapping):
+        raise _make("invalid_input", "shards must be a mapping of name -> (rows, first_row, global_shape)")
+    items = [_shard_item(f"shard of {k!r}", str(k), None, v) for k, v in shards.items()]
+    for k, states in (updater or {}).items():
+        if isinstance(states, tuple) or not isinstance(states, Sequence):
+            raise _make("invalid_input", f"updater state of {k!r} must be a sequence of (rows, first_row, global_shape)")
+        for slot, v in enumerate(states):
+            items.append(_shard_item(f"updater array {slot} of {k!r}", str(k), slot, v))
+    return _modelzip.sharded_save(
+        p,
+        tag,
+        int(rank),
+        int(world_size),
+        items,
+        _metadata_json(metadata),
+        _graph_arg(graph),
+        float(timeout),
+        bool(wait),
+        bool(fsync),
+    )
