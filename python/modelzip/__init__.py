@@ -815,6 +815,12 @@ class Checkpointer:
     With no policy, every checkpoint is kept. Opening applies the policy to an existing
     archive (a run killed between a save and its retention pass ends as the policy says).
 
+    With ``world_size`` > 1, each of ``world_size`` processes opens a Checkpointer with its
+    ``rank`` and every save is a sharded save (docs/SHARDED.md): ``params`` and
+    ``updater`` then hold this rank's rows as ``(rows, first_row, global_shape)``, as
+    :func:`modelzip.sharded.save` takes them; rank 0 commits, records the metrics and
+    applies the retention policy; ``timeout`` bounds each wait for the other ranks.
+
     ``path`` may be an ``s3://`` URL: each save appends the checkpoint to the object
     where it lies (only its new bytes uploaded, the old ones copied by the store) and the
     retention pass removes checkpoints the same way (docs/REMOTE.md); a save that loses a
@@ -839,9 +845,17 @@ class Checkpointer:
         *,
         compact_dead_fraction: float = 0.5,
         wait: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        timeout: float = 600.0,
     ) -> None:
         p = os.fspath(path)
         self._path = p if _is_s3(p) else _local(path, "checkpoint into")
+        self._rank = _whole("checkpoint option rank", rank)
+        self._world_size = _whole("checkpoint option world_size", world_size, least=1)
+        if self._rank >= self._world_size:
+            raise _make("invalid_input", f"rank {self._rank} is not below the world size {self._world_size}")
+        self._timeout = float(timeout)
         self._native = _modelzip.NativeCheckpointer(
             self._path,
             _optional_whole("checkpoint option keep_last", keep_last),
@@ -868,7 +882,21 @@ class Checkpointer:
         durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
         "compacted"}``, plus ``"bytes_uploaded"`` and ``"bytes_copied"`` (by the store) for
         an ``s3://`` archive. A NaN or infinite metric is stored as JSON ``null``: absent when
-        restored, and no ``keep_best`` candidate."""
+        restored, and no ``keep_best`` candidate.
+
+        Sharded (``world_size`` > 1): ``params``/``updater`` hold this rank's rows; returns
+        once the checkpoint is committed, with ``{"tag", "removed", "compacted", "rank"}``
+        (``removed`` by rank 0's retention pass; empty on the other ranks)."""
+        if self._world_size > 1:
+            from . import sharded
+
+            items = [sharded._shard_item(f"shard of {k!r}", str(k), None, v) for k, v in params.items()]
+            for k, states in (updater or {}).items():
+                for slot, v in enumerate(states):
+                    items.append(sharded._shard_item(f"updater array {slot} of {k!r}", str(k), slot, v))
+            return self._native.save_sharded(
+                _whole("step", step), items, _metrics(metrics), self._rank, self._world_size, self._timeout
+            )
         return self._native.save(
             _whole("step", step),
             _params_list(params),
@@ -885,7 +913,10 @@ class Checkpointer:
     ) -> SaveHandle:
         """Snapshots (copies) the arrays and saves them on a background thread; returns
         at once (after waiting for a previous asynchronous save). The arrays may be
-        changed as soon as this returns."""
+        changed as soon as this returns. Not for sharded checkpoints (``world_size`` > 1):
+        use :meth:`save`."""
+        if self._world_size > 1:
+            raise _make("invalid_input", "save_async does not save sharded checkpoints (world_size > 1): use save")
         return SaveHandle(
             self._native.save_async(
                 _whole("step", step),

@@ -192,6 +192,9 @@ class Checkpointer:
         *,
         compact_dead_fraction: float = 0.5,
         wait: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        timeout: float = 600.0,
     ) -> None: ...
     @property
     def path(self) -> str: ...

@@ -1129,6 +1129,46 @@ impl NativeCheckpointer {
         save_report(py, &self.path, &r)
     }
 
+    /// This rank's part of a checkpoint written by several processes (docs/SHARDED.md):
+    /// `shards` as `sharded_save` takes them.
+    #[pyo3(signature = (step, shards, metrics, rank, world_size, timeout=600.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn save_sharded<'py>(
+        &self,
+        py: Python<'py>,
+        step: u64,
+        shards: &Bound<'py, PyList>,
+        metrics: BTreeMap<String, f64>,
+        rank: u32,
+        world_size: u32,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let items = shard_inputs(py, shards)?;
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(invalid(
+                py,
+                format!("timeout must be a number of seconds, not {timeout}"),
+            ));
+        }
+        let sharding = modelzip::sharded::ShardedOptions::new(rank, world_size)
+            .with_timeout(Duration::from_secs_f64(timeout));
+        let r = py
+            .detach(|| {
+                let specs = shard_specs(&items);
+                self.lock()
+                    .save_sharded(step, metrics, &specs, &sharding, |w| {
+                        write_shards(w, &items)
+                    })
+            })
+            .or_raise(py)?;
+        let d = PyDict::new(py);
+        d.set_item("tag", &r.tag)?;
+        d.set_item("removed", r.removed.clone())?;
+        d.set_item("compacted", r.compacted)?;
+        d.set_item("rank", rank)?;
+        Ok(d)
+    }
+
     fn save_async(
         &self,
         py: Python<'_>,
@@ -1568,6 +1608,58 @@ fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
 /// none of its rows (the array only names the dtype).
 type ShardInput = (String, Option<u32>, Input, u64, Vec<u64>, bool);
 
+fn shard_inputs(py: Python<'_>, shards: &Bound<'_, PyList>) -> PyResult<Vec<ShardInput>> {
+    let mut items: Vec<ShardInput> = Vec::with_capacity(shards.len());
+    for item in shards.iter() {
+        let (name, slot, arr, start, global, holds): (
+            String,
+            Option<u32>,
+            Bound<'_, PyAny>,
+            u64,
+            Vec<u64>,
+            bool,
+        ) = item.extract()?;
+        let what = match slot {
+            None => format!("shard of {name:?}"),
+            Some(k) => format!("shard of updater array {k} of {name:?}"),
+        };
+        let input = Input::from_py(py, &what, &arr)?;
+        items.push((name, slot, input, start, global, holds));
+    }
+    Ok(items)
+}
+
+fn shard_specs(items: &[ShardInput]) -> Vec<modelzip::sharded::TensorSpec> {
+    items
+        .iter()
+        .map(
+            |(name, slot, input, _, global, _)| modelzip::sharded::TensorSpec {
+                name: name.clone(),
+                updater_slot: *slot,
+                dtype: input.dtype,
+                dims: global.clone(),
+            },
+        )
+        .collect()
+}
+
+fn write_shards(
+    w: &mut modelzip::sharded::ShardedWriter,
+    items: &[ShardInput],
+) -> modelzip::Result<()> {
+    for (name, slot, input, start, _, holds) in items {
+        if !holds {
+            continue;
+        }
+        let v = input.view()?;
+        match slot {
+            None => w.write_param(name, *start, &v)?,
+            Some(k) => w.write_updater(name, *k, *start, &v)?,
+        }
+    }
+    Ok(())
+}
+
 /// One rank's part of a sharded save (docs/SHARDED.md). `shards`: a list of
 /// `(name, slot or None, (uint8 array, dtype, dims), start_row, global_dims, holds)`.
 /// The GIL is released while the rows are written and while waiting for the other ranks.
@@ -1587,24 +1679,8 @@ fn sharded_save<'py>(
     wait: bool,
     fsync: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use modelzip::sharded::{ShardedOptions, ShardedWriter, TensorSpec};
-    let mut items: Vec<ShardInput> = Vec::with_capacity(shards.len());
-    for item in shards.iter() {
-        let (name, slot, arr, start, global, holds): (
-            String,
-            Option<u32>,
-            Bound<'_, PyAny>,
-            u64,
-            Vec<u64>,
-            bool,
-        ) = item.extract()?;
-        let what = match slot {
-            None => format!("shard of {name:?}"),
-            Some(k) => format!("shard of updater array {k} of {name:?}"),
-        };
-        let input = Input::from_py(py, &what, &arr)?;
-        items.push((name, slot, input, start, global, holds));
-    }
+    use modelzip::sharded::{ShardedOptions, ShardedWriter};
+    let items = shard_inputs(py, shards)?;
     let graph = match &graph {
         Some((enc, bytes)) => Some((encoding_from(py, enc)?, bytes.clone())),
         None => None,
@@ -1624,15 +1700,7 @@ fn sharded_save<'py>(
         });
     let report = py
         .detach(|| -> modelzip::Result<_> {
-            let specs: Vec<TensorSpec> = items
-                .iter()
-                .map(|(name, slot, input, _, global, _)| TensorSpec {
-                    name: name.clone(),
-                    updater_slot: *slot,
-                    dtype: input.dtype,
-                    dims: global.clone(),
-                })
-                .collect();
+            let specs = shard_specs(&items);
             let mut w = ShardedWriter::open(&path, tag, &specs, &opts)?;
             if let Some((enc, bytes)) = &graph {
                 w.graph(*enc, bytes)?;
@@ -1640,16 +1708,7 @@ fn sharded_save<'py>(
             if let Some(m) = &metadata {
                 w.metadata(m)?;
             }
-            for (name, slot, input, start, _, holds) in &items {
-                if !holds {
-                    continue;
-                }
-                let v = input.view()?;
-                match slot {
-                    None => w.write_param(name, *start, &v)?,
-                    Some(k) => w.write_updater(name, *k, *start, &v)?,
-                }
-            }
+            write_shards(&mut w, &items)?;
             w.finish()
         })
         .or_raise(py)?;

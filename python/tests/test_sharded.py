@@ -305,3 +305,61 @@ def test_a_sharded_paddle_model_exports_as_paddle_wrote_it_and_paddle_runs_it(tm
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("ok"), proc.stdout
+
+
+def ckpt_rank(path: str, rank: int, world: int, steps: list, out) -> None:
+    """A sharded training loop's rank: a checkpointer with keep_last=2, one save a step;
+    the embedding never changes (stored once), `w` does."""
+    try:
+        ck = modelzip.Checkpointer(path, keep_last=2, rank=rank, world_size=world, timeout=60)
+        reports = []
+        for step in steps:
+            shards = {}
+            for n, seed in (("layer00.w", 0), ("layer01.w", step)):
+                w = full(n, seed)
+                a, b = zs.row_range(len(w), rank, world)
+                shards[n] = (w[a:b], a, w.shape)
+            m = moments("layer01.w", step)
+            a, b = zs.row_range(len(m[0]), rank, world)
+            upd = {"layer01.w": [(x[a:b], a, x.shape) for x in m]}
+            reports.append(ck.save(step, shards, upd, {"loss": 1.0 / (step + 1)}))
+        out.put((rank, reports))
+    except modelzip.ModelzipError as e:
+        out.put((rank, f"error: {e}"))
+
+
+def test_a_sharded_checkpointer_records_metrics_keeps_the_last_two_and_stores_frozen_tensors_once(tmp, ctx):
+    path = tmp / "run.zip"
+    out = ctx.Queue()
+    procs = {}
+    for r in range(3):
+        p = ctx.Process(target=ckpt_rank, args=(str(path), r, 3, [1, 2, 3, 4], out))
+        p.start()
+        procs[r] = p
+    got = collect(out, procs)
+    assert all(isinstance(v, list) for v in got.values()), "\n".join(map(str, got.items()))
+    assert [r["tag"] for r in got[0]] == [f"step-00000000{s}" for s in (1, 2, 3, 4)]
+    assert [r["removed"] for r in got[0]] == [[], [], ["step-000000001"], ["step-000000002"]]
+    assert all(r["removed"] == [] for r in got[1])
+    ck = modelzip.Checkpointer(path)
+    assert ck.checkpoints() == ["step-000000003", "step-000000004"]
+    c = ck.latest()
+    assert c.step == 4 and c.metrics == {"loss": 0.2}
+    assert np.array_equal(c.params["layer01.w"], full("layer01.w", 4))
+    assert np.array_equal(c.params["layer00.w"], full("layer00.w", 0))
+    with modelzip.open(path) as ar:
+        assert ar.tag("step-000000004").metadata["retention"]["keep_last"] == 2
+        params = ar.tag("step-000000004").items()
+        assert len(dict(params)) == 2
+    # The frozen tensor is one file, re-homed as older checkpoints went.
+    names = zipfile_names(path)
+    frozen = [n for n in names if n.endswith(".lodtensor")]
+    assert len(frozen) == 1 + 2 * 3, frozen  # layer00 once; layer01 + 2 moments per checkpoint
+    assert run_cli("verify", path).returncode == 0
+
+
+def zipfile_names(path: Path) -> list:
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return z.namelist()

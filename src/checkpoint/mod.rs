@@ -372,6 +372,80 @@ impl Checkpointer {
         save_now(&self.path, &self.opts, ckpt)
     }
 
+    /// Saves this rank's part of checkpoint `step`, written by several processes at once
+    /// (a sharded save, docs/SHARDED.md): every rank calls this with the same `specs`
+    /// (the global tensors) and its own `sharding.rank`; `write` writes the rank's rows
+    /// ([`ShardedWriter::write_param`](crate::sharded::ShardedWriter::write_param),
+    /// [`write_updater`](crate::sharded::ShardedWriter::write_updater)). Rank 0 writes
+    /// the checkpoint's metadata (`step`, its `metrics`, the retention record), commits,
+    /// then applies the retention policy and the compaction threshold as
+    /// [`Checkpointer::save`] does; the other ranks' reports remove nothing. Local or
+    /// shared filesystems only: an `s3://` archive is refused.
+    pub fn save_sharded(
+        &mut self,
+        step: u64,
+        metrics: BTreeMap<String, f64>,
+        specs: &[crate::sharded::TensorSpec],
+        sharding: &crate::sharded::ShardedOptions,
+        write: impl FnOnce(&mut crate::sharded::ShardedWriter) -> Result<()>,
+    ) -> Result<SaveReport> {
+        self.wait()?;
+        if crate::archive::url_of(&self.path).is_some() {
+            return Err(ErrorKind::InvalidInput(format!(
+                "{}: sharded checkpoints are written to a local or shared filesystem, not to a URL",
+                self.path.display()
+            ))
+            .into());
+        }
+        let tag = tag_for(&self.opts.pattern, step)?;
+        let rank0 = sharding.rank == 0;
+        let mut ckpt = Checkpoint::new(step);
+        ckpt.metrics = metrics;
+        let record = if rank0 && !self.opts.retention.is_unset() && self.path.exists() {
+            let snapshot = Archive::open(&self.path)?;
+            retention_record(Some(&snapshot), &self.opts, &tag, &ckpt)?
+        } else if rank0 {
+            retention_record(None, &self.opts, &tag, &ckpt)?
+        } else {
+            None
+        };
+        let sopts = sharding.clone().with_write(self.opts.write.clone());
+        let mut w = crate::sharded::ShardedWriter::open(&self.path, &tag, specs, &sopts)?;
+        write(&mut w)?;
+        if rank0 {
+            let mut meta = json!({"step": step, "metrics": ckpt.metrics});
+            if let Some(r) = &record {
+                meta["retention"] = r.to_json();
+            }
+            w.metadata(meta.to_string().as_bytes())?;
+        }
+        w.finish()?;
+        if !rank0 {
+            return Ok(SaveReport {
+                tag,
+                removed: Vec::new(),
+                compacted: false,
+                bytes_uploaded: None,
+                bytes_copied: None,
+            });
+        }
+        let removed = apply_retention(&self.path, &self.opts)?;
+        let a = Archive::open(&self.path)?;
+        let compacted =
+            a.dead_bytes() as f64 / a.len_bytes().max(1) as f64 > self.opts.compact_dead_fraction;
+        drop(a);
+        if compacted {
+            archive::compact(&self.path, &self.opts.write)?;
+        }
+        Ok(SaveReport {
+            tag,
+            removed,
+            compacted,
+            bytes_uploaded: None,
+            bytes_copied: None,
+        })
+    }
+
     /// Saves on a background thread. Waits for the previous asynchronous save (and
     /// fails with its error if it failed, see [`SaveHandle::wait`]), then returns at once.
     pub fn save_async(&mut self, ckpt: Checkpoint) -> Result<SaveHandle> {

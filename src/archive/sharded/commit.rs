@@ -333,7 +333,7 @@ fn write_tag(
 ) -> Result<usize> {
     let real = ap.real.as_path();
     let base = Archive::open_unrecovered(real, &ap.shown, OpenOptions::default())?;
-    let reused = find_duplicates(&base, plan, tensors)?;
+    let reused = find_duplicates(&base, plan, g, tensors)?;
     // From here the archive changes: first the group ends (no rank may join or write),
     // then the undo record becomes the journal of the commit.
     std::fs::remove_file(group::group_path(real, &plan.tag))
@@ -461,12 +461,15 @@ fn metadata_with_group(given: Option<&[u8]>, plan: &Plan, g: &Group) -> Result<V
     serde_json::to_vec(&v).map_err(|e| invalid(e.to_string()))
 }
 
-/// For each planned tensor, the earlier sharded tensor with the same bytes, if any:
-/// same kind, length and CRC-32 in the directory, and the same shard ranges and SHA-256
-/// digests in its tag's shards.txt (no tensor bytes are read).
+/// For each planned tensor, the earlier tensor with the same bytes, if any: same kind,
+/// length and CRC-32 in the directory, then the same shard ranges and SHA-256 digests in
+/// its tag's shards.txt (no tensor byte read), or, for a file shards.txt does not list
+/// (written by one process, or re-homed when its tag was removed), the same bytes
+/// (both read: only for a file whose length and CRC-32 already match).
 fn find_duplicates(
     base: &Archive,
     plan: &Plan,
+    g: &Group,
     tensors: &[(Vec<ShardLine>, u32)],
 ) -> Result<Vec<Option<(String, u64)>>> {
     let mut want: HashMap<(&str, u64, u32), Vec<usize>> = HashMap::new();
@@ -511,10 +514,16 @@ fn find_duplicates(
             };
             manifests.insert(tag.to_string(), m);
         }
-        let Some(Some(m)) = manifests.get(tag) else {
-            continue;
+        let theirs = match manifests.get(tag) {
+            Some(Some(m)) => m.get(rel),
+            _ => None,
         };
-        let Some(theirs) = m.get(rel) else {
+        let Some(theirs) = theirs else {
+            for &i in cands {
+                if out[i].is_none() && same_bytes(base, e, &plan.tensors[i], g)? {
+                    out[i] = Some((tag.to_string(), index));
+                }
+            }
             continue;
         };
         for &i in cands {
@@ -530,6 +539,35 @@ fn find_duplicates(
         }
     }
     Ok(out)
+}
+
+/// Whether entry `e` of `base` holds the bytes staged for `p` (its record header, then
+/// the rows the ranks wrote into the extension, which `base`'s map covers).
+fn same_bytes(
+    base: &Archive,
+    e: &super::super::container::ZipEntry,
+    p: &Planned,
+    g: &Group,
+) -> Result<bool> {
+    if e.method != super::super::container::METHOD_STORED {
+        return Ok(false);
+    }
+    let theirs = base.raw_data(e)?;
+    let h = p.record_header.len();
+    let start = g.ext_start + p.record_offset + h as u64;
+    let end = start + (p.record_len - h as u64);
+    let ours = usize::try_from(start)
+        .ok()
+        .zip(usize::try_from(end).ok())
+        .and_then(|(a, b)| base.bytes().get(a..b));
+    Ok(match ours {
+        Some(data) => {
+            theirs.len() == h + data.len()
+                && theirs[..h] == p.record_header[..]
+                && theirs[h..] == *data
+        }
+        None => false,
+    })
 }
 
 /// Frees the disk blocks of a staged entry that is stored by reference instead (best
@@ -558,45 +596,54 @@ pub(super) fn wait_for_commit(
     opts: &ShardedOptions,
 ) -> Result<()> {
     let deadline = Instant::now() + opts.timeout;
-    // The group file goes first; then the undo record is renamed to the journal (a
-    // commit) or replayed (a rollback), and the journal goes when the commit is durable.
-    // Checked in that order, so that the rename is never missed between two checks.
-    let settled = || -> Result<bool> {
-        Ok(group::read_group(&ap.real, &plan.tag)?.as_ref() != Some(g)
-            && !group::undo_path(&ap.real).exists()
-            && !journal::journal_path(&ap.real).exists())
+    let late = || {
+        invalid(format!(
+            "rank {}: the sharded save of tag {:?} was not committed within {:.0} s (rank 0 is late, failed or died; see its error)",
+            opts.rank,
+            plan.tag,
+            opts.timeout.as_secs_f64()
+        ))
     };
-    while !settled()? {
+    while group::read_group(&ap.real, &plan.tag)?.as_ref() == Some(g) {
         if past(deadline) {
-            return Err(invalid(format!(
-                "rank {}: the sharded save of tag {:?} was not committed within {:.0} s (rank 0 is late, failed or died; see its error)",
-                opts.rank,
-                plan.tag,
-                opts.timeout.as_secs_f64()
-            )));
+            return Err(late());
         }
         std::thread::sleep(group::POLL);
     }
-    let a = Archive::open(&ap.real)?;
-    let committed = match a.canonical_tag(&plan.tag) {
-        None => false,
-        Some(t) => a
-            .metadata_of(t)?
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| {
-                v.pointer("/sharded/group")
-                    .and_then(|n| n.as_str())
-                    .map(str::to_string)
-            })
-            .is_some_and(|n| n == g.nonce),
-    };
-    if !committed {
-        return Err(invalid(format!(
-            "rank {}: the sharded save of tag {:?} was not committed (rank 0 rolled it back; see its error)",
-            opts.rank, plan.tag
-        )));
+    // The group file is gone: rank 0 is committing (it renames the undo record to the
+    // journal next, and a reader waits for a journal), has committed (rank 0 may have
+    // staged its next save already: that archive holds this tag too), or rolled back
+    // (it replays the undo record). The archive is read after checking for the undo
+    // record, so that a read before the rename is never taken for the outcome.
+    loop {
+        let staging = group::undo_path(&ap.real).exists();
+        let a = Archive::open(&ap.real)?;
+        let committed = match a.canonical_tag(&plan.tag) {
+            None => false,
+            Some(t) => a
+                .metadata_of(t)?
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| {
+                    v.pointer("/sharded/group")
+                        .and_then(|n| n.as_str())
+                        .map(str::to_string)
+                })
+                .is_some_and(|n| n == g.nonce),
+        };
+        if committed {
+            return Ok(());
+        }
+        if !staging {
+            return Err(invalid(format!(
+                "rank {}: the sharded save of tag {:?} was not committed (rank 0 rolled it back; see its error)",
+                opts.rank, plan.tag
+            )));
+        }
+        if past(deadline) {
+            return Err(late());
+        }
+        std::thread::sleep(group::POLL);
     }
-    Ok(())
 }
 
 /// Rolls back the staged save of `tag` (the caller holds the write lock): ends the
