@@ -207,11 +207,27 @@ impl ShardedWriter {
                 )));
             }
         }
-        group::claim(&ap.real, tag, opts.rank, &group.nonce)?;
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&ap.real)
             .map_err(|e| Error::from(e).in_file(&ap.real))?;
+        // The staged file holds the whole extension: a group file that says otherwise is
+        // not this archive's (rows are never written past its end).
+        let len = file
+            .metadata()
+            .map_err(|e| Error::from(e).in_file(&ap.real))?
+            .len();
+        if group
+            .ext_start
+            .checked_add(group.ext_len)
+            .is_none_or(|end| end > len)
+        {
+            return Err(invalid(format!(
+                "the group file of the sharded save of tag {tag:?} places the extension at bytes {}..+{}, past the archive's {len} bytes: it is not this archive's (delete it if no save is running)",
+                group.ext_start, group.ext_len
+            )));
+        }
+        group::claim(&ap.real, tag, opts.rank, &group.nonce)?;
         Ok(ShardedWriter {
             path: ap,
             plan,
@@ -304,6 +320,7 @@ impl ShardedWriter {
         let at = self.group.ext_start + p.record_offset + p.row_offset(first_row);
         let (crc32, sha) = commit::write_hashed(&self.file, at, data)
             .map_err(|e| Error::from(e).in_file(&self.path.real))?;
+
         self.bytes_written += data.len() as u64;
         self.shards.push(ShardDone {
             tensor: pos,
@@ -353,7 +370,8 @@ impl ShardedWriter {
         Ok(())
     }
 
-    /// Makes this rank's rows durable and leaves its marker; then rank 0 waits for every
+    /// Leaves this rank's marker (its rows are made durable by rank 0's fsync before the
+    /// commit); then rank 0 waits for every
     /// rank's marker and commits (or, after the timeout, rolls the archive back and
     /// names the missing ranks), and the other ranks wait for the commit to land.
     pub fn finish(mut self) -> Result<ShardedReport> {
@@ -362,11 +380,9 @@ impl ShardedWriter {
     }
 
     fn finish_inner(&mut self) -> Result<ShardedReport> {
-        if self.opts.write.fsync {
-            self.file
-                .sync_data()
-                .map_err(|e| Error::from(e).in_file(&self.path.real))?;
-        }
+        // No fsync here: the rows need to be durable only once the tag is committed, and
+        // rank 0 fsyncs the file before it writes the commit (one fsync, not one per
+        // rank, each of which would wait for every other rank's dirty pages of the file).
         let marker = group::Marker {
             rank: self.opts.rank,
             plan: self.plan.digest.clone(),
