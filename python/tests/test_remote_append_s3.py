@@ -1037,3 +1037,192 @@ def test_compact_of_a_bad_url_is_one_line_and_writes_nothing(s3, tmp):
         with proxy.log_lock:
             assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST", "DELETE")]
     assert raw(env, "GET", f"/{BUCKET}/cbad/notzip.zip")[2] == b"hello" * 100
+
+
+# Tags derived from a tag of the s3:// archive itself (`quantize`, `cast`): the source read
+# by ranges, the new tag a remote append.
+
+
+def lodtensor_fp32_2d(values) -> bytes:
+    """One Paddle LoDTensor record of a 2-D FP32 numpy array, no LoD."""
+    rows, cols = values.shape
+    desc = b"\x08\x05\x10" + varint(rows) + b"\x10" + varint(cols)
+    return struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc + values.astype("<f4").tobytes()
+
+
+def derived_fixture(env, tmp, key: str) -> tuple[str, Path, int]:
+    """An archive in the bucket with a tag `other` (8 MiB, never read) and a tag `fp32`
+    (a 6 MiB weight of rank 2, a 4 KiB bias of rank 1). Returns the URL, a local copy
+    and the bytes of the fp32 tag's tensors."""
+    import numpy as np
+
+    rng = np.random.default_rng(71)
+    other = tensor_dir(tmp, f"{key}-other", {"x": 8 * MIB}, seed=72)
+    d = tmp / f"{key}-fp32"
+    d.mkdir()
+    w = rng.standard_normal((1024, 1536)).astype(np.float32)
+    (d / "w").write_bytes(lodtensor_fp32_2d(w))
+    (d / "b").write_bytes(lodtensor_fp32(rng.standard_normal(1024).astype("<f4").tobytes()))
+    local = tmp / f"{key}-local.zip"
+    cli(env, "pack", local, other, "--tag", "other", "-q")
+    cli(env, "pack", local, d, "--tag", "fp32", "-q")
+    url = f"s3://{BUCKET}/{key}/model.zip"
+    cli(env, "cp", local, url)
+    return url, local, sum(p.stat().st_size for p in d.iterdir())
+
+
+def check_derived(env, proxy, tmp, key, url, local, source_bytes, args, new_tag):
+    """Runs `modelzip ARGS` on the URL and on the local copy: the remote run reads the
+    source tag's tensors and nothing of the other tag, uploads about the new tag's own
+    bytes (its stored bytes + tables, < 1 MiB more), has the store copy the rest; the
+    object verifies, lists the new tag last, and its files equal the local run's."""
+    before = len(proxy.log)
+    out = json.loads(cli(env, *args[:1], url, *args[1:], "--json").stdout)
+    reqs = requests_to(proxy, f"/{key}/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    got = sum(r["received"] for r in reqs if r["method"] == "GET")
+    assert out["tag"] == new_tag
+    assert out["stored_bytes"] <= uploaded <= out["stored_bytes"] + 1 * MIB, (uploaded, out["stored_bytes"])
+    assert any(r["copy"] for r in reqs)
+    assert source_bytes <= got < source_bytes + 1 * MIB, (got, source_bytes)  # not `other`'s 8 MiB
+    cli(env, "verify", url)
+    tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+    assert tags == ["other", "fp32", new_tag]
+    local_out = json.loads(cli(env, *args[:1], local, *args[1:], "--json").stdout)
+    assert local_out["params"] == out["params"]
+    down = tmp / f"{key}-down.zip"
+    cli(env, "cp", url, down)
+    for name, src in (("remote", down), ("local", local)):
+        cli(env, "extract", src, "--tag", new_tag, "--out", tmp / f"{key}-{name}")
+    files = sorted(p.relative_to(tmp / f"{key}-local") for p in (tmp / f"{key}-local").rglob("*") if p.is_file())
+    assert len(files) >= 2
+    for rel in files:
+        assert (tmp / f"{key}-remote" / rel).read_bytes() == (tmp / f"{key}-local" / rel).read_bytes(), rel
+    return out
+
+
+def test_quantize_appends_the_int8_tag_to_the_s3_archive(s3, tmp):
+    """`quantize s3://... --from fp32 --tag int8`: the INT8 weight and its scales go up
+    (about 1.5 MiB), the bias is shared, the rest is copied by the store."""
+    env, proxy = s3
+    url, local, source = derived_fixture(env, tmp, "quant")
+    out = check_derived(env, proxy, tmp, "quant", url, local, source,
+                        ["quantize", "--from", "fp32", "--tag", "int8"], "int8")
+    assert out["changed"] == 1 and out["shared"] == 1
+
+
+def test_cast_appends_the_fp16_tag_to_the_s3_archive(s3, tmp):
+    """`cast s3://... --from fp32 --tag fp16 --dtype fp16`: the FP16 tensors go up (about
+    3 MiB), the rest is copied by the store."""
+    env, proxy = s3
+    url, local, source = derived_fixture(env, tmp, "cast")
+    out = check_derived(env, proxy, tmp, "cast", url, local, source,
+                        ["cast", "--from", "fp32", "--tag", "fp16", "--dtype", "fp16"], "fp16")
+    assert out["changed"] == 2
+
+
+def safetensors_file(path: Path, tensors: dict) -> Path:
+    """A .safetensors file of FP32 numpy arrays."""
+    header, blobs, at = {}, [], 0
+    for name, a in tensors.items():
+        b = a.astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return path
+
+
+def test_import_appends_a_tag_to_the_s3_archive_or_creates_it(s3, tmp):
+    """`import s3://... --tag st model.safetensors`: only the imported tensors go up (no
+    GET of the archive's data), the store copies the rest; the object verifies and holds
+    what a local import of the same file gives. To a key with no object, the import
+    creates it; `--rewrite` is refused before anything is sent."""
+    import numpy as np
+
+    env, proxy = s3
+    rng = np.random.default_rng(81)
+    new = rng.standard_normal((768, 1024)).astype(np.float32)  # 3 MiB
+    st = safetensors_file(tmp / "model.safetensors", {"new.weight": new, "b": np.ones(16, np.float32)})
+    local = tmp / "import-local.zip"
+    cli(env, "pack", local, tensor_dir(tmp, "imp0", {"w": 6 * MIB}, seed=82), "--tag", "base", "-q")
+    url = f"s3://{BUCKET}/import/model.zip"
+    cli(env, "cp", local, url)
+    before = len(proxy.log)
+    out = json.loads(cli(env, "import", url, "--tag", "st", st, "--json").stdout)
+    reqs = requests_to(proxy, "/import/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    got = sum(r["received"] for r in reqs if r["method"] == "GET")
+    assert not out["created"] and out["tag"] == "st" and out["format"] == "safetensors"
+    assert {p["name"]: p["dims"] for p in out["params"]} == {"new.weight": [768, 1024], "b": [16]}
+    assert new.nbytes <= uploaded <= new.nbytes + 1 * MIB, uploaded
+    assert got < 1 * MIB, got
+    assert any(r["copy"] for r in reqs)
+    cli(env, "verify", url)
+    assert [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]] == ["base", "st"]
+    cli(env, "import", local, "--tag", "st", st, "-q")
+    down = tmp / "import-down.zip"
+    cli(env, "cp", url, down)
+    for name, src in (("imp-remote", down), ("imp-local", local)):
+        cli(env, "extract", src, "--tag", "st", "--out", tmp / name)
+    files = sorted(p.relative_to(tmp / "imp-local") for p in (tmp / "imp-local").rglob("*") if p.is_file())
+    assert len(files) >= 2
+    for rel in files:
+        assert (tmp / "imp-remote" / rel).read_bytes() == (tmp / "imp-local" / rel).read_bytes(), rel
+
+    fresh = f"s3://{BUCKET}/import/new.zip"
+    out = json.loads(cli(env, "import", fresh, "--tag", "first", st, "--json").stdout)
+    assert out["created"]
+    cli(env, "verify", fresh)
+    before = len(proxy.log)
+    r = cli(env, "import", fresh, "--tag", "again", st, "--rewrite", check=False)
+    said = r.stderr.strip()
+    assert r.returncode == 2 and len(said.splitlines()) == 1 and "rewrite" in said, said
+    with proxy.log_lock:
+        assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST")]
+
+
+def test_import_paddle_and_convert_change_the_s3_archive_where_it_lies(s3, tmp):
+    """`import-paddle s3://...` adds a Paddle model as a tag by a remote append;
+    `convert s3://... --to flatbuffers` then uploads the new graph.fb and the tag's
+    tables only (< 1 MiB; the store copies the rest), and the object's graph.fb and
+    tags equal those of the same commands run on a local copy; converting again writes
+    nothing."""
+    import io
+    import zipfile
+
+    env, proxy = s3
+    model, params = PADDLE_FIXTURES / "mlp.pdmodel", PADDLE_FIXTURES / "mlp.pdiparams"
+    local = tmp / "conv-local.zip"
+    cli(env, "pack", local, tensor_dir(tmp, "conv0", {"w": 6 * MIB}, seed=91), "--tag", "big", "-q")
+    url = f"s3://{BUCKET}/convert/model.zip"
+    cli(env, "cp", local, url)
+    out = json.loads(cli(env, "import-paddle", url, "--tag", "mlp", model, params, "--json").stdout)
+    assert not out["created"] and out["tag"] == "mlp"
+    cli(env, "import-paddle", local, "--tag", "mlp", model, params, "-q")
+    before = len(proxy.log)
+    out = json.loads(cli(env, "convert", url, "--tag", "MLP", "--to", "flatbuffers", "--json").stdout)
+    reqs = requests_to(proxy, "/convert/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    assert out["changed"] and out["tag"] == "mlp" and out["to"] == "flatbuffers", out
+    assert 0 < uploaded < 1 * MIB, uploaded
+    assert any(r["copy"] for r in reqs)
+    cli(env, "verify", url)
+    cli(env, "convert", local, "--tag", "mlp", "--to", "flatbuffers", "-q")
+    down = tmp / "conv-down.zip"
+    cli(env, "cp", url, down)
+    with zipfile.ZipFile(down) as r, zipfile.ZipFile(local) as l:
+        assert r.read("mlp/graph.fb") == l.read("mlp/graph.fb")
+        sums = [dict(line.split("  ")[::-1] for line in z.read("mlp/sha256sums.txt").decode().splitlines()) for z in (r, l)]
+        assert sums[0]["graph.fb"] == sums[1]["graph.fb"] and "graph.pdmodel" not in sums[0], sums
+        assert sums[0].keys() == sums[1].keys()
+        assert "mlp/graph.pdmodel" not in r.namelist()
+    tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
+    assert [t["name"] for t in tags] == ["big", "mlp"]
+    before = len(proxy.log)
+    again = json.loads(cli(env, "convert", url, "--tag", "mlp", "--to", "flatbuffers", "--json").stdout)
+    assert not again["changed"]
+    with proxy.log_lock:
+        assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST")]

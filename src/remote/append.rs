@@ -123,6 +123,12 @@ pub(super) fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, S3A
     Ok((client, s3))
 }
 
+/// Fails unless `url` can be written (an `s3://` URL with the settings remote writes
+/// carry): said before a command reads anything.
+pub(crate) fn check_writable(url: &str, remote: &RemoteOptions) -> Result<()> {
+    writable(url, remote).map(drop)
+}
+
 /// The version (ETag) of the remote archive `base` read, which a commit is conditional on.
 pub(super) fn version_of(base: &crate::Archive, url: &str) -> Result<String> {
     base.remote_version().map(str::to_string).ok_or_else(|| {
@@ -165,25 +171,55 @@ pub fn remove_tags(
     remote: &RemoteOptions,
     write: &WriteOptions,
 ) -> Result<RemoteRemoval> {
+    let (facts, done) = continue_remote(url, remote, |sink, base| {
+        let before = base.len_bytes();
+        let tags = base.tags().to_vec();
+        Ok(
+            match removal_session(sink, base, removal, write).map_err(|e| e.in_file(url))? {
+                Some(r) => ((before, r.removed, r.kept, r.rehomed), Some(r.session)),
+                None => ((before, Vec::new(), tags, 0), None),
+            },
+        )
+    })?;
+    let (before, removed, kept, rehomed) = facts;
+    let after = done.as_ref().map_or(before, |(_, end)| *end);
+    Ok(RemoteRemoval {
+        report: crate::RemoveReport {
+            removed,
+            kept,
+            rehomed,
+            before,
+            after,
+        },
+        write: done.map(|(w, _)| w),
+    })
+}
+
+/// Composes a new version of the archive at `url` (`s3://`) that continues the version
+/// read from its central directory, as a local in-place write does: `compose` is given
+/// a sink whose first byte lands at that offset and the archive, and returns what it
+/// found and the session it wrote (started with `Session::in_place`), or none when there
+/// is nothing to write. The session is finished (tags.txt, summary, central directory)
+/// and the new version committed only if the object is still the version read. Returns
+/// what `compose` found, and the commit with the new object's length.
+pub(crate) fn continue_remote<T>(
+    url: &str,
+    remote: &RemoteOptions,
+    compose: impl FnOnce(
+        Box<dyn std::io::Write>,
+        &crate::Archive,
+    ) -> Result<(T, Option<crate::archive::Session>)>,
+) -> Result<(T, Option<(RemoteWrite, u64)>)> {
     let (client, s3) = writable(url, remote)?;
     let base = remote.open(url)?;
     let e_tag = version_of(&base, url)?;
     let keep = base.directory().cd_offset;
-    let before = base.len_bytes();
     let (staged, sink) = staging()?;
-    let Some(r) = removal_session(sink, &base, removal, write).map_err(|e| e.in_file(url))? else {
-        return Ok(RemoteRemoval {
-            report: crate::RemoveReport {
-                removed: Vec::new(),
-                kept: base.tags().to_vec(),
-                rehomed: 0,
-                before,
-                after: before,
-            },
-            write: None,
-        });
+    let (found, session) = compose(sink, &base)?;
+    let Some(session) = session else {
+        return Ok((found, None));
     };
-    let end = finish_detached(r.session, Some(base)).map_err(|e| e.in_file(url))?;
+    let end = finish_detached(session, Some(base)).map_err(|e| e.in_file(url))?;
     let app = RemoteAppender {
         session: None,
         staged,
@@ -192,16 +228,7 @@ pub fn remove_tags(
         start: Start::Existing { e_tag, keep },
     };
     let done = app.commit_staged(end - keep)?;
-    Ok(RemoteRemoval {
-        report: crate::RemoveReport {
-            removed: r.removed,
-            kept: r.kept,
-            rehomed: r.rehomed,
-            before,
-            after: end,
-        },
-        write: Some(done),
-    })
+    Ok((found, Some((done, end))))
 }
 
 /// What the append continues: an existing object (its version and where its central
@@ -316,6 +343,25 @@ impl RemoteAppender {
         };
         let end = finish_detached(session, None).map_err(|e| e.in_file(&url))?;
         self.commit_staged(end - keep)
+    }
+
+    /// True when there was no object at the URL: finishing creates it.
+    pub(crate) fn creates(&self) -> bool {
+        matches!(self.start, Start::New)
+    }
+
+    /// Fails with the lost-race error ([`ErrorKind::RemoteConflict`]) unless the object
+    /// was version `was` when this appender opened it (`None`: absent): a tag derived
+    /// from what another open read goes onto that version or nowhere.
+    pub(crate) fn check_opened(&self, was: Option<&str>) -> Result<()> {
+        let opened = match &self.start {
+            Start::Existing { e_tag, .. } => Some(e_tag.as_str()),
+            Start::New => None,
+        };
+        if opened == was {
+            return Ok(());
+        }
+        Err(changed(&self.client, was))
     }
 
     /// An appender that only commits: the new version of the object `client` names,
