@@ -1226,3 +1226,30 @@ def test_import_paddle_and_convert_change_the_s3_archive_where_it_lies(s3, tmp):
     assert not again["changed"]
     with proxy.log_lock:
         assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST")]
+
+
+def test_python_quantize_appends_to_s3(s3, tmp, monkeypatch):
+    """`modelzip.quantize("s3://...", ...)` from Python: the INT8 tag lands by a remote
+    append (about its own bytes uploaded), verifies, and reads back as the CLI's local
+    run of the same quantization; a `gs://` archive is still refused."""
+    import numpy as np
+
+    import modelzip
+
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    url, local, _ = derived_fixture(env, tmp, "pyquant")
+    before = len(proxy.log)
+    report = modelzip.quantize(url, "fp32", "int8", per_channel=False)
+    reqs = requests_to(proxy, "/pyquant/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    assert report["tag"] == "int8"
+    assert 1536 * 1024 <= uploaded <= 1536 * 1024 + 1 * MIB, uploaded
+    cli(env, "verify", url)
+    cli(env, "quantize", local, "--from", "fp32", "--tag", "int8", "-q")
+    with modelzip.open(url) as remote, modelzip.open(local) as here:
+        assert remote.tags == ["other", "fp32", "int8"]
+        for name in ("w", "w@scale", "b"):
+            np.testing.assert_array_equal(remote["int8"][name], here["int8"][name])
+    with pytest.raises(modelzip.ModelzipError, match="upload"):
+        modelzip.quantize("gs://bucket/m.zip", "fp32", "int8")
