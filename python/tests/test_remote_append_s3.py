@@ -906,7 +906,8 @@ def test_compact_composes_the_live_entries_only(s3, tmp):
     fetched but the local headers of entries followed by a gap (30 bytes and the name
     each); the result verifies, lists the same tags with the same files as a local
     `compact` of the same archive, keeps every stored tensor 64-byte aligned, and its dead
-    bytes are the padding it reports (under 64 per gap)."""
+    bytes are the padding it reports (under 64 per gap); compacting it again writes
+    nothing."""
     env, proxy = s3
     url, down = compaction_fixture(env, tmp, "compact")
     path = f"/{BUCKET}/compact/model.zip"
@@ -978,6 +979,14 @@ def test_compact_composes_the_live_entries_only(s3, tmp):
     assert raw(env, "HEAD", path)[1]["etag"] == out["version"]
     _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=compact/")
     assert b"<Upload>" not in listing, listing
+    # Compacted: a second compaction finds no dead bytes and writes nothing.
+    before = len(proxy.log)
+    again = cli(env, "compact", url).stdout
+    assert again.endswith("; no dead bytes, nothing written\n"), again
+    again = json.loads(cli(env, "compact", url, "--json").stdout)
+    assert again["before_bytes"] == again["after_bytes"] == out["after_bytes"] and "version" not in again
+    assert not [r for r in requests_to(proxy, "/compact/model.zip", before) if r["method"] in ("PUT", "POST")]
+    assert raw(env, "HEAD", path)[1]["etag"] == out["version"]
 
 
 def test_a_compaction_racing_an_append_exactly_one_wins(s3, tmp):

@@ -15,7 +15,8 @@ use std::path::PathBuf;
 /// uploaded; the dead bytes neither copied nor read), then a new tags.txt, summary and
 /// central directory uploaded from here, committed only if the object is still the
 /// version read. Each run of entries moves by a multiple of 64 bytes (tensors stay
-/// aligned): under 64 bytes of padding per removed gap stay (docs/REMOTE.md).
+/// aligned): under 64 bytes of padding per removed gap stay. An object with no dead
+/// bytes is left as it is (docs/REMOTE.md).
 ///
 /// Example:
 ///   modelzip compact checkpoints.zip
@@ -23,7 +24,7 @@ use std::path::PathBuf;
 ///   modelzip compact s3://bucket/run.zip
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}; for an s3:// ARCHIVE also "padding_bytes", "headers_read", "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}; for an s3:// ARCHIVE also "padding_bytes", "headers_read", and when it wrote (it had dead bytes) "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
     /// The archive (a path, or an s3:// URL).
     archive: PathBuf,
@@ -62,7 +63,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         if let (Value::Object(m), Some((padding, headers, done))) = (&mut doc, &done) {
             m.insert("padding_bytes".into(), json!(padding));
             m.insert("headers_read".into(), json!(headers));
-            m.extend(remote_write_fields(done));
+            if let Some(done) = done {
+                m.extend(remote_write_fields(done));
+            }
         }
         print_json(&doc)?;
     } else if !args.write.output.quiet {
@@ -72,11 +75,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             human_bytes(report.before, args.bytes),
             human_bytes(report.after, args.bytes)
         );
-        if let Some((_, _, done)) = &done {
-            line.push_str(&format!(
+        match &done {
+            Some((_, _, Some(done))) => line.push_str(&format!(
                 "; {} bytes uploaded, {} copied by the store, {} re-read, {} requests",
                 done.bytes_uploaded, done.bytes_copied, done.bytes_reread, done.requests
-            ));
+            )),
+            Some((_, _, None)) => line.push_str("; no dead bytes, nothing written"),
+            None => {}
         }
         line.push('\n');
         print(&line)?;

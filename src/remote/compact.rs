@@ -41,8 +41,9 @@ pub struct RemoteCompaction {
     /// Local headers read (30 bytes and the entry's name each) to learn where an entry
     /// followed by a gap ends (the central directory does not say).
     pub headers_read: u64,
-    /// The commit.
-    pub write: RemoteWrite,
+    /// The commit; `None` when the new version would be no smaller than the object
+    /// (no dead bytes to drop): nothing was written.
+    pub write: Option<RemoteWrite>,
 }
 
 /// Compacts the archive at an `s3://` URL: composes a new version of the object from
@@ -55,7 +56,8 @@ pub struct RemoteCompaction {
 /// into parts of at least 5 MiB (topped up from the next long run when needed).
 /// Committed only if the object is still the version read
 /// ([`ErrorKind::RemoteConflict`] otherwise: nothing written); the multipart upload is
-/// aborted on every error.
+/// aborted on every error. When the new version would be no smaller (no dead bytes),
+/// nothing is written ([`RemoteCompaction::write`] is `None`).
 pub fn compact(
     url: &str,
     remote: &RemoteOptions,
@@ -101,6 +103,17 @@ pub fn compact(
     });
     let end = finish_detached(session, Some(base)).map_err(|e| e.in_file(url))?;
     let staged_len = end - live_end;
+    if end >= before {
+        return Ok(RemoteCompaction {
+            report: crate::CompactReport {
+                before,
+                after: before,
+            },
+            padding,
+            headers_read,
+            write: None,
+        });
+    }
     let parts = parts(&moved, staged_len).map_err(|why| {
         Error::new(ErrorKind::InvalidInput(format!(
             "{why}; nothing was written"
@@ -113,7 +126,7 @@ pub fn compact(
         report: crate::CompactReport { before, after: end },
         padding,
         headers_read,
-        write: done,
+        write: Some(done),
     })
 }
 
