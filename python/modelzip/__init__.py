@@ -255,6 +255,13 @@ def _is_s3(path: str) -> bool:
     return path.split("://", 1)[0].lower() in ("s3", "s3a") and "://" in path
 
 
+def _writable(path: PathLike, what: str) -> str:
+    """An ``s3://`` URL as it is (the library appends to it remotely), else a local path
+    for a write (other URLs refused, as by :func:`_local`)."""
+    p = os.fspath(path)
+    return p if _is_s3(p) else _local(path, what)
+
+
 _EXPORT_HINT = "exports write local files; export here and upload the files with your store's tools"
 
 
@@ -977,10 +984,10 @@ def import_paddle(
     ``.json``, and its ``.pdiparams``; the params file may be omitted for a program
     without parameters) or, with ``dir=``, a
     persistables directory, as tag ``tag`` (archive created if absent, else the tag is
-    appended in place). Returns the import report (tag, created, graph_bytes, params
-    with dtype/dims/shared_from, shared)."""
+    appended in place; an ``s3://`` URL gets it by a remote append). Returns the import
+    report (tag, created, graph_bytes, params with dtype/dims/shared_from, shared)."""
     return _modelzip.import_paddle(
-        _local(archive, "import into"),
+        _writable(archive, "import into"),
         tag,
         None if model is None else _fspath(model),
         None if params is None else _fspath(params),
@@ -1034,11 +1041,12 @@ def import_model(
     TensorFlow (``.pb`` / ``.pbtxt`` frozen GraphDef, or a SavedModel directory),
     safetensors (files, a sharded checkpoint's index or directory), ONNX (``.onnx``,
     external data included). The format is detected from the files unless ``format``
-    names it. Returns the import report with ``format``."""
+    names it. Returns the import report with ``format``. ``archive`` may be an ``s3://``
+    URL: the tag is a remote append (docs/REMOTE.md)."""
     if not inputs:
         raise _make("invalid_input", "import_model needs at least one input file")
     return _modelzip.import_model(
-        _local(archive, "import into"), tag, [_fspath(p) for p in inputs], format, wait
+        _writable(archive, "import into"), tag, [_fspath(p) for p in inputs], format, wait
     )
 
 
@@ -1086,9 +1094,11 @@ def quantize(
     (``ModelzipError`` kind ``unrepresentable_values``) unless ``allow_non_finite``: then
     those values are stored as 0 and left out of the scale. Returns the variant report
     (each parameter's ``non_finite`` count included, and its ``per_tensor_reason``: why a
-    weight was quantized per tensor though ``per_channel``, else ``None``)."""
+    weight was quantized per tensor though ``per_channel``, else ``None``). ``archive``
+    may be an ``s3://`` URL: the source read by ranges, the new tag a remote append
+    (docs/REMOTE.md)."""
     return _modelzip.quantize(
-        _local(archive, "quantize in"), source, tag, per_channel, wait, allow_non_finite
+        _writable(archive, "quantize in"), source, tag, per_channel, wait, allow_non_finite
     )
 
 
@@ -1107,7 +1117,8 @@ def cast(
     dtype's range (which would become ±inf), is refused (``ModelzipError`` kind
     ``unrepresentable_values``) unless ``allow_non_finite`` / ``allow_overflow``. Returns
     the variant report (each parameter's ``non_finite``, ``overflowed`` and
-    ``underflowed`` counts included)."""
+    ``underflowed`` counts included). ``archive`` may be an ``s3://`` URL, as for
+    :func:`quantize`."""
     return _modelzip.cast(
-        _local(archive, "cast in"), source, tag, dtype, wait, allow_non_finite, allow_overflow
+        _writable(archive, "cast in"), source, tag, dtype, wait, allow_non_finite, allow_overflow
     )

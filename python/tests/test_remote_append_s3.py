@@ -197,6 +197,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "received": len(data),
                     "status": status,
                     "range": lower.get("range"),
+                    "copy_range": lower.get("x-amz-copy-source-range"),
                     "copy": is_copy,
                     "commit": is_commit,
                     "seconds": time.monotonic() - started,
@@ -832,3 +833,432 @@ def test_remote_appends_killed_at_random_instants_leave_the_old_or_the_new_versi
     cli(env, "verify", url)
     # Not every kill came before the commit, nor after it (else the instants were not spread).
     assert 0 < committed < 20, committed
+
+
+# Remote compaction (`modelzip compact s3://...`, docs/REMOTE.md "Remote compaction").
+
+COMMIT_WRITTEN = ("tags.txt", "_summary.txt")
+
+
+def entry_extents(data: bytes) -> dict[str, tuple[int, int]]:
+    """Each entry's bytes in an archive (local header to data end), by name, read with
+    the zip module and the local headers."""
+    import io
+    import zipfile
+
+    out = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for info in z.infolist():
+            h = info.header_offset
+            assert data[h : h + 4] == b"PK\x03\x04"
+            n, m = struct.unpack_from("<HH", data, h + 26)
+            out[info.filename] = (h, h + 30 + n + m + info.compress_size)
+    return out
+
+
+def misaligned_tensors(data: bytes) -> list[str]:
+    """Stored tensors whose first element is not at a multiple of 64 in the file."""
+    import io
+    import zipfile
+
+    bad = []
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for info in z.infolist():
+            if not info.filename.endswith(".lodtensor") or info.compress_type != zipfile.ZIP_STORED:
+                continue
+            h = info.header_offset
+            n, m = struct.unpack_from("<HH", data, h + 26)
+            d = h + 30 + n + m
+            version, lod_levels = struct.unpack_from("<IQ", data, d)
+            assert lod_levels == 0, info.filename
+            desc_len = struct.unpack_from("<i", data, d + 16)[0]
+            if (d + 20 + desc_len) % 64:
+                bad.append(info.filename)
+    return bad
+
+
+def compaction_fixture(env, tmp, key: str) -> tuple[str, Path]:
+    """An archive in the bucket with dead bytes: tags t1 (6 MiB + 64 KiB), t2 (7 MiB + 1
+    MiB, removed remotely), t3 (100 KiB) and t4 (12 MiB), packed locally one by one (old
+    central directories left behind), uploaded, then `rm t2` on the object. Live runs
+    both above and below 5 MiB. Returns the URL and a download of the object."""
+    dirs = {
+        "t1": tensor_dir(tmp, f"{key}-1", {"a": 6 * MIB, "b": 64 << 10}, seed=61),
+        "t2": tensor_dir(tmp, f"{key}-2", {"c": 7 * MIB, "d": 1 * MIB}, seed=62),
+        "t3": tensor_dir(tmp, f"{key}-3", {"e": 100 << 10}, seed=63),
+        "t4": tensor_dir(tmp, f"{key}-4", {"f": 12 * MIB}, seed=64),
+    }
+    local = tmp / f"{key}-src.zip"
+    for tag, d in dirs.items():
+        cli(env, "pack", local, d, "--tag", tag, "-q")
+    url = f"s3://{BUCKET}/{key}/model.zip"
+    cli(env, "cp", local, url)
+    cli(env, "rm", url, "t2", "-q")
+    down = tmp / f"{key}-before.zip"
+    cli(env, "cp", url, down)
+    return url, down
+
+
+def test_compact_composes_the_live_entries_only(s3, tmp):
+    """`compact s3://...` of an archive with a removed tag and old central directories:
+    the live runs of 5 MiB and more are copied by the store, the shorter ones read (ranged
+    GETs of just their bytes, never a dead byte) and uploaded; no byte of a copied range is
+    fetched but the local headers of entries followed by a gap (30 bytes and the name
+    each); the result verifies, lists the same tags with the same files as a local
+    `compact` of the same archive, keeps every stored tensor 64-byte aligned, and its dead
+    bytes are the padding it reports (under 64 per gap); compacting it again writes
+    nothing."""
+    env, proxy = s3
+    url, down = compaction_fixture(env, tmp, "compact")
+    path = f"/{BUCKET}/compact/model.zip"
+    old = down.read_bytes()
+    live = []  # runs of adjacent live entries
+    for s, e in sorted(ext for name, ext in entry_extents(old).items() if name not in COMMIT_WRITTEN):
+        if live and live[-1][1] == s:
+            live[-1] = (live[-1][0], e)
+        else:
+            live.append((s, e))
+    assert not misaligned_tensors(old)
+
+    before = len(proxy.log)
+    out = json.loads(cli(env, "compact", url, "--json").stdout)
+    reqs = requests_to(proxy, "/compact/model.zip", before)
+    assert out["before_bytes"] == len(old) and out["after_bytes"] < len(old) - 8 * MIB
+    uploads = [r for r in reqs if r["method"] == "PUT" and not r["copy"]]
+    copies = [r for r in reqs if r["copy"]]
+    assert out["bytes_uploaded"] == sum(r["sent"] for r in uploads)
+    copied = []
+    for r in copies:
+        a, b = map(int, r["copy_range"].removeprefix("bytes=").split("-"))
+        copied.append((a, b + 1))
+    assert out["bytes_copied"] == sum(b - a for a, b in copied) >= 12 * MIB
+    # Everything copied is live, but for the padding before a run (under 64 bytes).
+    for a, b in copied:
+        assert any(s - 64 < a and b <= e for s, e in live), (a, b, live)
+    gets = [r for r in reqs if r["method"] == "GET"]
+    bounded = []
+    for r in gets:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", r["range"] or "")
+        if m:  # the open's tail read is a suffix range
+            bounded.append((int(m.group(1)), int(m.group(2)) + 1))
+    heads = [(a, b) for a, b in bounded if b - a <= 30 + 64]
+    reread = [(a, b) for a, b in bounded if b - a > 30 + 64]
+    assert len(heads) == out["headers_read"] > 0
+    for a, b in bounded:
+        # Never a dead byte.
+        assert any(s <= a and b <= e for s, e in live), (a, b, live)
+    for a, b in reread:
+        # Never a byte the store copied.
+        assert all(b <= ca or cb <= a for ca, cb in copied), (a, b, copied)
+    assert out["bytes_reread"] == sum(b - a for a, b in reread) > 0
+    assert 0 < out["bytes_reread"] < 6 * MIB
+    assert out["requests"] == sum(1 for r in reqs if r["method"] in ("PUT", "POST")) + len(reread)
+    assert out["previous_version"] and out["version"] != out["previous_version"]
+
+    cli(env, "verify", url)
+    tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+    assert tags == ["t1", "t3", "t4"]
+    after = tmp / "compact-after.zip"
+    cli(env, "cp", url, after)
+    new = after.read_bytes()
+    assert len(new) == out["after_bytes"]
+    assert not misaligned_tensors(new)
+    # The object's bytes: the entries, the padding between runs, the central directory.
+    spans = sorted(entry_extents(new).values())
+    gaps = spans[0][0] + sum(b[0] - a[1] for a, b in zip(spans, spans[1:]))
+    assert gaps == out["padding_bytes"] < 64 * 4, (gaps, out["padding_bytes"])
+    # What a local compaction of the same archive holds, file for file.
+    cli(env, "compact", down, "-q")
+    for tag in tags:
+        for name, src in (("remote-c", after), ("local-c", down)):
+            cli(env, "extract", src, "--tag", tag, "--out", tmp / name / tag)
+    files = sorted(p.relative_to(tmp / "local-c") for p in (tmp / "local-c").rglob("*") if p.is_file())
+    assert {"t1/a", "t1/b", "t3/e", "t4/f"} <= {str(f) for f in files}, files
+    for rel in files:
+        assert (tmp / "remote-c" / rel).read_bytes() == (tmp / "local-c" / rel).read_bytes(), rel
+    assert raw(env, "HEAD", path)[1]["etag"] == out["version"]
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=compact/")
+    assert b"<Upload>" not in listing, listing
+    # Compacted: a second compaction finds no dead bytes and writes nothing.
+    before = len(proxy.log)
+    again = cli(env, "compact", url).stdout
+    assert again.endswith("; no dead bytes, nothing written\n"), again
+    again = json.loads(cli(env, "compact", url, "--json").stdout)
+    assert again["before_bytes"] == again["after_bytes"] == out["after_bytes"] and "version" not in again
+    assert not [r for r in requests_to(proxy, "/compact/model.zip", before) if r["method"] in ("PUT", "POST")]
+    assert raw(env, "HEAD", path)[1]["etag"] == out["version"]
+
+
+def test_a_compaction_racing_an_append_exactly_one_wins(s3, tmp):
+    """`compact` and `pack` to one object, both opened before either commits (the proxy
+    holds both commits until both arrive): one commits, the other exits 2 with "changed
+    since it was opened ... nothing was written" in one line; the object verifies and
+    holds exactly the winner's change; no upload is left."""
+    env, proxy = s3
+    url, down = compaction_fixture(env, tmp, "crace")
+    size = len(down.read_bytes())
+    new = tensor_dir(tmp, "crace-new", {"w": 1 * MIB}, seed=65)
+    proxy.hold_commits, proxy.arrived = 2, 0
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            compact = pool.submit(cli, env, "compact", url, "--json", check=False)
+            pack = pool.submit(cli, env, "pack", url, new, "--tag", "new", check=False)
+            results = {"compact": compact.result(), "pack": pack.result()}
+    finally:
+        proxy.hold_commits = 0
+    codes = sorted(r.returncode for r in results.values())
+    assert codes == [0, 2], {k: (r.returncode, r.stderr) for k, r in results.items()}
+    loser = next(r for r in results.values() if r.returncode == 2)
+    said = loser.stderr.strip()
+    assert len(said.splitlines()) == 1, said
+    assert f"the archive at {url} changed since it was opened (version " in said, said
+    assert "nothing was written" in said, said
+    cli(env, "verify", url)
+    tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+    status, headers, _ = raw(env, "HEAD", f"/{BUCKET}/crace/model.zip")
+    if results["compact"].returncode == 0:
+        assert tags == ["t1", "t3", "t4"]
+        assert int(headers["content-length"]) == json.loads(results["compact"].stdout)["after_bytes"] < size
+    else:
+        assert tags == ["t1", "t3", "t4", "new"]
+        assert int(headers["content-length"]) > size
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=crace/")
+    assert b"<Upload>" not in listing, listing
+
+
+def test_compact_of_a_bad_url_is_one_line_and_writes_nothing(s3, tmp):
+    """An object that is not an archive, a bucket that does not exist, a store without
+    the requests a compaction needs: one line, exit 2, nothing sent but reads."""
+    env, proxy = s3
+    assert raw(env, "PUT", f"/{BUCKET}/cbad/notzip.zip", b"hello" * 100)[0] == 200
+    cases = {
+        f"s3://{BUCKET}/cbad/notzip.zip": "zip",
+        "s3://no-such-bucket/m.zip": "bucket",
+        f"s3://{BUCKET}/cbad/missing.zip": "no object",
+        "gs://bucket/m.zip": "not supported",
+    }
+    for url, word in cases.items():
+        before = len(proxy.log)
+        r = cli(env, "compact", url, check=False)
+        said = r.stderr.strip()
+        assert r.returncode == 2 and len(said.splitlines()) == 1, (url, said)
+        assert said.startswith(f"modelzip: cannot compact {url}: ") and word in said.lower(), said
+        with proxy.log_lock:
+            assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST", "DELETE")]
+    assert raw(env, "GET", f"/{BUCKET}/cbad/notzip.zip")[2] == b"hello" * 100
+
+
+# Tags derived from a tag of the s3:// archive itself (`quantize`, `cast`): the source read
+# by ranges, the new tag a remote append.
+
+
+def lodtensor_fp32_2d(values) -> bytes:
+    """One Paddle LoDTensor record of a 2-D FP32 numpy array, no LoD."""
+    rows, cols = values.shape
+    desc = b"\x08\x05\x10" + varint(rows) + b"\x10" + varint(cols)
+    return struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc + values.astype("<f4").tobytes()
+
+
+def derived_fixture(env, tmp, key: str) -> tuple[str, Path, int]:
+    """An archive in the bucket with a tag `other` (8 MiB, never read) and a tag `fp32`
+    (a 6 MiB weight of rank 2, a 4 KiB bias of rank 1). Returns the URL, a local copy
+    and the bytes of the fp32 tag's tensors."""
+    import numpy as np
+
+    rng = np.random.default_rng(71)
+    other = tensor_dir(tmp, f"{key}-other", {"x": 8 * MIB}, seed=72)
+    d = tmp / f"{key}-fp32"
+    d.mkdir()
+    w = rng.standard_normal((1024, 1536)).astype(np.float32)
+    (d / "w").write_bytes(lodtensor_fp32_2d(w))
+    (d / "b").write_bytes(lodtensor_fp32(rng.standard_normal(1024).astype("<f4").tobytes()))
+    local = tmp / f"{key}-local.zip"
+    cli(env, "pack", local, other, "--tag", "other", "-q")
+    cli(env, "pack", local, d, "--tag", "fp32", "-q")
+    url = f"s3://{BUCKET}/{key}/model.zip"
+    cli(env, "cp", local, url)
+    return url, local, sum(p.stat().st_size for p in d.iterdir())
+
+
+def check_derived(env, proxy, tmp, key, url, local, source_bytes, args, new_tag):
+    """Runs `modelzip ARGS` on the URL and on the local copy: the remote run reads the
+    source tag's tensors and nothing of the other tag, uploads about the new tag's own
+    bytes (its stored bytes + tables, < 1 MiB more), has the store copy the rest; the
+    object verifies, lists the new tag last, and its files equal the local run's."""
+    before = len(proxy.log)
+    out = json.loads(cli(env, *args[:1], url, *args[1:], "--json").stdout)
+    reqs = requests_to(proxy, f"/{key}/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    got = sum(r["received"] for r in reqs if r["method"] == "GET")
+    assert out["tag"] == new_tag
+    assert out["stored_bytes"] <= uploaded <= out["stored_bytes"] + 1 * MIB, (uploaded, out["stored_bytes"])
+    assert any(r["copy"] for r in reqs)
+    assert source_bytes <= got < source_bytes + 1 * MIB, (got, source_bytes)  # not `other`'s 8 MiB
+    cli(env, "verify", url)
+    tags = [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]]
+    assert tags == ["other", "fp32", new_tag]
+    local_out = json.loads(cli(env, *args[:1], local, *args[1:], "--json").stdout)
+    assert local_out["params"] == out["params"]
+    down = tmp / f"{key}-down.zip"
+    cli(env, "cp", url, down)
+    for name, src in (("remote", down), ("local", local)):
+        cli(env, "extract", src, "--tag", new_tag, "--out", tmp / f"{key}-{name}")
+    files = sorted(p.relative_to(tmp / f"{key}-local") for p in (tmp / f"{key}-local").rglob("*") if p.is_file())
+    assert len(files) >= 2
+    for rel in files:
+        assert (tmp / f"{key}-remote" / rel).read_bytes() == (tmp / f"{key}-local" / rel).read_bytes(), rel
+    return out
+
+
+def test_quantize_appends_the_int8_tag_to_the_s3_archive(s3, tmp):
+    """`quantize s3://... --from fp32 --tag int8`: the INT8 weight and its scales go up
+    (about 1.5 MiB), the bias is shared, the rest is copied by the store."""
+    env, proxy = s3
+    url, local, source = derived_fixture(env, tmp, "quant")
+    out = check_derived(env, proxy, tmp, "quant", url, local, source,
+                        ["quantize", "--from", "fp32", "--tag", "int8"], "int8")
+    assert out["changed"] == 1 and out["shared"] == 1
+
+
+def test_cast_appends_the_fp16_tag_to_the_s3_archive(s3, tmp):
+    """`cast s3://... --from fp32 --tag fp16 --dtype fp16`: the FP16 tensors go up (about
+    3 MiB), the rest is copied by the store."""
+    env, proxy = s3
+    url, local, source = derived_fixture(env, tmp, "cast")
+    out = check_derived(env, proxy, tmp, "cast", url, local, source,
+                        ["cast", "--from", "fp32", "--tag", "fp16", "--dtype", "fp16"], "fp16")
+    assert out["changed"] == 2
+
+
+def safetensors_file(path: Path, tensors: dict) -> Path:
+    """A .safetensors file of FP32 numpy arrays."""
+    header, blobs, at = {}, [], 0
+    for name, a in tensors.items():
+        b = a.astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return path
+
+
+def test_import_appends_a_tag_to_the_s3_archive_or_creates_it(s3, tmp):
+    """`import s3://... --tag st model.safetensors`: only the imported tensors go up (no
+    GET of the archive's data), the store copies the rest; the object verifies and holds
+    what a local import of the same file gives. To a key with no object, the import
+    creates it; `--rewrite` is refused before anything is sent."""
+    import numpy as np
+
+    env, proxy = s3
+    rng = np.random.default_rng(81)
+    new = rng.standard_normal((768, 1024)).astype(np.float32)  # 3 MiB
+    st = safetensors_file(tmp / "model.safetensors", {"new.weight": new, "b": np.ones(16, np.float32)})
+    local = tmp / "import-local.zip"
+    cli(env, "pack", local, tensor_dir(tmp, "imp0", {"w": 6 * MIB}, seed=82), "--tag", "base", "-q")
+    url = f"s3://{BUCKET}/import/model.zip"
+    cli(env, "cp", local, url)
+    before = len(proxy.log)
+    out = json.loads(cli(env, "import", url, "--tag", "st", st, "--json").stdout)
+    reqs = requests_to(proxy, "/import/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    got = sum(r["received"] for r in reqs if r["method"] == "GET")
+    assert not out["created"] and out["tag"] == "st" and out["format"] == "safetensors"
+    assert {p["name"]: p["dims"] for p in out["params"]} == {"new.weight": [768, 1024], "b": [16]}
+    assert new.nbytes <= uploaded <= new.nbytes + 1 * MIB, uploaded
+    assert got < 1 * MIB, got
+    assert any(r["copy"] for r in reqs)
+    cli(env, "verify", url)
+    assert [t["name"] for t in json.loads(cli(env, "tags", url, "--json").stdout)["tags"]] == ["base", "st"]
+    cli(env, "import", local, "--tag", "st", st, "-q")
+    down = tmp / "import-down.zip"
+    cli(env, "cp", url, down)
+    for name, src in (("imp-remote", down), ("imp-local", local)):
+        cli(env, "extract", src, "--tag", "st", "--out", tmp / name)
+    files = sorted(p.relative_to(tmp / "imp-local") for p in (tmp / "imp-local").rglob("*") if p.is_file())
+    assert len(files) >= 2
+    for rel in files:
+        assert (tmp / "imp-remote" / rel).read_bytes() == (tmp / "imp-local" / rel).read_bytes(), rel
+
+    fresh = f"s3://{BUCKET}/import/new.zip"
+    out = json.loads(cli(env, "import", fresh, "--tag", "first", st, "--json").stdout)
+    assert out["created"]
+    cli(env, "verify", fresh)
+    before = len(proxy.log)
+    r = cli(env, "import", fresh, "--tag", "again", st, "--rewrite", check=False)
+    said = r.stderr.strip()
+    assert r.returncode == 2 and len(said.splitlines()) == 1 and "rewrite" in said, said
+    with proxy.log_lock:
+        assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST")]
+
+
+def test_import_paddle_and_convert_change_the_s3_archive_where_it_lies(s3, tmp):
+    """`import-paddle s3://...` adds a Paddle model as a tag by a remote append;
+    `convert s3://... --to flatbuffers` then uploads the new graph.fb and the tag's
+    tables only (< 1 MiB; the store copies the rest), and the object's graph.fb and
+    tags equal those of the same commands run on a local copy; converting again writes
+    nothing."""
+    import io
+    import zipfile
+
+    env, proxy = s3
+    model, params = PADDLE_FIXTURES / "mlp.pdmodel", PADDLE_FIXTURES / "mlp.pdiparams"
+    local = tmp / "conv-local.zip"
+    cli(env, "pack", local, tensor_dir(tmp, "conv0", {"w": 6 * MIB}, seed=91), "--tag", "big", "-q")
+    url = f"s3://{BUCKET}/convert/model.zip"
+    cli(env, "cp", local, url)
+    out = json.loads(cli(env, "import-paddle", url, "--tag", "mlp", model, params, "--json").stdout)
+    assert not out["created"] and out["tag"] == "mlp"
+    cli(env, "import-paddle", local, "--tag", "mlp", model, params, "-q")
+    before = len(proxy.log)
+    out = json.loads(cli(env, "convert", url, "--tag", "MLP", "--to", "flatbuffers", "--json").stdout)
+    reqs = requests_to(proxy, "/convert/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    assert out["changed"] and out["tag"] == "mlp" and out["to"] == "flatbuffers", out
+    assert 0 < uploaded < 1 * MIB, uploaded
+    assert any(r["copy"] for r in reqs)
+    cli(env, "verify", url)
+    cli(env, "convert", local, "--tag", "mlp", "--to", "flatbuffers", "-q")
+    down = tmp / "conv-down.zip"
+    cli(env, "cp", url, down)
+    with zipfile.ZipFile(down) as r, zipfile.ZipFile(local) as l:
+        assert r.read("mlp/graph.fb") == l.read("mlp/graph.fb")
+        sums = [dict(line.split("  ")[::-1] for line in z.read("mlp/sha256sums.txt").decode().splitlines()) for z in (r, l)]
+        assert sums[0]["graph.fb"] == sums[1]["graph.fb"] and "graph.pdmodel" not in sums[0], sums
+        assert sums[0].keys() == sums[1].keys()
+        assert "mlp/graph.pdmodel" not in r.namelist()
+    tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
+    assert [t["name"] for t in tags] == ["big", "mlp"]
+    before = len(proxy.log)
+    again = json.loads(cli(env, "convert", url, "--tag", "mlp", "--to", "flatbuffers", "--json").stdout)
+    assert not again["changed"]
+    with proxy.log_lock:
+        assert not [x for x in proxy.log[before:] if x["method"] in ("PUT", "POST")]
+
+
+def test_python_quantize_appends_to_s3(s3, tmp, monkeypatch):
+    """`modelzip.quantize("s3://...", ...)` from Python: the INT8 tag lands by a remote
+    append (about its own bytes uploaded), verifies, and reads back as the CLI's local
+    run of the same quantization; a `gs://` archive is still refused."""
+    import numpy as np
+
+    import modelzip
+
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    url, local, _ = derived_fixture(env, tmp, "pyquant")
+    before = len(proxy.log)
+    report = modelzip.quantize(url, "fp32", "int8", per_channel=False)
+    reqs = requests_to(proxy, "/pyquant/model.zip", before)
+    uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
+    assert report["tag"] == "int8"
+    assert 1536 * 1024 <= uploaded <= 1536 * 1024 + 1 * MIB, uploaded
+    cli(env, "verify", url)
+    cli(env, "quantize", local, "--from", "fp32", "--tag", "int8", "-q")
+    with modelzip.open(url) as remote, modelzip.open(local) as here:
+        assert remote.tags == ["other", "fp32", "int8"]
+        for name in ("w", "w@scale", "b"):
+            np.testing.assert_array_equal(remote["int8"][name], here["int8"][name])
+    with pytest.raises(modelzip.ModelzipError, match="upload"):
+        modelzip.quantize("gs://bucket/m.zip", "fp32", "int8")

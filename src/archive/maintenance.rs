@@ -357,6 +357,38 @@ pub(crate) fn removal_session(
     }))
 }
 
+/// The session that ends a compaction composed elsewhere (a remote archive's: the store
+/// moves the live entries' bytes): its central directory lists `base`'s live entries
+/// (all but tags.txt and the summary, which it writes anew), each moved `moved_by(e)`
+/// bytes towards the start, in `base`'s directory order; `sink`'s first byte lands at
+/// `start`, after the moved entries. Finishing it writes tags.txt (`base`'s tags), the
+/// summary and the central directory: what a local [`compact`] writes after the entries.
+#[cfg(feature = "remote")]
+pub(crate) fn compaction_session(
+    sink: Box<dyn std::io::Write>,
+    base: &Archive,
+    start: u64,
+    opts: &WriteOptions,
+    moved_by: impl Fn(&super::container::ZipEntry) -> u64,
+) -> Session {
+    let mut s = Session::new(sink, start, opts.clone());
+    s.out.entries = base
+        .directory()
+        .entries
+        .iter()
+        .filter(|e| !written_by_commit(&e.name))
+        .map(|e| {
+            let by = moved_by(e);
+            let mut moved = e.clone();
+            moved.header_offset -= by;
+            moved.data_offset -= by;
+            moved
+        })
+        .collect();
+    s.keep_tags_of(base);
+    s
+}
+
 impl Plan {
     /// Whether an entry of the base stays listed: not a table the commit rewrites, not
     /// replaced or dropped by the plan, not under a removed tag.

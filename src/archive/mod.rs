@@ -72,9 +72,9 @@ pub use append::{AppendMode, Appender, append_tag};
 pub(crate) use append::{finish_detached, remote_session};
 pub use hashing::sha256_hex;
 pub use lock::WriteLock;
-#[cfg(feature = "remote")]
-pub(crate) use maintenance::removal_session;
 pub use maintenance::{CompactReport, Removal, RemoveReport, compact, remove_tags};
+#[cfg(feature = "remote")]
+pub(crate) use maintenance::{compaction_session, removal_session};
 pub(crate) use reader::GraphFormat;
 pub use reader::{
     Archive, INFLATE_RATIO_FREE, OpenOptions, ParamEntry, TAGS_TXT, TensorData, TensorKind,
@@ -87,6 +87,8 @@ pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 pub(crate) use session::Session;
 pub use session::WriteOptions;
 pub use shared_str::SharedStr;
+#[cfg(feature = "remote")]
+pub(crate) use summary::written_by_commit;
 pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};
 pub use tag::{MAX_METADATA_BYTES, Tag};
 pub use tag_name::{MAX_TAG_NAME_LEN, TagName, validate_tag_name};

@@ -76,135 +76,220 @@ pub fn replace_graph(
 }
 
 /// Rewrites the archive with tag `tag`'s graph replaced by what `make` returns for the
-/// current one (`None`: keep it, write nothing).
+/// current one (`None`: keep it, write nothing). An `s3://` URL (feature `remote`) gets
+/// the change as a remote removal does: the store copies the old object up to its
+/// central directory, the new graph and tables are uploaded, the old graph entry stays
+/// as dead bytes until a compaction.
 fn rewrite_graph(
     path: &Path,
     tag: &str,
     opts: &WriteOptions,
     make: impl FnOnce(GraphFormat, &[u8]) -> Result<Option<(GraphFormat, Vec<u8>)>>,
 ) -> Result<GraphRewrite> {
+    #[cfg(feature = "remote")]
+    if let Some(url) = super::append::url_of(path) {
+        let remote = crate::remote::RemoteOptions::default();
+        return crate::remote::continue_remote(url, &remote, |sink, base| {
+            Ok(match plan(base, tag, make)? {
+                Regraph::Unchanged(report) => (report, None),
+                Regraph::Change(change) => {
+                    let keep = |e: &super::container::ZipEntry| {
+                        !written_by_commit(&e.name)
+                            && e.name != change.old_name
+                            && !change.dropped.contains(&e.name)
+                            && !change.replaced.contains_key(&e.name)
+                    };
+                    let mut s = Session::in_place(sink, base, opts.clone(), keep);
+                    let mut replaced: Vec<_> = change.replaced.iter().collect();
+                    replaced.sort();
+                    for (name, bytes) in replaced {
+                        s.write_text(name, bytes)?;
+                    }
+                    change.write_graph_and_copies(&mut s, base)?;
+                    (change.report, Some(s))
+                }
+            })
+        })
+        .map(|(report, _)| report)
+        .map_err(|e| e.in_file(url));
+    }
     let ap = ArchivePath::resolve(path)?;
     let path = ap.real.as_path();
     let run = || -> Result<GraphRewrite> {
         let (_lock, base) = open_locked(&ap, opts)?;
-        let canon = base
-            .canonical_tag(tag)
-            .ok_or_else(|| Error::new(ErrorKind::tag_not_found(tag, base.tags())))?
-            .to_string();
-        let (from, old_bytes, new) = {
-            let t = base.tag(&canon)?;
-            let Some((from, old)) = t.graph()? else {
-                let what = if crate::interop::tf::saved_model::is_saved_model_tag(&t) {
-                    "holds a TensorFlow SavedModel, whose saved_model/saved_model.pb is \
-                     kept undecoded and not converted (no graph.pdmodel or graph.fb)"
-                } else {
-                    "has no graph (no graph.pdmodel or graph.fb)"
-                };
-                return Err(ErrorKind::InvalidInput(format!("tag {canon:?} {what}")).into());
-            };
-            let new = make(from, &old)
-                .map_err(|e| e.in_entry(format!("{canon}/{}", from.file_name())))?;
-            (from, old.len() as u64, new.map(|n| (n, old.into_owned())))
+        let change = match plan(&base, tag, make)? {
+            Regraph::Unchanged(report) => return Ok(report),
+            Regraph::Change(change) => change,
         };
-        let Some(((to, new_bytes), old)) = new else {
-            return Ok(GraphRewrite {
-                tag: canon,
-                from,
-                to: from,
-                old_bytes,
-                new_bytes: old_bytes,
-                changed: false,
-            });
-        };
-        let old_name = format!("{canon}/{}", from.file_name());
-        let new_name = format!("{canon}/{}", to.file_name());
-        // Shared graphs (shared.txt): a tag that takes its graph from another gets its
-        // own; tags that take theirs from this one keep the old graph, moved into the
-        // oldest of them (the others then point at that one).
-        let mut edits: HashMap<String, TagEdit> = HashMap::new();
-        let mut copies: Vec<(String, String)> = Vec::new();
-        let own_graph = base.has_entry(&old_name);
-        {
-            let t = base.tag(&canon)?;
-            let edit = edits.entry(canon.clone()).or_default();
-            edit.shared = Some(
-                t.shared_files()
-                    .iter()
-                    .filter(|(f, _)| *f != from.file_name())
-                    .map(|(f, o)| (*f, o.to_string()))
-                    .collect(),
-            );
-            edit.sums
-                .push((sha256_hex(&new_bytes), to.file_name().to_string()));
-            if own_graph {
-                edit.unlisted.push(from.file_name().to_string());
-            }
-        }
-        if own_graph {
-            let mut home: Option<String> = None;
-            for name in base.tags() {
-                if *name == canon {
-                    continue;
-                }
-                let t = base.tag(name)?;
-                if !t
-                    .shared_files()
-                    .iter()
-                    .any(|(f, o)| *f == from.file_name() && *o == canon)
-                {
-                    continue;
-                }
-                let edit = edits.entry(name.clone()).or_default();
-                let mut rows: Vec<(&'static str, String)> = Vec::new();
-                for &(f, o) in t.shared_files() {
-                    if f == from.file_name() && o == canon {
-                        match &home {
-                            Some(h) => rows.push((f, h.clone())),
-                            None => {
-                                copies.push((old_name.clone(), format!("{name}/{f}")));
-                                edit.sums.push((sha256_hex(&old), f.to_string()));
-                                home = Some(name.clone());
-                            }
-                        }
-                    } else {
-                        rows.push((f, o.to_string()));
-                    }
-                }
-                edit.shared = Some(rows);
-            }
-        }
-        let mut replaced: HashMap<String, Vec<u8>> = HashMap::new();
-        let mut dropped: std::collections::HashSet<String> = Default::default();
-        for (name, edit) in &edits {
-            edit.apply(&base, name, &mut replaced, &mut dropped)?;
-        }
         let temp = TempTarget::create(path)?;
         let mut s = Session::new(Box::new(temp.writer(opts.fsync)?), 0, opts.clone());
         let skip = |e: &super::container::ZipEntry| {
-            written_by_commit(&e.name) || e.name == old_name || dropped.contains(&e.name)
+            written_by_commit(&e.name)
+                || e.name == change.old_name
+                || change.dropped.contains(&e.name)
         };
-        s.copy_archive(&base, skip, &replaced, &mut || {})?;
-        // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
-        s.write_text(&new_name, &new_bytes)
-            .map_err(|err| err.in_entry(new_name.clone()))?;
-        s.copy_entries(&base, &copies, &mut || {})?;
-        let mut added: Vec<&String> = replaced.keys().filter(|n| !base.has_entry(n)).collect();
+        s.copy_archive(&base, skip, &change.replaced, &mut || {})?;
+        change.write_graph_and_copies(&mut s, &base)?;
+        let mut added: Vec<&String> = change
+            .replaced
+            .keys()
+            .filter(|n| !base.has_entry(n))
+            .collect();
         added.sort();
         for name in added {
-            s.write_text(name, &replaced[name])?;
+            s.write_text(name, &change.replaced[name])?;
         }
         s.keep_tags_of(&base);
         finish_rewrite(s, temp, Some(base))?;
-        Ok(GraphRewrite {
+        Ok(change.report)
+    };
+    run().map_err(|e| ap.located(e))
+}
+
+/// What replacing a tag's graph changes, or that it changes nothing.
+enum Regraph {
+    Unchanged(GraphRewrite),
+    Change(Change),
+}
+
+/// The entries a graph replacement writes and drops.
+struct Change {
+    report: GraphRewrite,
+    /// The tag's old graph entry (dropped) and new one.
+    old_name: String,
+    new_name: String,
+    new_bytes: Vec<u8>,
+    /// New content of text entries (shared.txt, sha256sums.txt), existing or added.
+    replaced: HashMap<String, Vec<u8>>,
+    /// Entries left out (a shared.txt whose every line went).
+    dropped: std::collections::HashSet<String>,
+    /// (source entry, new entry): the old graph moved into the oldest tag that shared it.
+    copies: Vec<(String, String)>,
+}
+
+impl Change {
+    /// Writes the new graph entry, then the moved old graph.
+    fn write_graph_and_copies(&self, s: &mut Session, base: &Archive) -> Result<()> {
+        // Deflated like every graph modelzip writes (WriteOptions::deflate_text).
+        s.write_text(&self.new_name, &self.new_bytes)
+            .map_err(|err| err.in_entry(self.new_name.clone()))?;
+        s.copy_entries(base, &self.copies, &mut || {})
+    }
+}
+
+/// What replacing tag `tag`'s graph of `base` with what `make` returns changes.
+fn plan(
+    base: &Archive,
+    tag: &str,
+    make: impl FnOnce(GraphFormat, &[u8]) -> Result<Option<(GraphFormat, Vec<u8>)>>,
+) -> Result<Regraph> {
+    let canon = base
+        .canonical_tag(tag)
+        .ok_or_else(|| Error::new(ErrorKind::tag_not_found(tag, base.tags())))?
+        .to_string();
+    let (from, old_bytes, new) = {
+        let t = base.tag(&canon)?;
+        let Some((from, old)) = t.graph()? else {
+            let what = if crate::interop::tf::saved_model::is_saved_model_tag(&t) {
+                "holds a TensorFlow SavedModel, whose saved_model/saved_model.pb is \
+                 kept undecoded and not converted (no graph.pdmodel or graph.fb)"
+            } else {
+                "has no graph (no graph.pdmodel or graph.fb)"
+            };
+            return Err(ErrorKind::InvalidInput(format!("tag {canon:?} {what}")).into());
+        };
+        let new =
+            make(from, &old).map_err(|e| e.in_entry(format!("{canon}/{}", from.file_name())))?;
+        (from, old.len() as u64, new.map(|n| (n, old.into_owned())))
+    };
+    let Some(((to, new_bytes), old)) = new else {
+        return Ok(Regraph::Unchanged(GraphRewrite {
+            tag: canon,
+            from,
+            to: from,
+            old_bytes,
+            new_bytes: old_bytes,
+            changed: false,
+        }));
+    };
+    let old_name = format!("{canon}/{}", from.file_name());
+    let new_name = format!("{canon}/{}", to.file_name());
+    // Shared graphs (shared.txt): a tag that takes its graph from another gets its
+    // own; tags that take theirs from this one keep the old graph, moved into the
+    // oldest of them (the others then point at that one).
+    let mut edits: HashMap<String, TagEdit> = HashMap::new();
+    let mut copies: Vec<(String, String)> = Vec::new();
+    let own_graph = base.has_entry(&old_name);
+    {
+        let t = base.tag(&canon)?;
+        let edit = edits.entry(canon.clone()).or_default();
+        edit.shared = Some(
+            t.shared_files()
+                .iter()
+                .filter(|(f, _)| *f != from.file_name())
+                .map(|(f, o)| (*f, o.to_string()))
+                .collect(),
+        );
+        edit.sums
+            .push((sha256_hex(&new_bytes), to.file_name().to_string()));
+        if own_graph {
+            edit.unlisted.push(from.file_name().to_string());
+        }
+    }
+    if own_graph {
+        let mut home: Option<String> = None;
+        for name in base.tags() {
+            if *name == canon {
+                continue;
+            }
+            let t = base.tag(name)?;
+            if !t
+                .shared_files()
+                .iter()
+                .any(|(f, o)| *f == from.file_name() && *o == canon)
+            {
+                continue;
+            }
+            let edit = edits.entry(name.clone()).or_default();
+            let mut rows: Vec<(&'static str, String)> = Vec::new();
+            for &(f, o) in t.shared_files() {
+                if f == from.file_name() && o == canon {
+                    match &home {
+                        Some(h) => rows.push((f, h.clone())),
+                        None => {
+                            copies.push((old_name.clone(), format!("{name}/{f}")));
+                            edit.sums.push((sha256_hex(&old), f.to_string()));
+                            home = Some(name.clone());
+                        }
+                    }
+                } else {
+                    rows.push((f, o.to_string()));
+                }
+            }
+            edit.shared = Some(rows);
+        }
+    }
+    let mut replaced: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut dropped: std::collections::HashSet<String> = Default::default();
+    for (name, edit) in &edits {
+        edit.apply(base, name, &mut replaced, &mut dropped)?;
+    }
+    Ok(Regraph::Change(Change {
+        report: GraphRewrite {
             tag: canon,
             from,
             to,
             old_bytes,
             new_bytes: new_bytes.len() as u64,
             changed: true,
-        })
-    };
-    run().map_err(|e| ap.located(e))
+        },
+        old_name,
+        new_name,
+        new_bytes,
+        replaced,
+        dropped,
+        copies,
+    }))
 }
 
 /// What changes in one tag's text files when graphs move: its new shared.txt rows (if

@@ -1,6 +1,6 @@
 //! `modelzip convert`: re-encode a tag's graph (graph.pdmodel <-> graph.fb) in place.
 
-use super::common::{WriteArgs, require_archive};
+use super::common::{WriteArgs, is_url, require_archive};
 use super::graph::encoding_name;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
@@ -16,6 +16,11 @@ use std::path::PathBuf;
 /// the old one (crash-safe; this also drops dead bytes, like compact). A tag already
 /// in the target encoding is left alone.
 ///
+/// ARCHIVE may be an s3:// URL: the store copies the object up to its central
+/// directory, the new graph and the changed tables are uploaded, committed only if the
+/// object is still the version read; the old graph stays as dead bytes until
+/// `modelzip compact` (docs/REMOTE.md).
+///
 /// Example:
 ///   modelzip convert model.zip --tag fp32 --to flatbuffers
 ///   modelzip convert model.zip --tag fp32 --to programdesc --json
@@ -24,7 +29,7 @@ use std::path::PathBuf;
 #[command(mut_arg("json", |a| a.help("Print one JSON document instead of a line")))]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
-    /// The archive.
+    /// The archive (a path, or an s3:// URL).
     archive: PathBuf,
     /// The tag whose graph to convert (ignoring case).
     #[arg(long)]
@@ -45,14 +50,17 @@ enum Target {
 }
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
-    require_archive(
-        &args.archive,
-        &format!(
-            "cannot convert the graph of tag {:?} in {}",
-            args.tag,
-            args.archive.display()
-        ),
-    )?;
+    // A URL is the library's to check (an s3:// archive is changed where it lies).
+    if !is_url(&args.archive) {
+        require_archive(
+            &args.archive,
+            &format!(
+                "cannot convert the graph of tag {:?} in {}",
+                args.tag,
+                args.archive.display()
+            ),
+        )?;
+    }
     let to = match args.to {
         Target::Flatbuffers => GraphFormat::FlatBuffers,
         Target::Programdesc => GraphFormat::ProgramDesc,

@@ -1,7 +1,7 @@
 //! `modelzip import`: a model file of any registered format as a new tag.
 
 use super::common::{
-    WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive,
+    WriteArgs, is_url, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive,
     require_inputs,
 };
 use super::output::{print, print_json};
@@ -64,7 +64,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive to create or add to.
+    /// The archive to create or add to (a path, or an s3:// URL: a remote append,
+    /// which creates the object when there is none).
     archive: PathBuf,
     /// The model file(s) or directory.
     #[arg(value_name = "FILE", required = true, num_args = 1..)]
@@ -104,8 +105,11 @@ pub(super) fn import_options(
 
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let shown = args.archive.display().to_string();
-    refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
-    refuse_non_archive(&args.archive, &format!("cannot import into {shown}"))?;
+    // A URL is the library's to check (an s3:// archive gets the tag by a remote append).
+    if !is_url(&args.archive) {
+        refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
+        refuse_non_archive(&args.archive, &format!("cannot import into {shown}"))?;
+    }
     require_inputs(
         args.inputs.iter().map(PathBuf::as_path),
         &format!("cannot import into {shown}"),

@@ -1,7 +1,7 @@
 //! `modelzip import-paddle`: a Paddle inference model or persistables directory as a tag.
 
 use super::common::{
-    WriteArgs, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive,
+    WriteArgs, is_url, refuse_archive_in_modelless_dir, refuse_directory, refuse_non_archive,
     require_inputs,
 };
 use super::output::{print, print_json};
@@ -36,7 +36,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive to create or add to.
+    /// The archive to create or add to (a path, or an s3:// URL: a remote append,
+    /// which creates the object when there is none).
     archive: PathBuf,
     /// The program: a Paddle .pdmodel (ProgramDesc), or a Paddle 3 PIR program (.json).
     #[arg(value_name = "MODEL.pdmodel", conflicts_with = "dir")]
@@ -73,8 +74,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     };
     let shown = args.archive.display().to_string();
     let fail = |e: modelzip::Error| CliError::Failed(format!("cannot import into {shown}: {e}"));
-    refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
-    refuse_non_archive(&args.archive, &format!("cannot import into {shown}"))?;
+    // A URL is the library's to check (an s3:// archive gets the tag by a remote append).
+    if !is_url(&args.archive) {
+        refuse_directory(&args.archive, &format!("cannot import into {shown}"))?;
+        refuse_non_archive(&args.archive, &format!("cannot import into {shown}"))?;
+    }
     let inputs = [&args.model_file, &args.params_file, &args.dir, &args.model];
     require_inputs(
         inputs.into_iter().flatten().map(PathBuf::as_path),

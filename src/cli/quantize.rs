@@ -1,6 +1,6 @@
 //! `modelzip quantize`: derive an INT8 tag from a float tag.
 
-use super::common::{WriteArgs, require_archive};
+use super::common::{WriteArgs, is_url, require_archive};
 use super::output::{clean, human_bytes, print, print_json};
 use super::{CliError, Outcome};
 use modelzip::variants::{self, AllowValues, ParamChange, QuantizeOptions, VariantReport};
@@ -58,7 +58,7 @@ pub struct Args {
 #[derive(clap::Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print one JSON document describing the new tag")))]
 pub struct VariantArgs {
-    /// The archive.
+    /// The archive (a path, or an s3:// URL: the new tag is a remote append).
     archive: PathBuf,
     /// The tag to derive the new tag from (ignoring case).
     #[arg(long = "from", value_name = "TAG")]
@@ -81,16 +81,18 @@ impl VariantArgs {
         verb: &str,
         make: impl FnOnce(&Path, &str, &str, &WriteOptions) -> modelzip::Result<VariantReport>,
     ) -> Result<Outcome, CliError> {
-        // A directory or a URL is said to be one (the OS's answers were "No such device"
-        // and "No such file or directory").
-        require_archive(
-            &self.archive,
-            &format!(
-                "cannot {command} tag {} of {}",
-                self.from,
-                self.archive.display()
-            ),
-        )?;
+        // A directory is said to be one (the OS's answer was "No such device"); a URL is
+        // the library's (an s3:// archive gets the tag by a remote append).
+        if !is_url(&self.archive) {
+            require_archive(
+                &self.archive,
+                &format!(
+                    "cannot {command} tag {} of {}",
+                    self.from,
+                    self.archive.display()
+                ),
+            )?;
+        }
         let progress = self.write.output.progress(label);
         let write = self.write.options_reporting(&progress);
         let report = make(&self.archive, &self.from, &self.tag, &write).map_err(|e| {

@@ -445,15 +445,31 @@ pub(crate) fn check_output_size(
     Ok(())
 }
 
-/// Where a new tag goes: a new archive or an existing one.
+/// Where a new tag goes: a new archive or an existing one, or (feature `remote`) the
+/// archive at an `s3://` URL, by a remote append (created when absent).
 pub(crate) enum Target {
     New(ArchiveWriter),
     Add(Appender),
+    #[cfg(feature = "remote")]
+    Remote(Box<crate::remote::RemoteAppender>),
 }
 
 impl Target {
     /// Opens the archive at `path` for adding, or starts creating it when absent.
     fn open(path: &Path, opts: &ImportOptions) -> Result<(Target, bool)> {
+        #[cfg(feature = "remote")]
+        if let Some(url) = crate::archive::url_of(path) {
+            if opts.mode == AppendMode::Rewrite {
+                return Err(ErrorKind::InvalidInput(format!(
+                    "{url} is appended to where it lies (a remote append): a rewrite does not apply to a URL"
+                ))
+                .into());
+            }
+            let remote = crate::remote::RemoteOptions::default();
+            let a = crate::remote::RemoteAppender::open(url, &remote, &opts.write)?;
+            let created = a.creates();
+            return Ok((Target::Remote(Box::new(a)), created));
+        }
         let exists = path
             .try_exists()
             .map_err(|e| Error::from(e).in_file(path))?;
@@ -476,6 +492,8 @@ impl Target {
         match self {
             Target::New(w) => w.begin_tag(name),
             Target::Add(a) => a.begin_tag(name),
+            #[cfg(feature = "remote")]
+            Target::Remote(a) => a.begin_tag(name),
         }
     }
 
@@ -483,6 +501,8 @@ impl Target {
         match self {
             Target::New(w) => w.finish(),
             Target::Add(a) => a.finish(),
+            #[cfg(feature = "remote")]
+            Target::Remote(a) => a.finish().map(drop),
         }
     }
 }
@@ -518,17 +538,25 @@ pub(crate) fn report(
     created: bool,
     graph_bytes: Option<u64>,
 ) -> Result<ImportReport> {
+    #[cfg(feature = "remote")]
+    let a = match crate::archive::url_of(archive) {
+        Some(url) => crate::remote::RemoteOptions::default().open(url)?,
+        None => Archive::open(archive)?,
+    };
+    #[cfg(not(feature = "remote"))]
     let a = Archive::open(archive)?;
     let t = a.tag(tag)?;
     let graph_entry = t.graph()?.map(|(enc, _)| enc.file_name());
+    // The dtypes and dims from the tensors' headers (from a remote archive: one batch,
+    // not the data).
+    let locations: Vec<_> = t.params().iter().map(|p| &p.location).collect();
+    let heads = a.tensor_heads(&locations)?;
     let mut params = Vec::with_capacity(t.params().len());
-    for p in t.params() {
-        let data = t.tensor(&p.location)?;
-        let v = data.view();
+    for (p, h) in t.params().iter().zip(heads) {
         params.push(ImportedParam {
             name: p.name.clone(),
-            dtype: v.dtype(),
-            dims: v.dims().to_vec(),
+            dtype: h.dtype,
+            dims: h.dims,
             shared_from: p.location.shared.then(|| p.location.tag.to_string()),
         });
     }

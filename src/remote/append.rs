@@ -17,14 +17,14 @@ use std::io::{BufWriter, Read, Seek, SeekFrom};
 pub const S3_MIN_PART: u64 = 5 << 20;
 
 /// Largest part of a multipart upload, copied or uploaded (S3's limit).
-const MAX_PART: u64 = 5 << 30;
+pub(super) const MAX_PART: u64 = 5 << 30;
 
 /// Most parts of one multipart upload (S3's limit).
-const MAX_PARTS: u64 = 10_000;
+pub(super) const MAX_PARTS: u64 = 10_000;
 
 /// Size of an uploaded part (larger when the new bytes would need more parts than the
 /// store allows).
-const UPLOAD_PART: u64 = 16 << 20;
+pub(super) const UPLOAD_PART: u64 = 16 << 20;
 
 /// Unfinished multipart uploads to the key older than this are aborted by the next
 /// remote append to it (left by a writer that was killed).
@@ -73,7 +73,7 @@ struct Plan {
 }
 
 /// Largest object S3 stores.
-const MAX_OBJECT: u64 = 5 << 40;
+pub(super) const MAX_OBJECT: u64 = 5 << 40;
 
 fn plan(keep: u64, staged: u64) -> std::result::Result<Plan, String> {
     let total = keep.saturating_add(staged);
@@ -113,7 +113,7 @@ fn plan(keep: u64, staged: u64) -> std::result::Result<Plan, String> {
 }
 
 /// The client of `url` and its S3 access, or why the URL cannot be written.
-fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, S3Access)> {
+pub(super) fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, S3Access)> {
     let client = Client::new(url, remote)?;
     let s3 = client.s3_access().map_err(|why| {
         Error::new(ErrorKind::InvalidInput(format!(
@@ -123,8 +123,14 @@ fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, S3Access)> {
     Ok((client, s3))
 }
 
+/// Fails unless `url` can be written (an `s3://` URL with the settings remote writes
+/// carry): said before a command reads anything.
+pub(crate) fn check_writable(url: &str, remote: &RemoteOptions) -> Result<()> {
+    writable(url, remote).map(drop)
+}
+
 /// The version (ETag) of the remote archive `base` read, which a commit is conditional on.
-fn version_of(base: &crate::Archive, url: &str) -> Result<String> {
+pub(super) fn version_of(base: &crate::Archive, url: &str) -> Result<String> {
     base.remote_version().map(str::to_string).ok_or_else(|| {
         Error::new(ErrorKind::Remote(format!(
             "the store sent no ETag for {url}: a write is committed only if the object is still the version read, which needs one"
@@ -133,7 +139,7 @@ fn version_of(base: &crate::Archive, url: &str) -> Result<String> {
 }
 
 /// The staged new bytes: an unnamed temporary file, and a buffered writer into it.
-fn staging() -> Result<(File, Box<dyn std::io::Write>)> {
+pub(super) fn staging() -> Result<(File, Box<dyn std::io::Write>)> {
     let staged = tempfile::tempfile().map_err(Error::from)?;
     let sink = staged.try_clone().map_err(Error::from)?;
     Ok((staged, Box::new(BufWriter::with_capacity(1 << 20, sink))))
@@ -165,25 +171,55 @@ pub fn remove_tags(
     remote: &RemoteOptions,
     write: &WriteOptions,
 ) -> Result<RemoteRemoval> {
+    let (facts, done) = continue_remote(url, remote, |sink, base| {
+        let before = base.len_bytes();
+        let tags = base.tags().to_vec();
+        Ok(
+            match removal_session(sink, base, removal, write).map_err(|e| e.in_file(url))? {
+                Some(r) => ((before, r.removed, r.kept, r.rehomed), Some(r.session)),
+                None => ((before, Vec::new(), tags, 0), None),
+            },
+        )
+    })?;
+    let (before, removed, kept, rehomed) = facts;
+    let after = done.as_ref().map_or(before, |(_, end)| *end);
+    Ok(RemoteRemoval {
+        report: crate::RemoveReport {
+            removed,
+            kept,
+            rehomed,
+            before,
+            after,
+        },
+        write: done.map(|(w, _)| w),
+    })
+}
+
+/// Composes a new version of the archive at `url` (`s3://`) that continues the version
+/// read from its central directory, as a local in-place write does: `compose` is given
+/// a sink whose first byte lands at that offset and the archive, and returns what it
+/// found and the session it wrote (started with `Session::in_place`), or none when there
+/// is nothing to write. The session is finished (tags.txt, summary, central directory)
+/// and the new version committed only if the object is still the version read. Returns
+/// what `compose` found, and the commit with the new object's length.
+pub(crate) fn continue_remote<T>(
+    url: &str,
+    remote: &RemoteOptions,
+    compose: impl FnOnce(
+        Box<dyn std::io::Write>,
+        &crate::Archive,
+    ) -> Result<(T, Option<crate::archive::Session>)>,
+) -> Result<(T, Option<(RemoteWrite, u64)>)> {
     let (client, s3) = writable(url, remote)?;
     let base = remote.open(url)?;
     let e_tag = version_of(&base, url)?;
     let keep = base.directory().cd_offset;
-    let before = base.len_bytes();
     let (staged, sink) = staging()?;
-    let Some(r) = removal_session(sink, &base, removal, write).map_err(|e| e.in_file(url))? else {
-        return Ok(RemoteRemoval {
-            report: crate::RemoveReport {
-                removed: Vec::new(),
-                kept: base.tags().to_vec(),
-                rehomed: 0,
-                before,
-                after: before,
-            },
-            write: None,
-        });
+    let (found, session) = compose(sink, &base)?;
+    let Some(session) = session else {
+        return Ok((found, None));
     };
-    let end = finish_detached(r.session, Some(base)).map_err(|e| e.in_file(url))?;
+    let end = finish_detached(session, Some(base)).map_err(|e| e.in_file(url))?;
     let app = RemoteAppender {
         session: None,
         staged,
@@ -192,16 +228,7 @@ pub fn remove_tags(
         start: Start::Existing { e_tag, keep },
     };
     let done = app.commit_staged(end - keep)?;
-    Ok(RemoteRemoval {
-        report: crate::RemoveReport {
-            removed: r.removed,
-            kept: r.kept,
-            rehomed: r.rehomed,
-            before,
-            after: end,
-        },
-        write: Some(done),
-    })
+    Ok((found, Some((done, end))))
 }
 
 /// What the append continues: an existing object (its version and where its central
@@ -318,34 +345,111 @@ impl RemoteAppender {
         self.commit_staged(end - keep)
     }
 
+    /// True when there was no object at the URL: finishing creates it.
+    pub(crate) fn creates(&self) -> bool {
+        matches!(self.start, Start::New)
+    }
+
+    /// Fails with the lost-race error ([`ErrorKind::RemoteConflict`]) unless the object
+    /// was version `was` when this appender opened it (`None`: absent): a tag derived
+    /// from what another open read goes onto that version or nowhere.
+    pub(crate) fn check_opened(&self, was: Option<&str>) -> Result<()> {
+        let opened = match &self.start {
+            Start::Existing { e_tag, .. } => Some(e_tag.as_str()),
+            Start::New => None,
+        };
+        if opened == was {
+            return Ok(());
+        }
+        Err(changed(&self.client, was))
+    }
+
+    /// An appender that only commits: the new version of the object `client` names,
+    /// conditional on version `e_tag`, composed from parts whose uploaded bytes come
+    /// from `staged` (a compaction's).
+    pub(super) fn for_version(
+        client: Client,
+        s3: S3Access,
+        staged: File,
+        e_tag: String,
+    ) -> RemoteAppender {
+        RemoteAppender {
+            session: None,
+            staged,
+            client,
+            s3,
+            start: Start::Existing { e_tag, keep: 0 },
+        }
+    }
+
     /// Checks that the staged file holds the `staged_len` new bytes, rewinds it, and
     /// commits.
     fn commit_staged(mut self, staged_len: u64) -> Result<RemoteWrite> {
-        let url = self.client.url.clone();
+        self.rewind_staged(staged_len)?;
+        self.commit(staged_len)
+    }
+
+    /// Checks that the staged file holds the `staged_len` new bytes, rewinds it, and
+    /// commits the version `parts` compose.
+    pub(super) fn commit_parts(mut self, staged_len: u64, parts: Vec<Part>) -> Result<RemoteWrite> {
+        self.rewind_staged(staged_len)?;
+        self.compose(parts)
+    }
+
+    /// Checks that the staged file holds `staged_len` bytes and rewinds it.
+    fn rewind_staged(&mut self, staged_len: u64) -> Result<()> {
+        let url = &self.client.url;
         let on_disk = self
             .staged
             .metadata()
-            .map_err(|e| Error::from(e).in_file(&url))?
+            .map_err(|e| Error::from(e).in_file(url))?
             .len();
         if on_disk != staged_len {
             return Err(Error::from(std::io::Error::other(format!(
                 "the staged new bytes are {on_disk} bytes, {staged_len} expected"
             )))
-            .in_file(&url));
+            .in_file(url));
         }
         self.staged
             .seek(SeekFrom::Start(0))
-            .map_err(|e| Error::from(e).in_file(&url))?;
-        self.commit(staged_len)
+            .map_err(|e| Error::from(e).in_file(url))?;
+        Ok(())
     }
 
     /// Composes and commits the new version: the kept bytes (copied, or re-uploaded when
     /// too short for a part), then the staged bytes.
-    fn commit(mut self, staged_len: u64) -> Result<RemoteWrite> {
+    fn commit(self, staged_len: u64) -> Result<RemoteWrite> {
         let url = self.client.url.clone();
-        let (if_match, keep) = match &self.start {
-            Start::Existing { e_tag, keep } => (Some(e_tag.clone()), *keep),
-            Start::New => (None, 0),
+        let keep = match &self.start {
+            Start::Existing { keep, .. } => *keep,
+            Start::New => 0,
+        };
+        let plan = plan(keep, staged_len).map_err(|why| {
+            Error::new(ErrorKind::InvalidInput(format!(
+                "{why}; nothing was written"
+            )))
+            .in_file(&url)
+        })?;
+        let mut parts: Vec<Part> = plan.copies.into_iter().map(Part::Copy).collect();
+        // Kept bytes too few to be a part of their own lead the uploaded bytes.
+        let mut uploaded = Vec::new();
+        if plan.reread > 0 {
+            uploaded.push(Piece::Old(0..plan.reread));
+        }
+        uploaded.push(Piece::Staged(staged_len));
+        parts.extend(uploads(uploaded, plan.upload_part));
+        self.compose(parts)
+    }
+
+    /// Composes the new version from `parts` in order (each copied by the store or
+    /// uploaded from here) and commits it only if the object is still the version opened
+    /// (or, for a new archive, still absent); the staged file is read from its start. On
+    /// every failure the upload is aborted.
+    pub(super) fn compose(mut self, parts: Vec<Part>) -> Result<RemoteWrite> {
+        let url = self.client.url.clone();
+        let if_match = match &self.start {
+            Start::Existing { e_tag, .. } => Some(e_tag.clone()),
+            Start::New => None,
         };
         let mut report = RemoteWrite {
             url: url.clone(),
@@ -359,64 +463,36 @@ impl RemoteAppender {
             stale_uploads_aborted: 0,
         };
         report.stale_uploads_aborted = self.abort_stale_uploads();
-        let plan = plan(keep, staged_len).map_err(|why| {
-            Error::new(ErrorKind::InvalidInput(format!(
-                "{why}; nothing was written"
-            )))
-            .in_file(&url)
-        })?;
-        // Kept bytes too few to be a part of their own lead the uploaded bytes.
-        let mut lead = Vec::new();
-        if plan.reread > 0 {
-            let e_tag = if_match.clone().unwrap_or_default();
-            lead = self.read_kept(plan.reread, &e_tag)?;
-            report.bytes_reread = plan.reread;
-            report.requests += 1;
-        }
-        let copied: u64 = plan.copies.iter().map(|r| r.end - r.start).sum();
-        let uploaded = plan.reread + staged_len;
-        let part = plan.upload_part;
+        let e_tag = if_match.clone().unwrap_or_default();
         let s3 = &self.s3;
         let staged = &mut self.staged;
         let client = &self.client;
+        let mut cost = Cost::default();
         let outcome = client.block_on(async {
             let id = s3.create_upload().await.map_err(Failed::Store)?;
-            let mut requests = 1u64;
+            cost.requests += 1;
             let sent = async {
-                let mut parts: Vec<PartDone> = Vec::new();
-                // Copied parts: every one but the last part of the upload, so each at
-                // least S3_MIN_PART (the plan's).
-                for range in &plan.copies {
-                    let n = parts.len() as u32 + 1;
-                    let e_tag = if_match.as_deref().unwrap_or_default();
-                    parts.push(s3.copy_part(&id, n, range.clone(), e_tag).await?);
-                    requests += 1;
-                }
-                // Uploaded parts: the lead, then the staged bytes.
-                let mut lead = Some(lead);
-                let mut left = staged_len;
-                loop {
-                    let mut buf = lead.take().unwrap_or_default();
-                    let want = (part as usize).saturating_sub(buf.len()).min(left as usize);
-                    let have = buf.len();
-                    buf.resize(have + want, 0);
-                    staged
-                        .read_exact(&mut buf[have..])
-                        .map_err(|e| Failed::Local(Error::from(e).in_file(&url)))?;
-                    left -= want as u64;
-                    if buf.is_empty() && !parts.is_empty() {
-                        break;
-                    }
-                    let n = parts.len() as u32 + 1;
-                    parts.push(s3.upload_part(&id, n, bytes::Bytes::from(buf)).await?);
-                    requests += 1;
-                    if left == 0 {
-                        break;
+                let mut done: Vec<PartDone> = Vec::with_capacity(parts.len());
+                for part in &parts {
+                    let n = done.len() as u32 + 1;
+                    match part {
+                        Part::Copy(range) => {
+                            done.push(s3.copy_part(&id, n, range.clone(), &e_tag).await?);
+                            cost.requests += 1;
+                            cost.copied += range.end - range.start;
+                        }
+                        Part::Upload(pieces) => {
+                            let buf = fill(client, &e_tag, staged, pieces, &mut cost).await?;
+                            let len = buf.len() as u64;
+                            done.push(s3.upload_part(&id, n, bytes::Bytes::from(buf)).await?);
+                            cost.requests += 1;
+                            cost.uploaded += len;
+                        }
                     }
                 }
-                requests += 1;
+                cost.requests += 1;
                 let version = s3
-                    .complete(&id, &parts, if_match.as_deref())
+                    .complete(&id, &done, if_match.as_deref())
                     .await
                     .map_err(|e| match e {
                         // After retries of a lost answer, the first attempt may have
@@ -431,14 +507,15 @@ impl RemoteAppender {
                 // Best effort: a failed abort leaves an upload the next writer aborts.
                 let _ = s3.abort(&id).await;
             }
-            sent.map(|v| (v, requests))
+            sent
         });
         match outcome {
-            Ok((version, requests)) => {
+            Ok(version) => {
                 report.version = version;
-                report.requests += requests;
-                report.bytes_copied = copied;
-                report.bytes_uploaded = uploaded;
+                report.requests += cost.requests;
+                report.bytes_copied = cost.copied;
+                report.bytes_uploaded = cost.uploaded;
+                report.bytes_reread = cost.reread;
                 Ok(report)
             }
             Err(Failed::Local(e)) => Err(e),
@@ -458,45 +535,14 @@ impl RemoteAppender {
         }
     }
 
-    /// The first `keep` bytes of version `e_tag` (fewer than [`S3_MIN_PART`]).
-    fn read_kept(&self, keep: u64, e_tag: &str) -> Result<Vec<u8>> {
-        let (meta, bytes) = self
-            .client
-            .get(GetOptions {
-                range: Some(GetRange::Bounded(0..keep)),
-                if_match: Some(e_tag.to_string()),
-                ..Default::default()
-            })
-            .map_err(|e| match e.kind() {
-                ErrorKind::RemoteConflict(_) => self.changed(&Some(e_tag.to_string())),
-                _ => e,
-            })?;
-        if meta.e_tag.as_deref() != Some(e_tag) {
-            return Err(self.changed(&Some(e_tag.to_string())));
-        }
-        Ok(bytes)
-    }
-
     /// The object's version now (one HEAD): its ETag, "none" or "unknown".
     fn current_version(&self) -> String {
-        match self
-            .client
-            .block_on(self.client.store.head(&self.client.path))
-        {
-            Ok(m) => m.e_tag.unwrap_or_else(|| "unknown".into()),
-            Err(object_store::Error::NotFound { .. }) => "none".into(),
-            Err(_) => "unknown".into(),
-        }
+        current_version(&self.client)
     }
 
     /// The error of a lost race: the object is no longer the version opened.
     fn changed(&self, was: &Option<String>) -> Error {
-        let url = &self.client.url;
-        let now = self.current_version();
-        let was = was.as_deref().unwrap_or("none");
-        Error::new(ErrorKind::RemoteConflict(format!(
-            "the archive at {url} changed since it was opened (version {was}, now {now}); nothing was written"
-        )))
+        changed(&self.client, was.as_deref())
     }
 
     /// Aborts the key's unfinished uploads older than [`STALE_UPLOAD_AGE`]; returns how
@@ -527,6 +573,26 @@ impl RemoteAppender {
     }
 }
 
+/// The object's version now (one HEAD): its ETag, "none" or "unknown".
+fn current_version(client: &Client) -> String {
+    match client.block_on(client.store.head(&client.path)) {
+        Ok(m) => m.e_tag.unwrap_or_else(|| "unknown".into()),
+        Err(object_store::Error::NotFound { .. }) => "none".into(),
+        Err(_) => "unknown".into(),
+    }
+}
+
+/// The error of a lost race: the object at `client`'s URL is no longer version `was`
+/// (`None`: absent).
+pub(super) fn changed(client: &Client, was: Option<&str>) -> Error {
+    let url = &client.url;
+    let now = current_version(client);
+    let was = was.unwrap_or("none");
+    Error::new(ErrorKind::RemoteConflict(format!(
+        "the archive at {url} changed since it was opened (version {was}, now {now}); nothing was written"
+    )))
+}
+
 /// A failure of the commit: on the local side (staged bytes unreadable) or the store's.
 enum Failed {
     Local(Error),
@@ -539,6 +605,161 @@ impl From<S3Failure> for Failed {
     fn from(e: S3Failure) -> Failed {
         Failed::Store(e)
     }
+}
+
+/// One part of a new version: a byte range of the version opened, copied by the store,
+/// or bytes uploaded from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Part {
+    Copy(std::ops::Range<u64>),
+    Upload(Vec<Piece>),
+}
+
+/// Where the bytes of an uploaded part come from, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Piece {
+    /// A byte range of the version opened, read (one ranged GET, conditional on it).
+    Old(std::ops::Range<u64>),
+    /// Zero bytes (padding).
+    Zeros(u64),
+    /// The next bytes of the staged file.
+    Staged(u64),
+}
+
+impl Piece {
+    pub(super) fn len(&self) -> u64 {
+        match self {
+            Piece::Old(r) => r.end - r.start,
+            Piece::Zeros(n) | Piece::Staged(n) => *n,
+        }
+    }
+
+    /// The first `n` bytes (`n` < len) and the rest.
+    fn split(self, n: u64) -> (Piece, Piece) {
+        match self {
+            Piece::Old(r) => (
+                Piece::Old(r.start..r.start + n),
+                Piece::Old(r.start + n..r.end),
+            ),
+            Piece::Zeros(m) => (Piece::Zeros(n), Piece::Zeros(m - n)),
+            Piece::Staged(m) => (Piece::Staged(n), Piece::Staged(m - n)),
+        }
+    }
+}
+
+/// `pieces` cut into uploaded parts of the `sizes` given in turn (the last part takes
+/// what is left when the sizes run out; empty pieces are dropped). At least one part.
+pub(super) fn split_parts(pieces: Vec<Piece>, mut sizes: impl Iterator<Item = u64>) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut current: Vec<Piece> = Vec::new();
+    let mut room = sizes.next().unwrap_or(u64::MAX);
+    for mut piece in pieces.into_iter().filter(|p| p.len() > 0) {
+        while piece.len() > room {
+            let (head, rest) = piece.split(room);
+            if head.len() > 0 {
+                current.push(head);
+            }
+            parts.push(Part::Upload(std::mem::take(&mut current)));
+            room = sizes.next().unwrap_or(u64::MAX);
+            piece = rest;
+        }
+        room -= piece.len();
+        current.push(piece);
+        if room == 0 {
+            parts.push(Part::Upload(std::mem::take(&mut current)));
+            room = sizes.next().unwrap_or(u64::MAX);
+        }
+    }
+    if !current.is_empty() || parts.is_empty() {
+        parts.push(Part::Upload(current));
+    }
+    parts
+}
+
+/// `pieces` as the last parts of an upload: `part` bytes each, the last what is left.
+pub(super) fn uploads(pieces: Vec<Piece>, part: u64) -> Vec<Part> {
+    split_parts(pieces, std::iter::repeat(part))
+}
+
+/// What the parts of a commit cost so far.
+#[derive(Default)]
+struct Cost {
+    requests: u64,
+    uploaded: u64,
+    copied: u64,
+    reread: u64,
+}
+
+/// The bytes of an uploaded part: old ranges read (at once, each conditional on the
+/// version `e_tag`), zeros, staged bytes.
+async fn fill(
+    client: &Client,
+    e_tag: &str,
+    staged: &mut File,
+    pieces: &[Piece],
+    cost: &mut Cost,
+) -> std::result::Result<Vec<u8>, Failed> {
+    let reads = pieces.iter().filter_map(|p| match p {
+        Piece::Old(r) => Some(read_old(client, r.clone(), e_tag)),
+        _ => None,
+    });
+    let mut old = futures_util::future::try_join_all(reads).await?.into_iter();
+    let total: u64 = pieces.iter().map(Piece::len).sum();
+    let mut buf = Vec::with_capacity(total as usize);
+    for piece in pieces {
+        match piece {
+            Piece::Old(r) => {
+                cost.requests += 1;
+                cost.reread += r.end - r.start;
+                buf.extend_from_slice(&old.next().unwrap_or_default());
+            }
+            Piece::Zeros(n) => buf.resize(buf.len() + *n as usize, 0),
+            Piece::Staged(n) => {
+                let have = buf.len();
+                buf.resize(have + *n as usize, 0);
+                staged
+                    .read_exact(&mut buf[have..])
+                    .map_err(|e| Failed::Local(Error::from(e).in_file(&client.url)))?;
+            }
+        }
+    }
+    if buf.len() as u64 != total {
+        return Err(Failed::Local(
+            Error::from(std::io::Error::other(format!(
+                "an uploaded part holds {} bytes, {total} expected",
+                buf.len()
+            )))
+            .in_file(&client.url),
+        ));
+    }
+    Ok(buf)
+}
+
+/// The bytes `range` of version `e_tag` (a lost race when the object is another version
+/// or gone).
+async fn read_old(
+    client: &Client,
+    range: std::ops::Range<u64>,
+    e_tag: &str,
+) -> std::result::Result<Vec<u8>, Failed> {
+    let opts = GetOptions {
+        range: Some(GetRange::Bounded(range)),
+        if_match: Some(e_tag.to_string()),
+        ..Default::default()
+    };
+    let got = match client.store.get_opts(&client.path, opts).await {
+        Ok(got) => got,
+        Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+            return Err(Failed::Store(S3Failure::Precondition));
+        }
+        Err(e) => return Err(Failed::Local(remote_err(&client.url, e))),
+    };
+    if got.meta.e_tag.as_deref() != Some(e_tag) {
+        return Err(Failed::Store(S3Failure::Precondition));
+    }
+    super::exact_body(got)
+        .await
+        .map_err(|e| Failed::Local(remote_err(&client.url, e)))
 }
 
 #[cfg(test)]

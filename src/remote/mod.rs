@@ -27,11 +27,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod append;
+mod compact;
 mod s3;
 
 pub use append::{
     RemoteAppender, RemoteRemoval, RemoteWrite, S3_MIN_PART, STALE_UPLOAD_AGE, remove_tags,
 };
+pub(crate) use append::{check_writable, continue_remote};
+pub use compact::{RemoteCompaction, compact};
 
 /// True when `s` is a URL this module opens (`s3://`, `gs://`, `az://`, `abfs://`,
 /// `http(s)://`, `file://`, ...) rather than a local path.

@@ -3,9 +3,9 @@
 
 use super::rewrite::{Conversion, converted};
 use super::variant::{
-    AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport,
-    append_variant, cast_dtype, check_new_tag, check_non_finite, derive_instead, find_bad,
-    progress_for, quantized_because, source_metadata, user_metadata,
+    AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport, cast_dtype,
+    check_non_finite, derive_instead, derive_variant, find_bad, quantized_because, source_metadata,
+    user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -80,14 +80,9 @@ pub fn cast_allowing(
         ))
         .into());
     }
-    let mut ticker;
-    let variant = {
-        let archive = Archive::open(path)?;
-        check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
-        ticker = progress_for(&archive, from_tag, write);
-        build(&archive, from_tag, dtype, allow, &mut ticker).map_err(|e| e.in_file(path))?
-    };
-    append_variant(path, new_tag, variant, write, &mut ticker)
+    derive_variant(path, from_tag, new_tag, write, |archive, ticker| {
+        build(archive, from_tag, dtype, allow, ticker)
+    })
 }
 
 /// `values` converted to `dtype` (FP16 or BF16), round to nearest even.
@@ -178,8 +173,10 @@ fn build(
     // Something to cast: at least one FP32 parameter.
     let mut has_fp32 = false;
     let mut dtypes: Vec<&'static str> = Vec::new();
-    for p in tag.params() {
-        let d = tag.tensor(&p.location)?.view().dtype();
+    // From the headers alone (one batch from a remote archive; the data is read below).
+    let locations: Vec<_> = tag.params().iter().map(|p| &p.location).collect();
+    for h in tag.archive().tensor_heads(&locations)? {
+        let d = h.dtype;
         has_fp32 |= d == DType::Fp32;
         if !dtypes.contains(&d.name()) {
             dtypes.push(d.name());

@@ -4,9 +4,9 @@
 use super::quantize_math::{self, Quantized};
 use super::rewrite::{Conversion, converted};
 use super::variant::{
-    AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport,
-    append_variant, cast_dtype, check_new_tag, check_non_finite, derive_instead, progress_for,
-    quantized_because, source_metadata, user_metadata,
+    AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport, cast_dtype,
+    check_non_finite, derive_instead, derive_variant, quantized_because, source_metadata,
+    user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -252,14 +252,9 @@ pub fn quantize_allowing(
     write: &WriteOptions,
 ) -> Result<VariantReport> {
     let path = path.as_ref();
-    let mut ticker;
-    let variant = {
-        let archive = Archive::open(path)?;
-        check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
-        ticker = progress_for(&archive, from_tag, write);
-        build(&archive, from_tag, options, allow, &mut ticker).map_err(|e| e.in_file(path))?
-    };
-    append_variant(path, new_tag, variant, write, &mut ticker)
+    derive_variant(path, from_tag, new_tag, write, |archive, ticker| {
+        build(archive, from_tag, options, allow, ticker)
+    })
 }
 
 fn build(
@@ -306,6 +301,10 @@ fn build(
         .enumerate()
         .map(|(i, p)| (p.name.as_str(), i))
         .collect();
+    // The parameters' dtypes and dims, from their headers alone (one batch from a remote
+    // archive: the data is read once, below, and only where it is needed).
+    let locations: Vec<_> = tag.params().iter().map(|p| &p.location).collect();
+    let heads = tag.archive().tensor_heads(&locations)?;
 
     // Which parameters to quantize, and along which axis (before knowing their rank).
     let mut chosen: HashMap<String, WeightUses> = HashMap::new();
@@ -313,9 +312,8 @@ fn build(
         let entry = format!("{}/graph.fb", tag.name());
         for w in crate::interop::onnx::variants::weights(o).map_err(|e| e.in_entry(entry))? {
             if let Some(&i) = params.get(w.param.as_str()) {
-                let t = tag.tensor(&tag.params()[i].location)?;
-                let v = t.view();
-                if v.dtype() == DType::Fp32 && v.dims().len() >= 2 {
+                let h = &heads[i];
+                if h.dtype == DType::Fp32 && h.dims.len() >= 2 {
                     let uses = w
                         .uses
                         .into_iter()
@@ -328,23 +326,20 @@ fn build(
     } else if let Some((_, g)) = &graph {
         for (name, uses) in graph_weights(g) {
             if let Some(&i) = params.get(name.as_str()) {
-                let t = tag.tensor(&tag.params()[i].location)?;
-                let v = t.view();
-                if v.dtype() == DType::Fp32 && v.dims().len() >= 2 {
+                let h = &heads[i];
+                if h.dtype == DType::Fp32 && h.dims.len() >= 2 {
                     chosen.insert(name, uses);
                 }
             }
         }
     } else {
-        for p in tag.params() {
-            let t = tag.tensor(&p.location)?;
-            let v = t.view();
+        for (p, h) in tag.params().iter().zip(&heads) {
             let float = matches!(
-                v.dtype(),
+                h.dtype,
                 DType::Fp16 | DType::Bf16 | DType::Fp32 | DType::Fp64
             );
-            if float && v.dims().len() >= 2 {
-                let axis = if v.dims().len() == 2 {
+            if float && h.dims.len() >= 2 {
+                let axis = if h.dims.len() == 2 {
                     ChannelAxis::FromEnd(0)
                 } else {
                     ChannelAxis::Fixed(0)
@@ -397,11 +392,11 @@ fn build(
     let onnx_rewritten = match onnx {
         Some(o) => {
             let mut quants = Vec::new();
-            for p in tag.params() {
+            for (p, h) in tag.params().iter().zip(&heads) {
                 let Some(uses) = chosen.get(&p.name) else {
                     continue;
                 };
-                let dims = tag.tensor(&p.location)?.view().dims().to_vec();
+                let dims = h.dims.clone();
                 let axis = channel_axis(options, uses, &dims).ok().flatten();
                 quants.push(OnnxQuant {
                     param: p.name.clone(),

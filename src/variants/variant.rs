@@ -179,7 +179,7 @@ pub(super) struct Variant {
 }
 
 /// Checks the new tag's name and that it does not exist yet, before any work is done.
-pub(super) fn check_new_tag(archive: &Archive, new_tag: &str) -> Result<()> {
+fn check_new_tag(archive: &Archive, new_tag: &str) -> Result<()> {
     crate::archive::validate_tag_name(new_tag)?;
     if let Some(t) = archive.canonical_tag(new_tag) {
         return Err(ErrorKind::TagExists(t.to_string()).into());
@@ -283,44 +283,91 @@ pub(super) fn cast_dtype(meta: &serde_json::Map<String, serde_json::Value>) -> O
 
 /// The progress of deriving tag `from_tag` of `archive`: each source parameter is one
 /// unit when derived and one when written (scale params are not counted).
-pub(super) fn progress_for<'a>(
-    archive: &Archive,
-    from_tag: &str,
-    opts: &'a WriteOptions,
-) -> Ticker<'a> {
+fn progress_for<'a>(archive: &Archive, from_tag: &str, opts: &'a WriteOptions) -> Ticker<'a> {
     let n = archive.tag(from_tag).map_or(0, |t| t.params().len() as u64);
     Ticker::from_hook(opts.progress.as_ref(), 2 * n)
 }
 
-/// Appends `v` as tag `new_tag` in place, then reads it back to report sharing.
-pub(super) fn append_variant(
+/// Derives tag `new_tag` from tag `from_tag` of the archive at `path` with `build` and
+/// appends it: to the file in place, or, for an `s3://` URL (feature `remote`), by a
+/// remote append ([`RemoteAppender`](crate::remote::RemoteAppender): the source tag's
+/// tensors read by ranges, the new tag's bytes uploaded, the rest copied by the store),
+/// committed only if the object is still the version the source was read from.
+pub(super) fn derive_variant(
     path: &Path,
+    from_tag: &str,
     new_tag: &str,
-    v: Variant,
-    opts: &WriteOptions,
-    ticker: &mut Ticker<'_>,
+    write: &WriteOptions,
+    build: impl FnOnce(&Archive, &mut Ticker<'_>) -> Result<Variant>,
 ) -> Result<VariantReport> {
-    let located = |e: Error| e.in_file(path);
-    let mut app = Appender::open_with(path, AppendMode::InPlace, opts)?;
-    {
-        let mut w = app.begin_tag(new_tag).map_err(located)?;
-        if let Some((enc, bytes)) = &v.graph {
-            w.graph(*enc, bytes).map_err(located)?;
-        }
-        for (name, t, change) in &v.params {
-            w.param(name, &t.view()).map_err(located)?;
-            if !matches!(change, ParamChange::Scale { .. }) {
-                ticker.tick();
-            }
-        }
-        let meta = serde_json::to_vec(&serde_json::Value::Object(v.metadata.clone()))
-            .map_err(|e| ErrorKind::InvalidInput(format!("cannot render metadata.json: {e}")))?;
-        w.metadata(&meta).map_err(located)?;
-        w.finish().map_err(located)?;
+    #[cfg(feature = "remote")]
+    if let Some(url) = crate::archive::url_of(path) {
+        return derive_remote(url, from_tag, new_tag, write, build);
     }
+    let mut ticker;
+    let variant = {
+        let archive = Archive::open(path)?;
+        check_new_tag(&archive, new_tag).map_err(|e| e.in_file(path))?;
+        ticker = progress_for(&archive, from_tag, write);
+        build(&archive, &mut ticker).map_err(|e| e.in_file(path))?
+    };
+    let mut app = Appender::open_with(path, AppendMode::InPlace, write)?;
+    let w = app.begin_tag(new_tag).map_err(|e| e.in_file(path))?;
+    write_variant(w, &variant, &mut ticker).map_err(|e| e.in_file(path))?;
     app.finish()?;
+    report_of(&Archive::open(path)?, new_tag, variant)
+}
 
-    let archive = Archive::open(path)?;
+/// [`derive_variant`] of the archive at an `s3://` URL.
+#[cfg(feature = "remote")]
+fn derive_remote(
+    url: &str,
+    from_tag: &str,
+    new_tag: &str,
+    write: &WriteOptions,
+    build: impl FnOnce(&Archive, &mut Ticker<'_>) -> Result<Variant>,
+) -> Result<VariantReport> {
+    use crate::remote::{RemoteAppender, RemoteOptions};
+    let remote = RemoteOptions::default();
+    crate::remote::check_writable(url, &remote)?;
+    let archive = remote.open(url)?;
+    check_new_tag(&archive, new_tag).map_err(|e| e.in_file(url))?;
+    let mut ticker = progress_for(&archive, from_tag, write);
+    let variant = build(&archive, &mut ticker).map_err(|e| e.in_file(url))?;
+    let mut app = RemoteAppender::open(url, &remote, write)?;
+    // The new tag goes onto the version its source was read from, or nowhere.
+    app.check_opened(archive.remote_version())?;
+    drop(archive);
+    let w = app.begin_tag(new_tag).map_err(|e| e.in_file(url))?;
+    write_variant(w, &variant, &mut ticker).map_err(|e| e.in_file(url))?;
+    app.finish()?;
+    report_of(&remote.open(url)?, new_tag, variant)
+}
+
+/// Writes `v` into the new tag `w`.
+fn write_variant(
+    mut w: crate::archive::TagWriter<'_>,
+    v: &Variant,
+    ticker: &mut Ticker<'_>,
+) -> Result<()> {
+    if let Some((enc, bytes)) = &v.graph {
+        w.graph(*enc, bytes)?;
+    }
+    for (name, t, change) in &v.params {
+        w.param(name, &t.view())?;
+        if !matches!(change, ParamChange::Scale { .. }) {
+            ticker.tick();
+        }
+    }
+    let meta = serde_json::to_vec(&serde_json::Value::Object(v.metadata.clone()))
+        .map_err(|e| ErrorKind::InvalidInput(format!("cannot render metadata.json: {e}")))?;
+    w.metadata(&meta)?;
+    w.finish()
+}
+
+/// The report of variant `v`, written as tag `new_tag` of `archive` (read back for
+/// what is shared and stored).
+fn report_of(archive: &Archive, new_tag: &str, v: Variant) -> Result<VariantReport> {
     let tag = archive.tag(new_tag)?;
     let mut params = Vec::with_capacity(v.params.len());
     for ((name, t, change), entry) in v.params.into_iter().zip(tag.params()) {
