@@ -146,32 +146,10 @@ pub(super) fn write_hashed(file: &File, at: u64, data: &[u8]) -> std::io::Result
     }
     std::thread::scope(|s| {
         let h = s.spawn(|| digest(data));
-        let w = write_mapped(file, at, data);
+        let w = write_at(file, at, data);
         let d = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         w.map(|()| d)
     })
-}
-
-/// Writes `data` at `at` through a shared map of that part of the file. Buffered
-/// `pwrite`s into one file hold its inode lock while they copy (ext4, XFS): eight ranks
-/// then copy one at a time; page faults on a map do not take it, so ranks copy in
-/// parallel (bench/sharded_bench.py, docs/BENCHMARKS.md).
-fn write_mapped(file: &File, at: u64, data: &[u8]) -> std::io::Result<()> {
-    const PAGE: u64 = 4096;
-    let start = at / PAGE * PAGE;
-    let pad = (at - start) as usize;
-    // Safety: the mapped range lies inside the staged extension (the caller checked the
-    // file holds it), which nothing truncates while this rank holds the shared lease (a
-    // rollback or commit takes it exclusively first); other processes write only other
-    // bytes of it, so the map's contents change under no reference made here.
-    let mut m = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(start)
-            .len(pad + data.len())
-            .map_mut(file)?
-    };
-    m[pad..].copy_from_slice(data);
-    Ok(())
 }
 
 #[cfg(unix)]

@@ -238,24 +238,19 @@ pub(crate) fn read_group(archive: &Path, tag: &str) -> Result<Option<Group>> {
 /// claimed: two processes given one rank, or two groups saving one tag at once).
 pub(crate) fn claim(archive: &Path, tag: &str, rank: u32, nonce: &str) -> Result<()> {
     let p = marker_path(archive, tag, rank);
-    // Written whole beside it, then linked to its name (fails if the name exists): the
-    // marker appears atomically, never empty to rank 0 reading it.
-    let dir = super::super::durable::parent_dir(&p);
-    let mut t = tempfile::Builder::new()
-        .prefix(&temp_prefix(&p))
-        .tempfile_in(&dir)
-        .map_err(|e| Error::from(e).in_file(&dir))?;
+    let mut f = match OpenOptions::new().write(true).create_new(true).open(&p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::new(ErrorKind::InvalidInput(format!(
+                "rank {rank} of the sharded save of tag {tag:?} is already being written by another process (two processes given rank {rank}, or two groups saving {tag:?} at once)"
+            )))
+            .in_file(&p));
+        }
+        Err(e) => return Err(Error::from(e).in_file(&p)),
+    };
     let v = json!({"format": "modelzip-sharded-rank 1", "state": "claimed", "rank": rank, "nonce": nonce});
-    t.write_all(v.to_string().as_bytes())
-        .map_err(|e| Error::from(e).in_file(&p))?;
-    match std::fs::hard_link(t.path(), &p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::new(ErrorKind::InvalidInput(format!(
-            "rank {rank} of the sharded save of tag {tag:?} is already being written by another process (two processes given rank {rank}, or two groups saving {tag:?} at once)"
-        )))
-        .in_file(&p)),
-        Err(e) => Err(Error::from(e).in_file(&p)),
-    }
+    f.write_all(v.to_string().as_bytes())
+        .map_err(|e| Error::from(e).in_file(&p))
 }
 
 pub(crate) fn write_marker(archive: &Path, tag: &str, m: &Marker) -> Result<()> {
