@@ -107,18 +107,29 @@ impl WriteLock {
 
     /// Takes the lock for a reader that must roll back a journal (`path` resolved): fails
     /// at once if the calling thread holds it, and waits at most `timeout` for a writer in
-    /// another process or another thread.
-    pub(crate) fn acquire_for_recovery(path: &Path, timeout: Duration) -> Result<WriteLock> {
+    /// another process or another thread, giving up (`None`) as soon as `done` says what
+    /// the caller waits for happened without the lock (a journal gone, a file changed). A
+    /// reader waits for that, not for the lock itself: a writer that releases the lock and
+    /// takes it again at once (a training loop's next save) could otherwise keep it from
+    /// the reader for as long as it writes.
+    pub(crate) fn acquire_for_recovery_or(
+        path: &Path,
+        timeout: Duration,
+        done: impl Fn() -> bool,
+    ) -> Result<Option<WriteLock>> {
         if held_by_this_thread(&lock_key(path)) {
             return Err(Error::new(ErrorKind::Locked).in_file(path));
         }
         let start = Instant::now();
         loop {
+            if done() {
+                return Ok(None);
+            }
             match WriteLock::acquire_resolved(path, false) {
                 Err(e) if matches!(e.kind(), ErrorKind::Locked) && start.elapsed() < timeout => {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                other => return other,
+                other => return other.map(Some),
             }
         }
     }

@@ -46,7 +46,7 @@ impl OpenOptions {
                         if !super::lock::held_by_another_writer(path) {
                             return Err(e);
                         }
-                        wait_for_writer(path);
+                        wait_for_writer(path, &before);
                     }
                 }
             }
@@ -92,9 +92,12 @@ impl FileStamp {
 }
 
 /// Waits (at most [`RECOVERY_WAIT`]) for another process's or thread's writer to release
-/// the lock.
-fn wait_for_writer(path: &Path) {
-    let _ = super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT);
+/// the lock, or to change the file from `before` (a sharded save holds the lock while its
+/// ranks write, after the short staging a reader waits for here).
+fn wait_for_writer(path: &Path, before: &FileStamp) {
+    let _ = super::lock::WriteLock::acquire_for_recovery_or(path, RECOVERY_WAIT, || {
+        FileStamp::of(path) != *before
+    });
 }
 
 /// How long a reader waits for a running in-place append before giving up.
@@ -109,8 +112,14 @@ fn recover_for_reader(path: &Path) -> Result<()> {
         })
         .in_file(path)
     };
-    let _lock = match super::lock::WriteLock::acquire_for_recovery(path, RECOVERY_WAIT) {
-        Ok(l) => l,
+    // Waiting for the journal to go, not only for the lock: a writer that ends its append
+    // and takes the lock again at once would keep the lock from this reader.
+    let jpath = sidecar(path, ".journal");
+    let _lock = match super::lock::WriteLock::acquire_for_recovery_or(path, RECOVERY_WAIT, || {
+        !jpath.exists()
+    }) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Ok(()),
         Err(e) if matches!(e.kind(), ErrorKind::Locked) => {
             return Err(Error::new(ErrorKind::Locked).in_file(path));
         }
@@ -194,7 +203,6 @@ impl Archive {
 
     /// Opens an archive read by byte ranges from `source`, whose last bytes `tail` the
     /// caller read first (with the object's length and version); errors name `shown`.
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn from_source(
         source: Box<dyn RangeSource>,
         tail: Vec<u8>,
@@ -209,5 +217,66 @@ impl Archive {
             Some(PathBuf::from(shown)),
             opts,
         )
+    }
+
+    /// Opens the local archive at `path` read by `pread` rather than mapped (see
+    /// [`FileSource`](super::source::FileSource)): for a reader that must not fault if
+    /// another process truncates the file under it. Errors name `shown`.
+    pub(crate) fn open_by_pread(path: &Path, shown: &Path) -> Result<Archive> {
+        let (source, tail) = super::source::FileSource::open(path).map_err(|e| e.in_file(shown))?;
+        let limits = RangedLimits {
+            max_directory_size: 1 << 30,
+            directory_slack: 256 << 10,
+        };
+        Archive::from_source(
+            Box::new(source),
+            tail,
+            &limits,
+            &shown.to_string_lossy(),
+            OpenOptions::default(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A reader waiting for a journal to go returns once it is gone, while the writer
+    /// still holds (or has taken again) the lock: a training loop's next save takes the
+    /// lock at once, and a rank of a sharded save that waited for the lock itself would
+    /// wait for a save that waits for it.
+    #[test]
+    fn a_reader_waits_for_the_journal_not_for_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.zip");
+        std::fs::write(&path, b"").unwrap();
+        let jpath = sidecar(&path, ".journal");
+        std::fs::write(&jpath, b"an append's journal").unwrap();
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let p = path.clone();
+        let writer = std::thread::spawn(move || {
+            let _lock = super::super::lock::WriteLock::acquire_resolved(&p, false).unwrap();
+            locked_tx.send(()).unwrap();
+            // Holds the lock until the reader is done (or long past its wait).
+            done_rx.recv_timeout(Duration::from_secs(120)).is_ok()
+        });
+        locked_rx.recv().unwrap();
+        let p = path.clone();
+        let reader = std::thread::spawn(move || {
+            let r = recover_for_reader(&p);
+            done_tx.send(()).unwrap();
+            r
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::remove_file(&jpath).unwrap();
+        reader.join().unwrap().unwrap();
+        assert!(
+            writer.join().unwrap(),
+            "the reader returned only once the writer let the lock go"
+        );
     }
 }

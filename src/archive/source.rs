@@ -314,3 +314,70 @@ impl Ranged {
         Ok(window)
     }
 }
+
+/// A local file read by `pread` (no map): a read of bytes a concurrent truncation took
+/// away fails with an error rather than faulting (SIGBUS), so a file another process
+/// may roll back under it can be read safely (a sharded save's ranks read the archive
+/// while rank 0 may be undoing its staging).
+pub(crate) struct FileSource {
+    file: std::fs::File,
+    len: u64,
+}
+
+impl FileSource {
+    /// Opens `path` and reads its last bytes (what [`Ranged::open`] needs first).
+    pub(crate) fn open(path: &std::path::Path) -> Result<(FileSource, Vec<u8>)> {
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        let src = FileSource { file, len };
+        let n = len.min(END_RECORDS_MAX);
+        let tail = src.read_ranges(std::slice::from_ref(&(len - n..len)))?;
+        Ok((src, tail.into_iter().next().unwrap_or_default()))
+    }
+}
+
+impl RangeSource for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn version(&self) -> Option<&str> {
+        None
+    }
+
+    fn read_ranges(&self, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        ranges
+            .iter()
+            .map(|r| {
+                // The ranges lie inside 0..len (the caller's contract), which bounds them.
+                let n = usize::try_from(r.end.saturating_sub(r.start)).map_err(|_| {
+                    Error::new(ErrorKind::InvalidInput(format!(
+                        "range {r:?} too large to read"
+                    )))
+                })?;
+                let mut buf = vec![0u8; n];
+                read_exact_at(&self.file, &mut buf, r.start)?;
+                Ok(buf)
+            })
+            .collect()
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(f, buf, at)
+}
+
+#[cfg(windows)]
+fn read_exact_at(f: &std::fs::File, mut buf: &mut [u8], mut at: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(f, buf, at)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                buf = &mut buf[n..];
+                at += n as u64;
+            }
+        }
+    }
+    Ok(())
+}

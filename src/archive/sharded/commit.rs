@@ -611,39 +611,56 @@ pub(super) fn wait_for_commit(
         std::thread::sleep(group::POLL);
     }
     // The group file is gone: rank 0 is committing (it renames the undo record to the
-    // journal next, and a reader waits for a journal), has committed (rank 0 may have
-    // staged its next save already: that archive holds this tag too), or rolled back
-    // (it replays the undo record). The archive is read after checking for the undo
-    // record, so that a read before the rename is never taken for the outcome.
+    // journal next), has committed (rank 0 may have staged its next save already: that
+    // archive holds this tag too), or rolled back (it replays the undo record). This rank
+    // never waits for the write lock here (as `Archive::open` does while a journal
+    // exists): rank 0 takes it again for its next save, which waits for this rank.
+    // So the archive is read only while no journal lies beside it (the bytes are then
+    // whole), by pread rather than a map (rank 0 rolling its staging back truncates the
+    // file, which would fault a map), and the undo record is checked before the read, so
+    // that a read before the rename is never taken for the outcome.
+    let jpath = journal::journal_path(&ap.real);
     loop {
         let staging = group::undo_path(&ap.real).exists();
-        let a = Archive::open(&ap.real)?;
-        let committed = match a.canonical_tag(&plan.tag) {
-            None => false,
-            Some(t) => a
-                .metadata_of(t)?
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| {
-                    v.pointer("/sharded/group")
-                        .and_then(|n| n.as_str())
-                        .map(str::to_string)
-                })
-                .is_some_and(|n| n == g.nonce),
-        };
-        if committed {
-            return Ok(());
-        }
-        if !staging {
-            return Err(invalid(format!(
-                "rank {}: the sharded save of tag {:?} was not committed (rank 0 rolled it back; see its error)",
-                opts.rank, plan.tag
-            )));
+        if !jpath.exists() {
+            let read = Archive::open_by_pread(&ap.real, &ap.shown)
+                .and_then(|a| committed_by(&a, &plan.tag, &g.nonce));
+            // A journal that appeared during the read: the bytes may have been torn.
+            if !jpath.exists() {
+                match read {
+                    Ok(true) => return Ok(()),
+                    Ok(false) if !staging => {
+                        return Err(invalid(format!(
+                            "rank {}: the sharded save of tag {:?} was not committed (rank 0 rolled it back; see its error)",
+                            opts.rank, plan.tag
+                        )));
+                    }
+                    // Not committed yet, or a read racing a writer: read again.
+                    Ok(false) | Err(_) => {}
+                }
+            }
         }
         if past(deadline) {
             return Err(late());
         }
         std::thread::sleep(group::POLL);
     }
+}
+
+/// Whether `archive` holds `tag` as committed by the sharded save `nonce`.
+fn committed_by(archive: &Archive, tag: &str, nonce: &str) -> Result<bool> {
+    let Some(t) = archive.canonical_tag(tag) else {
+        return Ok(false);
+    };
+    Ok(archive
+        .metadata_of(t)?
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| {
+            v.pointer("/sharded/group")
+                .and_then(|n| n.as_str())
+                .map(str::to_string)
+        })
+        .is_some_and(|n| n == nonce))
 }
 
 /// Rolls back the staged save of `tag` (the caller holds the write lock): ends the

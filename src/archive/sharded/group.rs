@@ -173,7 +173,8 @@ fn corrupt(at: &Path, why: &str) -> Error {
     .in_file(at)
 }
 
-/// Reads the JSON sidecar at `p`; `None` when it does not exist.
+/// Reads the JSON sidecar at `p`; `None` when it does not exist, or is empty (a rank's
+/// marker between its exclusive creation and the write of its claim).
 fn read_json(p: &Path) -> Result<Option<Value>> {
     let mut f = match File::open(p) {
         Ok(f) => f,
@@ -193,6 +194,9 @@ fn read_json(p: &Path) -> Result<Option<Value>> {
     let mut b = Vec::with_capacity(len as usize);
     f.read_to_end(&mut b)
         .map_err(|e| Error::from(e).in_file(p))?;
+    if b.is_empty() {
+        return Ok(None);
+    }
     serde_json::from_slice(&b)
         .map(Some)
         .map_err(|e| corrupt(p, &format!("not JSON ({e})")))
