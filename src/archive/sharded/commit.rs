@@ -146,10 +146,60 @@ pub(super) fn write_hashed(file: &File, at: u64, data: &[u8]) -> std::io::Result
     }
     std::thread::scope(|s| {
         let h = s.spawn(|| digest(data));
-        let w = write_at(file, at, data);
+        let w = write_mapped(file, at, data);
         let d = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         w.map(|()| d)
     })
+}
+
+/// Writes `data` at `at` through a shared map of that part of the file. Buffered
+/// `pwrite`s into one file hold its inode lock while they copy (ext4, XFS): eight ranks
+/// then copy one at a time; page faults on a map do not take it, so ranks copy in
+/// parallel (bench/sharded_bench.py, docs/BENCHMARKS.md). The range's blocks are
+/// allocated first: a full disk is then an error here, never a fault (SIGBUS) of a page
+/// of the map. Where they cannot be allocated ahead (not Linux, or a filesystem without
+/// `fallocate`), the bytes are written with `pwrite`.
+fn write_mapped(file: &File, at: u64, data: &[u8]) -> std::io::Result<()> {
+    const PAGE: u64 = 4096;
+    if !allocate(file, at, data.len() as u64)? {
+        return write_at(file, at, data);
+    }
+    let start = at / PAGE * PAGE;
+    let pad = (at - start) as usize;
+    // Safety: the mapped range lies inside the staged extension (the caller checked the
+    // file holds it) and its blocks are allocated (above); nothing truncates the file
+    // while this rank holds the shared lease (a rollback or commit takes it exclusively
+    // first); other processes write only other bytes of it, so the map's contents change
+    // under no reference made here.
+    let mut m = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(start)
+            .len(pad + data.len())
+            .map_mut(file)?
+    };
+    m[pad..].copy_from_slice(data);
+    Ok(())
+}
+
+/// Allocates the blocks of `at..at + len` (the file's size unchanged): `Ok(false)` where
+/// that is not supported, an error (a full disk) where it failed.
+fn allocate(file: &File, at: u64, len: u64) -> std::io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{FallocateFlags, fallocate};
+        match fallocate(file, FallocateFlags::KEEP_SIZE, at, len) {
+            Ok(()) => Ok(true),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, at, len);
+        Ok(false)
+    }
 }
 
 #[cfg(unix)]
@@ -396,7 +446,12 @@ fn write_tag(
             let r = match (entry, reuse) {
                 (_, Some((tag, index))) => t.reuse_tensor(tag, *index, p.spec.dtype),
                 (Some(e), None) => t.place_tensor(p.kind, p.index, e, p.spec.dtype)?,
-                (None, None) => unreachable!("a tensor is placed or reused"),
+                (None, None) => {
+                    return Err(invalid(format!(
+                        "tensor {} was neither written nor found stored",
+                        p.spec.label()
+                    )));
+                }
             };
             refs.push(r);
         }

@@ -208,6 +208,7 @@ impl ShardedWriter {
             }
         }
         let file = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .open(&ap.real)
             .map_err(|e| Error::from(e).in_file(&ap.real))?;
