@@ -132,6 +132,12 @@ def test_processes_write_one_tag_equal_to_a_single_process_save(tmp, ctx, world)
     doc = json.loads(run_cli("show", path, "--tag", "sharded", "--json").stdout)
     assert doc["sharded"]["world_size"] == world
     assert json.loads(run_cli("show", path, "--tag", "single", "--json").stdout)["sharded"] is None
+    # `tags` marks the sharded tag with its ranks (a column only when a tag is sharded).
+    rows = json.loads(run_cli("tags", path, "--json").stdout)["tags"]
+    assert [(r["name"], r["sharded"]) for r in rows] == [("single", None), ("sharded", {"world_size": world})]
+    table = run_cli("tags", path).stdout.splitlines()
+    assert table[0].split()[-1] == "ranks", table
+    assert table[1].split()[-1] == "-" and table[2].split()[-1] == str(world), table
     # The same tensors as the single-process save: diff finds nothing changed.
     d = run_cli("diff", path, "single", "sharded", "--json", "--exit-code")
     assert d.returncode == 0, d.stdout

@@ -14,7 +14,9 @@ use std::path::Path;
 /// from other tags, graph encoding, dtypes, created time. Read from the archive's
 /// summary (_summary.txt) when it is current, else from every tag's tables and
 /// tensor headers: the same output either way (for a URL, the summary needs no
-/// request beyond the open's).
+/// request beyond the open's). When a tag was written by a sharded save (many
+/// processes at once, docs/SHARDED.md), a "ranks" column says by how many (from
+/// its metadata.json).
 ///
 /// Example:
 ///   modelzip tags model.zip
@@ -38,8 +40,42 @@ pub(super) fn summaries(archive: &Archive, shown: &Path) -> Result<Vec<TagSummar
     }
 }
 
+/// Largest metadata.json read to tell whether a sharded save wrote its tag (a
+/// checkpoint's is a few hundred bytes; a hostile one could be gigabytes).
+const MAX_METADATA_LOOKED_AT: u64 = 1 << 20;
+
+/// How many ranks wrote each of the tags `names` (spelled as in tags.txt), for those a
+/// sharded save wrote: its metadata.json's `"sharded"` says (a remote archive's are
+/// fetched in one batched request).
+pub(super) fn sharded_ranks(archive: &Archive, names: &[&str]) -> Vec<Option<u64>> {
+    let metas: Vec<Option<String>> = names
+        .iter()
+        .map(|n| {
+            let m = format!("{n}/metadata.json");
+            archive
+                .entry_stored_size(&m)
+                .filter(|s| *s <= MAX_METADATA_LOOKED_AT)
+                .map(|_| m)
+        })
+        .collect();
+    let wanted: Vec<&str> = metas.iter().flatten().map(String::as_str).collect();
+    // A failed batch leaves each entry to be read (and to fail) on its own.
+    let _ = archive.prefetch(&wanted);
+    metas
+        .iter()
+        .map(|m| {
+            let bytes = archive.entry_bytes(m.as_deref()?).ok()?;
+            if !bytes.windows(9).any(|w| w == b"\"sharded\"") {
+                return None;
+            }
+            let v: Value = serde_json::from_slice(&bytes).ok()?;
+            v.pointer("/sharded/world_size")?.as_u64()
+        })
+        .collect()
+}
+
 /// One row of `tags --json`.
-pub(super) fn tag_json(position: usize, r: &TagSummary) -> Value {
+pub(super) fn tag_json(position: usize, r: &TagSummary, ranks: Option<u64>) -> Value {
     json!({
         "name": r.name,
         "position": position,
@@ -50,6 +86,7 @@ pub(super) fn tag_json(position: usize, r: &TagSummary) -> Value {
         "graph": graph_word(r.graph),
         "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
         "created": r.created,
+        "sharded": ranks.map(|n| json!({"world_size": n})),
     })
 }
 
@@ -91,11 +128,14 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // the open), else from every tag's tables and tensor headers.
     let rows = summaries(&archive, &args.report.archive)?;
     let default = archive.default_tag().map(str::to_string);
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    let ranks = sharded_ranks(&archive, &names);
     if args.report.json {
         let tags: Vec<Value> = rows
             .iter()
+            .zip(&ranks)
             .enumerate()
-            .map(|(i, r)| tag_json(i, r))
+            .map(|(i, (r, n))| tag_json(i, r, *n))
             .collect();
         let doc = json!({
             "archive": args.report.archive.display().to_string(),
@@ -106,16 +146,25 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     // Columns as wide as their widest cell: a long tag name widens its column.
     use Align::{Left, Right};
-    let mut table = Table::new(&[Left, Right, Right, Right, Right, Left, Left, Left]);
-    let header = [
+    // The "ranks" column only when a sharded save wrote a tag.
+    let sharded = ranks.iter().any(Option::is_some);
+    let mut aligns = vec![Left, Right, Right, Right, Right, Left, Left, Left];
+    let mut header: Vec<String> = [
         "tag", "params", "updater", "own", "shared", "graph", "dtypes", "created",
     ]
-    .map(String::from);
-    let cells: Vec<[String; 8]> = rows
+    .map(String::from)
+    .to_vec();
+    if sharded {
+        aligns.push(Right);
+        header.push("ranks".into());
+    }
+    let mut table = Table::new(&aligns);
+    let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| {
+        .zip(&ranks)
+        .map(|(r, n)| {
             let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
-            [
+            let mut row = vec![
                 clean(&r.name).into_owned(),
                 r.params.to_string(),
                 r.updater_arrays.to_string(),
@@ -124,7 +173,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 graph_word(r.graph).unwrap_or("-").to_string(),
                 dtypes.join(","),
                 clean(r.created.as_deref().unwrap_or("-")).into_owned(),
-            ]
+            ];
+            if sharded {
+                row.push(n.map_or("-".into(), |n| n.to_string()));
+            }
+            row
         })
         .collect();
     table.fit(&header);

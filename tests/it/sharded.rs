@@ -125,6 +125,27 @@ fn four_ranks_write_one_tag_that_equals_the_concatenated_rows_and_verifies() {
     let meta: serde_json::Value = serde_json::from_slice(&t.metadata().unwrap().unwrap()).unwrap();
     assert_eq!(meta["step"], 5);
     assert_eq!(meta["sharded"]["world_size"], 4);
+    // `tags` marks the sharded tag and says by how many ranks; the column appears only
+    // when a tag is sharded.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelzip"))
+        .args(["tags", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["tags"][0]["sharded"], serde_json::Value::Null);
+    assert_eq!(doc["tags"][1]["sharded"]["world_size"], 4);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelzip"))
+        .arg("tags")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].trim_end().ends_with("ranks"), "{text}");
+    assert!(lines[1].trim_end().ends_with(" -"), "{text}");
+    assert!(lines[2].trim_end().ends_with(" 4"), "{text}");
     // Nothing left beside the archive but the lock and lease files.
     let left: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
