@@ -246,6 +246,18 @@ pub(crate) fn recover(path: &Path) -> Result<bool> {
     recover_from(path, &journal_path(path))
 }
 
+/// The length the archive at `path` had when the journal-format file `jp` was written
+/// (`None` when `jp` is absent or was cut short while being written).
+pub(crate) fn original_len_of(path: &Path, jp: &Path) -> Result<Option<u64>> {
+    if !jp.exists() {
+        return Ok(None);
+    }
+    let archive_len = std::fs::metadata(path)
+        .map_err(|e| Error::from(e).in_file(path))?
+        .len();
+    Ok(read_journal(jp, archive_len)?.map(|j| j.original_len))
+}
+
 /// [`recover`] from the journal-format file `jp` (a sharded save's undo record); the
 /// file is deleted after the replay.
 pub(crate) fn recover_from(path: &Path, jp: &Path) -> Result<bool> {

@@ -1,7 +1,8 @@
 //! Sharded saves (`modelzip::sharded`): ranks (threads here; processes in
 //! python/tests/test_sharded.py) write row shards of one tag; the committed tag equals
 //! the concatenated rows and verifies; a missing rank, a gap, an overlap or ranks that
-//! disagree on the plan leave the archive byte for byte as it was.
+//! disagree on the plan leave the archive reading as it did (every entry's bytes), the
+//! extension's blocks freed, and nothing cut that a reader of the staged archive holds.
 
 use modelzip::sharded::{ShardedOptions, ShardedReport, ShardedWriter, TensorSpec};
 use modelzip::{Archive, ArchiveWriter, DType, TagBuilder, Tensor, WriteOptions};
@@ -81,6 +82,30 @@ fn group_save(
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// What a reader sees of an archive: its tags and every entry's bytes.
+type Contents = (Vec<String>, std::collections::BTreeMap<String, Vec<u8>>);
+
+fn contents(path: &Path) -> Contents {
+    let a = Archive::open(path).unwrap();
+    let entries = a
+        .entry_names()
+        .map(|n| (n.to_string(), a.entry_bytes(n).unwrap().to_vec()))
+        .collect();
+    (a.tags().to_vec(), entries)
+}
+
+/// Bytes the file occupies on disk (its blocks, holes not counted).
+fn allocated(path: &Path) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(path).unwrap()) * 512
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(path).unwrap().len()
+    }
 }
 
 fn base_archive(dir: &Path) -> std::path::PathBuf {
@@ -194,7 +219,7 @@ fn a_tampered_shard_is_found_by_verify_naming_the_entry_and_range() {
 fn a_missing_rank_times_out_naming_it_and_leaves_the_archive_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let path = base_archive(dir.path());
-    let before = std::fs::read(&path).unwrap();
+    let before = contents(&path);
     let results: Vec<_> = std::thread::scope(|s| {
         let hs: Vec<_> = [0u32, 1, 2]
             .into_iter()
@@ -212,7 +237,7 @@ fn a_missing_rank_times_out_naming_it_and_leaves_the_archive_as_it_was() {
         let e = r.as_ref().unwrap_err().to_string();
         assert!(e.contains("was not committed"), "{e}");
     }
-    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(contents(&path), before);
     // The next save succeeds.
     for r in group_save(&path, "step-1", 2, 10) {
         r.unwrap();
@@ -224,7 +249,7 @@ fn a_missing_rank_times_out_naming_it_and_leaves_the_archive_as_it_was() {
 fn gaps_overlaps_and_disagreeing_ranks_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = base_archive(dir.path());
-    let before = std::fs::read(&path).unwrap();
+    let before = contents(&path);
     let one = |rank: u32, rows: std::ops::Range<u64>, dims: Vec<u64>| {
         let path = path.clone();
         move || -> modelzip::Result<ShardedReport> {
@@ -252,7 +277,7 @@ fn gaps_overlaps_and_disagreeing_ranks_are_refused_and_change_nothing() {
     );
     let e = r0.unwrap_err().to_string();
     assert!(e.contains("no rank wrote rows 3..4 of \"w\""), "{e}");
-    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(contents(&path), before);
     // An overlap: row 3 written twice.
     let (r0, _) = run(
         Box::new(one(0, 0..4, vec![8, 3])),
@@ -260,7 +285,7 @@ fn gaps_overlaps_and_disagreeing_ranks_are_refused_and_change_nothing() {
     );
     let e = r0.unwrap_err().to_string();
     assert!(e.contains("both wrote row 3 of \"w\""), "{e}");
-    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(contents(&path), before);
     // Rank 1 given another shape: its own error names the disagreement; rank 0 times out.
     let (r0, r1) = run(
         Box::new(one(0, 0..4, vec![8, 3])),
@@ -270,11 +295,11 @@ fn gaps_overlaps_and_disagreeing_ranks_are_refused_and_change_nothing() {
     assert!(e1.contains("differs from rank 0's"), "{e1}");
     let e0 = r0.unwrap_err().to_string();
     assert!(e0.contains("waiting for rank 1 of 2"), "{e0}");
-    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(contents(&path), before);
     // A shard that does not fit its global shape is refused by the rank writing it.
     let e = one(0, 6..10, vec![8, 3])().unwrap_err().to_string();
     assert!(e.contains("rank 0: a shard of \"w\""), "{e}");
-    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(contents(&path), before);
 }
 
 #[test]
@@ -327,18 +352,36 @@ fn an_unchanged_sharded_tensor_is_stored_once() {
 fn readers_see_the_old_archive_while_ranks_write_and_a_dead_group_is_rolled_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = base_archive(dir.path());
-    let before = std::fs::read(&path).unwrap();
-    let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 3])];
+    let before = contents(&path);
+    let before_blocks = allocated(&path);
+    // 3 MiB of rows: rank 0 writes its 1.5 MiB.
+    let rows = 1u64 << 18;
+    let specs = vec![TensorSpec::param("w", DType::Fp32, vec![rows, 3])];
     let mut w0 =
         ShardedWriter::open(&path, "s", &specs, &opts(0, 2, Duration::from_secs(5))).unwrap();
-    let t = Tensor::from_slice(vec![2, 3], &rows_of(0, 2)).unwrap();
+    let t = Tensor::from_slice(vec![rows / 2, 3], &rows_of(0, rows / 2)).unwrap();
     w0.write_param("w", 0, &t.view()).unwrap();
     // Staged: the archive reads as before (and verifies), with the extension as dead bytes.
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.tags(), &["init"]);
     assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
-    drop(a);
-    // Rank 0 gives up (dropped unfinished): the archive is as it was.
+    // Rank 0 gives up (dropped unfinished) while `a` holds the staged archive: the
+    // archive reads as it did; nothing `a` maps was cut (its summary, past the old end,
+    // still reads: a cut file would fault it), and the extension's blocks are freed.
     drop(w0);
-    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let summaries = a.tag_summaries().unwrap();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].name, "init");
+    assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
+    drop(a);
+    assert_eq!(contents(&path), before);
+    assert!(Archive::open(&path).unwrap().verify().is_ok());
+    #[cfg(target_os = "linux")]
+    assert!(
+        allocated(&path) < before_blocks + (256 << 10),
+        "{} bytes allocated after the rollback, {before_blocks} before",
+        allocated(&path)
+    );
+    let _ = before_blocks;
+    assert!(!dir.path().join("run.zip.sharded-undo").exists());
 }

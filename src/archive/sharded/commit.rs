@@ -2,11 +2,11 @@
 //!
 //! Staged state: `[old archive, untouched][pad to 4 KiB][extension: the planned entries,
 //! written by the ranks][tags.txt, summary, central directory listing the old entries]`.
-//! The archive reads as before throughout; its undo record (the journal format, under
-//! another name so that readers do not replay it) restores the old bytes exactly. The
-//! commit renames the undo record to the archive's journal, so that a crash during the
-//! commit rolls back the whole save, writes the local headers and record headers, then
-//! the tag's tables and a new central directory over the staged one.
+//! The archive reads as before throughout; readers may map the staged file, so nothing
+//! past the old end is ever cut once the staging is complete: the commit is journaled as
+//! an append to the staged archive, and a rollback frees the extension's blocks (see
+//! [`settle_staged`]). The undo record (the journal format, under another name so that
+//! readers do not replay it) restores the old bytes only of a staging cut short.
 
 use super::super::append::{finish_in_place, finish_session};
 use super::super::archive_path::ArchivePath;
@@ -91,7 +91,7 @@ pub(super) fn stage(
     })();
     if let Err(e) = staged {
         let _ = group::remove_group_files(real, &plan.tag);
-        let _ = journal::recover_from(real, &undo);
+        let _ = settle_staged(real);
         return Err(e.in_file(real));
     }
     drop(lease);
@@ -385,14 +385,19 @@ fn write_tag(
     let base = Archive::open_unrecovered(real, &ap.shown, OpenOptions::default())?;
     let reused = find_duplicates(&base, plan, g, tensors)?;
     // From here the archive changes: first the group ends (no rank may join or write),
-    // then the undo record becomes the journal of the commit.
+    // then the commit is journaled as an append to the staged archive (readers may hold
+    // the staged archive: a rollback must not cut what they read). The undo record stays
+    // until the commit is done: a crash before rolls the commit back, then the staging.
     std::fs::remove_file(group::group_path(real, &plan.tag))
         .map_err(|e| Error::from(e).in_file(real))?;
     super::super::durable::fsync_dir(real)?;
-    let undo = group::undo_path(real);
-    std::fs::rename(&undo, journal::journal_path(real))
-        .map_err(|e| Error::from(e).in_file(&undo))?;
-    super::super::durable::fsync_dir(real)?;
+    let staged_cd = base.directory().cd_offset;
+    journal::write(
+        real,
+        base.len_bytes(),
+        staged_cd,
+        base.bytes().get(staged_cd as usize..).unwrap_or_default(),
+    )?;
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -495,6 +500,10 @@ fn write_tag(
         }
     };
     finish_in_place(real, session, file, None)?;
+    // Committed: the undo record is spent. One left behind (a failed delete, a crash
+    // here) is harmless: settle_staged finds the tag's entries past the old end and only
+    // deletes it.
+    let _ = journal::remove_file(&group::undo_path(real));
     Ok(reused.iter().filter(|r| r.is_some()).count())
 }
 
@@ -723,8 +732,59 @@ fn committed_by(archive: &Archive, tag: &str, nonce: &str) -> Result<bool> {
 pub(super) fn abort(real: &Path, tag: &str, timeout: Duration) -> Result<()> {
     let _lease = group::lease(real, true, timeout)?;
     group::remove_group_files(real, tag)?;
-    journal::recover_from(real, &group::undo_path(real))?;
-    Ok(())
+    journal::recover(real)?;
+    settle_staged(real)
+}
+
+/// Ends a staging whose save did not commit, from its undo record (the caller holds the
+/// write lock and the exclusive lease, and rolled back any journal first):
+/// - the staging was cut short (the file does not read as an archive past the old end):
+///   the undo record restores the old bytes and length; no reader can have read the
+///   staged bytes;
+/// - the staging was complete: readers may hold the staged archive (the old entries, the
+///   staged tags.txt, summary and directory past the extension), so nothing is cut: the
+///   extension's blocks are freed (a hole; compaction reclaims the rest);
+/// - the save committed (the undo record outlived its commit by a crash): its entries lie
+///   past the old end, and the record is only deleted.
+fn settle_staged(real: &Path) -> Result<()> {
+    let undo = group::undo_path(real);
+    let Some(original_len) = journal::original_len_of(real, &undo)? else {
+        // Absent, or cut short while being written: the archive was not touched.
+        return journal::remove_file(&undo).or_else(|e| match e.kind() {
+            ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        });
+    };
+    let ext_start = original_len.div_ceil(EXT_ALIGN) * EXT_ALIGN;
+    // Read by pread: a file cut short by a crash must not fault a map.
+    let staged = Archive::open_by_pread(real, real)
+        .ok()
+        .filter(|a| a.len_bytes() > ext_start);
+    let Some(a) = staged else {
+        journal::recover_from(real, &undo)?;
+        return Ok(());
+    };
+    let dir = a.directory();
+    let past: Vec<&super::super::container::ZipEntry> = dir
+        .entries
+        .iter()
+        .filter(|e| e.header_offset >= ext_start)
+        .collect();
+    if past.iter().all(|e| written_by_commit(&e.name)) {
+        let tail = past
+            .iter()
+            .map(|e| e.header_offset)
+            .min()
+            .unwrap_or(dir.cd_offset);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(real)
+            .map_err(|e| Error::from(e).in_file(real))?;
+        punch_hole(&file, ext_start, tail.saturating_sub(ext_start));
+        file.sync_all().map_err(|e| Error::from(e).in_file(real))?;
+    }
+    drop(a);
+    journal::remove_file(&undo)
 }
 
 /// Rolls back a staged save whose group died (rank 0 killed before its commit), if its
@@ -739,8 +799,7 @@ pub(crate) fn recover_staged(real: &Path, timeout: Duration) -> Result<()> {
     for t in group::staged_tags(real) {
         group::remove_group_files(real, &t)?;
     }
-    journal::recover_from(real, &undo)?;
-    Ok(())
+    settle_staged(real)
 }
 
 /// Forgets a staged save of the archive at `real`, which is being replaced by a new
