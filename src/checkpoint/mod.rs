@@ -429,14 +429,7 @@ impl Checkpointer {
                 bytes_copied: None,
             });
         }
-        let removed = apply_retention(&self.path, &self.opts)?;
-        let a = Archive::open(&self.path)?;
-        let compacted =
-            a.dead_bytes() as f64 / a.len_bytes().max(1) as f64 > self.opts.compact_dead_fraction;
-        drop(a);
-        if compacted {
-            archive::compact(&self.path, &self.opts.write)?;
-        }
+        let (removed, compacted) = retain_and_compact(&self.path, &self.opts)?;
         Ok(SaveReport {
             tag,
             removed,
@@ -684,8 +677,21 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         w.finish()?;
         writer.finish()?;
     }
-    // A second commit: a crash before it leaves the checkpoints it would remove, which
-    // the next open (or save) removes, since the policy depends only on the archive.
+    let (removed, compacted) = retain_and_compact(path, opts)?;
+    Ok(SaveReport {
+        tag,
+        removed,
+        compacted,
+        bytes_uploaded: None,
+        bytes_copied: None,
+    })
+}
+
+/// After a save: removes the checkpoints the policy drops, then compacts the archive if
+/// its dead bytes pass `compact_dead_fraction`. Returns the removed tags and whether it
+/// compacted. A second commit: a crash before it leaves the checkpoints it would remove,
+/// which the next open (or save) removes, since the policy depends only on the archive.
+fn retain_and_compact(path: &Path, opts: &CheckpointOptions) -> Result<(Vec<String>, bool)> {
     let removed = apply_retention(path, opts)?;
     let a = Archive::open(path)?;
     let dead = a.dead_bytes() as f64;
@@ -695,13 +701,7 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
     if compacted {
         archive::compact(path, &opts.write)?;
     }
-    Ok(SaveReport {
-        tag,
-        removed,
-        compacted,
-        bytes_uploaded: None,
-        bytes_copied: None,
-    })
+    Ok((removed, compacted))
 }
 
 /// The `retention` record of the checkpoint `tag` about to be saved: the policy, and
