@@ -222,6 +222,30 @@ def test_rank_0_killed_after_staging_leaves_the_archive_readable_and_the_next_wr
     assert leftovers(path) == []
 
 
+def test_rank_0_killed_while_staging_the_next_reader_rolls_the_staging_back(tmp, ctx):
+    path = tmp / "run.zip"
+    single_save(path, "single", seed=1)
+    before = contents(path)
+    size = path.stat().st_size
+    out = ctx.Queue()
+    procs = start(ctx, out, path, "step-2", [0], 3, seed=2, timeout=60)
+    wait_for(Path(f"{path}.sharded-step-2"))
+    os.kill(procs[0].pid, signal.SIGKILL)
+    procs[0].join()
+    # What a kill during the staging leaves: the undo record, and the staged file cut
+    # short (here inside the extension): not an archive to any reader.
+    with open(path, "r+b") as f:
+        f.truncate(size + 8192)
+    # A reader finds the dead staging and rolls it back to the old bytes: it reads.
+    with modelzip.open(path) as ar:
+        assert ar.tags == ["single"]
+    assert contents(path) == before
+    assert path.stat().st_size == size
+    assert not Path(f"{path}.sharded-undo").exists()
+    assert run_cli("verify", path).returncode == 0
+    assert leftovers(path) == []
+
+
 def test_two_groups_on_one_archive_one_commits_the_other_fails_cleanly(tmp, ctx):
     path = tmp / "run.zip"
     single_save(path, "single", seed=1)

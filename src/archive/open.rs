@@ -20,6 +20,8 @@ impl OpenOptions {
     fn open_resolved(&self, ap: &ArchivePath) -> Result<Archive> {
         let path = ap.real.as_path();
         let jpath = sidecar(path, ".journal");
+        let undo = super::sharded::undo_path(path);
+        let mut settled = false;
         let mut attempt = 0;
         loop {
             if jpath.exists() {
@@ -44,6 +46,13 @@ impl OpenOptions {
                 Err(e) => {
                     if FileStamp::of(path) == before {
                         if !super::lock::held_by_another_writer(path) {
+                            // A sharded save's rank 0 killed while it staged leaves the
+                            // file unreadable and its undo record: roll that back (once).
+                            if !settled && undo.exists() {
+                                settled = true;
+                                recover_staging_for_reader(path).map_err(|_| e)?;
+                                continue;
+                            }
                             return Err(e);
                         }
                         wait_for_writer(path, &before);
@@ -102,6 +111,19 @@ fn wait_for_writer(path: &Path, before: &FileStamp) {
 
 /// How long a reader waits for a running in-place append before giving up.
 const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Takes the write lock (waiting for a writer to finish or to delete the undo record)
+/// and rolls back the staging of a sharded save whose rank 0 died (waiting for ranks
+/// still writing into it, at most [`RECOVERY_WAIT`]).
+fn recover_staging_for_reader(path: &Path) -> Result<()> {
+    let undo = super::sharded::undo_path(path);
+    let lock =
+        super::lock::WriteLock::acquire_for_recovery_or(path, RECOVERY_WAIT, || !undo.exists())?;
+    if lock.is_some() {
+        super::sharded::recover_staged(path, RECOVERY_WAIT)?;
+    }
+    Ok(())
+}
 
 /// Takes the write lock (waiting for a running append to finish) and rolls back an
 /// unfinished in-place append.

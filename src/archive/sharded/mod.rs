@@ -63,6 +63,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub(crate) use commit::{discard_staged, recover_staged};
+pub(crate) use group::undo_path;
 
 /// Options of a [`ShardedWriter`]: which rank this is, of how many, and how long to wait.
 #[derive(Debug, Clone)]
