@@ -371,7 +371,7 @@ object_seed!(
     }
 );
 
-/// The regions of the program (prefix "") or of an op (prefix "<op path>, ").
+/// The regions of the program (prefix `""`) or of an op (prefix `"<op path>, "`).
 struct RegionsSeed<'w>(&'w mut Walk, String);
 
 array_seed!(RegionsSeed<'_>, "a JSON array of regions", |this, i| {
