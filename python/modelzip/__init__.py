@@ -61,6 +61,7 @@ __all__ = [
     "import_model",
     "import_paddle",
     "cast",
+    "compact",
     "download",
     "open",
     "quantize",
@@ -1100,6 +1101,19 @@ def quantize(
     return _modelzip.quantize(
         _writable(archive, "quantize in"), source, tag, per_channel, wait, allow_non_finite
     )
+
+
+def compact(archive: PathLike, *, wait: bool = False) -> Dict[str, Any]:
+    """Rewrites the archive without its dead bytes (like ``modelzip compact``): those of
+    removed tags, rolled-back saves and replaced tables. Locally a new file is written
+    and renamed over the old one (arrays of an open archive stay valid); ``archive`` may
+    be an ``s3://`` URL: the store copies the live runs of 5 MiB and more, shorter ones
+    are read by range and uploaded again, and the commit is conditional on the version
+    read (docs/REMOTE.md). Takes the write lock (``wait`` waits for another writer).
+    Returns ``{"before", "after"}`` in bytes, and for a URL also ``"padding"``,
+    ``"headers_read"``, ``"version"``, ``"bytes_uploaded"``, ``"bytes_copied"``,
+    ``"bytes_reread"`` and ``"requests"``."""
+    return _modelzip.compact(_writable(archive, "compact"), wait)
 
 
 def cast(

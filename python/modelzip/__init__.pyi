@@ -54,6 +54,7 @@ __all__ = [
     "import_model",
     "import_paddle",
     "cast",
+    "compact",
     "download",
     "open",
     "quantize",
@@ -256,6 +257,7 @@ def quantize(
     wait: bool = False,
     allow_non_finite: bool = False,
 ) -> Dict[str, Any]: ...
+def compact(archive: PathLike, *, wait: bool = False) -> Dict[str, Any]: ...
 def cast(
     archive: PathLike,
     source: str,

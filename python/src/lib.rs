@@ -1533,6 +1533,51 @@ fn cast<'py>(
     variant_report(py, &r)
 }
 
+/// Rewrites an archive without its dead bytes (`modelzip compact`): locally a new file
+/// renamed over the old one; for an `s3://` URL, the store copies the live runs (a
+/// conditional commit on the version read). Returns the sizes (and, for a URL, the
+/// upload's costs and new version).
+#[pyfunction]
+#[pyo3(signature = (archive, wait=false))]
+fn compact<'py>(py: Python<'py>, archive: PathBuf, wait: bool) -> PyResult<Bound<'py, PyDict>> {
+    let write = write_options(wait);
+    let url = archive.to_str().filter(|s| is_url(s)).map(str::to_string);
+    let d = PyDict::new(py);
+    match url {
+        Some(url) => {
+            let r = py
+                .detach(|| {
+                    modelzip::remote::compact(
+                        &url,
+                        &modelzip::remote::RemoteOptions::default(),
+                        &write,
+                    )
+                })
+                .map_err(|e| e.in_file(&url))
+                .or_raise(py)?;
+            d.set_item("before", r.report.before)?;
+            d.set_item("after", r.report.after)?;
+            d.set_item("padding", r.padding)?;
+            d.set_item("headers_read", r.headers_read)?;
+            let w = r.write.as_ref();
+            d.set_item("version", w.and_then(|w| w.version.clone()))?;
+            d.set_item("bytes_uploaded", w.map_or(0, |w| w.bytes_uploaded))?;
+            d.set_item("bytes_copied", w.map_or(0, |w| w.bytes_copied))?;
+            d.set_item("bytes_reread", w.map_or(0, |w| w.bytes_reread))?;
+            d.set_item("requests", w.map_or(0, |w| w.requests))?;
+        }
+        None => {
+            let r = py
+                .detach(|| modelzip::compact(&archive, &write))
+                .map_err(|e| e.in_file(&archive))
+                .or_raise(py)?;
+            d.set_item("before", r.before)?;
+            d.set_item("after", r.after)?;
+        }
+    }
+    Ok(d)
+}
+
 // ---------------------------------------------------------------------------------------
 // Object storage
 // ---------------------------------------------------------------------------------------
@@ -1739,6 +1784,7 @@ fn _modelzip(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(export_model, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(quantize, m)?)?;
+    m.add_function(wrap_pyfunction!(compact, m)?)?;
     m.add_function(wrap_pyfunction!(cast, m)?)?;
     m.add_function(wrap_pyfunction!(upload, m)?)?;
     m.add_function(wrap_pyfunction!(download, m)?)?;

@@ -1048,6 +1048,45 @@ def test_compact_of_a_bad_url_is_one_line_and_writes_nothing(s3, tmp):
     assert raw(env, "GET", f"/{BUCKET}/cbad/notzip.zip")[2] == b"hello" * 100
 
 
+def test_python_compact_of_s3_and_local_equals_the_cli(s3, tmp, monkeypatch):
+    """modelzip.compact(url) compacts the object where it lies, as `modelzip compact`
+    does (the same entries, its costs reported); modelzip.compact(path) a local copy; an
+    object that is not an archive raises, writing nothing."""
+    import modelzip
+
+    env, proxy = s3
+    url, down = compaction_fixture(env, tmp, "pycompact")
+    path = f"/{BUCKET}/pycompact/model.zip"
+    python_env(env, monkeypatch)
+    local = tmp / "pycompact-local.zip"
+    local.write_bytes(down.read_bytes())
+    r = modelzip.compact(url)
+    assert r["after"] < r["before"] == down.stat().st_size, r
+    # The store copied the long live runs; only the rest went up (not the whole archive).
+    assert r["bytes_copied"] >= 12 * MIB and 0 < r["bytes_uploaded"] < r["after"] - 12 * MIB, r
+    assert raw(env, "HEAD", path)[1]["etag"] == r["version"]
+    lr = modelzip.compact(local)
+    assert set(lr) == {"before", "after"} and lr["before"] == r["before"], lr
+    assert lr["after"] == local.stat().st_size
+    after = tmp / "pycompact-after.zip"
+    cli(env, "cp", url, after)
+    with modelzip.open(after) as a, modelzip.open(local) as b:
+        assert a.tags == b.tags == ["t1", "t3", "t4"]
+        for t in a.tags:
+            assert list(a.tag(t)) == list(b.tag(t))
+            for n in a.tag(t):
+                assert a.tag(t)[n].tobytes() == b.tag(t)[n].tobytes(), (t, n)
+    assert cli(env, "verify", url).returncode == 0
+    # Nothing dead any more: a second compaction writes nothing.
+    again = modelzip.compact(url)
+    assert again["before"] == again["after"] == r["after"] and again["version"] is None, again
+    assert raw(env, "PUT", f"/{BUCKET}/pycompact/notzip.zip", b"hello" * 100)[0] == 200
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.compact(f"s3://{BUCKET}/pycompact/notzip.zip")
+    assert "zip" in str(e.value).lower(), e.value
+    assert raw(env, "GET", f"/{BUCKET}/pycompact/notzip.zip")[2] == b"hello" * 100
+
+
 # Tags derived from a tag of the s3:// archive itself (`quantize`, `cast`): the source read
 # by ranges, the new tag a remote append.
 
