@@ -356,28 +356,10 @@ impl RangeSource for FileSource {
                     )))
                 })?;
                 let mut buf = vec![0u8; n];
-                read_exact_at(&self.file, &mut buf, r.start)?;
+                super::pread::read_exact_at_split(&self.file, &mut buf, r.start)
+                    .map_err(|(e, _)| Error::from(e))?;
                 Ok(buf)
             })
             .collect()
     }
-}
-
-#[cfg(unix)]
-fn read_exact_at(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(f, buf, at)
-}
-
-#[cfg(windows)]
-fn read_exact_at(f: &std::fs::File, mut buf: &mut [u8], mut at: u64) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        match std::os::windows::fs::FileExt::seek_read(f, buf, at)? {
-            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                buf = &mut buf[n..];
-                at += n as u64;
-            }
-        }
-    }
-    Ok(())
 }

@@ -429,14 +429,7 @@ impl Checkpointer {
                 bytes_copied: None,
             });
         }
-        let (removed, compacted) = retain_and_compact(&self.path, &self.opts)?;
-        Ok(SaveReport {
-            tag,
-            removed,
-            compacted,
-            bytes_uploaded: None,
-            bytes_copied: None,
-        })
+        retain_and_compact(&self.path, &self.opts, tag)
     }
 
     /// Saves on a background thread. Waits for the previous asynchronous save (and
@@ -677,21 +670,14 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
         w.finish()?;
         writer.finish()?;
     }
-    let (removed, compacted) = retain_and_compact(path, opts)?;
-    Ok(SaveReport {
-        tag,
-        removed,
-        compacted,
-        bytes_uploaded: None,
-        bytes_copied: None,
-    })
+    retain_and_compact(path, opts, tag)
 }
 
-/// After a save: removes the checkpoints the policy drops, then compacts the archive if
-/// its dead bytes pass `compact_dead_fraction`. Returns the removed tags and whether it
-/// compacted. A second commit: a crash before it leaves the checkpoints it would remove,
+/// After the save of `tag` (local): removes the checkpoints the policy drops, then
+/// compacts the archive if its dead bytes pass `compact_dead_fraction`; the save's
+/// report. A second commit: a crash before it leaves the checkpoints it would remove,
 /// which the next open (or save) removes, since the policy depends only on the archive.
-fn retain_and_compact(path: &Path, opts: &CheckpointOptions) -> Result<(Vec<String>, bool)> {
+fn retain_and_compact(path: &Path, opts: &CheckpointOptions, tag: String) -> Result<SaveReport> {
     let removed = apply_retention(path, opts)?;
     let a = Archive::open(path)?;
     let dead = a.dead_bytes() as f64;
@@ -701,7 +687,13 @@ fn retain_and_compact(path: &Path, opts: &CheckpointOptions) -> Result<(Vec<Stri
     if compacted {
         archive::compact(path, &opts.write)?;
     }
-    Ok((removed, compacted))
+    Ok(SaveReport {
+        tag,
+        removed,
+        compacted,
+        bytes_uploaded: None,
+        bytes_copied: None,
+    })
 }
 
 /// The `retention` record of the checkpoint `tag` about to be saved: the policy, and

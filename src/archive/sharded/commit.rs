@@ -750,10 +750,7 @@ fn settle_staged(real: &Path) -> Result<()> {
     let undo = group::undo_path(real);
     let Some(original_len) = journal::original_len_of(real, &undo)? else {
         // Absent, or cut short while being written: the archive was not touched.
-        return journal::remove_file(&undo).or_else(|e| match e.kind() {
-            ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            _ => Err(e),
-        });
+        return journal::remove_file(&undo);
     };
     let ext_start = original_len.div_ceil(EXT_ALIGN) * EXT_ALIGN;
     // Read by pread: a file cut short by a crash must not fault a map.
