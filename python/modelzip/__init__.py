@@ -825,7 +825,8 @@ class Checkpointer:
 
     With ``world_size`` > 1, each of ``world_size`` processes opens a Checkpointer with its
     ``rank`` and every save is a sharded save (docs/SHARDED.md): ``params`` and
-    ``updater`` then hold this rank's rows as ``(rows, first_row, global_shape)``, as
+    ``updater`` then hold this rank's rows as ``(rows, first_row, global_shape)`` (or
+    its blocks as ``(block, offsets, global_shape)``), as
     :func:`modelzip.sharded.save` takes them; rank 0 commits, records the metrics and
     applies the retention policy; ``timeout`` bounds each wait for the other ranks.
 

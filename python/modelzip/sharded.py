@@ -12,6 +12,9 @@ ordinary tag that every reader reads. See docs/SHARDED.md.
 >>> zs.save("run.zip", "step-100", rank, world_size,
 ...         {"w": (rows[a:b], a, rows.shape)})           # (local rows, first row, global shape)
 
+A shard may also split another dimension (tensor parallelism's column shards): give the
+offset on every dimension instead of the first row, ``{"w": (cols, (0, c), w.shape)}``.
+
 Loading with any other layout reads only the rows asked for:
 ``modelzip.open("run.zip").latest().get_slice("w")[a:b]``.
 """
@@ -27,7 +30,7 @@ from . import _modelzip, _graph_arg, _local, _make, _metadata_json, _prepare
 
 __all__ = ["row_range", "save"]
 
-Shard = Tuple[Any, int, Sequence[int]]
+Shard = Tuple[Any, Union[int, Sequence[int]], Sequence[int]]
 
 
 def row_range(rows: int, rank: int, world_size: int) -> Tuple[int, int]:
@@ -48,14 +51,19 @@ def _shard_item(what: str, name: str, slot: Optional[int], shard: Any) -> tuple:
     if not isinstance(shard, tuple) or len(shard) not in (3, 4):
         raise _make(
             "invalid_input",
-            f"{what} must be (rows, first_row, global_shape), or (None, 0, global_shape, dtype) on a rank that holds none of it",
+            f"{what} must be (rows, first_row, global_shape), (block, offsets, global_shape), or (None, 0, global_shape, dtype) on a rank that holds none of it",
         )
     arr, start, shape = shard[0], shard[1], shard[2]
     try:
         global_shape = [int(d) for d in shape]
-        start = int(start)
+        if isinstance(start, (tuple, list)):
+            start = [int(o) for o in start]
+        else:
+            start = int(start)
     except (TypeError, ValueError) as e:
-        raise _make("invalid_input", f"{what}: first_row and global_shape must be integers ({e})") from e
+        raise _make(
+            "invalid_input", f"{what}: first_row (or offsets) and global_shape must be integers ({e})"
+        ) from e
     holds = arr is not None
     if not holds:
         if len(shard) != 4:
@@ -83,7 +91,10 @@ def save(
 
     ``shards``: parameter name -> ``(rows, first_row, global_shape)``: this rank's rows
     ``first_row .. first_row + len(rows)`` of a tensor of ``global_shape`` (every
-    dimension but the first as the array's). Every rank lists every tensor, with the
+    dimension but the first as the array's); or ``(block, offsets, global_shape)`` with
+    ``offsets`` a tuple, one per dimension: the block of ``global_shape`` that starts
+    there and has the array's shape (column shards of tensor parallelism, the blocks of
+    a 2-D mesh). Every rank lists every tensor, with the
     same global shape and dtype; a rank that holds none of one gives an array of 0 rows,
     or ``(None, 0, global_shape, dtype)``. ``updater``: parameter name -> a sequence of
     the same triples, one per state array (Adam's moments). ``metadata`` and ``graph``
@@ -91,8 +102,8 @@ def save(
 
     Rank 0 holds the archive's write lock for the group (``wait=True``: waits for
     another writer instead of raising ``kind="locked"``), waits for every rank at most
-    ``timeout`` seconds, then commits; the others wait as long for rank 0. Rows that
-    overlap or leave a gap, ranks that were given different descriptions, a rank that
+    ``timeout`` seconds, then commits; the others wait as long for rank 0. Rows or
+    blocks that overlap or leave a gap, ranks that were given different descriptions, a rank that
     never writes: nothing is committed, the archive is left exactly as it was, and the
     error names the ranks and rows. ``fsync=False`` skips the fsyncs (tests only).
 

@@ -3,7 +3,7 @@
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-Shard = Tuple[Any, int, Sequence[int]]
+Shard = Tuple[Any, Union[int, Sequence[int]], Sequence[int]]
 
 __all__ = ["row_range", "save"]
 

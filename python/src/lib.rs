@@ -1649,21 +1649,32 @@ fn dtypes(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
 // ---------------------------------------------------------------------------------------
 
 /// One tensor of a sharded save as Python prepared it: `(name, slot or None, (uint8
-/// array, dtype, dims), start_row, global_dims, holds)`; `holds` false: this rank has
-/// none of its rows (the array only names the dtype).
-type ShardInput = (String, Option<u32>, Input, u64, Vec<u64>, bool);
+/// array, dtype, dims), where, global_dims, holds)`, `where` the first row (an int) or
+/// the offset on every dimension (a list: a box); `holds` false: this rank has none of
+/// its rows (the array only names the dtype).
+type ShardInput = (String, Option<u32>, Input, ShardAt, Vec<u64>, bool);
+
+/// Where a shard goes: its first row, or its offset on every dimension.
+enum ShardAt {
+    Row(u64),
+    Offsets(Vec<u64>),
+}
 
 fn shard_inputs(py: Python<'_>, shards: &Bound<'_, PyList>) -> PyResult<Vec<ShardInput>> {
     let mut items: Vec<ShardInput> = Vec::with_capacity(shards.len());
     for item in shards.iter() {
-        let (name, slot, arr, start, global, holds): (
+        let (name, slot, arr, at, global, holds): (
             String,
             Option<u32>,
             Bound<'_, PyAny>,
-            u64,
+            Bound<'_, PyAny>,
             Vec<u64>,
             bool,
         ) = item.extract()?;
+        let start = match at.extract::<u64>() {
+            Ok(row) => ShardAt::Row(row),
+            Err(_) => ShardAt::Offsets(at.extract::<Vec<u64>>()?),
+        };
         let what = match slot {
             None => format!("shard of {name:?}"),
             Some(k) => format!("shard of updater array {k} of {name:?}"),
@@ -1697,16 +1708,19 @@ fn write_shards(
             continue;
         }
         let v = input.view()?;
-        match slot {
-            None => w.write_param(name, *start, &v)?,
-            Some(k) => w.write_updater(name, *k, *start, &v)?,
+        match (slot, start) {
+            (None, ShardAt::Row(r)) => w.write_param(name, *r, &v)?,
+            (Some(k), ShardAt::Row(r)) => w.write_updater(name, *k, *r, &v)?,
+            (None, ShardAt::Offsets(o)) => w.write_param_at(name, o, &v)?,
+            (Some(k), ShardAt::Offsets(o)) => w.write_updater_at(name, *k, o, &v)?,
         }
     }
     Ok(())
 }
 
 /// One rank's part of a sharded save (docs/SHARDED.md). `shards`: a list of
-/// `(name, slot or None, (uint8 array, dtype, dims), start_row, global_dims, holds)`.
+/// `(name, slot or None, (uint8 array, dtype, dims), first row or offsets, global_dims,
+/// holds)`.
 /// The GIL is released while the rows are written and while waiting for the other ranks.
 #[pyfunction]
 #[pyo3(signature = (path, tag, rank, world_size, shards, metadata=None, graph=None, timeout=600.0, wait=false, fsync=true))]

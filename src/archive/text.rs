@@ -358,6 +358,9 @@ pub fn parse_sums(bytes: &[u8], entry: &str) -> Result<Vec<(String, String)>> {
 /// One line of a tag's shards.txt (a sharded save's per-shard digests, docs/FORMAT.md):
 /// bytes `offset..offset + len` of tensor file `path` (relative to the tag), their
 /// SHA-256, and the rank that wrote them (`None`: the committing rank's record header).
+/// A box line (`boxed`) says which box of the tensor whose data is bytes
+/// `offset..offset + len` the rank wrote; its SHA-256 is of the box's bytes in the box's
+/// row-major order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ShardLine {
     pub path: String,
@@ -365,24 +368,41 @@ pub(crate) struct ShardLine {
     pub len: u64,
     pub sha256: String,
     pub writer: Option<u32>,
+    /// A box: its range `start..end` on every dimension (`box=0:4,2:6`).
+    pub boxed: Option<Vec<std::ops::Range<u64>>>,
     /// 1-based line number (0 when rendered, not parsed).
     pub line: usize,
 }
 
-/// Parses shards.txt: `path SP offset SP length SP sha256 SP writer` per line, `writer`
-/// a rank or `-`.
+/// Parses shards.txt: `path SP offset SP length SP sha256 SP writer [SP box=a:b,c:d...]`
+/// per line, `writer` a rank or `-`.
 pub(crate) fn parse_shards(bytes: &[u8], entry: &str) -> Result<Vec<ShardLine>> {
     let text = utf8(bytes, entry)?;
     let mut out = Vec::new();
     for item in lines(text, entry, MAX_TABLE_LINE) {
         let (n, line) = item?;
         let f: Vec<&str> = line.split(' ').collect();
-        let [path, offset, len, sha, writer] = f[..] else {
-            return Err(syntax(
-                "expected `<path> <offset> <length> <sha256> <rank or ->`".into(),
-                entry,
-                n,
-            ));
+        let (path, offset, len, sha, writer, boxed) = match f[..] {
+            [path, offset, len, sha, writer] => (path, offset, len, sha, writer, None),
+            [path, offset, len, sha, writer, b] => (path, offset, len, sha, writer, Some(b)),
+            _ => {
+                return Err(syntax(
+                    "expected `<path> <offset> <length> <sha256> <rank or -> [box=<start>:<end>,...]`"
+                        .into(),
+                    entry,
+                    n,
+                ));
+            }
+        };
+        let boxed = match boxed {
+            None => None,
+            Some(b) => Some(parse_box(b).ok_or_else(|| {
+                syntax(
+                    format!("{b:?} is not a box (`box=<start>:<end>,...`, start <= end)"),
+                    entry,
+                    n,
+                )
+            })?),
         };
         let num = |v: &str, what: &str| {
             v.parse::<u64>().map_err(|_| {
@@ -412,10 +432,26 @@ pub(crate) fn parse_shards(bytes: &[u8], entry: &str) -> Result<Vec<ShardLine>> 
             len: num(len, "length")?,
             sha256: sha.to_ascii_lowercase(),
             writer,
+            boxed,
             line: n,
         });
     }
     Ok(out)
+}
+
+/// `box=0:4,2:6` as ranges; `None` when malformed.
+fn parse_box(field: &str) -> Option<Vec<std::ops::Range<u64>>> {
+    let body = field.strip_prefix("box=")?;
+    if body.is_empty() {
+        return Some(Vec::new());
+    }
+    body.split(',')
+        .map(|r| {
+            let (a, b) = r.split_once(':')?;
+            let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+            (a <= b).then_some(a..b)
+        })
+        .collect()
 }
 
 /// Renders shards.txt (see [`parse_shards`]).
@@ -424,9 +460,14 @@ pub(crate) fn render_shards(rows: &[ShardLine]) -> String {
     for r in rows {
         let w = r.writer.map_or("-".to_string(), |w| w.to_string());
         s.push_str(&format!(
-            "{} {} {} {} {w}\n",
+            "{} {} {} {} {w}",
             r.path, r.offset, r.len, r.sha256
         ));
+        if let Some(b) = &r.boxed {
+            let parts: Vec<String> = b.iter().map(|r| format!("{}:{}", r.start, r.end)).collect();
+            s.push_str(&format!(" box={}", parts.join(",")));
+        }
+        s.push('\n');
     }
     s
 }
@@ -470,6 +511,29 @@ pub fn render_sums(rows: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_lines_with_boxes_round_trip_and_bad_boxes_are_syntax_errors() {
+        let sha = "ab".repeat(32);
+        let text = format!(
+            "params/0.lodtensor 0 64 {sha} -\nparams/0.lodtensor 64 96 {sha} 3 box=0:4,2:6\n"
+        );
+        let lines = parse_shards(text.as_bytes(), "t/shards.txt").unwrap();
+        assert_eq!(lines[0].boxed, None);
+        assert_eq!(lines[1].boxed, Some(vec![0..4, 2..6]));
+        assert_eq!(lines[1].writer, Some(3));
+        assert_eq!(render_shards(&lines), text);
+        for bad in ["box=4:2", "box=0:4,", "box=a:b", "bax=0:1", "box=1"] {
+            let t = format!("params/0.lodtensor 64 96 {sha} 3 {bad}\n");
+            let e = parse_shards(t.as_bytes(), "t/shards.txt")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("is not a box") && e.contains("line 1"),
+                "{bad}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn escape_round_trip() {

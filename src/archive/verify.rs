@@ -580,7 +580,9 @@ impl Archive {
                 }
             };
             let mut next = 0u64;
-            for l in &ranges {
+            let mut i = 0;
+            while i < ranges.len() {
+                let l = ranges[i];
                 let end = l.offset.checked_add(l.len);
                 if l.offset != next || end.is_none_or(|x| x > raw.len() as u64) {
                     r.push(
@@ -595,6 +597,19 @@ impl Archive {
                     );
                     next = u64::MAX;
                     break;
+                }
+                if l.boxed.is_some() {
+                    // The box lines of one tensor's data: every line of the group names
+                    // the same bytes.
+                    let group: Vec<&text::ShardLine> = ranges[i..]
+                        .iter()
+                        .take_while(|b| b.boxed.is_some() && b.offset == l.offset && b.len == l.len)
+                        .copied()
+                        .collect();
+                    i += group.len();
+                    self.verify_boxes(&raw, &group, &name, &full, rel, r);
+                    next = l.offset + l.len;
+                    continue;
                 }
                 let got = hex_digest(
                     &sha2::Sha256::digest(&raw[l.offset as usize..(l.offset + l.len) as usize])
@@ -617,6 +632,7 @@ impl Archive {
                     );
                 }
                 next = l.offset + l.len;
+                i += 1;
             }
             if next != u64::MAX && next != raw.len() as u64 {
                 r.push(
@@ -629,5 +645,105 @@ impl Archive {
             }
         }
         files
+    }
+
+    /// Checks the box lines `group` of one tensor file (`raw`: its bytes): they name the
+    /// data after the record header, their boxes tile the tensor's shape, and each box's
+    /// bytes (gathered run by run, in the box's row-major order) have the SHA-256 listed.
+    fn verify_boxes(
+        &self,
+        raw: &[u8],
+        group: &[&text::ShardLine],
+        name: &str,
+        full: &str,
+        rel: &str,
+        r: &mut VerifyReport,
+    ) {
+        use crate::archive::sharded::boxes;
+        let first = group[0];
+        let head = match crate::tensor::decode_head(raw, raw.len() as u64) {
+            Ok(Some(h)) => h,
+            Ok(None) => return,
+            Err(e) => {
+                r.push_error(Some(full), &e);
+                return;
+            }
+        };
+        if head.header_len != first.offset || first.offset + first.len != raw.len() as u64 {
+            r.push(
+                Some(name),
+                format!(
+                    "line {}: the boxes of {rel:?} name bytes {}..{}, its data is bytes {}..{}",
+                    first.line,
+                    first.offset,
+                    first.offset + first.len,
+                    head.header_len,
+                    raw.len()
+                ),
+            );
+            return;
+        }
+        let mut shapes = Vec::with_capacity(group.len());
+        for l in group {
+            let b = l.boxed.clone().unwrap_or_default();
+            if b.len() != head.dims.len() || b.iter().zip(&head.dims).any(|(x, &d)| x.end > d) {
+                r.push(
+                    Some(name),
+                    format!(
+                        "line {}: box {} is outside {rel:?}'s shape {:?}",
+                        l.line,
+                        boxes::render(&b),
+                        head.dims
+                    ),
+                );
+                return;
+            }
+            shapes.push(b);
+        }
+        match boxes::check_tiling(&head.dims, &shapes) {
+            Ok(()) => {}
+            Err(boxes::Tiling::Overlap { a, b, at }) => {
+                r.push(
+                    Some(name),
+                    format!(
+                        "lines {} and {}: the boxes of {rel:?} share element {at:?}",
+                        group[a].line, group[b].line
+                    ),
+                );
+                return;
+            }
+            Err(boxes::Tiling::Gap { covered, total }) => {
+                r.push(
+                    Some(name),
+                    format!("the boxes of {rel:?} cover {covered} of its {total} elements"),
+                );
+                return;
+            }
+        }
+        let data = &raw[first.offset as usize..];
+        for (l, b) in group.iter().zip(&shapes) {
+            let Ok(layout) = boxes::layout(head.dtype, &head.dims, b, rel) else {
+                continue;
+            };
+            let mut h = sha2::Sha256::new();
+            let run = layout.run_len as usize;
+            layout.for_each_run(|at| h.update(&data[at as usize..at as usize + run]));
+            let got = hex_digest(&h.finalize().into());
+            WorkCounters::add(&self.work.hashed);
+            if got != l.sha256 {
+                let by = l
+                    .writer
+                    .map_or("the committing rank".to_string(), |w| format!("rank {w}"));
+                r.push(
+                    Some(full),
+                    format!(
+                        "box {} (written by {by}) has SHA-256 {got}, shards.txt line {} says {}",
+                        boxes::render(b),
+                        l.line,
+                        l.sha256
+                    ),
+                );
+            }
+        }
     }
 }

@@ -28,6 +28,7 @@ mod remote;
 mod safetensors_interop;
 mod saved_model;
 mod sharded;
+mod sharded_boxes;
 mod shared_graph;
 mod slices;
 mod structure;

@@ -22,6 +22,7 @@ use super::group::{self, Group, Marker};
 use super::plan::{Plan, Planned};
 use super::{Extras, ShardedOptions, invalid, past};
 use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::slice::SliceLayout;
 use sha2::Digest;
 use std::collections::HashMap;
 use std::fs::File;
@@ -147,6 +148,67 @@ pub(super) fn write_hashed(file: &File, at: u64, data: &[u8]) -> std::io::Result
     std::thread::scope(|s| {
         let h = s.spawn(|| digest(data));
         let w = write_mapped(file, at, data);
+        let d = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        w.map(|()| d)
+    })
+}
+
+/// Writes the box of `layout` (its bytes `data`, in the box's row-major order) into the
+/// tensor data that starts at `data_at` (`total` bytes), a run per row of the box, and
+/// returns its positioned CRC-32 (boxes.rs) and its SHA-256, hashed on another thread
+/// while the bytes are written. A box of 1 MiB or more is copied through a shared map
+/// of the range its runs span (the other ranks' runs in between are not touched).
+pub(super) fn write_box_hashed(
+    file: &File,
+    data_at: u64,
+    layout: &SliceLayout,
+    data: &[u8],
+    total: u64,
+) -> std::io::Result<(u32, String)> {
+    let digest = || {
+        (
+            super::boxes::positioned_crc(layout, data, total),
+            hex_digest(&sha2::Sha256::digest(data).into()),
+        )
+    };
+    let write = || -> std::io::Result<()> {
+        let span = layout.covering();
+        if data.len() < (1 << 20) || !allocate(file, data_at + span.start, span.end - span.start)? {
+            let mut res = Ok(());
+            super::boxes::for_each_run(layout, data, |at, run| {
+                if res.is_ok() {
+                    res = write_at(file, data_at + at, run);
+                }
+            });
+            return res;
+        }
+        const PAGE: u64 = 4096;
+        let from = data_at + span.start;
+        let start = from / PAGE * PAGE;
+        let pad = from - start;
+        // Safety: as in `write_mapped`: the range lies inside the staged extension, its
+        // blocks are allocated (above), nothing truncates the file while this rank holds
+        // the shared lease, and other ranks write only other bytes of it (their runs
+        // between this box's), which no reference made here covers.
+        let mut m = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(start)
+                .len((pad + span.end - span.start) as usize)
+                .map_mut(file)?
+        };
+        super::boxes::for_each_run(layout, data, |at, run| {
+            let o = (pad + at - span.start) as usize;
+            m[o..o + run.len()].copy_from_slice(run);
+        });
+        Ok(())
+    };
+    if data.len() < (1 << 20) {
+        write()?;
+        return Ok(digest());
+    }
+    std::thread::scope(|s| {
+        let h = s.spawn(digest);
+        let w = write();
         let d = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         w.map(|()| d)
     })
@@ -312,18 +374,15 @@ fn check_coverage(plan: &Plan, markers: &[Marker]) -> Result<Vec<(Vec<ShardLine>
     }
     let mut out = Vec::with_capacity(plan.tensors.len());
     for (p, shards) in plan.tensors.iter().zip(per.iter_mut()) {
+        if shards.iter().any(|(s, _)| s.boxed.is_some()) {
+            out.push(check_boxes(p, shards)?);
+            continue;
+        }
         shards.sort_by_key(|(s, _)| s.first_row);
         let label = p.spec.label();
         let mut crc = crc32fast::Hasher::new();
         crc.update(&p.record_header);
-        let mut lines = vec![ShardLine {
-            path: rel_of(p),
-            offset: 0,
-            len: p.record_header.len() as u64,
-            sha256: hex_digest(&sha2::Sha256::digest(&p.record_header).into()),
-            writer: None,
-            line: 0,
-        }];
+        let mut lines = vec![header_line(p)];
         let mut next = 0u64;
         let mut prev_rank = None;
         for (s, rank) in shards.iter() {
@@ -349,6 +408,7 @@ fn check_coverage(plan: &Plan, markers: &[Marker]) -> Result<Vec<(Vec<ShardLine>
                     len,
                     sha256: s.sha256.clone(),
                     writer: Some(*rank),
+                    boxed: None,
                     line: 0,
                 });
             }
@@ -364,6 +424,100 @@ fn check_coverage(plan: &Plan, markers: &[Marker]) -> Result<Vec<(Vec<ShardLine>
         out.push((lines, crc.finalize()));
     }
     Ok(out)
+}
+
+/// The shards.txt line of a tensor's record header (written by the committing rank).
+fn header_line(p: &Planned) -> ShardLine {
+    ShardLine {
+        path: rel_of(p),
+        offset: 0,
+        len: p.record_header.len() as u64,
+        sha256: hex_digest(&sha2::Sha256::digest(&p.record_header).into()),
+        writer: None,
+        boxed: None,
+        line: 0,
+    }
+}
+
+/// [`check_coverage`] of a tensor some of whose shards are boxes: the boxes (rows
+/// counted as boxes of every column) tile it, its CRC-32 is the XOR of the shards'
+/// positioned CRCs (boxes.rs), and every shard is a box line of shards.txt.
+fn check_boxes(
+    p: &Planned,
+    shards: &mut [(&group::ShardDone, u32)],
+) -> Result<(Vec<ShardLine>, u32)> {
+    let label = p.spec.label();
+    let dims = &p.spec.dims;
+    let header_len = p.record_header.len() as u64;
+    let total = p.record_len - header_len;
+    let mut boxes: Vec<Vec<std::ops::Range<u64>>> = Vec::with_capacity(shards.len());
+    for (s, rank) in shards.iter() {
+        let b = super::shard_box(s, dims);
+        if b.len() != dims.len() || b.iter().zip(dims).any(|(r, &d)| r.end > d) {
+            return Err(invalid(format!(
+                "rank {rank} reports a shard {} of {label}, outside its shape {dims:?}",
+                super::boxes::render(&b)
+            )));
+        }
+        boxes.push(b);
+    }
+    let mut order: Vec<usize> = (0..shards.len()).collect();
+    order.sort_by(|&a, &b| {
+        boxes[a]
+            .iter()
+            .map(|r| r.start)
+            .cmp(boxes[b].iter().map(|r| r.start))
+    });
+    let sorted: Vec<Vec<std::ops::Range<u64>>> = order.iter().map(|&i| boxes[i].clone()).collect();
+    match super::boxes::check_tiling(dims, &sorted) {
+        Ok(()) => {}
+        Err(super::boxes::Tiling::Overlap { a, b, at }) => {
+            let (ra, rb) = (shards[order[a]].1, shards[order[b]].1);
+            return Err(invalid(format!(
+                "ranks {ra} and {rb} both wrote element {at:?} of {label} (boxes {} and {}): the shards overlap; nothing was committed",
+                super::boxes::render(&sorted[a]),
+                super::boxes::render(&sorted[b])
+            )));
+        }
+        Err(super::boxes::Tiling::Gap { covered, total }) => {
+            return Err(invalid(format!(
+                "the ranks' shards of {label} cover {covered} of its {total} elements: the shards leave a gap; nothing was committed"
+            )));
+        }
+    }
+    let mut lines = vec![header_line(p)];
+    let mut parts = Vec::with_capacity(order.len());
+    for (&i, b) in order.iter().zip(&sorted) {
+        let (s, rank) = &shards[i];
+        if b.iter().any(|r| r.start == r.end) {
+            continue;
+        }
+        parts.push(match &s.boxed {
+            Some(_) => s.crc32,
+            None => super::boxes::positioned_run_crc(
+                s.crc32,
+                s.first_row * p.row_bytes,
+                s.rows * p.row_bytes,
+                total,
+            ),
+        });
+        lines.push(ShardLine {
+            path: rel_of(p),
+            offset: header_len,
+            len: total,
+            sha256: s.sha256.clone(),
+            writer: Some(*rank),
+            boxed: Some(b.clone()),
+            line: 0,
+        });
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&p.record_header);
+    crc.combine(&crc32fast::Hasher::new_with_initial_len(
+        super::boxes::xor_parts(parts, total),
+        total,
+    ));
+    Ok((lines, crc.finalize()))
 }
 
 fn rel_of(p: &Planned) -> String {
@@ -593,10 +747,12 @@ fn find_duplicates(
         for &i in cands {
             let ours = &tensors[i].0;
             let same = ours.len() == theirs.len()
-                && ours
-                    .iter()
-                    .zip(theirs)
-                    .all(|(a, b)| a.offset == b.offset && a.len == b.len && a.sha256 == b.sha256);
+                && ours.iter().zip(theirs).all(|(a, b)| {
+                    a.offset == b.offset
+                        && a.len == b.len
+                        && a.boxed == b.boxed
+                        && a.sha256 == b.sha256
+                });
             if same && out[i].is_none() {
                 out[i] = Some((tag.to_string(), index));
             }

@@ -94,14 +94,20 @@ impl Group {
     }
 }
 
-/// One shard as a rank's marker reports it: rows of a planned tensor.
+/// One shard as a rank's marker reports it: rows of a planned tensor, or a box of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ShardDone {
     /// Position of the tensor in the plan.
     pub tensor: usize,
+    /// The rows (of a box: the rows it spans).
     pub first_row: u64,
     pub rows: u64,
+    /// A shard that splits a dimension past the first: its range on every dimension.
+    /// `crc32` is then the CRC-32 of the tensor's data with the box's bytes in place and
+    /// zeros elsewhere (boxes.rs), not of the box's own bytes.
+    pub boxed: Option<Vec<std::ops::Range<u64>>>,
     pub crc32: u32,
+    /// Of the shard's bytes (a box's in its row-major order).
     pub sha256: String,
 }
 
@@ -119,7 +125,13 @@ impl Marker {
         let shards: Vec<Value> = self
             .shards
             .iter()
-            .map(|s| json!([s.tensor, s.first_row, s.rows, s.crc32, s.sha256]))
+            .map(|s| match &s.boxed {
+                None => json!([s.tensor, s.first_row, s.rows, s.crc32, s.sha256]),
+                Some(b) => {
+                    let b: Vec<[u64; 2]> = b.iter().map(|r| [r.start, r.end]).collect();
+                    json!([s.tensor, s.first_row, s.rows, s.crc32, s.sha256, b])
+                }
+            })
             .collect();
         json!({
             "format": "modelzip-sharded-rank 1",
@@ -143,12 +155,31 @@ impl Marker {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         let mut shards = Vec::new();
         for row in v.get("shards").and_then(Value::as_array).ok_or_else(bad)? {
-            let f = row.as_array().filter(|f| f.len() == 5).ok_or_else(bad)?;
+            let f = row
+                .as_array()
+                .filter(|f| f.len() == 5 || f.len() == 6)
+                .ok_or_else(bad)?;
             let n = |i: usize| f[i].as_u64().ok_or_else(bad);
+            let boxed = match f.get(5) {
+                None => None,
+                Some(b) => {
+                    let mut out = Vec::new();
+                    for r in b.as_array().ok_or_else(bad)? {
+                        let r = r.as_array().filter(|r| r.len() == 2).ok_or_else(bad)?;
+                        let (a, z) = (r[0].as_u64(), r[1].as_u64());
+                        match (a, z) {
+                            (Some(a), Some(z)) if a <= z => out.push(a..z),
+                            _ => return Err(bad()),
+                        }
+                    }
+                    Some(out)
+                }
+            };
             shards.push(ShardDone {
                 tensor: usize::try_from(n(0)?).map_err(|_| bad())?,
                 first_row: n(1)?,
                 rows: n(2)?,
+                boxed,
                 crc32: u32::try_from(n(3)?).map_err(|_| bad())?,
                 sha256: f[4].as_str().ok_or_else(bad)?.to_string(),
             });

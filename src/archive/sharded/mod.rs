@@ -44,6 +44,7 @@
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
+pub(crate) mod boxes;
 mod commit;
 mod group;
 mod plan;
@@ -59,6 +60,7 @@ use crate::tensor::TensorView;
 use group::{Group, Lease, ShardDone};
 use plan::Plan;
 use std::fs::File;
+use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -248,7 +250,7 @@ impl ShardedWriter {
     /// tensor of a scalar). `t` has the parameter's element type and its global shape
     /// but for the first dimension.
     pub fn write_param(&mut self, name: &str, first_row: u64, t: &TensorView<'_>) -> Result<()> {
-        self.write_shard(name, None, first_row, t)
+        self.write_shard(name, None, At::Row(first_row), t)
     }
 
     /// Writes rows of updater array `slot` of parameter `name` (see
@@ -260,14 +262,39 @@ impl ShardedWriter {
         first_row: u64,
         t: &TensorView<'_>,
     ) -> Result<()> {
-        self.write_shard(name, Some(slot), first_row, t)
+        self.write_shard(name, Some(slot), At::Row(first_row), t)
+    }
+
+    /// Writes the box of parameter `name` that starts at `offsets` (one per dimension)
+    /// and has `t`'s shape: a shard that may split any dimension (the column shards of
+    /// tensor parallelism, the blocks of a 2-D mesh). Its bytes land in place in the
+    /// tensor's one entry, a run per row of the box.
+    pub fn write_param_at(
+        &mut self,
+        name: &str,
+        offsets: &[u64],
+        t: &TensorView<'_>,
+    ) -> Result<()> {
+        self.write_shard(name, None, At::Offsets(offsets), t)
+    }
+
+    /// Writes a box of updater array `slot` of parameter `name` (see
+    /// [`ShardedWriter::write_param_at`]).
+    pub fn write_updater_at(
+        &mut self,
+        name: &str,
+        slot: u32,
+        offsets: &[u64],
+        t: &TensorView<'_>,
+    ) -> Result<()> {
+        self.write_shard(name, Some(slot), At::Offsets(offsets), t)
     }
 
     fn write_shard(
         &mut self,
         name: &str,
         slot: Option<u32>,
-        first_row: u64,
+        at: At<'_>,
         t: &TensorView<'_>,
     ) -> Result<()> {
         let rank = self.opts.rank;
@@ -292,42 +319,109 @@ impl ShardedWriter {
                 p.spec.dtype.name()
             )));
         }
-        let (rows, tail_ok) = match (t.dims(), p.spec.dims.as_slice()) {
-            ([], []) => (1, first_row == 0),
-            ([r, a @ ..], [_, b @ ..]) => (*r, a == b),
-            _ => (0, false),
+        let global = p.spec.dims.as_slice();
+        // The shard's range on every dimension.
+        let ranges: Vec<Range<u64>> = match at {
+            At::Row(first_row) => {
+                let fits = match (t.dims(), global) {
+                    ([], []) => first_row == 0,
+                    ([_, a @ ..], [_, b @ ..]) => a == b,
+                    _ => false,
+                };
+                if !fits {
+                    return Err(invalid(format!(
+                        "rank {rank}: a shard of {label} of shape {:?} at row {first_row} does not fit the global shape {:?} (rows keep every dimension but the first whole; a shard that splits another dimension is written with write_param_at / write_updater_at)",
+                        t.dims(),
+                        p.spec.dims
+                    )));
+                }
+                let mut r: Vec<Range<u64>> = global.iter().map(|&d| 0..d).collect();
+                if let Some(first) = r.first_mut() {
+                    *first = first_row..first_row.saturating_add(t.dims()[0]);
+                }
+                r
+            }
+            At::Offsets(offsets) => {
+                if offsets.len() != global.len() || t.dims().len() != global.len() {
+                    return Err(invalid(format!(
+                        "rank {rank}: a shard of {label} of shape {:?} at offsets {offsets:?} does not match the {} dimensions of the global shape {:?}",
+                        t.dims(),
+                        global.len(),
+                        p.spec.dims
+                    )));
+                }
+                offsets
+                    .iter()
+                    .zip(t.dims())
+                    .map(|(&o, &n)| o..o.saturating_add(n))
+                    .collect()
+            }
         };
-        if !tail_ok
-            || first_row
-                .checked_add(rows)
-                .is_none_or(|e| e > p.spec.rows())
+        if let Some(d) =
+            (0..global.len()).find(|&d| ranges[d].end > global[d] || ranges[d].end == u64::MAX)
         {
             return Err(invalid(format!(
-                "rank {rank}: a shard of {label} of shape {:?} at row {first_row} does not fit the global shape {:?} (shards split the first dimension only)",
+                "rank {rank}: a shard of {label} of shape {:?} spans {}..{} of dimension {d}, past the global shape {:?}",
                 t.dims(),
+                ranges[d].start,
+                ranges[d].end,
                 p.spec.dims
             )));
         }
+        let is_rows = (1..global.len()).all(|d| ranges[d] == (0..global[d]));
         if let Some(s) = self.shards.iter().find(|s| {
-            s.tensor == pos && s.first_row < first_row + rows && first_row < s.first_row + s.rows
+            s.tensor == pos && boxes::first_common(&shard_box(s, global), &ranges).is_some()
         }) {
-            return Err(invalid(format!(
-                "rank {rank}: rows {first_row}..{} of {label} overlap rows {}..{} it already wrote",
-                first_row + rows,
-                s.first_row,
-                s.first_row + s.rows
-            )));
+            let theirs = shard_box(s, global);
+            return Err(invalid(
+                if is_rows && s.boxed.is_none() && !global.is_empty() {
+                    format!(
+                        "rank {rank}: rows {}..{} of {label} overlap rows {}..{} it already wrote",
+                        ranges[0].start,
+                        ranges[0].end,
+                        s.first_row,
+                        s.first_row + s.rows
+                    )
+                } else {
+                    format!(
+                        "rank {rank}: the box {} of {label} overlaps the box {} it already wrote",
+                        boxes::render(&ranges),
+                        boxes::render(&theirs)
+                    )
+                },
+            ));
         }
         let data = t.data();
-        let at = self.group.ext_start + p.record_offset + p.row_offset(first_row);
-        let (crc32, sha) = commit::write_hashed(&self.file, at, data)
+        let header_len = p.record_header.len() as u64;
+        let (first_row, rows) = match ranges.first() {
+            Some(r) => (r.start, r.end - r.start),
+            None => (0, 1),
+        };
+        let (boxed, crc32, sha) = if is_rows {
+            let at = self.group.ext_start + p.record_offset + p.row_offset(first_row);
+            let (crc32, sha) = commit::write_hashed(&self.file, at, data)
+                .map_err(|e| Error::from(e).in_file(&self.path.real))?;
+            (None, crc32, sha)
+        } else {
+            let layout = boxes::layout(p.spec.dtype, global, &ranges, &label)?;
+            let data_at = self.group.ext_start + p.record_offset + header_len;
+            let (crc32, sha) = commit::write_box_hashed(
+                &self.file,
+                data_at,
+                &layout,
+                data,
+                p.record_len - header_len,
+            )
             .map_err(|e| Error::from(e).in_file(&self.path.real))?;
+            (Some(ranges), crc32, sha)
+        };
 
         self.bytes_written += data.len() as u64;
         self.shards.push(ShardDone {
             tensor: pos,
             first_row,
             rows,
+            boxed,
             crc32,
             sha256: sha,
         });
@@ -430,6 +524,27 @@ impl Drop for ShardedWriter {
             drop(self.lease.take());
             let _ = commit::abort(&self.path.real, &self.plan.tag, self.opts.timeout);
             drop(lock);
+        }
+    }
+}
+
+/// Where a shard goes: rows from a first row, or a box from an offset per dimension.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Row(u64),
+    Offsets(&'a [u64]),
+}
+
+/// The range on every dimension of shard `s` of a tensor of `dims`.
+fn shard_box(s: &ShardDone, dims: &[u64]) -> Vec<Range<u64>> {
+    match &s.boxed {
+        Some(b) => b.clone(),
+        None => {
+            let mut r: Vec<Range<u64>> = dims.iter().map(|&d| 0..d).collect();
+            if let Some(first) = r.first_mut() {
+                *first = s.first_row..s.first_row + s.rows;
+            }
+            r
         }
     }
 }
