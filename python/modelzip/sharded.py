@@ -85,6 +85,7 @@ def save(
     timeout: float = 600.0,
     wait: bool = False,
     fsync: bool = True,
+    group: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Writes this rank's rows of tag ``tag`` of the archive at ``path`` (created by rank
     0 if there is none); returns once the tag is committed (or raises).
@@ -106,6 +107,12 @@ def save(
     blocks that overlap or leave a gap, ranks that were given different descriptions, a rank that
     never writes: nothing is committed, the archive is left exactly as it was, and the
     error names the ranks and rows. ``fsync=False`` skips the fsyncs (tests only).
+
+    ``group``: an id the same on every rank of this group and different between groups
+    (a job id). Ranks talk only through files named after the tag, so two groups saving
+    the same tag with the same description at once cannot otherwise be told apart (a
+    lingering rank of a restarted job would join the new job's save); with ids, a rank
+    of the other group is refused and the save under way goes on without it.
 
     Returns ``{"tag", "rank", "world_size", "shards", "bytes_written", "deduplicated",
     "plan"}``: this rank's shards and bytes, the tensors rank 0 stored by reference to an
@@ -131,4 +138,5 @@ def save(
         float(timeout),
         bool(wait),
         bool(fsync),
+        None if group is None else str(group),
     )

@@ -21,4 +21,5 @@ def save(
     timeout: float = 600.0,
     wait: bool = False,
     fsync: bool = True,
+    group: Optional[str] = None,
 ) -> Dict[str, Any]: ...

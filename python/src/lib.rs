@@ -1723,7 +1723,7 @@ fn write_shards(
 /// holds)`.
 /// The GIL is released while the rows are written and while waiting for the other ranks.
 #[pyfunction]
-#[pyo3(signature = (path, tag, rank, world_size, shards, metadata=None, graph=None, timeout=600.0, wait=false, fsync=true))]
+#[pyo3(signature = (path, tag, rank, world_size, shards, metadata=None, graph=None, timeout=600.0, wait=false, fsync=true, group=None))]
 #[allow(clippy::too_many_arguments)]
 fn sharded_save<'py>(
     py: Python<'py>,
@@ -1737,6 +1737,7 @@ fn sharded_save<'py>(
     timeout: f64,
     wait: bool,
     fsync: bool,
+    group: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use modelzip::sharded::{ShardedOptions, ShardedWriter};
     let items = shard_inputs(py, shards)?;
@@ -1750,13 +1751,16 @@ fn sharded_save<'py>(
             format!("timeout must be a number of seconds, not {timeout}"),
         ));
     }
-    let opts = ShardedOptions::new(rank, world_size)
+    let mut opts = ShardedOptions::new(rank, world_size)
         .with_timeout(Duration::from_secs_f64(timeout))
         .with_write(WriteOptions {
             wait_for_lock: wait,
             fsync,
             ..WriteOptions::default()
         });
+    if let Some(id) = group {
+        opts = opts.with_group(id);
+    }
     let report = py
         .detach(|| -> modelzip::Result<_> {
             let specs = shard_specs(&items);

@@ -293,6 +293,10 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp):
     with pytest.raises(modelzip.ModelzipError, match="cannot save a sharded tag to s3://b/k"):
         zs.save("s3://b/k", "t", 0, 1, {"w": (w, 0, w.shape)})
     assert zs.row_range(10, 3, 4) == (8, 10) and zs.row_range(10, 0, 4) == (0, 3)
+    # A group id is part of the plan: the same save by another group has another digest.
+    plans = [zs.save(tmp / f"g{i}.zip", "t", 0, 1, {"w": (w, 0, w.shape)}, group=g, fsync=False)["plan"]
+             for i, g in enumerate([None, "job-1", "job-1", "job-2"])]
+    assert plans[1] == plans[2] and len({plans[0], plans[1], plans[3]}) == 3, plans
     # The one-rank save that failed rolled back: no tag, the archive (created) verifies.
     with modelzip.open(path) as ar:
         assert ar.tags == []

@@ -385,3 +385,53 @@ fn readers_see_the_old_archive_while_ranks_write_and_a_dead_group_is_rolled_back
     let _ = before_blocks;
     assert!(!dir.path().join("run.zip.sharded-undo").exists());
 }
+
+/// Two groups saving the same tag with the same description at once, told apart by
+/// their group ids: the second group's rank 0 cannot take the write lock, its rank 1
+/// finds the first group's save and is refused (its plan digest differs), and the first
+/// group commits its own rows.
+#[test]
+fn two_groups_saving_one_tag_are_told_apart_by_their_group_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    let save = |rank: u32, group: &str, seed: u32, timeout: Duration| {
+        let path = path.clone();
+        let group = group.to_string();
+        move || -> modelzip::Result<ShardedReport> {
+            let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 3])];
+            let o = opts(rank, 2, timeout).with_group(group);
+            let mut w = ShardedWriter::open(&path, "step-1", &specs, &o)?;
+            let t = Tensor::from_slice(vec![2, 3], &rows_of(seed, 2))?;
+            w.write_param("w", 2 * u64::from(rank), &t.view())?;
+            w.finish()
+        }
+    };
+    let group_file = dir.path().join("run.zip.sharded-step-1");
+    std::thread::scope(|s| {
+        // Group A's rank 0 stages the save and waits for its rank 1.
+        let a0 = s.spawn(save(0, "job-a", 1, Duration::from_secs(30)));
+        while !group_file.exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Group B: rank 0 finds the archive locked, rank 1 finds A's save and is refused.
+        let b0 = save(0, "job-b", 2, Duration::from_secs(2))()
+            .unwrap_err()
+            .to_string();
+        assert!(b0.contains("locked") || b0.contains("another"), "{b0}");
+        let b1 = save(1, "job-b", 2, Duration::from_secs(2))()
+            .unwrap_err()
+            .to_string();
+        assert!(b1.contains("the save plan differs from rank 0's"), "{b1}");
+        assert!(b1.contains("group ids differ"), "{b1}");
+        // A's rank 1 arrives: A commits its own rows.
+        let a1 = s.spawn(save(1, "job-a", 1, Duration::from_secs(30)));
+        a0.join().unwrap().unwrap();
+        a1.join().unwrap().unwrap();
+    });
+    let a = Archive::open(&path).unwrap();
+    let w = a.tag("step-1").unwrap().param("w").unwrap();
+    let mut want = rows_of(1, 2);
+    want.extend(rows_of(1, 2));
+    assert_eq!(w.view().to_vec::<f32>().unwrap(), want);
+    assert!(a.verify().is_ok());
+}

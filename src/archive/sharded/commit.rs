@@ -111,7 +111,7 @@ pub(super) fn wait_for_group(
         if let Some(g) = group::read_group(&ap.real, &plan.tag)? {
             if g.plan != plan.digest || g.world_size != plan.world_size {
                 return Err(invalid(format!(
-                    "rank {}: the save plan differs from rank 0's ({} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions",
+                    "rank {}: the save plan differs from rank 0's ({} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions, or the save under way is another group's (their group ids differ)",
                     opts.rank,
                     g.world_size,
                     &g.plan[..12.min(g.plan.len())],

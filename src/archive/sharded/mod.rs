@@ -80,6 +80,14 @@ pub struct ShardedOptions {
     pub timeout: Duration,
     /// The write options (rank 0's `wait_for_lock`; `fsync` on every rank).
     pub write: WriteOptions,
+    /// The group's id, the same on every rank of one group and different between groups
+    /// (a job's id: torchrun's `TORCHELASTIC_RUN_ID` with the restart count, Slurm's
+    /// job id): part of the plan digest. Ranks talk only through files named after the
+    /// tag, so two groups saving the same tag with the same description at once cannot
+    /// otherwise be told apart (a lingering rank of a restarted job would join the new
+    /// job's save); with ids, a rank of the other group is refused ("the save plan
+    /// differs from rank 0's") and the save it stumbled on goes on without it.
+    pub group: Option<String>,
 }
 
 impl ShardedOptions {
@@ -90,7 +98,14 @@ impl ShardedOptions {
             world_size,
             timeout: Duration::from_secs(600),
             write: WriteOptions::default(),
+            group: None,
         }
+    }
+
+    /// These options with `id` as the group's id (see [`ShardedOptions::group`]).
+    pub fn with_group(mut self, id: impl Into<String>) -> ShardedOptions {
+        self.group = Some(id.into());
+        self
     }
 
     /// These options with each wait bounded by `timeout`.
@@ -192,7 +207,10 @@ impl ShardedWriter {
                 opts.rank, opts.world_size
             )));
         }
-        let plan = Plan::new(tag, opts.world_size, specs)?;
+        let mut plan = Plan::new(tag, opts.world_size, specs)?;
+        if let Some(id) = &opts.group {
+            plan.join_group(id);
+        }
         let (lock, group) = if opts.rank == 0 {
             let (lock, group) = commit::stage(&ap, &plan, opts)?;
             (Some(lock), group)

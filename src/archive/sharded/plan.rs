@@ -220,6 +220,18 @@ impl Plan {
         })
     }
 
+    /// Makes the digest that of this plan saved by group `id` (ranks of another group,
+    /// given the same description, then compute another digest).
+    pub fn join_group(&mut self, id: &str) {
+        let mut h = sha2::Sha256::new();
+        h.update(format!(
+            "{}\ngroup {}\n",
+            self.digest,
+            serde_json::to_string(id).unwrap_or_default()
+        ));
+        self.digest = super::super::hashing::hex_digest(&h.finalize().into());
+    }
+
     /// Position of tensor `name`/`slot` in [`Plan::tensors`].
     pub fn position(&self, name: &str, slot: Option<u32>) -> Option<usize> {
         self.by_name.get(&(name.to_string(), slot)).copied()
@@ -305,6 +317,16 @@ mod tests {
         let mut s = specs();
         s[2].dtype = DType::Fp64;
         assert_ne!(a.digest, Plan::new("step-1", 4, &s).unwrap().digest);
+        // A group id: the same id the same digest, another id another.
+        let mut g1 = Plan::new("step-1", 4, &specs()).unwrap();
+        g1.join_group("job-1");
+        let mut g1b = Plan::new("step-1", 4, &specs()).unwrap();
+        g1b.join_group("job-1");
+        let mut g2 = Plan::new("step-1", 4, &specs()).unwrap();
+        g2.join_group("job-2");
+        assert_eq!(g1.digest, g1b.digest);
+        assert_ne!(g1.digest, g2.digest);
+        assert_ne!(g1.digest, a.digest);
     }
 
     #[test]
