@@ -26,6 +26,31 @@ pub fn bytes_written() -> u64 {
     WRITTEN.with(|w| w.get())
 }
 
+/// Charges up to `n` bytes against this thread's budget and returns how many it allows
+/// (all of them without a budget): for writes that do not go through a [`Budgeted`]
+/// writer (positioned writes, copies into a map).
+pub(crate) fn take(n: usize) -> usize {
+    let allowed = match BUDGET.with(|b| b.get()) {
+        None => n,
+        Some(left) => n.min(usize::try_from(left).unwrap_or(usize::MAX)),
+    };
+    BUDGET.with(|b| {
+        if let Some(left) = b.get() {
+            b.set(Some(left - allowed as u64));
+        }
+    });
+    WRITTEN.with(|w| w.set(w.get() + allowed as u64));
+    allowed
+}
+
+/// The error of a write the budget cut short.
+pub(crate) fn full() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::StorageFull,
+        "no space left on device (injected)",
+    )
+}
+
 /// A writer that charges every byte against this thread's budget.
 pub(crate) struct Budgeted<W>(pub W);
 

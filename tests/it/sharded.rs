@@ -435,3 +435,125 @@ fn two_groups_saving_one_tag_are_told_apart_by_their_group_ids() {
     assert_eq!(w.view().to_vec::<f32>().unwrap(), want);
     assert!(a.verify().is_ok());
 }
+
+/// A one-rank sharded save (rank 0 stages, writes its rows, commits) whose writes fail
+/// after every possible number of bytes, as a full disk would: the archive then reads
+/// with the old tags (or, when the save succeeded, the old and the new), verifies, and
+/// holds the same data; the next writer of the archive (an in-place append) succeeds and
+/// leaves no sidecar of the save behind.
+#[test]
+fn a_sharded_save_survives_a_full_disk_at_every_offset() {
+    use modelzip::fault::{bytes_written, set_write_budget};
+    let root = tempfile::tempdir().unwrap();
+    let base = base_archive(root.path());
+    let old = contents(&base);
+    let save = |p: &Path| rank_save(p, "step-1", 0, 1, 10, Duration::from_secs(5));
+    let total = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(None);
+        save(&p).unwrap();
+        bytes_written()
+    };
+    let want = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        std::fs::copy(&base, &p).unwrap();
+        save(&p).unwrap();
+        let a = Archive::open(&p).unwrap();
+        let t = a.tag("step-1").unwrap();
+        specs()
+            .iter()
+            .filter(|s| s.updater_slot.is_none())
+            .map(|s| t.param(&s.name).unwrap().view().to_vec::<f32>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let mut budgets: Vec<u64> = (0..10).chain((0..200).map(|i| i * total / 200)).collect();
+    budgets.extend([total.saturating_sub(1), total, total + 4096]);
+    budgets.sort();
+    budgets.dedup();
+    let mut failures = 0;
+    for &n in &budgets {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(Some(n));
+        let res = save(&p);
+        set_write_budget(None);
+        failures += usize::from(res.is_err());
+        let check = |a: &Archive, committed: bool| {
+            let t = a.tag("step-1").unwrap();
+            let got: Vec<Vec<f32>> = specs()
+                .iter()
+                .filter(|s| s.updater_slot.is_none())
+                .map(|s| t.param(&s.name).unwrap().view().to_vec::<f32>().unwrap())
+                .collect();
+            assert!(committed, "budget {n}: a failed save left its tag");
+            assert_eq!(got, want, "budget {n}");
+        };
+        // Right after: the old archive, or the old one and the new tag.
+        let a = Archive::open(&p).unwrap_or_else(|e| panic!("budget {n}: {e}"));
+        let has_new = a.tags().iter().any(|t| t == "step-1");
+        assert_eq!(
+            has_new,
+            res.is_ok(),
+            "budget {n}: {:?} {:?}",
+            a.tags(),
+            res.err()
+        );
+        if has_new {
+            check(&a, true);
+        }
+        assert!(a.verify().is_ok(), "budget {n}: {:?}", a.verify().problems);
+        for (name, bytes) in &old.1 {
+            if !name.starts_with("init/") {
+                continue;
+            }
+            assert_eq!(
+                &a.entry_bytes(name).unwrap().to_vec(),
+                bytes,
+                "budget {n}: {name}"
+            );
+        }
+        drop(a);
+        // The next writer rolls back whatever the failed save left and appends.
+        modelzip::append_tag(
+            &p,
+            TagBuilder::new("next").param("x", Tensor::from_slice(vec![1], &[5f32]).unwrap()),
+            modelzip::AppendMode::InPlace,
+            &WriteOptions {
+                wait_for_lock: true,
+                ..WriteOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("budget {n}: the next writer: {e}"));
+        let a = Archive::open(&p).unwrap();
+        assert_eq!(
+            a.tags().len(),
+            2 + usize::from(has_new),
+            "budget {n}: {:?}",
+            a.tags()
+        );
+        if has_new {
+            check(&a, true);
+        }
+        assert!(a.verify().is_ok(), "budget {n}: {:?}", a.verify().problems);
+        drop(a);
+        let stray: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| !["run.zip", "run.zip.lock", "run.zip.sharded-lease"].contains(&f.as_str()))
+            .collect();
+        assert!(stray.is_empty(), "budget {n}: left {stray:?}");
+    }
+    assert!(
+        failures > budgets.len() / 2 && failures < budgets.len(),
+        "{failures} of {} runs failed",
+        budgets.len()
+    );
+    eprintln!(
+        "sharded save: {} cut points over {total} bytes, {failures} failed writes",
+        budgets.len()
+    );
+}

@@ -11,6 +11,7 @@
 use super::super::append::{finish_in_place, finish_session};
 use super::super::archive_path::ArchivePath;
 use super::super::container::write::{EntrySpec, local_header};
+use super::super::fault::Budgeted;
 use super::super::hashing::hex_digest;
 use super::super::journal;
 use super::super::lock::WriteLock;
@@ -79,7 +80,7 @@ pub(super) fn stage(
         file.set_len(tail)?;
         let mut w = file.try_clone()?;
         w.seek(SeekFrom::Start(tail))?;
-        let sink = BufWriter::with_capacity(1 << 20, w);
+        let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
         let session = Session::in_place_at(Box::new(sink), tail, &base, opts.write.clone(), |e| {
             !written_by_commit(&e.name)
         });
@@ -196,11 +197,14 @@ pub(super) fn write_box_hashed(
                 .len((pad + span.end - span.start) as usize)
                 .map_mut(file)?
         };
+        let mut res = Ok(());
         super::boxes::for_each_run(layout, data, |at, run| {
             let o = (pad + at - span.start) as usize;
-            m[o..o + run.len()].copy_from_slice(run);
+            if res.is_ok() {
+                res = copy_in(&mut m[o..o + run.len()], run);
+            }
         });
-        Ok(())
+        res
     };
     if data.len() < (1 << 20) {
         write()?;
@@ -239,8 +243,7 @@ fn write_mapped(file: &File, at: u64, data: &[u8]) -> std::io::Result<()> {
             .len(pad + data.len())
             .map_mut(file)?
     };
-    m[pad..].copy_from_slice(data);
-    Ok(())
+    copy_in(&mut m[pad..], data)
 }
 
 /// Allocates the blocks of `at..at + len` (the file's size unchanged): `Ok(false)` where
@@ -264,13 +267,34 @@ fn allocate(file: &File, at: u64, len: u64) -> std::io::Result<bool> {
     }
 }
 
-#[cfg(unix)]
+/// Writes `data` at `at` (charged against the fault-injection budget of the crate's
+/// tests, like every archive write).
 fn write_at(file: &File, at: u64, data: &[u8]) -> std::io::Result<()> {
+    let n = super::super::fault::take(data.len());
+    pwrite(file, at, &data[..n])?;
+    if n < data.len() {
+        return Err(super::super::fault::full());
+    }
+    Ok(())
+}
+
+/// Copies `data` into `to` (a map of the archive), charged as [`write_at`] is.
+fn copy_in(to: &mut [u8], data: &[u8]) -> std::io::Result<()> {
+    let n = super::super::fault::take(data.len());
+    to[..n].copy_from_slice(&data[..n]);
+    if n < data.len() {
+        return Err(super::super::fault::full());
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn pwrite(file: &File, at: u64, data: &[u8]) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(file, data, at)
 }
 
 #[cfg(windows)]
-fn write_at(file: &File, mut at: u64, mut data: &[u8]) -> std::io::Result<()> {
+fn pwrite(file: &File, mut at: u64, mut data: &[u8]) -> std::io::Result<()> {
     while !data.is_empty() {
         let n = std::os::windows::fs::FileExt::seek_write(file, data, at)?;
         data = &data[n..];
@@ -594,7 +618,7 @@ fn write_tag(
         let mut w = file.try_clone()?;
         let cd_offset = base.directory().cd_offset;
         w.seek(SeekFrom::Start(cd_offset))?;
-        let sink = BufWriter::with_capacity(1 << 20, w);
+        let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
         let mut s = Session::in_place(Box::new(sink), &base, opts.write.clone(), |e| {
             !written_by_commit(&e.name)
         });

@@ -17,6 +17,7 @@
 
 use super::super::archive_path::{regular_file, sidecar};
 use super::super::durable::fsync_dir;
+use super::super::fault::Budgeted;
 use crate::error::{Error, ErrorKind, Result};
 use serde_json::{Value, json};
 use std::fs::{File, OpenOptions, TryLockError};
@@ -241,7 +242,8 @@ fn write_json(p: &Path, v: &Value) -> Result<()> {
         .tempfile_in(&dir)
         .map_err(|e| Error::from(e).in_file(&dir))?;
     let bytes = serde_json::to_vec(v).map_err(|e| ErrorKind::InvalidInput(e.to_string()))?;
-    t.write_all(&bytes)
+    Budgeted(&mut t)
+        .write_all(&bytes)
         .and_then(|()| t.as_file().sync_all())
         .map_err(|e| Error::from(e).in_file(p))?;
     t.persist(p).map_err(|e| Error::from(e.error).in_file(p))?;
@@ -284,7 +286,8 @@ pub(crate) fn claim(archive: &Path, tag: &str, rank: u32, nonce: &str) -> Result
         Err(e) => return Err(Error::from(e).in_file(&p)),
     };
     let v = json!({"format": "modelzip-sharded-rank 1", "state": "claimed", "rank": rank, "nonce": nonce});
-    f.write_all(v.to_string().as_bytes())
+    Budgeted(&mut f)
+        .write_all(v.to_string().as_bytes())
         .map_err(|e| Error::from(e).in_file(&p))
 }
 
