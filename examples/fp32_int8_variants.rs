@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let data = tag.tensor(&p.location)?;
             let t = data.view();
             let how = if p.location.shared {
-                format!("shared from {}", p.location.tag)
+                format!("shared from {}", p.location.tag())
             } else {
                 "own".to_string()
             };

@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut dtypes = BTreeSet::new();
         for p in tag.params() {
             if p.location.shared {
-                shared.insert(p.location.entry.clone());
+                shared.insert(p.location.entry().to_string());
             }
             dtypes.insert(tag.tensor(&p.location)?.view().dtype().name());
         }

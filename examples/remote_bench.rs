@@ -92,11 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     row("one tag (100 MiB), prefetched in one batch", &mut || {
         let tag = a.tag("t4")?;
-        let names: Vec<&str> = tag
-            .params()
-            .iter()
-            .map(|p| p.location.entry.as_str())
-            .collect();
+        let names: Vec<&str> = tag.params().iter().map(|p| p.location.entry()).collect();
         a.prefetch(&names)?;
         for p in tag.params() {
             tag.tensor(&p.location)?;

@@ -110,14 +110,14 @@ pub enum ErrorKind {
         /// The rule it breaks.
         rule: &'static str,
     },
-    /// No tag of that name (ignoring ASCII case). Built by [`ErrorKind::tag_not_found`],
-    /// which picks the tags to list.
+    /// No tag of that name (ignoring ASCII case). The tags it lists are
+    /// picked for a reader to see what is there.
     #[error("no tag {name:?}; {}", TagList(tags, *total))]
     TagNotFound {
         /// The name asked for.
         name: String,
         /// Tags the archive has, in tags.txt order: all of them when there are at most
-        /// [`ErrorKind::TAGS_LISTED`], else the oldest few and the newest.
+        /// 10, else the oldest few and the newest.
         tags: Vec<String>,
         /// How many tags the archive has.
         total: usize,
@@ -265,12 +265,12 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// How many tags a [`ErrorKind::TagNotFound`] lists at most.
-    pub const TAGS_LISTED: usize = 10;
+    pub(crate) const TAGS_LISTED: usize = 10;
 
     /// [`ErrorKind::TagNotFound`] for `name` in an archive with `tags` (tags.txt order,
     /// oldest first): lists all of them when there are at most [`Self::TAGS_LISTED`],
     /// else the 3 oldest and the 7 newest (the likely targets of a typo).
-    pub fn tag_not_found(name: &str, tags: &[String]) -> ErrorKind {
+    pub(crate) fn tag_not_found(name: &str, tags: &[String]) -> ErrorKind {
         const OLDEST: usize = 3;
         let listed = if tags.len() <= Self::TAGS_LISTED {
             tags.to_vec()
@@ -418,25 +418,25 @@ impl Error {
     }
 
     /// Records the record index, unless one is already set.
-    pub fn in_record(mut self, record: usize) -> Self {
+    pub(crate) fn in_record(mut self, record: usize) -> Self {
         self.0.location.record.get_or_insert(record);
         self
     }
 
     /// Records the 1-based line, unless one is already set.
-    pub fn at_line(mut self, line: usize) -> Self {
+    pub(crate) fn at_line(mut self, line: usize) -> Self {
         self.0.location.line.get_or_insert(line);
         self
     }
 
     /// Records the byte offset, unless one is already set.
-    pub fn at_offset(mut self, offset: u64) -> Self {
+    pub(crate) fn at_offset(mut self, offset: u64) -> Self {
         self.0.location.offset.get_or_insert(offset);
         self
     }
 
     /// Adds `base` to the byte offset (for an error found inside a sub-slice).
-    pub fn shift_offset(mut self, base: u64) -> Self {
+    pub(crate) fn shift_offset(mut self, base: u64) -> Self {
         if let Some(o) = self.0.location.offset.as_mut() {
             *o = o.saturating_add(base);
         }

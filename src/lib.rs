@@ -135,13 +135,17 @@ internal_mod!(
 pub mod variants;
 
 pub use archive::{
-    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, GraphRewrite, INFLATE_RATIO_FREE,
-    MAX_METADATA_BYTES, MAX_SUMMARY_BYTES, MAX_TAG_NAME_LEN, OpenOptions, ParamEntry, Removal,
-    RemoveReport, SUMMARY_TXT, SharedStr, SummaryStatus, TAGS_TXT, Tag, TagBuilder, TagName,
-    TagSummary, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry, VerifyFinding,
-    VerifyReport, WriteLock, WriteOptions, append_tag, compact, convert_graph, remove_tags,
+    AppendMode, Appender, Archive, ArchiveWriter, CompactReport, GraphRewrite, MAX_METADATA_BYTES,
+    MAX_TAG_NAME_LEN, OpenOptions, ParamEntry, Removal, RemoveReport, SummaryStatus, Tag,
+    TagBuilder, TagSummary, TagWriter, TensorData, TensorKind, TensorLocation, UpdaterEntry,
+    VerifyFinding, VerifyReport, WriteOptions, append_tag, compact, convert_graph, remove_tags,
     replace_graph, sha256_hex, validate_tag_name,
 };
+internal! {
+    /// The archive's lock file, the names of its own entries and the thresholds its
+    /// reader keeps: the crate's own tests reach them.
+    pub use archive::{INFLATE_RATIO_FREE, MAX_SUMMARY_BYTES, SUMMARY_TXT, TAGS_TXT, WriteLock};
+}
 pub use error::{Error, ErrorKind, Location, Result};
 pub use graph::format::GraphFormat;
 pub use graph::model::Graph;

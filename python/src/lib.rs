@@ -523,7 +523,7 @@ impl NativeTag {
                 let mut which = Vec::new();
                 let mut uses: Vec<usize> = Vec::new();
                 for loc in locs {
-                    let k = match first.entry((loc.entry.as_str(), loc.index)) {
+                    let k = match first.entry((loc.entry(), loc.index)) {
                         std::collections::hash_map::Entry::Occupied(o) => *o.get(),
                         std::collections::hash_map::Entry::Vacant(v) => {
                             distinct.push(Some(self.archive.tensor(loc)?));
@@ -686,7 +686,7 @@ impl NativeTag {
     /// The param's zip entry and whether it is shared from another tag.
     fn location_of(&self, py: Python<'_>, name: &str) -> PyResult<(String, String, bool)> {
         let loc = self.location(py, name)?;
-        Ok((loc.entry.to_string(), loc.tag.to_string(), loc.shared))
+        Ok((loc.entry().to_string(), loc.tag().to_string(), loc.shared))
     }
 
     fn updater_keys(&self) -> Vec<String> {

@@ -62,6 +62,7 @@ impl WriteLock {
     /// Takes the write lock of the archive at `path`, waiting for it when `wait`,
     /// otherwise failing with [`ErrorKind::Locked`]. A symlinked `path` takes the lock of
     /// the file it points at (the lock every writer of that file takes).
+    #[cfg_attr(not(feature = "test-internals"), allow(dead_code))] // The tests' lock.
     pub fn acquire(path: &Path, wait: bool) -> Result<WriteLock> {
         let ap = ArchivePath::resolve(path)?;
         WriteLock::acquire_resolved(&ap.real, wait).map_err(|e| ap.located(e))

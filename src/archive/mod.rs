@@ -86,12 +86,11 @@ pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 #[cfg(feature = "remote")]
 pub(crate) use session::Session;
 pub use session::WriteOptions;
-pub use shared_str::SharedStr;
 #[cfg(feature = "remote")]
 pub(crate) use summary::written_by_commit;
 pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};
 pub use tag::{MAX_METADATA_BYTES, Tag};
-pub use tag_name::{MAX_TAG_NAME_LEN, TagName, validate_tag_name};
+pub use tag_name::{MAX_TAG_NAME_LEN, validate_tag_name};
 #[cfg(feature = "remote")]
 pub(crate) use time::rfc3339;
 pub use verify::{VerifyFinding, VerifyReport};

@@ -31,7 +31,7 @@ pub struct OpenOptions {
     /// Largest tags.txt accepted (default 16 MiB).
     pub max_tags_txt_size: u64,
     /// Largest ratio of inflated to compressed size accepted for an entry that inflates
-    /// to more than [`INFLATE_RATIO_FREE`] bytes (default 100, as Apache POI's zip-bomb
+    /// to more than 16 MiB (default 100, as Apache POI's zip-bomb
     /// guard; `u64::MAX` turns the check off). Deflate reaches about 1032:1 on zeros, so
     /// without it a 4 MiB entry could make a reader allocate 4 GiB.
     pub max_inflate_ratio: u64,
@@ -301,6 +301,19 @@ pub enum TensorKind {
     Updater,
 }
 
+impl TensorLocation {
+    /// The tag that owns the tensor file, spelled as in tags.txt: another tag than the
+    /// one that lists it when [`TensorLocation::shared`].
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The full zip entry name (`<tag>/params/<n>.lodtensor`).
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+}
+
 impl TensorKind {
     /// The directory name inside a tag.
     pub fn dir(self) -> &'static str {
@@ -311,17 +324,18 @@ impl TensorKind {
     }
 }
 
-/// Where a tensor lives.
+/// Where a tensor lives: the owning tag ([`TensorLocation::tag`]), the zip entry
+/// ([`TensorLocation::entry`]), its kind and file number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorLocation {
-    /// The owning tag, spelled as in tags.txt.
-    pub tag: SharedStr,
+    /// The owning tag, spelled as in tags.txt (shared by every location of the tag).
+    pub(crate) tag: SharedStr,
     /// Params or updater.
     pub kind: TensorKind,
     /// The file number.
     pub index: u64,
     /// The full zip entry name.
-    pub entry: SharedStr,
+    pub(crate) entry: SharedStr,
     /// True when the file is owned by a tag other than the one that lists it.
     pub shared: bool,
     /// Position of `entry` in the central directory it was resolved against: a hint that

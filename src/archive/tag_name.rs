@@ -1,44 +1,9 @@
 //! Tag names: the naming rules of FORMAT.md, each refused with its own message.
 
 use crate::error::{ErrorKind, Result};
-use std::fmt;
 
 /// Longest tag name, in bytes.
 pub const MAX_TAG_NAME_LEN: usize = 128;
-
-/// A tag name that satisfies every rule of the format.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TagName(String);
-
-impl TagName {
-    /// Checks `name` against the tag naming rules.
-    pub fn new(name: &str) -> Result<TagName> {
-        validate_tag_name(name)?;
-        Ok(TagName(name.to_string()))
-    }
-
-    /// The name as written.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// True when the two names denote the same tag (ASCII case ignored).
-    pub fn same_tag(&self, other: &str) -> bool {
-        self.0.eq_ignore_ascii_case(other)
-    }
-}
-
-impl fmt::Display for TagName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl AsRef<str> for TagName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
 
 /// Checks a tag name: 1–128 bytes of ASCII letters, digits, `.`, `_`, `-`; starts with a
 /// letter or digit; does not end with `.`; not a Windows device name; not `tags.txt`.

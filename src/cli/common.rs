@@ -375,8 +375,8 @@ impl serde::Serialize for TensorJson<'_> {
         m.serialize_entry("dtype_code", &self.info.dtype.code())?;
         m.serialize_entry("dims", &self.info.dims)?;
         m.serialize_entry("lod", &self.info.lod)?;
-        m.serialize_entry("entry", self.loc.entry.as_str())?;
-        let shared = self.loc.shared.then_some(self.loc.tag.as_str());
+        m.serialize_entry("entry", self.loc.entry())?;
+        let shared = self.loc.shared.then_some(self.loc.tag());
         m.serialize_entry("shared_from", &shared)?;
         m.serialize_entry("data_sha256", &self.info.data_sha256)?;
         m.end()

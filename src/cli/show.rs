@@ -34,18 +34,18 @@ fn describe_files<'t>(tag: &'t Tag<'_>) -> Result<Infos<'t>, CliError> {
     let mut infos: Infos<'t> = FxHashMap::default();
     let locations = tag.locations();
     for loc in locations {
-        if infos.contains_key(loc.entry.as_str()) {
+        if infos.contains_key(loc.entry()) {
             continue;
         }
         let data = tag.tensor(loc).map_err(tag_err(tag.name()))?;
-        infos.insert(loc.entry.as_str(), TensorInfo::of(&data.view()));
+        infos.insert(loc.entry(), TensorInfo::of(&data.view()));
     }
     Ok(infos)
 }
 
 fn info<'i>(infos: &'i Infos<'_>, loc: &TensorLocation) -> &'i TensorInfo {
     // describe_files described every location of the tag.
-    &infos[loc.entry.as_str()]
+    &infos[loc.entry()]
 }
 
 /// The `show --json` document, serialized as it is written.
@@ -194,7 +194,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ];
         let cells = |name: &str, loc: &TensorLocation| {
             let i = info(&infos, loc);
-            let shared = if loc.shared { loc.tag.as_str() } else { "-" };
+            let shared = if loc.shared { loc.tag() } else { "-" };
             let lod = if i.lod.is_empty() {
                 "-".to_string()
             } else {
@@ -205,7 +205,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 i.dtype.name().to_string(),
                 format!("{:?}", i.dims),
                 lod,
-                clean(&loc.entry).into_owned(),
+                clean(loc.entry()).into_owned(),
                 clean(shared).into_owned(),
                 i.data_sha256[..16.min(i.data_sha256.len())].to_string(),
             ]

@@ -43,19 +43,19 @@ pub struct RemoteWrite {
     /// The version (ETag) committed, as the store reported it.
     pub version: Option<String>,
     /// Bytes sent to the store (the new entries, tables and central directory, and the
-    /// old bytes re-uploaded when they were fewer than [`S3_MIN_PART`]).
+    /// old bytes re-uploaded when they were fewer than S3's 5 MiB part minimum).
     pub bytes_uploaded: u64,
     /// Bytes of the old object copied by the store (never sent or received here).
     pub bytes_copied: u64,
     /// Bytes of the old object read to be re-uploaded (its part before the central
-    /// directory when that is shorter than [`S3_MIN_PART`]); the open's reads of the tail
+    /// directory when that is shorter than S3's 5 MiB part minimum); the open's reads of the tail
     /// and manifests are not counted.
     pub bytes_reread: u64,
     /// Requests of the commit: create, copies, uploads, complete (the open's and the
     /// manifests' reads and the stale-upload listing are not counted).
     pub requests: u64,
     /// Unfinished multipart uploads left at the key by killed writers (older than
-    /// [`STALE_UPLOAD_AGE`]) that were aborted.
+    /// 24 hours) that were aborted.
     pub stale_uploads_aborted: u64,
 }
 

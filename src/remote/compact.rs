@@ -51,7 +51,7 @@ pub struct RemoteCompaction {
 /// 64 bytes, so stored tensors stay aligned), and a new tags.txt, summary and central
 /// directory; the dead bytes (old central directories and tables, removed tags' entries)
 /// are neither copied nor read, but for under 64 bytes per gap kept as padding. Runs of
-/// 5 MiB ([`S3_MIN_PART`]) and more are copied by the store (`UploadPartCopy`, 5 GiB per
+/// 5 MiB (S3's part minimum) and more are copied by the store (`UploadPartCopy`, 5 GiB per
 /// part); shorter ones are read by ranged GETs of just their bytes and uploaded, merged
 /// into parts of at least 5 MiB (topped up from the next long run when needed).
 /// Committed only if the object is still the version read

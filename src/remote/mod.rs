@@ -30,9 +30,9 @@ mod append;
 mod compact;
 mod s3;
 
-pub use append::{
-    RemoteAppender, RemoteRemoval, RemoteWrite, S3_MIN_PART, STALE_UPLOAD_AGE, remove_tags,
-};
+pub use append::{RemoteAppender, RemoteRemoval, RemoteWrite, remove_tags};
+#[allow(unused_imports)]
+pub(crate) use append::{S3_MIN_PART, STALE_UPLOAD_AGE};
 pub(crate) use append::{check_writable, continue_remote};
 pub use compact::{RemoteCompaction, compact};
 
@@ -567,8 +567,10 @@ pub enum UploadMode {
     Replace,
 }
 
-/// Largest upload sent as one request; larger files are sent in parts (multipart).
-pub const MULTIPART_THRESHOLD: u64 = 64 << 20;
+internal! {
+    /// Largest upload sent as one request; larger files are sent in parts (multipart).
+    pub const MULTIPART_THRESHOLD: u64 = 64 << 20;
+}
 
 /// Size of one part of a multipart upload.
 const PART_SIZE: usize = 16 << 20;
@@ -589,7 +591,7 @@ pub fn remote_version(url: &str, opts: &RemoteOptions) -> Result<Option<String>>
 /// device, inode, size or modification time; on Unix) or if the file's size or
 /// modification time changed by the time it was read whole ([`ErrorKind::InvalidInput`]:
 /// nothing is uploaded, a multipart upload is aborted). Files of up to
-/// [`MULTIPART_THRESHOLD`] bytes go in one conditional PUT; larger ones in parts: with
+/// 64 MiB go in one conditional PUT; larger ones in parts: with
 /// [`UploadMode::Replace`] straight to the key, otherwise to a temporary key that is then
 /// copied to `url` only if no object is there (a conditional replace of a large object is
 /// refused: the stores cannot complete a multipart upload on a version).

@@ -8,12 +8,18 @@ pub(crate) mod slice;
 pub(crate) mod view;
 
 pub use codec::{
-    MAX_LOD_LEVELS, Record, RecordHead, Records, check_lod, decode_combined, decode_head,
-    decode_tensor, encode_combined, encode_header, encode_tensor, encoded_len, records,
+    Record, RecordHead, decode_combined, decode_tensor, encode_combined, encode_tensor, encoded_len,
 };
+internal! {
+    /// The record codec's parts the crate itself and its tests use.
+    pub use codec::{MAX_LOD_LEVELS, Records, check_lod, decode_head, encode_header, records};
+}
 // DType, Element, Lod, Tensor and TensorView are public at the crate root only.
 pub(crate) use dtype::DType;
 pub use file::TensorFile;
 pub(crate) use lod::Lod;
+pub use view::data_len;
 pub(crate) use view::{Tensor, TensorView};
-pub use view::{data_len, element_count};
+internal! {
+    pub use view::element_count;
+}

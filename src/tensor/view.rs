@@ -7,30 +7,35 @@ use crate::archive::TensorData;
 use crate::error::{ErrorKind, Result};
 use std::ops::Range;
 
-/// Sealing [`Element`]: its supertrait is plain old data as bytemuck defines it, without
-/// bytemuck's trait appearing in the public API.
+/// Sealing [`Element`]: its supertrait is plain old data as bytemuck defines it, with
+/// the dtype it maps to, without either appearing in the public API.
 mod sealed {
-    /// Plain old data: any bit pattern is a value, no padding (`bytemuck::Pod`).
-    pub trait Pod: bytemuck::Pod {}
-    impl<T: bytemuck::Pod> Pod for T {}
+    use super::DType;
+
+    /// Plain old data (any bit pattern is a value, no padding: `bytemuck::Pod`) that is
+    /// the element of a dtype.
+    pub trait Pod: bytemuck::Pod {
+        /// The dtype a tensor made from these values has ([`super::Tensor::from_slice`]).
+        const DTYPE: DType;
+        /// Other dtypes whose elements this type reads as they are stored: `u8` reads
+        /// BOOL (0 or 1) and the FP8 types (their bit patterns), `u64` reads SIZE_T.
+        const ALSO_READS: &'static [DType] = &[];
+    }
 }
 
 /// A Rust type that is the in-memory element of a dtype: the integer and float types,
-/// and `half`'s `f16` / `bf16`. Sealed: implemented by this crate only.
-pub trait Element: sealed::Pod {
-    /// The dtype a tensor made from these values has ([`Tensor::from_slice`]).
-    const DTYPE: DType;
-    /// Other dtypes whose elements this type reads as they are stored: `u8` reads BOOL
-    /// (0 or 1) and the FP8 types (their bit patterns), `u64` reads SIZE_T.
-    const ALSO_READS: &'static [DType] = &[];
-}
+/// `half`'s `f16` / `bf16`, and `[f32; 2]` / `[f64; 2]` for the complex types. `u8`
+/// also reads BOOL and the FP8 types (their bit patterns), `u64` also SIZE_T. Sealed:
+/// implemented by this crate only.
+pub trait Element: sealed::Pod {}
 
 macro_rules! element {
     ($($t:ty => $d:expr $(, also $($a:expr),+)?);* $(;)?) => { $(
-        impl Element for $t {
+        impl sealed::Pod for $t {
             const DTYPE: DType = $d;
             $(const ALSO_READS: &'static [DType] = &[$($a),+];)?
         }
+        impl Element for $t {}
     )* };
 }
 element! {

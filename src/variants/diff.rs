@@ -92,6 +92,7 @@ pub struct TagDiff {
 
 impl TagDiff {
     /// True when the tags hold the same parameters with the same values and the same graph.
+    #[cfg_attr(not(feature = "test-internals"), allow(dead_code))]
     pub fn is_identical(&self) -> bool {
         self.added.is_empty()
             && self.removed.is_empty()

@@ -4,7 +4,7 @@
 //! that it converts the stored values back to FP32 before use (Paddle runs the result
 //! unchanged; an ONNX model gets DequantizeLinear nodes that ONNX Runtime runs), and append the variant as a new tag in place. Parameters the variant does
 //! not change are written as they are, so the archive writer's dedup turns them into
-//! references to the source tag's files: they cost no bytes. [`diff_tags`] compares two
+//! references to the source tag's files: they cost no bytes. [`compare_tags`] compares two
 //! tags parameter by parameter.
 //!
 //! ```no_run
@@ -22,12 +22,16 @@
 mod cast;
 mod diff;
 mod quantize;
-pub mod quantize_math;
+internal_mod!(quantize_math);
 mod rewrite;
 mod variant;
 
 pub use cast::{cast, cast_allowing};
-pub use diff::{GraphChange, ParamDiff, TagComparison, TagDiff, compare_tags, diff_tags};
+pub use diff::{GraphChange, ParamDiff, TagComparison, compare_tags};
+internal! {
+    /// The whole comparison at once (the crate's tests; users iterate a [`TagComparison`]).
+    pub use diff::{TagDiff, diff_tags};
+}
 pub use quantize::{QuantizeOptions, quantize, quantize_allowing};
 pub use variant::{AllowValues, ParamChange, VariantParam, VariantReport};
 

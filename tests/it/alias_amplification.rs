@@ -479,7 +479,7 @@ fn extract_link_output_packs_back_to_the_same_params() {
     let entries: std::collections::HashSet<_> = tag
         .params()
         .iter()
-        .map(|p| p.location.entry.to_string())
+        .map(|p| p.location.entry().to_string())
         .collect();
     assert_eq!(entries.len(), 3);
 }

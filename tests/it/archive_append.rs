@@ -49,7 +49,7 @@ fn append_in_place_and_rewrite_keep_old_tags_and_dedup() {
         let c = a.tag("c").unwrap();
         // The bias is shared with the first tag, across the append.
         let b = c.params().iter().find(|p| p.name == "fc.b").unwrap();
-        assert_eq!(b.location.tag, "a");
+        assert_eq!(b.location.tag(), "a");
         assert_eq!(dump(&c), {
             let (d2, p2) = tmp_with(&[("c", 3)]);
             let x = Archive::open(&p2).unwrap();
@@ -163,7 +163,7 @@ fn remove_rehomes_shared_files_into_oldest_kept_referrer() {
     let bb = b.params().iter().find(|p| p.name == "fc.b").unwrap();
     assert!(!bb.location.shared);
     let cb = c.params().iter().find(|p| p.name == "fc.b").unwrap();
-    assert_eq!(cb.location.tag, "b");
+    assert_eq!(cb.location.tag(), "b");
     assert!(a.has_entry("b/notes/readme.md"));
     drop(a);
     all_checks(dir.path(), &path);

@@ -72,7 +72,7 @@ fn round_trip_reads_back_every_part_zero_copy() {
     let i8 = a.tag("int8").unwrap();
     let b = i8.params().iter().find(|p| p.name == "fc.b").unwrap();
     assert!(b.location.shared);
-    assert_eq!(b.location.tag, "fp32");
+    assert_eq!(b.location.tag(), "fp32");
     let report = a.verify();
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(dump(&i8).len(), 7);
@@ -123,7 +123,10 @@ fn streaming_tag_writer_and_metadata_merge() {
     assert!(!a.entry_names().any(|n| n.starts_with("dropped/")));
     let t = a.tag("a").unwrap();
     // The same tensor twice in one tag: one file, both names point at it.
-    assert_eq!(t.params()[0].location.entry, t.params()[1].location.entry);
+    assert_eq!(
+        t.params()[0].location.entry(),
+        t.params()[1].location.entry()
+    );
     let meta = t.metadata().unwrap().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&meta).unwrap();
     assert_eq!(v["description"], "d");

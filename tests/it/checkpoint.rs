@@ -308,7 +308,7 @@ fn unchanged_tensors_are_shared_between_checkpoints() {
     let t = a.tag("step-000000003").unwrap();
     let frozen = t.params().iter().find(|p| p.name == "frozen").unwrap();
     assert!(frozen.location.shared);
-    assert_eq!(frozen.location.tag, "step-000000001");
+    assert_eq!(frozen.location.tag(), "step-000000001");
     let w = t.params().iter().find(|p| p.name == "w").unwrap();
     assert!(!w.location.shared);
 }

@@ -53,7 +53,7 @@ fn read_tag(tag: &Tag<'_>) -> Result<(), Error> {
     let mut seen = std::collections::HashSet::new();
     let locations = tag.locations();
     for loc in locations {
-        if seen.insert(&loc.entry) {
+        if seen.insert(loc.entry()) {
             tag.tensor(loc)?;
         }
     }

@@ -84,7 +84,7 @@ fn far_apart_tensors_read_by_pread_answer_as_memory_does() {
         let t = a.latest().unwrap();
         t.params()
             .iter()
-            .map(|p| local_header(&good, p.location.entry.as_bytes()))
+            .map(|p| local_header(&good, p.location.entry().as_bytes()))
             .collect()
     };
     let (mut refused, mut tried) = (0, 0);

@@ -365,7 +365,7 @@ fn read_everything(a: &Archive) -> modelzip::Result<Vec<String>> {
         let locations = tag.locations();
         let mut seen = std::collections::HashSet::new();
         for loc in locations {
-            if seen.insert(&loc.entry) {
+            if seen.insert(loc.entry()) {
                 tag.tensor(loc)?;
             }
         }

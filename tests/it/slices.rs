@@ -203,7 +203,7 @@ fn bad_ranges_are_refused_naming_the_param_and_the_dimension() {
             .unwrap()
             .location;
         let m = a.tensor_slice(loc, &b).unwrap_err().to_string();
-        assert!(m.contains(loc.entry.as_str()), "{m}");
+        assert!(m.contains(loc.entry()), "{m}");
     }
     let e = tag.param_slice("nope", &[0..1]).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::ParamNotFound(..)), "{e}");

@@ -241,7 +241,7 @@ fn a_summary_another_tool_left_stale_is_ignored() {
     let edited = rezip(
         &bytes,
         |n| {
-            if n == &*loc.entry {
+            if n == loc.entry() {
                 Edit::Replace(rec.clone())
             } else {
                 Edit::Keep

@@ -164,7 +164,7 @@ pub fn tag_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
     let mut params = Vec::with_capacity(t.params().len().min(MAX_PARAM_ROWS));
     for p in t.params().iter().take(MAX_PARAM_ROWS) {
         let loc = &p.location;
-        if !described.contains_key(loc.entry.as_str()) {
+        if !described.contains_key(loc.entry()) {
             let data = t.tensor(loc).map_err(|e| {
                 ApiError::unreadable(format!(
                     "cannot read parameter {:?} of tag {}: {e}",
@@ -172,15 +172,15 @@ pub fn tag_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
                     t.name()
                 ))
             })?;
-            described.insert(loc.entry.as_str(), TensorInfo::of(&data.view()));
+            described.insert(loc.entry(), TensorInfo::of(&data.view()));
         }
-        let info = &described[loc.entry.as_str()];
+        let info = &described[loc.entry()];
         params.push(json!({
             "name": p.name,
             "dtype": info.dtype.name(),
             "dims": info.dims,
             "bytes": t.stored_size(loc),
-            "shared_from": loc.shared.then_some(loc.tag.as_str()),
+            "shared_from": loc.shared.then_some(loc.tag()),
             "data_sha256": info.data_sha256,
         }));
     }
