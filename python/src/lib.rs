@@ -927,16 +927,26 @@ fn save<'py>(
         .detach(|| save_tag(&path, tag, &inputs, metadata.as_deref(), graph, &opts))
         .or_raise(py)?;
     let d = tag_report(py, &path, tag)?;
-    if let Some(r) = remote {
+    if let Some(r) = &remote {
         d.set_item("created", r.created)?;
-        d.set_item("version", r.version)?;
-        d.set_item("previous_version", r.previous_version)?;
+    }
+    remote_fields(&d, remote.as_ref())?;
+    Ok(d)
+}
+
+/// The versions and costs of a remote write, added to a report (nothing for a local
+/// write): "version", "previous_version", "bytes_uploaded", "bytes_copied",
+/// "bytes_reread", "requests".
+fn remote_fields(d: &Bound<'_, PyDict>, r: Option<&modelzip::remote::RemoteWrite>) -> PyResult<()> {
+    if let Some(r) = r {
+        d.set_item("version", r.version.clone())?;
+        d.set_item("previous_version", r.previous_version.clone())?;
         d.set_item("bytes_uploaded", r.bytes_uploaded)?;
         d.set_item("bytes_copied", r.bytes_copied)?;
         d.set_item("bytes_reread", r.bytes_reread)?;
         d.set_item("requests", r.requests)?;
     }
-    Ok(d)
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1253,6 +1263,7 @@ fn import_report<'py>(py: Python<'py>, r: &ImportReport) -> PyResult<Bound<'py, 
         "shared",
         r.params.iter().filter(|p| p.shared_from.is_some()).count(),
     )?;
+    remote_fields(&d, r.remote.as_ref())?;
     Ok(d)
 }
 
@@ -1476,6 +1487,7 @@ fn variant_report<'py>(
         params.append(item)?;
     }
     d.set_item("params", params)?;
+    remote_fields(&d, r.remote.as_ref())?;
     Ok(d)
 }
 

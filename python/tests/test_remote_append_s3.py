@@ -1131,6 +1131,9 @@ def check_derived(env, proxy, tmp, key, url, local, source_bytes, args, new_tag)
     got = sum(r["received"] for r in reqs if r["method"] == "GET")
     assert out["tag"] == new_tag
     assert out["stored_bytes"] <= uploaded <= out["stored_bytes"] + 1 * MIB, (uploaded, out["stored_bytes"])
+    # The report's costs are what went over the wire (counted by the proxy).
+    assert out["bytes_uploaded"] == uploaded, (out, uploaded)
+    assert out["bytes_copied"] > 0 and out["requests"] >= 3 and out["previous_version"], out
     assert any(r["copy"] for r in reqs)
     assert source_bytes <= got < source_bytes + 1 * MIB, (got, source_bytes)  # not `other`'s 8 MiB
     cli(env, "verify", url)
@@ -1146,6 +1149,11 @@ def check_derived(env, proxy, tmp, key, url, local, source_bytes, args, new_tag)
     assert len(files) >= 2
     for rel in files:
         assert (tmp / f"{key}-remote" / rel).read_bytes() == (tmp / f"{key}-local" / rel).read_bytes(), rel
+    # The line says the costs too.
+    again = list(args)
+    again[again.index("--tag") + 1] = new_tag + "-text"
+    line = cli(env, again[0], url, *again[1:]).stdout
+    assert "bytes uploaded," in line and "copied by the store" in line, line
     return out
 
 
@@ -1206,6 +1214,7 @@ def test_import_appends_a_tag_to_the_s3_archive_or_creates_it(s3, tmp):
     assert not out["created"] and out["tag"] == "st" and out["format"] == "safetensors"
     assert {p["name"]: p["dims"] for p in out["params"]} == {"new.weight": [768, 1024], "b": [16]}
     assert new.nbytes <= uploaded <= new.nbytes + 1 * MIB, uploaded
+    assert out["bytes_uploaded"] == uploaded and out["bytes_copied"] > 0, (out, uploaded)
     assert got < 1 * MIB, got
     assert any(r["copy"] for r in reqs)
     cli(env, "verify", url)
@@ -1256,6 +1265,7 @@ def test_import_paddle_and_convert_change_the_s3_archive_where_it_lies(s3, tmp):
     uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
     assert out["changed"] and out["tag"] == "mlp" and out["to"] == "flatbuffers", out
     assert 0 < uploaded < 1 * MIB, uploaded
+    assert out["bytes_uploaded"] == uploaded and out["bytes_copied"] > 0, (out, uploaded)
     assert any(r["copy"] for r in reqs)
     cli(env, "verify", url)
     cli(env, "convert", local, "--tag", "mlp", "--to", "flatbuffers", "-q")
@@ -1293,6 +1303,7 @@ def test_python_quantize_appends_to_s3(s3, tmp, monkeypatch):
     uploaded = sum(r["sent"] for r in reqs if r["method"] == "PUT" and not r["copy"])
     assert report["tag"] == "int8"
     assert 1536 * 1024 <= uploaded <= 1536 * 1024 + 1 * MIB, uploaded
+    assert report["bytes_uploaded"] == uploaded and report["bytes_copied"] > 0, report
     cli(env, "verify", url)
     cli(env, "quantize", local, "--from", "fp32", "--tag", "int8", "-q")
     with modelzip.open(url) as remote, modelzip.open(local) as here:

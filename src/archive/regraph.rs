@@ -30,6 +30,9 @@ pub struct GraphRewrite {
     pub new_bytes: u64,
     /// False when the tag already held the graph in the target encoding (nothing written).
     pub changed: bool,
+    /// For an `s3://` archive that changed: the remote write's versions and costs.
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 /// Converts tag `tag`'s graph to encoding `to` (decode, re-encode, atomic rewrite of the
@@ -110,7 +113,10 @@ fn rewrite_graph(
                 }
             })
         })
-        .map(|(report, _)| report)
+        .map(|(mut report, done)| {
+            report.remote = done.map(|(w, _)| w);
+            report
+        })
         .map_err(|e| e.in_file(url));
     }
     let ap = ArchivePath::resolve(path)?;
@@ -210,6 +216,8 @@ fn plan(
             old_bytes,
             new_bytes: old_bytes,
             changed: false,
+            #[cfg(feature = "remote")]
+            remote: None,
         }));
     };
     let old_name = format!("{canon}/{}", from.file_name());
@@ -282,6 +290,8 @@ fn plan(
             old_bytes,
             new_bytes: new_bytes.len() as u64,
             changed: true,
+            #[cfg(feature = "remote")]
+            remote: None,
         },
         old_name,
         new_name,

@@ -270,6 +270,29 @@ pub fn remote_write_fields(
     ])
 }
 
+/// `doc` (a JSON object) with [`remote_write_fields`] of `done`, when a remote write
+/// happened.
+pub fn with_remote(
+    mut doc: serde_json::Value,
+    done: Option<&modelzip::remote::RemoteWrite>,
+) -> serde_json::Value {
+    if let (Some(done), serde_json::Value::Object(m)) = (done, &mut doc) {
+        m.extend(remote_write_fields(done));
+    }
+    doc
+}
+
+/// `"; N bytes uploaded, M copied by the store, K requests"` for a remote write (what
+/// a command's line ends with), empty for a local one.
+pub fn remote_cost(done: Option<&modelzip::remote::RemoteWrite>) -> String {
+    done.map_or(String::new(), |d| {
+        format!(
+            "; {} bytes uploaded, {} copied by the store, {} requests",
+            d.bytes_uploaded, d.bytes_copied, d.requests
+        )
+    })
+}
+
 /// Opens an archive (a local path, or a URL read by byte ranges with the store settings
 /// of the environment), turning a failure into `cannot open PATH: why`.
 pub fn open(path: &Path) -> Result<Archive, CliError> {

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 ///   modelzip convert model.zip --tag fp32 --to programdesc --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help("Print one JSON document instead of a line")))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document instead of a line; for an s3:// ARCHIVE that changed also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
     /// The archive (a path, or an s3:// URL).
@@ -73,25 +73,27 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         ))
     })?;
     if args.write.output.json {
-        return print_json(&json!({
+        let doc = json!({
             "tag": r.tag,
             "from": encoding_name(r.from),
             "to": encoding_name(r.to),
             "old_bytes": r.old_bytes,
             "new_bytes": r.new_bytes,
             "changed": r.changed,
-        }))
-        .map(|_| Outcome::Success);
+        });
+        return print_json(&super::common::with_remote(doc, r.remote.as_ref()))
+            .map(|_| Outcome::Success);
     }
     if !args.write.output.quiet {
         let line = if r.changed {
             format!(
-                "tag {}: {} ({} bytes) -> {} ({} bytes)\n",
+                "tag {}: {} ({} bytes) -> {} ({} bytes){}\n",
                 r.tag,
                 r.from.file_name(),
                 r.old_bytes,
                 r.to.file_name(),
-                r.new_bytes
+                r.new_bytes,
+                super::common::remote_cost(r.remote.as_ref()),
             )
         } else {
             format!(

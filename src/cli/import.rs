@@ -63,6 +63,7 @@ use std::path::PathBuf;
 ///   modelzip import ck.zip --tag step-500 model.onnx --step 500 --metric loss=0.42
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document instead of a summary; for an s3:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
     /// The archive to create or add to (a path, or an s3:// URL: a remote append,
     /// which creates the object when there is none).
@@ -159,7 +160,7 @@ pub fn summary(archive: &str, format: Option<&str>, report: &ImportReport) -> St
     };
     let from = format.map(|f| format!(" from {f}")).unwrap_or_default();
     format!(
-        "{} tag {} in {archive}{from}: {graph}{} param(s), {shared} shared with older tags\n",
+        "{} tag {} in {archive}{from}: {graph}{} param(s), {shared} shared with older tags{}\n",
         if report.created {
             "created archive with"
         } else {
@@ -167,6 +168,7 @@ pub fn summary(archive: &str, format: Option<&str>, report: &ImportReport) -> St
         },
         report.tag,
         report.params.len(),
+        super::common::remote_cost(report.remote.as_ref()),
     )
 }
 
@@ -184,7 +186,7 @@ pub fn report_json(archive: &str, format: &str, r: &ImportReport) -> serde_json:
             })
         })
         .collect();
-    json!({
+    let doc = json!({
         "archive": archive,
         "format": format,
         "tag": r.tag,
@@ -192,5 +194,6 @@ pub fn report_json(archive: &str, format: &str, r: &ImportReport) -> serde_json:
         "graph": r.graph_entry,
         "graph_bytes": r.graph_bytes,
         "params": params,
-    })
+    });
+    super::common::with_remote(doc, r.remote.as_ref())
 }

@@ -56,7 +56,7 @@ pub struct Args {
 /// The arguments of a command that derives a new tag from one in the archive
 /// (`quantize`, `cast`): `ARCHIVE --from TAG --tag NEW` and the write switches.
 #[derive(clap::Args, Debug)]
-#[command(mut_arg("json", |a| a.help("Print one JSON document describing the new tag")))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document describing the new tag; for an s3:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct VariantArgs {
     /// The archive (a path, or an s3:// URL: the new tag is a remote append).
     archive: PathBuf,
@@ -150,11 +150,12 @@ fn render(
     let changed = report.changed().count();
     let shared = report.params.iter().filter(|p| p.shared).count();
     let mut out = format!(
-        "added tag {} from {}: {changed} param(s) {verb}, {shared} of {} shared, {} stored\n",
+        "added tag {} from {}: {changed} param(s) {verb}, {shared} of {} shared, {} stored{}\n",
         clean(&report.tag),
         clean(&report.source_tag),
         report.params.len(),
-        human_bytes(report.stored_bytes(), false)
+        human_bytes(report.stored_bytes(), false),
+        super::common::remote_cost(report.remote.as_ref()),
     );
     for p in report.changed() {
         let how = match &p.change {
@@ -248,7 +249,7 @@ fn report_json(archive: &Path, r: &VariantReport) -> Value {
             Value::Object(m)
         })
         .collect();
-    json!({
+    let doc = json!({
         "archive": archive.display().to_string(),
         "tag": r.tag,
         "source_tag": r.source_tag,
@@ -257,5 +258,6 @@ fn report_json(archive: &Path, r: &VariantReport) -> Value {
         "shared": r.params.iter().filter(|p| p.shared).count(),
         "stored_bytes": r.stored_bytes(),
         "params": params,
-    })
+    });
+    super::common::with_remote(doc, r.remote.as_ref())
 }

@@ -387,6 +387,18 @@ pub struct ImportReport {
     pub graph_bytes: Option<u64>,
     /// The parameters, in params.txt order (names sorted by byte value).
     pub params: Vec<ImportedParam>,
+    /// For an `s3://` archive: the remote append's versions and costs (bytes uploaded,
+    /// copied by the store, requests).
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
+}
+
+/// What writing an imported tag did: whether it created the archive and, for an `s3://`
+/// archive, what the remote append cost.
+pub(crate) struct Written {
+    pub created: bool,
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 /// Options of every format's export.
@@ -497,25 +509,36 @@ impl Target {
         }
     }
 
-    fn finish(self) -> Result<()> {
+    /// Finishes the tag; for a remote append, returns what it cost.
+    fn finish(self, created: bool) -> Result<Written> {
         match self {
-            Target::New(w) => w.finish(),
-            Target::Add(a) => a.finish(),
+            Target::New(w) => w.finish()?,
+            Target::Add(a) => a.finish()?,
             #[cfg(feature = "remote")]
-            Target::Remote(a) => a.finish().map(drop),
+            Target::Remote(a) => {
+                return Ok(Written {
+                    created,
+                    remote: Some(a.finish()?),
+                });
+            }
         }
+        Ok(Written {
+            created,
+            #[cfg(feature = "remote")]
+            remote: None,
+        })
     }
 }
 
 /// Writes one new tag: creates the archive, or adds to it as `opts.mode` says.
-/// Returns whether the archive was created.
+/// Returns whether the archive was created (and a remote append's costs).
 pub(crate) fn write_tag(
     archive: &Path,
     tag: &str,
     opts: &ImportOptions,
     fill: impl FnOnce(&mut TagWriter<'_>) -> Result<()>,
-) -> Result<bool> {
-    let run = || -> Result<bool> {
+) -> Result<Written> {
+    let run = || -> Result<Written> {
         let (mut target, created) = Target::open(archive, opts)?;
         let mut w = target.begin_tag(tag)?;
         fill(&mut w)?;
@@ -525,8 +548,7 @@ pub(crate) fn write_tag(
             w.metadata(meta)?;
         }
         w.finish()?;
-        target.finish()?;
-        Ok(created)
+        target.finish(created)
     };
     run().map_err(|e| e.in_file(archive))
 }
@@ -535,7 +557,7 @@ pub(crate) fn write_tag(
 pub(crate) fn report(
     archive: &Path,
     tag: &str,
-    created: bool,
+    written: Written,
     graph_bytes: Option<u64>,
 ) -> Result<ImportReport> {
     #[cfg(feature = "remote")]
@@ -562,10 +584,12 @@ pub(crate) fn report(
     }
     Ok(ImportReport {
         tag: t.name().to_string(),
-        created,
+        created: written.created,
         graph_entry,
         graph_bytes,
         params,
+        #[cfg(feature = "remote")]
+        remote: written.remote,
     })
 }
 

@@ -467,6 +467,9 @@ pub struct ImportReport {
     /// shards and index, for a sharded checkpoint. It does when every header is laid out as
     /// the safetensors library lays it out and the index as `transformers` writes it.
     pub exact_export: bool,
+    /// For an `s3://` archive: the remote append's versions and costs.
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 /// A sharded checkpoint's index.
@@ -816,10 +819,12 @@ pub fn import_safetensors(
     let r = paddle::report(archive, tag, created, None)?;
     Ok(ImportReport {
         tag: r.tag,
-        created,
+        created: r.created,
         files,
         params: r.params,
         exact_export,
+        #[cfg(feature = "remote")]
+        remote: r.remote,
     })
 }
 
@@ -1387,6 +1392,8 @@ impl super::Format for SafetensorsFormat {
             graph_entry: None,
             graph_bytes: None,
             params: r.params,
+            #[cfg(feature = "remote")]
+            remote: r.remote,
         })
     }
 

@@ -149,6 +149,10 @@ pub struct VariantReport {
     pub graph: Option<GraphFormat>,
     /// Every parameter of the new tag, in params.txt order.
     pub params: Vec<VariantParam>,
+    /// For an `s3://` archive: the remote append's versions and costs (bytes uploaded,
+    /// copied by the store, requests).
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 impl VariantReport {
@@ -340,8 +344,10 @@ fn derive_remote(
     drop(archive);
     let w = app.begin_tag(new_tag).map_err(|e| e.in_file(url))?;
     write_variant(w, &variant, &mut ticker).map_err(|e| e.in_file(url))?;
-    app.finish()?;
-    report_of(&remote.open(url)?, new_tag, variant)
+    let done = app.finish()?;
+    let mut report = report_of(&remote.open(url)?, new_tag, variant)?;
+    report.remote = Some(done);
+    Ok(report)
 }
 
 /// Writes `v` into the new tag `w`.
@@ -397,5 +403,7 @@ fn report_of(archive: &Archive, new_tag: &str, v: Variant) -> Result<VariantRepo
         source_tag: v.source_tag,
         graph: v.graph.map(|(e, _)| e),
         params,
+        #[cfg(feature = "remote")]
+        remote: None,
     })
 }
