@@ -68,7 +68,7 @@ pub struct ExtractOptions {
     /// first file written for it, not a copy.
     pub link: bool,
     /// Refuse to write more than this many bytes in all; `None`: 16 GiB or 100 times
-    /// the archive's size, whichever is larger ([`crate::interop::default_max_output`]).
+    /// the archive's size, whichever is larger.
     /// With `link`, only the distinct files count (a copy made where a link cannot be is
     /// counted when made).
     pub max_output: Option<u64>,

@@ -578,7 +578,7 @@ impl TagBuilder {
     }
 
     /// Writes everything through `w` and finishes the tag.
-    pub fn write_to(&self, mut w: TagWriter<'_>) -> Result<()> {
+    pub(crate) fn write_to(&self, mut w: TagWriter<'_>) -> Result<()> {
         if let Some((enc, g)) = &self.graph {
             w.graph(*enc, g)?;
         }

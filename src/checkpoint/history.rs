@@ -27,7 +27,7 @@ pub struct History {
     pub checkpoints: Vec<CheckpointStatus>,
     /// The checkpoints the policy removed, oldest first, as the newest checkpoint's
     /// save recorded them (those it removed itself included): the newest
-    /// [`MAX_REMOVED_RECORDS`](super::MAX_REMOVED_RECORDS) of them.
+    /// 1,000 of them.
     pub removed: Vec<CheckpointRecord>,
     /// How many removed checkpoints older than those in `removed` the record counts.
     pub removed_omitted: u64,

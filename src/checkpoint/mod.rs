@@ -61,7 +61,7 @@ mod remote;
 mod retention;
 
 pub use history::{CheckpointStatus, History, history};
-pub use retention::{CheckpointRecord, KeptBy, MAX_REMOVED_RECORDS};
+pub use retention::{CheckpointRecord, KeptBy};
 use retention::{Record, decide};
 
 /// Everything needed to resume training at one step.

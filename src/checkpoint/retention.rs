@@ -55,7 +55,7 @@ impl fmt::Display for KeptBy {
 
 /// The most removed checkpoints a record lists: the newest this many; older ones are
 /// counted in `removed_omitted` (so metadata.json stays small however long a run is).
-pub const MAX_REMOVED_RECORDS: usize = 1000;
+pub(crate) const MAX_REMOVED_RECORDS: usize = 1000;
 
 /// For each checkpoint (oldest first), the rules of `policy` that keep it; an empty
 /// list means the policy drops it. The newest is always kept.

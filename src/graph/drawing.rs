@@ -54,7 +54,7 @@ pub struct DrawNode {
 
 impl DrawNode {
     /// A node with a label and nothing else.
-    pub fn new(id: String, role: NodeRole, shape: NodeShape, label: String) -> DrawNode {
+    pub(crate) fn new(id: String, role: NodeRole, shape: NodeShape, label: String) -> DrawNode {
         DrawNode {
             id,
             role,
@@ -95,18 +95,18 @@ pub struct Drawing {
 
 impl Drawing {
     /// Adds a node and returns its index.
-    pub fn push(&mut self, node: DrawNode) -> usize {
+    pub(crate) fn push(&mut self, node: DrawNode) -> usize {
         self.nodes.push(node);
         self.nodes.len() - 1
     }
 
     /// Adds an edge between two node indexes.
-    pub fn edge(&mut self, from: usize, to: usize, control: bool) {
+    pub(crate) fn edge(&mut self, from: usize, to: usize, control: bool) {
         self.edges.push(DrawEdge { from, to, control });
     }
 
     /// The drawing as Graphviz DOT (`dot -Tsvg` draws it).
-    pub fn to_dot(&self) -> String {
+    pub(crate) fn to_dot(&self) -> String {
         let mut out = String::from("digraph G {\n  rankdir=TB;\n  node [fontsize=10];\n");
         for n in &self.nodes {
             let shape = match n.shape {

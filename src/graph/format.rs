@@ -31,12 +31,14 @@ impl GraphFormat {
         }
     }
 
-    /// The format of an entry file name, if it is one of the two.
-    pub fn from_file_name(name: &str) -> Option<GraphFormat> {
-        match name {
-            "graph.fb" => Some(GraphFormat::FlatBuffers),
-            "graph.pdmodel" => Some(GraphFormat::ProgramDesc),
-            _ => None,
+    internal! {
+        /// The format of an entry file name, if it is one of the two.
+        pub fn from_file_name(name: &str) -> Option<GraphFormat> {
+            match name {
+                "graph.fb" => Some(GraphFormat::FlatBuffers),
+                "graph.pdmodel" => Some(GraphFormat::ProgramDesc),
+                _ => None,
+            }
         }
     }
 }

@@ -409,8 +409,8 @@ pub struct ExportOptions {
     /// fsync the files and their directory before returning (default true).
     pub fsync: bool,
     /// Largest number of bytes the export may write (all its files together), checked
-    /// before anything is written; `None` (the default) is [`default_max_output`] of the
-    /// archive's size. A program may name one tensor file under many variable names, so
+    /// before anything is written; `None` (the default) is 16 GiB or 100 times the
+    /// archive's size, whichever is larger. A program may name one tensor file under many variable names, so
     /// what an export writes is not bounded by the archive's size.
     pub max_output: Option<u64>,
     /// ONNX only: write the initializers to `PATH.data` beside the model, at 64-byte
@@ -432,7 +432,7 @@ impl Default for ExportOptions {
 
 /// The default output limit of an export or extract of an archive of `archive_len`
 /// bytes: 16 GiB or 100 times the archive's size, whichever is larger.
-pub fn default_max_output(archive_len: u64) -> u64 {
+pub(crate) fn default_max_output(archive_len: u64) -> u64 {
     (16u64 << 30).max(archive_len.saturating_mul(100))
 }
 

@@ -103,10 +103,13 @@ impl RemoteOptions {
         self
     }
 
-    /// Sets how often a failed request is retried.
-    pub fn max_retries(mut self, n: usize) -> Self {
-        self.max_retries = n;
-        self
+    internal! {
+        /// Sets how often a failed request is retried (the `max_retries` field; the
+        /// crate's tests).
+        pub fn max_retries(mut self, n: usize) -> Self {
+            self.max_retries = n;
+            self
+        }
     }
 
     /// Opens the archive at `url`: one request for the end of the object (often the
