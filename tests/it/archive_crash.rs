@@ -387,6 +387,110 @@ fn sigkill_at_random_moments() {
     assert!(journals > 0, "no kill landed inside an in-place append");
 }
 
+/// Sharded saves of two ranks (tests/bin/crash_child.rs `sharded`) killed with SIGKILL
+/// at random moments, so at every phase of the protocol: staging, the ranks' writes,
+/// the markers, the commit, the removals. After each kill the archive opens (rolling back
+/// a staging cut short or a journaled commit), holds the old tags (less pruned ones)
+/// then new complete ones, each with its values; every 20 kills it verifies with a
+/// current summary. The next run's rank 0 rolls back what the dead group left; at the
+/// end, after one more writer, no sidecar of a sharded save is left.
+#[cfg(unix)]
+#[test]
+fn sharded_saves_killed_at_random_moments() {
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("model.zip");
+    let mut w = ArchiveWriter::create(&path).unwrap();
+    let (w0, m0) = child_values("c0-0");
+    let first = TagBuilder::new("c0-0")
+        .param("w", Tensor::from_slice(vec![64], &w0).unwrap())
+        .param(
+            "shared",
+            Tensor::from_slice(vec![64], &[7.0f32; 64]).unwrap(),
+        )
+        .updater("w", vec![Tensor::from_slice(vec![64], &m0).unwrap()]);
+    w.add_tag(first).unwrap();
+    w.finish().unwrap();
+    let exe = env!("CARGO_BIN_EXE_crash-child");
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut prev: Vec<String> = vec!["c0-0".into()];
+    let mut changes = 0;
+    let mut left_staged = 0;
+    for kill in 1..=120u64 {
+        let mut child = Command::new(exe)
+            .arg(&path)
+            .arg(kill.to_string())
+            .arg("sharded")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % 120));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let undo = d.path().join("model.zip.sharded-undo");
+        if undo.exists() {
+            left_staged += 1;
+        }
+        let a = Archive::open(&path).unwrap_or_else(|e| panic!("after kill {kill}: {e}"));
+        let tags = a.tags().to_vec();
+        let kept: Vec<&String> = tags.iter().filter(|t| prev.contains(t)).collect();
+        let pruned = prev.len() - kept.len();
+        assert_eq!(
+            kept,
+            prev[pruned..].iter().collect::<Vec<_>>(),
+            "kill {kill}"
+        );
+        assert!(
+            tags[..kept.len()].iter().all(|t| prev.contains(t)),
+            "kill {kill}: {tags:?}"
+        );
+        for t in &tags[kept.len()..] {
+            assert!(nonce_of(t) == kill, "kill {kill}: unexpected tag {t}");
+        }
+        for t in &tags {
+            check_tag(&a, t);
+        }
+        if tags != prev {
+            changes += 1;
+        }
+        if kill % 20 == 0 {
+            let r = a.verify();
+            assert!(r.is_ok(), "kill {kill}: {:?}", r.problems);
+            assert_summary_current(&a, &format!("kill {kill}"));
+        }
+        prev = tags;
+    }
+    // One more writer rolls back whatever the last kill left.
+    append_tag(
+        &path,
+        sample_tag("after", 9),
+        AppendMode::InPlace,
+        &WriteOptions {
+            wait_for_lock: true,
+            ..WriteOptions::default()
+        },
+    )
+    .unwrap();
+    let a = Archive::open(&path).unwrap();
+    assert!(a.verify().is_ok(), "{:?}", a.verify().problems);
+    let left: Vec<String> = stray_files(d.path(), &path)
+        .into_iter()
+        .filter(|f| f != "model.zip.sharded-lease")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    eprintln!("{changes} runs changed the tags, {left_staged} left a staging to roll back");
+    assert!(
+        changes > 20,
+        "the child made progress in only {changes} runs"
+    );
+    assert!(left_staged > 0, "no kill landed inside a sharded save");
+}
+
 fn modelzip_journal(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".journal");

@@ -566,9 +566,8 @@ fn write_tag(
     // then the commit is journaled as an append to the staged archive (readers may hold
     // the staged archive: a rollback must not cut what they read). The undo record stays
     // until the commit is done: a crash before rolls the commit back, then the staging.
-    std::fs::remove_file(group::group_path(real, &plan.tag))
-        .map_err(|e| Error::from(e).in_file(real))?;
-    super::super::durable::fsync_dir(real)?;
+    // The markers go with the group file (before it: none is left without it).
+    group::remove_group_files(real, &plan.tag)?;
     let staged_cd = base.directory().cd_offset;
     journal::write(
         real,

@@ -304,12 +304,13 @@ pub(crate) fn read_marker(archive: &Path, tag: &str, rank: u32) -> Result<Option
     }
 }
 
-/// Deletes the group file, every rank marker of `tag` (any world size: the directory is
-/// listed) and the temp files of markers being written (the caller holds the exclusive
-/// lease: no rank is writing one), then fsyncs the directory.
+/// Deletes every rank marker of `tag` (any world size: the directory is listed), the
+/// temp files of markers being written (the caller holds the exclusive lease: no rank is
+/// writing one) and, last, the group file, fsyncing the directory between: a crash
+/// part way leaves the group file, by which the next writer finds the rest (markers
+/// without their group file would be found by no one).
 pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
     let group = group_path(archive, tag);
-    let _ = std::fs::remove_file(&group);
     let prefix = format!(
         "{}.rank-",
         group
@@ -326,6 +327,13 @@ pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
                 let _ = std::fs::remove_file(e.path());
             }
         }
+    }
+    fsync_dir(&group)?;
+    match std::fs::remove_file(&group) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::from(e).in_file(&group));
+        }
+        _ => {}
     }
     fsync_dir(&group)
 }
