@@ -828,7 +828,9 @@ class Checkpointer:
     ``updater`` then hold this rank's rows as ``(rows, first_row, global_shape)`` (or
     its blocks as ``(block, offsets, global_shape)``), as
     :func:`modelzip.sharded.save` takes them; rank 0 commits, records the metrics and
-    applies the retention policy; ``timeout`` bounds each wait for the other ranks.
+    applies the retention policy; ``timeout`` bounds each wait for the other ranks;
+    ``group`` is the job's id, as :func:`modelzip.sharded.save` takes it (a restarted
+    job's lingering rank then cannot join the new job's save).
 
     ``path`` may be an ``s3://`` URL: each save appends the checkpoint to the object
     where it lies (only its new bytes uploaded, the old ones copied by the store) and the
@@ -857,6 +859,7 @@ class Checkpointer:
         rank: int = 0,
         world_size: int = 1,
         timeout: float = 600.0,
+        group: Optional[str] = None,
     ) -> None:
         p = os.fspath(path)
         self._path = p if _is_s3(p) else _local(path, "checkpoint into")
@@ -865,6 +868,7 @@ class Checkpointer:
         if self._rank >= self._world_size:
             raise _make("invalid_input", f"rank {self._rank} is not below the world size {self._world_size}")
         self._timeout = float(timeout)
+        self._group = None if group is None else str(group)
         self._native = _modelzip.NativeCheckpointer(
             self._path,
             _optional_whole("checkpoint option keep_last", keep_last),
@@ -904,7 +908,8 @@ class Checkpointer:
                 for slot, v in enumerate(states):
                     items.append(sharded._shard_item(f"updater array {slot} of {k!r}", str(k), slot, v))
             return self._native.save_sharded(
-                _whole("step", step), items, _metrics(metrics), self._rank, self._world_size, self._timeout
+                _whole("step", step), items, _metrics(metrics), self._rank, self._world_size, self._timeout,
+                self._group,
             )
         return self._native.save(
             _whole("step", step),

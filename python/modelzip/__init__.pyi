@@ -196,6 +196,7 @@ class Checkpointer:
         rank: int = 0,
         world_size: int = 1,
         timeout: float = 600.0,
+        group: Optional[str] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...

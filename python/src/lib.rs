@@ -1141,7 +1141,7 @@ impl NativeCheckpointer {
 
     /// This rank's part of a checkpoint written by several processes (docs/SHARDED.md):
     /// `shards` as `sharded_save` takes them.
-    #[pyo3(signature = (step, shards, metrics, rank, world_size, timeout=600.0))]
+    #[pyo3(signature = (step, shards, metrics, rank, world_size, timeout=600.0, group=None))]
     #[allow(clippy::too_many_arguments)]
     fn save_sharded<'py>(
         &self,
@@ -1152,6 +1152,7 @@ impl NativeCheckpointer {
         rank: u32,
         world_size: u32,
         timeout: f64,
+        group: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let items = shard_inputs(py, shards)?;
         if !(timeout.is_finite() && timeout >= 0.0) {
@@ -1160,8 +1161,11 @@ impl NativeCheckpointer {
                 format!("timeout must be a number of seconds, not {timeout}"),
             ));
         }
-        let sharding = modelzip::sharded::ShardedOptions::new(rank, world_size)
+        let mut sharding = modelzip::sharded::ShardedOptions::new(rank, world_size)
             .with_timeout(Duration::from_secs_f64(timeout));
+        if let Some(id) = group {
+            sharding = sharding.with_group(id);
+        }
         let r = py
             .detach(|| {
                 let specs = shard_specs(&items);

@@ -370,7 +370,8 @@ def ckpt_rank(path: str, rank: int, world: int, steps: list, out) -> None:
     """A sharded training loop's rank: a checkpointer with keep_last=2, one save a step;
     the embedding never changes (stored once), `w` does."""
     try:
-        ck = modelzip.Checkpointer(path, keep_last=2, rank=rank, world_size=world, timeout=60)
+        # A group id (the job's), the same on every rank: part of each save's plan.
+        ck = modelzip.Checkpointer(path, keep_last=2, rank=rank, world_size=world, timeout=60, group="job-7")
         reports = []
         for step in steps:
             shards = {}
@@ -520,3 +521,35 @@ def test_blocks_that_overlap_are_refused_naming_the_ranks_and_element(tmp, ctx):
         t.join()
     assert "ranks 0 and 1 both wrote element [0, 2]" in errors[0], errors
     assert contents(path) == before
+
+
+def test_a_checkpointer_rank_of_another_group_is_refused(tmp):
+    """The Checkpointer's `group` reaches the plan: rank 1 of job "b" finds job "a"'s save
+    of the same step and is refused; job "a"'s rank 0 then times out waiting for its own
+    rank 1, and nothing is committed."""
+    import threading
+
+    path = tmp / "run.zip"
+    modelzip.save(path, "init", {"x": np.zeros(2, np.float32)})
+    w = np.ones((4, 3), np.float32)
+    errors = {}
+
+    def one(rank, group):
+        ck = modelzip.Checkpointer(path, rank=rank, world_size=2, timeout=3, group=group)
+        a, b = zs.row_range(4, rank, 2)
+        try:
+            ck.save(1, {"w": (w[a:b], a, w.shape)})
+        except modelzip.ModelzipError as e:
+            errors[rank] = str(e)
+
+    t0 = threading.Thread(target=one, args=(0, "a"))
+    t0.start()
+    deadline = time.time() + 30
+    while not any(p.name.startswith("run.zip.sharded-step") for p in tmp.iterdir()) and time.time() < deadline:
+        time.sleep(0.01)
+    one(1, "b")
+    t0.join()
+    assert "group ids differ" in errors.get(1, ""), errors
+    assert "waiting for rank 1 of 2" in errors.get(0, ""), errors
+    with modelzip.open(path) as ar:
+        assert ar.tags == ["init"]
