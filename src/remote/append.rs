@@ -26,6 +26,10 @@ pub(super) const MAX_PARTS: u64 = 10_000;
 /// store allows).
 pub(super) const UPLOAD_PART: u64 = 16 << 20;
 
+/// Parts of a commit in flight at once (copies and uploads): a part's request need not
+/// wait for the one before (at most this many uploaded parts' bytes, 16 MiB each, held).
+const PARALLEL_PARTS: usize = 4;
+
 /// Unfinished multipart uploads to the key older than this are aborted by the next
 /// remote append to it (left by a writer that was killed).
 pub const STALE_UPLOAD_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -472,24 +476,45 @@ impl RemoteAppender {
             let id = s3.create_upload().await.map_err(Failed::Store)?;
             cost.requests += 1;
             let sent = async {
+                use futures_util::stream::{FuturesUnordered, StreamExt};
+                type PartFuture<'f> = std::pin::Pin<
+                    Box<dyn std::future::Future<Output = Result<PartDone, S3Failure>> + Send + 'f>,
+                >;
+                // Up to PARALLEL_PARTS parts in flight: each uploaded part's bytes are
+                // read here in order (the staged file is read front to back) while the
+                // earlier parts are still being sent or copied.
                 let mut done: Vec<PartDone> = Vec::with_capacity(parts.len());
-                for part in &parts {
-                    let n = done.len() as u32 + 1;
+                let mut in_flight: FuturesUnordered<PartFuture<'_>> = FuturesUnordered::new();
+                for (k, part) in parts.iter().enumerate() {
+                    let n = k as u32 + 1;
+                    while in_flight.len() >= PARALLEL_PARTS {
+                        if let Some(d) = in_flight.next().await {
+                            done.push(d?);
+                        }
+                    }
                     match part {
                         Part::Copy(range) => {
-                            done.push(s3.copy_part(&id, n, range.clone(), &e_tag).await?);
+                            in_flight.push(Box::pin(s3.copy_part(&id, n, range.clone(), &e_tag)));
                             cost.requests += 1;
                             cost.copied += range.end - range.start;
                         }
                         Part::Upload(pieces) => {
                             let buf = fill(client, &e_tag, staged, pieces, &mut cost).await?;
                             let len = buf.len() as u64;
-                            done.push(s3.upload_part(&id, n, bytes::Bytes::from(buf)).await?);
+                            in_flight.push(Box::pin(s3.upload_part(
+                                &id,
+                                n,
+                                bytes::Bytes::from(buf),
+                            )));
                             cost.requests += 1;
                             cost.uploaded += len;
                         }
                     }
                 }
+                while let Some(d) = in_flight.next().await {
+                    done.push(d?);
+                }
+                done.sort_by_key(|d| d.number);
                 cost.requests += 1;
                 let version = s3
                     .complete(&id, &done, if_match.as_deref())
