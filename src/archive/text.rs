@@ -374,6 +374,14 @@ pub(crate) struct ShardLine {
     pub line: usize,
 }
 
+impl ShardLine {
+    /// Who wrote the range, as messages say it: "rank 3", or "the committing rank".
+    pub fn writer_name(&self) -> String {
+        self.writer
+            .map_or("the committing rank".to_string(), |w| format!("rank {w}"))
+    }
+}
+
 /// Parses shards.txt: `path SP offset SP length SP sha256 SP writer [SP box=a:b,c:d...]`
 /// per line, `writer` a rank or `-`.
 pub(crate) fn parse_shards(bytes: &[u8], entry: &str) -> Result<Vec<ShardLine>> {
@@ -464,8 +472,7 @@ pub(crate) fn render_shards(rows: &[ShardLine]) -> String {
             r.path, r.offset, r.len, r.sha256
         ));
         if let Some(b) = &r.boxed {
-            let parts: Vec<String> = b.iter().map(|r| format!("{}:{}", r.start, r.end)).collect();
-            s.push_str(&format!(" box={}", parts.join(",")));
+            s.push_str(&format!(" box={}", super::sharded::boxes::render(b)));
         }
         s.push('\n');
     }

@@ -617,9 +617,7 @@ impl Archive {
                 );
                 WorkCounters::add(&self.work.hashed);
                 if got != l.sha256 {
-                    let by = l
-                        .writer
-                        .map_or("the committing rank".to_string(), |w| format!("rank {w}"));
+                    let by = l.writer_name();
                     r.push(
                         Some(&full),
                         format!(
@@ -731,9 +729,7 @@ impl Archive {
             let got = hex_digest(&h.finalize().into());
             WorkCounters::add(&self.work.hashed);
             if got != l.sha256 {
-                let by = l
-                    .writer
-                    .map_or("the committing rank".to_string(), |w| format!("rank {w}"));
+                let by = l.writer_name();
                 r.push(
                     Some(full),
                     format!(

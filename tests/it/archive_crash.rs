@@ -306,6 +306,31 @@ fn check_tag(a: &Archive, name: &str) {
     assert_eq!(u.view().to_vec::<f32>().unwrap(), m, "{name}");
 }
 
+/// The tags of `a` after kill `kill` of a child that wrote tags `c{kill}-{i}`: the old
+/// tags `prev` (less the oldest ones a prune removed), then only new ones of this child,
+/// in order, each with its values.
+fn check_after_kill(a: &Archive, prev: &[String], kill: u64) -> Vec<String> {
+    let tags = a.tags().to_vec();
+    let kept: Vec<&String> = tags.iter().filter(|t| prev.contains(t)).collect();
+    let pruned = prev.len() - kept.len();
+    assert_eq!(
+        kept,
+        prev[pruned..].iter().collect::<Vec<_>>(),
+        "kill {kill}"
+    );
+    assert!(
+        tags[..kept.len()].iter().all(|t| prev.contains(t)),
+        "kill {kill}: {tags:?}"
+    );
+    for t in &tags[kept.len()..] {
+        assert!(nonce_of(t) == kill, "kill {kill}: unexpected tag {t}");
+    }
+    for t in &tags {
+        check_tag(a, t);
+    }
+    tags
+}
+
 #[cfg(unix)]
 #[test]
 fn sigkill_at_random_moments() {
@@ -348,25 +373,7 @@ fn sigkill_at_random_moments() {
         }
         let a = Archive::open(&path).unwrap_or_else(|e| panic!("after kill {kill}: {e}"));
         assert!(!modelzip_journal(&path).exists(), "journal left after open");
-        let tags = a.tags().to_vec();
-        // Old tags (less the oldest ones a prune removed), then only new ones, in order.
-        let kept: Vec<&String> = tags.iter().filter(|t| prev.contains(t)).collect();
-        let pruned = prev.len() - kept.len();
-        assert_eq!(
-            kept,
-            prev[pruned..].iter().collect::<Vec<_>>(),
-            "kill {kill}"
-        );
-        assert!(
-            tags[..kept.len()].iter().all(|t| prev.contains(t)),
-            "kill {kill}: {tags:?}"
-        );
-        for t in &tags[kept.len()..] {
-            assert!(nonce_of(t) == kill, "kill {kill}: unexpected tag {t}");
-        }
-        for t in &tags {
-            check_tag(&a, t);
-        }
+        let tags = check_after_kill(&a, &prev, kill);
         if tags != prev {
             changes += 1;
         }
@@ -437,24 +444,7 @@ fn sharded_saves_killed_at_random_moments() {
             left_staged += 1;
         }
         let a = Archive::open(&path).unwrap_or_else(|e| panic!("after kill {kill}: {e}"));
-        let tags = a.tags().to_vec();
-        let kept: Vec<&String> = tags.iter().filter(|t| prev.contains(t)).collect();
-        let pruned = prev.len() - kept.len();
-        assert_eq!(
-            kept,
-            prev[pruned..].iter().collect::<Vec<_>>(),
-            "kill {kill}"
-        );
-        assert!(
-            tags[..kept.len()].iter().all(|t| prev.contains(t)),
-            "kill {kill}: {tags:?}"
-        );
-        for t in &tags[kept.len()..] {
-            assert!(nonce_of(t) == kill, "kill {kill}: unexpected tag {t}");
-        }
-        for t in &tags {
-            check_tag(&a, t);
-        }
+        let tags = check_after_kill(&a, &prev, kill);
         if tags != prev {
             changes += 1;
         }
