@@ -26,7 +26,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _modelzip, _graph_arg, _local, _make, _metadata_json, _prepare
+from . import _modelzip, _graph_arg, _make, _metadata_json, _prepare, _writable
 
 __all__ = ["row_range", "save"]
 
@@ -114,11 +114,21 @@ def save(
     lingering rank of a restarted job would join the new job's save); with ids, a rank
     of the other group is refused and the save under way goes on without it.
 
+    ``path`` may be an ``s3://`` URL (credentials and endpoint from the ``AWS_*``
+    environment, as for :func:`modelzip.save`): each rank uploads its shards to a
+    staging object beside the archive, and rank 0 composes the new version of the
+    archive object from the old one and those objects, copied by the store, committed
+    only if the archive is still the version it read (docs/SHARDED.md, "Object
+    stores").
+
     Returns ``{"tag", "rank", "world_size", "shards", "bytes_written", "deduplicated",
     "plan"}``: this rank's shards and bytes, the tensors rank 0 stored by reference to an
-    identical earlier sharded tensor, and the plan's digest (equal on every rank).
+    identical earlier sharded tensor, and the plan's digest (equal on every rank). Rank
+    0 of a save to ``s3://`` adds what its commit cost: ``"bytes_uploaded"``,
+    ``"bytes_copied"``, ``"bytes_reread"``, ``"requests"``, ``"version"``,
+    ``"previous_version"``.
     """
-    p = _local(path, "save a sharded tag to", "sharded saves write a local or shared filesystem")
+    p = _writable(path, "save a sharded tag to")
     if not isinstance(shards, Mapping):
         raise _make("invalid_input", "shards must be a mapping of name -> (rows, first_row, global_shape)")
     items = [_shard_item(f"shard of {k!r}", str(k), None, v) for k, v in shards.items()]

@@ -1180,6 +1180,10 @@ impl NativeCheckpointer {
         d.set_item("removed", r.removed.clone())?;
         d.set_item("compacted", r.compacted)?;
         d.set_item("rank", rank)?;
+        if let (Some(up), Some(copied)) = (r.bytes_uploaded, r.bytes_copied) {
+            d.set_item("bytes_uploaded", up)?;
+            d.set_item("bytes_copied", copied)?;
+        }
         Ok(d)
     }
 
@@ -1799,6 +1803,7 @@ fn sharded_save<'py>(
     d.set_item("bytes_written", report.bytes_written)?;
     d.set_item("deduplicated", report.deduplicated)?;
     d.set_item("plan", &report.plan)?;
+    remote_fields(&d, report.remote.as_ref())?;
     Ok(d)
 }
 

@@ -379,8 +379,10 @@ impl Checkpointer {
     /// [`write_updater`](crate::sharded::ShardedWriter::write_updater)). Rank 0 writes
     /// the checkpoint's metadata (`step`, its `metrics`, the retention record), commits,
     /// then applies the retention policy and the compaction threshold as
-    /// [`Checkpointer::save`] does; the other ranks' reports remove nothing. Local or
-    /// shared filesystems only: an `s3://` archive is refused.
+    /// [`Checkpointer::save`] does; the other ranks' reports remove nothing. An `s3://`
+    /// archive takes sharded saves too (docs/SHARDED.md, "Object stores"); a commit that
+    /// loses a race with another writer is not tried again (the ranks' bytes would have
+    /// to be composed anew): the error says so and the next save goes on.
     pub fn save_sharded(
         &mut self,
         step: u64,
@@ -390,20 +392,13 @@ impl Checkpointer {
         write: impl FnOnce(&mut crate::sharded::ShardedWriter) -> Result<()>,
     ) -> Result<SaveReport> {
         self.wait()?;
-        if crate::archive::url_of(&self.path).is_some() {
-            return Err(ErrorKind::InvalidInput(format!(
-                "{}: sharded checkpoints are written to a local or shared filesystem, not to a URL",
-                self.path.display()
-            ))
-            .into());
-        }
         let tag = tag_for(&self.opts.pattern, step)?;
         let rank0 = sharding.rank == 0;
         let mut ckpt = Checkpoint::new(step);
         ckpt.metrics = metrics;
-        let record = if rank0 && !self.opts.retention.is_unset() && self.path.exists() {
-            let snapshot = Archive::open(&self.path)?;
-            retention_record(Some(&snapshot), &self.opts, &tag, &ckpt)?
+        let record = if rank0 && !self.opts.retention.is_unset() {
+            let snapshot = open_archive(&self.path)?;
+            retention_record(snapshot.as_ref(), &self.opts, &tag, &ckpt)?
         } else if rank0 {
             retention_record(None, &self.opts, &tag, &ckpt)?
         } else {
@@ -419,7 +414,7 @@ impl Checkpointer {
             }
             w.metadata(meta.to_string().as_bytes())?;
         }
-        w.finish()?;
+        let done = w.finish()?;
         if !rank0 {
             return Ok(SaveReport {
                 tag,
@@ -429,6 +424,23 @@ impl Checkpointer {
                 bytes_copied: None,
             });
         }
+        #[cfg(feature = "remote")]
+        if let Some(url) = url_of(&self.path) {
+            let (removed, removal) = remote::apply_retention(url, &self.opts)?;
+            let cost = |w: Option<&crate::remote::RemoteWrite>| {
+                w.map_or((0, 0), |w| (w.bytes_uploaded, w.bytes_copied))
+            };
+            let (up, copied) = cost(done.remote.as_ref());
+            let (up2, copied2) = cost(removal.as_ref());
+            return Ok(SaveReport {
+                tag,
+                removed,
+                compacted: false,
+                bytes_uploaded: Some(up + up2),
+                bytes_copied: Some(copied + copied2),
+            });
+        }
+        let _ = done;
         retain_and_compact(&self.path, &self.opts, tag)
     }
 

@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use object_store::{GetOptions, GetRange, ObjectStoreExt};
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom};
+use std::sync::Arc;
 
 /// Smallest part of a multipart upload but the last (S3's limit).
 pub const S3_MIN_PART: u64 = 5 << 20;
@@ -66,12 +67,12 @@ pub struct RemoteWrite {
 /// How a new version is put together from the first `keep` bytes of the old object and
 /// `staged` new bytes.
 #[derive(Debug, PartialEq, Eq)]
-struct Plan {
+pub(super) struct Plan {
     /// Ranges of the old object the store copies, one part each (none when `keep` is
     /// under [`S3_MIN_PART`]: a part but the last cannot be that small).
-    copies: Vec<std::ops::Range<u64>>,
+    pub(super) copies: Vec<std::ops::Range<u64>>,
     /// Old bytes read and uploaded ahead of the new ones instead (`keep`, or 0).
-    reread: u64,
+    pub(super) reread: u64,
     /// Size of every uploaded part but the last.
     upload_part: u64,
 }
@@ -79,7 +80,7 @@ struct Plan {
 /// Largest object S3 stores.
 pub(super) const MAX_OBJECT: u64 = 5 << 40;
 
-fn plan(keep: u64, staged: u64) -> std::result::Result<Plan, String> {
+pub(super) fn copy_plan(keep: u64, staged: u64) -> std::result::Result<Plan, String> {
     let total = keep.saturating_add(staged);
     if total > MAX_OBJECT {
         return Err(format!(
@@ -386,6 +387,28 @@ impl RemoteAppender {
         }
     }
 
+    /// An appender that only commits: the new version of the object `client` names,
+    /// conditional on version `e_tag` (`None`: created, only if there is none), composed
+    /// from parts whose uploaded bytes come from `staged` (a sharded save's).
+    pub(super) fn for_parts(
+        client: Client,
+        s3: S3Access,
+        staged: File,
+        e_tag: Option<String>,
+    ) -> RemoteAppender {
+        let start = match e_tag {
+            Some(e_tag) => Start::Existing { e_tag, keep: 0 },
+            None => Start::New,
+        };
+        RemoteAppender {
+            session: None,
+            staged,
+            client,
+            s3,
+            start,
+        }
+    }
+
     /// Checks that the staged file holds the `staged_len` new bytes, rewinds it, and
     /// commits.
     fn commit_staged(mut self, staged_len: u64) -> Result<RemoteWrite> {
@@ -428,7 +451,7 @@ impl RemoteAppender {
             Start::Existing { keep, .. } => *keep,
             Start::New => 0,
         };
-        let plan = plan(keep, staged_len).map_err(|why| {
+        let plan = copy_plan(keep, staged_len).map_err(|why| {
             Error::new(ErrorKind::InvalidInput(format!(
                 "{why}; nothing was written"
             )))
@@ -495,6 +518,17 @@ impl RemoteAppender {
                     match part {
                         Part::Copy(range) => {
                             in_flight.push(Box::pin(s3.copy_part(&id, n, range.clone(), &e_tag)));
+                            cost.requests += 1;
+                            cost.copied += range.end - range.start;
+                        }
+                        Part::CopyFrom(src, range) => {
+                            in_flight.push(Box::pin(s3.copy_part_from(
+                                &id,
+                                n,
+                                &src.key,
+                                range.clone(),
+                                &src.e_tag,
+                            )));
                             cost.requests += 1;
                             cost.copied += range.end - range.start;
                         }
@@ -637,7 +671,17 @@ impl From<S3Failure> for Failed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Part {
     Copy(std::ops::Range<u64>),
+    /// A byte range of another object of the bucket (its key, its version), copied.
+    CopyFrom(Arc<Source>, std::ops::Range<u64>),
     Upload(Vec<Piece>),
+}
+
+/// Another object of the archive's bucket whose bytes go into the new version: its key
+/// and the version (ETag) read or copied (never another).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Source {
+    pub(super) key: String,
+    pub(super) e_tag: String,
 }
 
 /// Where the bytes of an uploaded part come from, in order.
@@ -649,22 +693,29 @@ pub(super) enum Piece {
     Zeros(u64),
     /// The next bytes of the staged file.
     Staged(u64),
+    /// A byte range of another object, read (ranges of one object that touch are read
+    /// with one GET per part).
+    From(Arc<Source>, std::ops::Range<u64>),
 }
 
 impl Piece {
     pub(super) fn len(&self) -> u64 {
         match self {
-            Piece::Old(r) => r.end - r.start,
+            Piece::Old(r) | Piece::From(_, r) => r.end - r.start,
             Piece::Zeros(n) | Piece::Staged(n) => *n,
         }
     }
 
     /// The first `n` bytes (`n` < len) and the rest.
-    fn split(self, n: u64) -> (Piece, Piece) {
+    pub(super) fn split(self, n: u64) -> (Piece, Piece) {
         match self {
             Piece::Old(r) => (
                 Piece::Old(r.start..r.start + n),
                 Piece::Old(r.start + n..r.end),
+            ),
+            Piece::From(o, r) => (
+                Piece::From(o.clone(), r.start..r.start + n),
+                Piece::From(o, r.start + n..r.end),
             ),
             Piece::Zeros(m) => (Piece::Zeros(n), Piece::Zeros(m - n)),
             Piece::Staged(m) => (Piece::Staged(n), Piece::Staged(m - n)),
@@ -728,7 +779,30 @@ async fn fill(
         Piece::Old(r) => Some(read_old(client, r.clone(), e_tag)),
         _ => None,
     });
-    let mut old = futures_util::future::try_join_all(reads).await?.into_iter();
+    // Ranges of other objects: those of one object that touch are read at once (the
+    // runs of one rank's block, row after row, are back to back in its staging object).
+    let mut spans: Vec<(Arc<Source>, std::ops::Range<u64>)> = Vec::new();
+    let mut wanted: Vec<(&Arc<Source>, &std::ops::Range<u64>)> = pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::From(o, r) => Some((o, r)),
+            _ => None,
+        })
+        .collect();
+    wanted.sort_by(|a, b| (&a.0.key, a.1.start).cmp(&(&b.0.key, b.1.start)));
+    for (o, r) in wanted {
+        match spans.last_mut() {
+            Some((so, sr)) if so.key == o.key && sr.end >= r.start => sr.end = sr.end.max(r.end),
+            _ => spans.push((o.clone(), r.clone())),
+        }
+    }
+    let fetches = spans.iter().map(|(o, r)| read_object(client, o, r.clone()));
+    let (old, fetched) = futures_util::future::try_join(
+        futures_util::future::try_join_all(reads),
+        futures_util::future::try_join_all(fetches),
+    )
+    .await?;
+    let mut old = old.into_iter();
     let total: u64 = pieces.iter().map(Piece::len).sum();
     let mut buf = Vec::with_capacity(total as usize);
     for piece in pieces {
@@ -737,6 +811,20 @@ async fn fill(
                 cost.requests += 1;
                 cost.reread += r.end - r.start;
                 buf.extend_from_slice(&old.next().unwrap_or_default());
+            }
+            Piece::From(o, r) => {
+                let span = spans
+                    .iter()
+                    .position(|(so, sr)| so.key == o.key && sr.start <= r.start && r.end <= sr.end);
+                let Some(i) = span else {
+                    return Err(Failed::Local(
+                        Error::from(std::io::Error::other("a piece outside the ranges read"))
+                            .in_file(&client.url),
+                    ));
+                };
+                let at = (r.start - spans[i].1.start) as usize;
+                let bytes = fetched[i].get(at..at + (r.end - r.start) as usize);
+                buf.extend_from_slice(bytes.unwrap_or_default());
             }
             Piece::Zeros(n) => buf.resize(buf.len() + *n as usize, 0),
             Piece::Staged(n) => {
@@ -748,6 +836,8 @@ async fn fill(
             }
         }
     }
+    cost.requests += spans.len() as u64;
+    cost.reread += spans.iter().map(|(_, r)| r.end - r.start).sum::<u64>();
     if buf.len() as u64 != total {
         return Err(Failed::Local(
             Error::from(std::io::Error::other(format!(
@@ -758,6 +848,40 @@ async fn fill(
         ));
     }
     Ok(buf)
+}
+
+/// The bytes `range` of object `o` of the archive's bucket, of its version `o.e_tag`.
+async fn read_object(
+    client: &Client,
+    o: &Source,
+    range: std::ops::Range<u64>,
+) -> std::result::Result<Vec<u8>, Failed> {
+    let path = object_store::path::Path::from(o.key.as_str());
+    let opts = GetOptions {
+        range: Some(GetRange::Bounded(range.clone())),
+        if_match: Some(o.e_tag.clone()),
+        ..Default::default()
+    };
+    let got =
+        client.store.get_opts(&path, opts).await.map_err(|e| {
+            Failed::Local(remote_err(&format!("{} (object {})", client.url, o.key), e))
+        })?;
+    let bytes = super::exact_body(got)
+        .await
+        .map_err(|e| Failed::Local(remote_err(&client.url, e)))?;
+    if bytes.len() as u64 != range.end - range.start {
+        return Err(Failed::Local(
+            Error::from(std::io::Error::other(format!(
+                "object {} answered {} bytes for bytes {}..{}",
+                o.key,
+                bytes.len(),
+                range.start,
+                range.end
+            )))
+            .in_file(&client.url),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// The bytes `range` of version `e_tag` (a lost race when the object is another version
@@ -808,14 +932,14 @@ mod tests {
 
     #[test]
     fn kept_bytes_are_copied_from_the_part_minimum_on_and_reread_below_it() {
-        let p = plan(0, 100).unwrap();
+        let p = copy_plan(0, 100).unwrap();
         assert_eq!(
             (p.copies.len(), p.reread, p.upload_part),
             (0, 0, UPLOAD_PART)
         );
-        let p = plan(S3_MIN_PART - 1, 10).unwrap();
+        let p = copy_plan(S3_MIN_PART - 1, 10).unwrap();
         assert_eq!((p.copies.len(), p.reread), (0, S3_MIN_PART - 1));
-        let p = plan(S3_MIN_PART, 10).unwrap();
+        let p = copy_plan(S3_MIN_PART, 10).unwrap();
         assert_eq!(p.reread, 0);
         assert_eq!(p.copies.len(), 1);
         assert_eq!(p.copies[0], 0..S3_MIN_PART);
@@ -847,7 +971,7 @@ mod tests {
     #[test]
     fn large_prefixes_take_one_copy_per_5_gib() {
         for keep in [5 * GIB, 5 * GIB + 1, 12 * GIB + 7, (5 << 40) - 10 * MIB] {
-            let p = plan(keep, 10 * MIB).unwrap_or_else(|e| panic!("{keep}: {e}"));
+            let p = copy_plan(keep, 10 * MIB).unwrap_or_else(|e| panic!("{keep}: {e}"));
             check_copies(&p, keep);
             assert_eq!(p.copies.len() as u64, keep.div_ceil(MAX_PART));
         }
@@ -855,13 +979,13 @@ mod tests {
 
     #[test]
     fn many_new_bytes_grow_the_parts_to_stay_within_10000() {
-        let p = plan(GIB, 200 * GIB).unwrap();
+        let p = copy_plan(GIB, 200 * GIB).unwrap();
         assert!(p.upload_part > UPLOAD_PART);
         let uploads = (200 * GIB).div_ceil(p.upload_part);
         assert!(uploads + p.copies.len() as u64 <= MAX_PARTS);
-        let p = plan(10 * MIB, 160 * MIB).unwrap();
+        let p = copy_plan(10 * MIB, 160 * MIB).unwrap();
         assert_eq!(p.upload_part, UPLOAD_PART);
-        assert!(plan(0, (5 << 40) + 1).is_err());
-        assert!(plan(5 << 40, 1).is_err());
+        assert!(copy_plan(0, (5 << 40) + 1).is_err());
+        assert!(copy_plan(5 << 40, 1).is_err());
     }
 }

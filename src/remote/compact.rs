@@ -418,7 +418,7 @@ mod tests {
         let parts = parts(&moved, staged).unwrap();
         for (i, p) in parts.iter().enumerate() {
             let len = match p {
-                Part::Copy(r) => r.end - r.start,
+                Part::Copy(r) | Part::CopyFrom(_, r) => r.end - r.start,
                 Part::Upload(ps) => ps.iter().map(Piece::len).sum(),
             };
             assert!(len <= MAX_PART, "{i}: {len}");
@@ -436,12 +436,14 @@ mod tests {
         for p in &parts {
             let pieces = match p {
                 Part::Copy(r) => vec![(Some(r.start), r.end - r.start, false)],
+                Part::CopyFrom(..) => panic!("a compaction copies from the archive only"),
                 Part::Upload(ps) => ps
                     .iter()
                     .map(|x| match x {
                         Piece::Old(r) => (Some(r.start), r.end - r.start, true),
                         Piece::Zeros(n) => (None, *n, false),
                         Piece::Staged(n) => (None, *n, false),
+                        Piece::From(..) => panic!("a compaction reads the archive only"),
                     })
                     .collect(),
             };

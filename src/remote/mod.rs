@@ -29,6 +29,7 @@ use std::time::Duration;
 mod append;
 mod compact;
 mod s3;
+pub(crate) mod sharded;
 
 pub use append::{RemoteAppender, RemoteRemoval, RemoteWrite, remove_tags};
 #[allow(unused_imports)]

@@ -265,10 +265,23 @@ impl S3Access {
         range: std::ops::Range<u64>,
         e_tag: &str,
     ) -> S3Result<PartDone> {
+        self.copy_part_from(id, number, &self.key, range, e_tag)
+            .await
+    }
+
+    /// [`S3Access::copy_part`] from object `key` of the same bucket (version `e_tag`).
+    pub(super) async fn copy_part_from(
+        &self,
+        id: &str,
+        number: u32,
+        key: &str,
+        range: std::ops::Range<u64>,
+        e_tag: &str,
+    ) -> S3Result<PartDone> {
         let source = format!(
             "/{}/{}",
             utf8_percent_encode(&self.bucket, KEY_ENCODE),
-            utf8_percent_encode(&self.key, KEY_ENCODE)
+            utf8_percent_encode(key, KEY_ENCODE)
         );
         let headers = [
             ("x-amz-copy-source", source),

@@ -383,7 +383,10 @@ fn wait_for_markers(
 
 /// Each tensor's shard lines (record header first, then the rows in order) and its
 /// CRC-32, after checking that the ranks' rows tile every tensor exactly.
-fn check_coverage(plan: &Plan, markers: &[Marker]) -> Result<Vec<(Vec<ShardLine>, u32)>> {
+pub(crate) fn check_coverage(
+    plan: &Plan,
+    markers: &[Marker],
+) -> Result<Vec<(Vec<ShardLine>, u32)>> {
     let mut per: Vec<Vec<(&group::ShardDone, u32)>> = vec![Vec::new(); plan.tensors.len()];
     for m in markers {
         for s in &m.shards {
@@ -561,7 +564,7 @@ fn write_tag(
 ) -> Result<usize> {
     let real = ap.real.as_path();
     let base = Archive::open_unrecovered(real, &ap.shown, OpenOptions::default())?;
-    let reused = find_duplicates(&base, plan, g, tensors)?;
+    let reused = find_duplicates(&base, plan, tensors, &mut |e, p| same_bytes(&base, e, p, g))?;
     // From here the archive changes: first the group ends (no rank may join or write),
     // then the commit is journaled as an append to the staged archive (readers may hold
     // the staged archive: a rollback must not cut what they read). The undo record stays
@@ -622,51 +625,7 @@ fn write_tag(
             !written_by_commit(&e.name)
         });
         s.adopt_base(base);
-        let mut t = s.begin_tag(&plan.tag)?;
-        let mut refs = Vec::with_capacity(plan.tensors.len());
-        for ((p, entry), reuse) in plan.tensors.iter().zip(placed).zip(&reused) {
-            let r = match (entry, reuse) {
-                (_, Some((tag, index))) => t.reuse_tensor(tag, *index, p.spec.dtype),
-                (Some(e), None) => t.place_tensor(p.kind, p.index, e, p.spec.dtype)?,
-                (None, None) => {
-                    return Err(invalid(format!(
-                        "tensor {} was neither written nor found stored",
-                        p.spec.label()
-                    )));
-                }
-            };
-            refs.push(r);
-        }
-        let mut updater: Vec<(String, Vec<super::super::text::ParamRef>)> = Vec::new();
-        for (p, r) in plan.tensors.iter().zip(refs) {
-            match p.spec.updater_slot {
-                None => t.param_ref(&p.spec.name, r)?,
-                Some(_) => match updater.last_mut() {
-                    Some((n, v)) if *n == p.spec.name => v.push(r),
-                    _ => updater.push((p.spec.name.clone(), vec![r])),
-                },
-            }
-        }
-        for (n, v) in updater {
-            t.updater_refs(&n, v)?;
-        }
-        if let Some((enc, bytes)) = &extras.graph {
-            t.graph(*enc, bytes)?;
-        }
-        if let Some(c) = &extras.training_config {
-            t.training_config(c)?;
-        }
-        t.metadata(&metadata_with_group(extras.metadata.as_deref(), plan, g)?)?;
-        let lines: Vec<ShardLine> = tensors
-            .iter()
-            .zip(&reused)
-            .filter(|(_, r)| r.is_none())
-            .flat_map(|((l, _), _)| l.iter().cloned())
-            .collect();
-        if !lines.is_empty() {
-            t.own_file("shards.txt", render_shards(&lines).as_bytes())?;
-        }
-        t.finish()?;
+        record_tag(&mut s, plan, &g.nonce, &extras, tensors, placed, &reused)?;
         Ok(s)
     })();
     let session = match written {
@@ -684,8 +643,72 @@ fn write_tag(
     Ok(reused.iter().filter(|r| r.is_some()).count())
 }
 
+/// Writes the tables of the committed tag into session `s`: its tensors (placed at
+/// `placed`, or stored by reference to `reused`), params.txt and updater.txt, rank 0's
+/// graph, training config and metadata (with `"sharded"` and the attempt's `nonce`), and
+/// shards.txt.
+pub(crate) fn record_tag(
+    s: &mut Session,
+    plan: &Plan,
+    nonce: &str,
+    extras: &Extras,
+    tensors: &[(Vec<ShardLine>, u32)],
+    placed: Vec<Option<super::super::container::ZipEntry>>,
+    reused: &[Option<(String, u64)>],
+) -> Result<()> {
+    let mut t = s.begin_tag(&plan.tag)?;
+    let mut refs = Vec::with_capacity(plan.tensors.len());
+    for ((p, entry), reuse) in plan.tensors.iter().zip(placed).zip(reused) {
+        let r = match (entry, reuse) {
+            (_, Some((tag, index))) => t.reuse_tensor(tag, *index, p.spec.dtype),
+            (Some(e), None) => t.place_tensor(p.kind, p.index, e, p.spec.dtype)?,
+            (None, None) => {
+                return Err(invalid(format!(
+                    "tensor {} was neither written nor found stored",
+                    p.spec.label()
+                )));
+            }
+        };
+        refs.push(r);
+    }
+    let mut updater: Vec<(String, Vec<super::super::text::ParamRef>)> = Vec::new();
+    for (p, r) in plan.tensors.iter().zip(refs) {
+        match p.spec.updater_slot {
+            None => t.param_ref(&p.spec.name, r)?,
+            Some(_) => match updater.last_mut() {
+                Some((n, v)) if *n == p.spec.name => v.push(r),
+                _ => updater.push((p.spec.name.clone(), vec![r])),
+            },
+        }
+    }
+    for (n, v) in updater {
+        t.updater_refs(&n, v)?;
+    }
+    if let Some((enc, bytes)) = &extras.graph {
+        t.graph(*enc, bytes)?;
+    }
+    if let Some(c) = &extras.training_config {
+        t.training_config(c)?;
+    }
+    t.metadata(&metadata_with_group(
+        extras.metadata.as_deref(),
+        plan,
+        nonce,
+    )?)?;
+    let lines: Vec<ShardLine> = tensors
+        .iter()
+        .zip(reused)
+        .filter(|(_, r)| r.is_none())
+        .flat_map(|((l, _), _)| l.iter().cloned())
+        .collect();
+    if !lines.is_empty() {
+        t.own_file("shards.txt", render_shards(&lines).as_bytes())?;
+    }
+    t.finish()
+}
+
 /// metadata.json of the committed tag: rank 0's (or `{}`) with `"sharded"`.
-fn metadata_with_group(given: Option<&[u8]>, plan: &Plan, g: &Group) -> Result<Vec<u8>> {
+fn metadata_with_group(given: Option<&[u8]>, plan: &Plan, nonce: &str) -> Result<Vec<u8>> {
     let mut v: serde_json::Value = match given {
         Some(b) => {
             serde_json::from_slice(b).map_err(|e| invalid(format!("metadata is not JSON: {e}")))?
@@ -697,7 +720,7 @@ fn metadata_with_group(given: Option<&[u8]>, plan: &Plan, g: &Group) -> Result<V
     };
     obj.insert(
         "sharded".to_string(),
-        serde_json::json!({"world_size": plan.world_size, "plan": plan.digest, "group": g.nonce}),
+        serde_json::json!({"world_size": plan.world_size, "plan": plan.digest, "group": nonce}),
     );
     serde_json::to_vec(&v).map_err(|e| invalid(e.to_string()))
 }
@@ -707,11 +730,11 @@ fn metadata_with_group(given: Option<&[u8]>, plan: &Plan, g: &Group) -> Result<V
 /// its tag's shards.txt (no tensor byte read), or, for a file shards.txt does not list
 /// (written by one process, or re-homed when its tag was removed), the same bytes
 /// (both read: only for a file whose length and CRC-32 already match).
-fn find_duplicates(
+pub(crate) fn find_duplicates(
     base: &Archive,
     plan: &Plan,
-    g: &Group,
     tensors: &[(Vec<ShardLine>, u32)],
+    same_bytes: &mut dyn FnMut(&super::super::container::ZipEntry, &Planned) -> Result<bool>,
 ) -> Result<Vec<Option<(String, u64)>>> {
     let mut want: HashMap<(&str, u64, u32), Vec<usize>> = HashMap::new();
     for (i, (p, (_, crc))) in plan.tensors.iter().zip(tensors).enumerate() {
@@ -761,7 +784,7 @@ fn find_duplicates(
         };
         let Some(theirs) = theirs else {
             for &i in cands {
-                if out[i].is_none() && same_bytes(base, e, &plan.tensors[i], g)? {
+                if out[i].is_none() && same_bytes(e, &plan.tensors[i])? {
                     out[i] = Some((tag.to_string(), index));
                 }
             }
@@ -891,7 +914,7 @@ pub(super) fn wait_for_commit(
 }
 
 /// Whether `archive` holds `tag` as committed by the sharded save `nonce`.
-fn committed_by(archive: &Archive, tag: &str, nonce: &str) -> Result<bool> {
+pub(crate) fn committed_by(archive: &Archive, tag: &str, nonce: &str) -> Result<bool> {
     let Some(t) = archive.canonical_tag(tag) else {
         return Ok(false);
     };

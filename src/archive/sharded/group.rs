@@ -110,6 +110,20 @@ pub(crate) struct ShardDone {
     pub crc32: u32,
     /// Of the shard's bytes (a box's in its row-major order).
     pub sha256: String,
+    /// Of a save into an object store: where the shard's bytes start in the rank's
+    /// staging object (a box's in its row-major order).
+    pub staged_at: Option<u64>,
+}
+
+/// Of a save into an object store: the object holding a rank's shards, back to back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StagedObject {
+    /// The object's key in the archive's bucket.
+    pub key: String,
+    /// Its version (ETag), as the store reported it: copied only as that version.
+    pub e_tag: String,
+    /// Its length.
+    pub len: u64,
 }
 
 /// A rank's finished marker.
@@ -119,6 +133,9 @@ pub(crate) struct Marker {
     pub plan: String,
     pub nonce: String,
     pub shards: Vec<ShardDone>,
+    /// Of a save into an object store: the rank's staging object (none when it holds
+    /// no bytes).
+    pub staged: Option<StagedObject>,
 }
 
 impl Marker {
@@ -134,14 +151,35 @@ impl Marker {
                 }
             })
             .collect();
-        json!({
+        let mut v = json!({
             "format": "modelzip-sharded-rank 1",
             "state": "written",
             "rank": self.rank,
             "plan": self.plan,
             "nonce": self.nonce,
             "shards": shards,
-        })
+        });
+        if let Some(o) = &self.staged {
+            let at: Vec<u64> = self
+                .shards
+                .iter()
+                .map(|s| s.staged_at.unwrap_or(0))
+                .collect();
+            v["staged"] = json!({"key": o.key, "e_tag": o.e_tag, "len": o.len, "at": at});
+        }
+        v
+    }
+
+    /// The marker `bytes` hold (a JSON object), `what` naming it in errors; `None` while
+    /// it is only a claim.
+    pub(crate) fn parse(bytes: &[u8], what: &Path) -> Result<Option<Marker>> {
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|_| corrupt(what, "not a modelzip rank marker"))?;
+        Marker::from_json(&v, what)
+    }
+
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        self.to_json().to_string().into_bytes()
     }
 
     /// The marker in `v`; `None` while it is only a claim (the rank is still writing).
@@ -183,8 +221,27 @@ impl Marker {
                 boxed,
                 crc32: u32::try_from(n(3)?).map_err(|_| bad())?,
                 sha256: f[4].as_str().ok_or_else(bad)?.to_string(),
+                staged_at: None,
             });
         }
+        let staged = match v.get("staged") {
+            None => None,
+            Some(o) => {
+                let at = o.get("at").and_then(Value::as_array).ok_or_else(bad)?;
+                if at.len() != shards.len() {
+                    return Err(bad());
+                }
+                for (s, a) in shards.iter_mut().zip(at) {
+                    s.staged_at = Some(a.as_u64().ok_or_else(bad)?);
+                }
+                let t = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
+                Some(StagedObject {
+                    key: t("key").ok_or_else(bad)?,
+                    e_tag: t("e_tag").ok_or_else(bad)?,
+                    len: o.get("len").and_then(Value::as_u64).ok_or_else(bad)?,
+                })
+            }
+        };
         Ok(Some(Marker {
             rank: v
                 .get("rank")
@@ -194,6 +251,7 @@ impl Marker {
             plan: s("plan").ok_or_else(bad)?,
             nonce: s("nonce").ok_or_else(bad)?,
             shards,
+            staged,
         }))
     }
 }

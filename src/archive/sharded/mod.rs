@@ -45,9 +45,11 @@
 //! ```
 
 pub(crate) mod boxes;
-mod commit;
-mod group;
-mod plan;
+pub(crate) mod commit;
+#[cfg(feature = "remote")]
+pub(crate) mod compose;
+pub(crate) mod group;
+pub(crate) mod plan;
 
 pub use plan::TensorSpec;
 
@@ -140,11 +142,15 @@ pub struct ShardedReport {
     pub deduplicated: usize,
     /// SHA-256 of the save plan, lowercase hex (the same on every rank).
     pub plan: String,
+    /// Of a save into an `s3://` archive, on rank 0: what its commit cost (the bytes
+    /// uploaded and copied, requests, the versions before and after).
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 /// The tag-wide files only the committing rank gives.
 #[derive(Debug, Default)]
-struct Extras {
+pub(crate) struct Extras {
     graph: Option<(GraphFormat, Vec<u8>)>,
     training_config: Option<Vec<u8>>,
     metadata: Option<Vec<u8>>,
@@ -154,24 +160,41 @@ struct Extras {
 /// without [`ShardedWriter::finish`], the rank leaves no marker: rank 0's commit then
 /// times out and the archive is rolled back.
 pub struct ShardedWriter {
-    path: ArchivePath,
     plan: Plan,
     opts: ShardedOptions,
+    shards: Vec<ShardDone>,
+    bytes_written: u64,
+    extras: Extras,
+    store: Store,
+}
+
+/// Where the ranks write: a file on a local or shared filesystem, or an object store.
+enum Store {
+    Local(LocalStore),
+    #[cfg(feature = "remote")]
+    Remote(Box<crate::remote::sharded::RemoteRank>),
+}
+
+/// A rank's state of a save into a file.
+struct LocalStore {
+    path: ArchivePath,
     group: Group,
     file: File,
     /// Held from the claim to the marker: no commit or rollback while this rank writes.
     lease: Option<Lease>,
     /// Rank 0's write lock, held for the group.
     lock: Option<WriteLock>,
-    shards: Vec<ShardDone>,
-    bytes_written: u64,
-    extras: Extras,
 }
 
 impl std::fmt::Debug for ShardedWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = match &self.store {
+            Store::Local(l) => l.path.shown.display().to_string(),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.url().to_string(),
+        };
         f.debug_struct("ShardedWriter")
-            .field("path", &self.path.shown)
+            .field("path", &path)
             .field("tag", &self.plan.tag)
             .field("rank", &self.opts.rank)
             .field("world_size", &self.opts.world_size)
@@ -191,8 +214,30 @@ impl ShardedWriter {
         specs: &[TensorSpec],
         opts: &ShardedOptions,
     ) -> Result<ShardedWriter> {
+        #[cfg(feature = "remote")]
+        if let Some(url) = path.as_ref().to_str().filter(|p| crate::remote::is_url(p)) {
+            let plan = plan_of(tag, specs, opts)?;
+            let rank = crate::remote::sharded::RemoteRank::open(url, &plan, opts)
+                .map_err(|e| e.in_file(url))?;
+            return Ok(ShardedWriter::new(
+                plan,
+                opts,
+                Store::Remote(Box::new(rank)),
+            ));
+        }
         let ap = ArchivePath::resolve(path.as_ref())?;
         Self::open_resolved(ap.clone(), tag, specs, opts).map_err(|e| ap.located(e))
+    }
+
+    fn new(plan: Plan, opts: &ShardedOptions, store: Store) -> ShardedWriter {
+        ShardedWriter {
+            plan,
+            opts: opts.clone(),
+            shards: Vec::new(),
+            bytes_written: 0,
+            extras: Extras::default(),
+            store,
+        }
     }
 
     fn open_resolved(
@@ -201,16 +246,7 @@ impl ShardedWriter {
         specs: &[TensorSpec],
         opts: &ShardedOptions,
     ) -> Result<ShardedWriter> {
-        if opts.rank >= opts.world_size {
-            return Err(invalid(format!(
-                "rank {} is not below the world size {}",
-                opts.rank, opts.world_size
-            )));
-        }
-        let mut plan = Plan::new(tag, opts.world_size, specs)?;
-        if let Some(id) = &opts.group {
-            plan.join_group(id);
-        }
+        let plan = plan_of(tag, specs, opts)?;
         let (lock, group) = if opts.rank == 0 {
             let (lock, group) = commit::stage(&ap, &plan, opts)?;
             (Some(lock), group)
@@ -250,18 +286,14 @@ impl ShardedWriter {
             )));
         }
         group::claim(&ap.real, tag, opts.rank, &group.nonce)?;
-        Ok(ShardedWriter {
+        let store = Store::Local(LocalStore {
             path: ap,
-            plan,
-            opts: opts.clone(),
             group,
             file,
             lease: Some(lease),
             lock,
-            shards: Vec::new(),
-            bytes_written: 0,
-            extras: Extras::default(),
-        })
+        });
+        Ok(ShardedWriter::new(plan, opts, store))
     }
 
     /// Writes rows `first_row..first_row + t.dims()[0]` of parameter `name` (the whole
@@ -415,25 +447,36 @@ impl ShardedWriter {
             Some(r) => (r.start, r.end - r.start),
             None => (0, 1),
         };
-        let (boxed, crc32, sha) = if is_rows {
-            let at = self.group.ext_start + p.record_offset + p.row_offset(first_row);
-            let (crc32, sha) = commit::write_hashed(&self.file, at, data)
-                .map_err(|e| Error::from(e).in_file(&self.path.real))?;
-            (None, crc32, sha)
+        let layout = if is_rows {
+            None
         } else {
-            let layout = boxes::layout(p.spec.dtype, global, &ranges, &label)?;
-            let data_at = self.group.ext_start + p.record_offset + header_len;
-            let (crc32, sha) = commit::write_box_hashed(
-                &self.file,
-                data_at,
-                &layout,
-                data,
-                p.record_len - header_len,
-            )
-            .map_err(|e| Error::from(e).in_file(&self.path.real))?;
-            (Some(ranges), crc32, sha)
+            Some(boxes::layout(p.spec.dtype, global, &ranges, &label)?)
         };
-
+        let (crc32, sha, staged_at) = match &mut self.store {
+            Store::Local(l) => {
+                let (crc, sha) = match &layout {
+                    None => {
+                        let at = l.group.ext_start + p.record_offset + p.row_offset(first_row);
+                        commit::write_hashed(&l.file, at, data)
+                    }
+                    Some(layout) => commit::write_box_hashed(
+                        &l.file,
+                        l.group.ext_start + p.record_offset + header_len,
+                        layout,
+                        data,
+                        p.record_len - header_len,
+                    ),
+                }
+                .map_err(|e| Error::from(e).in_file(&l.path.real))?;
+                (crc, sha, None)
+            }
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => {
+                let (crc, sha, at) = r.stage(layout.as_ref(), data, p.record_len - header_len)?;
+                (crc, sha, Some(at))
+            }
+        };
+        let boxed = layout.map(|_| ranges);
         self.bytes_written += data.len() as u64;
         self.shards.push(ShardDone {
             tensor: pos,
@@ -442,6 +485,7 @@ impl ShardedWriter {
             boxed,
             crc32,
             sha256: sha,
+            staged_at,
         });
         Ok(())
     }
@@ -489,61 +533,95 @@ impl ShardedWriter {
     /// rank's marker and commits (or, after the timeout, rolls the archive back and
     /// names the missing ranks), and the other ranks wait for the commit to land.
     pub fn finish(mut self) -> Result<ShardedReport> {
-        let ap = self.path.clone();
-        self.finish_inner().map_err(|e| ap.located(e))
+        let done = self.finish_inner();
+        match &self.store {
+            Store::Local(l) => done.map_err(|e| l.path.located(e)),
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => done.map_err(|e| e.in_file(r.url())),
+        }
     }
 
     fn finish_inner(&mut self) -> Result<ShardedReport> {
+        let shards = std::mem::take(&mut self.shards);
+        let count = shards.len();
+        let mut report = ShardedReport {
+            tag: self.plan.tag.clone(),
+            rank: self.opts.rank,
+            world_size: self.opts.world_size,
+            shards: count,
+            bytes_written: self.bytes_written,
+            deduplicated: 0,
+            plan: self.plan.digest.clone(),
+            #[cfg(feature = "remote")]
+            remote: None,
+        };
+        let l = match &mut self.store {
+            Store::Local(l) => l,
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => {
+                let extras = std::mem::take(&mut self.extras);
+                let (deduplicated, write) = r.finish(&self.plan, &self.opts, shards, extras)?;
+                report.deduplicated = deduplicated;
+                report.remote = write;
+                return Ok(report);
+            }
+        };
         // No fsync here: the rows need to be durable only once the tag is committed, and
         // rank 0 fsyncs the file before it writes the commit (one fsync, not one per
         // rank, each of which would wait for every other rank's dirty pages of the file).
         let marker = group::Marker {
             rank: self.opts.rank,
             plan: self.plan.digest.clone(),
-            nonce: self.group.nonce.clone(),
-            shards: std::mem::take(&mut self.shards),
+            nonce: l.group.nonce.clone(),
+            shards,
+            staged: None,
         };
-        let shards = marker.shards.len();
-        group::write_marker(&self.path.real, &self.plan.tag, &marker)?;
-        drop(self.lease.take());
-        let deduplicated = match self.lock.take() {
+        group::write_marker(&l.path.real, &self.plan.tag, &marker)?;
+        drop(l.lease.take());
+        report.deduplicated = match l.lock.take() {
             Some(lock) => {
                 let extras = std::mem::take(&mut self.extras);
-                commit::commit(
-                    &self.path,
-                    &self.plan,
-                    &self.group,
-                    &self.opts,
-                    extras,
-                    lock,
-                )?
+                commit::commit(&l.path, &self.plan, &l.group, &self.opts, extras, lock)?
             }
             None => {
-                commit::wait_for_commit(&self.path, &self.plan, &self.group, &self.opts)?;
+                commit::wait_for_commit(&l.path, &self.plan, &l.group, &self.opts)?;
                 0
             }
         };
-        Ok(ShardedReport {
-            tag: self.plan.tag.clone(),
-            rank: self.opts.rank,
-            world_size: self.opts.world_size,
-            shards,
-            bytes_written: self.bytes_written,
-            deduplicated,
-            plan: self.plan.digest.clone(),
-        })
+        Ok(report)
     }
 }
 
 impl Drop for ShardedWriter {
     fn drop(&mut self) {
-        // Rank 0 dropped unfinished: roll back now rather than leave the next writer to.
-        if let Some(lock) = self.lock.take() {
-            drop(self.lease.take());
-            let _ = commit::abort(&self.path.real, &self.plan.tag, self.opts.timeout);
-            drop(lock);
+        match &mut self.store {
+            // Rank 0 dropped unfinished: roll back now rather than leave the next writer to.
+            Store::Local(l) => {
+                if let Some(lock) = l.lock.take() {
+                    drop(l.lease.take());
+                    let _ = commit::abort(&l.path.real, &self.plan.tag, self.opts.timeout);
+                    drop(lock);
+                }
+            }
+            #[cfg(feature = "remote")]
+            Store::Remote(r) => r.abandon(),
         }
     }
+}
+
+/// The plan of the save `opts` joins, after checking the rank.
+fn plan_of(tag: &str, specs: &[TensorSpec], opts: &ShardedOptions) -> Result<Plan> {
+    if opts.rank >= opts.world_size {
+        return Err(invalid(format!(
+            "rank {} is not below the world size {}",
+            opts.rank, opts.world_size
+        )));
+    }
+    let mut plan = Plan::new(tag, opts.world_size, specs)?;
+    if let Some(id) = &opts.group {
+        plan.join_group(id);
+    }
+    Ok(plan)
 }
 
 /// Where a shard goes: rows from a first row, or a box from an offset per dimension.
@@ -567,7 +645,7 @@ fn shard_box(s: &ShardDone, dims: &[u64]) -> Vec<Range<u64>> {
     }
 }
 
-fn invalid(msg: String) -> Error {
+pub(crate) fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidInput(msg))
 }
 

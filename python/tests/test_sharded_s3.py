@@ -1,0 +1,228 @@
+"""Sharded saves into an ``s3://`` archive (issue 25, docs/SHARDED.md "Object stores"):
+4 and 8 processes (``multiprocessing``, spawned) write row shards of 20 tensors and their
+Adam moments into one tag of an archive in moto (behind the counting, condition-enforcing
+proxy of test_remote_append_s3.py, both on 127.0.0.1, started here); the committed tag
+equals a single-process save of the same arrays; large runs are copied by the store,
+not uploaded again; a rank that never writes leaves the archive object as it was and no
+object behind; tensor-parallel blocks commit too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import urllib.parse
+
+import numpy as np
+import pytest
+
+import modelzip
+import modelzip.sharded as zs
+from conftest import cli_env, run_cli
+from test_remote_append_s3 import BUCKET, Proxy, python_env, raw, s3  # noqa: F401 (fixture)
+from test_sharded import (
+    TENSORS,
+    collect,
+    full,
+    moments,
+    names,
+    single_save,
+    start,
+    tp_full,
+    tp_rank,
+    TP,
+)
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return multiprocessing.get_context("spawn")
+
+
+def objects(env) -> list:
+    """Every key of the bucket."""
+    status, _, body = raw(env, "GET", f"/{BUCKET}?list-type=2")
+    assert status == 200, body
+    import re
+
+    return sorted(urllib.parse.unquote(k) for k in re.findall(r"<Key>([^<]+)</Key>", body.decode()))
+
+
+def etag(env, key: str):
+    status, headers, _ = raw(env, "HEAD", f"/{BUCKET}/{key}")
+    return headers.get("etag") if status == 200 else None
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_processes_write_one_tag_of_an_s3_archive_equal_to_a_single_process_save(s3, ctx, tmp, monkeypatch, world):
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    key = f"sharded-{world}.zip"
+    url = f"s3://{BUCKET}/{key}"
+    local = tmp / "single.zip"
+    single_save(local, "single", seed=1)
+    cli_env(env, "cp", local, url)
+    before = etag(env, key)
+    out = ctx.Queue()
+    got = collect(out, start(ctx, out, url, "sharded", range(world), world))
+    for rank, r in got.items():
+        assert isinstance(r, dict), r
+        assert r["shards"] == 3 * TENSORS and r["world_size"] == world
+    assert len({r["plan"] for r in got.values()}) == 1
+    # Rank 0 reports its commit: the archive's version before and after.
+    assert got[0]["previous_version"] == before and got[0]["version"] == etag(env, key)
+    assert "bytes_uploaded" not in got[1]
+    with modelzip.open(url) as ar:
+        assert ar.tags == ["single", "sharded"]
+        t = ar.tag("sharded")
+        for n in names():
+            assert np.array_equal(t[n], full(n, 1)), n
+            for got_m, want in zip(t.updater(n), moments(n, 1)):
+                assert np.array_equal(got_m, want), n
+        assert t.metadata["sharded"]["world_size"] == world
+    down = tmp / "down.zip"
+    cli_env(env, "cp", url, down)
+    assert run_cli("verify", down).returncode == 0
+    d = run_cli("diff", down, "single", "sharded", "--json", "--exit-code")
+    assert d.returncode == 0, d.stdout
+    import zipfile
+
+    with zipfile.ZipFile(down) as z:
+        assert z.testzip() is None
+    # Nothing of the save is left beside the archive.
+    assert [k for k in objects(env) if k.startswith(key)] == [key]
+
+
+def big_rank(url: str, rank: int, world: int, out) -> None:
+    try:
+        shards = {}
+        for i in range(2):
+            w = np.arange(1536 * 8192, dtype=np.float32).reshape(1536, 8192) + i
+            a, b = zs.row_range(len(w), rank, world)
+            shards[f"big{i}"] = (w[a:b], a, w.shape)
+        out.put((rank, zs.save(url, "big", rank, world, shards, timeout=120, fsync=False)))
+    except modelzip.ModelzipError as e:
+        out.put((rank, f"error: {e}"))
+
+
+def test_large_shards_are_copied_by_the_store_not_uploaded_again(s3, ctx, tmp, monkeypatch):
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    url = f"s3://{BUCKET}/big.zip"
+    out = ctx.Queue()
+    procs = {}
+    for r in range(4):
+        p = ctx.Process(target=big_rank, args=(url, r, 4, out))
+        p.start()
+        procs[r] = p
+    got = collect(out, procs)
+    for r in got.values():
+        assert isinstance(r, dict), r
+    data = 2 * 1536 * 8192 * 4
+    assert sum(r["bytes_written"] for r in got.values()) == data
+    c = got[0]
+    assert c["previous_version"] is None  # created
+    # Each rank's 12 MiB of each tensor is one staging range: copied by the store, but
+    # for what tops the first part up to S3's 5 MiB minimum (headers before it).
+    assert c["bytes_copied"] >= data - 12 * MIB, c
+    assert c["bytes_uploaded"] < 12 * MIB, c
+    with modelzip.open(url) as ar:
+        for i in range(2):
+            w = ar.latest()[f"big{i}"]
+            assert w.shape == (1536, 8192)
+            assert w[1000, 17] == 1000 * 8192 + 17 + i
+    down = tmp / "big.zip"
+    cli_env(env, "cp", url, down)
+    assert run_cli("verify", down).returncode == 0
+
+
+def test_a_rank_that_never_writes_times_out_and_leaves_the_object_as_it_was(s3, ctx, tmp, monkeypatch):
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    key = "stall.zip"
+    url = f"s3://{BUCKET}/{key}"
+    local = tmp / "single.zip"
+    single_save(local, "single", seed=1)
+    cli_env(env, "cp", local, url)
+    before = etag(env, key)
+    out = ctx.Queue()
+    procs = start(ctx, out, url, "sharded", [0, 1, 2], 4, timeout=8)
+    got = collect(out, procs)
+    assert "timed out" in got[0] and "rank 3 of 4" in got[0], got[0]
+    assert "nothing was committed" in got[0]
+    for r in (1, 2):
+        assert "was not committed" in got[r], got[r]
+    assert etag(env, key) == before
+    assert [k for k in objects(env) if k.startswith(key)] == [key]
+    # A later save succeeds.
+    got = collect(out, start(ctx, out, url, "sharded", range(2), 2))
+    assert all(isinstance(r, dict) for r in got.values()), got
+    with modelzip.open(url) as ar:
+        assert ar.tags == ["single", "sharded"]
+
+
+def test_tensor_parallel_blocks_commit_to_s3(s3, ctx, tmp, monkeypatch):
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    url = f"s3://{BUCKET}/tp.zip"
+    out = ctx.Queue()
+    procs = {}
+    for r in range(4):
+        p = ctx.Process(target=tp_rank, args=(url, r, 4, out))
+        p.start()
+        procs[r] = p
+    got = collect(out, procs)
+    assert all(isinstance(r, dict) for r in got.values()), got
+    with modelzip.open(url) as ar:
+        t = ar.latest()
+        for n in TP:
+            assert np.array_equal(t[n], tp_full(n, 1)), n
+    down = tmp / "tp.zip"
+    cli_env(env, "cp", url, down)
+    assert run_cli("verify", down).returncode == 0
+
+
+def test_a_sharded_tag_that_exists_is_refused_before_anything_is_written(s3, ctx, tmp, monkeypatch):
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    key = "exists.zip"
+    url = f"s3://{BUCKET}/{key}"
+    local = tmp / "single.zip"
+    single_save(local, "single", seed=1)
+    cli_env(env, "cp", local, url)
+    with pytest.raises(modelzip.ModelzipError) as e:
+        zs.save(url, "single", 0, 1, {"w": (np.zeros((2, 2), np.float32), 0, (2, 2))}, timeout=5)
+    assert e.value.kind == "tag_exists", e.value
+    assert [k for k in objects(env) if k.startswith(key)] == [key]
+
+
+def test_a_sharded_checkpointer_on_s3_saves_keeps_the_last_two_and_restores(s3, ctx, tmp, monkeypatch):
+    from test_sharded import ckpt_rank
+
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    key = "ckpt.zip"
+    url = f"s3://{BUCKET}/{key}"
+    out = ctx.Queue()
+    procs = {}
+    for r in range(3):
+        p = ctx.Process(target=ckpt_rank, args=(url, r, 3, [1, 2, 3, 4], out))
+        p.start()
+        procs[r] = p
+    got = collect(out, procs)
+    assert all(isinstance(v, list) for v in got.values()), "\n".join(map(str, got.items()))
+    assert [r["tag"] for r in got[0]] == [f"step-00000000{s}" for s in (1, 2, 3, 4)]
+    assert [r["removed"] for r in got[0]] == [[], [], ["step-000000001"], ["step-000000002"]]
+    # Rank 0's reports say what each save cost; nothing else is left beside the archive.
+    assert all(r["bytes_uploaded"] > 0 for r in got[0])
+    assert [k for k in objects(env) if k.startswith(key)] == [key]
+    ck = modelzip.Checkpointer(url)
+    assert ck.checkpoints() == ["step-000000003", "step-000000004"]
+    c = ck.latest()
+    assert c.step == 4 and c.metrics == {"loss": 0.2}
+    assert np.array_equal(c.params["layer01.w"], full("layer01.w", 4))
+    assert np.array_equal(c.params["layer00.w"], full("layer00.w", 0))
+    down = tmp / "ckpt.zip"
+    cli_env(env, "cp", url, down)
+    assert run_cli("verify", down).returncode == 0
