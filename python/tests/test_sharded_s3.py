@@ -226,3 +226,32 @@ def test_a_sharded_checkpointer_on_s3_saves_keeps_the_last_two_and_restores(s3, 
     down = tmp / "ckpt.zip"
     cli_env(env, "cp", url, down)
     assert run_cli("verify", down).returncode == 0
+
+
+def test_two_groups_committing_to_one_s3_archive_one_wins_the_other_fails_cleanly(s3, ctx, tmp, monkeypatch):
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    key = "race.zip"
+    url = f"s3://{BUCKET}/{key}"
+    local = tmp / "single.zip"
+    single_save(local, "single", seed=1)
+    cli_env(env, "cp", local, url)
+    out_a, out_b = ctx.Queue(), ctx.Queue()
+    # Both rank 0s read the same version; their commits are held until both arrived.
+    proxy.hold_commits, proxy.arrived = 2, 0
+    try:
+        procs_a = start(ctx, out_a, url, "group-a", range(2), 2, seed=2)
+        procs_b = start(ctx, out_b, url, "group-b", range(2), 2, seed=3)
+        got_a, got_b = collect(out_a, procs_a), collect(out_b, procs_b)
+    finally:
+        proxy.hold_commits = 0
+    won = [g for g, got in (("group-a", got_a), ("group-b", got_b)) if isinstance(got[0], dict)]
+    assert len(won) == 1, (got_a, got_b)
+    lost = got_b if won == ["group-a"] else got_a
+    assert "changed since it was opened" in lost[0] and "nothing was written" in lost[0], lost[0]
+    assert "was not committed" in lost[1], lost[1]
+    with modelzip.open(url) as ar:
+        assert ar.tags == ["single", won[0]]
+        seed = 2 if won == ["group-a"] else 3
+        assert np.array_equal(ar.tag(won[0])[names()[0]], full(names()[0], seed))
+    assert [k for k in objects(env) if k.startswith(key)] == [key]
