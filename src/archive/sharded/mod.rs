@@ -180,6 +180,8 @@ struct LocalStore {
     path: ArchivePath,
     group: Group,
     file: File,
+    /// The file opened for direct writes (large rows), where the filesystem takes them.
+    direct: Option<File>,
     /// Held from the claim to the marker: no commit or rollback while this rank writes.
     lease: Option<Lease>,
     /// Rank 0's write lock, held for the group.
@@ -286,10 +288,12 @@ impl ShardedWriter {
             )));
         }
         group::claim(&ap.real, tag, opts.rank, &group.nonce)?;
+        let direct = commit::open_direct(&ap.real);
         let store = Store::Local(LocalStore {
             path: ap,
             group,
             file,
+            direct,
             lease: Some(lease),
             lock,
         });
@@ -457,7 +461,7 @@ impl ShardedWriter {
                 let (crc, sha) = match &layout {
                     None => {
                         let at = l.group.ext_start + p.record_offset + p.row_offset(first_row);
-                        commit::write_hashed(&l.file, at, data)
+                        commit::write_hashed(&l.file, l.direct.as_ref(), at, data)
                     }
                     Some(layout) => commit::write_box_hashed(
                         &l.file,
