@@ -255,3 +255,51 @@ def test_two_groups_committing_to_one_s3_archive_one_wins_the_other_fails_cleanl
         seed = 2 if won == ["group-a"] else 3
         assert np.array_equal(ar.tag(won[0])[names()[0]], full(names()[0], seed))
     assert [k for k in objects(env) if k.startswith(key)] == [key]
+
+
+def test_rank_0_killed_mid_save_leaves_the_object_and_its_objects_go_with_the_next_save(s3, ctx, tmp, monkeypatch):
+    import json
+    import os
+    import signal
+    import time
+
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    key = "killed.zip"
+    url = f"s3://{BUCKET}/{key}"
+    local = tmp / "single.zip"
+    single_save(local, "single", seed=1)
+    cli_env(env, "cp", local, url)
+    before = etag(env, key)
+    out = ctx.Queue()
+    # Rank 3 never comes: rank 0 waits for its marker and is killed meanwhile.
+    procs = start(ctx, out, url, "sharded", [0, 1, 2], 4, timeout=8)
+    deadline = time.monotonic() + 60
+    markers = [f"{key}.sharded-sharded.rank-{r}" for r in (1, 2)]
+    while not all(m in objects(env) for m in markers):
+        assert time.monotonic() < deadline, objects(env)
+        time.sleep(0.05)
+    os.kill(procs[0].pid, signal.SIGKILL)
+    procs[0].join()
+    del procs[0]
+    got = collect(out, procs)
+    for r in (1, 2):
+        assert "was not committed" in got[r], got[r]
+    assert etag(env, key) == before
+    group = f"{key}.sharded-sharded"
+    assert group in objects(env)
+    # The same tag is refused while the dead attempt's group object is there ...
+    with pytest.raises(modelzip.ModelzipError, match="is under way"):
+        zs.save(url, "sharded", 0, 1, {"w": (np.zeros((2, 2), np.float32), 0, (2, 2))}, timeout=5)
+    # ... another tag is not.
+    zs.save(url, "other", 0, 1, {"w": (np.ones((2, 2), np.float32), 0, (2, 2))}, timeout=5)
+    # Once the attempt's time is over (here: its group object says so), the next save of
+    # the tag deletes what the dead attempt left and commits.
+    status, _, body = raw(env, "GET", f"/{BUCKET}/{group}")
+    g = json.loads(body)
+    g["until"] = 0
+    assert raw(env, "PUT", f"/{BUCKET}/{group}", json.dumps(g).encode())[0] == 200
+    zs.save(url, "sharded", 0, 1, {"w": (np.zeros((2, 2), np.float32), 0, (2, 2))}, timeout=5)
+    with modelzip.open(url) as ar:
+        assert ar.tags == ["single", "other", "sharded"]
+    assert [k for k in objects(env) if k.startswith(key)] == [key]
