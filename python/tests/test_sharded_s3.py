@@ -2,7 +2,8 @@
 4 and 8 processes (``multiprocessing``, spawned) write row shards of 20 tensors and their
 Adam moments into one tag of an archive in moto (behind the counting, condition-enforcing
 proxy of test_remote_append_s3.py, both on 127.0.0.1, started here); the committed tag
-equals a single-process save of the same arrays; large runs are copied by the store,
+equals a single-process save of the same arrays (and a Paddle model exports byte for byte as
+Paddle wrote it); large runs are copied by the store,
 not uploaded again; a rank that never writes leaves the archive object as it was and no
 object behind; tensor-parallel blocks commit too.
 """
@@ -303,3 +304,32 @@ def test_rank_0_killed_mid_save_leaves_the_object_and_its_objects_go_with_the_ne
     with modelzip.open(url) as ar:
         assert ar.tags == ["single", "other", "sharded"]
     assert [k for k in objects(env) if k.startswith(key)] == [key]
+
+
+def test_a_sharded_paddle_model_saved_to_s3_exports_as_paddle_wrote_it(s3, ctx, tmp, monkeypatch):
+    """The mlp fixture's parameters (written by Paddle) saved by 3 processes into an
+    s3:// archive: `export-paddle` of the URL gives Paddle's own files byte for byte (the
+    files test_sharded.py has Paddle run)."""
+    from conftest import PADDLE_FIXTURES
+    from test_sharded import paddle_rank
+
+    env, proxy = s3
+    python_env(env, monkeypatch)
+    pdmodel, pdiparams = PADDLE_FIXTURES / "mlp.pdmodel", PADDLE_FIXTURES / "mlp.pdiparams"
+    local = tmp / "m.zip"
+    modelzip.import_paddle(local, "imported", pdmodel, pdiparams)
+    with modelzip.open(local) as ar:
+        params = {n: np.array(a) for n, a in ar.tag("imported").items()}
+    url = f"s3://{BUCKET}/paddle.zip"
+    out = ctx.Queue()
+    procs = {}
+    for r in range(3):
+        p = ctx.Process(target=paddle_rank, args=(url, r, 3, params, pdmodel.read_bytes(), out))
+        p.start()
+        procs[r] = p
+    got = collect(out, procs)
+    assert all(isinstance(r, dict) for r in got.values()), got
+    (tmp / "out").mkdir()
+    cli_env(env, "export-paddle", url, "--tag", "sharded", "--out", tmp / "out" / "mlp")
+    assert (tmp / "out" / "mlp.pdmodel").read_bytes() == pdmodel.read_bytes()
+    assert (tmp / "out" / "mlp.pdiparams").read_bytes() == pdiparams.read_bytes()
