@@ -225,7 +225,9 @@ impl RemoteRank {
         self.nonce = new_nonce();
         // Long enough for the ranks to write (timeout) and for rank 0 to wait for them
         // and compose (timeout again), with room for the store.
-        let until = unix_now() + 2 * opts.timeout.as_secs() + 600;
+        let until = unix_now()
+            .saturating_add(opts.timeout.as_secs().saturating_mul(2))
+            .saturating_add(600);
         let g = Group {
             plan: plan.digest.clone(),
             world_size: plan.world_size,
@@ -315,18 +317,24 @@ impl RemoteRank {
         let Some(w) = self.staging.as_mut() else {
             return Err(invalid("the staging upload is gone".into()));
         };
-        client
-            .block_on(w.wait_for_capacity(STAGING_PARALLEL))
-            .map_err(|e| remote_err(&client.url, e))?;
         let (crc, sha) = std::thread::scope(|s| {
             let h = s.spawn(digest);
-            {
-                // The parts are sent by tasks of the client's runtime.
-                let _in_runtime = client.rt.enter();
-                w.write(data);
-            }
-            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-        });
+            // A part at a time, at most STAGING_PARALLEL in flight: a large shard is
+            // never copied whole into parts waiting to be sent.
+            let sent = (|| -> Result<()> {
+                for piece in data.chunks(UPLOAD_PART as usize) {
+                    client
+                        .block_on(w.wait_for_capacity(STAGING_PARALLEL))
+                        .map_err(|e| remote_err(&client.url, e))?;
+                    // The parts are sent by tasks of the client's runtime.
+                    let _in_runtime = client.rt.enter();
+                    w.write(piece);
+                }
+                Ok(())
+            })();
+            let d = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            sent.map(|()| d)
+        })?;
         self.staged_len += data.len() as u64;
         Ok((crc, sha, at))
     }
