@@ -415,6 +415,12 @@ impl RemoteRank {
         let markers = self.wait_for_markers(plan, opts)?;
         let keep = head.base.as_ref().map_or(0, |b| b.directory().cd_offset);
         let mut staged = tempfile::tempfile()?;
+        let read = |m: usize, range: std::ops::Range<u64>| -> Result<Vec<u8>> {
+            let Some(o) = markers.get(m).and_then(|m| m.staged.as_ref()) else {
+                return Err(invalid(format!("marker {m} has no staging object")));
+            };
+            self.read_staged(o, range)
+        };
         let (segs, deduplicated) = lay_out(
             head.base,
             plan,
@@ -423,6 +429,7 @@ impl RemoteRank {
             &markers,
             &opts.write,
             &staged,
+            &read,
         )?;
         let on_disk = staged.metadata()?.len();
         if on_disk != staged_len(&segs) {
@@ -452,6 +459,27 @@ impl RemoteRank {
         let app = RemoteAppender::for_parts(client, s3, staged, head.e_tag);
         let write = app.compose(parts)?;
         Ok((deduplicated, write))
+    }
+
+    /// Bytes `range` of staging object `o`, of the version its rank wrote.
+    fn read_staged(&self, o: &StagedObject, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
+        let client = &self.client;
+        let path = ObjectPath::from(o.key.as_str());
+        let opts = object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(range)),
+            if_match: Some(o.e_tag.clone()),
+            ..Default::default()
+        };
+        client.block_on(async {
+            let got = client
+                .store
+                .get_opts(&path, opts)
+                .await
+                .map_err(|e| remote_err(&client.url, e))?;
+            super::exact_body(got)
+                .await
+                .map_err(|e| remote_err(&client.url, e))
+        })
     }
 
     /// Every rank's marker of this attempt, waiting at most the timeout.

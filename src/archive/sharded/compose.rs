@@ -7,6 +7,12 @@
 //! (coverage, CRC-32 combined, deduplication by shards.txt).
 
 use super::super::append::finish_session;
+use super::super::container::ZipEntry;
+use super::super::hashing::hex_digest;
+use super::super::text::parse_sums;
+use super::plan::Planned;
+use sha2::Digest;
+use std::collections::HashMap;
 use super::super::container::write::{EntrySpec, local_header};
 use super::super::reader::Archive;
 use super::super::session::{Session, WriteOptions};
@@ -28,10 +34,17 @@ pub(crate) enum Seg {
     Shard { marker: usize, at: u64, len: u64 },
 }
 
+/// Reads bytes `range` of the staging object of the marker at the index given.
+pub(crate) type ReadStaged<'r> = dyn Fn(usize, std::ops::Range<u64>) -> Result<Vec<u8>> + 'r;
+
 /// The new tag laid out after the first `keep` bytes of the archive `base` (`None`: a new
 /// archive, `keep` 0): the segments after `keep`, in order, with the bytes written here
 /// appended to `staged`; and how many tensors are stored by reference to identical
-/// earlier ones (by shards.txt: no tensor byte is read).
+/// earlier ones: by shards.txt (no tensor byte read), or, for a candidate no shards.txt
+/// lists (written by one process, or re-homed when its tag was removed), by the SHA-256
+/// its tag's sha256sums.txt records against that of the tensor's bytes in the staging
+/// objects, read with `read` (only for candidates whose length and CRC-32 match).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn lay_out(
     base: Option<Archive>,
     plan: &Plan,
@@ -40,12 +53,9 @@ pub(crate) fn lay_out(
     markers: &[Marker],
     opts: &WriteOptions,
     staged: &File,
+    read: &ReadStaged<'_>,
 ) -> Result<(Vec<Seg>, usize)> {
     let tensors = check_coverage(plan, markers)?;
-    let reused = match &base {
-        Some(b) => find_duplicates(b, plan, &tensors, &mut |_, _| Ok(false))?,
-        None => vec![None; plan.tensors.len()],
-    };
     let keep = base.as_ref().map_or(0, |b| b.directory().cd_offset);
     // Each tensor's data runs, from the markers: (offset in the data, marker, offset in
     // its staging object, length).
@@ -92,6 +102,48 @@ pub(crate) fn lay_out(
             }
         }
     }
+    for t in &mut runs {
+        t.sort_unstable_by_key(|r| r.0);
+    }
+    let reused = match &base {
+        Some(b) => {
+            let mut sums: HashMap<String, HashMap<String, String>> = HashMap::new();
+            let mut same = |e: &ZipEntry, p: &Planned| -> Result<bool> {
+                let Some((tag, rel)) = e.name.split_once('/') else {
+                    return Ok(false);
+                };
+                if !sums.contains_key(tag) {
+                    let name = format!("{tag}/sha256sums.txt");
+                    let mut m = HashMap::new();
+                    if b.entry(&name).is_some() {
+                        for (hex, path) in parse_sums(&b.entry_bytes(&name)?, &name)? {
+                            m.insert(path, hex.to_ascii_lowercase());
+                        }
+                    }
+                    sums.insert(tag.to_string(), m);
+                }
+                let Some(want) = sums.get(tag).and_then(|m| m.get(rel)) else {
+                    return Ok(false);
+                };
+                let Some(i) = plan.position(&p.spec.name, p.spec.updater_slot) else {
+                    return Ok(false);
+                };
+                let mut h = sha2::Sha256::new();
+                h.update(&p.record_header);
+                for &(_, marker, from, len) in &runs[i] {
+                    let mut at = from;
+                    while at < from + len {
+                        let n = (from + len - at).min(16 << 20);
+                        h.update(read(marker, at..at + n)?);
+                        at += n;
+                    }
+                }
+                Ok(hex_digest(&h.finalize().into()) == *want)
+            };
+            find_duplicates(b, plan, &tensors, &mut same)?
+        }
+        None => vec![None; plan.tensors.len()],
+    };
     let (dos_date, dos_time) = super::super::time::dos_now();
     let mut out = BufWriter::with_capacity(1 << 20, staged.try_clone()?);
     let mut segs = Vec::new();
@@ -112,8 +164,7 @@ pub(crate) fn lay_out(
         out.write_all(&p.record_header)?;
         segs.push(Seg::Staged((h.len() + p.record_header.len()) as u64));
         let data_len = p.record_len - p.record_header.len() as u64;
-        let t = &mut runs[i];
-        t.sort_unstable_by_key(|r| r.0);
+        let t = &runs[i];
         let mut next = 0u64;
         for &(dest, marker, from, len) in t.iter() {
             if dest != next {
