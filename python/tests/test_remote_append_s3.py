@@ -22,6 +22,7 @@ import json
 import random
 import re
 import struct
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -1312,3 +1313,29 @@ def test_python_quantize_appends_to_s3(s3, tmp, monkeypatch):
             np.testing.assert_array_equal(remote["int8"][name], here["int8"][name])
     with pytest.raises(modelzip.ModelzipError, match="upload"):
         modelzip.quantize("gs://bucket/m.zip", "fp32", "int8")
+
+
+def test_the_rust_appender_appends_to_an_s3_url(s3, tmp):
+    """examples/append_to_s3.rs (built by `cargo test`): `Appender::open("s3://...")`
+    appends remotely, the old bytes copied by the store and no data read."""
+    env, proxy = s3
+    example = Path(__file__).resolve().parents[2] / "target" / "debug" / "examples" / "append_to_s3"
+    if not example.is_file():
+        pytest.fail(f"{example} is missing: `cargo test` (or `cargo build --examples`) builds it")
+    d1 = tensor_dir(tmp, "t1", {"a": 8 * MIB}, seed=5)
+    local = tmp / "local.zip"
+    cli(env, "pack", local, d1, "--tag", "t1", "-q")
+    url = f"s3://{BUCKET}/appender/model.zip"
+    cli(env, "cp", local, url)
+    before = len(proxy.log)
+    r = subprocess.run([str(example), url, "t2"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["t1", "t2"], r.stdout
+    reqs = requests_to(proxy, "/appender/model.zip", before)
+    assert any(q["copy"] for q in reqs), reqs
+    assert sum(q["received"] for q in reqs if q["method"] == "GET") < MIB
+    assert sum(q["sent"] for q in reqs if q["method"] == "PUT" and not q["copy"]) < MIB
+    cli(env, "verify", url)
+    # Other URLs are refused before any request.
+    r = subprocess.run([str(example), "gs://b/m.zip", "t2"], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "is not supported" in r.stderr, r.stderr

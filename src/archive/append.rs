@@ -55,6 +55,17 @@ enum Target {
 /// # Ok::<(), modelzip::Error>(())
 /// ```
 pub struct Appender {
+    inner: Inner,
+}
+
+enum Inner {
+    Local(Box<LocalAppender>),
+    #[cfg(feature = "remote")]
+    Remote(Box<crate::remote::RemoteAppender>),
+}
+
+/// An append to a local file, under its write lock.
+struct LocalAppender {
     session: Option<Session>,
     target: Option<Target>,
     path: ArchivePath,
@@ -63,10 +74,15 @@ pub struct Appender {
 
 impl std::fmt::Debug for Appender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Appender")
-            .field("path", &self.path.shown)
-            .field("resolved", &self.path.real)
-            .finish()
+        match &self.inner {
+            Inner::Local(l) => f
+                .debug_struct("Appender")
+                .field("path", &l.path.shown)
+                .field("resolved", &l.path.real)
+                .finish(),
+            #[cfg(feature = "remote")]
+            Inner::Remote(r) => f.debug_struct("Appender").field("remote", r).finish(),
+        }
     }
 }
 
@@ -232,16 +248,30 @@ impl Appender {
     }
 
     /// Opens the archive at `path` for appending. A symlinked `path` appends to the file
-    /// it points at (a rewrite replaces that file; the link stays).
+    /// it points at (a rewrite replaces that file; the link stays). With the `remote`
+    /// feature, `path` may be an `s3://` URL: the tags are appended remotely whatever
+    /// `mode` (only their bytes uploaded, the old ones copied by the store, committed only
+    /// if the object is still the version opened; as
+    /// [`RemoteAppender`](crate::remote::RemoteAppender), whose `finish` also reports
+    /// what the commit cost; docs/REMOTE.md). Other URLs are refused.
     pub fn open_with(
         path: impl AsRef<Path>,
         mode: AppendMode,
         opts: &WriteOptions,
     ) -> Result<Appender> {
         if let Some(url) = url_of(path.as_ref()) {
+            #[cfg(feature = "remote")]
+            {
+                let remote = crate::remote::RemoteOptions::default();
+                let r = crate::remote::RemoteAppender::open(url, &remote, opts)?;
+                return Ok(Appender {
+                    inner: Inner::Remote(Box::new(r)),
+                });
+            }
             // Without this, "s3://b/k" would be taken for the local path "s3:/b/k".
+            #[allow(unreachable_code)]
             return Err(Error::new(crate::ErrorKind::InvalidInput(format!(
-                "{url} is a URL: an Appender writes local files; add tags to an s3:// archive with append_tag or remote::RemoteAppender (docs/REMOTE.md)"
+                "{url} is a URL: this build of modelzip writes local files only (the `remote` feature is off)"
             ))));
         }
         let ap = ArchivePath::resolve(path.as_ref())?;
@@ -272,34 +302,49 @@ impl Appender {
             }
         };
         Ok(Appender {
-            session: Some(session),
-            target: Some(target),
-            path: ap.clone(),
-            _lock: lock,
-        })
-    }
-
-    fn session(&mut self) -> Result<&mut Session> {
-        self.session.as_mut().ok_or_else(|| {
-            crate::ErrorKind::InvalidInput("appender already finished".into()).into()
+            inner: Inner::Local(Box::new(LocalAppender {
+                session: Some(session),
+                target: Some(target),
+                path: ap.clone(),
+                _lock: lock,
+            })),
         })
     }
 
     /// Starts writing a new tag (its name must not exist yet, ignoring case).
     pub fn begin_tag(&mut self, name: &str) -> Result<TagWriter<'_>> {
-        self.session()?.begin_tag(name)
+        match &mut self.inner {
+            Inner::Local(l) => l.session()?.begin_tag(name),
+            #[cfg(feature = "remote")]
+            Inner::Remote(r) => r.begin_tag(name),
+        }
     }
 
     /// Writes a whole tag held in memory.
     pub fn add_tag(&mut self, tag: TagBuilder) -> Result<()> {
-        let w = self.session()?.begin_tag(tag.name())?;
+        let w = self.begin_tag(tag.name())?;
         tag.write_to(w)
     }
 
-    /// Writes the new tags.txt and central directory and makes the append durable.
-    pub fn finish(mut self) -> Result<()> {
-        let path = self.path.clone();
-        self.finish_inner().map_err(|e| path.located(e))
+    /// Writes the new tags.txt and central directory and makes the append durable (of an
+    /// `s3://` archive: composes and commits the new version of the object).
+    pub fn finish(self) -> Result<()> {
+        match self.inner {
+            Inner::Local(mut l) => {
+                let path = l.path.clone();
+                l.finish_inner().map_err(|e| path.located(e))
+            }
+            #[cfg(feature = "remote")]
+            Inner::Remote(r) => r.finish().map(drop),
+        }
+    }
+}
+
+impl LocalAppender {
+    fn session(&mut self) -> Result<&mut Session> {
+        self.session.as_mut().ok_or_else(|| {
+            crate::ErrorKind::InvalidInput("appender already finished".into()).into()
+        })
     }
 
     fn finish_inner(&mut self) -> Result<()> {
@@ -315,7 +360,7 @@ impl Appender {
     }
 }
 
-impl Drop for Appender {
+impl Drop for LocalAppender {
     fn drop(&mut self) {
         drop(self.session.take());
         if let Some(Target::InPlace { file }) = self.target.take() {
@@ -354,13 +399,6 @@ pub fn append_tag(
     mode: AppendMode,
     opts: &WriteOptions,
 ) -> Result<()> {
-    #[cfg(feature = "remote")]
-    if let Some(url) = url_of(path.as_ref()) {
-        let remote = crate::remote::RemoteOptions::default();
-        let mut a = crate::remote::RemoteAppender::open(url, &remote, opts)?;
-        a.add_tag(tag)?;
-        return a.finish().map(drop);
-    }
     let mut a = Appender::open_with(path, mode, opts)?;
     a.add_tag(tag)?;
     a.finish()

@@ -460,7 +460,7 @@ pub(crate) fn check_output_size(
 /// Where a new tag goes: a new archive or an existing one, or (feature `remote`) the
 /// archive at an `s3://` URL, by a remote append (created when absent).
 pub(crate) enum Target {
-    New(ArchiveWriter),
+    New(Box<ArchiveWriter>),
     Add(Appender),
     #[cfg(feature = "remote")]
     Remote(Box<crate::remote::RemoteAppender>),
@@ -493,7 +493,7 @@ impl Target {
                 .try_exists()
                 .map_err(|e| Error::from(e).in_file(path))?
             {
-                return Ok((Target::New(w), true));
+                return Ok((Target::New(Box::new(w)), true));
             }
         }
         let a = Appender::open_with(path, opts.mode, &opts.write)?;

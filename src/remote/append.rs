@@ -963,9 +963,9 @@ mod tests {
                 "{said}"
             );
         }
-        // An Appender writes local files: a URL is not taken for the path "s3:/b/m.zip".
-        let e = crate::Appender::open("s3://bucket/m.zip", AppendMode::InPlace).unwrap_err();
-        assert!(e.to_string().contains("RemoteAppender"), "{e}");
+        // An Appender appends remotely to s3:// only: other URLs are refused the same way.
+        let e = crate::Appender::open("gs://bucket/m.zip", AppendMode::InPlace).unwrap_err();
+        assert!(e.to_string().contains("is not supported"), "{e}");
     }
 
     #[test]

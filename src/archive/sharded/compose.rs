@@ -8,20 +8,20 @@
 
 use super::super::append::finish_session;
 use super::super::container::ZipEntry;
-use super::super::hashing::hex_digest;
-use super::super::text::parse_sums;
-use super::plan::Planned;
-use sha2::Digest;
-use std::collections::HashMap;
 use super::super::container::write::{EntrySpec, local_header};
+use super::super::hashing::hex_digest;
 use super::super::reader::Archive;
 use super::super::session::{Session, WriteOptions};
 use super::super::summary::written_by_commit;
+use super::super::text::parse_sums;
 use super::commit::{check_coverage, find_duplicates, record_tag};
 use super::group::Marker;
 use super::plan::Plan;
+use super::plan::Planned;
 use super::{Extras, boxes, invalid};
 use crate::error::Result;
+use sha2::Digest;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 

@@ -172,12 +172,14 @@ impl Marker {
 
     /// The marker `bytes` hold (a JSON object), `what` naming it in errors; `None` while
     /// it is only a claim.
+    #[cfg(feature = "remote")]
     pub(crate) fn parse(bytes: &[u8], what: &Path) -> Result<Option<Marker>> {
         let v: Value = serde_json::from_slice(bytes)
             .map_err(|_| corrupt(what, "not a modelzip rank marker"))?;
         Marker::from_json(&v, what)
     }
 
+    #[cfg(feature = "remote")]
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         self.to_json().to_string().into_bytes()
     }

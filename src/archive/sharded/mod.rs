@@ -559,6 +559,8 @@ impl ShardedWriter {
             #[cfg(feature = "remote")]
             remote: None,
         };
+        // Without the `remote` feature the store is always local.
+        #[allow(clippy::infallible_destructuring_match)]
         let l = match &mut self.store {
             Store::Local(l) => l,
             #[cfg(feature = "remote")]
