@@ -282,8 +282,8 @@ def test_rank_0_killed_mid_save_leaves_the_object_and_its_objects_go_with_the_ne
     # Rank 3 never comes: rank 0 waits for its marker and is killed meanwhile.
     procs = start(ctx, out, url, "sharded", [0, 1, 2], 4, timeout=8)
     deadline = time.monotonic() + 60
-    markers = [f"{key}.sharded-sharded.rank-{r}" for r in (1, 2)]
-    while not all(m in objects(env) for m in markers):
+    markers = [f"{key}.sharded-sharded.rank-{r}." for r in (1, 2)]
+    while not all(any(k.startswith(m) and k.endswith(".done") for k in objects(env)) for m in markers):
         assert time.monotonic() < deadline, objects(env)
         time.sleep(0.05)
     os.kill(procs[0].pid, signal.SIGKILL)

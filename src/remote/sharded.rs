@@ -8,8 +8,8 @@
 //!   archive's version, and until when the attempt may run.
 //! - `<key>.sharded-<tag>.rank-<r>.<nonce>`: rank r's shards, back to back (a multipart
 //!   upload in 16 MiB parts, sent while the rank hashes and copies its next shards).
-//! - `<key>.sharded-<tag>.rank-<r>`: rank r's marker (JSON): its shards' places in that
-//!   object, CRC-32 and SHA-256, and the object's version.
+//! - `<key>.sharded-<tag>.rank-<r>.<nonce>.done`: rank r's marker (JSON): its shards'
+//!   places in that object, CRC-32 and SHA-256, and the object's version.
 //!
 //! Rank 0, once every marker of the attempt is there, composes the new version of the
 //! archive object in one multipart upload: the old bytes up to the central directory
@@ -108,8 +108,10 @@ impl RemoteRank {
         format!("{}.sharded-{}", self.key, self.tag)
     }
 
-    fn marker_key(&self, rank: u32) -> String {
-        format!("{}.sharded-{}.rank-{rank}", self.key, self.tag)
+    /// Rank `rank`'s marker of attempt `nonce` (the nonce in the key: a rank of a dead
+    /// attempt that writes its marker late cannot replace this attempt's).
+    fn marker_key(&self, rank: u32, nonce: &str) -> String {
+        format!("{}.sharded-{}.rank-{rank}.{nonce}.done", self.key, self.tag)
     }
 
     fn staging_key(&self, rank: u32, nonce: &str) -> String {
@@ -175,7 +177,7 @@ impl RemoteRank {
     fn attempt_keys(&self, nonce: &str, world_size: u32) -> Vec<String> {
         let mut keys = Vec::with_capacity(2 * world_size as usize + 1);
         for r in 0..world_size {
-            keys.push(self.marker_key(r));
+            keys.push(self.marker_key(r, nonce));
             keys.push(self.staging_key(r, nonce));
         }
         keys
@@ -377,7 +379,7 @@ impl RemoteRank {
             staged,
         };
         self.put(
-            &self.marker_key(self.rank),
+            &self.marker_key(self.rank, &self.nonce),
             marker.to_bytes(),
             PutMode::Overwrite,
         )?;
@@ -394,7 +396,7 @@ impl RemoteRank {
                 let done = self.wait_for_commit(plan, opts);
                 if done.is_err() {
                     let keys = [
-                        self.marker_key(self.rank),
+                        self.marker_key(self.rank, &self.nonce),
                         self.staging_key(self.rank, &self.nonce),
                     ];
                     self.delete(&keys);
@@ -491,7 +493,7 @@ impl RemoteRank {
                 if slot.is_some() {
                     continue;
                 }
-                let key = self.marker_key(r as u32);
+                let key = self.marker_key(r as u32, &self.nonce);
                 let Some(bytes) = self.get(&key)? else {
                     continue;
                 };
