@@ -29,7 +29,7 @@ use super::{Client, RemoteOptions, remote_err};
 use crate::archive::Archive;
 use crate::archive::sharded::Extras;
 use crate::archive::sharded::boxes;
-use crate::archive::sharded::commit::committed_by;
+use crate::archive::sharded::commit::{committed_by, plan_differs, timed_out};
 use crate::archive::sharded::compose::{Seg, lay_out, staged_len};
 use crate::archive::sharded::group::{Marker, ShardDone, StagedObject, new_nonce};
 use crate::archive::sharded::plan::Plan;
@@ -259,14 +259,7 @@ impl RemoteRank {
                 let g = Group::parse(&bytes, &key)?;
                 if g.until > unix_now() {
                     if g.plan != plan.digest || g.world_size != plan.world_size {
-                        return Err(invalid(format!(
-                            "rank {}: the save plan differs from rank 0's ({} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions, or the save under way is another group's (their group ids differ)",
-                            opts.rank,
-                            g.world_size,
-                            &g.plan[..12.min(g.plan.len())],
-                            plan.world_size,
-                            &plan.digest[..12]
-                        )));
+                        return Err(plan_differs(opts.rank, g.world_size, &g.plan, plan));
                     }
                     return Ok(g.nonce);
                 }
@@ -527,14 +520,7 @@ impl RemoteRank {
                 return Ok(got.into_iter().flatten().collect());
             }
             if Instant::now() >= deadline {
-                return Err(invalid(format!(
-                    "the sharded save of tag {:?} timed out after {:.0} s waiting for rank{} {} of {}; nothing was committed and the archive is as it was",
-                    plan.tag,
-                    opts.timeout.as_secs_f64(),
-                    if missing.len() > 1 { "s" } else { "" },
-                    missing.join(", "),
-                    plan.world_size
-                )));
+                return Err(timed_out(plan, opts, &missing));
             }
             std::thread::sleep(POLL);
         }

@@ -10,7 +10,6 @@
 
 use super::super::append::{finish_in_place, finish_session};
 use super::super::archive_path::ArchivePath;
-use super::super::container::write::{EntrySpec, local_header};
 use super::super::fault::Budgeted;
 use super::super::hashing::hex_digest;
 use super::super::journal;
@@ -111,14 +110,7 @@ pub(super) fn wait_for_group(
     loop {
         if let Some(g) = group::read_group(&ap.real, &plan.tag)? {
             if g.plan != plan.digest || g.world_size != plan.world_size {
-                return Err(invalid(format!(
-                    "rank {}: the save plan differs from rank 0's ({} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions, or the save under way is another group's (their group ids differ)",
-                    opts.rank,
-                    g.world_size,
-                    &g.plan[..12.min(g.plan.len())],
-                    plan.world_size,
-                    &plan.digest[..12]
-                )));
+                return Err(plan_differs(opts.rank, g.world_size, &g.plan, plan));
             }
             return Ok(g);
         }
@@ -438,17 +430,32 @@ fn wait_for_markers(
             return Ok(got.into_iter().flatten().collect());
         }
         if past(deadline) {
-            return Err(invalid(format!(
-                "the sharded save of tag {:?} timed out after {:.0} s waiting for rank{} {} of {}; nothing was committed and the archive is as it was",
-                plan.tag,
-                opts.timeout.as_secs_f64(),
-                if missing.len() > 1 { "s" } else { "" },
-                missing.join(", "),
-                plan.world_size
-            )));
+            return Err(timed_out(plan, opts, &missing));
         }
         std::thread::sleep(group::POLL);
     }
+}
+
+/// The error of a rank whose plan is not rank 0's (`world_size` ranks, `digest`).
+pub(crate) fn plan_differs(rank: u32, world_size: u32, digest: &str, plan: &Plan) -> Error {
+    invalid(format!(
+        "rank {rank}: the save plan differs from rank 0's ({world_size} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions, or the save under way is another group's (their group ids differ)",
+        &digest[..12.min(digest.len())],
+        plan.world_size,
+        &plan.digest[..12]
+    ))
+}
+
+/// The error of rank 0 after waiting `opts.timeout` for the markers of ranks `missing`.
+pub(crate) fn timed_out(plan: &Plan, opts: &ShardedOptions, missing: &[String]) -> Error {
+    invalid(format!(
+        "the sharded save of tag {:?} timed out after {:.0} s waiting for rank{} {} of {}; nothing was committed and the archive is as it was",
+        plan.tag,
+        opts.timeout.as_secs_f64(),
+        if missing.len() > 1 { "s" } else { "" },
+        missing.join(", "),
+        plan.world_size
+    ))
 }
 
 /// Each tensor's shard lines (record header first, then the rows in order) and its
@@ -673,13 +680,8 @@ fn write_tag(
                 placed.push(None);
                 continue;
             }
-            let spec = EntrySpec {
-                uncompressed_size: p.record_len,
-                align_after: Some(p.record_header.len() as u64),
-                ..EntrySpec::stored(&p.entry_name, *crc, &[])
-            };
             let (h, entry) =
-                local_header(&spec, g.ext_start + p.header_offset, (dos_time, dos_date))?;
+                p.entry_header(*crc, g.ext_start + p.header_offset, (dos_time, dos_date))?;
             write_at(&file, g.ext_start + p.header_offset, &h)?;
             write_at(&file, g.ext_start + p.record_offset, &p.record_header)?;
             placed.push(Some(entry));

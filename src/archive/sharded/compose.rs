@@ -8,7 +8,6 @@
 
 use super::super::append::finish_session;
 use super::super::container::ZipEntry;
-use super::super::container::write::{EntrySpec, local_header};
 use super::super::hashing::hex_digest;
 use super::super::reader::Archive;
 use super::super::session::{Session, WriteOptions};
@@ -154,12 +153,7 @@ pub(crate) fn lay_out(
             placed.push(None);
             continue;
         }
-        let spec = EntrySpec {
-            uncompressed_size: p.record_len,
-            align_after: Some(p.record_header.len() as u64),
-            ..EntrySpec::stored(&p.entry_name, *crc, &[])
-        };
-        let (h, entry) = local_header(&spec, at, (dos_time, dos_date))?;
+        let (h, entry) = p.entry_header(*crc, at, (dos_time, dos_date))?;
         out.write_all(&h)?;
         out.write_all(&p.record_header)?;
         segs.push(Seg::Staged((h.len() + p.record_header.len()) as u64));

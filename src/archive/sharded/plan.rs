@@ -97,6 +97,22 @@ impl Planned {
     pub fn end(&self) -> u64 {
         self.record_offset + self.record_len
     }
+
+    /// The entry's local header (its data 64-byte aligned) at file offset `at`, its
+    /// data's CRC-32 `crc`, and its directory record.
+    pub fn entry_header(
+        &self,
+        crc: u32,
+        at: u64,
+        dos: (u16, u16),
+    ) -> Result<(Vec<u8>, super::super::container::ZipEntry)> {
+        let spec = EntrySpec {
+            uncompressed_size: self.record_len,
+            align_after: Some(self.record_header.len() as u64),
+            ..EntrySpec::stored(&self.entry_name, crc, &[])
+        };
+        local_header(&spec, at, dos)
+    }
 }
 
 /// The plan of a sharded save of tag `tag` by `world_size` ranks.
