@@ -131,7 +131,9 @@ pub struct Archive {
     /// Decoded record headers of tensor entries, by position in the central directory:
     /// one decode per entry however many names, tags or listings ask for it (a deflated
     /// entry shared by thousands of tags is inflated once, and only as far as its header).
-    heads: Mutex<rustc_hash::FxHashMap<usize, Arc<HeadCell>>>,
+    /// One cell per central-directory entry, made at the first header asked for (16
+    /// bytes an entry; a map of cells cost a hash, a lock and an allocation per entry).
+    heads: OnceLock<Box<[HeadCell]>>,
     /// What reading this archive cost, counted so that tests can check it follows the
     /// distinct entries rather than the names that refer to them.
     pub(crate) work: WorkCounters,
@@ -475,7 +477,7 @@ impl Archive {
             tag_index: HashMap::new(),
             by_dir,
             tables: Box::default(),
-            heads: Mutex::default(),
+            heads: OnceLock::new(),
             work: WorkCounters::default(),
             path: path.clone(),
             opts,
@@ -888,10 +890,14 @@ impl Archive {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// The header cache's cell of entry `i` (created empty on the first ask).
-    fn head_cell(&self, i: usize) -> Arc<HeadCell> {
-        let mut cells = self.heads.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(cells.entry(i).or_default())
+    /// The header cache's cell of entry `i` (`i` is a position in the central directory).
+    fn head_cell(&self, i: usize) -> &HeadCell {
+        let cells = self.heads.get_or_init(|| {
+            (0..self.dir.entries.len())
+                .map(|_| HeadCell::default())
+                .collect()
+        });
+        &cells[i]
     }
 
     /// The position in the central directory and the entry `loc` names.
