@@ -7,31 +7,28 @@
 //! record header, so they are stored as they are: a tensor unchanged between two
 //! fine-tuned versions of a model is stored once.
 //!
-//! - [`import_safetensors`] stores one file, a sharded checkpoint (its
+//! - Importing ([`super::format`]`("safetensors")` and [`super::Format::import`]) stores one file, a sharded checkpoint (its
 //!   `model.safetensors.index.json`) or several shards as one tag: every tensor becomes a
 //!   parameter of the same name, `__metadata__` goes to the tag's metadata.json.
-//! - [`export_safetensors`] writes a tag back as one safetensors file, each tensor a
-//!   safetensors `View` borrowing the archive's memory; [`export_safetensors_sharded`] as a sharded
-//!   checkpoint (the shards it was imported from, or cut to a size). A tag imported from one file exports to that
+//! - Exporting ([`super::Format::export`]) writes a tag back as one safetensors file, each tensor a
+//!   safetensors `View` borrowing the archive's memory, or, to a directory, as a sharded
+//!   checkpoint (the shards it was imported from; [`export_safetensors_sharded`] also cuts
+//!   to a given size); [`export_safetensors_bytes`] returns the one file's bytes. A tag imported from one file exports to that
 //!   file byte for byte when the file was written by the safetensors library, and a
-//!   sharded checkpoint its shards and index ([`ImportReport::exact_export`] says whether
-//!   it will).
+//!   sharded checkpoint its shards and index.
 //!
 //! Mapping, what is kept and what is refused: docs/SAFETENSORS.md.
 //!
 //! ```no_run
-//! use modelzip::interop::{safetensors, ExportOptions, ImportOptions};
+//! use modelzip::interop::{self, ExportOptions, ImportOptions};
 //! use modelzip::Archive;
 //! use std::path::{Path, PathBuf};
 //!
-//! let report = safetensors::import_safetensors(
-//!     Path::new("model.zip"), "base", &[PathBuf::from("model.safetensors")],
-//!     &ImportOptions::default(),
-//! )?;
-//! assert!(report.exact_export);
+//! let st = interop::format("safetensors")?;
+//! st.import(Path::new("model.zip"), "base", &[PathBuf::from("model.safetensors")],
+//!           &ImportOptions::default())?;
 //! let archive = Archive::open("model.zip")?;
-//! safetensors::export_safetensors(&archive.tag("base")?, Path::new("out.safetensors"),
-//!                                 &ExportOptions::default())?;
+//! st.export(&archive.tag("base")?, Path::new("out.safetensors"), &ExportOptions::default())?;
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
@@ -451,6 +448,7 @@ fn render_header<'n>(
     Ok(bytes)
 }
 
+internal! {
 /// What an import did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportReport {
@@ -470,6 +468,7 @@ pub struct ImportReport {
     /// For an `s3://` archive: the remote append's versions and costs.
     #[cfg(feature = "remote")]
     pub remote: Option<crate::remote::RemoteWrite>,
+}
 }
 
 /// A sharded checkpoint's index.
@@ -658,6 +657,7 @@ fn render_index(v: &Value) -> String {
     out
 }
 
+internal! {
 /// Imports safetensors as tag `tag` of the archive at `archive` (created if absent, else
 /// added as `opts.mode` says, in place by default). `inputs` is one `.safetensors` file; a
 /// sharded checkpoint's `model.safetensors.index.json` (its shards are read from beside
@@ -826,6 +826,7 @@ pub fn import_safetensors(
         #[cfg(feature = "remote")]
         remote: r.remote,
     })
+}
 }
 
 /// A parameter as safetensors sees it: dtype, shape and the archive's bytes, borrowed.
@@ -1046,6 +1047,7 @@ fn write_layout(l: &Layout<'_>, w: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+internal! {
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportReport {
@@ -1060,8 +1062,9 @@ pub struct ExportReport {
     /// True when `__metadata__` was written (from the tag's metadata.json).
     pub metadata_written: bool,
 }
+}
 
-/// The safetensors bytes of tag `tag`, in memory (see [`export_safetensors`]).
+/// The safetensors bytes of tag `tag`, in memory (what an export to a file writes).
 pub fn export_safetensors_bytes(tag: &Tag<'_>) -> Result<Vec<u8>> {
     let l = layout(tag)?;
     let mut out = Vec::new();
@@ -1076,6 +1079,7 @@ pub fn export_safetensors_bytes(tag: &Tag<'_>) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+internal! {
 /// Writes tag `tag`'s parameters as the safetensors file `out`.
 ///
 /// Every parameter is one tensor of the same name; parameters that share one tensor file
@@ -1123,6 +1127,7 @@ pub fn export_safetensors(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
         metadata_written: l.metadata_written,
     })
 }
+}
 
 internal! {
     /// The shard size `transformers` uses by default (`max_shard_size="5GB"`).
@@ -1149,17 +1154,17 @@ fn shard_name(i: usize, n: usize) -> String {
 
 /// Writes tag `tag` as a sharded checkpoint in directory `dir`: shards
 /// `model-0000I-of-0000N.safetensors` and `model.safetensors.index.json`, which
-/// `transformers` (and [`import_safetensors`]) load.
+/// `transformers` (and modelzip's safetensors import) load.
 ///
 /// With `max_shard_bytes` `None`, a tag imported from shards is written as those shards
 /// (same names, same tensors in the same order, the kept index `"metadata"` when its
 /// `total_size` still holds): byte for byte what was imported when
-/// [`ImportReport::exact_export`] said so. Otherwise the tensors, in the library's order
+/// the import found the files written by the safetensors library. Otherwise the tensors, in the library's order
 /// (larger dtypes first, then by name), are cut into shards of at most `max_shard_bytes`
 /// of data (5 GB, as `transformers` uses, when `None`), as `transformers` cuts them: a
 /// tensor larger than that gets a shard of its own. The index is written as `transformers`
 /// writes it; `__metadata__` of every shard is the one the import kept. The refusals are
-/// [`export_safetensors`]'s.
+/// those of an export to one file.
 ///
 /// Every file is written to a temp file first; only when all are written are they renamed
 /// into place (the index last), so a failure leaves none of them behind. Existing files

@@ -15,21 +15,21 @@
 //! attributes) is read into the stored model.
 //!
 //! `export_model` rebuilds the ModelProto, equal to the imported one as a protobuf
-//! message but with external data inline in `raw_data`; [`export_model_file`] writes
-//! external data back to the files and offsets it came from (or, with
+//! message but with external data inline in `raw_data`; exporting to a file
+//! ([`super::Format::export`]) writes external data back to the files and offsets it came from (or, with
 //! [`ExportOptions::external_data`], every parameter in `PATH.data` at 64-byte aligned
 //! offsets). docs/ONNX.md has the mapping and what is refused.
 //!
 //! ```no_run
-//! use modelzip::interop::{onnx, ExportOptions, ImportOptions};
+//! use modelzip::interop::{self, ExportOptions, ImportOptions};
 //! use modelzip::Archive;
-//! use std::path::Path;
+//! use std::path::{Path, PathBuf};
 //!
-//! onnx::import_model_file(Path::new("model.zip"), "v1", Path::new("mlp.onnx"),
-//!                         &ImportOptions::default())?;
+//! let onnx = interop::format("onnx")?;
+//! onnx.import(Path::new("model.zip"), "v1", &[PathBuf::from("mlp.onnx")],
+//!             &ImportOptions::default())?;
 //! let archive = Archive::open("model.zip")?;
-//! onnx::export_model_file(&archive.tag("v1")?, Path::new("out.onnx"),
-//!                         &ExportOptions::default())?;
+//! onnx.export(&archive.tag("v1")?, Path::new("out.onnx"), &ExportOptions::default())?;
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
@@ -778,6 +778,7 @@ pub fn import_model(
 }
 }
 
+internal! {
 /// `import_model` from a `.onnx` file, with external data read from its directory;
 /// errors name the file.
 pub fn import_model_file(
@@ -791,6 +792,7 @@ pub fn import_model_file(
     let dir = crate::archive::parent_dir(path);
     let (g, params) = split_model(m, Some(&dir)).map_err(|e| e.in_file(path))?;
     store(archive, tag, g, params, opts)
+}
 }
 
 fn store(
@@ -1030,6 +1032,7 @@ fn imported_layout(tag: &Tag<'_>, g: &OnnxGraph, dir: &Path) -> Result<Layout> {
     Ok(layout)
 }
 
+internal! {
 /// Writes a tag imported from ONNX as a `.onnx` file, through a temp file renamed into
 /// place. With `opts.external_data`, every parameter goes to `out.data` beside it
 /// (64-byte aligned offsets) and the model refers to it. Without it, initializers that
@@ -1267,6 +1270,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         unused,
         notes,
     })
+}
 }
 
 /// ONNX in the [`super::FORMATS`] registry: `.onnx` ModelProto files.

@@ -182,7 +182,7 @@ fn with_suffix(prefix: &Path, ext: &str) -> PathBuf {
 }
 
 /// The two paths an export of `prefix` writes: `PREFIX.pdmodel`, `PREFIX.pdiparams`
-/// (for a tag holding a PIR program, [`export_paths_pir`]).
+/// (for a tag holding a PIR program, `PREFIX.json` and `PREFIX.pdiparams`).
 pub fn export_paths(prefix: &Path) -> (PathBuf, PathBuf) {
     (
         with_suffix(prefix, ".pdmodel"),
@@ -206,7 +206,7 @@ pub fn export_paths_pir(prefix: &Path) -> (PathBuf, PathBuf) {
 /// The program is the tag's `graph.pdmodel` as stored, or its `graph.fb` converted to
 /// ProgramDesc; a tag without a graph is an error. A tag holding a PIR program (imported
 /// from a Paddle 3 `.json`) is written as `PREFIX.json`, the JSON as Paddle wrote it,
-/// plus `PREFIX.pdiparams` ([`export_paths_pir`]). The params file holds, in the order
+/// plus `PREFIX.pdiparams`. The params file holds, in the order
 /// of the program's persistable variables, sorted by name (a PIR program: of its parameters), the tag's
 /// parameter of each variable (each must exist and match the declared dtype and dims),
 /// written with [`encode_combined`]; parameters the program does not use are left out

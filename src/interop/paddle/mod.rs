@@ -53,8 +53,10 @@ mod vars;
 
 pub use export::{
     ExportReport, export_inference_model, export_inference_model_bytes, export_paths,
-    export_paths_pir,
 };
+internal! {
+    pub use export::export_paths_pir;
+}
 pub use import::{
     import_inference_model, import_inference_model_files, import_persistables_dir, import_program,
 };

@@ -275,7 +275,7 @@ pub fn parse_graphdef_text(text: &str) -> Result<pb::GraphDef> {
 }
 }
 
-/// The GraphDef [`export_graphdef_file`] writes for `tag`, as text format (`.pbtxt`), the
+/// The GraphDef an export of `tag` to a `.pb` file writes, as text format (`.pbtxt`), the
 /// way TensorFlow's `text_format` reads it.
 pub fn export_graphdef_text(tag: &Tag<'_>) -> Result<String> {
     graphdef_to_text(&export_graphdef(tag)?.0)
@@ -931,6 +931,7 @@ fn store(archive: &Path, tag: &str, split: Split, opts: &ImportOptions) -> Resul
     report(archive, tag, created, Some(fb.len() as u64))
 }
 
+internal! {
 /// `import_graphdef` from a `.pb` or `.pbtxt` file; errors name the file.
 pub fn import_graphdef_file(
     archive: &Path,
@@ -941,6 +942,7 @@ pub fn import_graphdef_file(
     let g = read_graphdef_file(path)?;
     let split = split_graphdef(g).map_err(|e| e.in_file(path))?;
     store(archive, tag, split, opts)
+}
 }
 
 /// The tag's TensorFlow graph, or an error saying what the tag holds instead.
@@ -972,6 +974,7 @@ pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<
 }
 }
 
+internal! {
 /// Writes a tag imported from TensorFlow as a GraphDef file: text format when `out`
 /// ends in `.pbtxt`, binary otherwise; through a temp file renamed into place.
 ///
@@ -1053,6 +1056,7 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
             .to_string(),
         ],
     })
+}
 }
 
 /// The bytes node `i` takes in the file: its encoding as field 1 of a GraphDef (prost

@@ -3,14 +3,14 @@
 //! A SavedModel is `saved_model.pb` (the MetaGraphs), `fingerprint.pb`, `variables/`
 //! (a TensorBundle checkpoint: `variables.index`, a table of one `BundleEntryProto` per
 //! variable, and the data shards `variables.data-NNNNN-of-NNNNN`) and optional `assets/`.
-//! [`import_saved_model`] stores one as a tag: every numeric variable of the bundle
+//! Importing one (the `tf` format's [`crate::interop::Format::import`] of a directory) stores it as a tag: every numeric variable of the bundle
 //! becomes a parameter named by its checkpoint key (`w1/.ATTRIBUTES/VARIABLE_VALUE`),
 //! its dtype and dims from its entry, its size, offset and CRC-32C checked. The rest is
 //! kept verbatim as the tag's own entries under `saved_model/` (docs/FORMAT.md):
 //! `saved_model.pb`, `fingerprint.pb`, `variables.index` (the imported index, for the
 //! keys, dtypes, shapes and header), `object_graph.bin` (the data of the
 //! `_CHECKPOINTABLE_OBJECT_GRAPH` string entry, as stored) and `assets/...`.
-//! [`export_saved_model`] writes the directory back: those files verbatim and a
+//! Exporting such a tag ([`crate::interop::Format::export`]) writes the directory back: those files verbatim and a
 //! single-shard bundle written from the tag's parameters with fresh offsets and
 //! checksums. docs/TENSORFLOW.md has what is refused.
 
@@ -117,9 +117,11 @@ fn dtype_from_tf(dt: i32) -> Option<DType> {
     super::dtype_from_tf(dt)
 }
 
+internal! {
 /// Whether `dir` is a SavedModel directory (holds `saved_model.pb`).
 pub fn is_saved_model_dir(dir: &Path) -> bool {
     dir.is_dir() && dir.join("saved_model.pb").is_file()
+}
 }
 
 /// Whether tag `tag` was imported from a SavedModel (holds `saved_model/saved_model.pb`).
@@ -550,6 +552,7 @@ fn check_layout(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+internal! {
 /// Imports the SavedModel directory `dir` as tag `tag` of the archive at `archive`
 /// (created if absent): each numeric checkpoint variable as a parameter named by its
 /// key, the rest kept under `saved_model/` in the tag. Tensors are read, checked and
@@ -638,6 +641,7 @@ pub fn import_saved_model(
     })?;
     report(archive, tag, created, None)
 }
+}
 
 /// The bytes of the tag's kept entry `rel` (under `saved_model/`), if present.
 fn kept(tag: &Tag<'_>, rel: &str) -> Result<Option<Vec<u8>>> {
@@ -648,6 +652,7 @@ fn kept(tag: &Tag<'_>, rel: &str) -> Result<Option<Vec<u8>>> {
     Ok(Some(tag.archive().entry_bytes(&name)?.into_owned()))
 }
 
+internal! {
 /// Writes a tag imported from a SavedModel as a SavedModel directory at `out`: the kept
 /// files verbatim and a single-shard checkpoint written from the tag's parameters (each
 /// checked against the dtype and shape the imported index declares; a tag changed by
@@ -854,6 +859,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
         unused,
         notes: vec!["SavedModel directory, one checkpoint shard".to_string()],
     })
+}
 }
 
 /// fsyncs every directory under `root` (and it), so the renamed tree is durable.
