@@ -40,11 +40,12 @@ pub(crate) mod training_config;
 pub(crate) use format::GraphFormat;
 pub(crate) use model::Graph;
 pub use model::{
-    Attr, AttrValue, Block, DenseTensorDesc, OnnxGraph, Op, Program, Scalar, ScalarType, Slot,
-    TensorDesc, TfGraph, Var, VarKind, VarTypeExtra,
+    Attr, AttrValue, Block, OnnxGraph, Op, Program, Scalar, ScalarType, Slot, TfGraph, Var, VarKind,
 };
 internal! {
-    pub use model::{OnnxInit, TfAttr, TfNode, TfParamRef};
+    pub use model::{
+        DenseTensorDesc, OnnxInit, TensorDesc, TfAttr, TfNode, TfParamRef, VarTypeExtra,
+    };
 }
 pub use pir::{PirGraph, looks_like_pir};
 pub(crate) use training_config::TrainingConfig;

@@ -296,8 +296,16 @@ pub struct Var {
     pub stop_gradient: Option<bool>,
     /// `VarDesc.attrs` in file order (Paddle allows INT, STRING and INTS values).
     pub attrs: Vec<Attr>,
-    /// `VarType` descriptions other than the main one (rare; kept so nothing is lost).
+    /// `VarType` descriptions other than the main one (rare; kept so nothing is lost
+    /// between the two encodings; the JSON dump shows them). Crate-private: a Paddle
+    /// detail users neither build nor read (so a `Var` is built with [`Var::new`] and its
+    /// kin, then its public fields set).
+    #[cfg(feature = "test-internals")]
+    #[doc(hidden)]
     pub extra: VarTypeExtra,
+    /// (See above.)
+    #[cfg(not(feature = "test-internals"))]
+    pub(crate) extra: VarTypeExtra,
 }
 
 impl Var {
