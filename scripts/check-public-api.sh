@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=949
+MAX_ITEMS=921
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -44,7 +44,7 @@ trap 'rm -f "$tmp"' EXIT
 #   kinds, tensors (DType, Tensor, TensorView, Element, Lod) and Graph / GraphFormat /
 #   TrainingConfig: what every user names.
 # - checkpoint: the training-loop API (save, restore, retention).
-# - dump: renderings of any graph (text, JSON, DOT) and its drawing (nodes and edges).
+# - dump: renderings of any graph (text, JSON, DOT, its operations and edges as JSON).
 # - extract: a tag written out as files, safely (options, report and limits).
 # - graph: the graph model users build and read (Program, Block, Var, Op, attributes) and
 #   the foreign kinds as opaque values.

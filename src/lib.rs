@@ -42,7 +42,7 @@
 //! format or area whose names would clash or mislead at the root: [`interop`] (one
 //! submodule per model format: `import_*` / `export_*`), [`graph`] (the graph model, its
 //! two encodings graph.fb and ProgramDesc behind [`Graph`]'s methods), [`dump`] (the
-//! renderings and drawing of every graph kind), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
+//! renderings of every graph kind: text, JSON, DOT, the operations and their edges), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
 //! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`extract`] (its
 //! options, report and limit names would read as archive-wide at the root), [`progress`] and
 //! [`remote`]. No type of a dependency appears in a public signature (but `half`'s `f16`

@@ -6,7 +6,6 @@
 use super::super::common::TensorInfo;
 use super::super::diff::DiffJson;
 use super::super::tags;
-use super::graph;
 use modelzip::checkpoint::{self, CheckpointStatus, Goal};
 use modelzip::variants::compare_tags;
 use modelzip::{Archive, Graph, GraphFormat, TensorView};
@@ -317,8 +316,8 @@ pub fn diff_doc(archive: &Archive, a: &str, b: &str) -> Result<Value, ApiError> 
         .map_err(|e| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}")))
 }
 
-/// `GET /api/graph?tag=T`: the tag's graph as nodes and edges (from the drawing
-/// `graph --format dot` prints).
+/// `GET /api/graph?tag=T`: the tag's graph as operations and edges
+/// ([`modelzip::dump::op_graph`]), with the tag, entry and encoding.
 pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
     let t = tag(archive, name)?;
     let tag_name = t.name().to_string();
@@ -334,7 +333,8 @@ pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
         GraphFormat::FlatBuffers => Graph::from_flatbuffers(&bytes),
     }
     .map_err(|e| ApiError::unreadable(format!("cannot decode {entry}: {e}")))?;
-    let mut doc = graph::nodes(&g);
+    let mut doc: Value = serde_json::from_str(&modelzip::dump::op_graph(&g))
+        .map_err(|e| ApiError::unreadable(format!("cannot draw {entry}: {e}")))?;
     if let Value::Object(m) = &mut doc {
         m.insert("tag".into(), json!(tag_name));
         m.insert("entry".into(), json!(entry));

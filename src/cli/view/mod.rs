@@ -3,7 +3,6 @@
 //! HTML file (docs/VIEW.md).
 
 mod api;
-mod graph;
 
 use super::common::{is_url, open};
 use super::output::print;
