@@ -7,7 +7,8 @@
 #      ./python the way a user installs it (`pip install ./python`: maturin is fetched
 #      as the PEP 517 build backend)
 #   3. pytest python/tests               (pytest's "no tests ran", exit 5, fails too;
-#      the S3 tests start moto_server on 127.0.0.1 themselves and stop it; the browser
+#      the S3 tests start moto_server on 127.0.0.1 themselves and stop it, the Azure
+#      tests Azurite (installed with npm into target/azurite); the browser
 #      tests of `modelzip view` start it on 127.0.0.1 and drive Debian's chromium, which
 #      is installed here with apt-get when missing, through Playwright)
 #
@@ -44,6 +45,20 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --quiet)
 
 echo "== pip install ./python" >&2
 "${PIP[@]}" install --force-reinstall --no-deps ./python
+
+echo "== Azurite for the Azure tests (python/tests/test_remote_azure.py)" >&2
+# Microsoft's Azure Storage emulator, from the npm registry into target/azurite (Node.js
+# and npm from Debian when the machine has none).
+AZURITE_VERSION=3.37.0
+if ! [ -x target/azurite/node_modules/.bin/azurite-blob ] \
+  || ! grep -q "\"version\": \"$AZURITE_VERSION\"" target/azurite/node_modules/azurite/package.json 2>/dev/null; then
+  if ! command -v npm >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq nodejs npm
+  fi
+  mkdir -p target/azurite
+  npm install --prefix target/azurite --no-audit --no-fund --silent "azurite@$AZURITE_VERSION"
+fi
 
 echo "== chromium for the browser tests (python/tests/test_view.py)" >&2
 # Playwright drives the distribution's chromium (no browser download); as root on a fresh

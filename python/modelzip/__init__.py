@@ -252,12 +252,16 @@ def _local(path: PathLike, what: str, hint: str = _APPEND_HINT) -> str:
 
 
 def _is_s3(path: str) -> bool:
-    """True for an ``s3://`` (or ``s3a://``) URL: the one store appended to remotely."""
-    return path.split("://", 1)[0].lower() in ("s3", "s3a") and "://" in path
+    """True for a URL of a store appended to remotely: S3 (``s3://``, ``s3a://``) and
+    Azure Blob Storage (``az://``, ``azure://``, ``abfs[s]://``, ``adl://``); the library
+    says what else it refuses."""
+    return "://" in path and path.split("://", 1)[0].lower() in (
+        "s3", "s3a", "az", "azure", "abfs", "abfss", "adl"
+    )
 
 
 def _writable(path: PathLike, what: str) -> str:
-    """An ``s3://`` URL as it is (the library appends to it remotely), else a local path
+    """An ``s3://`` or ``az://`` URL as it is (the library appends to it remotely), else a local path
     for a write (other URLs refused, as by :func:`_local`)."""
     p = os.fspath(path)
     return p if _is_s3(p) else _local(path, what)
@@ -693,7 +697,7 @@ def save(
     Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
     how many are shared with older tags, and the bytes the tag's own entries take.
 
-    ``path`` may be an ``s3://`` URL (credentials and endpoint from the environment): the
+    ``path`` may be an ``s3://`` or ``az://`` URL (credentials and endpoint from the environment): the
     tag is appended to the object where it lies, its old bytes copied by the store and
     only the new ones uploaded, committed only if the object is still the version read
     (a lost race raises ``ModelzipError(kind="remote_conflict")``, "... changed since it
@@ -832,7 +836,7 @@ class Checkpointer:
     ``group`` is the job's id, as :func:`modelzip.sharded.save` takes it (a restarted
     job's lingering rank then cannot join the new job's save).
 
-    ``path`` may be an ``s3://`` URL: each save appends the checkpoint to the object
+    ``path`` may be an ``s3://`` or ``az://`` URL: each save appends the checkpoint to the object
     where it lies (only its new bytes uploaded, the old ones copied by the store) and the
     retention pass removes checkpoints the same way (docs/REMOTE.md); a save that loses a
     race with another writer re-opens the archive and tries again, up to 4 more times,

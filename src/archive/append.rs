@@ -249,7 +249,7 @@ impl Appender {
 
     /// Opens the archive at `path` for appending. A symlinked `path` appends to the file
     /// it points at (a rewrite replaces that file; the link stays). With the `remote`
-    /// feature, `path` may be an `s3://` URL: the tags are appended remotely whatever
+    /// feature, `path` may be an `s3://` or `az://` URL: the tags are appended remotely whatever
     /// `mode` (only their bytes uploaded, the old ones copied by the store, committed only
     /// if the object is still the version opened; as
     /// [`RemoteAppender`](crate::remote::RemoteAppender), whose `finish` also reports

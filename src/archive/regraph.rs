@@ -30,7 +30,7 @@ pub struct GraphRewrite {
     pub new_bytes: u64,
     /// False when the tag already held the graph in the target encoding (nothing written).
     pub changed: bool,
-    /// For an `s3://` archive that changed: the remote write's versions and costs.
+    /// For an `s3://` or `az://` archive that changed: the remote write's versions and costs.
     #[cfg(feature = "remote")]
     pub remote: Option<crate::remote::RemoteWrite>,
 }
@@ -79,7 +79,7 @@ pub fn replace_graph(
 }
 
 /// Rewrites the archive with tag `tag`'s graph replaced by what `make` returns for the
-/// current one (`None`: keep it, write nothing). An `s3://` URL (feature `remote`) gets
+/// current one (`None`: keep it, write nothing). An `s3://` or `az://` URL (feature `remote`) gets
 /// the change as a remote removal does: the store copies the old object up to its
 /// central directory, the new graph and tables are uploaded, the old graph entry stays
 /// as dead bytes until a compaction.

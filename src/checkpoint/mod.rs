@@ -168,11 +168,11 @@ pub struct SaveReport {
     pub removed: Vec<String>,
     /// Whether the archive was compacted.
     pub compacted: bool,
-    /// For an `s3://` archive: the bytes this save sent to the store (the append's and
+    /// For an `s3://` or `az://` archive: the bytes this save sent to the store (the append's and
     /// the retention pass's, see [`RemoteWrite`](crate::remote::RemoteWrite)); `None`
     /// for a local archive.
     pub bytes_uploaded: Option<u64>,
-    /// For an `s3://` archive: the bytes of the old object the store copied; `None` for a
+    /// For an `s3://` or `az://` archive: the bytes of the old object the store copied; `None` for a
     /// local archive.
     pub bytes_copied: Option<u64>,
 }
@@ -284,7 +284,7 @@ pub struct Checkpointer {
 impl Checkpointer {
     /// A checkpointer for the archive at `path`; the file is created by the first save.
     ///
-    /// `path` may be an `s3://` URL (with the `remote` feature): each save is then a
+    /// `path` may be an `s3://` or `az://` URL (with the `remote` feature): each save is then a
     /// remote append ([`RemoteAppender`](crate::remote::RemoteAppender): only the new
     /// checkpoint's bytes are uploaded, the old ones copied by the store) and each
     /// retention pass a remote removal ([`remote::remove_tags`](crate::remote::remove_tags));
@@ -552,7 +552,7 @@ fn url_of(path: &Path) -> Option<&str> {
     path.to_str().filter(|p| crate::remote::is_url(p))
 }
 
-/// The archive at `path` (a file, or an `s3://` URL), or `None` before the first save.
+/// The archive at `path` (a file, or an `s3://` or `az://` URL), or `None` before the first save.
 fn open_archive(path: &Path) -> Result<Option<Archive>> {
     #[cfg(feature = "remote")]
     if let Some(url) = url_of(path) {

@@ -1,4 +1,4 @@
-//! A checkpointer whose archive is an `s3://` URL: each save is a remote append
+//! A checkpointer whose archive is an `s3://` or `az://` URL: each save is a remote append
 //! ([`RemoteAppender`]), each retention pass a remote removal
 //! ([`remote::remove_tags`](crate::remote::remove_tags)); a save or removal that loses a
 //! race with another writer (the object changed since it was opened) re-opens the archive

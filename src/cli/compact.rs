@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// behind (old central directories and tags.txt files, removed tags' entries). Atomic: a
 /// new file is written and renamed over the old one.
 ///
-/// ARCHIVE may be an s3:// URL: the store composes the new version from the live
+/// ARCHIVE may be an s3:// or az:// URL: the store composes the new version from the live
 /// entries only (runs of 5 MiB and more copied server-side, shorter ones read and
 /// uploaded; the dead bytes neither copied nor read), then a new tags.txt, summary and
 /// central directory uploaded from here, committed only if the object is still the
@@ -24,9 +24,9 @@ use std::path::PathBuf;
 ///   modelzip compact s3://bucket/run.zip
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}; for an s3:// ARCHIVE also "padding_bytes", "headers_read", and when it wrote (it had dead bytes) "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}; for an s3:// or az:// ARCHIVE also "padding_bytes", "headers_read", and when it wrote (it had dead bytes) "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
-    /// The archive (a path, or an s3:// URL).
+    /// The archive (a path, or an s3:// or az:// URL).
     archive: PathBuf,
     /// Exact byte counts.
     #[arg(long)]

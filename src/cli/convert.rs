@@ -16,7 +16,7 @@ use std::path::PathBuf;
 /// the old one (crash-safe; this also drops dead bytes, like compact). A tag already
 /// in the target encoding is left alone.
 ///
-/// ARCHIVE may be an s3:// URL: the store copies the object up to its central
+/// ARCHIVE may be an s3:// or az:// URL: the store copies the object up to its central
 /// directory, the new graph and the changed tables are uploaded, committed only if the
 /// object is still the version read; the old graph stays as dead bytes until
 /// `modelzip compact` (docs/REMOTE.md).
@@ -26,10 +26,10 @@ use std::path::PathBuf;
 ///   modelzip convert model.zip --tag fp32 --to programdesc --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document instead of a line; for an s3:// ARCHIVE that changed also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document instead of a line; for an s3:// or az:// ARCHIVE that changed also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 #[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
-    /// The archive (a path, or an s3:// URL).
+    /// The archive (a path, or an s3:// or az:// URL).
     archive: PathBuf,
     /// The tag whose graph to convert (ignoring case).
     #[arg(long)]

@@ -35,9 +35,9 @@ use std::path::PathBuf;
 ///   modelzip import-paddle model.zip --tag step-100 --dir persistables --model inference.pdmodel
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document instead of a summary; for an s3:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document instead of a summary; for an s3:// or az:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
-    /// The archive to create or add to (a path, or an s3:// URL: a remote append,
+    /// The archive to create or add to (a path, or an s3:// or az:// URL: a remote append,
     /// which creates the object when there is none).
     archive: PathBuf,
     /// The program: a Paddle .pdmodel (ProgramDesc), or a Paddle 3 PIR program (.json).

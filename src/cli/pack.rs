@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 /// the new tag, crash-safe with a rollback journal); --rewrite writes a new file
 /// and renames it over the old one.
 ///
-/// ARCHIVE may be an s3:// URL: the tag is appended to the object where it lies (its
+/// ARCHIVE may be an s3:// or az:// URL: the tag is appended to the object where it lies (its
 /// old bytes copied by the store, only the new tag, tables and central directory
 /// uploaded), committed only if the object is still the version read; a new object is
 /// created only if none appears meanwhile (docs/REMOTE.md, "Remote appends").
@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 ///   modelzip extract model.zip --tag fp32 --out fp32/ && modelzip pack copy.zip fp32/ --tag fp32
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "created", "mode", "params", "updater_arrays", "shared", "graph"}; for an s3:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "tag", "created", "mode", "params", "updater_arrays", "shared", "graph"}; for an s3:// or az:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
     /// The archive to create or add to.
     archive: PathBuf,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// only the changes are appended and the removed tags' bytes stay as dead bytes until
 /// `modelzip compact`. Nothing to remove writes nothing with --in-place.
 ///
-/// ARCHIVE may be an s3:// URL: the removal is composed by the store as `rm` does
+/// ARCHIVE may be an s3:// or az:// URL: the removal is composed by the store as `rm` does
 /// (the removed tags' bytes stay as dead bytes; nothing to remove writes nothing).
 ///
 /// Example:
@@ -20,7 +20,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive (a path, or an s3:// URL).
+    /// The archive (a path, or an s3:// or az:// URL).
     archive: PathBuf,
     /// How many of the newest tags to keep (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]

@@ -56,9 +56,9 @@ pub struct Args {
 /// The arguments of a command that derives a new tag from one in the archive
 /// (`quantize`, `cast`): `ARCHIVE --from TAG --tag NEW` and the write switches.
 #[derive(clap::Args, Debug)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document describing the new tag; for an s3:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document describing the new tag; for an s3:// or az:// ARCHIVE also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct VariantArgs {
-    /// The archive (a path, or an s3:// URL: the new tag is a remote append).
+    /// The archive (a path, or an s3:// or az:// URL: the new tag is a remote append).
     archive: PathBuf,
     /// The tag to derive the new tag from (ignoring case).
     #[arg(long = "from", value_name = "TAG")]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// --in-place, only the changes are appended (crash-safe, like an in-place append) and
 /// the removed tag's bytes stay as dead bytes until `modelzip compact`.
 ///
-/// ARCHIVE may be an s3:// URL: the store composes the new version from the old
+/// ARCHIVE may be an s3:// or az:// URL: the store composes the new version from the old
 /// object's bytes (copied server-side) and the rewritten tables uploaded from here,
 /// committed only if the object is still the version read; the removed tag's bytes stay
 /// in the object as dead bytes, as with --in-place (docs/REMOTE.md).
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// The archive (a path, or an s3:// URL).
+    /// The archive (a path, or an s3:// or az:// URL).
     archive: PathBuf,
     /// The tag to remove (ignoring case).
     tag: String,
@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
 
 /// The switches `rm` and `prune` share: `--in-place` and the write switches.
 #[derive(clap::Args, Debug)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "removed", "kept", "rehomed", "before_bytes", "after_bytes"}; for an s3:// ARCHIVE that changed, also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "removed", "kept", "rehomed", "before_bytes", "after_bytes"}; for an s3:// or az:// ARCHIVE that changed, also "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct RemovalArgs {
     /// Remove without rewriting the archive: append the changes in place; the
     /// removed bytes become dead bytes until `compact`.

@@ -1,10 +1,12 @@
-//! Adding tags to an archive in an S3 bucket without downloading or re-uploading it: the
+//! Adding tags to an archive in an S3 bucket or an Azure container without downloading
+//! or re-uploading it (the store's requests: `s3.rs`, `azure.rs`, behind `parts.rs`): the
 //! new version of the object is composed by the store from the old one's bytes up to its
 //! central directory (copied server-side) and the new tag's entries, tags.txt, summary
 //! and central directory (uploaded from here), and committed only if the object is still
 //! the version read. See docs/REMOTE.md, "Remote appends".
 
-use super::s3::{PartDone, S3Access, S3Failure};
+use super::parts::PartsAccess;
+use super::s3::{Failure, PartDone};
 use super::{Client, RemoteOptions, remote_err};
 use crate::archive::{TagBuilder, TagWriter, WriteOptions};
 use crate::archive::{finish_detached, remote_session, removal_session};
@@ -118,17 +120,17 @@ pub(super) fn copy_plan(keep: u64, staged: u64) -> std::result::Result<Plan, Str
 }
 
 /// The client of `url` and its S3 access, or why the URL cannot be written.
-pub(super) fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, S3Access)> {
+pub(super) fn writable(url: &str, remote: &RemoteOptions) -> Result<(Client, PartsAccess)> {
     let client = Client::new(url, remote)?;
-    let s3 = client.s3_access().map_err(|why| {
+    let s3 = client.parts_access().map_err(|why| {
         Error::new(ErrorKind::InvalidInput(format!(
-            "writing to {url} is not supported ({why}): remote writes need S3's multipart copy and conditional commit (s3:// URLs); for other stores write a local archive and upload it with `modelzip cp` (docs/REMOTE.md)"
+            "writing to {url} is not supported ({why}): remote writes need a store that copies ranges server-side and commits conditionally (s3:// and az:// URLs); for other stores write a local archive and upload it with `modelzip cp` (docs/REMOTE.md)"
         )))
     })?;
     Ok((client, s3))
 }
 
-/// Fails unless `url` can be written (an `s3://` URL with the settings remote writes
+/// Fails unless `url` can be written (an `s3://` or `az://` URL with the settings remote writes
 /// carry): said before a command reads anything.
 pub(crate) fn check_writable(url: &str, remote: &RemoteOptions) -> Result<()> {
     writable(url, remote).map(drop)
@@ -161,7 +163,7 @@ pub struct RemoteRemoval {
     pub write: Option<RemoteWrite>,
 }
 
-/// Removes tags from the archive at an `s3://` URL without downloading or re-uploading
+/// Removes tags from the archive at an `s3://` or `az://` URL without downloading or re-uploading
 /// it: the new version is the old object up to its central directory (copied by the
 /// store), then the kept tags' rewritten tables, the files of removed tags that kept
 /// tags use (re-homed: read and uploaded), and a new tags.txt, summary and central
@@ -200,7 +202,7 @@ pub fn remove_tags(
     })
 }
 
-/// Composes a new version of the archive at `url` (`s3://`) that continues the version
+/// Composes a new version of the archive at `url` (`s3://` or `az://`) that continues the version
 /// read from its central directory, as a local in-place write does: `compose` is given
 /// a sink whose first byte lands at that offset and the archive, and returns what it
 /// found and the session it wrote (started with `Session::in_place`), or none when there
@@ -243,7 +245,7 @@ enum Start {
     New,
 }
 
-/// Adds tags to the archive at an `s3://` URL (or creates it); [`RemoteAppender::finish`]
+/// Adds tags to the archive at an `s3://` or `az://` URL (or creates it); [`RemoteAppender::finish`]
 /// composes and commits the new version, dropping it unfinished writes nothing.
 ///
 /// The new tags' entries are staged in an unnamed temporary file (space for the new tags,
@@ -269,7 +271,7 @@ pub struct RemoteAppender {
     session: Option<crate::archive::Session>,
     staged: File,
     client: Client,
-    s3: S3Access,
+    s3: PartsAccess,
     start: Start,
 }
 
@@ -282,7 +284,7 @@ impl std::fmt::Debug for RemoteAppender {
 }
 
 impl RemoteAppender {
-    /// Opens the archive at `url` (`s3://` only) for adding tags: reads its tail (end
+    /// Opens the archive at `url` (`s3://` or `az://`) for adding tags: reads its tail (end
     /// records, central directory, tags.txt, summary) and its tags' manifests, not its
     /// tensors. With no object at `url`, the tags go into a new archive, created only if
     /// none appears meanwhile.
@@ -374,7 +376,7 @@ impl RemoteAppender {
     /// from `staged` (a compaction's).
     pub(super) fn for_version(
         client: Client,
-        s3: S3Access,
+        s3: PartsAccess,
         staged: File,
         e_tag: String,
     ) -> RemoteAppender {
@@ -392,7 +394,7 @@ impl RemoteAppender {
     /// from parts whose uploaded bytes come from `staged` (a sharded save's).
     pub(super) fn for_parts(
         client: Client,
-        s3: S3Access,
+        s3: PartsAccess,
         staged: File,
         e_tag: Option<String>,
     ) -> RemoteAppender {
@@ -497,11 +499,13 @@ impl RemoteAppender {
         let mut cost = Cost::default();
         let outcome = client.block_on(async {
             let id = s3.create_upload().await.map_err(Failed::Store)?;
-            cost.requests += 1;
+            if s3.create_is_request() {
+                cost.requests += 1;
+            }
             let sent = async {
                 use futures_util::stream::{FuturesUnordered, StreamExt};
                 type PartFuture<'f> = std::pin::Pin<
-                    Box<dyn std::future::Future<Output = Result<PartDone, S3Failure>> + Send + 'f>,
+                    Box<dyn std::future::Future<Output = Result<PartDone, Failure>> + Send + 'f>,
                 >;
                 // Up to PARALLEL_PARTS parts in flight: each uploaded part's bytes are
                 // read here in order (the staged file is read front to back) while the
@@ -512,7 +516,9 @@ impl RemoteAppender {
                     let n = k as u32 + 1;
                     while in_flight.len() >= PARALLEL_PARTS {
                         if let Some(d) = in_flight.next().await {
-                            done.push(d?);
+                            let d = d?;
+                            cost.requests += d.extra_requests;
+                            done.push(d);
                         }
                     }
                     match part {
@@ -546,7 +552,9 @@ impl RemoteAppender {
                     }
                 }
                 while let Some(d) = in_flight.next().await {
-                    done.push(d?);
+                    let d = d?;
+                    cost.requests += d.extra_requests;
+                    done.push(d);
                 }
                 done.sort_by_key(|d| d.number);
                 cost.requests += 1;
@@ -556,7 +564,7 @@ impl RemoteAppender {
                     .map_err(|e| match e {
                         // After retries of a lost answer, the first attempt may have
                         // committed: not said to have written nothing.
-                        S3Failure::Other(m) => Failed::Commit(m),
+                        Failure::Other(m) => Failed::Commit(m),
                         e => Failed::Store(e),
                     })?;
                 Ok::<_, Failed>(version)
@@ -578,8 +586,8 @@ impl RemoteAppender {
                 Ok(report)
             }
             Err(Failed::Local(e)) => Err(e),
-            Err(Failed::Store(S3Failure::Precondition)) => Err(self.changed(&if_match)),
-            Err(Failed::Store(S3Failure::Other(m))) => Err(Error::new(ErrorKind::Remote(format!(
+            Err(Failed::Store(Failure::Precondition)) => Err(self.changed(&if_match)),
+            Err(Failed::Store(Failure::Other(m))) => Err(Error::new(ErrorKind::Remote(format!(
                 "{m}; nothing was written"
             )))
             .in_file(&url)),
@@ -655,13 +663,13 @@ pub(super) fn changed(client: &Client, was: Option<&str>) -> Error {
 /// A failure of the commit: on the local side (staged bytes unreadable) or the store's.
 enum Failed {
     Local(Error),
-    Store(S3Failure),
+    Store(Failure),
     /// The commit failed otherwise than by its condition (after retries).
     Commit(String),
 }
 
-impl From<S3Failure> for Failed {
-    fn from(e: S3Failure) -> Failed {
+impl From<Failure> for Failed {
+    fn from(e: Failure) -> Failed {
         Failed::Store(e)
     }
 }
@@ -899,12 +907,12 @@ async fn read_old(
     let got = match client.store.get_opts(&client.path, opts).await {
         Ok(got) => got,
         Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
-            return Err(Failed::Store(S3Failure::Precondition));
+            return Err(Failed::Store(Failure::Precondition));
         }
         Err(e) => return Err(Failed::Local(remote_err(&client.url, e))),
     };
     if got.meta.e_tag.as_deref() != Some(e_tag) {
-        return Err(Failed::Store(S3Failure::Precondition));
+        return Err(Failed::Store(Failure::Precondition));
     }
     super::exact_body(got)
         .await

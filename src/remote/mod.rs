@@ -27,7 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod append;
+mod azure;
 mod compact;
+mod parts;
 mod s3;
 pub(crate) mod sharded;
 
@@ -119,12 +121,17 @@ impl RemoteOptions {
     /// conditional on the version the first one saw.
     pub fn open(&self, url: &str) -> Result<Archive> {
         let client = Client::new(url, self)?;
-        let first = client.get(GetOptions {
-            // At least the bytes that always hold the end records (the longest archive
-            // comment and the zip64 locator).
-            range: Some(GetRange::Suffix(self.tail_bytes.max(22 + 0xffff + 20))),
-            ..Default::default()
-        });
+        // At least the bytes that always hold the end records (the longest archive
+        // comment and the zip64 locator).
+        let tail_bytes = self.tail_bytes.max(22 + 0xffff + 20);
+        let first = if client.suffix_ranges {
+            client.get(GetOptions {
+                range: Some(GetRange::Suffix(tail_bytes)),
+                ..Default::default()
+            })
+        } else {
+            client.tail_after_head(tail_bytes)
+        };
         let (meta, tail) = match first {
             Ok(r) => r,
             // An empty object cannot satisfy a suffix range: say what it is.
@@ -167,12 +174,19 @@ struct Client {
     path: ObjectPath,
     url: String,
     /// For an S3 store: its builder (the settings) and the store, from which the requests
-    /// object_store lacks (remote appends) are made on demand ([`Client::s3_access`]).
+    /// object_store lacks (remote appends) are made on demand ([`Client::parts_access`]).
     s3: Option<(
         object_store::aws::AmazonS3Builder,
         Arc<object_store::aws::AmazonS3>,
     )>,
+    /// The same for an Azure store.
+    azure: Option<(
+        object_store::azure::MicrosoftAzureBuilder,
+        Arc<object_store::azure::MicrosoftAzure>,
+    )>,
     max_retries: usize,
+    /// False for a store that answers no suffix range (`bytes=-N`): Azure Blob Storage.
+    suffix_ranges: bool,
 }
 
 impl Client {
@@ -196,6 +210,7 @@ impl Client {
         let timeout = format!("{}ms", opts.timeout.as_millis());
         let bad_key = |k: &str, e: object_store::Error| invalid(format!("config key {k:?}: {e}"));
         let mut s3 = None;
+        let mut azure = None;
         fn client_key<K: std::str::FromStr<Err = object_store::Error>>(k: &str) -> Result<K> {
             k.parse()
                 .map_err(|e| Error::new(ErrorKind::InvalidInput(format!("config key {k:?}: {e}"))))
@@ -242,7 +257,9 @@ impl Client {
                 for (k, v) in &opts.config {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                Arc::new(b.build().map_err(|e| remote_err(url, e))?)
+                let built = Arc::new(b.clone().build().map_err(|e| remote_err(url, e))?);
+                azure = Some((b, built.clone()));
+                built
             }
             ObjectStoreScheme::Http => {
                 let origin = &parsed[..url::Position::BeforePath];
@@ -275,7 +292,9 @@ impl Client {
             path,
             url: url.to_string(),
             s3,
+            azure,
             max_retries: opts.max_retries,
+            suffix_ranges: !matches!(scheme, ObjectStoreScheme::MicrosoftAzure),
         })
     }
 
@@ -296,20 +315,58 @@ impl Client {
         }
     }
 
-    /// The signed S3 requests object_store lacks, for this object; or why there are none
-    /// (not an `s3://` URL, an unsupported bucket kind).
-    fn s3_access(&self) -> std::result::Result<s3::S3Access, String> {
-        let Some((builder, store)) = &self.s3 else {
-            return Err(format!("{} is not an s3:// URL", self.url));
-        };
-        let parsed = url::Url::parse(&self.url).map_err(|e| e.to_string())?;
-        s3::S3Access::new(
-            &parsed,
-            builder,
-            store,
-            self.path.as_ref(),
-            self.max_retries,
-        )
+    /// The signed requests object_store lacks (remote writes), for this object; or why
+    /// there are none (not an `s3://` or `az://` URL, an unsupported bucket kind).
+    fn parts_access(&self) -> std::result::Result<parts::PartsAccess, String> {
+        if let Some((builder, store)) = &self.s3 {
+            let parsed = url::Url::parse(&self.url).map_err(|e| e.to_string())?;
+            return s3::S3Access::new(
+                &parsed,
+                builder,
+                store,
+                self.path.as_ref(),
+                self.max_retries,
+            )
+            .map(parts::PartsAccess::S3);
+        }
+        if let Some((builder, store)) = &self.azure {
+            // The blob's URL as the store builds it: one it signs, without the signature.
+            let signed = self
+                .block_on(object_store::signer::Signer::signed_url(
+                    store.as_ref(),
+                    http::Method::GET,
+                    &self.path,
+                    Duration::from_secs(60),
+                ))
+                .map_err(|e| format!("the store cannot sign a URL of the blob: {e}"))?;
+            return azure::AzureAccess::new(
+                builder,
+                store.clone(),
+                self.path.as_ref(),
+                signed,
+                self.max_retries,
+            )
+            .map(parts::PartsAccess::Azure);
+        }
+        Err(format!("{} is not an s3:// or az:// URL", self.url))
+    }
+
+    /// The last `n` bytes of the object (all of it when shorter) from a store that
+    /// serves no suffix ranges (Azure Blob Storage): a HEAD for the size and version,
+    /// then a GET of the range, conditional on that version.
+    fn tail_after_head(&self, n: u64) -> Result<(ObjectMeta, Vec<u8>)> {
+        let meta = self
+            .block_on(self.store.head(&self.path))
+            .map_err(|e| remote_err(&self.url, e))?;
+        if meta.size == 0 {
+            // What the suffix request's caller reports for an empty object.
+            return Err(Error::new(ErrorKind::Zip("empty object".into())));
+        }
+        self.get(GetOptions {
+            range: Some(GetRange::Bounded(meta.size.saturating_sub(n)..meta.size)),
+            if_match: meta.e_tag.clone(),
+            ..Default::default()
+        })
     }
 
     /// One GET: the object's metadata and the bytes asked for.

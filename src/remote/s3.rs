@@ -66,12 +66,12 @@ impl std::fmt::Debug for S3Access {
 /// A failed request: the store refused a condition (the object is not the version
 /// expected, or another writer's commit conflicts), or anything else (the message).
 #[derive(Debug)]
-pub(super) enum S3Failure {
+pub(super) enum Failure {
     Precondition,
     Other(String),
 }
 
-type S3Result<T> = std::result::Result<T, S3Failure>;
+type S3Result<T> = std::result::Result<T, Failure>;
 
 /// One answer: status, headers, body.
 struct Answer {
@@ -83,7 +83,11 @@ struct Answer {
 /// One part of the new object: copied from a byte range of the source, or uploaded.
 pub(super) struct PartDone {
     pub(super) number: u32,
+    /// The part's ETag (S3), or its block ids joined by commas (Azure).
     pub(super) e_tag: String,
+    /// Requests beyond the one the part was counted as (an Azure part longer than its
+    /// largest block is several blocks).
+    pub(super) extra_requests: u64,
 }
 
 impl S3Access {
@@ -187,7 +191,7 @@ impl S3Access {
             if !retry || attempt >= self.max_retries {
                 return match got {
                     Ok(a) => Ok(a),
-                    Err(e) => Err(S3Failure::Other(format!(
+                    Err(e) => Err(Failure::Other(format!(
                         "{method} {}: {e}{}",
                         self.object_url,
                         retried(attempt)
@@ -249,7 +253,7 @@ impl S3Access {
             .await?;
         let a = self.expect_ok(a, "CreateMultipartUpload")?;
         xml_text(&a.body, "UploadId").ok_or_else(|| {
-            S3Failure::Other(format!(
+            Failure::Other(format!(
                 "CreateMultipartUpload of {}: the answer holds no UploadId",
                 self.object_url
             ))
@@ -297,12 +301,16 @@ impl S3Access {
             .await?;
         let a = self.expect_ok(a, "UploadPartCopy")?;
         let e_tag = xml_text(&a.body, "ETag").ok_or_else(|| {
-            S3Failure::Other(format!(
+            Failure::Other(format!(
                 "UploadPartCopy of {}: the answer holds no ETag",
                 self.object_url
             ))
         })?;
-        Ok(PartDone { number, e_tag })
+        Ok(PartDone {
+            number,
+            e_tag,
+            extra_requests: 0,
+        })
     }
 
     /// Part `number` of upload `id`: `bytes`, uploaded.
@@ -320,13 +328,17 @@ impl S3Access {
             .get("etag")
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
-                S3Failure::Other(format!(
+                Failure::Other(format!(
                     "UploadPart of {}: the answer has no ETag header",
                     self.object_url
                 ))
             })?
             .to_string();
-        Ok(PartDone { number, e_tag })
+        Ok(PartDone {
+            number,
+            e_tag,
+            extra_requests: 0,
+        })
     }
 
     /// Completes upload `id` from `parts`, only if the object is version `if_match`
@@ -422,21 +434,21 @@ impl S3Access {
         };
         let text = format!("{what} of {} failed: {said}", self.object_url);
         if a.status == StatusCode::PRECONDITION_FAILED || a.status == StatusCode::CONFLICT {
-            return Err(S3Failure::Precondition);
+            return Err(Failure::Precondition);
         }
         Err(failure_of(&code, text))
     }
 }
 
 /// A failure from S3's error `code`: a refused condition or anything else.
-fn failure_of(code: &str, text: String) -> S3Failure {
+fn failure_of(code: &str, text: String) -> Failure {
     match code {
-        "PreconditionFailed" | "ConditionalRequestConflict" => S3Failure::Precondition,
-        _ => S3Failure::Other(text),
+        "PreconditionFailed" | "ConditionalRequestConflict" => Failure::Precondition,
+        _ => Failure::Other(text),
     }
 }
 
-fn retried(attempts: usize) -> String {
+pub(super) fn retried(attempts: usize) -> String {
     match attempts {
         0 => String::new(),
         n => format!(" (after {n} retries)"),
@@ -444,7 +456,7 @@ fn retried(attempts: usize) -> String {
 }
 
 /// An error and its sources, joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {
@@ -472,7 +484,7 @@ fn xml_escape(s: &str) -> String {
 }
 
 /// The text of the first element named `name` anywhere in `xml` (unescaped), if any.
-fn xml_text(xml: &[u8], name: &str) -> Option<String> {
+pub(super) fn xml_text(xml: &[u8], name: &str) -> Option<String> {
     use quick_xml::events::Event;
     let mut reader = quick_xml::Reader::from_reader(xml);
     let mut inside = false;
