@@ -298,3 +298,41 @@ def test_a_checkpointer_saves_into_a_blob_and_keeps_by_policy(az, tmp, monkeypat
     np.testing.assert_array_equal(latest.params["frozen"], frozen)
     np.testing.assert_array_equal(latest.params["w"], w)
     cli(env, "verify", url)
+
+
+def test_four_processes_write_one_tag_of_a_blob_archive(az, tmp, monkeypatch):
+    """A sharded save (docs/SHARDED.md, "Object stores") into an `az://` archive: 4
+    spawned ranks write row shards of 20 tensors and their Adam moments; rank 0 composes
+    the new version from the old blob and the ranks' staging blobs, copied by the store;
+    the tag equals a single-process save of the same arrays, and no staging blob is left."""
+    import multiprocessing
+
+    import numpy as np
+
+    import modelzip
+    from test_sharded import collect, full, moments, names, single_save, start
+
+    env, container = az
+    for k, v in env.items():
+        if k.startswith(("AZURE_", "AZURITE_")):
+            monkeypatch.setenv(k, v)
+    key = "sharded/m.zip"
+    url = f"az://{CONTAINER}/{key}"
+    local = tmp / "single.zip"
+    single_save(local, "single", seed=1)
+    cli(env, "cp", local, url)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    got = collect(out, start(ctx, out, url, "sharded", range(4), 4))
+    for r in got.values():
+        assert isinstance(r, dict), r
+    assert got[0]["version"] == container.get_blob_client(key).get_blob_properties().etag
+    with modelzip.open(url) as ar:
+        assert ar.tags == ["single", "sharded"]
+        t = ar.tag("sharded")
+        for n in names():
+            assert np.array_equal(t[n], full(n, 1)), n
+            for got_m, want in zip(t.updater(n), moments(n, 1)):
+                assert np.array_equal(got_m, want), n
+    cli(env, "verify", url)
+    assert [b.name for b in container.list_blobs(name_starts_with="sharded/")] == [key]
