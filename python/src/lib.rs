@@ -1337,18 +1337,21 @@ fn export_paddle<'py>(
                 overwrite,
                 ..ExportOptions::default()
             };
-            paddle::export_inference_model(&t, &prefix, &opts)
+            modelzip::interop::format("paddle")?.export(&t, &prefix, &opts)
         })
         .or_raise(py)?;
+    // The program first, then the parameters when the program loads any.
+    let (model_path, model_bytes) = r.files.first().cloned().unwrap_or_default();
+    let params_file = r.files.get(1);
     let d = PyDict::new(py);
     d.set_item("tag", &r.tag)?;
-    d.set_item("model_path", r.model_path.display().to_string())?;
+    d.set_item("model_path", model_path.display().to_string())?;
     d.set_item(
         "params_path",
-        r.params_path.as_ref().map(|p| p.display().to_string()),
+        params_file.map(|(p, _)| p.display().to_string()),
     )?;
-    d.set_item("model_bytes", r.model_bytes)?;
-    d.set_item("params_bytes", r.params_bytes)?;
+    d.set_item("model_bytes", model_bytes)?;
+    d.set_item("params_bytes", params_file.map_or(0, |(_, n)| *n))?;
     d.set_item("graph_converted", r.graph_converted)?;
     d.set_item("params", r.params.clone())?;
     d.set_item("unused", r.unused.clone())?;

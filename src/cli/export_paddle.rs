@@ -4,7 +4,7 @@ use super::common::{OutputArgs, TagArgs};
 use super::export::ExportLimits;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::interop::paddle;
+use modelzip::interop::{self, paddle};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -39,8 +39,14 @@ pub struct Args {
 pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = args.input.open()?;
     let tag = args.input.pick(&archive)?;
+    // What the format writes for `--out model.pdmodel` (or .pdiparams, .json): the
+    // prefix `model`, as `export --format paddle` does.
+    let prefix = match args.out.extension().and_then(|e| e.to_str()) {
+        Some("pdmodel" | "pdiparams" | "json") => args.out.with_extension(""),
+        _ => args.out.clone(),
+    };
     if !args.limits.force {
-        let (m, p) = paddle::export_paths(&args.out);
+        let (m, p) = paddle::export_paths(&prefix);
         for path in [m, p] {
             if path.exists() {
                 return Err(CliError::Failed(format!(
@@ -50,21 +56,26 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             }
         }
     }
-    let r =
-        paddle::export_inference_model(&tag, &args.out, &args.limits.options()).map_err(|e| {
-            CliError::Failed(format!(
-                "cannot export tag {:?} of {}: {e}",
-                tag.name(),
-                args.input.archive.display()
-            ))
-        })?;
+    let failed = |e: modelzip::Error| {
+        CliError::Failed(format!(
+            "cannot export tag {:?} of {}: {e}",
+            tag.name(),
+            args.input.archive.display()
+        ))
+    };
+    let r = interop::format("paddle")
+        .and_then(|f| f.export(&tag, &prefix, &args.limits.options()))
+        .map_err(failed)?;
+    // The program first, then the parameters when the program loads any.
+    let (model_path, model_bytes) = r.files.first().cloned().unwrap_or_default();
+    let params_file = r.files.get(1).cloned();
     if args.output.json {
         return print_json(&json!({
             "tag": r.tag,
-            "pdmodel": r.model_path.display().to_string(),
-            "pdiparams": r.params_path.as_ref().map(|p| p.display().to_string()),
-            "pdmodel_bytes": r.model_bytes,
-            "pdiparams_bytes": r.params_bytes,
+            "pdmodel": model_path.display().to_string(),
+            "pdiparams": params_file.as_ref().map(|(p, _)| p.display().to_string()),
+            "pdmodel_bytes": model_bytes,
+            "pdiparams_bytes": params_file.as_ref().map_or(0, |(_, n)| *n),
             "graph_converted": r.graph_converted,
             "params": r.params,
             "unused_params": r.unused,
@@ -72,20 +83,15 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .map(|_| Outcome::Success);
     }
     if !args.output.quiet {
-        let params = match &r.params_path {
-            Some(p) => format!(
-                "{} ({} bytes, {} param(s))",
-                p.display(),
-                r.params_bytes,
-                r.params.len()
-            ),
+        let params = match &params_file {
+            Some((p, n)) => format!("{} ({n} bytes, {} param(s))", p.display(), r.params.len()),
             None => "no .pdiparams (the program loads no parameters)".to_string(),
         };
         let mut out = format!(
             "tag {}: {} ({} bytes{}), {params}\n",
             r.tag,
-            r.model_path.display(),
-            r.model_bytes,
+            model_path.display(),
+            model_bytes,
             if r.graph_converted {
                 ", converted from graph.fb"
             } else {

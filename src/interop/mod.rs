@@ -154,6 +154,9 @@ pub struct Exported {
     pub unused: Vec<String>,
     /// Remarks worth telling the user (e.g. "converted from graph.fb").
     pub notes: Vec<String>,
+    /// True when the graph was written in another encoding than the archive stores
+    /// (Paddle: a graph.fb program written as a ProgramDesc `.pdmodel`).
+    pub graph_converted: bool,
 }
 
 /// What a tag's graph is, when an export needs one of another kind.

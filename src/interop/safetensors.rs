@@ -1438,6 +1438,7 @@ impl super::Format for SafetensorsFormat {
                 params,
                 unused: Vec::new(),
                 notes,
+                graph_converted: false,
             });
         }
         let r = export_safetensors(tag, out, opts)?;
@@ -1454,6 +1455,7 @@ impl super::Format for SafetensorsFormat {
             params: r.tensors,
             unused: Vec::new(),
             notes,
+            graph_converted: false,
         })
     }
 }

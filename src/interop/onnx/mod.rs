@@ -1269,6 +1269,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         params,
         unused,
         notes,
+        graph_converted: false,
     })
 }
 }

@@ -166,7 +166,7 @@ fn write_params(p: &Prepared<'_>, w: &mut dyn Write) -> std::io::Result<u64> {
 }
 
 /// The `.pdmodel` (or PIR `.json`) and `.pdiparams` bytes of tag `tag`, in memory (see
-/// [`export_inference_model`] for the rules).
+/// the `paddle` format's export, docs/PADDLE.md "Export", for the rules).
 pub fn export_inference_model_bytes(tag: &Tag<'_>) -> Result<(Vec<u8>, Vec<u8>)> {
     let p = prepare(tag)?;
     let mut params = Vec::new();

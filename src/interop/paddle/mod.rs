@@ -13,12 +13,12 @@
 //!   after checking the record count, dtypes and dims against the program.
 //! - [`import_persistables_dir`] does the same from a directory of one-tensor files
 //!   (`save_persistables` / `save_vars`), with or without a model.
-//! - [`export_inference_model`] writes a tag back as `PREFIX.pdmodel` + `PREFIX.pdiparams`
+//! - the `paddle` [`super::Format`]'s `export` writes a tag back as `PREFIX.pdmodel` + `PREFIX.pdiparams`
 //!   that `paddle.static.load_inference_model(PREFIX, exe)` loads; for a tag imported
 //!   from Paddle both files are byte-identical to Paddle's.
 //!
 //! ```no_run
-//! use modelzip::interop::{paddle, ExportOptions, ImportOptions};
+//! use modelzip::interop::{self, paddle, ExportOptions, ImportOptions};
 //! use modelzip::Archive;
 //! use std::path::Path;
 //!
@@ -29,8 +29,9 @@
 //! )?;
 //! assert_eq!(report.tag, "fp32");
 //! let archive = Archive::open("model.zip")?;
-//! paddle::export_inference_model(&archive.tag("fp32")?, Path::new("out/inference"),
-//!                                &ExportOptions::default())?;
+//! let exported = interop::format("paddle")?.export(
+//!     &archive.tag("fp32")?, Path::new("out/inference"), &ExportOptions::default(),
+//! )?; // out/inference.pdmodel + .pdiparams: exported.files
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
@@ -51,11 +52,9 @@ mod import;
 mod tests;
 mod vars;
 
-pub use export::{
-    ExportReport, export_inference_model, export_inference_model_bytes, export_paths,
-};
+pub use export::{export_inference_model_bytes, export_paths};
 internal! {
-    pub use export::export_paths_pir;
+    pub use export::{ExportReport, export_inference_model, export_paths_pir};
 }
 pub use import::{
     import_inference_model, import_inference_model_files, import_persistables_dir, import_program,
@@ -176,6 +175,7 @@ impl Format for PaddleFormat {
             params: r.params,
             unused: r.unused,
             notes,
+            graph_converted: r.graph_converted,
         })
     }
 }

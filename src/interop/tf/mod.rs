@@ -1055,6 +1055,7 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
             }
             .to_string(),
         ],
+        graph_converted: false,
     })
 }
 }

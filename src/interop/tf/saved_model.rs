@@ -858,6 +858,7 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
         params: used,
         unused,
         notes: vec!["SavedModel directory, one checkpoint shard".to_string()],
+        graph_converted: false,
     })
 }
 }
