@@ -15,10 +15,10 @@
 //! copy source is a URL the store signs ([`Signer::signed_url`]: a service SAS from an
 //! account key, a user delegation SAS from a bearer token), read-only for a few minutes.
 
-use super::s3::{Failure, PartDone, error_chain, retried, xml_text};
+use super::s3::{Answer, Failure, PartDone, error_chain, with_retries, xml_text};
 use base64::Engine;
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 use object_store::azure::{AzureAuthorizer, AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::{
     ClientConfigKey, ClientOptions, HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector,
@@ -68,12 +68,6 @@ impl std::fmt::Debug for AzureAccess {
             .field("blob_url", &self.blob_url)
             .finish()
     }
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
 }
 
 impl AzureAccess {
@@ -137,27 +131,10 @@ impl AzureAccess {
         } else {
             format!("{}?{query}", self.blob_url)
         };
-        let mut attempt = 0;
-        loop {
-            let got = self.send_once(&method, &url, headers, body.clone()).await;
-            let retry = match &got {
-                Ok(a) => a.status.is_server_error() || a.status == StatusCode::TOO_MANY_REQUESTS,
-                Err(_) => true,
-            };
-            if !retry || attempt >= self.max_retries {
-                return match got {
-                    Ok(a) => Ok(a),
-                    Err(e) => Err(Failure::Other(format!(
-                        "{method} {}: {e}{}",
-                        self.blob_url,
-                        retried(attempt)
-                    ))),
-                };
-            }
-            attempt += 1;
-            let wait = Duration::from_millis(100u64 << attempt.min(6)).min(Duration::from_secs(5));
-            tokio::time::sleep(wait).await;
-        }
+        with_retries(self.max_retries, &method, &self.blob_url, || {
+            self.send_once(&method, &url, headers, body.clone())
+        })
+        .await
     }
 
     async fn send_once(

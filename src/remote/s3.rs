@@ -74,10 +74,41 @@ pub(super) enum Failure {
 type S3Result<T> = std::result::Result<T, Failure>;
 
 /// One answer: status, headers, body.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
+pub(super) struct Answer {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Bytes,
+}
+
+/// Runs `once` (one signed request) until it answers other than 5xx or 429, retried with
+/// backoff up to `max_retries` times after a lost connection or such an answer; the last
+/// answer is returned as it is, a request that never got one as a failure naming
+/// `method` and `url`. Shared by the S3 and the Azure requests.
+pub(super) async fn with_retries<F, Fut>(
+    max_retries: usize,
+    method: &Method,
+    url: &str,
+    mut once: F,
+) -> S3Result<Answer>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Answer, String>>,
+{
+    let mut attempt = 0;
+    loop {
+        let got = once().await;
+        let retry = match &got {
+            Ok(a) => a.status.is_server_error() || a.status == StatusCode::TOO_MANY_REQUESTS,
+            Err(_) => true,
+        };
+        if !retry || attempt >= max_retries {
+            return got
+                .map_err(|e| Failure::Other(format!("{method} {url}: {e}{}", retried(attempt))));
+        }
+        attempt += 1;
+        let wait = Duration::from_millis(100u64 << attempt.min(6)).min(Duration::from_secs(5));
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// One part of the new object: copied from a byte range of the source, or uploaded.
@@ -181,27 +212,10 @@ impl S3Access {
         } else {
             format!("{}?{query}", self.object_url)
         };
-        let mut attempt = 0;
-        loop {
-            let got = self.send_once(&method, &url, headers, body.clone()).await;
-            let retry = match &got {
-                Ok(a) => a.status.is_server_error() || a.status == StatusCode::TOO_MANY_REQUESTS,
-                Err(_) => true,
-            };
-            if !retry || attempt >= self.max_retries {
-                return match got {
-                    Ok(a) => Ok(a),
-                    Err(e) => Err(Failure::Other(format!(
-                        "{method} {}: {e}{}",
-                        self.object_url,
-                        retried(attempt)
-                    ))),
-                };
-            }
-            attempt += 1;
-            let wait = Duration::from_millis(100u64 << attempt.min(6)).min(Duration::from_secs(5));
-            tokio::time::sleep(wait).await;
-        }
+        with_retries(self.max_retries, &method, &self.object_url, || {
+            self.send_once(&method, &url, headers, body.clone())
+        })
+        .await
     }
 
     async fn send_once(
