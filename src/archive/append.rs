@@ -112,8 +112,10 @@ pub(crate) fn in_place_session(
     opts: &WriteOptions,
     keep: impl Fn(&super::container::ZipEntry) -> bool,
 ) -> Result<(Session, File)> {
+    // Every local header checked before the journal is written: a refusal leaves nothing.
+    base.directory()?;
     let original_len = base.len_bytes();
-    let cd_offset = base.directory().cd_offset;
+    let cd_offset = base.listing().cd_offset;
     let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
     if let Err(e) = journal::write(path, original_len, cd_offset, saved) {
         // The archive is untouched; a torn journal would be discarded anyway.
@@ -137,7 +139,7 @@ pub(crate) fn in_place_session(
         }
     };
     let sink = BufWriter::with_capacity(1 << 20, EarlyWriteback::new(w, cd_offset, opts.fsync));
-    let s = Session::in_place(Box::new(sink), base, opts.clone(), keep);
+    let s = Session::in_place(Box::new(sink), base, opts.clone(), keep)?;
     Ok((s, file))
 }
 
@@ -172,7 +174,7 @@ pub(crate) fn remote_session(
         None => Ok(Session::new(sink, 0, opts.clone())),
         Some(base) => {
             let mut s =
-                Session::in_place(sink, &base, opts.clone(), |e| !written_by_commit(&e.name));
+                Session::in_place(sink, &base, opts.clone(), |e| !written_by_commit(&e.name))?;
             if base.is_remote() {
                 s.adopt_remote_base(base)?;
             } else {

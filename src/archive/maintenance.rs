@@ -246,7 +246,7 @@ fn rewrite(
         let temp = TempTarget::create(path)?;
         let mut s = Session::new(Box::new(temp.writer(opts.fsync)?), 0, opts.clone());
         let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
-        let total = (base.directory().entries.len() + plan.copies.len()) as u64;
+        let total = (base.listing().entries.len() + plan.copies.len()) as u64;
         let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
         let skip = |e: &super::container::ZipEntry| {
             written_by_commit(&e.name)
@@ -347,7 +347,7 @@ pub(crate) fn removal_session(
         return Ok(None);
     }
     let plan = Plan::make(base, &removed)?;
-    let mut session = Session::in_place(sink, base, opts.clone(), |e| plan.keeps(e));
+    let mut session = Session::in_place(sink, base, opts.clone(), |e| plan.keeps(e))?;
     plan.write(&mut session, base, opts)?;
     Ok(Some(RemovalSession {
         session,
@@ -370,10 +370,10 @@ pub(crate) fn compaction_session(
     start: u64,
     opts: &WriteOptions,
     moved_by: impl Fn(&super::container::ZipEntry) -> u64,
-) -> Session {
+) -> Result<Session> {
     let mut s = Session::new(sink, start, opts.clone());
     s.out.entries = base
-        .directory()
+        .directory()?
         .entries
         .iter()
         .filter(|e| !written_by_commit(&e.name))
@@ -386,7 +386,7 @@ pub(crate) fn compaction_session(
         })
         .collect();
     s.keep_tags_of(base);
-    s
+    Ok(s)
 }
 
 impl Plan {

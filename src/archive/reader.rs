@@ -134,6 +134,15 @@ pub struct Archive {
     /// One cell per central-directory entry, made at the first header asked for (16
     /// bytes an entry; a map of cells cost a hash, a lock and an allocation per entry).
     heads: OnceLock<Box<[HeadCell]>>,
+    /// Where the data of each entry whose local header the open left unread
+    /// ([`ZipEntry::unchecked_until`]) starts, by position in the central directory, once
+    /// a read has checked the header (0 until then: no entry's data starts at byte 0).
+    /// Made at the first such read, 8 bytes an entry.
+    data_starts: OnceLock<Box<[AtomicU64]>>,
+    /// The central directory with every local header checked ([`Archive::directory`]),
+    /// read again from the file the first time a writer asks, when the open left headers
+    /// unread.
+    checked: OnceLock<Directory>,
     /// What reading this archive cost, counted so that tests can check it follows the
     /// distinct entries rather than the names that refer to them.
     pub(crate) work: WorkCounters,
@@ -400,14 +409,9 @@ impl Archive {
         path: Option<PathBuf>,
         opts: OpenOptions,
     ) -> Result<Archive> {
-        let dir = match &backing {
-            #[cfg(unix)]
-            Backing::Map(map, file) => {
-                use std::os::unix::fs::FileExt;
-                container::read::parse_mapped(map, &|buf, at| file.read_exact_at(buf, at))
-            }
-            b => container::read::parse(b.bytes()),
-        };
+        // The local headers are read as entries are read (or all at once for a writer,
+        // `Archive::directory`).
+        let dir = container::read::parse_lazy(backing.bytes());
         let dir = dir.map_err(|e| match &path {
             Some(p) => e.in_file(p),
             None => e,
@@ -478,6 +482,8 @@ impl Archive {
             by_dir,
             tables: Box::default(),
             heads: OnceLock::new(),
+            data_starts: OnceLock::new(),
+            checked: OnceLock::new(),
             work: WorkCounters::default(),
             path: path.clone(),
             opts,
@@ -588,8 +594,10 @@ impl Archive {
         if e.method != METHOD_STORED {
             return None;
         }
+        let start = self.data_start(e).ok()?;
+        let end = start.checked_add(e.compressed_size)?;
         self.bytes()
-            .get(usize::try_from(e.data_offset).ok()?..usize::try_from(e.data_end()).ok()?)
+            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
     }
 
     /// Stored bytes of every entry under the top-level directory `dir` (a tag's own bytes).
@@ -597,8 +605,95 @@ impl Archive {
         self.entries_under(dir).map(|e| e.compressed_size).sum()
     }
 
-    pub(crate) fn directory(&self) -> &Directory {
+    /// The central directory as listed: names, sizes, CRCs, local header offsets, the
+    /// directory's offset and the comment. An entry whose [`ZipEntry::unchecked_until`]
+    /// is `Some` has not had its local header read: its `data_offset` is a lower bound
+    /// (read its data through [`Archive::raw_data`], or use [`Archive::directory`]).
+    pub(crate) fn listing(&self) -> &Directory {
         &self.dir
+    }
+
+    /// The central directory with every entry's local header checked, so each entry's
+    /// exact extent (data offset, descriptor): what writers copy, move or keep. The open
+    /// of a mapped archive leaves the local headers unread ([`container::read::parse_lazy`]);
+    /// they are read here, all of them, the first time this is asked, as the eager open
+    /// reads them, with its errors.
+    pub(crate) fn directory(&self) -> Result<&Directory> {
+        if !self.dir.entries.iter().any(|e| e.unchecked_until.is_some()) {
+            return Ok(&self.dir);
+        }
+        if let Some(d) = self.checked.get() {
+            return Ok(d);
+        }
+        let parsed = match &self.backing {
+            #[cfg(unix)]
+            Backing::Map(map, file) => {
+                use std::os::unix::fs::FileExt;
+                container::read::parse_mapped(map, &|buf, at| file.read_exact_at(buf, at))
+            }
+            b => container::read::parse(b.bytes()),
+        };
+        let parsed = parsed.map_err(|e| self.located(e))?;
+        Ok(self.checked.get_or_init(|| parsed))
+    }
+
+    /// Where entry `e`'s data starts in the file. An entry whose local header the open
+    /// left unread has it checked first, once ([`Archive::check_pending`]).
+    pub(crate) fn data_start(&self, e: &ZipEntry) -> Result<u64> {
+        self.check_pending(e).map(|(start, _)| start)
+    }
+
+    /// [`Archive::data_start`], with the first bytes of a stored entry's data when its
+    /// header was checked by this call with a `pread` (as [`ZipEntry::read_head`]).
+    fn check_pending(&self, e: &ZipEntry) -> Result<(u64, Option<Box<[u8]>>)> {
+        if e.unchecked_until.is_none() {
+            return Ok((e.data_offset, None));
+        }
+        let found = self
+            .dir
+            .index
+            .get(&self.dir.entries, &e.name)
+            .filter(|&i| self.dir.entries[i].header_offset == e.header_offset);
+        let (entries, i) = match found {
+            Some(i) => (&self.dir.entries[..], i),
+            // Not one of this archive's entries (not reached): checked, not remembered.
+            None => (std::slice::from_ref(e), 0),
+        };
+        let cell = found.map(|i| {
+            &self.data_starts.get_or_init(|| {
+                (0..self.dir.entries.len())
+                    .map(|_| AtomicU64::new(0))
+                    .collect()
+            })[i]
+        });
+        if let Some(start) = cell.map(|c| c.load(Ordering::Relaxed)).filter(|&s| s != 0) {
+            return Ok((start, None));
+        }
+        let checked = match &self.backing {
+            #[cfg(unix)]
+            Backing::Map(map, file) => {
+                use std::os::unix::fs::FileExt;
+                container::read::check_local_lazy(
+                    map,
+                    Some(&|buf, at| file.read_exact_at(buf, at)),
+                    entries,
+                    i,
+                    self.dir.cd_offset,
+                )
+            }
+            b => container::read::check_local_lazy(b.bytes(), None, entries, i, self.dir.cd_offset),
+        }
+        .map_err(|err| self.located(err.in_entry(e.name.clone())))?;
+        if let Some(c) = cell {
+            c.store(checked.0, Ordering::Relaxed);
+        }
+        Ok(checked)
+    }
+
+    /// Entry `e`'s data offset for an error message: checked if it was, else its lower
+    /// bound.
+    fn shown_data_offset(&self, e: &ZipEntry) -> u64 {
+        self.data_start(e).unwrap_or(e.data_offset)
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -611,10 +706,12 @@ impl Archive {
         if let Backing::Ranged(r) = &self.backing {
             return r.entry_data(e, self.dir.cd_offset).map(Cow::Owned);
         }
-        // parse() checked data_offset..data_end lies inside the file.
+        // The parse, or check_pending, checked start..start + size lies inside the file.
+        let start = self.data_start(e)?;
+        let end = start.saturating_add(e.compressed_size);
         Ok(Cow::Borrowed(
             self.bytes()
-                .get(e.data_offset as usize..e.data_end() as usize)
+                .get(start as usize..end as usize)
                 .unwrap_or_default(),
         ))
     }
@@ -673,7 +770,7 @@ impl Archive {
         )
         .map_err(|err| {
             Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
-                .at_offset(e.data_offset)
+                .at_offset(self.shown_data_offset(e))
         })?;
         self.check_inflated(e, sink.len, sink.crc.finalize())
     }
@@ -711,14 +808,14 @@ impl Archive {
                 if len > e.uncompressed_size { "+" } else { "" },
                 e.uncompressed_size
             )))
-            .at_offset(e.data_offset));
+            .at_offset(self.shown_data_offset(e)));
         }
         if crc != e.crc32 {
             return Err(Error::new(ErrorKind::Checksum(format!(
                 "CRC-32 {crc:08x}, the directory says {:08x}",
                 e.crc32
             )))
-            .at_offset(e.data_offset));
+            .at_offset(self.shown_data_offset(e)));
         }
         Ok(())
     }
@@ -792,23 +889,30 @@ impl Archive {
     fn view_unmapped(&self, e: &ZipEntry) -> Option<TensorView<'_>> {
         #[cfg(unix)]
         if let Backing::Map(map, file) = &self.backing
-            && let Some(kept) = &e.read_head
             && e.method == METHOD_STORED
         {
             use std::os::unix::fs::FileExt;
+            // A header this call checks with a `pread` comes with the data's first bytes.
+            let (data_offset, fresh) = self.check_pending(e).ok()?;
+            let kept = fresh.as_deref().or(e.read_head.as_deref())?;
             let kept = decode_head(kept, e.compressed_size).ok().flatten();
             let head = match kept {
                 Some(h) => h,
                 None => {
                     let mut prefix = [0u8; HEAD_PREAD];
-                    let n = (e.compressed_size as usize).min(HEAD_PREAD);
-                    file.read_exact_at(&mut prefix[..n], e.data_offset).ok()?;
+                    // Not past the page the data starts in (whose record header is there):
+                    // no page of rows only is read for a header.
+                    let page_left = container::read::PAGE - data_offset % container::read::PAGE;
+                    let n = (e.compressed_size as usize)
+                        .min(HEAD_PREAD)
+                        .min(page_left as usize);
+                    file.read_exact_at(&mut prefix[..n], data_offset).ok()?;
                     decode_head(&prefix[..n], e.compressed_size).ok()??
                 }
             };
             // decode_head checked header + data = the entry's size, and the parser that
             // the entry lies inside the file.
-            let start = usize::try_from(e.data_offset + head.header_len).ok()?;
+            let start = usize::try_from(data_offset + head.header_len).ok()?;
             let data = map.get(start..start.checked_add(usize::try_from(head.data_len).ok()?)?)?;
             return TensorView::new(head.dtype, head.dims, head.lod, data).ok();
         }
@@ -972,7 +1076,7 @@ impl Archive {
                 .read_to_end(&mut prefix)
                 .map_err(|err| {
                     Error::new(ErrorKind::Zip(format!("deflate stream is corrupt: {err}")))
-                        .at_offset(e.data_offset)
+                        .at_offset(self.shown_data_offset(e))
                 })?;
             let have = prefix.len() as u64;
             if have < want {
@@ -980,7 +1084,7 @@ impl Archive {
                     "entry inflates to {have} bytes, the directory says {}",
                     e.uncompressed_size
                 )))
-                .at_offset(e.data_offset));
+                .at_offset(self.shown_data_offset(e)));
             }
             match decode_head(&prefix, e.uncompressed_size) {
                 Ok(Some(h)) => return Ok(h),
@@ -1013,9 +1117,12 @@ impl Archive {
     }
 
     /// Bytes no live entry or the central directory uses (left by in-place appends);
-    /// a compaction would drop them.
+    /// a compaction would drop them. Reads every local header the open left unread (an
+    /// entry's extra field is part of what it uses); if one does not check, the bytes
+    /// counted are the central directory's lower bounds.
     pub fn dead_bytes(&self) -> u64 {
-        let live: u64 = self.dir.entries.iter().map(ZipEntry::footprint).sum();
+        let dir = self.directory().unwrap_or(&self.dir);
+        let live: u64 = dir.entries.iter().map(ZipEntry::footprint).sum();
         let end = self.len_bytes().saturating_sub(self.dir.cd_offset);
         self.len_bytes().saturating_sub(live.saturating_add(end))
     }

@@ -102,7 +102,7 @@ fn rewrite_graph(
                             && !change.dropped.contains(&e.name)
                             && !change.replaced.contains_key(&e.name)
                     };
-                    let mut s = Session::in_place(sink, base, opts.clone(), keep);
+                    let mut s = Session::in_place(sink, base, opts.clone(), keep)?;
                     let mut replaced: Vec<_> = change.replaced.iter().collect();
                     replaced.sort();
                     for (name, bytes) in replaced {

@@ -197,8 +197,8 @@ impl Session {
         base: &Archive,
         opts: WriteOptions,
         keep: impl Fn(&ZipEntry) -> bool,
-    ) -> Session {
-        Session::in_place_at(sink, base.directory().cd_offset, base, opts, keep)
+    ) -> Result<Session> {
+        Session::in_place_at(sink, base.listing().cd_offset, base, opts, keep)
     }
 
     /// [`Session::in_place`] with `sink`'s first byte at file offset `start` (at or past
@@ -209,23 +209,23 @@ impl Session {
         base: &Archive,
         opts: WriteOptions,
         keep: impl Fn(&ZipEntry) -> bool,
-    ) -> Session {
+    ) -> Result<Session> {
         let mut s = Session::new(sink, start, opts);
         s.out.entries = base
-            .directory()
+            .directory()?
             .entries
             .iter()
             .filter(|e| keep(e))
             .cloned()
             .collect();
         s.keep_tags_of(base);
-        s
+        Ok(s)
     }
 
     /// Takes `base`'s tag list and archive comment (a rewrite that copies `base`).
     pub fn keep_tags_of(&mut self, base: &Archive) {
         self.tags = base.tags().to_vec();
-        self.comment = base.directory().comment.clone();
+        self.comment = base.listing().comment.clone();
     }
 
     /// Sets the tag list tags.txt will hold.
@@ -243,7 +243,7 @@ impl Session {
         replaced: &HashMap<String, Vec<u8>>,
         tick: &mut dyn FnMut(),
     ) -> Result<()> {
-        for e in &base.directory().entries {
+        for e in &base.directory()?.entries {
             if !skip(e) {
                 match replaced.get(&e.name) {
                     Some(bytes) => {
@@ -324,7 +324,7 @@ impl Session {
             }
         };
         // One pass over the entries (not one per tag: archives may hold many tags).
-        for e in &base.directory().entries {
+        for e in &base.listing().entries {
             let Some((top, rel)) = e.name.split_once('/') else {
                 continue;
             };

@@ -562,7 +562,7 @@ impl<'a> Tag<'a> {
             // threads (faulting in the new allocation is the cost; see `pread`).
             let rec = decode_tensor_record(&raw).map_err(located)?;
             let view = rec.tensor;
-            let offset = e.data_offset + rec.data_offset;
+            let offset = archive.data_start(e).map_err(located)? + rec.data_offset;
             let mut data = vec![0u8; view.data().len()];
             super::pread::read_exact_at_split(file, &mut data, offset).map_err(|(e, at)| {
                 archive.located(Error::from(e).in_entry(loc.entry.clone()).at_offset(at))

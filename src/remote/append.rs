@@ -220,7 +220,7 @@ pub(crate) fn continue_remote<T>(
     let (client, s3) = writable(url, remote)?;
     let base = remote.open(url)?;
     let e_tag = version_of(&base, url)?;
-    let keep = base.directory().cd_offset;
+    let keep = base.listing().cd_offset;
     let (staged, sink) = staging()?;
     let (found, session) = compose(sink, &base)?;
     let Some(session) = session else {
@@ -298,7 +298,7 @@ impl RemoteAppender {
         let (base, start) = if exists {
             let base = remote.open(url)?;
             let e_tag = version_of(&base, url)?;
-            let keep = base.directory().cd_offset;
+            let keep = base.listing().cd_offset;
             (Some(base), Start::Existing { e_tag, keep })
         } else {
             (None, Start::New)

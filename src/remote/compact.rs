@@ -67,7 +67,7 @@ pub fn compact(
     let base = remote.open(url)?;
     let e_tag = version_of(&base, url)?;
     let before = base.len_bytes();
-    let dir = base.directory();
+    let dir = base.listing();
     let mut live: Vec<Live> = dir
         .entries
         .iter()
@@ -100,7 +100,7 @@ pub fn compact(
         by.range(..=e.header_offset)
             .next_back()
             .map_or(0, |(_, b)| *b)
-    });
+    })?;
     let end = finish_detached(session, Some(base)).map_err(|e| e.in_file(url))?;
     let staged_len = end - live_end;
     if end >= before {

@@ -408,7 +408,7 @@ impl RemoteRank {
         extras: Extras,
     ) -> Result<(usize, RemoteWrite)> {
         let markers = self.wait_for_markers(plan, opts)?;
-        let keep = head.base.as_ref().map_or(0, |b| b.directory().cd_offset);
+        let keep = head.base.as_ref().map_or(0, |b| b.listing().cd_offset);
         let mut staged = tempfile::tempfile()?;
         let read = |m: usize, range: std::ops::Range<u64>| -> Result<Vec<u8>> {
             let Some(o) = markers.get(m).and_then(|m| m.staged.as_ref()) else {

@@ -107,6 +107,13 @@ pub struct ZipEntry {
     /// without LoD fits, so decoding it needs no second read), none for a deflated one.
     /// `None` when the header was checked through the map, or not read (remote, written).
     pub read_head: Option<Box<[u8]>>,
+    /// `Some(limit)` when the open left the local header unread ([`read::parse_lazy`]):
+    /// `data_offset` is then only its lower bound (a header without an extra field) and
+    /// the entry's local header, data and data descriptor must end at or before `limit`
+    /// (the next entry's local header, or the central directory). The reader checks the
+    /// header the first time the entry's data is read ([`read::check_local_lazy`]).
+    /// `None` when the header was checked, or the entry was written here.
+    pub unchecked_until: Option<u64>,
 }
 
 impl ZipEntry {

@@ -185,6 +185,8 @@ const SPARSE_BLOCK_SHIFT: u32 = 16;
 const LOCAL_EXTRA_WINDOW: u64 = 256;
 /// Bytes of a stored entry's data kept from that read ([`ZipEntry::read_head`]).
 const HEAD_PREFIX: usize = 64;
+/// The page size the reads of a lazily checked local header keep within ([`check_local_lazy`]).
+pub(crate) const PAGE: u64 = 4096;
 
 /// [`parse`] of a file mapped as `bytes` that `read_at` also reads: the local headers of
 /// entries that lie far apart (tensor files of ≥ 16 KiB) are read with `read_at` instead
@@ -233,7 +235,7 @@ fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Dire
         let entry = &mut entries[i];
         check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
     }
-    check_overlaps(&entries)?;
+    check_overlaps(&mut entries)?;
     Ok(Directory {
         entries,
         index,
@@ -277,27 +279,151 @@ fn check_local_read(
     e: &mut ZipEntry,
     cd_offset: u64,
 ) -> bool {
+    match extent_read(read_at, window, file_len, e, cd_offset, false) {
+        Some((data_offset, descriptor_len, head)) => {
+            e.data_offset = data_offset;
+            e.descriptor_len = descriptor_len;
+            e.unchecked_until = None;
+            e.read_head = Some(head);
+            true
+        }
+        None => false,
+    }
+}
+
+/// [`local_extent`] of `e` in its header read with `read_at` into `window` (with up to
+/// [`LOCAL_EXTRA_WINDOW`] bytes after its name), plus the first bytes of a stored
+/// entry's data read with it ([`ZipEntry::read_head`]); `None` when the read fails or
+/// the check does not pass there (the map gives the authoritative answer and error).
+/// With `in_page`, the read ends at the end of the page where the header's name ends
+/// (or at the name's end when that is a page boundary): a read of an entry's header
+/// then brings into the page cache no page of its data that holds no header byte (a
+/// process loading some rows of a tensor reads no other rows' pages).
+fn extent_read(
+    read_at: ReadAt<'_>,
+    window: &mut Vec<u8>,
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+    in_page: bool,
+) -> Option<(u64, u64, Box<[u8]>)> {
     let start = e.header_offset;
-    let want = 30 + e.name.len() as u64 + LOCAL_EXTRA_WINDOW;
+    let fixed = 30 + e.name.len() as u64;
+    let mut want = fixed + LOCAL_EXTRA_WINDOW;
+    if in_page {
+        let name_end = start.checked_add(fixed)?;
+        want = want.min(name_end.next_multiple_of(PAGE) - start);
+    }
     let len = want.min(file_len.saturating_sub(start));
     // `len` ≤ 30 + 65,535 + 256: the name's length is a u16 of the central directory.
     window.resize(len as usize, 0);
     if len == 0 || read_at(window, start).is_err() {
-        return false;
+        return None;
     }
-    // A failed check may have set some of `e`'s fields: the map's check sets them again.
-    if check_local(&At::window(window, start, file_len), e, cd_offset).is_err() {
-        return false;
-    }
-    let from = (e.data_offset - start) as usize;
+    let (data_offset, descriptor_len) =
+        local_extent(&At::window(window, start, file_len), e, cd_offset).ok()?;
+    let from = (data_offset - start) as usize;
     let n = match e.method {
         METHOD_STORED => (window.len() - from)
             .min(HEAD_PREFIX)
             .min(e.compressed_size as usize),
         _ => 0,
     };
-    e.read_head = Some(window[from..from + n].into());
-    true
+    Some((data_offset, descriptor_len, window[from..from + n].into()))
+}
+
+/// [`parse`] of a file mapped as `bytes`, leaving the local headers unread: what opening
+/// an archive to read it needs. Each entry's `data_offset` is then its lower bound (a
+/// header without an extra field) and its [`ZipEntry::unchecked_until`] the byte its
+/// header, data and descriptor must end by; [`check_local_lazy`] checks the header when
+/// the entry's data is first read. Entries with a data descriptor are checked here (only
+/// their header and the bytes after their data say how long they are). The central
+/// directory, the names and the overlap check (on the lower bounds) are [`parse`]'s;
+/// what only a local header can get wrong (its signature, name, method, sizes or CRC
+/// differing from the central record, an extra field pushing the data into the next
+/// entry) is an error of the read that meets it, and of `verify`, which reads every entry.
+/// The local headers of 100,000 entries cost an open ~30 % of its time (a cache miss
+/// each; docs/BENCHMARKS.md, P5), for entries a listing never reads.
+pub(crate) fn parse_lazy(bytes: &[u8]) -> Result<Directory> {
+    let at = At::whole(bytes);
+    let end = parse_end(&at, &mut |offset, len| {
+        at.slice(offset, len, "zip64 end record")
+            .map(<[u8]>::to_vec)
+    })?;
+    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
+    let (mut entries, index) = parse_entries(cd, &end)?;
+    let cd_offset = end.cd_offset;
+    for e in &mut entries {
+        if e.flags & FLAG_DESCRIPTOR != 0 {
+            check_local(&at, e, cd_offset).map_err(|err| err.in_entry(e.name.clone()))?;
+            continue;
+        }
+        e.data_offset = e
+            .header_offset
+            .saturating_add(30)
+            .saturating_add(e.name.len() as u64);
+        e.unchecked_until = Some(cd_offset);
+        if e.data_end() > cd_offset {
+            // The local header says why, as the eager parse says it (a header past the
+            // directory, sizes that differ from it, ...); it cannot pass.
+            check_local(&at, e, cd_offset).map_err(|err| err.in_entry(e.name.clone()))?;
+            return Err(zip_err(
+                format!(
+                    "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
+                    e.compressed_size, e.data_offset
+                ),
+                e.header_offset,
+            )
+            .in_entry(e.name.clone()));
+        }
+    }
+    check_overlaps(&mut entries)?;
+    Ok(Directory {
+        entries,
+        index,
+        cd_offset,
+        comment: end.comment,
+    })
+}
+
+/// Checks the local header of `entries[i]`, which [`parse_lazy`] left unread, as [`parse`]
+/// checks it, and that the entry ends by its [`ZipEntry::unchecked_until`]. The header is
+/// read with `read_at` when few headers share its 64 KiB block of the file (as
+/// [`parse_mapped`] reads them), else in the map `bytes`. Returns where the entry's data
+/// starts and, when read with `read_at`, the first bytes of a stored entry's data read with
+/// the header. Errors name no entry or file: the caller adds them.
+pub(crate) fn check_local_lazy(
+    bytes: &[u8],
+    read_at: Option<ReadAt<'_>>,
+    entries: &[ZipEntry],
+    i: usize,
+    cd_offset: u64,
+) -> Result<(u64, Option<Box<[u8]>>)> {
+    let e = &entries[i];
+    let file_len = bytes.len() as u64;
+    let read = read_at
+        .filter(|_| sparse(entries, i, SPARSE_MAX_HEADERS))
+        .and_then(|read_at| extent_read(read_at, &mut Vec::new(), file_len, e, cd_offset, true));
+    let (data_offset, descriptor_len, head) = match read {
+        Some((d, l, head)) => (d, l, Some(head)),
+        None => {
+            let (d, l) = local_extent(&At::whole(bytes), e, cd_offset)?;
+            (d, l, None)
+        }
+    };
+    let limit = e.unchecked_until.unwrap_or(cd_offset);
+    // local_extent kept data and descriptor before the central directory: no overflow.
+    let end = data_offset + e.compressed_size + descriptor_len;
+    if end > limit {
+        return Err(zip_err(
+            format!(
+                "the entry (bytes {}..{end}, its local header's extra field included) overlaps the next entry, at byte {limit}",
+                e.header_offset
+            ),
+            e.header_offset,
+        ));
+    }
+    Ok((data_offset, head))
 }
 
 /// The directory of a file whose local headers are read later, entry by entry
@@ -325,7 +451,7 @@ pub(crate) fn directory_unchecked(
             .in_entry(e.name.clone()));
         }
     }
-    check_overlaps(&entries)?;
+    check_overlaps(&mut entries)?;
     Ok(Directory {
         entries,
         index,
@@ -460,6 +586,7 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
         cd_extra: cd_extra.into(),
         comment: comment.into(),
         read_head: None,
+        unchecked_until: None,
     })
 }
 
@@ -482,6 +609,16 @@ fn extra_fields(mut b: &[u8]) -> Result<Vec<(u16, &[u8])>> {
 }
 
 fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
+    let (data_offset, descriptor_len) = local_extent(at, e, cd_offset)?;
+    e.data_offset = data_offset;
+    e.descriptor_len = descriptor_len;
+    e.unchecked_until = None;
+    Ok(())
+}
+
+/// Checks entry `e`'s local header in `at` against its central record and returns where
+/// its data starts and the length of its data descriptor (0 when it has none).
+fn local_extent(at: &At<'_>, e: &ZipEntry, cd_offset: u64) -> Result<(u64, u64)> {
     let off = e.header_offset;
     if off.checked_add(30).is_none_or(|end| end > cd_offset) {
         return Err(zip_err(
@@ -556,26 +693,27 @@ fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
             off,
         ));
     }
-    e.data_offset = off + 30 + n + m;
-    let data_end = match e.data_offset.checked_add(e.compressed_size) {
+    let data_offset = off + 30 + n + m;
+    let data_end = match data_offset.checked_add(e.compressed_size) {
         Some(end) if end <= cd_offset => end,
         _ => {
             return Err(zip_err(
                 format!(
-                    "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
-                    e.compressed_size, e.data_offset
+                    "data of {} bytes at byte {data_offset} runs into the central directory (byte {cd_offset})",
+                    e.compressed_size
                 ),
-                e.data_offset,
+                data_offset,
             ));
         }
     };
+    let mut desc = 0;
     if (flags | e.flags) & FLAG_DESCRIPTOR != 0 {
         let zip64 = extra_fields(extra)
             .map(|f| f.iter().any(|(id, _)| *id == ZIP64_EXTRA))
             .unwrap_or(false);
-        e.descriptor_len = descriptor_len(at, e, data_end, cd_offset, zip64)?;
+        desc = descriptor_len(at, e, data_end, cd_offset, zip64)?;
     }
-    Ok(())
+    Ok((data_offset, desc))
 }
 
 /// The length of the data descriptor that follows an entry's data (general-purpose flag
@@ -634,11 +772,17 @@ fn descriptor_len(
 /// Refuses two entries that share bytes: each occupies its local header, data and data
 /// descriptor ([`ZipEntry::footprint`]); `check_local` has already kept each of them
 /// before the central directory.
-pub(super) fn check_overlaps(entries: &[ZipEntry]) -> Result<()> {
-    let mut order: Vec<&ZipEntry> = entries.iter().collect();
-    order.sort_by_key(|e| e.header_offset);
+/// Sets each entry's [`ZipEntry::unchecked_until`] that is `Some` to the next entry's
+/// local header, in file order (the last keeps the central directory's offset).
+pub(super) fn check_overlaps(entries: &mut [ZipEntry]) -> Result<()> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by_key(|&i| entries[i].header_offset);
     for w in order.windows(2) {
-        let (a, b) = (w[0], w[1]);
+        let next = entries[w[1]].header_offset;
+        if let Some(limit) = &mut entries[w[0]].unchecked_until {
+            *limit = next;
+        }
+        let (a, b) = (&entries[w[0]], &entries[w[1]]);
         let a_end = a.header_offset.saturating_add(a.footprint());
         if a_end > b.header_offset {
             return Err(zip_err(

@@ -83,6 +83,7 @@ const FOREIGN: [(&str, &[u8], &[u64]); 4] = [
 fn foreign_descriptors_are_measured_exactly() {
     for (file, bytes, lens) in FOREIGN {
         let dir = parse(bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_lazy_agrees(bytes, file);
         let found: Vec<u64> = dir.entries.iter().map(|e| e.descriptor_len).collect();
         assert_eq!(found, lens, "{file}");
         // The entries tile the file up to the central directory: each one's footprint
@@ -106,10 +107,10 @@ fn an_overlap_with_a_zip64_descriptor_is_refused() {
     assert_eq!(entries[2].descriptor_len, 24);
     let end = entries[2].header_offset + entries[2].footprint();
     entries[1].header_offset = end - 8;
-    let e = check_overlaps(&entries).unwrap_err().to_string();
+    let e = check_overlaps(&mut entries).unwrap_err().to_string();
     assert!(e.contains("overlap"), "{e}");
     entries[1].header_offset = end;
-    check_overlaps(&entries).unwrap();
+    check_overlaps(&mut entries).unwrap();
 }
 
 /// A one-entry archive ("a", stored "abc") whose entry has flag bit 3 set and
@@ -182,6 +183,78 @@ fn outcome(r: Result<Directory>) -> std::result::Result<Vec<(String, u64, u64)>,
     .map_err(|e| e.to_string())
 }
 
+/// What [`parse_lazy`] and then [`check_local_lazy`] of every entry it left unread found,
+/// the headers read with `read_at` where that path applies: each entry's name and data
+/// offset, or that something was refused. It must accept exactly what [`parse`] accepts,
+/// with the same offsets ([`eager_offsets`]).
+fn lazy_outcome(
+    b: &[u8],
+    read_at: Option<ReadAt<'_>>,
+) -> std::result::Result<Vec<(String, u64)>, ()> {
+    let dir = parse_lazy(b).map_err(drop)?;
+    (0..dir.entries.len())
+        .map(|i| {
+            let e = &dir.entries[i];
+            let start = match e.unchecked_until {
+                Some(_) => {
+                    check_local_lazy(b, read_at, &dir.entries, i, dir.cd_offset)
+                        .map_err(drop)?
+                        .0
+                }
+                None => e.data_offset,
+            };
+            Ok((e.name.clone(), start))
+        })
+        .collect()
+}
+
+/// [`parse`]'s answer as [`lazy_outcome`] gives it.
+fn eager_offsets(b: &[u8]) -> std::result::Result<Vec<(String, u64)>, ()> {
+    parse(b)
+        .map(|d| {
+            d.entries
+                .iter()
+                .map(|e| (e.name.clone(), e.data_offset))
+                .collect()
+        })
+        .map_err(drop)
+}
+
+/// The lazy open agrees with the eager one, with its header reads through the map and
+/// through `read_at`.
+fn assert_lazy_agrees(b: &[u8], what: &str) {
+    let eager = eager_offsets(b);
+    assert_eq!(lazy_outcome(b, None), eager, "{what}: lazy, map");
+    assert_eq!(
+        lazy_outcome(b, Some(&reader(b))),
+        eager,
+        "{what}: lazy, read"
+    );
+}
+
+/// An extra field that pushes an entry's data into the next entry: the eager parse
+/// refuses the archive; the lazy open accepts the central directory and the read of that
+/// entry refuses it (saying so), while the next entry reads.
+#[test]
+fn an_extra_field_into_the_next_entry_is_refused_when_read() {
+    let mut out = ZipOut::new(Vec::new(), 0);
+    out.write_bytes("a", b"abcdef", false).unwrap();
+    out.write_bytes("b", b"ghijkl", false).unwrap();
+    let (mut b, _) = out.finish(b"").unwrap();
+    // Entry "a": no extra field; say it has 10 bytes of one (its data then ends 4 bytes
+    // into "b"'s local header).
+    assert_eq!(u16::from_le_bytes([b[28], b[29]]), 0);
+    b[28] = 10;
+    assert!(parse(&b).unwrap_err().to_string().contains("overlap"));
+    let dir = parse_lazy(&b).unwrap();
+    let e = check_local_lazy(&b, None, &dir.entries, 0, dir.cd_offset)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("overlaps the next entry"), "{e}");
+    check_local_lazy(&b, None, &dir.entries, 1, dir.cd_offset).unwrap();
+    assert_lazy_agrees(&b, "extra field");
+}
+
 /// Local headers read with `pread` ([`parse_mapped`]) must give exactly what the map gives:
 /// every hostile archive of tests/hostile and every single-byte corruption of the local
 /// headers of an archive of far-apart entries (the layout that takes the read path).
@@ -193,6 +266,7 @@ fn local_headers_read_or_mapped_agree_on_every_input() {
         let f = f.unwrap().path();
         if f.extension().is_some_and(|x| x == "zip") {
             let b = std::fs::read(&f).unwrap();
+            assert_lazy_agrees(&b, &f.display().to_string());
             assert_eq!(
                 outcome(parse(&b)),
                 outcome(parse_all_read(&b, &reader(&b))),
@@ -242,6 +316,7 @@ fn local_headers_read_or_mapped_agree_on_every_input() {
                 b[i] ^= flip;
                 let mapped = outcome(parse(&b));
                 refused += usize::from(mapped.is_err());
+                assert_lazy_agrees(&b, &format!("byte {i} ^ {flip:#x}"));
                 assert_eq!(
                     mapped,
                     outcome(parse_mapped(&b, &reader(&b))),
@@ -312,6 +387,9 @@ proptest::proptest! {
             h + offset.index(d - h)
         };
         b[i] ^= flip;
+        let eager = eager_offsets(&b);
+        proptest::prop_assert_eq!(lazy_outcome(&b, None), eager.clone(), "lazy, map: byte {}", i);
+        proptest::prop_assert_eq!(lazy_outcome(&b, Some(&reader(&b))), eager, "lazy, read: byte {}", i);
         proptest::prop_assert_eq!(
             outcome(parse(&b)),
             outcome(parse_mapped(&b, &reader(&b))),

@@ -255,6 +255,7 @@ pub fn local_header(
         cd_extra: template.map_or_else(Box::default, |e| e.cd_extra.clone()),
         comment: template.map_or_else(Box::default, |e| e.comment.clone()),
         read_head: None,
+        unchecked_until: None,
     };
     Ok((h, entry))
 }

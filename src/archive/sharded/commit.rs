@@ -57,7 +57,7 @@ pub(super) fn stage(
     let lease = group::lease(real, true, opts.timeout)?;
     group::remove_group_files(real, &plan.tag)?;
     let original_len = base.len_bytes();
-    let cd_offset = base.directory().cd_offset;
+    let cd_offset = base.listing().cd_offset;
     let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
     let undo = group::undo_path(real);
     journal::write_as(real, &undo, original_len, cd_offset, saved)?;
@@ -82,7 +82,7 @@ pub(super) fn stage(
         let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
         let session = Session::in_place_at(Box::new(sink), tail, &base, opts.write.clone(), |e| {
             !written_by_commit(&e.name)
-        });
+        })?;
         let end = finish_session(session, Some(base))?;
         file.set_len(end)?;
         if opts.write.fsync {
@@ -648,7 +648,7 @@ fn write_tag(
     // until the commit is done: a crash before rolls the commit back, then the staging.
     // The markers go with the group file (before it: none is left without it).
     group::remove_group_files(real, &plan.tag)?;
-    let staged_cd = base.directory().cd_offset;
+    let staged_cd = base.listing().cd_offset;
     journal::write(
         real,
         base.len_bytes(),
@@ -690,12 +690,12 @@ fn write_tag(
             file.sync_data()?;
         }
         let mut w = file.try_clone()?;
-        let cd_offset = base.directory().cd_offset;
+        let cd_offset = base.listing().cd_offset;
         w.seek(SeekFrom::Start(cd_offset))?;
         let sink = BufWriter::with_capacity(1 << 20, Budgeted(w));
         let mut s = Session::in_place(Box::new(sink), &base, opts.write.clone(), |e| {
             !written_by_commit(&e.name)
-        });
+        })?;
         s.adopt_base(base);
         record_tag(&mut s, plan, &g.nonce, &extras, tensors, placed, &reused)?;
         Ok(s)
@@ -816,7 +816,7 @@ pub(crate) fn find_duplicates(
     }
     let mut out = vec![None; plan.tensors.len()];
     let mut manifests: HashMap<String, Option<HashMap<String, Vec<ShardLine>>>> = HashMap::new();
-    for e in &base.directory().entries {
+    for e in &base.listing().entries {
         let Some((top, rel)) = e.name.split_once('/') else {
             continue;
         };
@@ -1035,7 +1035,7 @@ fn settle_staged(real: &Path) -> Result<()> {
         journal::recover_from(real, &undo)?;
         return Ok(());
     };
-    let dir = a.directory();
+    let dir = a.listing();
     let past: Vec<&super::super::container::ZipEntry> = dir
         .entries
         .iter()

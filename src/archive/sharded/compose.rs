@@ -55,7 +55,7 @@ pub(crate) fn lay_out(
     read: &ReadStaged<'_>,
 ) -> Result<(Vec<Seg>, usize)> {
     let tensors = check_coverage(plan, markers)?;
-    let keep = base.as_ref().map_or(0, |b| b.directory().cd_offset);
+    let keep = base.as_ref().map_or(0, |b| b.listing().cd_offset);
     // Each tensor's data runs, from the markers: (offset in the data, marker, offset in
     // its staging object, length).
     let mut runs: Vec<Vec<(u64, usize, u64, u64)>> = vec![Vec::new(); plan.tensors.len()];
@@ -197,7 +197,7 @@ pub(crate) fn lay_out(
         Some(base) => {
             let mut s = Session::in_place_at(Box::new(sink), at, &base, opts.clone(), |e| {
                 !written_by_commit(&e.name)
-            });
+            })?;
             s.adopt_remote_base(base)?;
             s
         }

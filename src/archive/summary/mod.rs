@@ -210,7 +210,7 @@ fn check_header(first: &str, a: &Archive) -> std::result::Result<(), Refusal> {
     if f.next().is_some() {
         return Err(Err("line 1 has more than 4 fields".to_string()));
     }
-    let (n, actual) = fingerprint(a.directory().entries.iter());
+    let (n, actual) = fingerprint(a.listing().entries.iter());
     if n != count {
         return Err(Ok(format!(
             "it describes a central directory of {count} other entries; the archive has {n}"
