@@ -15,13 +15,13 @@
 //! copy source is a URL the store signs ([`Signer::signed_url`]: a service SAS from an
 //! account key, a user delegation SAS from a bearer token), read-only for a few minutes.
 
-use super::s3::{Answer, Failure, PartDone, error_chain, with_retries, xml_text};
+use super::s3::{Answer, Failure, PartDone, answer, unsigned_request, with_retries, xml_text};
 use base64::Engine;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use object_store::azure::{AzureAuthorizer, AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::{
-    ClientConfigKey, ClientOptions, HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector,
+    ClientConfigKey, ClientOptions, HttpClient, HttpConnector, ReqwestConnector,
 };
 use object_store::path::Path as ObjectPath;
 use object_store::signer::Signer;
@@ -150,37 +150,16 @@ impl AzureAccess {
             .get_credential()
             .await
             .map_err(|e| format!("no credentials: {e}"))?;
-        let mut b = http::Request::builder().method(method.clone()).uri(url);
-        for (k, v) in headers {
-            b = b.header(*k, v.as_str());
-        }
         // Shared Key signs Content-Length, so it is set before signing; and sent even
         // when 0: a `Put Block From URL` without it reads as a `Copy Blob` to servers
         // that tell the two apart by their headers (Azurite does).
-        b = b.header("content-length", body.len().to_string());
-        let mut request = b
-            .body(HttpRequestBody::from(body))
-            .map_err(|e| e.to_string())?;
+        let length = ("content-length", body.len().to_string());
+        let headers: Vec<(&str, String)> = headers.iter().cloned().chain([length]).collect();
+        let mut request = unsigned_request(method, url, &headers, body)?;
         AzureAuthorizer::new(&credential, &self.account)
             .try_authorize(&mut request)
             .map_err(|e| e.to_string())?;
-        let response = self
-            .http
-            .execute(request)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .bytes()
-            .await
-            .map_err(|e| error_chain(&e))?;
-        Ok(Answer {
-            status,
-            headers,
-            body,
-        })
+        answer(&self.http, request).await
     }
 
     /// A new upload: a random prefix of the block ids it stages (no request).

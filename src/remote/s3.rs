@@ -80,6 +80,42 @@ pub(super) struct Answer {
     pub(super) body: Bytes,
 }
 
+/// `method url` with `headers` and `body`, not yet signed (the S3 and Azure requests
+/// differ only in their authorizer).
+pub(super) fn unsigned_request(
+    method: &Method,
+    url: &str,
+    headers: &[(&str, String)],
+    body: Bytes,
+) -> std::result::Result<http::Request<HttpRequestBody>, String> {
+    let mut b = http::Request::builder().method(method.clone()).uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, v.as_str());
+    }
+    b.body(HttpRequestBody::from(body))
+        .map_err(|e| e.to_string())
+}
+
+/// Sends a signed request: the answer's status, headers and whole body.
+pub(super) async fn answer(
+    http: &HttpClient,
+    request: http::Request<HttpRequestBody>,
+) -> std::result::Result<Answer, String> {
+    let response = http.execute(request).await.map_err(|e| error_chain(&e))?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .bytes()
+        .await
+        .map_err(|e| error_chain(&e))?;
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
 /// Runs `once` (one signed request) until it answers other than 5xx or 429, retried with
 /// backoff up to `max_retries` times after a lost connection or such an answer; the last
 /// answer is returned as it is, a request that never got one as a failure naming
@@ -230,34 +266,12 @@ impl S3Access {
             .get_credential()
             .await
             .map_err(|e| format!("no credentials: {e}"))?;
-        let mut b = http::Request::builder().method(method.clone()).uri(url);
-        for (k, v) in headers {
-            b = b.header(*k, v.as_str());
-        }
-        let mut request = b
-            .body(HttpRequestBody::from(body))
-            .map_err(|e| e.to_string())?;
+        let mut request = unsigned_request(method, url, headers, body)?;
         AwsAuthorizer::new(&credential, "s3", &self.region)
             .with_sign_payload(self.sign_payload)
             .try_authorize(&mut request, None)
             .map_err(|e| e.to_string())?;
-        let response = self
-            .http
-            .execute(request)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .bytes()
-            .await
-            .map_err(|e| error_chain(&e))?;
-        Ok(Answer {
-            status,
-            headers,
-            body,
-        })
+        answer(&self.http, request).await
     }
 
     /// Starts a multipart upload to the key; returns its upload id.
