@@ -645,15 +645,11 @@ impl Archive {
 
     /// [`Archive::data_start`], with the first bytes of a stored entry's data when its
     /// header was checked by this call with a `pread` (as [`ZipEntry::read_head`]).
-    fn check_pending(&self, e: &ZipEntry) -> Result<(u64, Option<Box<[u8]>>)> {
+    fn check_pending(&self, e: &ZipEntry) -> Result<(u64, Option<container::read::HeadPrefix>)> {
         if e.unchecked_until.is_none() {
             return Ok((e.data_offset, None));
         }
-        let found = self
-            .dir
-            .index
-            .get(&self.dir.entries, &e.name)
-            .filter(|&i| self.dir.entries[i].header_offset == e.header_offset);
+        let found = self.position_of(e);
         let (entries, i) = match found {
             Some(i) => (&self.dir.entries[..], i),
             // Not one of this archive's entries (not reached): checked, not remembered.
@@ -688,6 +684,23 @@ impl Archive {
             c.store(checked.0, Ordering::Relaxed);
         }
         Ok(checked)
+    }
+
+    /// The position of `e` in the central directory: found by its address when it is one
+    /// of this archive's entries (what readers pass: no hashing per read), else by name.
+    fn position_of(&self, e: &ZipEntry) -> Option<usize> {
+        let size = std::mem::size_of::<ZipEntry>();
+        let by_address = (e as *const ZipEntry as usize)
+            .checked_sub(self.dir.entries.as_ptr() as usize)
+            .filter(|at| at % size == 0)
+            .map(|at| at / size)
+            .filter(|&i| self.dir.entries.get(i).is_some_and(|x| std::ptr::eq(x, e)));
+        by_address.or_else(|| {
+            self.dir
+                .index
+                .get(&self.dir.entries, &e.name)
+                .filter(|&i| self.dir.entries[i].header_offset == e.header_offset)
+        })
     }
 
     /// Entry `e`'s data offset for an error message: checked if it was, else its lower
@@ -894,7 +907,10 @@ impl Archive {
             use std::os::unix::fs::FileExt;
             // A header this call checks with a `pread` comes with the data's first bytes.
             let (data_offset, fresh) = self.check_pending(e).ok()?;
-            let kept = fresh.as_deref().or(e.read_head.as_deref())?;
+            let kept = match &fresh {
+                Some((bytes, n)) => &bytes[..*n],
+                None => e.read_head.as_deref()?,
+            };
             let kept = decode_head(kept, e.compressed_size).ok().flatten();
             let head = match kept {
                 Some(h) => h,

@@ -279,34 +279,29 @@ fn check_local_read(
     e: &mut ZipEntry,
     cd_offset: u64,
 ) -> bool {
-    match extent_read(read_at, window, file_len, e, cd_offset, false) {
+    let Some(len) = window_len(e, file_len, false) else {
+        return false;
+    };
+    window.resize(len, 0);
+    match extent_read(read_at, window, file_len, e, cd_offset) {
         Some((data_offset, descriptor_len, head)) => {
             e.data_offset = data_offset;
             e.descriptor_len = descriptor_len;
             e.unchecked_until = None;
-            e.read_head = Some(head);
+            e.read_head = Some(window[head].into());
             true
         }
         None => false,
     }
 }
 
-/// [`local_extent`] of `e` in its header read with `read_at` into `window` (with up to
-/// [`LOCAL_EXTRA_WINDOW`] bytes after its name), plus the first bytes of a stored
-/// entry's data read with it ([`ZipEntry::read_head`]); `None` when the read fails or
-/// the check does not pass there (the map gives the authoritative answer and error).
-/// With `in_page`, the read ends at the end of the page where the header's name ends
-/// (or at the name's end when that is a page boundary): a read of an entry's header
-/// then brings into the page cache no page of its data that holds no header byte (a
-/// process loading some rows of a tensor reads no other rows' pages).
-fn extent_read(
-    read_at: ReadAt<'_>,
-    window: &mut Vec<u8>,
-    file_len: u64,
-    e: &ZipEntry,
-    cd_offset: u64,
-    in_page: bool,
-) -> Option<(u64, u64, Box<[u8]>)> {
+/// How many bytes [`extent_read`] reads of `e`'s local header (its fixed part, name and
+/// up to [`LOCAL_EXTRA_WINDOW`] bytes more, within the file). With `in_page`, the read
+/// ends at the end of the page where the header's name ends (or at the name's end when
+/// that is a page boundary): a read of an entry's header then brings into the page cache
+/// no page of its data that holds no header byte (a process loading some rows of a
+/// tensor reads no other rows' pages). `None` for none (a header at the file's end).
+fn window_len(e: &ZipEntry, file_len: u64, in_page: bool) -> Option<usize> {
     let start = e.header_offset;
     let fixed = 30 + e.name.len() as u64;
     let mut want = fixed + LOCAL_EXTRA_WINDOW;
@@ -314,12 +309,25 @@ fn extent_read(
         let name_end = start.checked_add(fixed)?;
         want = want.min(name_end.next_multiple_of(PAGE) - start);
     }
+    // ≤ 30 + 65,535 + 256: the name's length is a u16 of the central directory.
     let len = want.min(file_len.saturating_sub(start));
-    // `len` ≤ 30 + 65,535 + 256: the name's length is a u16 of the central directory.
-    window.resize(len as usize, 0);
-    if len == 0 || read_at(window, start).is_err() {
-        return None;
-    }
+    (len > 0).then_some(len as usize)
+}
+
+/// [`local_extent`] of `e` in its header read with `read_at` into `window` (of
+/// [`window_len`] bytes), plus where in `window` the first bytes of a stored entry's data
+/// read with it lie (up to [`HEAD_PREFIX`]; [`ZipEntry::read_head`]); `None` when the
+/// read fails or the check does not pass there (the map gives the authoritative answer
+/// and error).
+fn extent_read(
+    read_at: ReadAt<'_>,
+    window: &mut [u8],
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> Option<(u64, u64, std::ops::Range<usize>)> {
+    let start = e.header_offset;
+    read_at(window, start).ok()?;
     let (data_offset, descriptor_len) =
         local_extent(&At::window(window, start, file_len), e, cd_offset).ok()?;
     let from = (data_offset - start) as usize;
@@ -329,8 +337,12 @@ fn extent_read(
             .min(e.compressed_size as usize),
         _ => 0,
     };
-    Some((data_offset, descriptor_len, window[from..from + n].into()))
+    Some((data_offset, descriptor_len, from..from + n))
 }
+
+/// The first bytes of a stored entry's data read with its local header (up to
+/// [`HEAD_PREFIX`]; [`check_local_lazy`]).
+pub(crate) type HeadPrefix = ([u8; HEAD_PREFIX], usize);
 
 /// [`parse`] of a file mapped as `bytes`, leaving the local headers unread: what opening
 /// an archive to read it needs. Each entry's `data_offset` is then its lower bound (a
@@ -398,12 +410,28 @@ pub(crate) fn check_local_lazy(
     entries: &[ZipEntry],
     i: usize,
     cd_offset: u64,
-) -> Result<(u64, Option<Box<[u8]>>)> {
+) -> Result<(u64, Option<HeadPrefix>)> {
     let e = &entries[i];
     let file_len = bytes.len() as u64;
+    // Most headers fit a buffer on the stack (one `pread`, no allocation per entry).
+    let mut stack = [0u8; 1024];
+    let mut heap = Vec::new();
     let read = read_at
         .filter(|_| sparse(entries, i, SPARSE_MAX_HEADERS))
-        .and_then(|read_at| extent_read(read_at, &mut Vec::new(), file_len, e, cd_offset, true));
+        .and_then(|read_at| {
+            let len = window_len(e, file_len, true)?;
+            let window = match stack.get_mut(..len) {
+                Some(w) => w,
+                None => {
+                    heap.resize(len, 0);
+                    &mut heap[..]
+                }
+            };
+            let (d, l, head) = extent_read(read_at, window, file_len, e, cd_offset)?;
+            let mut prefix = [0u8; HEAD_PREFIX];
+            prefix[..head.len()].copy_from_slice(&window[head.clone()]);
+            Some((d, l, (prefix, head.len())))
+        });
     let (data_offset, descriptor_len, head) = match read {
         Some((d, l, head)) => (d, l, Some(head)),
         None => {
