@@ -1394,7 +1394,8 @@ fn import_model<'py>(
 /// Writes a tag as model files of a format (default: the one it was imported from):
 /// `modelzip export`.
 #[pyfunction]
-#[pyo3(signature = (archive, tag, out, format=None, overwrite=false, external_data=false))]
+#[pyo3(signature = (archive, tag, out, format=None, overwrite=false, external_data=false, max_shard_bytes=None))]
+#[allow(clippy::too_many_arguments)] // The keyword arguments of modelzip.export_model.
 fn export_model<'py>(
     py: Python<'py>,
     archive: PathBuf,
@@ -1403,6 +1404,7 @@ fn export_model<'py>(
     format: Option<String>,
     overwrite: bool,
     external_data: bool,
+    max_shard_bytes: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     // As in export_paddle: the open (which may wait for a writer) is interruptible.
     let a = interruptible(py, move || open_any(&archive))?;
@@ -1424,6 +1426,7 @@ fn export_model<'py>(
             let opts = modelzip::interop::ExportOptions {
                 overwrite,
                 external_data,
+                max_shard_bytes,
                 ..modelzip::interop::ExportOptions::default()
             };
             f.export(&t, &out, &opts)
