@@ -1126,7 +1126,8 @@ def compact(archive: PathLike, *, wait: bool = False) -> Dict[str, Any]:
     read (docs/REMOTE.md). Takes the write lock (``wait`` waits for another writer).
     Returns ``{"before", "after"}`` in bytes, and for a URL also ``"padding"``,
     ``"headers_read"``, ``"version"``, ``"bytes_uploaded"``, ``"bytes_copied"``,
-    ``"bytes_reread"`` and ``"requests"``."""
+    ``"bytes_reread"`` and ``"requests"`` (0, and ``"version"`` None, when the object had
+    no dead bytes and nothing was written)."""
     return _modelzip.compact(_writable(archive, "compact"), wait)
 
 

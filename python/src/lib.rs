@@ -1581,11 +1581,11 @@ fn compact<'py>(py: Python<'py>, archive: PathBuf, wait: bool) -> PyResult<Bound
                 })
                 .map_err(|e| e.in_file(&url))
                 .or_raise(py)?;
-            d.set_item("before", r.report.before)?;
-            d.set_item("after", r.report.after)?;
-            d.set_item("padding", r.padding)?;
-            d.set_item("headers_read", r.headers_read)?;
-            let w = r.write.as_ref();
+            d.set_item("before", r.before)?;
+            d.set_item("after", r.after)?;
+            let w = r.remote.as_ref();
+            d.set_item("padding", w.map_or(0, |w| w.padding))?;
+            d.set_item("headers_read", w.map_or(0, |w| w.headers_read))?;
             d.set_item("version", w.and_then(|w| w.version.clone()))?;
             d.set_item("bytes_uploaded", w.map_or(0, |w| w.bytes_uploaded))?;
             d.set_item("bytes_copied", w.map_or(0, |w| w.bytes_copied))?;
