@@ -772,7 +772,7 @@ impl Input {
                 format!("{what}: the array is not C-contiguous"),
             ));
         }
-        let dtype = DType::from_name(&dtype).or_raise(py)?;
+        let dtype = dtype.parse::<DType>().or_raise(py)?;
         Ok(Input {
             buffer,
             dtype,
@@ -1546,7 +1546,7 @@ fn cast<'py>(
     allow_non_finite: bool,
     allow_overflow: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let dtype = DType::from_name(dtype).or_raise(py)?;
+    let dtype = dtype.parse::<DType>().or_raise(py)?;
     let write = write_options(wait);
     let allow = modelzip::variants::AllowValues {
         non_finite: allow_non_finite,
