@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 /// The callback: `(done, total)` units of work.
-pub type ProgressFn = dyn Fn(u64, u64) + Send + Sync;
+pub(crate) type ProgressFn = dyn Fn(u64, u64) + Send + Sync;
 
 /// A shareable progress callback (cheap to clone). Two hooks are equal when they are
 /// clones of one another.
@@ -39,8 +39,8 @@ impl ProgressHook {
         (self.0)(done, total)
     }
 
-    /// The callback, for functions that take a `&ProgressFn`.
-    pub fn as_fn(&self) -> &ProgressFn {
+    /// The callback, for functions that take a `&dyn Fn(u64, u64)`.
+    pub(crate) fn as_fn(&self) -> &ProgressFn {
         &*self.0
     }
 }

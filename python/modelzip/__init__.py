@@ -1069,6 +1069,7 @@ def export_model(
     format: Optional[str] = None,  # noqa: A002 - mirrors the CLI's --format
     overwrite: bool = False,
     external_data: bool = False,
+    max_shard_bytes: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Writes tag ``tag`` (None: the newest) as model files (``modelzip export``): in
     ``format`` (``"paddle"``, ``"tf"``, ``"safetensors"``, ``"onnx"``), by default the
@@ -1076,11 +1077,14 @@ def export_model(
     ``OUT.json`` for a PIR program, + ``OUT.pdiparams``), a file otherwise (a directory
     for sharded safetensors, and for a tag imported from a TensorFlow SavedModel, which
     is written back as a SavedModel directory); ``external_data`` puts ONNX initializers
-    in ``OUT.data``. Files are written atomically; existing ones are refused unless
-    ``overwrite``. Returns ``{"tag", "format", "files", "params", "unused", "notes"}``."""
+    in ``OUT.data``; ``max_shard_bytes`` (safetensors only, ``OUT`` an existing
+    directory) cuts a sharded checkpoint into shards of at most that many bytes of tensor
+    data. Files are written atomically; existing ones are refused unless ``overwrite``.
+    Returns ``{"tag", "format", "files", "params", "unused", "notes"}`` (``files``: every
+    file written with its size, a sharded checkpoint's shards then its index)."""
     return _modelzip.export_model(
         _fspath(archive), tag, _local(out, "export to", _EXPORT_HINT), format, overwrite,
-        external_data,
+        external_data, max_shard_bytes,
     )
 
 
@@ -1122,7 +1126,8 @@ def compact(archive: PathLike, *, wait: bool = False) -> Dict[str, Any]:
     read (docs/REMOTE.md). Takes the write lock (``wait`` waits for another writer).
     Returns ``{"before", "after"}`` in bytes, and for a URL also ``"padding"``,
     ``"headers_read"``, ``"version"``, ``"bytes_uploaded"``, ``"bytes_copied"``,
-    ``"bytes_reread"`` and ``"requests"``."""
+    ``"bytes_reread"`` and ``"requests"`` (0, and ``"version"`` None, when the object had
+    no dead bytes and nothing was written)."""
     return _modelzip.compact(_writable(archive, "compact"), wait)
 
 

@@ -248,6 +248,7 @@ def export_model(
     format: Optional[str] = None,
     overwrite: bool = False,
     external_data: bool = False,
+    max_shard_bytes: Optional[int] = None,
 ) -> Dict[str, Any]: ...
 def quantize(
     archive: PathLike,

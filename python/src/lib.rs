@@ -772,7 +772,7 @@ impl Input {
                 format!("{what}: the array is not C-contiguous"),
             ));
         }
-        let dtype = DType::from_name(&dtype).or_raise(py)?;
+        let dtype = dtype.parse::<DType>().or_raise(py)?;
         Ok(Input {
             buffer,
             dtype,
@@ -1394,7 +1394,8 @@ fn import_model<'py>(
 /// Writes a tag as model files of a format (default: the one it was imported from):
 /// `modelzip export`.
 #[pyfunction]
-#[pyo3(signature = (archive, tag, out, format=None, overwrite=false, external_data=false))]
+#[pyo3(signature = (archive, tag, out, format=None, overwrite=false, external_data=false, max_shard_bytes=None))]
+#[allow(clippy::too_many_arguments)] // The keyword arguments of modelzip.export_model.
 fn export_model<'py>(
     py: Python<'py>,
     archive: PathBuf,
@@ -1403,6 +1404,7 @@ fn export_model<'py>(
     format: Option<String>,
     overwrite: bool,
     external_data: bool,
+    max_shard_bytes: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     // As in export_paddle: the open (which may wait for a writer) is interruptible.
     let a = interruptible(py, move || open_any(&archive))?;
@@ -1424,6 +1426,7 @@ fn export_model<'py>(
             let opts = modelzip::interop::ExportOptions {
                 overwrite,
                 external_data,
+                max_shard_bytes,
                 ..modelzip::interop::ExportOptions::default()
             };
             f.export(&t, &out, &opts)
@@ -1543,7 +1546,7 @@ fn cast<'py>(
     allow_non_finite: bool,
     allow_overflow: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let dtype = DType::from_name(dtype).or_raise(py)?;
+    let dtype = dtype.parse::<DType>().or_raise(py)?;
     let write = write_options(wait);
     let allow = modelzip::variants::AllowValues {
         non_finite: allow_non_finite,
@@ -1578,11 +1581,11 @@ fn compact<'py>(py: Python<'py>, archive: PathBuf, wait: bool) -> PyResult<Bound
                 })
                 .map_err(|e| e.in_file(&url))
                 .or_raise(py)?;
-            d.set_item("before", r.report.before)?;
-            d.set_item("after", r.report.after)?;
-            d.set_item("padding", r.padding)?;
-            d.set_item("headers_read", r.headers_read)?;
-            let w = r.write.as_ref();
+            d.set_item("before", r.before)?;
+            d.set_item("after", r.after)?;
+            let w = r.remote.as_ref();
+            d.set_item("padding", w.map_or(0, |w| w.padding))?;
+            d.set_item("headers_read", w.map_or(0, |w| w.headers_read))?;
             d.set_item("version", w.and_then(|w| w.version.clone()))?;
             d.set_item("bytes_uploaded", w.map_or(0, |w| w.bytes_uploaded))?;
             d.set_item("bytes_copied", w.map_or(0, |w| w.bytes_copied))?;

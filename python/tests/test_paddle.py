@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,17 @@ def test_every_format_goes_in_and_out_through_import_model(tmp):
     out = modelzip.export_model(path, "st", tmp / "st.safetensors")
     assert out["format"] == "safetensors"
     assert (tmp / "st.safetensors").read_bytes() == st.read_bytes()
+    # A sharded checkpoint cut to a shard size: the shards, then the index, with sizes.
+    (tmp / "shards").mkdir()
+    out = modelzip.export_model(path, "st", tmp / "shards", max_shard_bytes=4096)
+    files = [Path(p) for p, _ in out["files"]]
+    n = len(files) - 1
+    assert n > 1 and files[-1] == tmp / "shards" / "model.safetensors.index.json", out
+    assert files[:-1] == [tmp / "shards" / f"model-{i:05}-of-{n:05}.safetensors" for i in range(1, n + 1)]
+    assert all(Path(p).stat().st_size == size for p, size in out["files"])
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.export_model(path, "st", tmp / "st2.safetensors", max_shard_bytes=4096)
+    assert "no existing directory" in str(e.value) and not (tmp / "st2.safetensors").exists()
     r = modelzip.import_model(path, "tf", fx / "tf" / "mlp.pb")
     assert r["format"] == "tf" and r["graph"] == "graph.fb"
     modelzip.export_model(path, "tf", tmp / "mlp.pbtxt")
@@ -147,6 +159,9 @@ def test_every_format_goes_in_and_out_through_import_model(tmp):
     assert "unknown format" in str(e.value)
     with pytest.raises(modelzip.ModelzipError) as e:
         modelzip.export_model(path, "st", tmp / "x.pb", format="tf")
+    with pytest.raises(modelzip.ModelzipError) as e:
+        modelzip.export_model(path, "tf", tmp / "y.pb", max_shard_bytes=4096)
+    assert "is for safetensors exports" in str(e.value) and not (tmp / "y.pb").exists()
     with modelzip.open(path) as ar:
         assert ar.tags == ["st", "tf", "sm", "onnx", "pd"]
         from safetensors.numpy import load_file

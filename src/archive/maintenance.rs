@@ -18,12 +18,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 /// Sizes before and after a compaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactReport {
-    /// File size before.
+    /// File size before (an `s3://` or `az://` archive: the object's).
     pub before: u64,
     /// File size after.
     pub after: u64,
+    /// For an `s3://` or `az://` archive ([`crate::remote::compact`]): the remote write's
+    /// versions and costs; `None` when the object had no dead bytes (nothing written).
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 /// What [`remove_tags`] did.
@@ -39,6 +43,11 @@ pub struct RemoveReport {
     pub before: u64,
     /// File size after.
     pub after: u64,
+    /// For an `s3://` or `az://` archive ([`crate::remote::remove_tags`]): the remote
+    /// write's versions and costs; `None` when the removal picked nothing (nothing
+    /// written).
+    #[cfg(feature = "remote")]
+    pub remote: Option<crate::remote::RemoteWrite>,
 }
 
 /// The tags picked from the archive as it is under the write lock.
@@ -176,6 +185,8 @@ fn remove_in_place(
                 rehomed: 0,
                 before,
                 after: before,
+                #[cfg(feature = "remote")]
+                remote: None,
             });
         }
         let plan = Plan::make(&base, &removed)?;
@@ -196,6 +207,8 @@ fn remove_in_place(
             rehomed,
             before,
             after,
+            #[cfg(feature = "remote")]
+            remote: None,
         })
     };
     run().map_err(|e| ap.located(e))
@@ -225,6 +238,8 @@ pub fn compact(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<CompactRep
     rewrite(path.as_ref(), opts, |_| Ok(Vec::new())).map(|r| CompactReport {
         before: r.before,
         after: r.after,
+        #[cfg(feature = "remote")]
+        remote: None,
     })
 }
 
@@ -268,6 +283,8 @@ fn rewrite(
             rehomed,
             before,
             after,
+            #[cfg(feature = "remote")]
+            remote: None,
         })
     };
     run().map_err(|e| ap.located(e))

@@ -86,6 +86,6 @@ pub(super) fn apply_retention(
     retrying(|| {
         let removal = Removal::picked_by(|a| to_remove(a, &opts.retention));
         let r = remote::remove_tags(url, removal, &remote, &opts.write)?;
-        Ok((r.report.removed, r.write))
+        Ok((r.removed, r.remote))
     })
 }

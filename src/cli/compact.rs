@@ -24,7 +24,7 @@ use std::path::PathBuf;
 ///   modelzip compact s3://bucket/run.zip
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}; for an s3:// or az:// ARCHIVE also "padding_bytes", "headers_read", and when it wrote (it had dead bytes) "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
+#[command(mut_arg("json", |a| a.help(r#"Print one JSON document: {"archive", "before_bytes", "after_bytes"}; for an s3:// or az:// ARCHIVE it wrote (it had dead bytes) also "padding_bytes", "headers_read", "version", "previous_version", "bytes_uploaded", "bytes_copied", "bytes_reread", "requests", "stale_uploads_aborted""#)))]
 pub struct Args {
     /// The archive (a path, or an s3:// or az:// URL).
     archive: PathBuf,
@@ -44,14 +44,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let progress = args.write.output.progress("compacting");
     let opts = args.write.options_reporting(&progress);
     let fail = |e: modelzip::Error| CliError::Failed(format!("{failed}: {e}"));
-    let (report, done) = match args.archive.to_str().filter(|_| remote) {
+    let report = match args.archive.to_str().filter(|_| remote) {
         Some(url) => {
-            let r =
-                modelzip::remote::compact(url, &modelzip::remote::RemoteOptions::default(), &opts)
-                    .map_err(fail)?;
-            (r.report, Some((r.padding, r.headers_read, r.write)))
+            modelzip::remote::compact(url, &modelzip::remote::RemoteOptions::default(), &opts)
+                .map_err(fail)?
         }
-        None => (modelzip::compact(&args.archive, &opts).map_err(fail)?, None),
+        None => modelzip::compact(&args.archive, &opts).map_err(fail)?,
     };
     progress.finish();
     if args.write.output.json {
@@ -60,12 +58,10 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             "before_bytes": report.before,
             "after_bytes": report.after,
         });
-        if let (Value::Object(m), Some((padding, headers, done))) = (&mut doc, &done) {
-            m.insert("padding_bytes".into(), json!(padding));
-            m.insert("headers_read".into(), json!(headers));
-            if let Some(done) = done {
-                m.extend(remote_write_fields(done));
-            }
+        if let (Value::Object(m), Some(done)) = (&mut doc, &report.remote) {
+            m.insert("padding_bytes".into(), json!(done.padding));
+            m.insert("headers_read".into(), json!(done.headers_read));
+            m.extend(remote_write_fields(done));
         }
         print_json(&doc)?;
     } else if !args.write.output.quiet {
@@ -75,12 +71,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             human_bytes(report.before, args.bytes),
             human_bytes(report.after, args.bytes)
         );
-        match &done {
-            Some((_, _, Some(done))) => line.push_str(&format!(
+        match &report.remote {
+            Some(done) => line.push_str(&format!(
                 "; {} bytes uploaded, {} copied by the store, {} re-read, {} requests",
                 done.bytes_uploaded, done.bytes_copied, done.bytes_reread, done.requests
             )),
-            Some((_, _, None)) => line.push_str("; no dead bytes, nothing written"),
+            None if remote => line.push_str("; no dead bytes, nothing written"),
             None => {}
         }
         line.push('\n');

@@ -21,8 +21,10 @@ use std::path::PathBuf;
 ///           PATH (saved_model.pb, fingerprint.pb and assets as imported, the variables
 ///           in one checkpoint shard); a cast or quantized copy of one is refused
 ///   safetensors  PATH is a file, or an existing directory for a sharded checkpoint's
-///           shards and index; a tag imported from safetensors comes out byte for byte;
-///           an INT8 variant is refused (the file has no place for its scales)
+///           shards and index: the shards the tag was imported from, else shards of
+///           at most 5 GB of tensor data (SIZE with --max-shard-size), cut as
+///           transformers cuts them; a tag imported from safetensors comes out byte for
+///           byte; an INT8 variant is refused (the file has no place for its scales)
 ///   onnx    writes a .onnx ModelProto; a tag imported from ONNX comes out as the same
 ///           message, external data included: the initializers that were in external
 ///           files go back to the same file names beside PATH at the same offsets (a
@@ -39,6 +41,7 @@ use std::path::PathBuf;
 ///   modelzip export model.zip --tag v1 --out frozen.pbtxt --force --json
 ///   modelzip export model.zip --tag sm --out exported_saved_model
 ///   modelzip export model.zip --tag hf --format safetensors --out model.safetensors
+///   modelzip export model.zip --tag hf --format safetensors --out shards/ --max-shard-size 2G
 ///   modelzip export model.zip --tag v2 --out model.onnx --external-data
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -58,6 +61,16 @@ pub struct Args {
     /// inline, or the external files a model imported with external data named).
     #[arg(long)]
     external_data: bool,
+    /// safetensors only: write a sharded checkpoint into the existing directory PATH,
+    /// at most SIZE bytes of tensor data a shard (a tensor larger than that gets a shard
+    /// of its own; K, M, G or T suffix, powers of 1024).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        value_parser = super::extract::parse_size,
+        allow_negative_numbers = true
+    )]
+    max_shard_size: Option<u64>,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -141,6 +154,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     }
     let opts = ExportOptions {
         external_data: args.external_data,
+        max_shard_bytes: args.max_shard_size,
         ..args.limits.options()
     };
     let r = format.export(&tag, &args.out, &opts).map_err(fail)?;

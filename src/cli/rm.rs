@@ -78,33 +78,28 @@ impl RemovalArgs {
         let progress = self.write.output.progress(label);
         let opts = self.write.options_reporting(&progress);
         let fail = |e: modelzip::Error| CliError::Failed(format!("{failed}: {e}"));
-        let (report, done) = match archive.to_str().filter(|_| remote) {
-            Some(url) => {
-                let r = modelzip::remote::remove_tags(
-                    url,
-                    removal,
-                    &modelzip::remote::RemoteOptions::default(),
-                    &opts,
-                )
-                .map_err(fail)?;
-                (r.report, r.write)
-            }
-            None => (
-                modelzip::remove_tags(archive, removal.in_place(self.in_place), &opts)
-                    .map_err(fail)?,
-                None,
-            ),
+        let report = match archive.to_str().filter(|_| remote) {
+            Some(url) => modelzip::remote::remove_tags(
+                url,
+                removal,
+                &modelzip::remote::RemoteOptions::default(),
+                &opts,
+            )
+            .map_err(fail)?,
+            None => modelzip::remove_tags(archive, removal.in_place(self.in_place), &opts)
+                .map_err(fail)?,
         };
+        let done = &report.remote;
         progress.finish();
         if self.write.output.json {
             let mut doc = removal_json(archive, &report);
-            if let (Value::Object(m), Some(done)) = (&mut doc, &done) {
+            if let (Value::Object(m), Some(done)) = (&mut doc, done) {
                 m.extend(remote_write_fields(done));
             }
             print_json(&doc)?;
         } else if !self.write.output.quiet {
             let mut line = summary(&report);
-            if let Some(done) = &done {
+            if let Some(done) = done {
                 line.pop();
                 line.push_str(&format!(
                     "; {} bytes uploaded, {} copied by the store, {} requests\n",

@@ -34,7 +34,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let archive = open(&args.report.archive)?;
     let progress = Progress::new(args.report.json || args.quiet, "verifying");
     let report = match progress.hook() {
-        Some(hook) => archive.verify_with_progress(hook.as_fn()),
+        Some(hook) => archive.verify_with_progress(&|done, total| hook.report(done, total)),
         None => archive.verify(),
     };
     progress.finish();

@@ -185,7 +185,7 @@ pub const DENSE_TENSOR_ARRAY: i32 = 13;
 
 impl VarKind {
     /// The Paddle `VarType.Type` number this kind is written as.
-    pub fn paddle_type(self) -> i32 {
+    pub(crate) fn paddle_type(self) -> i32 {
         match self {
             VarKind::Placeholder | VarKind::Constant | VarKind::Variable | VarKind::Parameter => {
                 DENSE_TENSOR
@@ -551,7 +551,7 @@ pub enum AttrValue {
 impl AttrValue {
     /// Paddle's `AttrType` number of the value as written in a ProgramDesc
     /// (a [`AttrValue::DataType`] is written as INT).
-    pub fn paddle_type(&self) -> i32 {
+    pub(crate) fn paddle_type(&self) -> i32 {
         match self {
             AttrValue::Int(_) | AttrValue::DataType(_) => 0,
             AttrValue::Float(_) => 1,
@@ -607,7 +607,7 @@ pub enum ScalarType {
 
 impl ScalarType {
     /// Paddle's number.
-    pub fn code(self) -> i32 {
+    pub(crate) fn code(self) -> i32 {
         match self {
             ScalarType::Bool => 1,
             ScalarType::Long => 2,
@@ -617,7 +617,7 @@ impl ScalarType {
     }
 
     /// The type with Paddle number `n`.
-    pub fn from_code(n: i32) -> Option<ScalarType> {
+    pub(crate) fn from_code(n: i32) -> Option<ScalarType> {
         Some(match n {
             1 => ScalarType::Bool,
             2 => ScalarType::Long,

@@ -420,6 +420,14 @@ pub struct ExportOptions {
     /// aligned offsets, instead of inside it (default false). Other formats ignore it
     /// (`modelzip export` refuses `--external-data` for them).
     pub external_data: bool,
+    /// safetensors only: write a sharded checkpoint into `out`, an existing directory
+    /// (shards `model-0000I-of-0000N.safetensors` and `model.safetensors.index.json`),
+    /// the tensors cut into shards of at most this many bytes of data as `transformers`
+    /// cuts them (a tensor larger than that gets a shard of its own). `None` (the
+    /// default): a directory `out` gets the shards the tag was imported from, or shards
+    /// of 5 GB (transformers' default); a file `out` gets one file. Every other format
+    /// refuses it (an `InvalidInput` error, before anything is written).
+    pub max_shard_bytes: Option<u64>,
 }
 
 impl Default for ExportOptions {
@@ -429,7 +437,20 @@ impl Default for ExportOptions {
             fsync: true,
             max_output: None,
             external_data: false,
+            max_shard_bytes: None,
         }
+    }
+}
+
+/// Refuses `opts.max_shard_bytes` (safetensors only) for an export as `format`.
+pub(crate) fn refuse_shard_size(opts: &ExportOptions, format: &str) -> Result<()> {
+    match opts.max_shard_bytes {
+        Some(n) => Err(ErrorKind::InvalidInput(format!(
+            "a shard size (max_shard_bytes {n}, --max-shard-size) is for safetensors \
+             exports; a {format} export writes no shards"
+        ))
+        .into()),
+        None => Ok(()),
     }
 }
 

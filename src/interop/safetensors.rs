@@ -12,8 +12,9 @@
 //!   parameter of the same name, `__metadata__` goes to the tag's metadata.json.
 //! - Exporting ([`super::Format::export`]) writes a tag back as one safetensors file, each tensor a
 //!   safetensors `View` borrowing the archive's memory, or, to a directory, as a sharded
-//!   checkpoint (the shards it was imported from; [`export_safetensors_sharded`] also cuts
-//!   to a given size); [`export_safetensors_bytes`] returns the one file's bytes. A tag imported from one file exports to that
+//!   checkpoint (the shards it was imported from, or cut to
+//!   [`ExportOptions::max_shard_bytes`](super::ExportOptions::max_shard_bytes));
+//!   [`export_safetensors_bytes`] returns the one file's bytes. A tag imported from one file exports to that
 //!   file byte for byte when the file was written by the safetensors library, and a
 //!   sharded checkpoint its shards and index.
 //!
@@ -29,6 +30,13 @@
 //!           &ImportOptions::default())?;
 //! let archive = Archive::open("model.zip")?;
 //! st.export(&archive.tag("base")?, Path::new("out.safetensors"), &ExportOptions::default())?;
+//! // A sharded checkpoint, at most 2 GB of tensor data a shard, into the directory `shards`:
+//! let sharded = ExportOptions { max_shard_bytes: Some(2_000_000_000), ..ExportOptions::default() };
+//! let written = st.export(&archive.tag("base")?, Path::new("shards"), &sharded)?;
+//! // The shards, then model.safetensors.index.json, each with its size.
+//! for (path, bytes) in &written.files {
+//!     println!("{} ({bytes} bytes)", path.display());
+//! }
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
@@ -461,8 +469,8 @@ pub struct ImportReport {
     /// The parameters, in the order stored (each file's tensors by data offset).
     pub params: Vec<ImportedParam>,
     /// True when the export gives back what was imported byte for byte:
-    /// [`export_safetensors`] the file, for one file; [`export_safetensors_sharded`] the
-    /// shards and index, for a sharded checkpoint. It does when every header is laid out as
+    /// an export to a file that file, for one file; an export to a directory the shards
+    /// and index, for a sharded checkpoint. It does when every header is laid out as
     /// the safetensors library lays it out and the index as `transformers` writes it.
     pub exact_export: bool,
     /// For an `s3://` archive: the remote append's versions and costs.
@@ -1135,17 +1143,22 @@ internal! {
 }
 
 /// What a sharded export wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardedExportReport {
+struct ShardedExportReport {
     /// The tag exported, spelled as in tags.txt.
-    pub tag: String,
+    tag: String,
     /// `DIR/model.safetensors.index.json`.
-    pub index_path: PathBuf,
+    index_path: PathBuf,
+    /// The index's size in bytes.
+    index_bytes: u64,
     /// The shards: path, size, tensors in file order.
-    pub shards: Vec<(PathBuf, u64, Vec<String>)>,
+    shards: Vec<(PathBuf, u64, Vec<String>)>,
     /// True when the shards are the ones the tag was imported from (names, tensors, order).
-    pub as_imported: bool,
+    as_imported: bool,
 }
+
+/// The note of a sharded export that wrote the shards the tag was imported from (same
+/// names, same tensors in the same order).
+const AS_IMPORTED: &str = "the shards as they were imported";
 
 /// The shard file name `transformers` gives shard `i` (from 1) of `n`.
 fn shard_name(i: usize, n: usize) -> String {
@@ -1168,8 +1181,11 @@ fn shard_name(i: usize, n: usize) -> String {
 ///
 /// Every file is written to a temp file first; only when all are written are they renamed
 /// into place (the index last), so a failure leaves none of them behind. Existing files
-/// are refused unless `opts.overwrite`.
-pub fn export_safetensors_sharded(
+/// are refused unless `opts.overwrite`. Users reach it through the [`Format`]
+/// trait's export to a directory (with [`ExportOptions::max_shard_bytes`]).
+///
+/// [`Format`]: super::Format
+fn export_safetensors_sharded(
     tag: &Tag<'_>,
     dir: &Path,
     max_shard_bytes: Option<u64>,
@@ -1286,6 +1302,7 @@ pub fn export_safetensors_sharded(
     Ok(ShardedExportReport {
         tag: tag.name().to_string(),
         index_path,
+        index_bytes: index.len() as u64,
         shards: layouts
             .iter()
             .map(|(p, l)| {
@@ -1419,16 +1436,24 @@ impl super::Format for SafetensorsFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<super::Exported> {
+        if opts.max_shard_bytes.is_some() && !out.is_dir() {
+            return Err(invalid(
+                "a shard size (max_shard_bytes) writes shards and their index into a \
+                 directory, and this is no existing directory: create it, or leave the \
+                 shard size out to write one file"
+                    .into(),
+            )
+            .in_file(out));
+        }
         if out.is_dir() {
-            let r = export_safetensors_sharded(tag, out, None, opts)?;
+            let r = export_safetensors_sharded(tag, out, opts.max_shard_bytes, opts)?;
             let mut files: Vec<(PathBuf, u64)> =
                 r.shards.iter().map(|(p, n, _)| (p.clone(), *n)).collect();
-            let index_len = std::fs::metadata(&r.index_path).map_or(0, |m| m.len());
-            files.push((r.index_path.clone(), index_len));
+            files.push((r.index_path, r.index_bytes));
             let params = r.shards.iter().flat_map(|(_, _, t)| t.clone()).collect();
             let mut notes = vec![format!("{} shard(s) and their index", r.shards.len())];
             if r.as_imported {
-                notes.push("the shards as they were imported".into());
+                notes.push(AS_IMPORTED.into());
             }
             notes.extend(left_out(tag)?);
             return Ok(super::Exported {

@@ -64,6 +64,15 @@ pub struct RemoteWrite {
     /// Unfinished multipart uploads left at the key by killed writers (older than
     /// 24 hours) that were aborted.
     pub stale_uploads_aborted: u64,
+    /// A compaction's ([`compact`](super::compact)) local headers read (30 bytes and the
+    /// entry's name each) to learn where an entry followed by a gap ends (the central
+    /// directory does not say); 0 for every other write.
+    pub headers_read: u64,
+    /// A compaction's bytes left between moved runs of entries so that each run moves by
+    /// a multiple of 64 bytes (stored tensors stay 64-byte aligned): under 64 per run (a
+    /// local compaction re-pads each entry's local header instead and leaves none; here
+    /// the headers are the store's copies, not rewritten); 0 for every other write.
+    pub padding: u64,
 }
 
 /// How a new version is put together from the first `keep` bytes of the old object and
@@ -152,17 +161,6 @@ pub(super) fn staging() -> Result<(File, Box<dyn std::io::Write>)> {
     Ok((staged, Box::new(BufWriter::with_capacity(1 << 20, sink))))
 }
 
-/// What a remote removal did: the removal, as a local one reports it (`before` and
-/// `after` are the object's sizes), and the new version's cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RemoteRemoval {
-    /// Tags removed and kept, files re-homed into kept tags, sizes before and after.
-    pub report: crate::RemoveReport,
-    /// The commit; `None` when the removal picked nothing (nothing was written).
-    pub write: Option<RemoteWrite>,
-}
-
 /// Removes tags from the archive at an `s3://` or `az://` URL without downloading or re-uploading
 /// it: the new version is the old object up to its central directory (copied by the
 /// store), then the kept tags' rewritten tables, the files of removed tags that kept
@@ -171,13 +169,15 @@ pub struct RemoteRemoval {
 /// ([`ErrorKind::RemoteConflict`] otherwise; nothing written). As a local
 /// [`Removal::in_place`](crate::Removal::in_place) removal, the removed tags' bytes stay
 /// in the object as dead bytes until a compaction; `removal`'s own `in_place` setting
-/// does not apply.
+/// does not apply. The report is a local removal's (`before` and `after` are the
+/// object's sizes) with [`RemoveReport::remote`](crate::RemoveReport::remote), the
+/// commit (`None` when the removal picked nothing: nothing was written).
 pub fn remove_tags(
     url: &str,
     removal: crate::Removal<'_>,
     remote: &RemoteOptions,
     write: &WriteOptions,
-) -> Result<RemoteRemoval> {
+) -> Result<crate::RemoveReport> {
     let (facts, done) = continue_remote(url, remote, |sink, base| {
         let before = base.len_bytes();
         let tags = base.tags().to_vec();
@@ -190,15 +190,13 @@ pub fn remove_tags(
     })?;
     let (before, removed, kept, rehomed) = facts;
     let after = done.as_ref().map_or(before, |(_, end)| *end);
-    Ok(RemoteRemoval {
-        report: crate::RemoveReport {
-            removed,
-            kept,
-            rehomed,
-            before,
-            after,
-        },
-        write: done.map(|(w, _)| w),
+    Ok(crate::RemoveReport {
+        removed,
+        kept,
+        rehomed,
+        before,
+        after,
+        remote: done.map(|(w, _)| w),
     })
 }
 
@@ -490,6 +488,8 @@ impl RemoteAppender {
             bytes_reread: 0,
             requests: 0,
             stale_uploads_aborted: 0,
+            headers_read: 0,
+            padding: 0,
         };
         report.stale_uploads_aborted = self.abort_stale_uploads();
         let e_tag = if_match.clone().unwrap_or_default();

@@ -4,8 +4,8 @@
 //! only if the object is still the version read. See docs/REMOTE.md, "Remote compaction".
 
 use super::append::{
-    MAX_OBJECT, MAX_PART, MAX_PARTS, Part, Piece, RemoteAppender, RemoteWrite, S3_MIN_PART,
-    UPLOAD_PART, changed, split_parts, staging, uploads, version_of, writable,
+    MAX_OBJECT, MAX_PART, MAX_PARTS, Part, Piece, RemoteAppender, S3_MIN_PART, UPLOAD_PART,
+    changed, split_parts, staging, uploads, version_of, writable,
 };
 use super::{Client, RemoteOptions, remote_err};
 use crate::archive::{WriteOptions, compaction_session, finish_detached, written_by_commit};
@@ -27,25 +27,6 @@ const MIN_DEAD: u64 = 22;
 /// Local headers read at once.
 const HEADER_READS: usize = 16;
 
-/// What a remote compaction did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RemoteCompaction {
-    /// The object's size before and after.
-    pub report: crate::CompactReport,
-    /// Bytes left between moved runs of entries so that each run moves by a multiple of
-    /// 64 bytes (stored tensors stay 64-byte aligned): under 64 per run. A local
-    /// compaction re-pads each entry's local header instead and leaves none; here the
-    /// headers are the store's copies, not rewritten.
-    pub padding: u64,
-    /// Local headers read (30 bytes and the entry's name each) to learn where an entry
-    /// followed by a gap ends (the central directory does not say).
-    pub headers_read: u64,
-    /// The commit; `None` when the new version would be no smaller than the object
-    /// (no dead bytes to drop): nothing was written.
-    pub write: Option<RemoteWrite>,
-}
-
 /// Compacts the archive at an `s3://` URL: composes a new version of the object from
 /// its live entries only, moved verbatim (each run of adjacent entries by a multiple of
 /// 64 bytes, so stored tensors stay aligned), and a new tags.txt, summary and central
@@ -56,13 +37,17 @@ pub struct RemoteCompaction {
 /// into parts of at least 5 MiB (topped up from the next long run when needed).
 /// Committed only if the object is still the version read
 /// ([`ErrorKind::RemoteConflict`] otherwise: nothing written); the multipart upload is
-/// aborted on every error. When the new version would be no smaller (no dead bytes),
-/// nothing is written ([`RemoteCompaction::write`] is `None`).
+/// aborted on every error. The report is a local compaction's (the object's sizes) with
+/// [`CompactReport::remote`](crate::CompactReport::remote), the commit, whose
+/// [`padding`](super::RemoteWrite::padding) and
+/// [`headers_read`](super::RemoteWrite::headers_read) say what the moved runs
+/// left between them and what was read to find their ends. When the new version would be
+/// no smaller (no dead bytes), nothing is written (`remote` is `None`).
 pub fn compact(
     url: &str,
     remote: &RemoteOptions,
     write: &WriteOptions,
-) -> Result<RemoteCompaction> {
+) -> Result<crate::CompactReport> {
     let (client, s3) = writable(url, remote)?;
     let base = remote.open(url)?;
     let e_tag = version_of(&base, url)?;
@@ -104,14 +89,10 @@ pub fn compact(
     let end = finish_detached(session, Some(base)).map_err(|e| e.in_file(url))?;
     let staged_len = end - live_end;
     if end >= before {
-        return Ok(RemoteCompaction {
-            report: crate::CompactReport {
-                before,
-                after: before,
-            },
-            padding,
-            headers_read,
-            write: None,
+        return Ok(crate::CompactReport {
+            before,
+            after: before,
+            remote: None,
         });
     }
     let parts = parts(&moved, staged_len).map_err(|why| {
@@ -120,13 +101,14 @@ pub fn compact(
         )))
         .in_file(url)
     })?;
-    let done =
+    let mut done =
         RemoteAppender::for_version(client, s3, staged, e_tag).commit_parts(staged_len, parts)?;
-    Ok(RemoteCompaction {
-        report: crate::CompactReport { before, after: end },
-        padding,
-        headers_read,
-        write: Some(done),
+    done.headers_read = headers_read;
+    done.padding = padding;
+    Ok(crate::CompactReport {
+        before,
+        after: end,
+        remote: Some(done),
     })
 }
 

@@ -33,11 +33,11 @@ mod parts;
 mod s3;
 pub(crate) mod sharded;
 
-pub use append::{RemoteAppender, RemoteRemoval, RemoteWrite, remove_tags};
+pub use append::{RemoteAppender, RemoteWrite, remove_tags};
 #[allow(unused_imports)]
 pub(crate) use append::{S3_MIN_PART, STALE_UPLOAD_AGE};
 pub(crate) use append::{check_writable, continue_remote};
-pub use compact::{RemoteCompaction, compact};
+pub use compact::compact;
 
 /// True when `s` is a URL this module opens (`s3://`, `gs://`, `az://`, `abfs://`,
 /// `http(s)://`, `file://`, ...) rather than a local path.

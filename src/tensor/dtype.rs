@@ -148,8 +148,9 @@ impl DType {
             .ok_or_else(|| ErrorKind::UnknownDType(code).into())
     }
 
-    /// The dtype named `name` (Paddle's spelling, any ASCII case).
-    pub fn from_name(name: &str) -> Result<DType> {
+    /// The dtype named `name` (Paddle's spelling, any ASCII case): what
+    /// `name.parse::<DType>()` returns (its [`FromStr`](std::str::FromStr)).
+    pub(crate) fn from_name(name: &str) -> Result<DType> {
         DType::ALL
             .into_iter()
             .find(|d| d.name().eq_ignore_ascii_case(name))

@@ -9,12 +9,11 @@ use crate::support;
 use crate::support::{export_opts, import_opts as opts};
 
 use modelzip::fault::set_write_budget;
-use modelzip::interop::ExportOptions;
 use modelzip::interop::paddle;
 use modelzip::interop::safetensors::{
-    METADATA_KEY, export_safetensors, export_safetensors_bytes, export_safetensors_sharded,
-    import_safetensors,
+    METADATA_KEY, export_safetensors, export_safetensors_bytes, import_safetensors,
 };
+use modelzip::interop::{self, ExportOptions, Exported};
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
 use serde_json::{Map, Value};
 use sha2::Digest;
@@ -55,6 +54,43 @@ fn numpy_dtype(name: &str) -> DType {
         "complex64" => DType::Complex64,
         other => panic!("manifest dtype {other} has no mapping"),
     }
+}
+
+/// A sharded export of `tag` into the directory `dir` through the `Format` trait, cut to
+/// `max_shard_bytes` when given.
+fn export_sharded(
+    tag: &modelzip::Tag<'_>,
+    dir: &Path,
+    max_shard_bytes: Option<u64>,
+) -> modelzip::Result<Exported> {
+    let opts = ExportOptions {
+        max_shard_bytes,
+        ..export_opts()
+    };
+    interop::format("safetensors")?.export(tag, dir, &opts)
+}
+
+/// The shards a sharded export wrote (path, size), after checking that its files are
+/// the shards then `DIR/model.safetensors.index.json`, each of the size it says.
+fn shards_of(r: &Exported, dir: &Path) -> Vec<(PathBuf, u64)> {
+    let (index, shards) = r.files.split_last().expect("a sharded export writes files");
+    assert_eq!(index.0, dir.join("model.safetensors.index.json"));
+    for (path, bytes) in &r.files {
+        assert_eq!(
+            std::fs::metadata(path).unwrap().len(),
+            *bytes,
+            "{}",
+            path.display()
+        );
+    }
+    shards.to_vec()
+}
+
+/// Whether a sharded export says it wrote the shards the tag was imported from.
+fn as_imported(r: &Exported) -> bool {
+    r.notes
+        .iter()
+        .any(|n| n == "the shards as they were imported")
 }
 
 /// The header's `__metadata__` as the file spells it (key order kept).
@@ -285,9 +321,10 @@ fn a_sharded_tag_exports_as_its_shards_byte_for_byte_or_cut_to_a_size() {
     // As imported: the same three files, byte for byte.
     let out = dir.path().join("same");
     std::fs::create_dir(&out).unwrap();
-    let r = export_safetensors_sharded(&tag, &out, None, &export_opts()).unwrap();
-    assert!(r.as_imported);
-    assert_eq!(r.shards.len(), 2);
+    let r = export_sharded(&tag, &out, None).unwrap();
+    assert!(as_imported(&r), "{:?}", r.notes);
+    assert_eq!(shards_of(&r, &out).len(), 2);
+    assert_eq!(r.params.len(), tag.params().len());
     for f in [
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
@@ -299,18 +336,20 @@ fn a_sharded_tag_exports_as_its_shards_byte_for_byte_or_cut_to_a_size() {
         );
     }
     // Again without overwrite: refused, nothing changed.
-    let e = export_safetensors_sharded(&tag, &out, None, &export_opts()).unwrap_err();
+    let e = export_sharded(&tag, &out, None).unwrap_err();
     assert!(e.to_string().contains("refusing to overwrite"), "{e}");
 
     // Cut to 12 KiB of data a shard: more shards, each within the bound unless one tensor
     // alone is larger; they import back to the same tensors.
     let cut = dir.path().join("cut");
     std::fs::create_dir(&cut).unwrap();
-    let r = export_safetensors_sharded(&tag, &cut, Some(12 << 10), &export_opts()).unwrap();
-    assert!(!r.as_imported);
-    assert!(r.shards.len() > 3, "{}", r.shards.len());
-    let n = r.shards.len();
-    for (i, (path, _, names)) in r.shards.iter().enumerate() {
+    let r = export_sharded(&tag, &cut, Some(12 << 10)).unwrap();
+    assert!(!as_imported(&r), "{:?}", r.notes);
+    let shards = shards_of(&r, &cut);
+    assert!(shards.len() > 3, "{}", shards.len());
+    let n = shards.len();
+    let mut in_shards = 0;
+    for (i, (path, _)) in shards.iter().enumerate() {
         assert_eq!(
             path.file_name().unwrap().to_string_lossy(),
             format!("model-{:05}-of-{n:05}.safetensors", i + 1)
@@ -319,11 +358,14 @@ fn a_sharded_tag_exports_as_its_shards_byte_for_byte_or_cut_to_a_size() {
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         let data: usize = st.tensors().iter().map(|(_, v)| v.data().len()).sum();
         assert!(
-            data <= 12 << 10 || names.len() == 1,
+            data <= 12 << 10 || st.len() == 1,
             "{} holds {data}",
             path.display()
         );
+        in_shards += st.len();
     }
+    assert_eq!(in_shards, r.params.len());
+    assert_eq!(r.params.len(), tag.params().len());
     let index: Value =
         serde_json::from_slice(&std::fs::read(cut.join("model.safetensors.index.json")).unwrap())
             .unwrap();
@@ -365,7 +407,7 @@ fn a_sharded_tag_exports_as_its_shards_byte_for_byte_or_cut_to_a_size() {
     std::fs::create_dir(&full).unwrap();
     for budget in [0, 100, 20_000, 40_000, 51_000] {
         set_write_budget(Some(budget));
-        let r = export_safetensors_sharded(&tag, &full, None, &export_opts());
+        let r = export_sharded(&tag, &full, None);
         set_write_budget(None);
         assert!(r.is_err(), "budget {budget}");
         assert_eq!(
@@ -387,10 +429,55 @@ fn a_sharded_tag_exports_as_its_shards_byte_for_byte_or_cut_to_a_size() {
     )
     .unwrap();
     let c = Archive::open(&c).unwrap();
-    let r =
-        export_safetensors_sharded(&c.tag("t").unwrap(), &single, None, &export_opts()).unwrap();
-    assert_eq!(r.shards.len(), 1);
-    assert!(single.join("model-00001-of-00001.safetensors").is_file());
+    let r = export_sharded(&c.tag("t").unwrap(), &single, None).unwrap();
+    assert_eq!(
+        shards_of(&r, &single),
+        [(
+            single.join("model-00001-of-00001.safetensors"),
+            std::fs::metadata(single.join("model-00001-of-00001.safetensors"))
+                .unwrap()
+                .len()
+        )]
+    );
+    assert!(!as_imported(&r), "{:?}", r.notes);
+}
+
+#[test]
+fn a_shard_size_is_refused_by_the_other_formats_and_without_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("a.zip");
+    let shard_dir = fixtures().join("sharded");
+    import_safetensors(&archive, "t", std::slice::from_ref(&shard_dir), &opts()).unwrap();
+    let a = Archive::open(&archive).unwrap();
+    let tag = a.tag("t").unwrap();
+    let sized = ExportOptions {
+        max_shard_bytes: Some(1 << 20),
+        ..export_opts()
+    };
+    // Every other format: InvalidInput naming the option, before anything is written.
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for f in interop::FORMATS
+        .iter()
+        .filter(|f| f.name() != "safetensors")
+    {
+        let e = f.export(&tag, &out.join("m"), &sized).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidInput(m)
+                if m.contains("max_shard_bytes") && m.contains("is for safetensors exports")),
+            "{}: {e}",
+            f.name()
+        );
+    }
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    // safetensors to a file path: the shards need a directory.
+    let file = dir.path().join("one.safetensors");
+    let e = export_sharded(&tag, &file, Some(1 << 20)).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::InvalidInput(m) if m.contains("no existing directory")),
+        "{e}"
+    );
+    assert!(!file.exists());
 }
 
 #[test]
@@ -1006,8 +1093,7 @@ fn an_int8_variant_is_refused_and_an_fp16_variant_exports() {
     assert!(!out.exists());
     let shards = dir.path().join("shards");
     std::fs::create_dir(&shards).unwrap();
-    let e = export_safetensors_sharded(&a.tag("int8").unwrap(), &shards, None, &export_opts())
-        .unwrap_err();
+    let e = export_sharded(&a.tag("int8").unwrap(), &shards, None).unwrap_err();
     assert!(e.to_string().contains("INT8 variant"), "{e}");
     assert!(std::fs::read_dir(&shards).unwrap().next().is_none());
     // Names alone do not make a variant: a checkpoint with "w" and "w@scale" exports.

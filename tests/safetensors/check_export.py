@@ -180,7 +180,7 @@ def main(argv):
         sharded_index = os.path.join(orig_dir, "sharded", "model.safetensors.index.json")
         for root, _, files in os.walk(exp_dir):
             if root != exp_dir and "model.safetensors.index.json" in files:
-                # A sharded export (export_safetensors_sharded): its index and shards
+                # A sharded export (an export to a directory): its index and shards
                 # together against the original sharded checkpoint.
                 pairs.append((sharded_index, os.path.join(root, "model.safetensors.index.json")))
                 continue

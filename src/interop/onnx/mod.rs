@@ -1322,6 +1322,7 @@ impl Format for OnnxFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        super::refuse_shard_size(opts, self.name())?;
         export_model_file(tag, out, opts)
     }
 }

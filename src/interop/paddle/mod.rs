@@ -149,6 +149,7 @@ impl Format for PaddleFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        super::refuse_shard_size(opts, self.name())?;
         // `--out model.pdmodel` (or `model.pdiparams`, `model.json`) means the prefix `model`.
         let prefix = if has_ext(out, "pdmodel") || has_ext(out, "pdiparams") || has_ext(out, "json")
         {

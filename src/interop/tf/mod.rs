@@ -1174,6 +1174,7 @@ impl Format for TfFormat {
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        super::refuse_shard_size(opts, self.name())?;
         if saved_model::is_saved_model_tag(tag) {
             return saved_model::export_saved_model(tag, out, opts);
         }

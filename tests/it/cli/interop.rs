@@ -518,6 +518,59 @@ fn safetensors_files_shards_and_directories_go_in_and_come_out_byte_for_byte() {
             "{name}"
         );
     }
+    // --max-shard-size cuts the shards to a size; the files listed are the shards, then
+    // the index, with their sizes.
+    let cut = dir.path().join("cut");
+    std::fs::create_dir(&cut).unwrap();
+    let e = json_of(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "sh", "--max-shard-size", "12K", "--out"])
+            .arg(&cut)
+            .arg("--json"),
+    );
+    let files = e["files"].as_array().unwrap();
+    assert!(files.len() > 4, "{e}");
+    let n = files.len() - 1;
+    for (i, f) in files.iter().enumerate() {
+        let path = PathBuf::from(f["path"].as_str().unwrap());
+        let want = if i < n {
+            format!("model-{:05}-of-{n:05}.safetensors", i + 1)
+        } else {
+            "model.safetensors.index.json".to_string()
+        };
+        assert_eq!(path, cut.join(want), "{e}");
+        assert_eq!(f["bytes"], std::fs::metadata(&path).unwrap().len(), "{e}");
+    }
+    // A shard size for another format, or without a directory: refused, nothing written.
+    let pd = dir.path().join("pd");
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args([
+                "--tag",
+                "sh",
+                "--format",
+                "paddle",
+                "--max-shard-size",
+                "1M",
+                "--out",
+            ])
+            .arg(&pd),
+    );
+    assert!(msg.contains("is for safetensors exports"), "{msg}");
+    let one = dir.path().join("one.safetensors");
+    let msg = expect_error(
+        modelzip()
+            .arg("export")
+            .arg(&zip)
+            .args(["--tag", "sh", "--max-shard-size", "1M", "--out"])
+            .arg(&one),
+    );
+    assert!(msg.contains("no existing directory"), "{msg}");
+    assert!(!one.exists() && !dir.path().join("pd.pdmodel").exists());
     // A Paddle tag exports as safetensors when asked; a safetensors tag is no Paddle model.
     modelzip()
         .arg("import")
