@@ -587,7 +587,13 @@ def main():
         R["pd_mz"] = one(run([peer, "read-pdiparams", f("P.pdiparams"), "--reps", reps]))
         R["pd_paddle"] = one(run([PADDLE_PY, "bench/paddle_params.py", "load", f("P"), reps],
                                  env=penv))
-        R["pd_floor"] = read_floor(Path(f("P.pdiparams")), reps)
+        # In a process of its own: the floor's 2 x 256 MiB would stay in this process's
+        # high-water RSS, which every child started after inherits in its ru_maxrss
+        # (a child of a Python holding 512 MiB reports >= 525 MiB whatever it does: the
+        # 532 MiB of the remote read in runs 16 and 17).
+        import multiprocessing
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            R["pd_floor"] = pool.apply(read_floor, (Path(f("P.pdiparams")), reps))
 
     log("P7 peak RSS ...")
     rss = {}
