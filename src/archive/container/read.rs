@@ -210,13 +210,7 @@ pub(crate) fn parse_all_read(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Direct
 /// hold fewer headers than the number paired with it.
 fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Directory> {
     let at = At::whole(bytes);
-    // The whole file is in the window: nothing is ever fetched.
-    let end = parse_end(&at, &mut |offset, len| {
-        at.slice(offset, len, "zip64 end record")
-            .map(<[u8]>::to_vec)
-    })?;
-    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
-    let (mut entries, index) = parse_entries(cd, &end)?;
+    let (end, mut entries, index) = central_directory(&at)?;
     let cd_offset = end.cd_offset;
     let mut window = Vec::new();
     for i in 0..entries.len() {
@@ -242,6 +236,39 @@ fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Dire
         cd_offset,
         comment: end.comment,
     })
+}
+
+/// The end records and the central directory's entries of the whole file `at`.
+fn central_directory(at: &At<'_>) -> Result<(EndRecords, Vec<ZipEntry>, NameIndex)> {
+    // The whole file is in the window: nothing is ever fetched.
+    let end = parse_end(at, &mut |offset, len| {
+        at.slice(offset, len, "zip64 end record")
+            .map(<[u8]>::to_vec)
+    })?;
+    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
+    let (entries, index) = parse_entries(cd, &end)?;
+    Ok((end, entries, index))
+}
+
+/// Sets `e.data_offset` to its lower bound before its local header is read (a header
+/// without an extra field) and refuses an entry whose data then runs into the central
+/// directory at `cd_offset`.
+fn lower_bound(e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
+    e.data_offset = e
+        .header_offset
+        .saturating_add(30)
+        .saturating_add(e.name.len() as u64);
+    if e.data_end() > cd_offset {
+        return Err(zip_err(
+            format!(
+                "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
+                e.compressed_size, e.data_offset
+            ),
+            e.header_offset,
+        )
+        .in_entry(e.name.clone()));
+    }
+    Ok(())
 }
 
 /// Whether entry `i`'s local header lies with fewer than `max` headers (itself included)
@@ -358,35 +385,19 @@ pub(crate) type HeadPrefix = ([u8; HEAD_PREFIX], usize);
 /// each; docs/BENCHMARKS.md, P5), for entries a listing never reads.
 pub(crate) fn parse_lazy(bytes: &[u8]) -> Result<Directory> {
     let at = At::whole(bytes);
-    let end = parse_end(&at, &mut |offset, len| {
-        at.slice(offset, len, "zip64 end record")
-            .map(<[u8]>::to_vec)
-    })?;
-    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
-    let (mut entries, index) = parse_entries(cd, &end)?;
+    let (end, mut entries, index) = central_directory(&at)?;
     let cd_offset = end.cd_offset;
     for e in &mut entries {
         if e.flags & FLAG_DESCRIPTOR != 0 {
             check_local(&at, e, cd_offset).map_err(|err| err.in_entry(e.name.clone()))?;
             continue;
         }
-        e.data_offset = e
-            .header_offset
-            .saturating_add(30)
-            .saturating_add(e.name.len() as u64);
         e.unchecked_until = Some(cd_offset);
-        if e.data_end() > cd_offset {
+        if let Err(past) = lower_bound(e, cd_offset) {
             // The local header says why, as the eager parse says it (a header past the
             // directory, sizes that differ from it, ...); it cannot pass.
             check_local(&at, e, cd_offset).map_err(|err| err.in_entry(e.name.clone()))?;
-            return Err(zip_err(
-                format!(
-                    "data of {} bytes at byte {} runs into the central directory (byte {cd_offset})",
-                    e.compressed_size, e.data_offset
-                ),
-                e.header_offset,
-            )
-            .in_entry(e.name.clone()));
+            return Err(past);
         }
     }
     check_overlaps(&mut entries)?;
@@ -464,20 +475,7 @@ pub(crate) fn directory_unchecked(
     end: EndRecords,
 ) -> Result<Directory> {
     for e in &mut entries {
-        e.data_offset = e
-            .header_offset
-            .saturating_add(30)
-            .saturating_add(e.name.len() as u64);
-        if e.data_end() > end.cd_offset {
-            return Err(zip_err(
-                format!(
-                    "data of {} bytes at byte {} runs into the central directory (byte {})",
-                    e.compressed_size, e.data_offset, end.cd_offset
-                ),
-                e.header_offset,
-            )
-            .in_entry(e.name.clone()));
-        }
+        lower_bound(e, end.cd_offset)?;
     }
     check_overlaps(&mut entries)?;
     Ok(Directory {
