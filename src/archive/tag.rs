@@ -88,14 +88,14 @@ impl Archive {
     /// Resolves one ref of the table `table_entry` (line `line`) of tag `own`.
     fn resolve(
         &self,
-        own: &str,
+        own: &SharedStr,
         r: &ParamRef,
         kind: TensorKind,
         table_entry: &str,
         line: usize,
     ) -> Result<TensorLocation> {
         let tag = match &r.tag {
-            None => own,
+            None => own.as_str(),
             Some(t) => self.canonical_tag(t).ok_or_else(|| {
                 Error::new(ErrorKind::Syntax(format!(
                     "reference {r} names tag {t:?}, which tags.txt does not list"
@@ -115,12 +115,18 @@ impl Archive {
                 .in_entry(table_entry)
                 .at_line(line));
         };
+        let shared = tag != own.as_str();
         Ok(TensorLocation {
-            tag: SharedStr::from(tag),
+            // The tag's own name is one string for all its locations.
+            tag: if shared {
+                SharedStr::from(tag)
+            } else {
+                own.clone()
+            },
             kind,
             index: r.index,
             entry: SharedStr::from(entry),
-            shared: tag != own,
+            shared,
             entry_hint,
         })
     }
@@ -267,11 +273,12 @@ impl TagTables {
         // cache (params are read first, so theirs are 0..the count of distinct ones).
         let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), (TensorLocation, u32)> =
             rustc_hash::FxHashMap::default();
+        let own = SharedStr::from(name);
         let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
             if let Some(found) = resolved.get(&(kind, r.clone())) {
                 return Ok(found.clone());
             }
-            let loc = archive.resolve(name, r, kind, table, line)?;
+            let loc = archive.resolve(&own, r, kind, table, line)?;
             // At most one per line of a table held in memory: fits u32 on 64-bit targets
             // for any table under 4 G lines; saturating keeps a larger one correct.
             let id = u32::try_from(resolved.len()).unwrap_or(u32::MAX);
