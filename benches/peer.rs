@@ -717,9 +717,15 @@ fn heads_floor(a: &Args) -> Res<()> {
         }
         Ok(sum)
     };
-    let (mut one, mut two, mut mapped) = (vec![], vec![], vec![]);
+    let (mut one, mut two, mut mapped, mut zip_open) = (vec![], vec![], vec![], vec![]);
     let mut check = 0u64;
     for _ in 0..a.reps.max(1) {
+        // For scale: the zip crate's open (the directory parsed, a name map built).
+        let t = Instant::now();
+        let z = zip::ZipArchive::new(File::open(&arch)?)?;
+        check = check.wrapping_add(z.len() as u64);
+        drop(z);
+        zip_open.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
         let f = File::open(&arch)?;
         let len = f.metadata()?.len();
@@ -757,6 +763,7 @@ fn heads_floor(a: &Args) -> Res<()> {
             ("one_thread", secs_json(&one)),
             ("two_threads", secs_json(&two)),
             ("mapped", secs_json(&mapped)),
+            ("zip_crate_open", secs_json(&zip_open)),
             ("check", check.to_string()),
         ],
     );
