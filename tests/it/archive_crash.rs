@@ -331,6 +331,50 @@ fn check_after_kill(a: &Archive, prev: &[String], kill: u64) -> Vec<String> {
     tags
 }
 
+/// How long a crash child (`mode` as its third argument, if any) takes on this machine,
+/// loaded or not, to commit its first tag: a child of nonce 1000 runs until the archive
+/// lists a tag of it, then is killed like the others. Returns the time and the tags then.
+/// The kills' random moments are spread over a window this long at least, so that enough
+/// of them land after a commit on a slow or busy machine as on a fast one.
+#[cfg(unix)]
+fn first_commit(
+    exe: &str,
+    path: &Path,
+    mode: Option<&str>,
+    prev: &[String],
+) -> (std::time::Duration, Vec<String>) {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    const NONCE: u64 = 1000;
+    let mut cmd = Command::new(exe);
+    cmd.arg(path).arg(NONCE.to_string());
+    if let Some(m) = mode {
+        cmd.arg(m);
+    }
+    let start = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let took = loop {
+        std::thread::sleep(Duration::from_millis(2));
+        // A reader beside a live writer: it waits for a commit in progress.
+        let a = Archive::open(path).unwrap();
+        if a.tags().iter().any(|t| nonce_of(t) == NONCE) {
+            break start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the crash child committed nothing in 120 s"
+        );
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let a = Archive::open(path).unwrap();
+    (took, check_after_kill(&a, prev, NONCE))
+}
+
 #[cfg(unix)]
 #[test]
 fn sigkill_at_random_moments() {
@@ -351,7 +395,9 @@ fn sigkill_at_random_moments() {
     w.finish().unwrap();
     let exe = env!("CARGO_BIN_EXE_crash-child");
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut prev: Vec<String> = vec!["c0-0".into()];
+    let (first, mut prev) = first_commit(exe, &path, None, &["c0-0".into()]);
+    let window = (3 * first.as_millis() as u64).max(60);
+    eprintln!("first commit after {first:?}: kills within {window} ms");
     let mut changes = 0;
     let mut journals = 0;
     for kill in 1..=200u64 {
@@ -365,7 +411,7 @@ fn sigkill_at_random_moments() {
         rng = rng
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % 60));
+        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % window));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         if modelzip_journal(&path).exists() {
@@ -421,7 +467,9 @@ fn sharded_saves_killed_at_random_moments() {
     w.finish().unwrap();
     let exe = env!("CARGO_BIN_EXE_crash-child");
     let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut prev: Vec<String> = vec!["c0-0".into()];
+    let (first, mut prev) = first_commit(exe, &path, Some("sharded"), &["c0-0".into()]);
+    let window = (3 * first.as_millis() as u64).max(120);
+    eprintln!("first commit after {first:?}: kills within {window} ms");
     let mut changes = 0;
     let mut left_staged = 0;
     for kill in 1..=120u64 {
@@ -436,7 +484,7 @@ fn sharded_saves_killed_at_random_moments() {
         rng = rng
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % 120));
+        std::thread::sleep(Duration::from_millis(5 + (rng >> 33) % window));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let undo = d.path().join("model.zip.sharded-undo");
