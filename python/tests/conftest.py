@@ -54,12 +54,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_server(env: dict | None = None):
-    """moto_server (the S3-compatible server of the remote tests) on a free port of
-    127.0.0.1, started here and stopped on leaving; yields its port."""
+def local_server(name: str, argv, env: dict | None = None):
+    """A server started here on a free port of 127.0.0.1 (`argv(port)` its command line)
+    and stopped on leaving; yields the port once it accepts connections (60 s at most,
+    else the test fails saying so)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [str(a) for a in argv(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
@@ -72,7 +73,7 @@ def moto_server(env: dict | None = None):
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto_server did not start (exit {proc.poll()})")
+                    pytest.fail(f"{name} did not start (exit {proc.poll()})")
                 time.sleep(0.2)
         yield port
     finally:
@@ -82,6 +83,15 @@ def moto_server(env: dict | None = None):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def moto_server(env: dict | None = None):
+    """moto_server (the S3-compatible server of the remote tests) on a free port of
+    127.0.0.1, started here and stopped on leaving; yields its port."""
+    argv = lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", port]  # noqa: E731
+    with local_server("moto_server", argv, env) as port:
+        yield port
 
 
 def s3_env(endpoint: str) -> dict:

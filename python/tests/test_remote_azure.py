@@ -17,7 +17,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, free_port
+from conftest import REPO, cli_env, local_server
 from test_remote_append_s3 import tensor_dir
 
 MIB = 1 << 20
@@ -53,26 +52,12 @@ def az(tmp_path_factory):
     ContainerClient of the SDK."""
     from azure.storage.blob import BlobServiceClient
 
-    port = free_port()
     data = tmp_path_factory.mktemp("azurite")
-    proc = subprocess.Popen(
-        [
-            str(azurite_bin()), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-            "--location", str(data), "--silent", "--skipApiVersionCheck",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"azurite did not start (exit {proc.poll()})")
-                time.sleep(0.2)
+    argv = lambda port: [  # noqa: E731
+        azurite_bin(), "--blobHost", "127.0.0.1", "--blobPort", port,
+        "--location", data, "--silent", "--skipApiVersionCheck",
+    ]
+    with local_server("azurite", argv) as port:
         endpoint = f"http://127.0.0.1:{port}"
         service = BlobServiceClient.from_connection_string(
             f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
@@ -85,13 +70,6 @@ def az(tmp_path_factory):
             AZURITE_BLOB_STORAGE_URL=endpoint,
         )
         yield env, container
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
