@@ -93,6 +93,7 @@ impl Archive {
         kind: TensorKind,
         table_entry: &str,
         line: usize,
+        guess: usize,
     ) -> Result<TensorLocation> {
         let tag = match &r.tag {
             None => own.as_str(),
@@ -110,7 +111,15 @@ impl Archive {
         for part in [tag, "/", kind.dir(), "/", &index, ".lodtensor"] {
             entry.push_str(part);
         }
-        let Some(entry_hint) = self.dir.index.get(&self.dir.entries, &entry) else {
+        // Writers store a tag's files in the order of its table: the entry after the
+        // previous line's is checked first, and the name index asked only when it is
+        // not that one (names are unique: the same position either way).
+        let at_guess = self.dir.entries.get(guess).is_some_and(|e| e.name == entry);
+        let found = match at_guess {
+            true => Some(guess),
+            false => self.dir.index.get(&self.dir.entries, &entry),
+        };
+        let Some(entry_hint) = found else {
             return Err(Error::new(ErrorKind::MissingEntry(entry))
                 .in_entry(table_entry)
                 .at_line(line));
@@ -274,11 +283,13 @@ impl TagTables {
         let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), (TensorLocation, u32)> =
             rustc_hash::FxHashMap::default();
         let own = SharedStr::from(name);
+        let mut next = usize::MAX;
         let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
             if let Some(found) = resolved.get(&(kind, r.clone())) {
                 return Ok(found.clone());
             }
-            let loc = archive.resolve(&own, r, kind, table, line)?;
+            let loc = archive.resolve(&own, r, kind, table, line, next)?;
+            next = loc.entry_hint + 1;
             // At most one per line of a table held in memory: fits u32 on 64-bit targets
             // for any table under 4 G lines; saturating keeps a larger one correct.
             let id = u32::try_from(resolved.len()).unwrap_or(u32::MAX);
