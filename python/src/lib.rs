@@ -1524,9 +1524,7 @@ fn quantize<'py>(
         overflow: false,
     };
     let r = py
-        .detach(|| {
-            modelzip::variants::quantize_allowing(&archive, source, tag, &opts, &allow, &write)
-        })
+        .detach(|| modelzip::variants::quantize(&archive, source, tag, &opts, &allow, &write))
         .map_err(|e| e.in_file(&archive))
         .or_raise(py)?;
     variant_report(py, &r)
@@ -1553,7 +1551,7 @@ fn cast<'py>(
         overflow: allow_overflow,
     };
     let r = py
-        .detach(|| modelzip::variants::cast_allowing(&archive, source, tag, dtype, &allow, &write))
+        .detach(|| modelzip::variants::cast(&archive, source, tag, dtype, &allow, &write))
         .map_err(|e| e.in_file(&archive))
         .or_raise(py)?;
     variant_report(py, &r)

@@ -29,10 +29,13 @@ use std::path::Path;
 /// state and the training config are not carried over.
 ///
 /// Refused before anything is written, with [`ErrorKind::UnrepresentableValues`]
-/// naming the parameter, the count and the first index: NaN or ±inf in an FP32
-/// parameter, and finite values beyond `dtype`'s range (|x| ≥ 65520 for FP16, which
-/// IEEE rounding makes ±inf). [`cast_allowing`] converts them anyway (NaN stays NaN,
-/// ±inf and overflow become ±inf) and counts them in the report.
+/// naming the parameter, the count and the first index, unless `allow` allows them: NaN
+/// or ±inf in an FP32 parameter ([`AllowValues::non_finite`]: converted anyway, NaN
+/// stays NaN, ±inf stays ±inf), and finite values beyond `dtype`'s range, |x| ≥ 65520
+/// for FP16, which IEEE rounding makes ±inf ([`AllowValues::overflow`]: stored as
+/// ±inf). The report counts the values allowed per parameter
+/// ([`VariantParam::non_finite`], [`VariantParam::overflowed`]); pass
+/// `&AllowValues::default()` to refuse them all.
 ///
 /// Refused before any work, with [`ErrorKind::InvalidInput`]: a quantized source tag (a
 /// `<name>@scale` parameter beside `<name>`, or a `quantization` record: a cast would
@@ -41,30 +44,10 @@ use std::path::Path;
 /// TensorFlow graph (they declare the parameters' dtypes, which cast does not
 /// rewrite). Also refused: a `dtype` other than FP16/BF16, an
 /// invalid or existing new tag name, an unknown source tag.
-pub fn cast(
-    path: impl AsRef<Path>,
-    from_tag: &str,
-    new_tag: &str,
-    dtype: DType,
-    write: &WriteOptions,
-) -> Result<VariantReport> {
-    cast_allowing(
-        path,
-        from_tag,
-        new_tag,
-        dtype,
-        &AllowValues::default(),
-        write,
-    )
-}
-
-/// [`cast`], converting the values `allow` allows instead of refusing them: NaN and
-/// ±inf (kept as they are) and finite values beyond `dtype`'s range (stored as ±inf).
-/// The report counts them per parameter ([`VariantParam::non_finite`],
-/// [`VariantParam::overflowed`](super::VariantParam::overflowed)).
 ///
 /// [`VariantParam::non_finite`]: super::VariantParam::non_finite
-pub fn cast_allowing(
+/// [`VariantParam::overflowed`]: super::VariantParam::overflowed
+pub fn cast(
     path: impl AsRef<Path>,
     from_tag: &str,
     new_tag: &str,

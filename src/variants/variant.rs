@@ -67,9 +67,9 @@ pub struct VariantParam {
 /// Source values a variant converts only when allowed (both `false` by default:
 /// [`quantize`](super::quantize) and [`cast`](super::cast) refuse them with
 /// [`ErrorKind::UnrepresentableValues`], naming the parameter, the count and the first
-/// index). Given to [`quantize_allowing`](super::quantize_allowing) and
-/// [`cast_allowing`](super::cast_allowing); the report counts what was allowed per
-/// parameter ([`VariantParam::non_finite`], [`VariantParam::overflowed`]).
+/// index), `AllowValues::default()`. Given to [`quantize`](super::quantize) and
+/// [`cast`](super::cast); the report counts what was allowed per parameter
+/// ([`VariantParam::non_finite`], [`VariantParam::overflowed`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AllowValues {
     /// NaN and ±inf in a parameter to convert. `quantize` stores them as 0 and leaves
