@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=895
+MAX_ITEMS=859
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -41,9 +41,11 @@ trap 'rm -f "$tmp"' EXIT
 # removal and compaction reports: a report's `remote` field holds the commit, as for
 # every other write; Paddle's type numbers of graph values, DType::from_name beside its
 # FromStr, the progress hook's raw callback, the `_allowing` twins of quantize and cast:
-# the values to allow are an argument of both). What stands between: the error
-# kinds with their fields (79), the dtypes (31), the graph model (119), the reports users
-# read field by field, and whatever the CLI (a client of this API, src/cli) needs.
+# the values to allow are an argument of both; the error kinds' fields that only fed
+# their messages: a kind holds its message, and fields only where a caller acts on them,
+# LimitExceeded's and UnrepresentableValues' `allow`). What stands between: the error
+# kinds (44), the dtypes (31), the graph model (119), the reports users read field by
+# field, and whatever the CLI (a client of this API, src/cli) needs.
 # Each item is public at one path only. Why each public module exists:
 # - the root: the archive (open, read, write, append, maintain), the error type and its
 #   kinds, tensors (DType, Tensor, TensorView, Element, Lod) and Graph / GraphFormat /

@@ -845,10 +845,10 @@ fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
 fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
     let t = archive.tag(tag)?;
     let (record, _) = checkpoint_info(archive, tag)?.map_err(|why| {
-        Error::new(ErrorKind::NotACheckpoint {
-            tag: t.name().to_string(),
-            why,
-        })
+        Error::new(ErrorKind::NotACheckpoint(format!(
+            "tag {:?} is not a checkpoint: {why}",
+            t.name()
+        )))
         .in_entry(format!("{}/metadata.json", t.name()))
     })?;
     let params = t

@@ -504,12 +504,12 @@ impl RangeSource for Object {
                 COALESCE,
             ))
             .map_err(|e| match e {
-                object_store::Error::Precondition { .. } => Error::new(ErrorKind::RemoteChanged {
-                    was: self.e_tag.clone().unwrap_or_else(|| {
-                        format!("last modified {}", self.meta.last_modified.to_rfc2822())
-                    }),
-                })
-                .in_file(&self.client.url),
+                object_store::Error::Precondition { .. } => {
+                    Error::new(ErrorKind::RemoteChanged(self.e_tag.clone().unwrap_or_else(
+                        || format!("last modified {}", self.meta.last_modified.to_rfc2822()),
+                    )))
+                    .in_file(&self.client.url)
+                }
                 e => remote_err_reading(&self.client.url, e, ranges),
             })?;
         Ok(got.into_iter().map(Vec::from).collect())
@@ -981,7 +981,7 @@ pub fn download(
             if let Some(was) = first
                 && remote_version(url, opts).is_ok_and(|now| now.as_deref() != Some(&was))
             {
-                return Err(Error::new(ErrorKind::RemoteChanged { was }).in_file(url));
+                return Err(Error::new(ErrorKind::RemoteChanged(was)).in_file(url));
             }
             return Err(remote_err(url, e));
         }

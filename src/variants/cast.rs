@@ -5,7 +5,7 @@ use super::rewrite::{Conversion, converted};
 use super::variant::{
     AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport, cast_dtype,
     check_non_finite, derive_instead, derive_variant, find_bad, quantized_because, source_metadata,
-    user_metadata,
+    unrepresentable, user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -115,16 +115,14 @@ fn check_values(
         } else {
             "65504"
         };
-        return Err(ErrorKind::UnrepresentableValues {
-            param: name.to_string(),
-            problem: format!("are beyond {}'s range (largest finite {max})", dtype.name()),
-            count: overflowed,
-            first_index,
-            first_value,
-            consequence: "the cast would store them as ±inf",
-            allow: "overflow",
-        }
-        .into());
+        return Err(unrepresentable(
+            name,
+            &format!("are beyond {}'s range (largest finite {max})", dtype.name()),
+            overflowed,
+            (first_index, first_value),
+            "the cast would store them as ±inf",
+            "overflow",
+        ));
     }
     let (underflowed, _) = find_bad(values, |_, x| x != 0.0 && round_trip(x, dtype) == 0.0);
     Ok(ValueCounts {

@@ -429,14 +429,14 @@ fn cast_shares_non_fp32_params() {
         matches!(
             e.kind(),
             ErrorKind::UnrepresentableValues {
-                count: 1,
-                first_index: 1,
                 allow: "overflow",
                 ..
             }
         ),
         "{e}"
     );
+    assert!(e.to_string().contains("1 value(s)"), "{e}");
+    assert!(e.to_string().contains("first at flat index 1:"), "{e}");
     let allow = AllowValues {
         overflow: true,
         ..AllowValues::default()
@@ -812,23 +812,22 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
         &fast(),
     )
     .unwrap_err();
-    match e.kind() {
-        ErrorKind::UnrepresentableValues {
-            param,
-            count,
-            first_index,
-            first_value,
-            allow,
-            ..
-        } => {
-            assert_eq!(
-                (param.as_str(), *count, *first_index, *first_value, *allow),
-                ("w", 2, 2, -65520.0, "overflow")
-            );
-        }
-        _ => panic!("{e}"),
-    }
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::UnrepresentableValues {
+                allow: "overflow",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let msg = e.to_string();
+    assert!(
+        msg.starts_with("parameter \"w\": 2 value(s) ")
+            && msg.contains("(the first at flat index 2: -65520)"),
+        "{msg}"
+    );
     assert!(
         msg.contains("beyond FP16's range (largest finite 65504)"),
         "{msg}"
@@ -878,14 +877,14 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
         matches!(
             e.kind(),
             ErrorKind::UnrepresentableValues {
-                count: 2,
-                first_index: 1,
                 allow: "non_finite",
                 ..
             }
         ),
         "{e}"
     );
+    assert!(e.to_string().contains("2 value(s)"), "{e}");
+    assert!(e.to_string().contains("first at flat index 1:"), "{e}");
     assert!(e.to_string().contains("are NaN or infinite"), "{e}");
     assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
     let allow = AllowValues {
@@ -926,14 +925,13 @@ fn quantize_refuses_non_finite_unless_allowed() {
             matches!(
                 e.kind(),
                 ErrorKind::UnrepresentableValues {
-                    count: 2,
-                    first_index: 2,
                     allow: "non_finite",
                     ..
                 }
             ),
             "{e}"
         );
+        assert!(e.to_string().contains("2 value(s)"), "{e}");
         assert!(e.to_string().contains("first at flat index 2: inf"), "{e}");
         assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
         let allow = AllowValues {

@@ -353,21 +353,21 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads)
         }
     };
     if offset > file_len {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "external data (offset past the end of the file)",
-            needed: offset,
-            available: file_len,
-        })
+        return Err(Error::new(ErrorKind::truncated(
+            "external data (offset past the end of the file)",
+            offset,
+            file_len,
+        ))
         .in_file(&path));
     }
     let length = length.unwrap_or(file_len - offset);
     let end = offset.saturating_add(length);
     if end > file_len {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "external data (offset + length past the end of the file)",
-            needed: end,
-            available: file_len,
-        })
+        return Err(Error::new(ErrorKind::truncated(
+            "external data (offset + length past the end of the file)",
+            end,
+            file_len,
+        ))
         .in_file(&path));
     }
     // The length must be what the dtype and dims need, when the dtype is known; the

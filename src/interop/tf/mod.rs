@@ -474,12 +474,7 @@ fn const_dims(t: &pb::TensorProto) -> Result<Vec<u64>> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            u64::try_from(d.size).map_err(|_| {
-                Error::from(ErrorKind::NegativeDim {
-                    index: i,
-                    value: d.size,
-                })
-            })
+            u64::try_from(d.size).map_err(|_| Error::from(ErrorKind::negative_dim(i, d.size)))
         })
         .collect()
 }
