@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=859
+MAX_ITEMS=846
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -43,7 +43,10 @@ trap 'rm -f "$tmp"' EXIT
 # FromStr, the progress hook's raw callback, the `_allowing` twins of quantize and cast:
 # the values to allow are an argument of both; the error kinds' fields that only fed
 # their messages: a kind holds its message, and fields only where a caller acts on them,
-# LimitExceeded's and UnrepresentableValues' `allow`). What stands between: the error
+# LimitExceeded's and UnrepresentableValues' `allow`; OpenOptions' setters beside its
+# public fields, Error::into_kind, DType::from_code and is_float, Program::main_block
+# (`blocks[0]`), Tag::file_entry, and how a `Format` recognises its files and tags,
+# which only detect and origin_of ask). What stands between: the error
 # kinds (44), the dtypes (31), the graph model (119), the reports users read field by
 # field, and whatever the CLI (a client of this API, src/cli) needs.
 # Each item is public at one path only. Why each public module exists:

@@ -330,12 +330,6 @@ impl Error {
         &self.0.kind
     }
 
-    /// What went wrong, by value (dropping the location): for example the
-    /// [`std::io::Error`] of an [`ErrorKind::Io`].
-    pub fn into_kind(self) -> ErrorKind {
-        self.0.kind
-    }
-
     /// Where it went wrong.
     pub fn location(&self) -> &Location {
         &self.0.location
@@ -470,15 +464,5 @@ mod tests {
             many.to_string(),
             r#"no tag "x"; tags: t0, t1, t2, …, t99993, t99994, t99995, t99996, t99997, t99998, t99999 (100000 in all)"#
         );
-    }
-
-    #[test]
-    fn into_kind_gives_the_io_error_back() {
-        let e =
-            Error::from(std::io::Error::new(std::io::ErrorKind::NotFound, "gone")).in_file("m.zip");
-        match e.into_kind() {
-            ErrorKind::Io(io) => assert_eq!(io.kind(), std::io::ErrorKind::NotFound),
-            other => panic!("{other:?}"),
-        }
     }
 }

@@ -655,7 +655,7 @@ impl Program {
 
     /// Block 0, the main block, if the program has one.
     /// (Decoded programs always have one.)
-    pub fn main_block(&self) -> Option<&Block> {
+    pub(crate) fn main_block(&self) -> Option<&Block> {
         self.blocks.first()
     }
 }

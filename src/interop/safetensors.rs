@@ -1365,33 +1365,6 @@ impl super::Format for SafetensorsFormat {
         "safetensors"
     }
 
-    fn recognised_from(&self) -> &'static str {
-        ".safetensors files, a model.safetensors.index.json, or a directory holding either"
-    }
-
-    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        !inputs.is_empty() && inputs.iter().all(|p| names_safetensors(p))
-    }
-
-    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
-        // The first 64 KiB and the file's size: a checkpoint of many tensors has a header
-        // longer than what is read here.
-        let Some(p) = inputs.first() else {
-            return false;
-        };
-        let Ok(len) = std::fs::metadata(p).map(|m| m.len()) else {
-            return false;
-        };
-        let head = super::head(p, 1 << 16);
-        let Some(word) = head.first_chunk::<8>() else {
-            return false;
-        };
-        let n = u64::from_le_bytes(*word);
-        (2..=MAX_HEADER_BYTES).contains(&n)
-            && n <= len.saturating_sub(8)
-            && head[8..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-    }
-
     fn import(
         &self,
         archive: &Path,
@@ -1409,22 +1382,6 @@ impl super::Format for SafetensorsFormat {
             #[cfg(feature = "remote")]
             remote: r.remote,
         })
-    }
-
-    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
-        if tag.graph()?.is_some() {
-            return Ok(false);
-        }
-        let Some(bytes) = tag.metadata()? else {
-            return Ok(false);
-        };
-        // JSON too costly to parse is not parsed here (a safetensors import never wrote it).
-        Ok(
-            check_json_cost(&bytes, "estimated memory of parsing metadata.json").is_ok()
-                && serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .is_some_and(|v| v.get(METADATA_KEY).is_some()),
-        )
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<super::Exported> {
@@ -1474,6 +1431,51 @@ impl super::Format for SafetensorsFormat {
             notes,
             graph_converted: false,
         })
+    }
+}
+
+impl super::Recognise for SafetensorsFormat {
+    fn recognised_from(&self) -> &'static str {
+        ".safetensors files, a model.safetensors.index.json, or a directory holding either"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        !inputs.is_empty() && inputs.iter().all(|p| names_safetensors(p))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        // The first 64 KiB and the file's size: a checkpoint of many tensors has a header
+        // longer than what is read here.
+        let Some(p) = inputs.first() else {
+            return false;
+        };
+        let Ok(len) = std::fs::metadata(p).map(|m| m.len()) else {
+            return false;
+        };
+        let head = super::head(p, 1 << 16);
+        let Some(word) = head.first_chunk::<8>() else {
+            return false;
+        };
+        let n = u64::from_le_bytes(*word);
+        (2..=MAX_HEADER_BYTES).contains(&n)
+            && n <= len.saturating_sub(8)
+            && head[8..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    }
+
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        if tag.graph()?.is_some() {
+            return Ok(false);
+        }
+        let Some(bytes) = tag.metadata()? else {
+            return Ok(false);
+        };
+        // JSON too costly to parse is not parsed here (a safetensors import never wrote it).
+        Ok(
+            check_json_cost(&bytes, "estimated memory of parsing metadata.json").is_ok()
+                && serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .is_some_and(|v| v.get(METADATA_KEY).is_some()),
+        )
     }
 }
 

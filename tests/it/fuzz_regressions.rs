@@ -115,10 +115,11 @@ fn check_params_txt(data: &[u8]) {
 }
 
 fn check_archive(data: &[u8]) {
-    let Ok(a) = OpenOptions::new()
-        .max_inflated_size(64 << 20)
-        .from_reader(Cursor::new(data))
-    else {
+    let limits = OpenOptions {
+        max_inflated_size: 64 << 20,
+        ..OpenOptions::default()
+    };
+    let Ok(a) = limits.from_reader(Cursor::new(data)) else {
         return;
     };
     for t in a.tags() {

@@ -1282,6 +1282,24 @@ impl Format for OnnxFormat {
         "onnx"
     }
 
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
+        let p = super::single_input(inputs, "an ONNX", "one .onnx file")?;
+        import_model_file(archive, tag, p, opts)
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        super::refuse_shard_size(opts, self.name())?;
+        export_model_file(tag, out, opts)
+    }
+}
+
+impl super::Recognise for OnnxFormat {
     fn recognised_from(&self) -> &'static str {
         "an ONNX ModelProto, .onnx"
     }
@@ -1303,27 +1321,11 @@ impl Format for OnnxFormat {
                 .is_some_and(|m| m.ir_version.is_some() && m.graph.is_some())
     }
 
-    fn import(
-        &self,
-        archive: &Path,
-        tag: &str,
-        inputs: &[PathBuf],
-        opts: &ImportOptions,
-    ) -> Result<ImportReport> {
-        let p = super::single_input(inputs, "an ONNX", "one .onnx file")?;
-        import_model_file(archive, tag, p, opts)
-    }
-
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
         Ok(match tag.graph()? {
             Some((GraphFormat::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_onnx(&bytes),
             _ => false,
         })
-    }
-
-    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-        super::refuse_shard_size(opts, self.name())?;
-        export_model_file(tag, out, opts)
     }
 }
 
