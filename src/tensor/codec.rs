@@ -355,7 +355,7 @@ pub fn encode_header(tensor: &TensorView<'_>) -> Vec<u8> {
 impl RecordHead {
     /// Size of the record modelzip writes for this tensor (`encode_tensor`): its header
     /// as modelzip encodes it, then the data.
-    pub fn encoded_len(&self) -> u64 {
+    pub(crate) fn encoded_len(&self) -> u64 {
         header_bytes(self.dtype, &self.dims, &self.lod).len() as u64 + self.data_len
     }
 }
