@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=840
+MAX_ITEMS=836
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -48,8 +48,9 @@ trap 'rm -f "$tmp"' EXIT
 # (`blocks[0]`), Tag::file_entry, and how a `Format` recognises its files and tags,
 # which only detect and origin_of ask; TensorFile's decoding twins of decode_tensor and
 # decode_combined over its bytes, and the tensor codec's size helpers, data_len and
-# encoded_len: encode_tensor returns a record's size). What stands between: the error
-# kinds (44), the dtypes (31), the graph model (119), the reports users read field by
+# encoded_len: encode_tensor returns a record's size; Var's constructor per kind: Var::new
+# takes the kind and sets the flags it implies). What stands between: the error
+# kinds (43), the dtypes (29), the graph model (114), the reports users read field by
 # field, and whatever the CLI (a client of this API, src/cli) needs.
 # Each item is public at one path only. Why each public module exists:
 # - the root: the archive (open, read, write, append, maintain), the error type and its

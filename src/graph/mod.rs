@@ -1,15 +1,15 @@
 //! Graphs: one model ([`Graph`]) and its two encodings, graph.fb and graph.pdmodel.
 //!
 //! ```
-//! use modelzip::graph::{AttrValue, Op, Program, Var};
+//! use modelzip::graph::{AttrValue, Op, Program, Var, VarKind};
 //! use modelzip::{Graph, GraphFormat};
 //! use modelzip::DType;
 //!
 //! let mut p = Program::new();
 //! let main = &mut p.blocks[0];
-//! main.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
-//! main.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
-//! main.vars.push(Var::variable("y", DType::Fp32, vec![-1, 2]));
+//! main.vars.push(Var::new("x", VarKind::Placeholder, DType::Fp32, vec![-1, 4]));
+//! main.vars.push(Var::new("w", VarKind::Parameter, DType::Fp32, vec![4, 2]));
+//! main.vars.push(Var::new("y", VarKind::Variable, DType::Fp32, vec![-1, 2]));
 //! main.ops.push(
 //!     Op::new("mm", "matmul_v2")
 //!         .input("X", &["x"])

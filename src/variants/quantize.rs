@@ -519,13 +519,14 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Var;
+    use crate::graph::{Var, VarKind};
 
     #[test]
     fn weight_slots_and_axes() {
         let mut p = crate::graph::Program::new();
         let b = &mut p.blocks[0];
-        b.vars.push(Var::constant("w", DType::Fp32, vec![4, 3]));
+        b.vars
+            .push(Var::new("w", VarKind::Constant, DType::Fp32, vec![4, 3]));
         b.ops.push(
             Op::new("", "matmul_v2")
                 .input("X", &["x"])

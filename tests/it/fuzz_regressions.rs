@@ -295,7 +295,12 @@ fn graph_fb_unknown_other_var_type_is_refused() {
     assert!(e.contains("unknown VarType.Type value 268435466"), "{e}");
 
     let mut g = Graph::from(modelzip::graph::Program::new());
-    let mut v = modelzip::graph::Var::variable("t", modelzip::DType::Fp32, vec![]);
+    let mut v = modelzip::graph::Var::new(
+        "t",
+        modelzip::graph::VarKind::Variable,
+        modelzip::DType::Fp32,
+        vec![],
+    );
     v.kind = VarKind::Other(18); // TUPLE
     v.dtype = None;
     v.extra.tuple = Some(vec![7, 12345]);

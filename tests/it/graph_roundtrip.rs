@@ -496,13 +496,28 @@ mod synthetic {
     pub fn samediff() -> Graph {
         let mut g = Graph::from(modelzip::graph::Program::new());
         let b = &mut g.prog_mut().blocks[0];
+        b.vars.push(Var::new(
+            "in",
+            VarKind::Placeholder,
+            DType::Fp32,
+            vec![-1, 784],
+        ));
+        b.vars.push(Var::new(
+            "w0",
+            VarKind::Parameter,
+            DType::Fp32,
+            vec![784, 10],
+        ));
         b.vars
-            .push(Var::placeholder("in", DType::Fp32, vec![-1, 784]));
+            .push(Var::new("scale", VarKind::Constant, DType::Fp16, vec![]));
         b.vars
-            .push(Var::parameter("w0", DType::Fp32, vec![784, 10]));
-        b.vars.push(Var::constant("scale", DType::Fp16, vec![]));
-        b.vars.push(Var::variable("mm", DType::Fp32, vec![-1, 10]));
-        b.vars.push(Var::variable("out", DType::Bf16, vec![-1, 10]));
+            .push(Var::new("mm", VarKind::Variable, DType::Fp32, vec![-1, 10]));
+        b.vars.push(Var::new(
+            "out",
+            VarKind::Variable,
+            DType::Bf16,
+            vec![-1, 10],
+        ));
         b.ops.push(
             Op::new("matmul", "mmul")
                 .input("input", &["in", "w0"])
@@ -554,11 +569,13 @@ mod synthetic {
         g.prog_mut().blocks[0].vars[3].persistable = Some(true); // a "variable" that reads back as constant
         let e = g.to_programdesc().unwrap_err().to_string();
         assert!(e.contains("var \"mm\"") && e.contains("contradicts"), "{e}");
-        // Implied flags are filled in.
+        // Implied flags are filled in when absent.
         let mut g = Graph::from(modelzip::graph::Program::new());
-        g.prog_mut().blocks[0]
-            .vars
-            .push(Var::new("p", VarKind::Placeholder, DType::Fp32, vec![1]));
+        g.prog_mut().blocks[0].vars.push(Var {
+            need_check_feed: None,
+            persistable: None,
+            ..Var::new("p", VarKind::Placeholder, DType::Fp32, vec![1])
+        });
         let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
         assert_eq!(back.prog().blocks[0].vars[0].kind, VarKind::Placeholder);
         assert_eq!(back.prog().blocks[0].vars[0].need_check_feed, Some(true));

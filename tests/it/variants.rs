@@ -1307,11 +1307,12 @@ fn diff_of_non_finite_values() {
 /// conv2d_transpose's axis 1 of a rank-2 weight) agree: per channel.
 #[test]
 fn per_channel_fallback_to_per_tensor_carries_its_reason() {
-    use modelzip::graph::{Op, Var};
+    use modelzip::graph::{Op, Var, VarKind};
     let mut g = Graph::from(modelzip::graph::Program::new());
     let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
-        b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
+        b.vars
+            .push(Var::new(v, VarKind::Parameter, DType::Fp32, vec![4, 3]));
     }
     b.ops.push(
         Op::new("", "matmul_v2")

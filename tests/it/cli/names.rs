@@ -7,7 +7,7 @@ use super::harness::{expect_error, json_of, modelzip};
 use modelzip::DType;
 use modelzip::Graph;
 use modelzip::Tensor;
-use modelzip::graph::{Op, Var};
+use modelzip::graph::{Op, Var, VarKind};
 use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
 use std::path::Path;
 
@@ -20,7 +20,7 @@ fn hostile_archive(path: &Path) {
     let mut g = Graph::from(modelzip::graph::Program::new());
     g.prog_mut().blocks[0]
         .vars
-        .push(Var::parameter(EVIL, DType::Fp32, vec![2]));
+        .push(Var::new(EVIL, VarKind::Parameter, DType::Fp32, vec![2]));
     g.prog_mut().blocks[0].ops.push(
         Op::new(EVIL, "relu")
             .input("X", &[EVIL])
