@@ -183,8 +183,8 @@ pub(crate) fn op_graph_value(g: &Graph) -> Value {
 }
 
 /// The protobuf text format of ProgramDesc bytes (pretty-printed, fields in
-/// field-number order). The bytes are decoded and checked as by
-/// [`Graph::from_programdesc`] first.
+/// field-number order). The bytes are decoded and checked as by [`Graph::decode`]
+/// first.
 pub fn pbtxt(programdesc_bytes: &[u8]) -> Result<String> {
     program::pbtxt(programdesc_bytes)
 }

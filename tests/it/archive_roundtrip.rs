@@ -99,9 +99,9 @@ fn streaming_tag_writer_and_metadata_merge() {
     let e = t.graph(GraphFormat::FlatBuffers, b"g").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
     assert!(e.to_string().contains("graph.fb"), "{e}");
-    let fb = modelzip::Graph::from_programdesc(&sample_graph())
+    let fb = modelzip::Graph::decode(modelzip::GraphFormat::ProgramDesc, &sample_graph())
         .unwrap()
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .unwrap();
     assert!(t.graph(GraphFormat::FlatBuffers, &fb).is_ok());
     assert!(t.graph(GraphFormat::ProgramDesc, &sample_graph()).is_err());

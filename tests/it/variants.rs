@@ -35,7 +35,7 @@ fn fast() -> WriteOptions {
 /// 0's persistable variables except feed/fetch, sorted by byte value.
 fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphFormat) -> TagBuilder {
     let pd = std::fs::read(fixture(&format!("{version}/{model}.pdmodel"))).unwrap();
-    let graph = Graph::from_programdesc(&pd).unwrap();
+    let graph = Graph::decode(GraphFormat::ProgramDesc, &pd).unwrap();
     let mut names: Vec<&str> = graph.prog().blocks[0]
         .vars
         .iter()
@@ -48,7 +48,7 @@ fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphFormat) -> TagB
     assert_eq!(records.len(), names.len());
     let bytes = match enc {
         GraphFormat::ProgramDesc => pd.clone(),
-        GraphFormat::FlatBuffers => graph.to_flatbuffers().unwrap(),
+        GraphFormat::FlatBuffers => graph.encode(GraphFormat::FlatBuffers).unwrap(),
     };
     let mut tag = TagBuilder::new(name).graph(enc, bytes);
     for (n, r) in names.iter().zip(records) {
@@ -286,8 +286,8 @@ fn quantize_conv_per_channel_axes_and_graph_fb() {
         .collect();
     assert_eq!(axes, [Some(AttrValue::Int(0)), Some(AttrValue::Int(1))]);
     // The graph re-encodes to ProgramDesc too.
-    let pd = g.to_programdesc().unwrap();
-    assert_eq!(Graph::from_programdesc(&pd).unwrap(), g);
+    let pd = g.encode(GraphFormat::ProgramDesc).unwrap();
+    assert_eq!(Graph::decode(GraphFormat::ProgramDesc, &pd).unwrap(), g);
     // Per-channel dequantization is within half a step of each channel's scale.
     let orig = f32s(&archive, "fp32", "conv2d_0.w_0");
     let scales = f32s(&archive, "int8", "conv2d_0.w_0@scale");
@@ -1342,7 +1342,10 @@ fn per_channel_fallback_to_per_tensor_carries_its_reason() {
     let values: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
     let t = Tensor::from_slice(vec![4, 3], &values).unwrap();
     let tag = TagBuilder::new("fp32")
-        .graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap())
+        .graph(
+            GraphFormat::FlatBuffers,
+            g.encode(GraphFormat::FlatBuffers).unwrap(),
+        )
         .param("v", t.clone())
         .param("w", t);
     let dir = tempfile::tempdir().unwrap();

@@ -29,7 +29,10 @@ fn hostile_archive(path: &Path) {
     let mut w = ArchiveWriter::create(path).unwrap();
     w.add_tag(
         TagBuilder::new("a")
-            .graph(GraphFormat::ProgramDesc, g.to_programdesc().unwrap())
+            .graph(
+                GraphFormat::ProgramDesc,
+                g.encode(GraphFormat::ProgramDesc).unwrap(),
+            )
             .param(EVIL, t.clone())
             .param(format!("unused{EVIL}"), t.clone())
             .updater(EVIL, vec![t.clone()])

@@ -418,7 +418,10 @@ fn quantize_says_why_a_weight_is_not_per_channel() {
     let mut w = ArchiveWriter::create(&a).unwrap();
     w.add_tag(
         TagBuilder::new("fp32")
-            .graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap())
+            .graph(
+                GraphFormat::FlatBuffers,
+                g.encode(GraphFormat::FlatBuffers).unwrap(),
+            )
             .param("v", t.clone())
             .param("w", t),
     )

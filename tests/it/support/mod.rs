@@ -51,7 +51,7 @@ pub fn sample_graph() -> Vec<u8> {
             .input("Y", &["fc.w"])
             .output("Out", &["y"]),
     );
-    g.to_programdesc().unwrap()
+    g.encode(GraphFormat::ProgramDesc).unwrap()
 }
 
 /// A tag with a graph, params of several dtypes (one with LoD), updater state,
