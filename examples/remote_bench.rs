@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     server.put("big.zip", std::fs::read(&path)?);
     server.set_latency(Duration::from_millis(20));
     let url = server.url("big.zip");
-    let opts = RemoteOptions::new();
+    let opts = RemoteOptions::default();
     println!(
         "archive: {TAGS} tags x {TENSORS} tensors of {} MiB = {len} bytes; 20 ms per request\n",
         TENSOR_BYTES >> 20

@@ -1161,11 +1161,9 @@ impl NativeCheckpointer {
                 format!("timeout must be a number of seconds, not {timeout}"),
             ));
         }
-        let mut sharding = modelzip::sharded::ShardedOptions::new(rank, world_size)
-            .with_timeout(Duration::from_secs_f64(timeout));
-        if let Some(id) = group {
-            sharding = sharding.with_group(id);
-        }
+        let mut sharding = modelzip::sharded::ShardedOptions::new(rank, world_size);
+        sharding.timeout = Duration::from_secs_f64(timeout);
+        sharding.group = group;
         let r = py
             .detach(|| {
                 let specs = shard_specs(&items);
@@ -1775,16 +1773,14 @@ fn sharded_save<'py>(
             format!("timeout must be a number of seconds, not {timeout}"),
         ));
     }
-    let mut opts = ShardedOptions::new(rank, world_size)
-        .with_timeout(Duration::from_secs_f64(timeout))
-        .with_write(WriteOptions {
-            wait_for_lock: wait,
-            fsync,
-            ..WriteOptions::default()
-        });
-    if let Some(id) = group {
-        opts = opts.with_group(id);
-    }
+    let mut opts = ShardedOptions::new(rank, world_size);
+    opts.timeout = Duration::from_secs_f64(timeout);
+    opts.write = WriteOptions {
+        wait_for_lock: wait,
+        fsync,
+        ..WriteOptions::default()
+    };
+    opts.group = group;
     let report = py
         .detach(|| -> modelzip::Result<_> {
             let specs = shard_specs(&items);

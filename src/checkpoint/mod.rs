@@ -404,7 +404,8 @@ impl Checkpointer {
         } else {
             None
         };
-        let sopts = sharding.clone().with_write(self.opts.write.clone());
+        let mut sopts = sharding.clone();
+        sopts.write = self.opts.write.clone();
         let mut w = crate::sharded::ShardedWriter::open(&self.path, &tag, specs, &sopts)?;
         write(&mut w)?;
         if rank0 {

@@ -94,27 +94,6 @@ const NO_TOTAL_LIMIT: &str = "30days";
 const COALESCE: u64 = 1 << 20;
 
 impl RemoteOptions {
-    /// The default options.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds one store configuration key (an `object_store` config key such as
-    /// `aws_endpoint`).
-    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.push((key.into(), value.into()));
-        self
-    }
-
-    internal! {
-        /// Sets how often a failed request is retried (the `max_retries` field; the
-        /// crate's tests).
-        pub fn max_retries(mut self, n: usize) -> Self {
-            self.max_retries = n;
-            self
-        }
-    }
-
     /// Opens the archive at `url`: one request for the end of the object (often the
     /// central directory and tags.txt too), one more for the central directory when the
     /// first did not hold it. Entries are fetched as they are read, every request
