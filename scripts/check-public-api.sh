@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=827
+MAX_ITEMS=824
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -51,9 +51,10 @@ trap 'rm -f "$tmp"' EXIT
 # Var's constructor per kind: Var::new takes the kind and sets the flags it implies;
 # Graph's from_/to_ programdesc and flatbuffers beside decode and encode, which take the
 # GraphFormat; the setters of ShardedOptions and RemoteOptions beside their public fields,
-# and RemoteOptions::new beside its Default). What stands between: the error kinds (43),
-# the dtypes (29), the graph model (110), the reports users read field by field, and
-# whatever the CLI (a client of this API, src/cli) needs.
+# and RemoteOptions::new beside its Default, as Program::new was;
+# TrainingConfig::hyper_parameter, a find in its public pairs). What stands between: the
+# error kinds (43), the dtypes (29), the graph model (108), the reports users read field
+# by field, and whatever the CLI (a client of this API, src/cli) needs.
 # Each item is public at one path only. Why each public module exists:
 # - the root: the archive (open, read, write, append, maintain), the error type and its
 #   kinds, tensors (DType, Tensor, TensorView, Element, Lod) and Graph / GraphFormat /

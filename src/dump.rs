@@ -198,7 +198,7 @@ mod tests {
     /// Variables fold into op-to-op edges; attributes read as values, not Rust syntax.
     #[test]
     fn variables_fold_into_edges_between_ops() {
-        let mut p = Program::new();
+        let mut p = Program::default();
         let b = &mut p.blocks[0];
         b.vars.push(Var::new(
             "x",

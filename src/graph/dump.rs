@@ -349,8 +349,10 @@ mod tests {
     use crate::tensor::DType;
 
     fn sample() -> Program {
-        let mut g = Program::new();
-        g.version = Some(2006002);
+        let mut g = Program {
+            version: Some(2006002),
+            ..Program::default()
+        };
         let b = &mut g.blocks[0];
         b.vars.push(Var::new(
             "x",
@@ -396,7 +398,7 @@ mod tests {
 
     #[test]
     fn text_escapes_control_characters_in_names() {
-        let mut g = Program::new();
+        let mut g = Program::default();
         let b = &mut g.blocks[0];
         b.vars.push(Var::new(
             "evil\u{1b}[31m\nvar fake",

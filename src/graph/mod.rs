@@ -5,7 +5,7 @@
 //! use modelzip::{Graph, GraphFormat};
 //! use modelzip::DType;
 //!
-//! let mut p = Program::new();
+//! let mut p = Program::default();
 //! let main = &mut p.blocks[0];
 //! main.vars.push(Var::new("x", VarKind::Placeholder, DType::Fp32, vec![-1, 4]));
 //! main.vars.push(Var::new("w", VarKind::Parameter, DType::Fp32, vec![4, 2]));

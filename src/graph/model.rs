@@ -27,7 +27,7 @@ pub enum Graph {
 }
 
 /// A whole Paddle / SameDiff program: nested blocks of variables and operations.
-/// `Program::default()` is [`Program::new`]: one empty main block.
+/// `Program::default()` is one empty main block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Program {
     /// The blocks; block 0 is the main (global) block.
@@ -621,15 +621,6 @@ pub struct Scalar {
 }
 
 impl Program {
-    /// A program with one empty main block and no version.
-    pub fn new() -> Program {
-        Program {
-            blocks: vec![Block::main()],
-            version: None,
-            op_version_map: None,
-        }
-    }
-
     /// Block 0, the main block, if the program has one.
     /// (Decoded programs always have one.)
     pub(crate) fn main_block(&self) -> Option<&Block> {
@@ -638,8 +629,13 @@ impl Program {
 }
 
 impl Default for Program {
+    /// A program with one empty main block and no version.
     fn default() -> Program {
-        Program::new()
+        Program {
+            blocks: vec![Block::main()],
+            version: None,
+            op_version_map: None,
+        }
     }
 }
 

@@ -523,7 +523,7 @@ mod tests {
 
     #[test]
     fn weight_slots_and_axes() {
-        let mut p = crate::graph::Program::new();
+        let mut p = crate::graph::Program::default();
         let b = &mut p.blocks[0];
         b.vars
             .push(Var::new("w", VarKind::Constant, DType::Fp32, vec![4, 3]));

@@ -224,7 +224,7 @@ mod tests {
     use super::*;
 
     fn graph() -> Graph {
-        let mut g = Program::new();
+        let mut g = Program::default();
         let b = &mut g.blocks[0];
         b.vars.push(Var::new(
             "x",

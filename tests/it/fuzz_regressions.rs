@@ -315,7 +315,7 @@ fn graph_fb_unknown_other_var_type_is_refused() {
         .to_string();
     assert!(e.contains("unknown VarType.Type value 268435466"), "{e}");
 
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let mut v = modelzip::graph::Var::new(
         "t",
         modelzip::graph::VarKind::Variable,
@@ -359,7 +359,7 @@ fn graph_fb_keeps_signaling_nan_float_attributes() {
         0x7f80_0000,
         0x8000_0000,
     ] {
-        let mut g = Graph::from(modelzip::graph::Program::new());
+        let mut g = Graph::from(modelzip::graph::Program::default());
         g.prog_mut().blocks[0].ops.push(
             Op::new("", "scale")
                 .attr("f", AttrValue::Float(f32::from_bits(bits)))

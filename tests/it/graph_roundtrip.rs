@@ -506,7 +506,7 @@ mod synthetic {
     /// A SameDiff-shaped graph: one block, placeholders/constants/variables, named ops,
     /// long/double/bool/data-type arguments.
     pub fn samediff() -> Graph {
-        let mut g = Graph::from(modelzip::graph::Program::new());
+        let mut g = Graph::from(modelzip::graph::Program::default());
         let b = &mut g.prog_mut().blocks[0];
         b.vars.push(Var::new(
             "in",
@@ -586,7 +586,7 @@ mod synthetic {
         let e = g.encode(GraphFormat::ProgramDesc).unwrap_err().to_string();
         assert!(e.contains("var \"mm\"") && e.contains("contradicts"), "{e}");
         // Implied flags are filled in when absent.
-        let mut g = Graph::from(modelzip::graph::Program::new());
+        let mut g = Graph::from(modelzip::graph::Program::default());
         g.prog_mut().blocks[0].vars.push(Var {
             need_check_feed: None,
             persistable: None,

@@ -165,7 +165,7 @@ fn paddle_import_of_a_256_mib_pdiparams_stays_under_64_mib() {
     }
     let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..modelzip::graph::Program::new()
+        ..modelzip::graph::Program::default()
     });
     let model = d.path().join("m.pdmodel");
     std::fs::write(&model, graph.encode(GraphFormat::ProgramDesc).unwrap()).unwrap();
@@ -397,7 +397,7 @@ fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
     block.ops.push(op);
     let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..modelzip::graph::Program::new()
+        ..modelzip::graph::Program::default()
     });
     let model = d.path().join("m.pdmodel");
     std::fs::write(&model, graph.encode(GraphFormat::ProgramDesc).unwrap()).unwrap();

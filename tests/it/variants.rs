@@ -1308,7 +1308,7 @@ fn diff_of_non_finite_values() {
 #[test]
 fn per_channel_fallback_to_per_tensor_carries_its_reason() {
     use modelzip::graph::{Op, Var, VarKind};
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
         b.vars

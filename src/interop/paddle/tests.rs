@@ -7,7 +7,7 @@ use crate::tensor::DType;
 use crate::tensor::TensorView;
 
 fn graph(vars: Vec<Var>) -> Graph {
-    let mut p = crate::graph::Program::new();
+    let mut p = crate::graph::Program::default();
     p.blocks[0].vars = vars;
     Graph::from(p)
 }

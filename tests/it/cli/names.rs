@@ -17,7 +17,7 @@ const SHOWN: &str = "evil\\u{1b}[31mRED\\u{1b}[0m\\nfake_row\\u{202e}";
 fn hostile_archive(path: &Path) {
     let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
     let t2 = Tensor::from_slice(vec![2], &[1.0f32, 3.0]).unwrap();
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     g.prog_mut().blocks[0]
         .vars
         .push(Var::new(EVIL, VarKind::Parameter, DType::Fp32, vec![2]));

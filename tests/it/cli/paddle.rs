@@ -595,7 +595,7 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     block.ops.push(op);
     let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..modelzip::graph::Program::new()
+        ..modelzip::graph::Program::default()
     });
     let program = graph.encode(GraphFormat::ProgramDesc).unwrap();
     let model = d.path().join("m.pdmodel");

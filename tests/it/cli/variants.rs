@@ -396,7 +396,7 @@ fn quantize_says_why_a_weight_is_not_per_channel() {
     use modelzip::graph::{AttrValue, Op, Var, VarKind};
     use modelzip::{ArchiveWriter, DType, TagBuilder, Tensor};
     use modelzip::{Graph, GraphFormat};
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
         b.vars

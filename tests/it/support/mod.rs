@@ -29,7 +29,7 @@ pub fn sample_graph() -> Vec<u8> {
     use modelzip::DType;
     use modelzip::Graph;
     use modelzip::graph::{Op, Var, VarKind};
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let main = &mut g.prog_mut().blocks[0];
     main.vars.push(Var::new(
         "x",
