@@ -68,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = archive.take().ok_or("not opened")?;
     row("the summary (what `modelzip tags` lists)", &mut || {
         a.summary().map_err(|s| {
-            modelzip::Error::new(modelzip::ErrorKind::InvalidInput(format!("summary {s}")))
+            modelzip::Error::from(modelzip::ErrorKind::InvalidInput(format!("summary {s}")))
         })?;
         Ok(())
     })?;

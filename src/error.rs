@@ -317,8 +317,9 @@ struct Inner {
 }
 
 impl Error {
-    /// An error of this kind with no location yet.
-    pub fn new(kind: ErrorKind) -> Self {
+    /// An error of this kind with no location yet (callers outside the crate use
+    /// `Error::from(kind)` or `kind.into()`).
+    pub(crate) fn new(kind: ErrorKind) -> Self {
         Error(Box::new(Inner {
             kind,
             location: Location::default(),

@@ -698,7 +698,7 @@ impl NativeTag {
             let e = ErrorKind::ParamNotFound(name.to_string(), self.name.clone());
             return Err(raise(
                 py,
-                self.in_tag(Error::new(e).in_entry(format!("{}/updater.txt", self.name))),
+                self.in_tag(Error::from(e).in_entry(format!("{}/updater.txt", self.name))),
             ));
         };
         self.read_all(py, self.updater[*i].arrays.iter())
