@@ -6,7 +6,7 @@
 
 use modelzip::interop::ImportOptions;
 use modelzip::interop::paddle;
-use modelzip::variants::{self, QuantizeOptions};
+use modelzip::variants::{self, AllowValues, QuantizeOptions};
 use modelzip::{Archive, WriteOptions};
 use std::path::{Path, PathBuf};
 
@@ -32,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "fp32",
         "int8",
         &QuantizeOptions { per_channel: true },
+        &AllowValues::default(),
         &WriteOptions::default(),
     )?;
     println!(

@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     server.put("big.zip", std::fs::read(&path)?);
     server.set_latency(Duration::from_millis(20));
     let url = server.url("big.zip");
-    let opts = RemoteOptions::new();
+    let opts = RemoteOptions::default();
     println!(
         "archive: {TAGS} tags x {TENSORS} tensors of {} MiB = {len} bytes; 20 ms per request\n",
         TENSOR_BYTES >> 20
@@ -68,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = archive.take().ok_or("not opened")?;
     row("the summary (what `modelzip tags` lists)", &mut || {
         a.summary().map_err(|s| {
-            modelzip::Error::new(modelzip::ErrorKind::InvalidInput(format!("summary {s}")))
+            modelzip::Error::from(modelzip::ErrorKind::InvalidInput(format!("summary {s}")))
         })?;
         Ok(())
     })?;

@@ -183,8 +183,8 @@ pub(crate) fn op_graph_value(g: &Graph) -> Value {
 }
 
 /// The protobuf text format of ProgramDesc bytes (pretty-printed, fields in
-/// field-number order). The bytes are decoded and checked as by
-/// [`Graph::from_programdesc`] first.
+/// field-number order). The bytes are decoded and checked as by [`Graph::decode`]
+/// first.
 pub fn pbtxt(programdesc_bytes: &[u8]) -> Result<String> {
     program::pbtxt(programdesc_bytes)
 }
@@ -193,17 +193,25 @@ pub fn pbtxt(programdesc_bytes: &[u8]) -> Result<String> {
 mod tests {
     use super::*;
     use crate::DType;
-    use crate::graph::{AttrValue, Op, Program, Var};
+    use crate::graph::{AttrValue, Op, Program, Var, VarKind};
 
     /// Variables fold into op-to-op edges; attributes read as values, not Rust syntax.
     #[test]
     fn variables_fold_into_edges_between_ops() {
-        let mut p = Program::new();
+        let mut p = Program::default();
         let b = &mut p.blocks[0];
-        b.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
-        b.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
-        b.vars.push(Var::variable("y", DType::Fp32, vec![-1, 2]));
-        b.vars.push(Var::variable("z", DType::Fp32, vec![-1, 2]));
+        b.vars.push(Var::new(
+            "x",
+            VarKind::Placeholder,
+            DType::Fp32,
+            vec![-1, 4],
+        ));
+        b.vars
+            .push(Var::new("w", VarKind::Parameter, DType::Fp32, vec![4, 2]));
+        b.vars
+            .push(Var::new("y", VarKind::Variable, DType::Fp32, vec![-1, 2]));
+        b.vars
+            .push(Var::new("z", VarKind::Variable, DType::Fp32, vec![-1, 2]));
         b.ops.push(
             Op::new("", "matmul_v2")
                 .input("X", &["x"])

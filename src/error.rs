@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 /// Result alias used throughout modelzip.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What went wrong. Each kind carries the numbers a user needs to understand it;
-/// the location (file, entry, record, line, byte offset) lives in [`Location`].
+/// What went wrong. The kind's text says what and why, with the numbers a user needs to
+/// understand it (sizes, counts, names); the location (file, entry, record, line, byte
+/// offset) lives in [`Location`]. A kind keeps its values as fields only where callers
+/// act on them: [`LimitExceeded`](Self::LimitExceeded) (which limit, by how much) and
+/// [`UnrepresentableValues`](Self::UnrepresentableValues) (what allows them).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -22,106 +25,54 @@ pub enum ErrorKind {
     /// A dtype name that is not one of Paddle's element types.
     #[error("unknown dtype name {0:?}")]
     UnknownDTypeName(String),
-    /// The input ends before a field it declares.
-    #[error("truncated {what}: needs {needed} bytes, {available} remain")]
-    Truncated {
-        /// The field being read.
-        what: &'static str,
-        /// Bytes the field needs.
-        needed: u64,
-        /// Bytes left in the input.
-        available: u64,
-    },
-    /// Bytes follow the last record where none are allowed.
-    #[error("{count} unexpected bytes after the record")]
-    TrailingBytes {
-        /// How many bytes follow.
-        count: u64,
-    },
-    /// A version word other than 0.
-    #[error("unsupported {what} {value} (only 0 is defined)")]
-    BadVersion {
-        /// Which version word.
-        what: &'static str,
-        /// The value found.
-        value: u32,
-    },
-    /// The TensorDesc size is negative or larger than what remains.
-    #[error("invalid TensorDesc size {size} ({remaining} bytes remain)")]
-    BadDescSize {
-        /// The declared size.
-        size: i64,
-        /// The bytes left after the size field.
-        remaining: u64,
-    },
+    /// The input ends before a field it declares: which field, the bytes it needs and
+    /// the bytes that remain.
+    #[error("{0}")]
+    Truncated(String),
+    /// Bytes follow the last record where none are allowed: how many.
+    #[error("{0} unexpected bytes after the record")]
+    TrailingBytes(u64),
+    /// A version word other than 0: which one, and its value.
+    #[error("{0}")]
+    BadVersion(String),
+    /// The TensorDesc size is negative or larger than what remains: the size, and the
+    /// bytes left after the size field.
+    #[error("{0}")]
+    BadDescSize(String),
     /// The TensorDesc protobuf is malformed or incomplete.
     #[error("invalid TensorDesc: {0}")]
     BadTensorDesc(String),
-    /// A dimension below zero.
-    #[error("negative dimension {value} at index {index}")]
-    NegativeDim {
-        /// Position of the dimension.
-        index: usize,
-        /// Its value.
-        value: i64,
-    },
+    /// A dimension below zero: its value and position.
+    #[error("{0}")]
+    NegativeDim(String),
     /// Element count or byte count does not fit in 64 bits / memory.
     #[error("size overflow: {0}")]
     SizeOverflow(String),
     /// The LoD offsets are not a valid level-of-detail table.
     #[error("invalid LoD: {0}")]
     BadLod(String),
-    /// A typed view was asked of data whose address is not aligned for the type.
-    #[error(
-        "tensor data at address {address:#x} is not aligned to {align} bytes for {ty}; use the copying accessor"
-    )]
-    Misaligned {
-        /// The requested Rust type.
-        ty: &'static str,
-        /// Its alignment.
-        align: usize,
-        /// The data's address.
-        address: usize,
-    },
-    /// A typed view was asked with a Rust type that does not match the dtype.
-    #[error("tensor has dtype {actual}, not {expected}")]
-    DTypeMismatch {
-        /// The dtype the caller asked for.
-        expected: &'static str,
-        /// The tensor's dtype.
-        actual: &'static str,
-    },
-    /// Tensor data does not match dtype × dims.
-    #[error("tensor data has {actual} bytes, dtype and dims need {expected}")]
-    DataLength {
-        /// Bytes needed.
-        expected: u64,
-        /// Bytes given.
-        actual: u64,
-    },
+    /// A typed view was asked of data whose address is not aligned for the type: the
+    /// type, its alignment and the data's address.
+    #[error("{0}")]
+    Misaligned(String),
+    /// A typed view was asked with a Rust type that does not match the dtype: the
+    /// tensor's dtype and the one asked for.
+    #[error("{0}")]
+    DTypeMismatch(String),
+    /// Tensor data does not match dtype × dims: the bytes given and the bytes needed.
+    #[error("{0}")]
+    DataLength(String),
     /// The zip container is malformed or unsupported.
     #[error("bad zip: {0}")]
     Zip(String),
-    /// A tag name breaks one of the naming rules.
-    #[error("invalid tag name {name:?}: {rule}")]
-    InvalidTagName {
-        /// The offending name.
-        name: String,
-        /// The rule it breaks.
-        rule: &'static str,
-    },
-    /// No tag of that name (ignoring ASCII case). The tags it lists are
-    /// picked for a reader to see what is there.
-    #[error("no tag {name:?}; {}", TagList(tags, *total))]
-    TagNotFound {
-        /// The name asked for.
-        name: String,
-        /// Tags the archive has, in tags.txt order: all of them when there are at most
-        /// 10, else the oldest few and the newest.
-        tags: Vec<String>,
-        /// How many tags the archive has.
-        total: usize,
-    },
+    /// A tag name breaks one of the naming rules: the name and the rule.
+    #[error("{0}")]
+    InvalidTagName(String),
+    /// No tag of that name (ignoring ASCII case): the name, and the tags the archive has
+    /// (in tags.txt order: all of them when there are at most 10, else the oldest few and
+    /// the newest, with how many there are).
+    #[error("{0}")]
+    TagNotFound(String),
     /// A tag that already exists (ignoring ASCII case).
     #[error("tag {0:?} already exists")]
     TagExists(String),
@@ -134,14 +85,10 @@ pub enum ErrorKind {
     /// A required entry is absent.
     #[error("missing entry {0:?}")]
     MissingEntry(String),
-    /// An entry name that could escape a directory or is otherwise unsafe.
-    #[error("unsafe entry name {name:?}: {why}")]
-    UnsafeName {
-        /// The name.
-        name: String,
-        /// Why it is refused.
-        why: &'static str,
-    },
+    /// An entry name that could escape a directory or is otherwise unsafe: the name and
+    /// why it is refused.
+    #[error("{0}")]
+    UnsafeName(String),
     /// A size or count over a configured limit.
     #[error("{what} of {size} exceeds the limit of {limit}")]
     LimitExceeded {
@@ -163,56 +110,42 @@ pub enum ErrorKind {
     /// A graph that cannot be decoded, encoded or converted.
     #[error("graph: {0}")]
     Graph(String),
-    /// A tag asked for as a checkpoint that a checkpointer did not write.
-    #[error("tag {tag:?} is not a checkpoint: {why}")]
-    NotACheckpoint {
-        /// The tag, spelled as in tags.txt.
-        tag: String,
-        /// Why it is not one.
-        why: String,
-    },
+    /// A tag asked for as a checkpoint that a checkpointer did not write: the tag
+    /// (spelled as in tags.txt) and why it is not one.
+    #[error("{0}")]
+    NotACheckpoint(String),
     /// An asynchronous checkpoint save failed (reported a second time: the first report
     /// is the save's own error, see `checkpoint::SaveHandle::wait`).
     #[error("asynchronous save failed: {0}")]
     AsyncSave(String),
-    /// A rollback journal lies beside the archive that was not written for it (the archive
-    /// was replaced after an append was interrupted): it is not replayed.
+    /// A rollback journal (the path) lies beside the archive that was not written for it
+    /// (the archive was replaced after an append was interrupted): it is not replayed.
     #[error(
         "the rollback journal {} does not belong to this archive (the central directory \
          it saved does not match the archive's entries): the archive was replaced after \
          an append was interrupted; move the journal away to open it",
-        journal.display()
+        .0.display()
     )]
-    ForeignJournal {
-        /// The journal's path.
-        journal: PathBuf,
-    },
-    /// An in-place append was interrupted and this reader could not roll it back.
-    #[error("archive has an unfinished append; open it writable once to roll back ({why})")]
-    UnfinishedAppend {
-        /// Why the rollback did not happen.
-        why: String,
-    },
-    /// An in-place write to an archive with more than one name (hard links).
+    ForeignJournal(PathBuf),
+    /// An in-place append was interrupted and this reader could not roll it back: why.
+    #[error("archive has an unfinished append; open it writable once to roll back ({0})")]
+    UnfinishedAppend(String),
+    /// An in-place write to an archive with more than one name (hard links): how many
+    /// names the file has.
     #[error(
-        "the archive has {links} hard links; an in-place write through one name \
+        "the archive has {0} hard links; an in-place write through one name \
          cannot be made crash-safe for the others (rewrite it instead, e.g. \
          --rewrite, or remove the other links)"
     )]
-    HardLinked {
-        /// How many names the file has.
-        links: u64,
-    },
-    /// A file beside the archive (its journal or lock file) that exists and is not a
-    /// regular file (a FIFO, a directory, a device): it is neither opened nor removed.
+    HardLinked(u64),
+    /// A file beside the archive, its `"journal"` or `"lock file"`, that exists and is
+    /// not a regular file (a FIFO, a directory, a device): it is neither opened nor
+    /// removed.
     #[error(
-        "the archive's {what} is not a regular file (remove it if no modelzip writer \
+        "the archive's {0} is not a regular file (remove it if no modelzip writer \
          is running)"
     )]
-    NotARegularFile {
-        /// Which file: "journal" or "lock file".
-        what: &'static str,
-    },
+    NotARegularFile(&'static str),
     /// A caller-supplied value that makes no sense.
     #[error("{0}")]
     InvalidInput(String),
@@ -220,23 +153,12 @@ pub enum ErrorKind {
     /// dtype cannot carry faithfully: NaN or ±inf, or (cast) finite values beyond the
     /// target dtype's range. Refused unless the caller allows them
     /// ([`AllowValues`](crate::variants::AllowValues), named by `allow`).
-    #[error(
-        "parameter {param:?}: {count} value(s) {problem} (the first at flat index {first_index}: \
-         {first_value}); {consequence}; refused unless such values are allowed"
-    )]
+    #[error("{message}; refused unless such values are allowed")]
     UnrepresentableValues {
-        /// The parameter.
-        param: String,
-        /// What is wrong with the values ("are NaN or infinite", "are beyond FP16's range").
-        problem: String,
-        /// How many values are affected.
-        count: u64,
-        /// The flat (row-major) index of the first.
-        first_index: u64,
-        /// The first such value, as read (FP32).
-        first_value: f32,
-        /// What the variant would store for them.
-        consequence: &'static str,
+        /// The parameter, what is wrong with its values ("are NaN or infinite", "are
+        /// beyond FP16's range"), how many, the flat (row-major) index and value (as
+        /// FP32) of the first, and what the variant would store for them.
+        message: String,
         /// The [`AllowValues`](crate::variants::AllowValues) field that allows them:
         /// `non_finite` or `overflow`.
         allow: &'static str,
@@ -251,12 +173,10 @@ pub enum ErrorKind {
     )]
     RangeNotSupported,
     /// The remote object changed between two requests of one read (its ETag is not the
-    /// one the first request saw): nothing of two versions is mixed.
-    #[error("the remote object changed while it was read (version {was} is gone); open it again")]
-    RemoteChanged {
-        /// The version (ETag) read first.
-        was: String,
-    },
+    /// one the first request saw, which the kind names): nothing of two versions is
+    /// mixed.
+    #[error("the remote object changed while it was read (version {0} is gone); open it again")]
+    RemoteChanged(String),
     /// A conditional upload or remote append refused: the object exists, or is not the
     /// version read.
     #[error("{0}")]
@@ -278,11 +198,39 @@ impl ErrorKind {
             let newest = &tags[tags.len() - (Self::TAGS_LISTED - OLDEST)..];
             tags[..OLDEST].iter().chain(newest).cloned().collect()
         };
-        ErrorKind::TagNotFound {
-            name: name.to_string(),
-            tags: listed,
-            total: tags.len(),
-        }
+        ErrorKind::TagNotFound(format!("no tag {name:?}; {}", TagList(&listed, tags.len())))
+    }
+
+    /// [`ErrorKind::Truncated`]: field `what` needs `needed` bytes, `available` remain.
+    pub(crate) fn truncated(what: &str, needed: u64, available: u64) -> ErrorKind {
+        ErrorKind::Truncated(format!(
+            "truncated {what}: needs {needed} bytes, {available} remain"
+        ))
+    }
+
+    /// [`ErrorKind::BadVersion`]: version word `what` is `value`, not 0.
+    pub(crate) fn bad_version(what: &str, value: u32) -> ErrorKind {
+        ErrorKind::BadVersion(format!("unsupported {what} {value} (only 0 is defined)"))
+    }
+
+    /// [`ErrorKind::NegativeDim`]: dimension `index` is `value`.
+    pub(crate) fn negative_dim(index: usize, value: i64) -> ErrorKind {
+        ErrorKind::NegativeDim(format!("negative dimension {value} at index {index}"))
+    }
+
+    /// [`ErrorKind::DTypeMismatch`]: the tensor has dtype `actual`, not `expected`.
+    pub(crate) fn dtype_mismatch(expected: &str, actual: &str) -> ErrorKind {
+        ErrorKind::DTypeMismatch(format!("tensor has dtype {actual}, not {expected}"))
+    }
+
+    /// [`ErrorKind::InvalidTagName`]: `name` breaks `rule`.
+    pub(crate) fn invalid_tag_name(name: &str, rule: &str) -> ErrorKind {
+        ErrorKind::InvalidTagName(format!("invalid tag name {name:?}: {rule}"))
+    }
+
+    /// [`ErrorKind::UnsafeName`]: entry name `name` is refused because `why`.
+    pub(crate) fn unsafe_name(name: &str, why: &str) -> ErrorKind {
+        ErrorKind::UnsafeName(format!("unsafe entry name {name:?}: {why}"))
     }
 }
 
@@ -369,8 +317,9 @@ struct Inner {
 }
 
 impl Error {
-    /// An error of this kind with no location yet.
-    pub fn new(kind: ErrorKind) -> Self {
+    /// An error of this kind with no location yet (callers outside the crate use
+    /// `Error::from(kind)` or `kind.into()`).
+    pub(crate) fn new(kind: ErrorKind) -> Self {
         Error(Box::new(Inner {
             kind,
             location: Location::default(),
@@ -380,12 +329,6 @@ impl Error {
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
         &self.0.kind
-    }
-
-    /// What went wrong, by value (dropping the location): for example the
-    /// [`std::io::Error`] of an [`ErrorKind::Io`].
-    pub fn into_kind(self) -> ErrorKind {
-        self.0.kind
     }
 
     /// Where it went wrong.
@@ -522,18 +465,5 @@ mod tests {
             many.to_string(),
             r#"no tag "x"; tags: t0, t1, t2, …, t99993, t99994, t99995, t99996, t99997, t99998, t99999 (100000 in all)"#
         );
-        assert!(
-            matches!(many, ErrorKind::TagNotFound { total: 100_000, ref tags, .. } if tags.len() == 10)
-        );
-    }
-
-    #[test]
-    fn into_kind_gives_the_io_error_back() {
-        let e =
-            Error::from(std::io::Error::new(std::io::ErrorKind::NotFound, "gone")).in_file("m.zip");
-        match e.into_kind() {
-            ErrorKind::Io(io) => assert_eq!(io.kind(), std::io::ErrorKind::NotFound),
-            other => panic!("{other:?}"),
-        }
     }
 }

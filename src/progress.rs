@@ -175,7 +175,7 @@ mod tests {
 
         seen.lock().unwrap().clear();
         let q = crate::variants::QuantizeOptions { per_channel: false };
-        crate::variants::quantize(&path, "c", "int8", &q, &opts).unwrap();
+        crate::variants::quantize(&path, "c", "int8", &q, &Default::default(), &opts).unwrap();
         let calls = seen.lock().unwrap().clone();
         assert_counts_up(&calls);
         assert_eq!(calls[0].1, 4, "two params, each derived then written");

@@ -8,7 +8,8 @@ use modelzip::{Graph, OpenOptions, TrainingConfig};
 use std::io::Cursor;
 
 fuzz_target!(|data: &[u8]| {
-    let a = match OpenOptions::new().max_inflated_size(64 << 20).from_reader(Cursor::new(data)) {
+    let limits = OpenOptions { max_inflated_size: 64 << 20, ..OpenOptions::default() };
+    let a = match limits.from_reader(Cursor::new(data)) {
         Ok(a) => a,
         Err(e) => return drop(e.to_string()),
     };

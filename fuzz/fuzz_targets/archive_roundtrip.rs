@@ -78,9 +78,9 @@ fn tag(u: &mut Unstructured, pool: &[Tensor], taken: &mut Vec<String>) -> Result
     }
     let graph = match u.int_in_range(0..=2)? {
         0 => None,
-        1 => Some((GraphFormat::ProgramDesc, modelzip::Graph::from(modelzip::graph::Program::new()).to_programdesc().unwrap())),
+        1 => Some((GraphFormat::ProgramDesc, modelzip::Graph::from(modelzip::graph::Program::default()).encode(GraphFormat::ProgramDesc).unwrap())),
         // Writers refuse graph bytes that do not decode (the graph_fb target fuzzes those).
-        _ => Some((GraphFormat::FlatBuffers, modelzip::Graph::from(modelzip::graph::Program::new()).to_flatbuffers().unwrap())),
+        _ => Some((GraphFormat::FlatBuffers, modelzip::Graph::from(modelzip::graph::Program::default()).encode(GraphFormat::FlatBuffers).unwrap())),
     };
     let config = match u.arbitrary::<Option<f64>>()? {
         Some(lr) => Some(modelzip::TrainingConfig::sgd(lr).encode().unwrap()),

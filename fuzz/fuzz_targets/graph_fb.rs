@@ -24,21 +24,21 @@ fn implied(g: &Graph) -> Graph {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let g = match Graph::from_flatbuffers(data) {
+    let g = match Graph::decode(GraphFormat::FlatBuffers, data) {
         Ok(g) => g,
         Err(e) => return drop(e.to_string()),
     };
     // Debug strings compare NaN attributes equal (they are kept bit for bit).
     let same = |a: &Graph, b: &Graph| format!("{a:?}") == format!("{b:?}");
-    let fb = g.to_flatbuffers().expect("decoded graph does not encode");
-    let g2 = Graph::from_flatbuffers(&fb).expect("re-encoded graph.fb does not decode");
+    let fb = g.encode(GraphFormat::FlatBuffers).expect("decoded graph does not encode");
+    let g2 = Graph::decode(GraphFormat::FlatBuffers, &fb).expect("re-encoded graph.fb does not decode");
     assert!(same(&g, &g2), "graph.fb → Graph → graph.fb changed the graph");
-    assert_eq!(g2.to_flatbuffers().unwrap(), fb, "graph.fb encoding is not a fixed point");
+    assert_eq!(g2.encode(GraphFormat::FlatBuffers).unwrap(), fb, "graph.fb encoding is not a fixed point");
     let _ = (dump::text(&g), dump::json(&g));
     // Not every graph.fb graph has a ProgramDesc form; those that do must survive it.
-    if let Ok(pd) = g.to_programdesc() {
-        let g3 = Graph::from_programdesc(&pd).expect("ProgramDesc of a decoded graph does not decode");
+    if let Ok(pd) = g.encode(GraphFormat::ProgramDesc) {
+        let g3 = Graph::decode(GraphFormat::ProgramDesc, &pd).expect("ProgramDesc of a decoded graph does not decode");
         assert!(same(&implied(&g), &g3), "graph.fb → ProgramDesc → Graph changed the graph");
-        assert_eq!(g3.to_programdesc().unwrap(), pd, "ProgramDesc encoding is not a fixed point");
+        assert_eq!(g3.encode(GraphFormat::ProgramDesc).unwrap(), pd, "ProgramDesc encoding is not a fixed point");
     }
 });

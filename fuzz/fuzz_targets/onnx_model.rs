@@ -30,8 +30,8 @@ fuzz_target!(|data: &[u8]| {
         .expect("a split model joins back");
     assert_eq!(back.encode_to_vec(), before);
     let graph = Graph::Onnx(g);
-    let fb = graph.to_flatbuffers().unwrap();
-    assert_eq!(Graph::from_flatbuffers(&fb).unwrap(), graph);
+    let fb = graph.encode(GraphFormat::FlatBuffers).unwrap();
+    assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap(), graph);
     let _ = modelzip::dump::text(&graph);
     let _ = modelzip::dump::json(&graph);
 });

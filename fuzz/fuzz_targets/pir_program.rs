@@ -39,14 +39,14 @@ fuzz_target!(|data: &[u8]| {
     }
     let g = Graph::from_pir_json(data).expect("parsed program does not make a graph");
     let fb = g
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .expect("PIR graph does not encode as graph.fb");
-    let g2 = Graph::from_flatbuffers(&fb).expect("graph.fb of a PIR graph does not decode");
+    let g2 = Graph::decode(GraphFormat::FlatBuffers, &fb).expect("graph.fb of a PIR graph does not decode");
     let pir2 = g2.pir.as_ref().expect("graph.fb lost the PIR program");
     assert_eq!(pir2.json, data, "graph.fb changed the PIR bytes");
     assert_eq!(pir2.program().expect("PIR program no longer parses"), p);
     assert_eq!(
-        g2.to_flatbuffers().unwrap(),
+        g2.encode(GraphFormat::FlatBuffers).unwrap(),
         fb,
         "graph.fb encoding is not a fixed point"
     );

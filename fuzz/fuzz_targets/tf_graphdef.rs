@@ -28,8 +28,8 @@ fn check(g: modelzip::tf_proto::GraphDef) {
     .expect("a split GraphDef joins back");
     assert_eq!(back.encode_to_vec(), before);
     let graph = Graph::Tf(split.graph);
-    let fb = graph.to_flatbuffers().unwrap();
-    assert_eq!(Graph::from_flatbuffers(&fb).unwrap(), graph);
+    let fb = graph.encode(GraphFormat::FlatBuffers).unwrap();
+    assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap(), graph);
     let _ = tf::graphdef_to_text(&back);
 }
 

@@ -698,7 +698,7 @@ impl NativeTag {
             let e = ErrorKind::ParamNotFound(name.to_string(), self.name.clone());
             return Err(raise(
                 py,
-                self.in_tag(Error::new(e).in_entry(format!("{}/updater.txt", self.name))),
+                self.in_tag(Error::from(e).in_entry(format!("{}/updater.txt", self.name))),
             ));
         };
         self.read_all(py, self.updater[*i].arrays.iter())
@@ -1161,11 +1161,9 @@ impl NativeCheckpointer {
                 format!("timeout must be a number of seconds, not {timeout}"),
             ));
         }
-        let mut sharding = modelzip::sharded::ShardedOptions::new(rank, world_size)
-            .with_timeout(Duration::from_secs_f64(timeout));
-        if let Some(id) = group {
-            sharding = sharding.with_group(id);
-        }
+        let mut sharding = modelzip::sharded::ShardedOptions::new(rank, world_size);
+        sharding.timeout = Duration::from_secs_f64(timeout);
+        sharding.group = group;
         let r = py
             .detach(|| {
                 let specs = shard_specs(&items);
@@ -1524,9 +1522,7 @@ fn quantize<'py>(
         overflow: false,
     };
     let r = py
-        .detach(|| {
-            modelzip::variants::quantize_allowing(&archive, source, tag, &opts, &allow, &write)
-        })
+        .detach(|| modelzip::variants::quantize(&archive, source, tag, &opts, &allow, &write))
         .map_err(|e| e.in_file(&archive))
         .or_raise(py)?;
     variant_report(py, &r)
@@ -1553,7 +1549,7 @@ fn cast<'py>(
         overflow: allow_overflow,
     };
     let r = py
-        .detach(|| modelzip::variants::cast_allowing(&archive, source, tag, dtype, &allow, &write))
+        .detach(|| modelzip::variants::cast(&archive, source, tag, dtype, &allow, &write))
         .map_err(|e| e.in_file(&archive))
         .or_raise(py)?;
     variant_report(py, &r)
@@ -1777,16 +1773,14 @@ fn sharded_save<'py>(
             format!("timeout must be a number of seconds, not {timeout}"),
         ));
     }
-    let mut opts = ShardedOptions::new(rank, world_size)
-        .with_timeout(Duration::from_secs_f64(timeout))
-        .with_write(WriteOptions {
-            wait_for_lock: wait,
-            fsync,
-            ..WriteOptions::default()
-        });
-    if let Some(id) = group {
-        opts = opts.with_group(id);
-    }
+    let mut opts = ShardedOptions::new(rank, world_size);
+    opts.timeout = Duration::from_secs_f64(timeout);
+    opts.write = WriteOptions {
+        wait_for_lock: wait,
+        fsync,
+        ..WriteOptions::default()
+    };
+    opts.group = group;
     let report = py
         .detach(|| -> modelzip::Result<_> {
             let specs = shard_specs(&items);

@@ -120,7 +120,7 @@ pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 pub(crate) fn regular_file(p: &Path, what: &'static str) -> Result<()> {
     match std::fs::symlink_metadata(p) {
         Ok(m) if !m.file_type().is_file() => {
-            Err(Error::new(ErrorKind::NotARegularFile { what }).in_file(p))
+            Err(Error::new(ErrorKind::NotARegularFile(what)).in_file(p))
         }
         _ => Ok(()),
     }

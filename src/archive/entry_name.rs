@@ -5,13 +5,7 @@ use crate::error::{ErrorKind, Result};
 /// Refuses an entry name that is empty, absolute, uses `\`, NUL, a drive letter,
 /// or has an empty, `.` or `..` path component (a trailing `/` marks a directory).
 pub(crate) fn check_entry_name(name: &str) -> Result<()> {
-    let fail = |why: &'static str| {
-        Err(ErrorKind::UnsafeName {
-            name: name.to_string(),
-            why,
-        }
-        .into())
-    };
+    let fail = |why: &'static str| Err(ErrorKind::unsafe_name(name, why).into());
     if name.is_empty() {
         return fail("empty name");
     }
@@ -137,10 +131,11 @@ mod tests {
             name in "(C:|/|\\\\|\\x00|)((\\.|\\.\\.|\\.\\.\\.|a|\\.a|a\\.|)/){0,4}(\\.|\\.\\.|a|a\\\\b|)",
         ) {
             let got = check_entry_name(&name).map_err(|e| match e.kind() {
-                ErrorKind::UnsafeName { why, .. } => *why,
-                _ => "other",
+                ErrorKind::UnsafeName(_) => e.to_string(),
+                _ => format!("other: {e}"),
             });
-            proptest::prop_assert_eq!(got, reference(&name), "{:?}", name);
+            let want = reference(&name).map_err(|why| format!("unsafe entry name {name:?}: {why}"));
+            proptest::prop_assert_eq!(got, want, "{:?}", name);
         }
     }
 }

@@ -89,7 +89,7 @@ fn refuse_hard_links(path: &Path) -> Result<()> {
             .map_err(|e| Error::from(e).in_file(path))?
             .nlink();
         if links > 1 {
-            return Err(Error::new(ErrorKind::HardLinked { links }).in_file(path));
+            return Err(Error::new(ErrorKind::HardLinked(links)).in_file(path));
         }
     }
     Ok(())
@@ -279,7 +279,7 @@ pub(crate) fn recover_from(path: &Path, jp: &Path) -> Result<bool> {
         .open(path)
         .map_err(|e| Error::from(e).in_file(path))?;
     if !belongs_to(&file, &j).map_err(|e| Error::from(e).in_file(path))? {
-        return Err(Error::new(ErrorKind::ForeignJournal { journal: jp }).in_file(path));
+        return Err(Error::new(ErrorKind::ForeignJournal(jp)).in_file(path));
     }
     let res = (|| -> std::io::Result<()> {
         let mut w = Budgeted(&file);

@@ -128,12 +128,8 @@ fn recover_staging_for_reader(path: &Path) -> Result<()> {
 /// Takes the write lock (waiting for a running append to finish) and rolls back an
 /// unfinished in-place append.
 fn recover_for_reader(path: &Path) -> Result<()> {
-    let unfinished = |why: &str| {
-        Error::new(ErrorKind::UnfinishedAppend {
-            why: why.to_string(),
-        })
-        .in_file(path)
-    };
+    let unfinished =
+        |why: &str| Error::new(ErrorKind::UnfinishedAppend(why.to_string())).in_file(path);
     // Waiting for the journal to go, not only for the lock: a writer that ends its append
     // and takes the lock again at once would keep the lock from this reader.
     let jpath = sidecar(path, ".journal");

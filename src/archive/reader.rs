@@ -52,11 +52,6 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// The default limits.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Whether a deflated entry of these sizes is within the size and ratio limits
     /// (what [`Archive::read_entry`] checks before inflating).
     pub(crate) fn admits_deflated(&self, uncompressed_size: u64, compressed_size: u64) -> bool {
@@ -65,18 +60,6 @@ impl OpenOptions {
                 <= compressed_size
                     .saturating_mul(self.max_inflate_ratio)
                     .max(INFLATE_RATIO_FREE)
-    }
-
-    /// Sets the largest size a deflated entry may inflate to.
-    pub fn max_inflated_size(mut self, limit: u64) -> Self {
-        self.max_inflated_size = limit;
-        self
-    }
-
-    /// Sets the largest inflated-to-compressed size ratio (see the field).
-    pub fn max_inflate_ratio(mut self, ratio: u64) -> Self {
-        self.max_inflate_ratio = ratio;
-        self
     }
 }
 

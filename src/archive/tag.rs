@@ -370,7 +370,7 @@ impl<'a> Tag<'a> {
     /// The entry holding the tag's file `file` (`graph.fb`, `graph.pdmodel`,
     /// `trainingConfig.fb`): its own, or the owner's that shared.txt names; `None` when
     /// the tag has neither.
-    pub fn file_entry(&self, file: &str) -> Option<String> {
+    pub(crate) fn file_entry(&self, file: &str) -> Option<String> {
         let own = format!("{}/{file}", self.name);
         if self.archive.has_entry(&own) {
             return Some(own);

@@ -8,13 +8,7 @@ pub const MAX_TAG_NAME_LEN: usize = 128;
 /// Checks a tag name: 1–128 bytes of ASCII letters, digits, `.`, `_`, `-`; starts with a
 /// letter or digit; does not end with `.`; not a Windows device name; not `tags.txt`.
 pub fn validate_tag_name(name: &str) -> Result<()> {
-    let fail = |rule: &'static str| {
-        Err(ErrorKind::InvalidTagName {
-            name: name.to_string(),
-            rule,
-        }
-        .into())
-    };
+    let fail = |rule: &'static str| Err(ErrorKind::invalid_tag_name(name, rule).into());
     if name.is_empty() {
         return fail("a tag name must not be empty");
     }
@@ -60,11 +54,13 @@ fn is_windows_device_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn rule(name: &str) -> &'static str {
-        match validate_tag_name(name).unwrap_err().kind() {
-            ErrorKind::InvalidTagName { rule, .. } => rule,
-            other => panic!("unexpected {other:?}"),
-        }
+    /// The rule `name` breaks: the message after `invalid tag name "<name>": `.
+    fn rule(name: &str) -> String {
+        let e = validate_tag_name(name).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::InvalidTagName(_)), "{e}");
+        let prefix = format!("invalid tag name {name:?}: ");
+        let message = e.to_string();
+        message.strip_prefix(&prefix).expect(&message).to_string()
     }
 
     #[test]

@@ -404,7 +404,8 @@ impl Checkpointer {
         } else {
             None
         };
-        let sopts = sharding.clone().with_write(self.opts.write.clone());
+        let mut sopts = sharding.clone();
+        sopts.write = self.opts.write.clone();
         let mut w = crate::sharded::ShardedWriter::open(&self.path, &tag, specs, &sopts)?;
         write(&mut w)?;
         if rank0 {
@@ -845,10 +846,10 @@ fn to_remove(archive: &Archive, policy: &Retention) -> Result<Vec<String>> {
 fn restore_from(archive: &Archive, tag: &str) -> Result<Checkpoint> {
     let t = archive.tag(tag)?;
     let (record, _) = checkpoint_info(archive, tag)?.map_err(|why| {
-        Error::new(ErrorKind::NotACheckpoint {
-            tag: t.name().to_string(),
-            why,
-        })
+        Error::new(ErrorKind::NotACheckpoint(format!(
+            "tag {:?} is not a checkpoint: {why}",
+            t.name()
+        )))
         .in_entry(format!("{}/metadata.json", t.name()))
     })?;
     let params = t

@@ -66,6 +66,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     };
     args.variant
         .run("cast", "casting", "cast", |archive, from, tag, write| {
-            variants::cast_allowing(archive, from, tag, dtype, &allow, write)
+            variants::cast(archive, from, tag, dtype, &allow, write)
         })
 }

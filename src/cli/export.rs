@@ -117,13 +117,13 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let format = match &args.format {
         Some(name) => interop::format(name).map_err(fail)?,
         None => interop::origin_of(&tag).map_err(fail)?.ok_or_else(|| {
-            fail(modelzip::Error::new(modelzip::ErrorKind::InvalidInput(
+            fail(modelzip::Error::from(modelzip::ErrorKind::InvalidInput(
                 "the tag has no graph of a known format; pass --format".into(),
             )))
         })?,
     };
     if args.external_data && format.name() != "onnx" {
-        return Err(fail(modelzip::Error::new(
+        return Err(fail(modelzip::Error::from(
             modelzip::ErrorKind::InvalidInput(format!(
                 "--external-data is for onnx exports, not {}",
                 format.name()

@@ -77,8 +77,8 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let entry = format!("{name}/{}", enc.file_name());
     let bad = |e: modelzip::Error| CliError::Failed(format!("cannot decode {entry}: {e}"));
     let graph = match enc {
-        GraphFormat::ProgramDesc => Graph::from_programdesc(&bytes),
-        GraphFormat::FlatBuffers => Graph::from_flatbuffers(&bytes),
+        GraphFormat::ProgramDesc => Graph::decode(GraphFormat::ProgramDesc, &bytes),
+        GraphFormat::FlatBuffers => Graph::decode(GraphFormat::FlatBuffers, &bytes),
     }
     .map_err(bad)?;
     match args.format {
@@ -108,9 +108,11 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Format::Pbtxt => {
             let pd = match enc {
                 GraphFormat::ProgramDesc => bytes.into_owned(),
-                GraphFormat::FlatBuffers => graph.to_programdesc().map_err(|e| {
-                    CliError::Failed(format!("cannot convert {entry} to ProgramDesc: {e}"))
-                })?,
+                GraphFormat::FlatBuffers => {
+                    graph.encode(GraphFormat::ProgramDesc).map_err(|e| {
+                        CliError::Failed(format!("cannot convert {entry} to ProgramDesc: {e}"))
+                    })?
+                }
             };
             let mut text = dump::pbtxt(&pd).map_err(bad)?;
             if !text.ends_with('\n') {

@@ -183,7 +183,7 @@ fn read_graph(path: &Path, encoding: Option<GraphFormat>) -> Result<GraphFile, C
     if encoding == GraphFormat::ProgramDesc && modelzip::graph::looks_like_pir(&bytes) {
         // A Paddle 3 PIR program: kept byte for byte in a graph.fb.
         let fb = Graph::from_pir_json(&bytes)
-            .and_then(|g| g.to_flatbuffers())
+            .and_then(|g| g.encode(GraphFormat::FlatBuffers))
             .map_err(|e| {
                 CliError::Failed(format!(
                     "cannot use graph {} as a Paddle PIR program (.json): {e}",

@@ -127,9 +127,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         "quantize",
         "quantizing",
         "quantized",
-        |archive, from, tag, write| {
-            variants::quantize_allowing(archive, from, tag, &options, &allow, write)
-        },
+        |archive, from, tag, write| variants::quantize(archive, from, tag, &options, &allow, write),
     )
 }
 

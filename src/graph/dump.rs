@@ -345,15 +345,23 @@ pub(crate) fn pbtxt(programdesc_bytes: &[u8]) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Op, Var};
+    use crate::graph::{Op, Var, VarKind};
     use crate::tensor::DType;
 
     fn sample() -> Program {
-        let mut g = Program::new();
-        g.version = Some(2006002);
+        let mut g = Program {
+            version: Some(2006002),
+            ..Program::default()
+        };
         let b = &mut g.blocks[0];
-        b.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
-        b.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
+        b.vars.push(Var::new(
+            "x",
+            VarKind::Placeholder,
+            DType::Fp32,
+            vec![-1, 4],
+        ));
+        b.vars
+            .push(Var::new("w", VarKind::Parameter, DType::Fp32, vec![4, 2]));
         b.ops.push(
             Op::new("", "matmul_v2")
                 .input("X", &["x"])
@@ -390,10 +398,11 @@ mod tests {
 
     #[test]
     fn text_escapes_control_characters_in_names() {
-        let mut g = Program::new();
+        let mut g = Program::default();
         let b = &mut g.blocks[0];
-        b.vars.push(Var::parameter(
+        b.vars.push(Var::new(
             "evil\u{1b}[31m\nvar fake",
+            VarKind::Parameter,
             DType::Fp32,
             vec![1],
         ));

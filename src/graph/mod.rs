@@ -1,15 +1,15 @@
 //! Graphs: one model ([`Graph`]) and its two encodings, graph.fb and graph.pdmodel.
 //!
 //! ```
-//! use modelzip::graph::{AttrValue, Op, Program, Var};
+//! use modelzip::graph::{AttrValue, Op, Program, Var, VarKind};
 //! use modelzip::{Graph, GraphFormat};
 //! use modelzip::DType;
 //!
-//! let mut p = Program::new();
+//! let mut p = Program::default();
 //! let main = &mut p.blocks[0];
-//! main.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
-//! main.vars.push(Var::parameter("w", DType::Fp32, vec![4, 2]));
-//! main.vars.push(Var::variable("y", DType::Fp32, vec![-1, 2]));
+//! main.vars.push(Var::new("x", VarKind::Placeholder, DType::Fp32, vec![-1, 4]));
+//! main.vars.push(Var::new("w", VarKind::Parameter, DType::Fp32, vec![4, 2]));
+//! main.vars.push(Var::new("y", VarKind::Variable, DType::Fp32, vec![-1, 2]));
 //! main.ops.push(
 //!     Op::new("mm", "matmul_v2")
 //!         .input("X", &["x"])
@@ -18,9 +18,9 @@
 //!         .attr("trans_x", AttrValue::Bool(false)),
 //! );
 //! let g = Graph::from(p);
-//! let fb = g.to_flatbuffers()?;
+//! let fb = g.encode(GraphFormat::FlatBuffers)?;
 //! assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb)?, g);
-//! let pd = g.to_programdesc()?;
+//! let pd = g.encode(GraphFormat::ProgramDesc)?;
 //! assert_eq!(Graph::decode(GraphFormat::ProgramDesc, &pd)?, g);
 //! # Ok::<(), modelzip::Error>(())
 //! ```
@@ -54,15 +54,13 @@ pub use training_config::{HyperParam, Regularization};
 use crate::error::{Error, ErrorKind, Result};
 
 impl Graph {
-    /// Decodes Paddle `.pdmodel` (ProgramDesc protobuf) bytes, checking required fields
-    /// and enum values.
-    pub fn from_programdesc(bytes: &[u8]) -> Result<Graph> {
+    /// [`Graph::decode`] of ProgramDesc bytes.
+    pub(crate) fn from_programdesc(bytes: &[u8]) -> Result<Graph> {
         programdesc::decode(bytes).map(Graph::Program)
     }
 
-    /// Encodes the graph as Paddle `.pdmodel` bytes; only a [`Graph::Program`] has that
-    /// form.
-    pub fn to_programdesc(&self) -> Result<Vec<u8>> {
+    /// [`Graph::encode`] as a ProgramDesc.
+    pub(crate) fn to_programdesc(&self) -> Result<Vec<u8>> {
         match self {
             Graph::Program(p) => programdesc::encode(p),
             Graph::Tf(_) => Err(programdesc::gerr(
@@ -78,8 +76,8 @@ impl Graph {
         }
     }
 
-    /// Decodes graph.fb bytes (verified with the FlatBuffers verifier first).
-    pub fn from_flatbuffers(bytes: &[u8]) -> Result<Graph> {
+    /// [`Graph::decode`] of graph.fb bytes.
+    pub(crate) fn from_flatbuffers(bytes: &[u8]) -> Result<Graph> {
         flatbuffers::decode(bytes)
     }
 
@@ -92,12 +90,14 @@ impl Graph {
         }))
     }
 
-    /// Encodes the graph as graph.fb bytes.
-    pub fn to_flatbuffers(&self) -> Result<Vec<u8>> {
+    /// [`Graph::encode`] as graph.fb.
+    pub(crate) fn to_flatbuffers(&self) -> Result<Vec<u8>> {
         flatbuffers::encode(self)
     }
 
-    /// Decodes bytes in either format.
+    /// Decodes graph bytes in `format`: Paddle `.pdmodel` (ProgramDesc protobuf) bytes,
+    /// checking required fields and enum values, or graph.fb bytes, verified with the
+    /// FlatBuffers verifier first.
     pub fn decode(format: GraphFormat, bytes: &[u8]) -> Result<Graph> {
         match format {
             GraphFormat::FlatBuffers => Graph::from_flatbuffers(bytes),
@@ -105,7 +105,8 @@ impl Graph {
         }
     }
 
-    /// Encodes the graph in either format.
+    /// Encodes the graph in `format`: graph.fb holds every graph kind but PIR; a Paddle
+    /// `.pdmodel` (ProgramDesc) only a [`Graph::Program`].
     pub fn encode(&self, format: GraphFormat) -> Result<Vec<u8>> {
         match format {
             GraphFormat::FlatBuffers => self.to_flatbuffers(),

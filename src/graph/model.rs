@@ -27,7 +27,7 @@ pub enum Graph {
 }
 
 /// A whole Paddle / SameDiff program: nested blocks of variables and operations.
-/// `Program::default()` is [`Program::new`]: one empty main block.
+/// `Program::default()` is one empty main block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Program {
     /// The blocks; block 0 is the main (global) block.
@@ -309,54 +309,31 @@ pub struct Var {
 }
 
 impl Var {
-    /// A variable of `kind` with dtype and shape and no flags written.
+    /// A variable of `kind` with dtype and shape, and the flags its kind implies (what
+    /// decoding a graph that holds it gives back): a placeholder needs a feed and is not
+    /// persistable, a constant is persistable, a parameter persistable and a parameter, a
+    /// variable not persistable; an array or another Paddle type gets no flags. The
+    /// other fields are public to change.
     pub fn new(name: impl Into<String>, kind: VarKind, dtype: DType, shape: Vec<i64>) -> Var {
+        let (persistable, need_check_feed, is_parameter) = match kind {
+            VarKind::Placeholder => (Some(false), Some(true), None),
+            VarKind::Constant => (Some(true), None, None),
+            VarKind::Parameter => (Some(true), None, Some(true)),
+            VarKind::Variable => (Some(false), None, None),
+            VarKind::Array | VarKind::Other(_) => (None, None, None),
+        };
         Var {
             name: name.into(),
             kind,
             dtype: Some(dtype),
             shape,
             lod_level: None,
-            persistable: None,
-            need_check_feed: None,
-            is_parameter: None,
+            persistable,
+            need_check_feed,
+            is_parameter,
             stop_gradient: None,
             attrs: Vec::new(),
             extra: VarTypeExtra::default(),
-        }
-    }
-
-    /// A SameDiff placeholder (an input fed at run time).
-    pub fn placeholder(name: impl Into<String>, dtype: DType, shape: Vec<i64>) -> Var {
-        Var {
-            need_check_feed: Some(true),
-            persistable: Some(false),
-            ..Var::new(name, VarKind::Placeholder, dtype, shape)
-        }
-    }
-
-    /// A SameDiff constant (persistable, not trained).
-    pub fn constant(name: impl Into<String>, dtype: DType, shape: Vec<i64>) -> Var {
-        Var {
-            persistable: Some(true),
-            ..Var::new(name, VarKind::Constant, dtype, shape)
-        }
-    }
-
-    /// A trainable parameter (SameDiff calls this kind VARIABLE).
-    pub fn parameter(name: impl Into<String>, dtype: DType, shape: Vec<i64>) -> Var {
-        Var {
-            persistable: Some(true),
-            is_parameter: Some(true),
-            ..Var::new(name, VarKind::Parameter, dtype, shape)
-        }
-    }
-
-    /// An intermediate value computed by an op (SameDiff calls this kind ARRAY).
-    pub fn variable(name: impl Into<String>, dtype: DType, shape: Vec<i64>) -> Var {
-        Var {
-            persistable: Some(false),
-            ..Var::new(name, VarKind::Variable, dtype, shape)
         }
     }
 
@@ -644,25 +621,21 @@ pub struct Scalar {
 }
 
 impl Program {
-    /// A program with one empty main block and no version.
-    pub fn new() -> Program {
-        Program {
-            blocks: vec![Block::main()],
-            version: None,
-            op_version_map: None,
-        }
-    }
-
     /// Block 0, the main block, if the program has one.
     /// (Decoded programs always have one.)
-    pub fn main_block(&self) -> Option<&Block> {
+    pub(crate) fn main_block(&self) -> Option<&Block> {
         self.blocks.first()
     }
 }
 
 impl Default for Program {
+    /// A program with one empty main block and no version.
     fn default() -> Program {
-        Program::new()
+        Program {
+            blocks: vec![Block::main()],
+            version: None,
+            op_version_map: None,
+        }
     }
 }
 

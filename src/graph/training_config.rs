@@ -93,14 +93,6 @@ impl TrainingConfig {
         }
     }
 
-    /// The hyper-parameter named `name`, if any.
-    pub fn hyper_parameter(&self, name: &str) -> Option<HyperParam> {
-        self.hyper_parameters
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| *v)
-    }
-
     /// Encodes the configuration as trainingConfig.fb bytes.
     pub fn encode(&self) -> Result<Vec<u8>> {
         if self.updater.is_empty() {
@@ -331,10 +323,6 @@ mod tests {
         assert_eq!(TrainingConfig::decode(&bytes).unwrap(), cfg);
         let sgd = TrainingConfig::sgd(0.1);
         assert_eq!(TrainingConfig::decode(&sgd.encode().unwrap()).unwrap(), sgd);
-        assert_eq!(
-            cfg.hyper_parameter("warmup_steps"),
-            Some(HyperParam::Long(100))
-        );
     }
 
     #[test]
@@ -352,7 +340,7 @@ mod tests {
                 .to_string()
                 .contains("identifier")
         );
-        let graph = crate::Graph::from(crate::graph::Program::new())
+        let graph = crate::Graph::from(crate::graph::Program::default())
             .to_flatbuffers()
             .unwrap();
         assert!(TrainingConfig::decode(&graph).is_err());

@@ -39,23 +39,12 @@ use bytes::Bytes;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// One foreign model format: how its files are recognised, imported as a tag, and
-/// written back from a tag.
-pub trait Format: Sync {
+/// One foreign model format: imported as a tag, and written back from a tag. How its
+/// files and tags are recognised ([`detect`], [`origin_of`]) is the crate's own
+/// (`Recognise`), so the formats are the registered ones.
+pub trait Format: Sync + Recognise {
     /// The name `--format` takes (`paddle`, `tf`).
     fn name(&self) -> &'static str;
-
-    /// What the format is recognised from, for "none of these" errors
-    /// (`a .pb binary or .pbtxt text GraphDef`).
-    fn recognised_from(&self) -> &'static str;
-
-    /// Whether the inputs name this format by their file names (extensions, a
-    /// directory). Reads nothing.
-    fn matches_name(&self, inputs: &[PathBuf]) -> bool;
-
-    /// Whether the first input's content is this format (reads at most what is
-    /// needed; a read failure is `false`, the import reports it).
-    fn matches_content(&self, inputs: &[PathBuf]) -> bool;
 
     /// Imports `inputs` as tag `tag` of the archive at `archive` (created if absent).
     fn import(
@@ -66,13 +55,40 @@ pub trait Format: Sync {
         opts: &ImportOptions,
     ) -> Result<ImportReport>;
 
-    /// Whether the tag's graph came from this format (what `export` uses when no
-    /// format is given).
-    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool>;
-
     /// Writes tag `tag` to `out` in this format.
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported>;
 }
+
+mod recognise {
+    use crate::archive::Tag;
+    use crate::error::Result;
+    use std::path::PathBuf;
+
+    /// How a [`Format`](super::Format)'s files and tags are recognised: what [`detect`]
+    /// and [`origin_of`] ask of each registered format. Public in this private module, so
+    /// that no type outside the crate implements it (nor `Format`).
+    ///
+    /// [`detect`]: super::detect
+    /// [`origin_of`]: super::origin_of
+    pub trait Recognise {
+        /// What the format is recognised from, for "none of these" errors
+        /// (`a .pb binary or .pbtxt text GraphDef`).
+        fn recognised_from(&self) -> &'static str;
+
+        /// Whether the inputs name this format by their file names (extensions, a
+        /// directory). Reads nothing.
+        fn matches_name(&self, inputs: &[PathBuf]) -> bool;
+
+        /// Whether the first input's content is this format (reads at most what is
+        /// needed; a read failure is `false`, the import reports it).
+        fn matches_content(&self, inputs: &[PathBuf]) -> bool;
+
+        /// Whether the tag's graph came from this format (what `export` uses when no
+        /// format is given).
+        fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool>;
+    }
+}
+use recognise::Recognise;
 
 /// Every registered format, in the order detection tries them.
 pub static FORMATS: &[&dyn Format] = &[

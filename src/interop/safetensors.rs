@@ -257,11 +257,7 @@ internal! {
     pub fn read_safetensors(bytes: &[u8]) -> Result<SafetensorsFile<'_>> {
         let len = bytes.len() as u64;
         let Some(prefix) = bytes.get(..8) else {
-            return Err(Error::new(ErrorKind::Truncated {
-                what: "safetensors header length",
-                needed: 8,
-                available: len,
-            })
+            return Err(Error::new(ErrorKind::truncated("safetensors header length", 8, len))
             .at_offset(0));
         };
         let mut word = [0u8; 8];
@@ -276,11 +272,7 @@ internal! {
             .at_offset(0));
         }
         if n > len - 8 {
-            return Err(Error::new(ErrorKind::Truncated {
-                what: "safetensors header",
-                needed: n,
-                available: len - 8,
-            })
+            return Err(Error::new(ErrorKind::truncated("safetensors header", n, len - 8))
             .at_offset(8));
         }
         // n <= MAX_HEADER_BYTES, so it fits in usize.
@@ -1373,33 +1365,6 @@ impl super::Format for SafetensorsFormat {
         "safetensors"
     }
 
-    fn recognised_from(&self) -> &'static str {
-        ".safetensors files, a model.safetensors.index.json, or a directory holding either"
-    }
-
-    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        !inputs.is_empty() && inputs.iter().all(|p| names_safetensors(p))
-    }
-
-    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
-        // The first 64 KiB and the file's size: a checkpoint of many tensors has a header
-        // longer than what is read here.
-        let Some(p) = inputs.first() else {
-            return false;
-        };
-        let Ok(len) = std::fs::metadata(p).map(|m| m.len()) else {
-            return false;
-        };
-        let head = super::head(p, 1 << 16);
-        let Some(word) = head.first_chunk::<8>() else {
-            return false;
-        };
-        let n = u64::from_le_bytes(*word);
-        (2..=MAX_HEADER_BYTES).contains(&n)
-            && n <= len.saturating_sub(8)
-            && head[8..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-    }
-
     fn import(
         &self,
         archive: &Path,
@@ -1417,22 +1382,6 @@ impl super::Format for SafetensorsFormat {
             #[cfg(feature = "remote")]
             remote: r.remote,
         })
-    }
-
-    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
-        if tag.graph()?.is_some() {
-            return Ok(false);
-        }
-        let Some(bytes) = tag.metadata()? else {
-            return Ok(false);
-        };
-        // JSON too costly to parse is not parsed here (a safetensors import never wrote it).
-        Ok(
-            check_json_cost(&bytes, "estimated memory of parsing metadata.json").is_ok()
-                && serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .is_some_and(|v| v.get(METADATA_KEY).is_some()),
-        )
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<super::Exported> {
@@ -1482,6 +1431,51 @@ impl super::Format for SafetensorsFormat {
             notes,
             graph_converted: false,
         })
+    }
+}
+
+impl super::Recognise for SafetensorsFormat {
+    fn recognised_from(&self) -> &'static str {
+        ".safetensors files, a model.safetensors.index.json, or a directory holding either"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        !inputs.is_empty() && inputs.iter().all(|p| names_safetensors(p))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        // The first 64 KiB and the file's size: a checkpoint of many tensors has a header
+        // longer than what is read here.
+        let Some(p) = inputs.first() else {
+            return false;
+        };
+        let Ok(len) = std::fs::metadata(p).map(|m| m.len()) else {
+            return false;
+        };
+        let head = super::head(p, 1 << 16);
+        let Some(word) = head.first_chunk::<8>() else {
+            return false;
+        };
+        let n = u64::from_le_bytes(*word);
+        (2..=MAX_HEADER_BYTES).contains(&n)
+            && n <= len.saturating_sub(8)
+            && head[8..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    }
+
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        if tag.graph()?.is_some() {
+            return Ok(false);
+        }
+        let Some(bytes) = tag.metadata()? else {
+            return Ok(false);
+        };
+        // JSON too costly to parse is not parsed here (a safetensors import never wrote it).
+        Ok(
+            check_json_cost(&bytes, "estimated memory of parsing metadata.json").is_ok()
+                && serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .is_some_and(|v| v.get(METADATA_KEY).is_some()),
+        )
     }
 }
 
@@ -1592,18 +1586,14 @@ mod tests {
     #[test]
     fn hostile_headers_are_refused_with_offsets() {
         let e = read_safetensors(&[1, 2, 3]).unwrap_err();
-        assert!(
-            matches!(e.kind(), ErrorKind::Truncated { needed: 8, .. }),
-            "{e}"
-        );
+        assert!(matches!(e.kind(), ErrorKind::Truncated(_)), "{e}");
+        assert!(e.to_string().contains("needs 8 bytes"), "{e}");
         let e = read_safetensors(&u64::MAX.to_le_bytes()).unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::LimitExceeded { .. }), "{e}");
         assert_eq!(e.location().offset, Some(0));
         let e = read_safetensors(&file("{}", b"")[..9]).unwrap_err();
-        assert!(
-            matches!(e.kind(), ErrorKind::Truncated { needed: 2, .. }),
-            "{e}"
-        );
+        assert!(matches!(e.kind(), ErrorKind::Truncated(_)), "{e}");
+        assert!(e.to_string().contains("needs 2 bytes"), "{e}");
         let h = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
         let e = read_safetensors(&file(h, &[0; 4])).unwrap_err();
         assert!(e.to_string().contains("\"w\""), "{e}");

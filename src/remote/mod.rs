@@ -94,27 +94,6 @@ const NO_TOTAL_LIMIT: &str = "30days";
 const COALESCE: u64 = 1 << 20;
 
 impl RemoteOptions {
-    /// The default options.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds one store configuration key (an `object_store` config key such as
-    /// `aws_endpoint`).
-    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.push((key.into(), value.into()));
-        self
-    }
-
-    internal! {
-        /// Sets how often a failed request is retried (the `max_retries` field; the
-        /// crate's tests).
-        pub fn max_retries(mut self, n: usize) -> Self {
-            self.max_retries = n;
-            self
-        }
-    }
-
     /// Opens the archive at `url`: one request for the end of the object (often the
     /// central directory and tags.txt too), one more for the central directory when the
     /// first did not hold it. Entries are fetched as they are read, every request
@@ -504,12 +483,12 @@ impl RangeSource for Object {
                 COALESCE,
             ))
             .map_err(|e| match e {
-                object_store::Error::Precondition { .. } => Error::new(ErrorKind::RemoteChanged {
-                    was: self.e_tag.clone().unwrap_or_else(|| {
-                        format!("last modified {}", self.meta.last_modified.to_rfc2822())
-                    }),
-                })
-                .in_file(&self.client.url),
+                object_store::Error::Precondition { .. } => {
+                    Error::new(ErrorKind::RemoteChanged(self.e_tag.clone().unwrap_or_else(
+                        || format!("last modified {}", self.meta.last_modified.to_rfc2822()),
+                    )))
+                    .in_file(&self.client.url)
+                }
                 e => remote_err_reading(&self.client.url, e, ranges),
             })?;
         Ok(got.into_iter().map(Vec::from).collect())
@@ -981,7 +960,7 @@ pub fn download(
             if let Some(was) = first
                 && remote_version(url, opts).is_ok_and(|now| now.as_deref() != Some(&was))
             {
-                return Err(Error::new(ErrorKind::RemoteChanged { was }).in_file(url));
+                return Err(Error::new(ErrorKind::RemoteChanged(was)).in_file(url));
             }
             return Err(remote_err(url, e));
         }

@@ -56,12 +56,9 @@ impl<'a> Cursor<'a> {
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8]> {
         let available = self.remaining();
         if n > available {
-            return Err(Error::new(ErrorKind::Truncated {
-                what,
-                needed: n,
-                available,
-            })
-            .at_offset(self.pos as u64));
+            return Err(
+                Error::new(ErrorKind::truncated(what, n, available)).at_offset(self.pos as u64)
+            );
         }
         // n <= remaining, which fits in usize.
         let n = n as usize;
@@ -93,11 +90,11 @@ pub(crate) fn decode_tensor_record(bytes: &[u8]) -> Result<Record<'_>> {
     let rec = decode_record_at(bytes, 0, 0)?;
     let end = rec.offset + rec.length;
     if end != bytes.len() as u64 {
-        return Err(Error::new(ErrorKind::TrailingBytes {
-            count: bytes.len() as u64 - end,
-        })
-        .in_record(0)
-        .at_offset(end));
+        return Err(
+            Error::new(ErrorKind::TrailingBytes(bytes.len() as u64 - end))
+                .in_record(0)
+                .at_offset(end),
+        );
     }
     Ok(rec)
 }
@@ -137,7 +134,7 @@ impl<'a> Iterator for Records<'a> {
         if self.index > 0 && rest < MIN_RECORD_BYTES {
             // Too few bytes for any record: bytes after the last one, not a record cut short.
             self.failed = true;
-            return Some(Err(Error::new(ErrorKind::TrailingBytes { count: rest })
+            return Some(Err(Error::new(ErrorKind::TrailingBytes(rest))
                 .in_record(self.index - 1)
                 .at_offset(self.pos as u64)));
         }
@@ -196,20 +193,18 @@ pub fn decode_head(prefix: &[u8], entry_len: u64) -> Result<Option<RecordHead>> 
     let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at).in_record(0))?;
     let end = header_len.saturating_add(n);
     if end > entry_len {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "tensor data",
-            needed: n,
-            available: entry_len - header_len,
-        })
+        return Err(Error::new(ErrorKind::truncated(
+            "tensor data",
+            n,
+            entry_len - header_len,
+        ))
         .at_offset(header_len)
         .in_record(0));
     }
     if end < entry_len {
-        return Err(Error::new(ErrorKind::TrailingBytes {
-            count: entry_len - end,
-        })
-        .in_record(0)
-        .at_offset(end));
+        return Err(Error::new(ErrorKind::TrailingBytes(entry_len - end))
+            .in_record(0)
+            .at_offset(end));
     }
     Ok(Some(RecordHead {
         dtype,
@@ -240,11 +235,7 @@ fn decode_header_fields(c: &mut Cursor<'_>) -> Result<(Lod, DType, Vec<u64>, u64
     let at = c.pos as u64;
     let version = c.u32("version")?;
     if version != 0 {
-        return Err(Error::new(ErrorKind::BadVersion {
-            what: "LoDTensor version",
-            value: version,
-        })
-        .at_offset(at));
+        return Err(Error::new(ErrorKind::bad_version("LoDTensor version", version)).at_offset(at));
     }
     let lod_at = c.pos as u64;
     let lod_level = c.u64("lod_level")?;
@@ -257,11 +248,11 @@ fn decode_header_fields(c: &mut Cursor<'_>) -> Result<(Lod, DType, Vec<u64>, u64
     // Each level takes at least its 8-byte size word: refuse a count the input cannot
     // hold before allocating for it.
     if lod_level > c.remaining() / 8 {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "LoD levels",
-            needed: lod_level * 8,
-            available: c.remaining(),
-        })
+        return Err(Error::new(ErrorKind::truncated(
+            "LoD levels",
+            lod_level * 8,
+            c.remaining(),
+        ))
         .at_offset(lod_at));
     }
     let mut lod: Lod = Vec::with_capacity(lod_level as usize);
@@ -303,20 +294,17 @@ fn decode_header_fields(c: &mut Cursor<'_>) -> Result<(Lod, DType, Vec<u64>, u64
     let at = c.pos as u64;
     let tversion = c.u32("tensor version")?;
     if tversion != 0 {
-        return Err(Error::new(ErrorKind::BadVersion {
-            what: "tensor version",
-            value: tversion,
-        })
-        .at_offset(at));
+        return Err(Error::new(ErrorKind::bad_version("tensor version", tversion)).at_offset(at));
     }
     let at = c.pos as u64;
     let size_word = c.u32("TensorDesc size")?;
     let desc_size = i64::from(size_word as i32);
     if desc_size < 0 || desc_size as u64 > c.remaining() {
-        return Err(Error::new(ErrorKind::BadDescSize {
-            size: desc_size,
-            remaining: c.remaining(),
-        })
+        return Err(Error::new(ErrorKind::BadDescSize(format!(
+            "invalid TensorDesc size {} ({} bytes remain)",
+            desc_size,
+            c.remaining()
+        )))
         .at_offset(at));
     }
     let desc_at = c.pos as u64;
@@ -345,7 +333,7 @@ fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {
         .iter()
         .enumerate()
         .map(|(index, &value)| {
-            u64::try_from(value).map_err(|_| ErrorKind::NegativeDim { index, value }.into())
+            u64::try_from(value).map_err(|_| ErrorKind::negative_dim(index, value).into())
         })
         .collect::<Result<Vec<u64>>>()?;
     Ok((dtype, dims))
@@ -367,7 +355,7 @@ pub fn encode_header(tensor: &TensorView<'_>) -> Vec<u8> {
 impl RecordHead {
     /// Size of the record modelzip writes for this tensor (`encode_tensor`): its header
     /// as modelzip encodes it, then the data.
-    pub fn encoded_len(&self) -> u64 {
+    pub(crate) fn encoded_len(&self) -> u64 {
         header_bytes(self.dtype, &self.dims, &self.lod).len() as u64 + self.data_len
     }
 }

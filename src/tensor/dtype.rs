@@ -128,7 +128,7 @@ impl DType {
     }
 
     /// Whether the type is a real floating-point type (FP8 through FP64).
-    pub const fn is_float(self) -> bool {
+    pub(crate) const fn is_float(self) -> bool {
         matches!(
             self,
             DType::Fp16
@@ -141,7 +141,7 @@ impl DType {
     }
 
     /// The dtype with Paddle number `code`; an unknown number is an error naming it.
-    pub fn from_code(code: i64) -> Result<DType> {
+    pub(crate) fn from_code(code: i64) -> Result<DType> {
         DType::ALL
             .into_iter()
             .find(|d| i64::from(d.code()) == code)

@@ -2,12 +2,15 @@
 //! `.pdiparams`, decoded without copying the data.
 
 use super::codec::{self, Record};
-use super::view::{Tensor, TensorView};
+use super::view::Tensor;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// A memory-mapped tensor file. Decoding borrows from the map: reading a 256 MiB
-/// `.pdiparams` costs its headers, not its data (docs/BENCHMARKS-history.md, P6).
+/// A memory-mapped tensor file: [`decode_tensor`](super::decode_tensor) or
+/// [`decode_combined`](super::decode_combined) of its [`bytes`](Self::bytes) borrow
+/// from the map, so reading a 256 MiB `.pdiparams` costs its headers, not its data
+/// (docs/BENCHMARKS-history.md, P6); [`records_owned`](Self::records_owned) copies the
+/// records out.
 #[derive(Debug)]
 pub struct TensorFile {
     path: PathBuf,
@@ -51,8 +54,9 @@ impl TensorFile {
         self.map.as_deref().unwrap_or_default()
     }
 
-    /// Every record, as a combined file (`save_combine`, `.pdiparams`) holds them.
-    pub fn records(&self) -> Result<Vec<Record<'_>>> {
+    /// Every record, as a combined file (`save_combine`, `.pdiparams`) holds them; an
+    /// error names the file.
+    fn records(&self) -> Result<Vec<Record<'_>>> {
         codec::decode_combined(self.bytes()).map_err(|e| e.in_file(&self.path))
     }
 
@@ -97,11 +101,6 @@ impl TensorFile {
         let start = offset as usize;
         Ok(self.bytes()[start..start + len].to_vec())
     }
-
-    /// The one tensor of a standalone file (`save`); bytes after it are an error.
-    pub fn tensor(&self) -> Result<TensorView<'_>> {
-        codec::decode_tensor(self.bytes()).map_err(|e| e.in_file(&self.path))
-    }
 }
 
 #[cfg(test)]
@@ -123,7 +122,10 @@ mod tests {
         let data = recs[1].tensor.data();
         let range = f.bytes().as_ptr_range();
         assert!(range.contains(&data.as_ptr()), "data borrows from the map");
-        assert!(f.tensor().is_err(), "two records are not a standalone file");
+        assert!(
+            codec::decode_tensor(f.bytes()).is_err(),
+            "two records are not a standalone file"
+        );
         let owned = f.records_owned().unwrap();
         assert_eq!(owned.len(), 2);
         assert_eq!(owned[1], t);

@@ -106,10 +106,10 @@ impl<'a> TensorView<'a> {
     pub fn new(dtype: DType, dims: Vec<u64>, lod: Lod, data: &'a [u8]) -> Result<Self> {
         let expected = data_len(dtype, &dims)?;
         if expected != data.len() as u64 {
-            return Err(ErrorKind::DataLength {
-                expected,
-                actual: data.len() as u64,
-            }
+            return Err(ErrorKind::DataLength(format!(
+                "tensor data has {} bytes, dtype and dims need {expected}",
+                data.len()
+            ))
             .into());
         }
         Ok(TensorView {
@@ -190,11 +190,12 @@ impl<'a> TensorView<'a> {
             .into());
         }
         bytemuck::try_cast_slice(self.data).map_err(|_| {
-            ErrorKind::Misaligned {
-                ty: std::any::type_name::<T>(),
-                align: std::mem::align_of::<T>(),
-                address: self.data.as_ptr() as usize,
-            }
+            ErrorKind::Misaligned(format!(
+                "tensor data at address {:#x} is not aligned to {} bytes for {}; use the copying accessor",
+                self.data.as_ptr() as usize,
+                std::mem::align_of::<T>(),
+                std::any::type_name::<T>()
+            ))
             .into()
         })
     }
@@ -246,11 +247,9 @@ impl<'a> TensorView<'a> {
                 .map(|&b| half::f16::from_bits(u16::from(b) << 8).to_f32())
                 .collect(),
             other => {
-                return Err(ErrorKind::DTypeMismatch {
-                    expected: "a floating-point dtype",
-                    actual: other.name(),
-                }
-                .into());
+                return Err(
+                    ErrorKind::dtype_mismatch("a floating-point dtype", other.name()).into(),
+                );
             }
         })
     }
@@ -322,11 +321,7 @@ impl<'a> TensorView<'a> {
         if T::DTYPE == self.dtype || T::ALSO_READS.contains(&self.dtype) {
             Ok(())
         } else {
-            Err(ErrorKind::DTypeMismatch {
-                expected: T::DTYPE.name(),
-                actual: self.dtype.name(),
-            }
-            .into())
+            Err(ErrorKind::dtype_mismatch(T::DTYPE.name(), self.dtype.name()).into())
         }
     }
 }
@@ -476,10 +471,12 @@ mod tests {
         let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
         buf[1..17].copy_from_slice(t.data());
         let mis = TensorView::new(DType::Fp32, vec![4], vec![], &buf[1..17]).unwrap();
-        assert!(matches!(
-            mis.as_slice::<f32>().unwrap_err().kind(),
-            ErrorKind::Misaligned { align: 4, .. }
-        ));
+        let e = mis.as_slice::<f32>().unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Misaligned(_)), "{e}");
+        assert!(
+            e.to_string().contains("not aligned to 4 bytes for f32"),
+            "{e}"
+        );
         assert_eq!(mis.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     }
 
@@ -504,15 +501,12 @@ mod tests {
 
     #[test]
     fn length_must_match_dims() {
-        assert!(matches!(
-            Tensor::from_bytes(DType::Fp32, vec![3], vec![0; 8])
-                .unwrap_err()
-                .kind(),
-            ErrorKind::DataLength {
-                expected: 12,
-                actual: 8
-            }
-        ));
+        let e = Tensor::from_bytes(DType::Fp32, vec![3], vec![0; 8]).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::DataLength(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "tensor data has 8 bytes, dtype and dims need 12"
+        );
         assert_eq!(
             Tensor::from_bytes(DType::Fp32, vec![], vec![0; 4])
                 .unwrap()

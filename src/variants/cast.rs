@@ -5,7 +5,7 @@ use super::rewrite::{Conversion, converted};
 use super::variant::{
     AllowValues, CAST, ParamChange, QUANTIZATION, ValueCounts, Variant, VariantReport, cast_dtype,
     check_non_finite, derive_instead, derive_variant, find_bad, quantized_because, source_metadata,
-    user_metadata,
+    unrepresentable, user_metadata,
 };
 use crate::archive::{Archive, WriteOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -29,10 +29,13 @@ use std::path::Path;
 /// state and the training config are not carried over.
 ///
 /// Refused before anything is written, with [`ErrorKind::UnrepresentableValues`]
-/// naming the parameter, the count and the first index: NaN or ±inf in an FP32
-/// parameter, and finite values beyond `dtype`'s range (|x| ≥ 65520 for FP16, which
-/// IEEE rounding makes ±inf). [`cast_allowing`] converts them anyway (NaN stays NaN,
-/// ±inf and overflow become ±inf) and counts them in the report.
+/// naming the parameter, the count and the first index, unless `allow` allows them: NaN
+/// or ±inf in an FP32 parameter ([`AllowValues::non_finite`]: converted anyway, NaN
+/// stays NaN, ±inf stays ±inf), and finite values beyond `dtype`'s range, |x| ≥ 65520
+/// for FP16, which IEEE rounding makes ±inf ([`AllowValues::overflow`]: stored as
+/// ±inf). The report counts the values allowed per parameter
+/// ([`VariantParam::non_finite`], [`VariantParam::overflowed`]); pass
+/// `&AllowValues::default()` to refuse them all.
 ///
 /// Refused before any work, with [`ErrorKind::InvalidInput`]: a quantized source tag (a
 /// `<name>@scale` parameter beside `<name>`, or a `quantization` record: a cast would
@@ -41,30 +44,10 @@ use std::path::Path;
 /// TensorFlow graph (they declare the parameters' dtypes, which cast does not
 /// rewrite). Also refused: a `dtype` other than FP16/BF16, an
 /// invalid or existing new tag name, an unknown source tag.
-pub fn cast(
-    path: impl AsRef<Path>,
-    from_tag: &str,
-    new_tag: &str,
-    dtype: DType,
-    write: &WriteOptions,
-) -> Result<VariantReport> {
-    cast_allowing(
-        path,
-        from_tag,
-        new_tag,
-        dtype,
-        &AllowValues::default(),
-        write,
-    )
-}
-
-/// [`cast`], converting the values `allow` allows instead of refusing them: NaN and
-/// ±inf (kept as they are) and finite values beyond `dtype`'s range (stored as ±inf).
-/// The report counts them per parameter ([`VariantParam::non_finite`],
-/// [`VariantParam::overflowed`](super::VariantParam::overflowed)).
 ///
 /// [`VariantParam::non_finite`]: super::VariantParam::non_finite
-pub fn cast_allowing(
+/// [`VariantParam::overflowed`]: super::VariantParam::overflowed
+pub fn cast(
     path: impl AsRef<Path>,
     from_tag: &str,
     new_tag: &str,
@@ -132,16 +115,14 @@ fn check_values(
         } else {
             "65504"
         };
-        return Err(ErrorKind::UnrepresentableValues {
-            param: name.to_string(),
-            problem: format!("are beyond {}'s range (largest finite {max})", dtype.name()),
-            count: overflowed,
-            first_index,
-            first_value,
-            consequence: "the cast would store them as ±inf",
-            allow: "overflow",
-        }
-        .into());
+        return Err(unrepresentable(
+            name,
+            &format!("are beyond {}'s range (largest finite {max})", dtype.name()),
+            overflowed,
+            (first_index, first_value),
+            "the cast would store them as ±inf",
+            "overflow",
+        ));
     }
     let (underflowed, _) = find_bad(values, |_, x| x != 0.0 && round_trip(x, dtype) == 0.0);
     Ok(ValueCounts {

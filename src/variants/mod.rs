@@ -8,14 +8,15 @@
 //! tags parameter by parameter.
 //!
 //! ```no_run
-//! use modelzip::variants::{QuantizeOptions, quantize, cast};
+//! use modelzip::variants::{AllowValues, QuantizeOptions, quantize, cast};
 //! use modelzip::{DType, WriteOptions};
 //!
 //! let opts = WriteOptions::default();
+//! let refuse = AllowValues::default(); // NaN, ±inf and overflow refused
 //! let int8 = quantize("model.zip", "fp32", "int8",
-//!                     &QuantizeOptions { per_channel: true }, &opts)?;
+//!                     &QuantizeOptions { per_channel: true }, &refuse, &opts)?;
 //! println!("{} params quantized", int8.changed().count());
-//! cast("model.zip", "fp32", "fp16", DType::Fp16, &opts)?;
+//! cast("model.zip", "fp32", "fp16", DType::Fp16, &refuse, &opts)?;
 //! # Ok::<(), modelzip::Error>(())
 //! ```
 
@@ -26,13 +27,13 @@ internal_mod!(quantize_math);
 mod rewrite;
 mod variant;
 
-pub use cast::{cast, cast_allowing};
+pub use cast::cast;
 pub use diff::{GraphChange, ParamDiff, TagComparison, compare_tags};
 internal! {
     /// The whole comparison at once (the crate's tests; users iterate a [`TagComparison`]).
     pub use diff::{TagDiff, diff_tags};
 }
-pub use quantize::{QuantizeOptions, quantize, quantize_allowing};
+pub use quantize::{QuantizeOptions, quantize};
 pub use variant::{AllowValues, ParamChange, VariantParam, VariantReport};
 
 /// Why `tag` is an INT8 variant `modelzip quantize` made (its metadata.json has a

@@ -211,8 +211,11 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 ///
 /// Refused before anything is written, with [`ErrorKind::UnrepresentableValues`]
 /// naming the parameter, the count and the first index: NaN or ±inf in a parameter to
-/// quantize (no scale represents them). [`quantize_allowing`] quantizes them to 0,
-/// leaves them out of the scale, and counts them in the report.
+/// quantize (no scale represents them), unless `allow.non_finite`: then they are
+/// quantized to 0, left out of the scale, and counted in the report
+/// ([`VariantParam::non_finite`](super::VariantParam::non_finite)). `allow.overflow`
+/// does not apply: every finite value has an INT8 step. Pass `&AllowValues::default()`
+/// to refuse them.
 ///
 /// Refused before any work, with [`ErrorKind::InvalidInput`]: a source tag that is
 /// quantized already (a `<name>@scale` parameter beside `<name>`, or a `quantization`
@@ -223,27 +226,6 @@ fn onnx_scale_dims(axis: Option<usize>, dims: &[u64]) -> Vec<u64> {
 /// cannot safely be raised, or that already uses a name the rewrite needs. Also
 /// refused: an invalid or existing new tag name, an unknown source tag.
 pub fn quantize(
-    path: impl AsRef<Path>,
-    from_tag: &str,
-    new_tag: &str,
-    options: &QuantizeOptions,
-    write: &WriteOptions,
-) -> Result<VariantReport> {
-    quantize_allowing(
-        path,
-        from_tag,
-        new_tag,
-        options,
-        &AllowValues::default(),
-        write,
-    )
-}
-
-/// [`quantize`], quantizing the NaN and ±inf values of the chosen parameters to 0 (left
-/// out of the scale) when `allow.non_finite` instead of refusing them; the report counts
-/// them per parameter ([`VariantParam::non_finite`](super::VariantParam::non_finite)).
-/// `allow.overflow` does not apply: every finite value has an INT8 step.
-pub fn quantize_allowing(
     path: impl AsRef<Path>,
     from_tag: &str,
     new_tag: &str,
@@ -537,13 +519,14 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Var;
+    use crate::graph::{Var, VarKind};
 
     #[test]
     fn weight_slots_and_axes() {
-        let mut p = crate::graph::Program::new();
+        let mut p = crate::graph::Program::default();
         let b = &mut p.blocks[0];
-        b.vars.push(Var::constant("w", DType::Fp32, vec![4, 3]));
+        b.vars
+            .push(Var::new("w", VarKind::Constant, DType::Fp32, vec![4, 3]));
         b.ops.push(
             Op::new("", "matmul_v2")
                 .input("X", &["x"])

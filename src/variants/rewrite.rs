@@ -224,11 +224,18 @@ mod tests {
     use super::*;
 
     fn graph() -> Graph {
-        let mut g = Program::new();
+        let mut g = Program::default();
         let b = &mut g.blocks[0];
-        b.vars.push(Var::placeholder("x", DType::Fp32, vec![-1, 4]));
-        b.vars.push(Var::constant("w", DType::Fp32, vec![4, 3]));
-        b.vars.push(Var::variable("y", DType::Fp32, vec![-1, 3]));
+        b.vars.push(Var::new(
+            "x",
+            VarKind::Placeholder,
+            DType::Fp32,
+            vec![-1, 4],
+        ));
+        b.vars
+            .push(Var::new("w", VarKind::Constant, DType::Fp32, vec![4, 3]));
+        b.vars
+            .push(Var::new("y", VarKind::Variable, DType::Fp32, vec![-1, 3]));
         b.ops.push(Op::new("", "feed").output("Out", &["x"]));
         b.ops.push(
             Op::new("", "matmul_v2")
@@ -267,9 +274,12 @@ mod tests {
     #[test]
     fn refuses_name_clashes_and_missing_vars() {
         let mut g = graph();
-        g.program_mut().unwrap().blocks[0]
-            .vars
-            .push(Var::variable("w@cast", DType::Fp32, vec![1]));
+        g.program_mut().unwrap().blocks[0].vars.push(Var::new(
+            "w@cast",
+            VarKind::Variable,
+            DType::Fp32,
+            vec![1],
+        ));
         let c = Conversion {
             param: "w".into(),
             stored: DType::Fp16,

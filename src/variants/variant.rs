@@ -67,9 +67,9 @@ pub struct VariantParam {
 /// Source values a variant converts only when allowed (both `false` by default:
 /// [`quantize`](super::quantize) and [`cast`](super::cast) refuse them with
 /// [`ErrorKind::UnrepresentableValues`], naming the parameter, the count and the first
-/// index). Given to [`quantize_allowing`](super::quantize_allowing) and
-/// [`cast_allowing`](super::cast_allowing); the report counts what was allowed per
-/// parameter ([`VariantParam::non_finite`], [`VariantParam::overflowed`]).
+/// index), `AllowValues::default()`. Given to [`quantize`](super::quantize) and
+/// [`cast`](super::cast); the report counts what was allowed per parameter
+/// ([`VariantParam::non_finite`], [`VariantParam::overflowed`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AllowValues {
     /// NaN and ±inf in a parameter to convert. `quantize` stores them as 0 and leaves
@@ -124,18 +124,38 @@ pub(super) fn check_non_finite(
         } else {
             "are NaN or infinite"
         };
-        return Err(ErrorKind::UnrepresentableValues {
-            param: name.to_string(),
-            problem: problem.to_string(),
+        return Err(unrepresentable(
+            name,
+            problem,
             count,
-            first_index,
-            first_value,
+            (first_index, first_value),
             consequence,
-            allow: "non_finite",
-        }
-        .into());
+            "non_finite",
+        ));
     }
     Ok(count)
+}
+
+/// [`ErrorKind::UnrepresentableValues`]: `count` values of parameter `name` `problem`
+/// (the first at flat index `first.0`, `first.1`); `consequence` says what the variant
+/// would store for them, `allow` names the [`AllowValues`] field that allows them.
+pub(super) fn unrepresentable(
+    name: &str,
+    problem: &str,
+    count: u64,
+    first: (u64, f32),
+    consequence: &str,
+    allow: &'static str,
+) -> Error {
+    let (first_index, first_value) = first;
+    ErrorKind::UnrepresentableValues {
+        message: format!(
+            "parameter {name:?}: {count} value(s) {problem} (the first at flat index \
+             {first_index}: {first_value}); {consequence}"
+        ),
+        allow,
+    }
+    .into()
 }
 
 /// What [`quantize`](super::quantize) or [`cast`](super::cast) wrote.

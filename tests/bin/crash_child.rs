@@ -83,7 +83,8 @@ fn sharded_loop(
                 .map(|rank| {
                     let (specs, w, m, tag) = (&specs, &w, &m, &tag);
                     s.spawn(move || -> modelzip::Result<()> {
-                        let o = ShardedOptions::new(rank, 2).with_write(opts.clone());
+                        let mut o = ShardedOptions::new(rank, 2);
+                        o.write = opts.clone();
                         let mut sw = ShardedWriter::open(path, tag, specs, &o)?;
                         let rows = 32 * rank as usize..32 * (rank as usize + 1);
                         let at = rows.start as u64;

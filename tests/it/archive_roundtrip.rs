@@ -99,9 +99,9 @@ fn streaming_tag_writer_and_metadata_merge() {
     let e = t.graph(GraphFormat::FlatBuffers, b"g").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Graph(_)), "{e}");
     assert!(e.to_string().contains("graph.fb"), "{e}");
-    let fb = modelzip::Graph::from_programdesc(&sample_graph())
+    let fb = modelzip::Graph::decode(modelzip::GraphFormat::ProgramDesc, &sample_graph())
         .unwrap()
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .unwrap();
     assert!(t.graph(GraphFormat::FlatBuffers, &fb).is_ok());
     assert!(t.graph(GraphFormat::ProgramDesc, &sample_graph()).is_err());
@@ -200,15 +200,16 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     assert!(v.is_mapped());
     assert_eq!(v.view().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
     // A tiny inflate limit is enforced.
-    let small = OpenOptions::new().max_inflated_size(2).open(&path);
+    let limit = |max_inflated_size| OpenOptions {
+        max_inflated_size,
+        ..OpenOptions::default()
+    };
+    let small = limit(2).open(&path);
     assert!(matches!(
         small.unwrap_err().kind(),
         ErrorKind::LimitExceeded { .. }
     ));
-    let a = OpenOptions::new()
-        .max_inflated_size(20)
-        .open(&path)
-        .unwrap();
+    let a = limit(20).open(&path).unwrap();
     let e = a.tag("py").unwrap().param("w").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::LimitExceeded { .. }), "{e}");
 }

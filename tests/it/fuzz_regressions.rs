@@ -6,6 +6,7 @@
 
 use crate::support::ProgramOf;
 
+use modelzip::GraphFormat;
 use modelzip::graph::{VarKind, pir};
 use modelzip::internals::text::{parse_table, parse_tags_txt, render_table, render_tags_txt};
 use modelzip::interop::tf::saved_model::{parse_index, write_index};
@@ -54,28 +55,42 @@ fn implied(g: &Graph) -> Graph {
 }
 
 fn check_graph_fb(data: &[u8]) {
-    let Ok(g) = Graph::from_flatbuffers(data) else {
+    let Ok(g) = Graph::decode(GraphFormat::FlatBuffers, data) else {
         return;
     };
-    let fb = g.to_flatbuffers().expect("decoded graph does not encode");
-    assert!(same(&Graph::from_flatbuffers(&fb).unwrap(), &g));
-    if let Ok(pd) = g.to_programdesc() {
-        let g3 = Graph::from_programdesc(&pd).expect("ProgramDesc form does not decode");
+    let fb = g
+        .encode(GraphFormat::FlatBuffers)
+        .expect("decoded graph does not encode");
+    assert!(same(
+        &Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap(),
+        &g
+    ));
+    if let Ok(pd) = g.encode(GraphFormat::ProgramDesc) {
+        let g3 =
+            Graph::decode(GraphFormat::ProgramDesc, &pd).expect("ProgramDesc form does not decode");
         assert!(same(&g3, &implied(&g)));
-        assert_eq!(g3.to_programdesc().unwrap(), pd);
+        assert_eq!(g3.encode(GraphFormat::ProgramDesc).unwrap(), pd);
     }
 }
 
 fn check_graph_pdmodel(data: &[u8]) {
-    let Ok(g) = Graph::from_programdesc(data) else {
+    let Ok(g) = Graph::decode(GraphFormat::ProgramDesc, data) else {
         return;
     };
-    let pd = g.to_programdesc().expect("decoded graph does not encode");
-    assert!(same(&Graph::from_programdesc(&pd).unwrap(), &g));
+    let pd = g
+        .encode(GraphFormat::ProgramDesc)
+        .expect("decoded graph does not encode");
+    assert!(same(
+        &Graph::decode(GraphFormat::ProgramDesc, &pd).unwrap(),
+        &g
+    ));
     let fb = g
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .expect("decoded graph has no graph.fb form");
-    assert!(same(&Graph::from_flatbuffers(&fb).unwrap(), &g));
+    assert!(same(
+        &Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap(),
+        &g
+    ));
 }
 
 fn check_training_config(data: &[u8]) {
@@ -115,10 +130,11 @@ fn check_params_txt(data: &[u8]) {
 }
 
 fn check_archive(data: &[u8]) {
-    let Ok(a) = OpenOptions::new()
-        .max_inflated_size(64 << 20)
-        .from_reader(Cursor::new(data))
-    else {
+    let limits = OpenOptions {
+        max_inflated_size: 64 << 20,
+        ..OpenOptions::default()
+    };
+    let Ok(a) = limits.from_reader(Cursor::new(data)) else {
         return;
     };
     for t in a.tags() {
@@ -199,14 +215,14 @@ fn check_pir_program(data: &[u8]) {
     );
     let fb = Graph::from_pir_json(data)
         .unwrap()
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .unwrap();
-    let g = Graph::from_flatbuffers(&fb).unwrap();
+    let g = Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap();
     let modelzip::Graph::Pir(pir) = &g else {
         panic!("expected a PIR program, got {}", g.kind_name())
     };
     assert_eq!(pir.json, data);
-    assert_eq!(g.to_flatbuffers().unwrap(), fb);
+    assert_eq!(g.encode(GraphFormat::FlatBuffers).unwrap(), fb);
 }
 
 /// What fuzz/fuzz_targets/tf_checkpoint_index.rs asserts of an index that parses.
@@ -266,14 +282,18 @@ fn training_config_empty_updater_is_refused() {
 #[test]
 fn graph_fb_parameter_without_flag_gets_it_in_programdesc() {
     let data = input("graph_fb-parameter-kind-without-flags.bin");
-    let g = Graph::from_flatbuffers(&data).unwrap();
+    let g = Graph::decode(GraphFormat::FlatBuffers, &data).unwrap();
     let v = g.prog().blocks[0]
         .vars
         .iter()
         .find(|v| v.name == "c")
         .unwrap();
     assert_eq!((v.kind, v.is_parameter), (VarKind::Parameter, None));
-    let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
+    let back = Graph::decode(
+        GraphFormat::ProgramDesc,
+        &g.encode(GraphFormat::ProgramDesc).unwrap(),
+    )
+    .unwrap();
     let v = back.prog().blocks[0]
         .vars
         .iter()
@@ -290,18 +310,28 @@ fn graph_fb_parameter_without_flag_gets_it_in_programdesc() {
 #[test]
 fn graph_fb_unknown_other_var_type_is_refused() {
     let data = input("graph_fb-unknown-other-var-type.bin");
-    let e = Graph::from_flatbuffers(&data).unwrap_err().to_string();
+    let e = Graph::decode(GraphFormat::FlatBuffers, &data)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unknown VarType.Type value 268435466"), "{e}");
 
-    let mut g = Graph::from(modelzip::graph::Program::new());
-    let mut v = modelzip::graph::Var::variable("t", modelzip::DType::Fp32, vec![]);
+    let mut g = Graph::from(modelzip::graph::Program::default());
+    let mut v = modelzip::graph::Var::new(
+        "t",
+        modelzip::graph::VarKind::Variable,
+        modelzip::DType::Fp32,
+        vec![],
+    );
     v.kind = VarKind::Other(18); // TUPLE
     v.dtype = None;
     v.extra.tuple = Some(vec![7, 12345]);
     g.prog_mut().blocks[0].vars.push(v);
-    let e = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap())
-        .unwrap_err()
-        .to_string();
+    let e = Graph::decode(
+        GraphFormat::FlatBuffers,
+        &g.encode(GraphFormat::FlatBuffers).unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("tuple: unknown VarType.Type value 12345"), "{e}");
 }
 
@@ -311,10 +341,14 @@ fn graph_fb_unknown_other_var_type_is_refused() {
 #[test]
 fn graph_fb_keeps_signaling_nan_float_attributes() {
     let data = input("graph_pdmodel-signaling-nan-float-attr.bin");
-    let g = Graph::from_programdesc(&data).unwrap();
-    let pd = g.to_programdesc().unwrap();
-    let back = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap()).unwrap();
-    assert_eq!(back.to_programdesc().unwrap(), pd);
+    let g = Graph::decode(GraphFormat::ProgramDesc, &data).unwrap();
+    let pd = g.encode(GraphFormat::ProgramDesc).unwrap();
+    let back = Graph::decode(
+        GraphFormat::FlatBuffers,
+        &g.encode(GraphFormat::FlatBuffers).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(back.encode(GraphFormat::ProgramDesc).unwrap(), pd);
     check_graph_pdmodel(&data);
 
     use modelzip::graph::{AttrValue, Op};
@@ -325,7 +359,7 @@ fn graph_fb_keeps_signaling_nan_float_attributes() {
         0x7f80_0000,
         0x8000_0000,
     ] {
-        let mut g = Graph::from(modelzip::graph::Program::new());
+        let mut g = Graph::from(modelzip::graph::Program::default());
         g.prog_mut().blocks[0].ops.push(
             Op::new("", "scale")
                 .attr("f", AttrValue::Float(f32::from_bits(bits)))
@@ -335,7 +369,11 @@ fn graph_fb_keeps_signaling_nan_float_attributes() {
         let mut named = g.clone();
         named.prog_mut().blocks[0].ops[0].name = "s".into();
         for g in [g, named] {
-            let back = Graph::from_flatbuffers(&g.to_flatbuffers().unwrap()).unwrap();
+            let back = Graph::decode(
+                GraphFormat::FlatBuffers,
+                &g.encode(GraphFormat::FlatBuffers).unwrap(),
+            )
+            .unwrap();
             for a in &back.prog().blocks[0].ops[0].attrs {
                 let AttrValue::Float(f) = a.value else {
                     panic!("{a:?}")

@@ -1,6 +1,7 @@
 //! Malformed graph.fb and graph.pdmodel bytes give errors, never panics.
 
 use modelzip::Graph;
+use modelzip::GraphFormat;
 use modelzip::paddle_proto as pb;
 use proptest::prelude::*;
 use prost::Message;
@@ -13,11 +14,15 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 fn pd_err(bytes: &[u8]) -> String {
-    Graph::from_programdesc(bytes).unwrap_err().to_string()
+    Graph::decode(GraphFormat::ProgramDesc, bytes)
+        .unwrap_err()
+        .to_string()
 }
 
 fn fb_err(bytes: &[u8]) -> String {
-    Graph::from_flatbuffers(bytes).unwrap_err().to_string()
+    Graph::decode(GraphFormat::FlatBuffers, bytes)
+        .unwrap_err()
+        .to_string()
 }
 
 fn program() -> pb::ProgramDesc {
@@ -31,9 +36,9 @@ fn programdesc_garbage_and_truncation() {
     let bytes = fixture("3.3.1/conv.pdmodel");
     for cut in (1..bytes.len()).step_by(13) {
         // Some prefixes end on a field boundary and are valid messages; none may panic.
-        let _ = Graph::from_programdesc(&bytes[..cut]);
+        let _ = Graph::decode(GraphFormat::ProgramDesc, &bytes[..cut]);
     }
-    assert!(Graph::from_programdesc(&bytes[..bytes.len() - 1]).is_err());
+    assert!(Graph::decode(GraphFormat::ProgramDesc, &bytes[..bytes.len() - 1]).is_err());
 }
 
 /// Paddle 3 saves a PIR program as JSON by default: the ProgramDesc decoder says the
@@ -148,8 +153,8 @@ fn programdesc_missing_required_fields_are_named() {
 
 #[test]
 fn flatbuffers_garbage_identifier_truncation_and_offsets() {
-    let g = Graph::from_programdesc(&fixture("2.6.2/conv.pdmodel")).unwrap();
-    let fb = g.to_flatbuffers().unwrap();
+    let g = Graph::decode(GraphFormat::ProgramDesc, &fixture("2.6.2/conv.pdmodel")).unwrap();
+    let fb = g.encode(GraphFormat::FlatBuffers).unwrap();
     assert!(fb_err(b"").contains("truncated"));
     assert!(fb_err(b"abc").contains("truncated"));
     assert!(fb_err(&fixture("2.6.2/conv.pdmodel")).contains("identifier"));
@@ -157,7 +162,10 @@ fn flatbuffers_garbage_identifier_truncation_and_offsets() {
     wrong[4..8].copy_from_slice(b"MZTC");
     assert!(fb_err(&wrong).contains("identifier"));
     for cut in (8..fb.len()).step_by(17) {
-        assert!(Graph::from_flatbuffers(&fb[..cut]).is_err(), "prefix {cut}");
+        assert!(
+            Graph::decode(GraphFormat::FlatBuffers, &fb[..cut]).is_err(),
+            "prefix {cut}"
+        );
     }
     // Root offset pointing outside the buffer.
     let mut bad = fb.clone();
@@ -165,7 +173,7 @@ fn flatbuffers_garbage_identifier_truncation_and_offsets() {
     assert!(fb_err(&bad).contains("verification"));
     let mut bad = fb.clone();
     bad[0..4].copy_from_slice(&((fb.len() as u32) - 2).to_le_bytes());
-    assert!(Graph::from_flatbuffers(&bad).is_err());
+    assert!(Graph::decode(GraphFormat::FlatBuffers, &bad).is_err());
 }
 
 fn mutate(bytes: &[u8], edits: &[(usize, u8)], keep_prefix: usize) -> Vec<u8> {
@@ -184,14 +192,14 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let _ = Graph::from_programdesc(&bytes);
-        let _ = Graph::from_flatbuffers(&bytes);
+        let _ = Graph::decode(GraphFormat::ProgramDesc, &bytes);
+        let _ = Graph::decode(GraphFormat::FlatBuffers, &bytes);
         let _ = modelzip::TrainingConfig::decode(&bytes);
         let _ = modelzip::dump::pbtxt(&bytes);
         let mut with_id = bytes.clone();
         if with_id.len() >= 8 {
             with_id[4..8].copy_from_slice(b"MZGF");
-            let _ = Graph::from_flatbuffers(&with_id);
+            let _ = Graph::decode(GraphFormat::FlatBuffers, &with_id);
             with_id[4..8].copy_from_slice(b"MZTC");
             let _ = modelzip::TrainingConfig::decode(&with_id);
         }
@@ -200,20 +208,20 @@ proptest! {
     #[test]
     fn mutated_programdesc_never_panics(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8)) {
         let bytes = mutate(&fixture("2.6.2/mlp.pdmodel"), &edits, 0);
-        if let Ok(g) = Graph::from_programdesc(&bytes) {
+        if let Ok(g) = Graph::decode(GraphFormat::ProgramDesc, &bytes) {
             // Whatever decodes must encode in both formats and read back equal.
-            let fb = g.to_flatbuffers().unwrap();
-            prop_assert_eq!(Graph::from_flatbuffers(&fb).unwrap(), g.clone());
-            prop_assert!(g.to_programdesc().is_ok());
+            let fb = g.encode(GraphFormat::FlatBuffers).unwrap();
+            prop_assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap(), g.clone());
+            prop_assert!(g.encode(GraphFormat::ProgramDesc).is_ok());
         }
     }
 
     #[test]
     fn mutated_flatbuffers_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8)) {
-        let g = Graph::from_programdesc(&fixture("3.3.1/mlp.pdmodel")).unwrap();
-        let bytes = mutate(&g.to_flatbuffers().unwrap(), &edits, 8);
-        if let Ok(g) = Graph::from_flatbuffers(&bytes) {
-            let _ = g.to_programdesc();
+        let g = Graph::decode(GraphFormat::ProgramDesc, &fixture("3.3.1/mlp.pdmodel")).unwrap();
+        let bytes = mutate(&g.encode(GraphFormat::FlatBuffers).unwrap(), &edits, 8);
+        if let Ok(g) = Graph::decode(GraphFormat::FlatBuffers, &bytes) {
+            let _ = g.encode(GraphFormat::ProgramDesc);
             let _ = modelzip::dump::text(&g);
         }
     }

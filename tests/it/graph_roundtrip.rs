@@ -26,13 +26,23 @@ fn paddle_fixtures_round_trip_byte_for_byte() {
     assert!(files.len() >= 4, "fixtures missing: {files:?}");
     for path in files {
         let bytes = std::fs::read(&path).unwrap();
-        let g =
-            Graph::from_programdesc(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(g.to_programdesc().unwrap(), bytes, "{}", path.display());
-        let fb = g.to_flatbuffers().unwrap();
+        let g = Graph::decode(GraphFormat::ProgramDesc, &bytes)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            g.encode(GraphFormat::ProgramDesc).unwrap(),
+            bytes,
+            "{}",
+            path.display()
+        );
+        let fb = g.encode(GraphFormat::FlatBuffers).unwrap();
         let back = Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap();
         assert_eq!(back, g, "{}", path.display());
-        assert_eq!(back.to_programdesc().unwrap(), bytes, "{}", path.display());
+        assert_eq!(
+            back.encode(GraphFormat::ProgramDesc).unwrap(),
+            bytes,
+            "{}",
+            path.display()
+        );
     }
 }
 
@@ -40,6 +50,7 @@ mod synthetic {
     use crate::support::ProgramOf;
     use modelzip::DType;
     use modelzip::Graph;
+    use modelzip::GraphFormat;
     use modelzip::graph::{AttrValue, Op, Slot, Var, VarKind};
     use modelzip::paddle_proto as pb;
     use pb::{op_desc, var_desc, var_type};
@@ -429,15 +440,16 @@ mod synthetic {
     }
 
     fn round_trip_bytes(bytes: &[u8]) -> Graph {
-        let g = Graph::from_programdesc(bytes).unwrap();
-        assert_eq!(g.to_programdesc().unwrap(), bytes);
-        let fb = g.to_flatbuffers().unwrap();
-        let back = Graph::from_flatbuffers(&fb).unwrap();
+        let g = Graph::decode(GraphFormat::ProgramDesc, bytes).unwrap();
+        assert_eq!(g.encode(GraphFormat::ProgramDesc).unwrap(), bytes);
+        let fb = g.encode(GraphFormat::FlatBuffers).unwrap();
+        let back = Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap();
         assert_eq!(back, g);
-        assert_eq!(back.to_programdesc().unwrap(), bytes);
+        assert_eq!(back.encode(GraphFormat::ProgramDesc).unwrap(), bytes);
         // Decoded again field by field with prost as well.
         assert_eq!(
-            pb::ProgramDesc::decode(back.to_programdesc().unwrap().as_slice()).unwrap(),
+            pb::ProgramDesc::decode(back.encode(GraphFormat::ProgramDesc).unwrap().as_slice())
+                .unwrap(),
             pb::ProgramDesc::decode(bytes).unwrap()
         );
         g
@@ -494,15 +506,30 @@ mod synthetic {
     /// A SameDiff-shaped graph: one block, placeholders/constants/variables, named ops,
     /// long/double/bool/data-type arguments.
     pub fn samediff() -> Graph {
-        let mut g = Graph::from(modelzip::graph::Program::new());
+        let mut g = Graph::from(modelzip::graph::Program::default());
         let b = &mut g.prog_mut().blocks[0];
+        b.vars.push(Var::new(
+            "in",
+            VarKind::Placeholder,
+            DType::Fp32,
+            vec![-1, 784],
+        ));
+        b.vars.push(Var::new(
+            "w0",
+            VarKind::Parameter,
+            DType::Fp32,
+            vec![784, 10],
+        ));
         b.vars
-            .push(Var::placeholder("in", DType::Fp32, vec![-1, 784]));
+            .push(Var::new("scale", VarKind::Constant, DType::Fp16, vec![]));
         b.vars
-            .push(Var::parameter("w0", DType::Fp32, vec![784, 10]));
-        b.vars.push(Var::constant("scale", DType::Fp16, vec![]));
-        b.vars.push(Var::variable("mm", DType::Fp32, vec![-1, 10]));
-        b.vars.push(Var::variable("out", DType::Bf16, vec![-1, 10]));
+            .push(Var::new("mm", VarKind::Variable, DType::Fp32, vec![-1, 10]));
+        b.vars.push(Var::new(
+            "out",
+            VarKind::Variable,
+            DType::Bf16,
+            vec![-1, 10],
+        ));
         b.ops.push(
             Op::new("matmul", "mmul")
                 .input("input", &["in", "w0"])
@@ -526,15 +553,19 @@ mod synthetic {
     #[test]
     fn samediff_graph_survives_both_encodings() {
         let g = samediff();
-        let pd = g.to_programdesc().unwrap();
-        let from_pd = Graph::from_programdesc(&pd).unwrap();
+        let pd = g.encode(GraphFormat::ProgramDesc).unwrap();
+        let from_pd = Graph::decode(GraphFormat::ProgramDesc, &pd).unwrap();
         assert_eq!(from_pd, g);
-        assert_eq!(from_pd.to_programdesc().unwrap(), pd);
-        let fb = g.to_flatbuffers().unwrap();
+        assert_eq!(from_pd.encode(GraphFormat::ProgramDesc).unwrap(), pd);
+        let fb = g.encode(GraphFormat::FlatBuffers).unwrap();
         assert_eq!(&fb[4..8], b"MZGF");
-        assert_eq!(Graph::from_flatbuffers(&fb).unwrap(), g);
+        assert_eq!(Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap(), g);
         assert_eq!(
-            Graph::from_flatbuffers(&from_pd.to_flatbuffers().unwrap()).unwrap(),
+            Graph::decode(
+                GraphFormat::FlatBuffers,
+                &from_pd.encode(GraphFormat::FlatBuffers).unwrap()
+            )
+            .unwrap(),
             g
         );
         // In the ProgramDesc, data types are INT attributes Paddle can read.
@@ -552,14 +583,20 @@ mod synthetic {
     fn contradictory_kind_is_refused_for_programdesc() {
         let mut g = samediff();
         g.prog_mut().blocks[0].vars[3].persistable = Some(true); // a "variable" that reads back as constant
-        let e = g.to_programdesc().unwrap_err().to_string();
+        let e = g.encode(GraphFormat::ProgramDesc).unwrap_err().to_string();
         assert!(e.contains("var \"mm\"") && e.contains("contradicts"), "{e}");
-        // Implied flags are filled in.
-        let mut g = Graph::from(modelzip::graph::Program::new());
-        g.prog_mut().blocks[0]
-            .vars
-            .push(Var::new("p", VarKind::Placeholder, DType::Fp32, vec![1]));
-        let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
+        // Implied flags are filled in when absent.
+        let mut g = Graph::from(modelzip::graph::Program::default());
+        g.prog_mut().blocks[0].vars.push(Var {
+            need_check_feed: None,
+            persistable: None,
+            ..Var::new("p", VarKind::Placeholder, DType::Fp32, vec![1])
+        });
+        let back = Graph::decode(
+            GraphFormat::ProgramDesc,
+            &g.encode(GraphFormat::ProgramDesc).unwrap(),
+        )
+        .unwrap();
         assert_eq!(back.prog().blocks[0].vars[0].kind, VarKind::Placeholder);
         assert_eq!(back.prog().blocks[0].vars[0].need_check_feed, Some(true));
     }
@@ -567,7 +604,11 @@ mod synthetic {
     #[test]
     fn op_slots_keep_their_names() {
         let g = samediff();
-        let back = Graph::from_programdesc(&g.to_programdesc().unwrap()).unwrap();
+        let back = Graph::decode(
+            GraphFormat::ProgramDesc,
+            &g.encode(GraphFormat::ProgramDesc).unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             back.prog().blocks[0].ops[0].inputs[0],
             Slot::new("input", &["in", "w0"])
@@ -602,23 +643,23 @@ fn packed_repeated_fields_are_accepted() {
     block.extend_from_slice(&op);
     let mut bytes = vec![0x0a, block.len() as u8];
     bytes.extend_from_slice(&block);
-    let g = Graph::from_programdesc(&bytes).unwrap();
+    let g = Graph::decode(GraphFormat::ProgramDesc, &bytes).unwrap();
     assert_eq!(g.prog().blocks[0].parent_idx, -1);
     assert_eq!(
         g.prog().blocks[0].ops[0].get_attr("a"),
         Some(&AttrValue::Ints(vec![1, 2]))
     );
     // Written back the way Paddle writes proto2 repeated fields: unpacked.
-    let out = g.to_programdesc().unwrap();
+    let out = g.encode(GraphFormat::ProgramDesc).unwrap();
     assert!(out.windows(4).any(|w| w == [0x30, 0x01, 0x30, 0x02]));
 }
 
 #[test]
 fn sniff_tells_the_formats_apart() {
     let pd = std::fs::read(fixtures()[0].clone()).unwrap();
-    let fb = Graph::from_programdesc(&pd)
+    let fb = Graph::decode(GraphFormat::ProgramDesc, &pd)
         .unwrap()
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .unwrap();
     assert_eq!(GraphFormat::sniff(&pd), Some(GraphFormat::ProgramDesc));
     assert_eq!(GraphFormat::sniff(&fb), Some(GraphFormat::FlatBuffers));

@@ -10,6 +10,7 @@ use crate::support::ProgramOf;
 
 use crate::support::rss::peak_anon;
 use modelzip::Graph;
+use modelzip::GraphFormat;
 use modelzip::TensorView;
 use modelzip::graph::{Attr, AttrValue, Block, Op, Var, VarKind};
 use modelzip::tensor::{encode_combined, encode_tensor};
@@ -164,10 +165,10 @@ fn paddle_import_of_a_256_mib_pdiparams_stays_under_64_mib() {
     }
     let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..modelzip::graph::Program::new()
+        ..modelzip::graph::Program::default()
     });
     let model = d.path().join("m.pdmodel");
-    std::fs::write(&model, graph.to_programdesc().unwrap()).unwrap();
+    std::fs::write(&model, graph.encode(GraphFormat::ProgramDesc).unwrap()).unwrap();
     let params = d.path().join("m.pdiparams");
     let mut f = create(&params);
     // Records in the order Paddle loads them: by name.
@@ -396,10 +397,10 @@ fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
     block.ops.push(op);
     let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..modelzip::graph::Program::new()
+        ..modelzip::graph::Program::default()
     });
     let model = d.path().join("m.pdmodel");
-    std::fs::write(&model, graph.to_programdesc().unwrap()).unwrap();
+    std::fs::write(&model, graph.encode(GraphFormat::ProgramDesc).unwrap()).unwrap();
     let zip = d.path().join("out.zip");
     let args: Vec<&OsStr> = vec!["import".as_ref(), zip.as_os_str(), model.as_os_str()];
     let args = [args, ["--tag", "t"].map(OsStr::new).to_vec()].concat();
@@ -414,7 +415,7 @@ fn a_program_attribute_of_8_mb_of_json_zeros_imports_under_80_mib() {
     // The attribute is kept as it came.
     let a = modelzip::Archive::open(&zip).unwrap();
     let (_, bytes) = a.tag("t").unwrap().graph().unwrap().unwrap();
-    let g = Graph::from_programdesc(&bytes).unwrap();
+    let g = Graph::decode(GraphFormat::ProgramDesc, &bytes).unwrap();
     assert_eq!(
         g.prog().blocks[0].ops[0].attrs,
         graph.prog().blocks[0].ops[0].attrs

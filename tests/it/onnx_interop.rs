@@ -6,6 +6,7 @@
 
 use crate::support::{export_opts, import_opts as opts};
 use modelzip::Archive;
+use modelzip::GraphFormat;
 use modelzip::WriteOptions;
 use modelzip::interop::onnx::{self, EXTERNAL_ALIGN};
 use modelzip::interop::{self, ExportOptions};
@@ -439,7 +440,7 @@ fn stored_external_locations_cannot_write_outside_the_output_directory() {
     let a = Archive::open(&zip).unwrap();
     let tag = a.tag("e").unwrap();
     let (_, fb) = tag.graph().unwrap().unwrap();
-    let good = Graph::from_flatbuffers(&fb).unwrap();
+    let good = Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap();
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     type Edit = Box<dyn Fn(&mut Vec<(String, String)>, usize)>;
@@ -474,8 +475,10 @@ fn stored_external_locations_cannot_write_outside_the_output_directory() {
             }
         }
         let bad = dir.path().join(format!("bad{n}.zip"));
-        let mut b =
-            TagBuilder::new("bad").graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap());
+        let mut b = TagBuilder::new("bad").graph(
+            GraphFormat::FlatBuffers,
+            g.encode(GraphFormat::FlatBuffers).unwrap(),
+        );
         for p in tag.params() {
             b = b.param(p.name.clone(), tag.tensor_owned(&p.location).unwrap());
         }
@@ -586,9 +589,9 @@ fn tags_of_another_format_are_refused() {
     assert!(!out.exists() && !dir.path().join("x.pb").exists());
     assert!(!dir.path().join("x.pdmodel").exists());
     let (_, bytes) = onnx_tag.graph().unwrap().unwrap();
-    let e = Graph::from_flatbuffers(&bytes)
+    let e = Graph::decode(GraphFormat::FlatBuffers, &bytes)
         .unwrap()
-        .to_programdesc()
+        .encode(GraphFormat::ProgramDesc)
         .unwrap_err();
     assert!(e.to_string().contains("ONNX model"), "{e}");
 }
@@ -1099,7 +1102,7 @@ fn a_model_past_2_gib_inline_is_refused_before_it_is_built() {
         modelzip::TagBuilder::new("big")
             .graph(
                 modelzip::GraphFormat::FlatBuffers,
-                g.to_flatbuffers().unwrap(),
+                g.encode(GraphFormat::FlatBuffers).unwrap(),
             )
             .param("w", w),
     )
@@ -1170,7 +1173,7 @@ fn a_stored_model_of_millions_of_empty_messages_is_refused_before_decoding() {
     for (name, g) in [("onnx", onnx), ("tf", tf)] {
         w.add_tag(modelzip::TagBuilder::new(name).graph(
             modelzip::GraphFormat::FlatBuffers,
-            g.to_flatbuffers().unwrap(),
+            g.encode(GraphFormat::FlatBuffers).unwrap(),
         ))
         .unwrap();
     }
@@ -1198,7 +1201,7 @@ fn a_stored_model_of_millions_of_empty_messages_is_refused_before_decoding() {
     // `modelzip graph` renders what it can without decoding either.
     for name in ["onnx", "tf"] {
         let (_, fb) = a.tag(name).unwrap().graph().unwrap().unwrap();
-        let g = Graph::from_flatbuffers(&fb).unwrap();
+        let g = Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap();
         let text = modelzip::dump::text(&g);
         assert!(text.len() < 1 << 20, "{name}: {} bytes", text.len());
     }

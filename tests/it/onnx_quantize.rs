@@ -11,7 +11,7 @@ use crate::support::{import_opts as opts, write_opts};
 use modelzip::interop::ExportOptions;
 use modelzip::interop::onnx;
 use modelzip::onnx_proto as pb;
-use modelzip::variants::{ParamChange, QuantizeOptions, VariantReport, quantize};
+use modelzip::variants::{AllowValues, ParamChange, QuantizeOptions, VariantReport, quantize};
 use modelzip::{Archive, DType};
 use prost::Message;
 use std::collections::HashMap;
@@ -110,8 +110,15 @@ fn int8_variants_of_the_mlp_and_cnn_dequantize_in_the_model() {
         onnx::import_model_file(&zip, model, &fixture(&format!("{model}.onnx")), &opts()).unwrap();
         for per_channel in [true, false] {
             let tag = format!("{model}_int8{}", if per_channel { "" } else { "_tensor" });
-            let r: VariantReport =
-                quantize(&zip, model, &tag, &q(per_channel), &write_opts()).unwrap();
+            let r: VariantReport = quantize(
+                &zip,
+                model,
+                &tag,
+                &q(per_channel),
+                &AllowValues::default(),
+                &write_opts(),
+            )
+            .unwrap();
             let want = weights_of(model);
             let changed: Vec<&str> = r.changed().map(|p| p.name.as_str()).collect();
             let mut names: Vec<&str> = want.iter().map(|w| w.0).collect();
@@ -245,8 +252,24 @@ fn the_quantized_tag_is_refused_as_a_source_and_exports_with_external_data() {
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("q.zip");
     onnx::import_model_file(&zip, "cnn", &fixture("cnn.onnx"), &opts()).unwrap();
-    quantize(&zip, "cnn", "int8", &q(true), &write_opts()).unwrap();
-    let e = quantize(&zip, "int8", "again", &q(true), &write_opts()).unwrap_err();
+    quantize(
+        &zip,
+        "cnn",
+        "int8",
+        &q(true),
+        &AllowValues::default(),
+        &write_opts(),
+    )
+    .unwrap();
+    let e = quantize(
+        &zip,
+        "int8",
+        "again",
+        &q(true),
+        &AllowValues::default(),
+        &write_opts(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("quantized already"), "{e}");
     let a = Archive::open(&zip).unwrap();
     let out = dir.path().join("x.onnx");
@@ -347,7 +370,14 @@ fn quantize_model(
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("m.zip");
     onnx::import_model(&zip, "fp32", m.clone(), &opts()).unwrap();
-    let r = quantize(&zip, "fp32", "int8", &q(per_channel), &write_opts());
+    let r = quantize(
+        &zip,
+        "fp32",
+        "int8",
+        &q(per_channel),
+        &AllowValues::default(),
+        &write_opts(),
+    );
     (zip, r, dir)
 }
 
@@ -543,7 +573,15 @@ fn cast_refuses_onnx_and_tensorflow_tags_it_cannot_rewrite() {
     modelzip::interop::tf::import_graphdef_file(&zip, "tf", &tf, &opts()).unwrap();
     for (tag, what) in [("onnx", "an ONNX model"), ("tf", "a TensorFlow graph")] {
         for dtype in [DType::Fp16, DType::Bf16] {
-            let e = modelzip::variants::cast(&zip, tag, "half", dtype, &write_opts()).unwrap_err();
+            let e = modelzip::variants::cast(
+                &zip,
+                tag,
+                "half",
+                dtype,
+                &AllowValues::default(),
+                &write_opts(),
+            )
+            .unwrap_err();
             assert!(e.to_string().contains(what), "{tag}: {e}");
         }
     }

@@ -348,8 +348,11 @@ fn export_errors_no_graph_missing_param_existing_files() {
     )
     .unwrap();
     // A tag whose program needs fc_1.w_0, which it lacks.
-    let tensors =
-        paddle::inference_params(&Graph::from_programdesc(&model).unwrap(), &params).unwrap();
+    let tensors = paddle::inference_params(
+        &Graph::decode(GraphFormat::ProgramDesc, &model).unwrap(),
+        &params,
+    )
+    .unwrap();
     let mut b = TagBuilder::new("partial").graph(GraphFormat::ProgramDesc, model.clone());
     for (n, t) in tensors.iter().filter(|(n, _)| n != "fc_1.w_0") {
         b = b.param(n.clone(), t.to_owned());
@@ -436,9 +439,9 @@ fn replace_graph_keeps_sums_and_other_tags() {
     w.add_tag(support::sample_tag("b", 2)).unwrap();
     w.finish().unwrap();
     let model = read("3.3.1", "mlp.pdmodel");
-    let fb = Graph::from_programdesc(&model)
+    let fb = Graph::decode(GraphFormat::ProgramDesc, &model)
         .unwrap()
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .unwrap();
     let r = replace_graph(&zip, "A", GraphFormat::FlatBuffers, &fb, &no_fsync()).unwrap();
     assert_eq!(r.tag, "a");
@@ -628,7 +631,7 @@ fn a_program_without_parameters_needs_no_params_file() {
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("m.zip");
     // The MLP's program without its persistable variables (and the ops that use them).
-    let mut g = Graph::from_programdesc(&read("3.3.1", "mlp.pdmodel")).unwrap();
+    let mut g = Graph::decode(GraphFormat::ProgramDesc, &read("3.3.1", "mlp.pdmodel")).unwrap();
     let block = &mut g.prog_mut().blocks[0];
     let params: Vec<String> = block
         .vars
@@ -638,7 +641,7 @@ fn a_program_without_parameters_needs_no_params_file() {
         .collect();
     assert!(!params.is_empty());
     block.vars.retain(|v| !params.contains(&v.name));
-    let model = g.to_programdesc().unwrap();
+    let model = g.encode(GraphFormat::ProgramDesc).unwrap();
     let model_path = dir.path().join("noparams.pdmodel");
     std::fs::write(&model_path, &model).unwrap();
     let r = paddle::import_program(&zip, "t", &model_path, &opts()).unwrap();

@@ -58,7 +58,7 @@ fn import_then_export_is_byte_identical_for_every_pir_fixture() {
         let (enc, bytes) = tag.graph().unwrap().unwrap();
         assert_eq!(enc, GraphFormat::FlatBuffers);
         assert!(modelzip::graph::flatbuffers::is_pir(&bytes));
-        let g = Graph::from_flatbuffers(&bytes).unwrap();
+        let g = Graph::decode(GraphFormat::FlatBuffers, &bytes).unwrap();
         let modelzip::Graph::Pir(pir) = &g else {
             panic!("expected a PIR program, got {}", g.kind_name())
         };
@@ -290,15 +290,19 @@ fn a_stored_pir_program_that_does_not_parse_is_refused_on_read() {
     let g = Graph::Pir(PirGraph {
         json: b"{\"base_code\":{\"magic\":\"pir\"".to_vec(),
     });
-    let fb = g.to_flatbuffers().unwrap();
-    let e = Graph::from_flatbuffers(&fb).unwrap_err();
+    let fb = g.encode(GraphFormat::FlatBuffers).unwrap();
+    let e = Graph::decode(GraphFormat::FlatBuffers, &fb).unwrap_err();
     assert!(e.to_string().contains("PIR program"), "{e}");
     // A good one round-trips.
     let good = Graph::from_pir_json(&read("mlp.json")).unwrap();
-    let back = Graph::from_flatbuffers(&good.to_flatbuffers().unwrap()).unwrap();
+    let back = Graph::decode(
+        GraphFormat::FlatBuffers,
+        &good.encode(GraphFormat::FlatBuffers).unwrap(),
+    )
+    .unwrap();
     assert_eq!(back, good);
     assert!(
-        good.to_programdesc()
+        good.encode(GraphFormat::ProgramDesc)
             .unwrap_err()
             .to_string()
             .contains("PIR")
@@ -312,8 +316,10 @@ fn verify_and_export_name_a_parameter_the_tag_lacks() {
     let d = tempfile::tempdir().unwrap();
     let zip = d.path().join("m.zip");
     let g = Graph::from_pir_json(&read("mlp.json")).unwrap();
-    let t =
-        modelzip::TagBuilder::new("t").graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap());
+    let t = modelzip::TagBuilder::new("t").graph(
+        GraphFormat::FlatBuffers,
+        g.encode(GraphFormat::FlatBuffers).unwrap(),
+    );
     let mut w = modelzip::ArchiveWriter::create_with(&zip, &crate::support::write_opts()).unwrap();
     w.add_tag(t).unwrap();
     w.finish().unwrap();

@@ -14,7 +14,10 @@ use std::path::Path;
 
 /// Retries off: a misbehaving server is answered at once.
 fn opts() -> RemoteOptions {
-    RemoteOptions::new().max_retries(0)
+    RemoteOptions {
+        max_retries: 0,
+        ..RemoteOptions::default()
+    }
 }
 
 fn open(url: &str) -> modelzip::Result<Archive> {
@@ -705,10 +708,12 @@ fn server_errors_are_retried_and_redirects_followed() {
     let server = Server::start();
     server.put("m.zip", sample_archive(dir.path(), false));
     server.fail_next(2);
-    let a = RemoteOptions::new()
-        .max_retries(2)
-        .open(&server.url("m.zip"))
-        .unwrap();
+    let a = RemoteOptions {
+        max_retries: 2,
+        ..RemoteOptions::default()
+    }
+    .open(&server.url("m.zip"))
+    .unwrap();
     assert_eq!(a.tags(), ["fp32", "step-2"]);
     server.fail_next(1);
     let err = open(&server.url("m.zip")).unwrap_err();
@@ -721,11 +726,16 @@ fn server_errors_are_retried_and_redirects_followed() {
 /// Options for the test server as an S3 endpoint (path style, unsigned requests).
 fn s3_opts(server: &Server) -> RemoteOptions {
     let endpoint = server.url("");
-    opts()
-        .with_config("aws_endpoint", endpoint.trim_end_matches('/'))
-        .with_config("aws_allow_http", "true")
-        .with_config("aws_skip_signature", "true")
-        .with_config("aws_region", "us-east-1")
+    let mut o = opts();
+    o.config = [
+        ("aws_endpoint", endpoint.trim_end_matches('/')),
+        ("aws_allow_http", "true"),
+        ("aws_skip_signature", "true"),
+        ("aws_region", "us-east-1"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .to_vec();
+    o
 }
 
 /// A multipart upload whose parts the store refuses is aborted (the store drops the parts;
@@ -809,7 +819,10 @@ fn a_download_resumes_after_a_drop_only_on_the_same_version() {
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let dst = out.join("d.zip");
-    let o = RemoteOptions::new().max_retries(2);
+    let o = RemoteOptions {
+        max_retries: 2,
+        ..RemoteOptions::default()
+    };
     server.cut_next(1);
     remote::download(&url, &dst, &o, &|_, _| {}).unwrap();
     assert_eq!(std::fs::read(&dst).unwrap(), first);

@@ -1068,7 +1068,7 @@ fn an_int8_variant_is_refused_and_an_fp16_variant_exports() {
         non_finite: true,
         overflow: true,
     };
-    let q = modelzip::variants::quantize_allowing(
+    let q = modelzip::variants::quantize(
         &zip,
         "fp32",
         "int8",
@@ -1078,7 +1078,7 @@ fn an_int8_variant_is_refused_and_an_fp16_variant_exports() {
     )
     .unwrap();
     let quantized = q.changed().next().unwrap().name.clone();
-    modelzip::variants::cast_allowing(&zip, "fp32", "fp16", DType::Fp16, &allow, &w).unwrap();
+    modelzip::variants::cast(&zip, "fp32", "fp16", DType::Fp16, &allow, &w).unwrap();
     let a = Archive::open(&zip).unwrap();
     let out = dir.path().join("int8.safetensors");
     let e = export_safetensors(&a.tag("int8").unwrap(), &out, &export_opts())

@@ -192,9 +192,24 @@ fn cast_and_quantized_tags_are_refused_on_export_leaving_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("sm.zip");
     import_saved_model(&zip, "sm", &fixture(), &opts()).unwrap();
-    modelzip::variants::cast(&zip, "sm", "half", DType::Fp16, &Default::default()).unwrap();
-    modelzip::variants::quantize(&zip, "sm", "int8", &Default::default(), &Default::default())
-        .unwrap();
+    modelzip::variants::cast(
+        &zip,
+        "sm",
+        "half",
+        DType::Fp16,
+        &modelzip::variants::AllowValues::default(),
+        &Default::default(),
+    )
+    .unwrap();
+    modelzip::variants::quantize(
+        &zip,
+        "sm",
+        "int8",
+        &Default::default(),
+        &modelzip::variants::AllowValues::default(),
+        &Default::default(),
+    )
+    .unwrap();
     let a = Archive::open(&zip).unwrap();
     let out = dir.path().join("out");
     for (name, what) in [("half", "a cast"), ("int8", "a quantized copy")] {

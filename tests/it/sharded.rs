@@ -34,12 +34,13 @@ fn split(n: u64, world: u32, rank: u32) -> (u64, u64) {
 }
 
 fn opts(rank: u32, world: u32, timeout: Duration) -> ShardedOptions {
-    ShardedOptions::new(rank, world)
-        .with_timeout(timeout)
-        .with_write(WriteOptions {
-            fsync: false,
-            ..WriteOptions::default()
-        })
+    let mut o = ShardedOptions::new(rank, world);
+    o.timeout = timeout;
+    o.write = WriteOptions {
+        fsync: false,
+        ..WriteOptions::default()
+    };
+    o
 }
 
 /// Rank `rank` of `world` writes its rows of every tensor of `specs()`, seeds from
@@ -399,7 +400,8 @@ fn two_groups_saving_one_tag_are_told_apart_by_their_group_ids() {
         let group = group.to_string();
         move || -> modelzip::Result<ShardedReport> {
             let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 3])];
-            let o = opts(rank, 2, timeout).with_group(group);
+            let mut o = opts(rank, 2, timeout);
+            o.group = Some(group);
             let mut w = ShardedWriter::open(&path, "step-1", &specs, &o)?;
             let t = Tensor::from_slice(vec![2, 3], &rows_of(seed, 2))?;
             w.write_param("w", 2 * u64::from(rank), &t.view())?;

@@ -36,14 +36,15 @@ fn cut(values: &[f32], dims: &[u64], b: &[Range<u64>]) -> Vec<f32> {
 }
 
 fn opts(rank: u32, world: u32) -> ShardedOptions {
-    ShardedOptions::new(rank, world)
-        .with_timeout(Duration::from_secs(30))
-        .with_write(WriteOptions {
-            fsync: false,
-            // Tables stored, not deflated: a test patches shards.txt in place.
-            deflate_text: false,
-            ..WriteOptions::default()
-        })
+    let mut o = ShardedOptions::new(rank, world);
+    o.timeout = Duration::from_secs(30);
+    o.write = WriteOptions {
+        fsync: false,
+        // Tables stored, not deflated: a test patches shards.txt in place.
+        deflate_text: false,
+        ..WriteOptions::default()
+    };
+    o
 }
 
 /// One tensor of the save: name, global dims, and each rank's boxes of it.

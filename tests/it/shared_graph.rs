@@ -91,7 +91,7 @@ fn an_identical_tag_with_a_graph_costs_under_one_kib() {
     );
     check_whole(&path, &["s1", "s2"], &g);
     // A different graph is stored, not shared.
-    let other = modelzip::Graph::from_programdesc(&g)
+    let other = modelzip::Graph::decode(modelzip::GraphFormat::ProgramDesc, &g)
         .unwrap()
         .encode(GraphFormat::FlatBuffers)
         .unwrap();

@@ -222,10 +222,12 @@ mod remote {
         let all = every_dtype_and_shape(&path);
         let server = Server::start();
         server.put("s.mz", std::fs::read(&path).unwrap());
-        let a = RemoteOptions::new()
-            .max_retries(0)
-            .open(&server.url("s.mz"))
-            .unwrap();
+        let a = RemoteOptions {
+            max_retries: 0,
+            ..RemoteOptions::default()
+        }
+        .open(&server.url("s.mz"))
+        .unwrap();
         let tag = a.tag("t").unwrap();
         let locs: Vec<_> = tag.params().iter().map(|p| &p.location).collect();
         // One batched request for every header (and where each entry's data starts).
@@ -266,10 +268,12 @@ mod remote {
         w.finish().unwrap();
         let server = Server::start();
         server.put("big.mz", std::fs::read(&path).unwrap());
-        let a = RemoteOptions::new()
-            .max_retries(0)
-            .open(&server.url("big.mz"))
-            .unwrap();
+        let a = RemoteOptions {
+            max_retries: 0,
+            ..RemoteOptions::default()
+        }
+        .open(&server.url("big.mz"))
+        .unwrap();
         let tag = a.tag("b").unwrap();
         // Without an earlier header read: one request for the header, one for the rows.
         let (count, sent) = (server.count(), server.bytes_sent());

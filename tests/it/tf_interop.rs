@@ -180,7 +180,7 @@ fn constants_of_every_dtype_and_form_become_parameters() {
     // The string constant stays in the graph.
     assert!(r.params.iter().all(|p| p.name != "words"));
     let (_, bytes) = t.graph().unwrap().unwrap();
-    let Graph::Tf(g) = Graph::from_flatbuffers(&bytes).unwrap() else {
+    let Graph::Tf(g) = Graph::decode(GraphFormat::FlatBuffers, &bytes).unwrap() else {
         panic!("expected a TensorFlow graph")
     };
     let words = g.nodes.iter().find(|n| n.name == "words").unwrap();
@@ -281,9 +281,9 @@ fn tags_of_another_format_are_refused() {
     // Converting a TensorFlow graph to a ProgramDesc is refused the same way.
     let (enc, bytes) = tf_tag.graph().unwrap().unwrap();
     assert_eq!(enc, GraphFormat::FlatBuffers);
-    let e = Graph::from_flatbuffers(&bytes)
+    let e = Graph::decode(GraphFormat::FlatBuffers, &bytes)
         .unwrap()
-        .to_programdesc()
+        .encode(GraphFormat::ProgramDesc)
         .unwrap_err();
     assert!(e.to_string().contains("TensorFlow GraphDef"), "{e}");
 }
@@ -512,7 +512,7 @@ fn verify_and_export_check_a_stored_graph_against_its_parameters() {
             nodes: vec![node(param)],
             rest: Vec::new(),
         })
-        .to_flatbuffers()
+        .encode(GraphFormat::FlatBuffers)
         .unwrap()
     };
     let dir = tempfile::tempdir().unwrap();
@@ -599,7 +599,7 @@ fn alias_graph_archive(dir: &Path, n: usize, elems: usize) -> PathBuf {
         nodes,
         rest: Vec::new(),
     })
-    .to_flatbuffers()
+    .encode(GraphFormat::FlatBuffers)
     .unwrap();
     let zip = dir.join("alias.zip");
     let w_tensor = Tensor::from_slice(vec![elems as u64], &vec![0.25f32; elems]).unwrap();

@@ -7,8 +7,8 @@ use modelzip::graph::AttrValue;
 
 use modelzip::tensor::decode_combined;
 use modelzip::variants::{
-    AllowValues, GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, cast_allowing,
-    diff_tags, quantize, quantize_allowing,
+    AllowValues, GraphChange, ParamChange, QuantizeOptions, VariantReport, cast, diff_tags,
+    quantize,
 };
 use modelzip::{Archive, ArchiveWriter, DType, ErrorKind, TagBuilder, Tensor, WriteOptions};
 use modelzip::{Graph, GraphFormat};
@@ -35,7 +35,7 @@ fn fast() -> WriteOptions {
 /// 0's persistable variables except feed/fetch, sorted by byte value.
 fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphFormat) -> TagBuilder {
     let pd = std::fs::read(fixture(&format!("{version}/{model}.pdmodel"))).unwrap();
-    let graph = Graph::from_programdesc(&pd).unwrap();
+    let graph = Graph::decode(GraphFormat::ProgramDesc, &pd).unwrap();
     let mut names: Vec<&str> = graph.prog().blocks[0]
         .vars
         .iter()
@@ -48,7 +48,7 @@ fn fixture_tag(name: &str, version: &str, model: &str, enc: GraphFormat) -> TagB
     assert_eq!(records.len(), names.len());
     let bytes = match enc {
         GraphFormat::ProgramDesc => pd.clone(),
-        GraphFormat::FlatBuffers => graph.to_flatbuffers().unwrap(),
+        GraphFormat::FlatBuffers => graph.encode(GraphFormat::FlatBuffers).unwrap(),
     };
     let mut tag = TagBuilder::new(name).graph(enc, bytes);
     for (n, r) in names.iter().zip(records) {
@@ -99,7 +99,15 @@ fn quantize_mlp_with_graph_per_tensor() {
         dir.path(),
         fixture_tag("fp32", "3.3.1", "mlp", GraphFormat::ProgramDesc),
     );
-    let r = quantize(&path, "FP32", "int8", &QuantizeOptions::default(), &fast()).unwrap();
+    let r = quantize(
+        &path,
+        "FP32",
+        "int8",
+        &QuantizeOptions::default(),
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     assert_eq!(r.tag, "int8");
     assert_eq!(r.source_tag, "fp32");
     assert_eq!(
@@ -225,7 +233,15 @@ fn quantize_conv_per_channel_axes_and_graph_fb() {
         fixture_tag("fp32", "2.6.2", "conv", GraphFormat::FlatBuffers),
     );
     let opts = QuantizeOptions { per_channel: true };
-    let r = quantize(&path, "fp32", "int8", &opts, &fast()).unwrap();
+    let r = quantize(
+        &path,
+        "fp32",
+        "int8",
+        &opts,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     assert_eq!(
         quantized_names(&r),
         [
@@ -270,8 +286,8 @@ fn quantize_conv_per_channel_axes_and_graph_fb() {
         .collect();
     assert_eq!(axes, [Some(AttrValue::Int(0)), Some(AttrValue::Int(1))]);
     // The graph re-encodes to ProgramDesc too.
-    let pd = g.to_programdesc().unwrap();
-    assert_eq!(Graph::from_programdesc(&pd).unwrap(), g);
+    let pd = g.encode(GraphFormat::ProgramDesc).unwrap();
+    assert_eq!(Graph::decode(GraphFormat::ProgramDesc, &pd).unwrap(), g);
     // Per-channel dequantization is within half a step of each channel's scale.
     let orig = f32s(&archive, "fp32", "conv2d_0.w_0");
     let scales = f32s(&archive, "int8", "conv2d_0.w_0@scale");
@@ -306,7 +322,7 @@ fn quantize_without_graph_takes_float_params_of_rank_two_or_more() {
         .metadata(br#"{"description":"kept","created":"2020-01-01T00:00:00Z"}"#.to_vec());
     let path = archive_with(dir.path(), tag);
     let opts = QuantizeOptions { per_channel: true };
-    let r = quantize(&path, "base", "q", &opts, &fast()).unwrap();
+    let r = quantize(&path, "base", "q", &opts, &AllowValues::default(), &fast()).unwrap();
     assert_eq!(r.graph, None);
     assert_eq!(
         quantized_names(&r),
@@ -331,8 +347,24 @@ fn cast_values_are_half_conversions_and_graph_casts_back() {
         dir.path(),
         fixture_tag("fp32", "3.3.1", "conv", GraphFormat::ProgramDesc),
     );
-    let r16 = cast(&path, "fp32", "fp16", DType::Fp16, &fast()).unwrap();
-    let rb = cast(&path, "fp32", "bf16", DType::Bf16, &fast()).unwrap();
+    let r16 = cast(
+        &path,
+        "fp32",
+        "fp16",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
+    let rb = cast(
+        &path,
+        "fp32",
+        "bf16",
+        DType::Bf16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     assert_eq!(r16.changed().count(), r16.params.len());
     assert!(
         rb.params
@@ -384,24 +416,32 @@ fn cast_shares_non_fp32_params() {
         .param("ids", Tensor::from_slice(vec![2], &[1i64, 2]).unwrap());
     let path = archive_with(dir.path(), tag);
     // 70000 is beyond FP16's range: refused unless allowed, then stored as +inf.
-    let e = cast(&path, "base", "half", DType::Fp16, &fast()).unwrap_err();
+    let e = cast(
+        &path,
+        "base",
+        "half",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             e.kind(),
             ErrorKind::UnrepresentableValues {
-                count: 1,
-                first_index: 1,
                 allow: "overflow",
                 ..
             }
         ),
         "{e}"
     );
+    assert!(e.to_string().contains("1 value(s)"), "{e}");
+    assert!(e.to_string().contains("first at flat index 1:"), "{e}");
     let allow = AllowValues {
         overflow: true,
         ..AllowValues::default()
     };
-    let r = cast_allowing(&path, "base", "half", DType::Fp16, &allow, &fast()).unwrap();
+    let r = cast(&path, "base", "half", DType::Fp16, &allow, &fast()).unwrap();
     assert_eq!(r.params[0].overflowed, 1);
     assert_eq!(r.params[1].change, ParamChange::Unchanged);
     assert!(r.params[1].shared);
@@ -421,19 +461,35 @@ fn refusals_say_what_and_why() {
         .param("w@scale", Tensor::from_slice(vec![1], &[1.0f32]).unwrap());
     let path = archive_with(dir.path(), tag);
     let q = QuantizeOptions::default();
-    let e = quantize(&path, "base", "BASE", &q, &fast()).unwrap_err();
+    let e = quantize(&path, "base", "BASE", &q, &AllowValues::default(), &fast()).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TagExists(_)), "{e}");
-    let e = quantize(&path, "nope", "x", &q, &fast()).unwrap_err();
+    let e = quantize(&path, "nope", "x", &q, &AllowValues::default(), &fast()).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::TagNotFound { .. }), "{e}");
-    let e = quantize(&path, "base", "x", &q, &fast()).unwrap_err();
+    let e = quantize(&path, "base", "x", &q, &AllowValues::default(), &fast()).unwrap_err();
     assert!(
         e.to_string()
             .contains("already has a parameter \"w@scale\""),
         "{e}"
     );
-    let e = quantize(&path, "base", "bad/name", &q, &fast()).unwrap_err();
+    let e = quantize(
+        &path,
+        "base",
+        "bad/name",
+        &q,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::InvalidTagName { .. }), "{e}");
-    let e = cast(&path, "base", "x", DType::Int8, &fast()).unwrap_err();
+    let e = cast(
+        &path,
+        "base",
+        "x",
+        DType::Int8,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("FP16 or BF16"), "{e}");
     // Nothing was added.
     assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
@@ -451,6 +507,7 @@ fn diff_reports_shared_changed_and_dequantized_error() {
         "fp32",
         "int8",
         &QuantizeOptions { per_channel: true },
+        &AllowValues::default(),
         &fast(),
     )
     .unwrap();
@@ -505,8 +562,24 @@ fn variants_of_a_checkpoint_are_not_checkpoints() {
     let mut ck = Checkpointer::open(&path, opts.clone()).unwrap();
     ck.save(&state(5)).unwrap();
     let q = QuantizeOptions { per_channel: true };
-    quantize(&path, "step-000000005", "step5-int8", &q, &fast()).unwrap();
-    cast(&path, "step-000000005", "step5-fp16", DType::Fp16, &fast()).unwrap();
+    quantize(
+        &path,
+        "step-000000005",
+        "step5-int8",
+        &q,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
+    cast(
+        &path,
+        "step-000000005",
+        "step5-fp16",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     let archive = Archive::open(&path).unwrap();
     for (tag, record) in [("step5-int8", "quantization"), ("step5-fp16", "cast")] {
         let m = metadata(&archive, tag);
@@ -538,9 +611,33 @@ fn variants_of_variants_are_refused() {
         fixture_tag("fp32", "3.3.1", "mlp", GraphFormat::ProgramDesc),
     );
     let pc = QuantizeOptions { per_channel: true };
-    quantize(&path, "fp32", "int8", &QuantizeOptions::default(), &fast()).unwrap();
-    quantize(&path, "fp32", "int8pc", &pc, &fast()).unwrap();
-    cast(&path, "fp32", "fp16", DType::Fp16, &fast()).unwrap();
+    quantize(
+        &path,
+        "fp32",
+        "int8",
+        &QuantizeOptions::default(),
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
+    quantize(
+        &path,
+        "fp32",
+        "int8pc",
+        &pc,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
+    cast(
+        &path,
+        "fp32",
+        "fp16",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     let before = Archive::open(&path).unwrap().tags().to_vec();
     let refused = |e: modelzip::Error, parts: &[&str]| {
         assert!(matches!(e.kind(), ErrorKind::InvalidInput(_)), "{e}");
@@ -553,7 +650,15 @@ fn variants_of_variants_are_refused() {
     for from in ["int8", "INT8PC"] {
         for opts in [QuantizeOptions::default(), pc.clone()] {
             refused(
-                quantize(&path, from, "again", &opts, &fast()).unwrap_err(),
+                quantize(
+                    &path,
+                    from,
+                    "again",
+                    &opts,
+                    &AllowValues::default(),
+                    &fast(),
+                )
+                .unwrap_err(),
                 &[
                     "already has a parameter \"fc_0.w_0@scale\"",
                     "quantized already",
@@ -562,7 +667,15 @@ fn variants_of_variants_are_refused() {
             );
         }
         refused(
-            cast(&path, from, "again", DType::Fp16, &fast()).unwrap_err(),
+            cast(
+                &path,
+                from,
+                "again",
+                DType::Fp16,
+                &AllowValues::default(),
+                &fast(),
+            )
+            .unwrap_err(),
             &[
                 "is quantized",
                 "\"fc_0.w_0@scale\"",
@@ -572,7 +685,15 @@ fn variants_of_variants_are_refused() {
         );
     }
     refused(
-        cast(&path, "fp16", "again", DType::Bf16, &fast()).unwrap_err(),
+        cast(
+            &path,
+            "fp16",
+            "again",
+            DType::Bf16,
+            &AllowValues::default(),
+            &fast(),
+        )
+        .unwrap_err(),
         &[
             "tag \"fp16\" has no FP32 parameter to cast to BF16",
             "its parameters are FP16",
@@ -581,7 +702,15 @@ fn variants_of_variants_are_refused() {
         ],
     );
     refused(
-        quantize(&path, "fp16", "again", &pc, &fast()).unwrap_err(),
+        quantize(
+            &path,
+            "fp16",
+            "again",
+            &pc,
+            &AllowValues::default(),
+            &fast(),
+        )
+        .unwrap_err(),
         &[
             "tag \"fp16\" has nothing to quantize",
             "a cast variant (FP16)",
@@ -602,7 +731,7 @@ fn quantized_records_and_empty_sources_are_refused() {
         .metadata(br#"{"quantization": {"params": {}}}"#.to_vec());
     let path = archive_with(dir.path(), tag);
     let q = QuantizeOptions::default();
-    let e = quantize(&path, "rec", "x", &q, &fast()).unwrap_err();
+    let e = quantize(&path, "rec", "x", &q, &AllowValues::default(), &fast()).unwrap_err();
     assert!(
         e.to_string()
             .contains("already has a \"quantization\" record in its metadata.json"),
@@ -612,7 +741,15 @@ fn quantized_records_and_empty_sources_are_refused() {
         e.to_string().contains("quantize a float tag instead"),
         "{e}"
     );
-    let e = cast(&path, "rec", "x", DType::Fp16, &fast()).unwrap_err();
+    let e = cast(
+        &path,
+        "rec",
+        "x",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("is quantized"), "{e}");
     let ints = TagBuilder::new("ints")
         .param(
@@ -621,7 +758,7 @@ fn quantized_records_and_empty_sources_are_refused() {
         )
         .param("b", Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap());
     modelzip::append_tag(&path, ints, modelzip::AppendMode::InPlace, &fast()).unwrap();
-    let e = quantize(&path, "ints", "x", &q, &fast()).unwrap_err();
+    let e = quantize(&path, "ints", "x", &q, &AllowValues::default(), &fast()).unwrap_err();
     assert!(
         e.to_string().contains(
             "tag \"ints\" has nothing to quantize: it has no graph and no float parameter of rank >= 2"
@@ -629,8 +766,24 @@ fn quantized_records_and_empty_sources_are_refused() {
         "{e}"
     );
     // The FP32 bias is something to cast.
-    cast(&path, "ints", "x", DType::Fp16, &fast()).unwrap();
-    let e = cast(&path, "x", "y", DType::Bf16, &fast()).unwrap_err();
+    cast(
+        &path,
+        "ints",
+        "x",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
+    let e = cast(
+        &path,
+        "x",
+        "y",
+        DType::Bf16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(
         e.to_string().contains("its parameters are INT64, FP16"),
         "{e}"
@@ -650,24 +803,31 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
     // 65519.996 rounds to 65504 (FP16's largest); 65520 and beyond round to inf.
     let v = [1.0f32, 65519.996, -65520.0, 1e6, 1e-8, 0.0];
     let path = one_param(dir.path(), vec![2, 3], &v);
-    let e = cast(&path, "base", "fp16", DType::Fp16, &fast()).unwrap_err();
-    match e.kind() {
-        ErrorKind::UnrepresentableValues {
-            param,
-            count,
-            first_index,
-            first_value,
-            allow,
-            ..
-        } => {
-            assert_eq!(
-                (param.as_str(), *count, *first_index, *first_value, *allow),
-                ("w", 2, 2, -65520.0, "overflow")
-            );
-        }
-        _ => panic!("{e}"),
-    }
+    let e = cast(
+        &path,
+        "base",
+        "fp16",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::UnrepresentableValues {
+                allow: "overflow",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let msg = e.to_string();
+    assert!(
+        msg.starts_with("parameter \"w\": 2 value(s) ")
+            && msg.contains("(the first at flat index 2: -65520)"),
+        "{msg}"
+    );
     assert!(
         msg.contains("beyond FP16's range (largest finite 65504)"),
         "{msg}"
@@ -677,13 +837,21 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
         "the entry is named: {msg}"
     );
     // BF16's range holds them: cast, and 1e-8 is not lost either.
-    let r = cast(&path, "base", "bf16", DType::Bf16, &fast()).unwrap();
+    let r = cast(
+        &path,
+        "base",
+        "bf16",
+        DType::Bf16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     assert_eq!((r.params[0].overflowed, r.params[0].underflowed), (0, 0));
     let allow = AllowValues {
         overflow: true,
         ..AllowValues::default()
     };
-    let r = cast_allowing(&path, "base", "fp16", DType::Fp16, &allow, &fast()).unwrap();
+    let r = cast(&path, "base", "fp16", DType::Fp16, &allow, &fast()).unwrap();
     let p = &r.params[0];
     // 1e-8 is below half of FP16's smallest subnormal (2^-25 ≈ 2.98e-8): it becomes 0.
     assert_eq!((p.non_finite, p.overflowed, p.underflowed), (0, 2, 1));
@@ -696,26 +864,34 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
     // NaN and inf in the source: refused (before the overflow check), then kept.
     let dir = tempfile::tempdir().unwrap();
     let path = one_param(dir.path(), vec![3], &[0.5, f32::NAN, f32::INFINITY]);
-    let e = cast(&path, "base", "bf16", DType::Bf16, &fast()).unwrap_err();
+    let e = cast(
+        &path,
+        "base",
+        "bf16",
+        DType::Bf16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             e.kind(),
             ErrorKind::UnrepresentableValues {
-                count: 2,
-                first_index: 1,
                 allow: "non_finite",
                 ..
             }
         ),
         "{e}"
     );
+    assert!(e.to_string().contains("2 value(s)"), "{e}");
+    assert!(e.to_string().contains("first at flat index 1:"), "{e}");
     assert!(e.to_string().contains("are NaN or infinite"), "{e}");
     assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
     let allow = AllowValues {
         non_finite: true,
         ..AllowValues::default()
     };
-    let r = cast_allowing(&path, "base", "bf16", DType::Bf16, &allow, &fast()).unwrap();
+    let r = cast(&path, "base", "bf16", DType::Bf16, &allow, &fast()).unwrap();
     assert_eq!(r.params[0].non_finite, 2);
     let archive = Archive::open(&path).unwrap();
     let v = f32s(&archive, "bf16", "w");
@@ -736,26 +912,33 @@ fn quantize_refuses_non_finite_unless_allowed() {
             &[1.0, -2.0, f32::INFINITY, f32::NAN],
         );
         let opts = QuantizeOptions { per_channel };
-        let e = quantize(&path, "base", "int8", &opts, &fast()).unwrap_err();
+        let e = quantize(
+            &path,
+            "base",
+            "int8",
+            &opts,
+            &AllowValues::default(),
+            &fast(),
+        )
+        .unwrap_err();
         assert!(
             matches!(
                 e.kind(),
                 ErrorKind::UnrepresentableValues {
-                    count: 2,
-                    first_index: 2,
                     allow: "non_finite",
                     ..
                 }
             ),
             "{e}"
         );
+        assert!(e.to_string().contains("2 value(s)"), "{e}");
         assert!(e.to_string().contains("first at flat index 2: inf"), "{e}");
         assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
         let allow = AllowValues {
             non_finite: true,
             ..AllowValues::default()
         };
-        let r = quantize_allowing(&path, "base", "int8", &opts, &allow, &fast()).unwrap();
+        let r = quantize(&path, "base", "int8", &opts, &allow, &fast()).unwrap();
         assert_eq!(r.params[0].non_finite, 2);
         let archive = Archive::open(&path).unwrap();
         let t = archive.tag("int8").unwrap();
@@ -822,8 +1005,8 @@ fn cast_rounds_like_numpy_to_the_bit() {
         non_finite: true,
         overflow: true,
     };
-    cast_allowing(&path, "base", "fp16", DType::Fp16, &allow, &fast()).unwrap();
-    cast_allowing(&path, "base", "bf16", DType::Bf16, &allow, &fast()).unwrap();
+    cast(&path, "base", "fp16", DType::Fp16, &allow, &fast()).unwrap();
+    cast(&path, "base", "bf16", DType::Bf16, &allow, &fast()).unwrap();
     let archive = Archive::open(&path).unwrap();
     let h = archive.tag("fp16").unwrap().param("w").unwrap();
     let h: Vec<u16> = h
@@ -892,7 +1075,15 @@ fn quantize_matches_numpy_to_the_bit_and_diff_measures_the_dequantized_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = one_param(dir.path(), vec![3, 4], &x);
         let opts = QuantizeOptions { per_channel };
-        quantize(&path, "base", "int8", &opts, &fast()).unwrap();
+        quantize(
+            &path,
+            "base",
+            "int8",
+            &opts,
+            &AllowValues::default(),
+            &fast(),
+        )
+        .unwrap();
         let archive = Archive::open(&path).unwrap();
         let t = archive.tag("int8").unwrap();
         let q = t.param("w").unwrap().view().to_vec::<i8>().unwrap();
@@ -928,9 +1119,25 @@ fn quantize_matches_numpy_to_the_bit_and_diff_measures_the_dequantized_error() {
 fn quantize_refuses_a_cast_variant_without_a_graph() {
     let dir = tempfile::tempdir().unwrap();
     let path = one_param(dir.path(), vec![2, 2], &[1.0, 2.0, 3.0, 4.0]);
-    cast(&path, "base", "fp16", DType::Fp16, &fast()).unwrap();
+    cast(
+        &path,
+        "base",
+        "fp16",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     // Before the fix this quantized the FP16 copies and recorded "fp16" as the source.
-    let e = quantize(&path, "fp16", "int8", &QuantizeOptions::default(), &fast()).unwrap_err();
+    let e = quantize(
+        &path,
+        "fp16",
+        "int8",
+        &QuantizeOptions::default(),
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::InvalidInput(_)), "{e}");
     let text = e.to_string();
     assert!(
@@ -947,7 +1154,15 @@ fn quantize_refuses_a_cast_variant_without_a_graph() {
         .collect();
     let tag = TagBuilder::new("half").param("w", Tensor::from_slice(vec![2, 2], &v).unwrap());
     let path = archive_with(dir.path(), tag);
-    let r = quantize(&path, "half", "int8", &QuantizeOptions::default(), &fast()).unwrap();
+    let r = quantize(
+        &path,
+        "half",
+        "int8",
+        &QuantizeOptions::default(),
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     assert_eq!(quantized_names(&r), [("w".to_string(), None)]);
 }
 
@@ -977,7 +1192,15 @@ fn edge_shapes_and_non_float_params() {
             );
         let path = archive_with(dir.path(), tag);
         let opts = QuantizeOptions { per_channel };
-        let r = quantize(&path, "base", "int8", &opts, &fast()).unwrap();
+        let r = quantize(
+            &path,
+            "base",
+            "int8",
+            &opts,
+            &AllowValues::default(),
+            &fast(),
+        )
+        .unwrap();
         // Rank >= 2 float params only; an empty one gets scales of its channel count.
         let axis = |a| if per_channel { Some(a) } else { None };
         assert_eq!(
@@ -1021,7 +1244,15 @@ fn edge_shapes_and_non_float_params() {
         }
         let v = Archive::open(&path).unwrap().verify();
         assert!(v.is_ok(), "{v:?}");
-        let c = cast(&path, "base", "fp16", DType::Fp16, &fast()).unwrap();
+        let c = cast(
+            &path,
+            "base",
+            "fp16",
+            DType::Fp16,
+            &AllowValues::default(),
+            &fast(),
+        )
+        .unwrap();
         let cast_names: Vec<&str> = c.changed().map(|p| p.name.as_str()).collect();
         assert_eq!(cast_names, ["scalar", "vec", "rows0", "cols0", "zeros"]);
     }
@@ -1076,11 +1307,12 @@ fn diff_of_non_finite_values() {
 /// conv2d_transpose's axis 1 of a rank-2 weight) agree: per channel.
 #[test]
 fn per_channel_fallback_to_per_tensor_carries_its_reason() {
-    use modelzip::graph::{Op, Var};
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    use modelzip::graph::{Op, Var, VarKind};
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
-        b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
+        b.vars
+            .push(Var::new(v, VarKind::Parameter, DType::Fp32, vec![4, 3]));
     }
     b.ops.push(
         Op::new("", "matmul_v2")
@@ -1110,7 +1342,10 @@ fn per_channel_fallback_to_per_tensor_carries_its_reason() {
     let values: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
     let t = Tensor::from_slice(vec![4, 3], &values).unwrap();
     let tag = TagBuilder::new("fp32")
-        .graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap())
+        .graph(
+            GraphFormat::FlatBuffers,
+            g.encode(GraphFormat::FlatBuffers).unwrap(),
+        )
         .param("v", t.clone())
         .param("w", t);
     let dir = tempfile::tempdir().unwrap();
@@ -1128,6 +1363,7 @@ fn per_channel_fallback_to_per_tensor_carries_its_reason() {
         "fp32",
         "int8",
         &QuantizeOptions { per_channel: true },
+        &AllowValues::default(),
         &fast(),
     )
     .unwrap();
@@ -1152,7 +1388,15 @@ fn per_channel_fallback_to_per_tensor_carries_its_reason() {
         }
     );
     // Per tensor as asked: no reason to give.
-    let r = quantize(&path, "fp32", "int8t", &QuantizeOptions::default(), &fast()).unwrap();
+    let r = quantize(
+        &path,
+        "fp32",
+        "int8t",
+        &QuantizeOptions::default(),
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
     for name in ["w", "v"] {
         assert!(
             matches!(

@@ -562,11 +562,9 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
         return Err(zip_err("encrypted entries are not supported", 0).in_entry(name));
     }
     if version_made_by >> 8 == 3 && (external_attrs >> 16) & 0o170000 == 0o120000 {
-        return Err(Error::new(ErrorKind::UnsafeName {
-            name: name.clone(),
-            why: "symbolic link entry",
-        })
-        .in_entry(name));
+        return Err(
+            Error::new(ErrorKind::unsafe_name(&name, "symbolic link entry")).in_entry(name),
+        );
     }
     let mut compressed_size = u64::from(u32_at(r, 20));
     let mut uncompressed_size = u64::from(u32_at(r, 24));

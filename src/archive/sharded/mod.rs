@@ -103,24 +103,6 @@ impl ShardedOptions {
             group: None,
         }
     }
-
-    /// These options with `id` as the group's id (see [`ShardedOptions::group`]).
-    pub fn with_group(mut self, id: impl Into<String>) -> ShardedOptions {
-        self.group = Some(id.into());
-        self
-    }
-
-    /// These options with each wait bounded by `timeout`.
-    pub fn with_timeout(mut self, timeout: Duration) -> ShardedOptions {
-        self.timeout = timeout;
-        self
-    }
-
-    /// These options with `write` as the write options.
-    pub fn with_write(mut self, write: WriteOptions) -> ShardedOptions {
-        self.write = write;
-        self
-    }
 }
 
 /// What a sharded save did, as seen by one rank.

@@ -329,8 +329,8 @@ pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
     };
     let entry = format!("{tag_name}/{}", enc.file_name());
     let g = match enc {
-        GraphFormat::ProgramDesc => Graph::from_programdesc(&bytes),
-        GraphFormat::FlatBuffers => Graph::from_flatbuffers(&bytes),
+        GraphFormat::ProgramDesc => Graph::decode(GraphFormat::ProgramDesc, &bytes),
+        GraphFormat::FlatBuffers => Graph::decode(GraphFormat::FlatBuffers, &bytes),
     }
     .map_err(|e| ApiError::unreadable(format!("cannot decode {entry}: {e}")))?;
     let mut doc: Value = serde_json::from_str(&modelzip::dump::op_graph(&g))

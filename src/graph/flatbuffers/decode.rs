@@ -85,7 +85,7 @@ pub fn decode(bytes: &[u8]) -> Result<Graph> {
     };
     // A foreign kind sits beside one empty main block and nothing else: anything more
     // would be dropped on the way to the model, so it is refused rather than lost.
-    if program != Program::new() {
+    if program != Program::default() {
         return Err(gerr(format!(
             "graph.fb holds {} and also Paddle blocks, a version or an op version map              (only one empty main block may sit beside it)",
             foreign.kind_name()

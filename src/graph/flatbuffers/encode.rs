@@ -19,7 +19,7 @@ pub(super) type Fbb<'a> = FlatBufferBuilder<'a>;
 /// Encodes a graph as graph.fb bytes. A foreign kind (TensorFlow, ONNX, PIR) is stored
 /// beside one empty main block, as every graph.fb reader since schema version 1 expects.
 pub fn encode(g: &Graph) -> Result<Vec<u8>> {
-    let main_only = Program::new();
+    let main_only = Program::default();
     let program = match g {
         Graph::Program(p) => p,
         Graph::Tf(_) | Graph::Onnx(_) | Graph::Pir(_) => &main_only,

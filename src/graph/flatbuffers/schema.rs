@@ -86,11 +86,7 @@ where
             )));
         }
         None => {
-            return Err(ErrorKind::Truncated {
-                what: "FlatBuffers header",
-                needed: 8,
-                available: bytes.len() as u64,
-            }
+            return Err(ErrorKind::truncated("FlatBuffers header", 8, bytes.len() as u64)
             .into());
         }
     }

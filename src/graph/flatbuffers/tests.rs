@@ -110,7 +110,7 @@ fn our_operations_carry_the_seed_vectors() {
         .attr("k", AttrValue::Int(3))
         .attr("d", AttrValue::DataType(DType::Int8))
         .attr("s", AttrValue::String("x".into()));
-    let mut g = Program::new();
+    let mut g = Program::default();
     g.blocks[0].ops.push(op);
     let bytes = encode(&Graph::from(g)).unwrap();
     let root = fbg::root_as_graph(&bytes).unwrap();

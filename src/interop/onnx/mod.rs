@@ -353,21 +353,21 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads)
         }
     };
     if offset > file_len {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "external data (offset past the end of the file)",
-            needed: offset,
-            available: file_len,
-        })
+        return Err(Error::new(ErrorKind::truncated(
+            "external data (offset past the end of the file)",
+            offset,
+            file_len,
+        ))
         .in_file(&path));
     }
     let length = length.unwrap_or(file_len - offset);
     let end = offset.saturating_add(length);
     if end > file_len {
-        return Err(Error::new(ErrorKind::Truncated {
-            what: "external data (offset + length past the end of the file)",
-            needed: end,
-            available: file_len,
-        })
+        return Err(Error::new(ErrorKind::truncated(
+            "external data (offset + length past the end of the file)",
+            end,
+            file_len,
+        ))
         .in_file(&path));
     }
     // The length must be what the dtype and dims need, when the dtype is known; the
@@ -1282,6 +1282,24 @@ impl Format for OnnxFormat {
         "onnx"
     }
 
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
+        let p = super::single_input(inputs, "an ONNX", "one .onnx file")?;
+        import_model_file(archive, tag, p, opts)
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        super::refuse_shard_size(opts, self.name())?;
+        export_model_file(tag, out, opts)
+    }
+}
+
+impl super::Recognise for OnnxFormat {
     fn recognised_from(&self) -> &'static str {
         "an ONNX ModelProto, .onnx"
     }
@@ -1303,27 +1321,11 @@ impl Format for OnnxFormat {
                 .is_some_and(|m| m.ir_version.is_some() && m.graph.is_some())
     }
 
-    fn import(
-        &self,
-        archive: &Path,
-        tag: &str,
-        inputs: &[PathBuf],
-        opts: &ImportOptions,
-    ) -> Result<ImportReport> {
-        let p = super::single_input(inputs, "an ONNX", "one .onnx file")?;
-        import_model_file(archive, tag, p, opts)
-    }
-
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
         Ok(match tag.graph()? {
             Some((GraphFormat::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_onnx(&bytes),
             _ => false,
         })
-    }
-
-    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-        super::refuse_shard_size(opts, self.name())?;
-        export_model_file(tag, out, opts)
     }
 }
 

@@ -81,32 +81,6 @@ impl Format for PaddleFormat {
         "paddle"
     }
 
-    fn recognised_from(&self) -> &'static str {
-        "a .pdmodel ProgramDesc or a Paddle 3 PIR .json program, optionally with its \
-         .pdiparams, or a persistables directory"
-    }
-
-    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
-        inputs.first().is_some_and(|p| {
-            (p.is_dir() && !super::tf::is_saved_model(p)) || has_ext(p, "pdmodel") || is_pir_file(p)
-        }) || matches!(inputs, [a, b] if has_ext(a, "pdiparams")
-            && (has_ext(b, "pdmodel") || is_pir_file(b)))
-    }
-
-    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
-        // A ProgramDesc starts with a block (field 1, length-delimited) and decodes with
-        // its required fields; a GraphDef also starts with field 1 but its nodes do not
-        // decode as blocks.
-        let Some(first) = inputs.first() else {
-            return false;
-        };
-        if crate::graph::pir::looks_like_pir(&head(first, 64)) {
-            return true;
-        }
-        head(first, 1) == [0x0a]
-            && super::read_whole(first).is_ok_and(|b| Graph::from_programdesc(&b).is_ok())
-    }
-
     fn import(
         &self,
         archive: &Path,
@@ -135,17 +109,6 @@ impl Format for PaddleFormat {
             ))
             .into()),
         }
-    }
-
-    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
-        Ok(match tag.graph()? {
-            None => false,
-            Some((GraphFormat::ProgramDesc, _)) => true,
-            Some((GraphFormat::FlatBuffers, bytes)) => {
-                !crate::graph::flatbuffers::is_tf(&bytes)
-                    && !crate::graph::flatbuffers::is_onnx(&bytes)
-            }
-        })
     }
 
     fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
@@ -177,6 +140,45 @@ impl Format for PaddleFormat {
             unused: r.unused,
             notes,
             graph_converted: r.graph_converted,
+        })
+    }
+}
+
+impl super::Recognise for PaddleFormat {
+    fn recognised_from(&self) -> &'static str {
+        "a .pdmodel ProgramDesc or a Paddle 3 PIR .json program, optionally with its \
+         .pdiparams, or a persistables directory"
+    }
+
+    fn matches_name(&self, inputs: &[PathBuf]) -> bool {
+        inputs.first().is_some_and(|p| {
+            (p.is_dir() && !super::tf::is_saved_model(p)) || has_ext(p, "pdmodel") || is_pir_file(p)
+        }) || matches!(inputs, [a, b] if has_ext(a, "pdiparams")
+            && (has_ext(b, "pdmodel") || is_pir_file(b)))
+    }
+
+    fn matches_content(&self, inputs: &[PathBuf]) -> bool {
+        // A ProgramDesc starts with a block (field 1, length-delimited) and decodes with
+        // its required fields; a GraphDef also starts with field 1 but its nodes do not
+        // decode as blocks.
+        let Some(first) = inputs.first() else {
+            return false;
+        };
+        if crate::graph::pir::looks_like_pir(&head(first, 64)) {
+            return true;
+        }
+        head(first, 1) == [0x0a]
+            && super::read_whole(first).is_ok_and(|b| Graph::from_programdesc(&b).is_ok())
+    }
+
+    fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
+        Ok(match tag.graph()? {
+            None => false,
+            Some((GraphFormat::ProgramDesc, _)) => true,
+            Some((GraphFormat::FlatBuffers, bytes)) => {
+                !crate::graph::flatbuffers::is_tf(&bytes)
+                    && !crate::graph::flatbuffers::is_onnx(&bytes)
+            }
         })
     }
 }

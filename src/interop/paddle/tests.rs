@@ -7,7 +7,7 @@ use crate::tensor::DType;
 use crate::tensor::TensorView;
 
 fn graph(vars: Vec<Var>) -> Graph {
-    let mut p = crate::graph::Program::new();
+    let mut p = crate::graph::Program::default();
     p.blocks[0].vars = vars;
     Graph::from(p)
 }
@@ -24,12 +24,12 @@ fn holder(name: &str, ty: i32) -> Var {
 #[test]
 fn persistables_are_sorted_by_bytes_and_skip_feed_fetch_and_temporaries() {
     let g = graph(vec![
-        Var::constant("a_2", DType::Fp32, vec![1]),
+        Var::new("a_2", VarKind::Constant, DType::Fp32, vec![1]),
         holder("feed", 9),
-        Var::variable("tmp", DType::Fp32, vec![-1]),
-        Var::parameter("a_10", DType::Fp32, vec![1]),
+        Var::new("tmp", VarKind::Variable, DType::Fp32, vec![-1]),
+        Var::new("a_10", VarKind::Parameter, DType::Fp32, vec![1]),
         holder("fetch", 10),
-        Var::constant("Beta", DType::Int64, vec![]),
+        Var::new("Beta", VarKind::Constant, DType::Int64, vec![]),
         holder("raw", 17),
     ]);
     let names: Vec<&str> = persistable_vars(&g)
@@ -47,14 +47,14 @@ fn unsupported_persistable_types_and_duplicates_are_errors() {
         e.to_string().contains("\"rows\" has type SELECTED_ROWS"),
         "{e}"
     );
-    let c = Var::constant("w", DType::Fp32, vec![2]);
+    let c = Var::new("w", VarKind::Constant, DType::Fp32, vec![2]);
     let e = persistable_vars(&graph(vec![c.clone(), c])).unwrap_err();
     assert!(e.to_string().contains("\"w\" twice"), "{e}");
 }
 
 #[test]
 fn declared_dims_minus_one_match_any_extent() {
-    let v = Declared::from(&Var::constant("w", DType::Fp32, vec![-1, 4]));
+    let v = Declared::from(&Var::new("w", VarKind::Constant, DType::Fp32, vec![-1, 4]));
     let data = [0u8; 32];
     let ok = TensorView::new(DType::Fp32, vec![2, 4], Vec::new(), &data).unwrap();
     assert!(check_declared(&v, &ok, "t").is_ok());

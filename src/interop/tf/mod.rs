@@ -474,12 +474,7 @@ fn const_dims(t: &pb::TensorProto) -> Result<Vec<u64>> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            u64::try_from(d.size).map_err(|_| {
-                Error::from(ErrorKind::NegativeDim {
-                    index: i,
-                    value: d.size,
-                })
-            })
+            u64::try_from(d.size).map_err(|_| Error::from(ErrorKind::negative_dim(i, d.size)))
         })
         .collect()
 }
@@ -1123,6 +1118,37 @@ impl Format for TfFormat {
         "tf"
     }
 
+    fn import(
+        &self,
+        archive: &Path,
+        tag: &str,
+        inputs: &[PathBuf],
+        opts: &ImportOptions,
+    ) -> Result<ImportReport> {
+        let p = super::single_input(
+            inputs,
+            "a TensorFlow",
+            "one GraphDef file (.pb or .pbtxt) or one SavedModel directory",
+        )?;
+        if let Some(dir) = saved_model_dir(p) {
+            return saved_model::import_saved_model(archive, tag, &dir, opts);
+        }
+        import_graphdef_file(archive, tag, p, opts)
+    }
+
+    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
+        super::refuse_shard_size(opts, self.name())?;
+        if saved_model::is_saved_model_tag(tag) {
+            return saved_model::export_saved_model(tag, out, opts);
+        }
+        if let Some(e) = saved_model::refuse_variant(tag)? {
+            return Err(e);
+        }
+        export_graphdef_file(tag, out, opts)
+    }
+}
+
+impl super::Recognise for TfFormat {
     fn recognised_from(&self) -> &'static str {
         "a frozen TensorFlow GraphDef, .pb binary or .pbtxt text, or a SavedModel directory"
     }
@@ -1145,24 +1171,6 @@ impl Format for TfFormat {
         plausible && read_graphdef_file(p).is_ok_and(|g| !g.node.is_empty())
     }
 
-    fn import(
-        &self,
-        archive: &Path,
-        tag: &str,
-        inputs: &[PathBuf],
-        opts: &ImportOptions,
-    ) -> Result<ImportReport> {
-        let p = super::single_input(
-            inputs,
-            "a TensorFlow",
-            "one GraphDef file (.pb or .pbtxt) or one SavedModel directory",
-        )?;
-        if let Some(dir) = saved_model_dir(p) {
-            return saved_model::import_saved_model(archive, tag, &dir, opts);
-        }
-        import_graphdef_file(archive, tag, p, opts)
-    }
-
     fn is_origin_of(&self, tag: &Tag<'_>) -> Result<bool> {
         if saved_model::is_saved_model_tag(tag) || saved_model::refuse_variant(tag)?.is_some() {
             return Ok(true);
@@ -1171,17 +1179,6 @@ impl Format for TfFormat {
             Some((GraphFormat::FlatBuffers, bytes)) => crate::graph::flatbuffers::is_tf(&bytes),
             _ => false,
         })
-    }
-
-    fn export(&self, tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Result<Exported> {
-        super::refuse_shard_size(opts, self.name())?;
-        if saved_model::is_saved_model_tag(tag) {
-            return saved_model::export_saved_model(tag, out, opts);
-        }
-        if let Some(e) = saved_model::refuse_variant(tag)? {
-            return Err(e);
-        }
-        export_graphdef_file(tag, out, opts)
     }
 }
 

@@ -2,6 +2,7 @@
 //! rm, prune, compact, extract.
 
 use super::harness::{expect_error, fixture, json_of, modelzip};
+use modelzip::GraphFormat;
 use modelzip::Tensor;
 use modelzip::{ArchiveWriter, TagBuilder, WriteLock};
 use serde_json::Value;
@@ -719,8 +720,12 @@ fn pack_refuses_a_graph_that_does_not_decode() {
         &["--graph", model.to_str().unwrap()],
     );
     let fb = dir.path().join("mlp.fb");
-    let g = modelzip::Graph::from_programdesc(&std::fs::read(&model).unwrap()).unwrap();
-    std::fs::write(&fb, g.to_flatbuffers().unwrap()).unwrap();
+    let g = modelzip::Graph::decode(
+        modelzip::GraphFormat::ProgramDesc,
+        &std::fs::read(&model).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(&fb, g.encode(GraphFormat::FlatBuffers).unwrap()).unwrap();
     pack(
         &a,
         "fb",

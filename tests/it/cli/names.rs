@@ -7,7 +7,7 @@ use super::harness::{expect_error, json_of, modelzip};
 use modelzip::DType;
 use modelzip::Graph;
 use modelzip::Tensor;
-use modelzip::graph::{Op, Var};
+use modelzip::graph::{Op, Var, VarKind};
 use modelzip::{ArchiveWriter, GraphFormat, TagBuilder};
 use std::path::Path;
 
@@ -17,10 +17,10 @@ const SHOWN: &str = "evil\\u{1b}[31mRED\\u{1b}[0m\\nfake_row\\u{202e}";
 fn hostile_archive(path: &Path) {
     let t = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
     let t2 = Tensor::from_slice(vec![2], &[1.0f32, 3.0]).unwrap();
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     g.prog_mut().blocks[0]
         .vars
-        .push(Var::parameter(EVIL, DType::Fp32, vec![2]));
+        .push(Var::new(EVIL, VarKind::Parameter, DType::Fp32, vec![2]));
     g.prog_mut().blocks[0].ops.push(
         Op::new(EVIL, "relu")
             .input("X", &[EVIL])
@@ -29,7 +29,10 @@ fn hostile_archive(path: &Path) {
     let mut w = ArchiveWriter::create(path).unwrap();
     w.add_tag(
         TagBuilder::new("a")
-            .graph(GraphFormat::ProgramDesc, g.to_programdesc().unwrap())
+            .graph(
+                GraphFormat::ProgramDesc,
+                g.encode(GraphFormat::ProgramDesc).unwrap(),
+            )
             .param(EVIL, t.clone())
             .param(format!("unused{EVIL}"), t.clone())
             .updater(EVIL, vec![t.clone()])

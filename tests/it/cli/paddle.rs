@@ -4,6 +4,7 @@
 use crate::support::ProgramOf;
 
 use super::harness::{expect_error, fixture, json_of, modelzip};
+use modelzip::GraphFormat;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -594,9 +595,9 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     block.ops.push(op);
     let graph = Graph::from(modelzip::graph::Program {
         blocks: vec![block],
-        ..modelzip::graph::Program::new()
+        ..modelzip::graph::Program::default()
     });
-    let program = graph.to_programdesc().unwrap();
+    let program = graph.encode(GraphFormat::ProgramDesc).unwrap();
     let model = d.path().join("m.pdmodel");
     std::fs::write(&model, &program).unwrap();
     let zip = d.path().join("a.zip");
@@ -624,7 +625,7 @@ fn a_graph_over_16_mib_compressing_past_100_to_1_is_stored_and_reads_back() {
     assert_eq!(*bytes, program[..]);
     let (fmt, bytes) = a.tag("v2").unwrap().graph().unwrap().unwrap();
     assert_eq!(fmt, modelzip::GraphFormat::FlatBuffers);
-    let back = Graph::from_flatbuffers(&bytes).unwrap();
+    let back = Graph::decode(GraphFormat::FlatBuffers, &bytes).unwrap();
     assert_eq!(
         back.prog().blocks[0].ops[0].attrs,
         graph.prog().blocks[0].ops[0].attrs

@@ -393,13 +393,14 @@ fn unrepresentable_values_are_refused_with_the_flag_to_allow_them() {
 /// `per_tensor_reason` (null when quantized as asked).
 #[test]
 fn quantize_says_why_a_weight_is_not_per_channel() {
-    use modelzip::graph::{AttrValue, Op, Var};
+    use modelzip::graph::{AttrValue, Op, Var, VarKind};
     use modelzip::{ArchiveWriter, DType, TagBuilder, Tensor};
     use modelzip::{Graph, GraphFormat};
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let b = &mut g.prog_mut().blocks[0];
     for v in ["w", "v"] {
-        b.vars.push(Var::parameter(v, DType::Fp32, vec![4, 3]));
+        b.vars
+            .push(Var::new(v, VarKind::Parameter, DType::Fp32, vec![4, 3]));
     }
     for (y, trans) in [("w", false), ("w", true), ("v", false)] {
         b.ops.push(
@@ -417,7 +418,10 @@ fn quantize_says_why_a_weight_is_not_per_channel() {
     let mut w = ArchiveWriter::create(&a).unwrap();
     w.add_tag(
         TagBuilder::new("fp32")
-            .graph(GraphFormat::FlatBuffers, g.to_flatbuffers().unwrap())
+            .graph(
+                GraphFormat::FlatBuffers,
+                g.encode(GraphFormat::FlatBuffers).unwrap(),
+            )
             .param("v", t.clone())
             .param("w", t),
     )

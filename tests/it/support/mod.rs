@@ -28,21 +28,30 @@ pub fn values(seed: u64, n: usize) -> Vec<f32> {
 pub fn sample_graph() -> Vec<u8> {
     use modelzip::DType;
     use modelzip::Graph;
-    use modelzip::graph::{Op, Var};
-    let mut g = Graph::from(modelzip::graph::Program::new());
+    use modelzip::graph::{Op, Var, VarKind};
+    let mut g = Graph::from(modelzip::graph::Program::default());
     let main = &mut g.prog_mut().blocks[0];
+    main.vars.push(Var::new(
+        "x",
+        VarKind::Placeholder,
+        DType::Fp32,
+        vec![-1, 16],
+    ));
+    main.vars.push(Var::new(
+        "fc.w",
+        VarKind::Parameter,
+        DType::Fp32,
+        vec![16, 8],
+    ));
     main.vars
-        .push(Var::placeholder("x", DType::Fp32, vec![-1, 16]));
-    main.vars
-        .push(Var::parameter("fc.w", DType::Fp32, vec![16, 8]));
-    main.vars.push(Var::variable("y", DType::Fp32, vec![-1, 8]));
+        .push(Var::new("y", VarKind::Variable, DType::Fp32, vec![-1, 8]));
     main.ops.push(
         Op::new("mm", "matmul_v2")
             .input("X", &["x"])
             .input("Y", &["fc.w"])
             .output("Out", &["y"]),
     );
-    g.to_programdesc().unwrap()
+    g.encode(GraphFormat::ProgramDesc).unwrap()
 }
 
 /// A tag with a graph, params of several dtypes (one with LoD), updater state,
