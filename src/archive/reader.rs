@@ -8,7 +8,7 @@ use super::source::Ranged;
 use super::text;
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::codec::{RecordHead, decode_head};
-use crate::tensor::{Tensor, TensorView, decode_tensor};
+use crate::tensor::{DType, Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -114,8 +114,9 @@ pub struct Archive {
     /// Decoded record headers of tensor entries, by position in the central directory:
     /// one decode per entry however many names, tags or listings ask for it (a deflated
     /// entry shared by thousands of tags is inflated once, and only as far as its header).
-    /// One cell per central-directory entry, made at the first header asked for (16
+    /// One cell per central-directory entry, made at the first header asked for (24
     /// bytes an entry; a map of cells cost a hash, a lock and an allocation per entry).
+    /// A listing keeps only each entry's dtype ([`Archive::shared_dtypes`]).
     heads: OnceLock<Box<[HeadCell]>>,
     /// Where the data of each entry whose local header the open left unread
     /// ([`ZipEntry::unchecked_until`]) starts, by position in the central directory, once
@@ -135,7 +136,16 @@ pub struct Archive {
 
 /// One entry's decoded record header, filled by the first reader that asks; readers on
 /// other threads asking meanwhile wait for it rather than decoding it again.
-type HeadCell = Mutex<Option<Arc<RecordHead>>>;
+type HeadCell = Mutex<HeadSlot>;
+
+/// What a [`HeadCell`] holds: the whole header once a reader needed it, its dtype alone
+/// once a listing did (the rest of the header decoded, checked and dropped: describing
+/// 100,000 tensors keeps 100,000 bytes, not 100,000 headers).
+#[derive(Default)]
+struct HeadSlot {
+    head: Option<Arc<RecordHead>>,
+    dtype: Option<DType>,
+}
 
 /// Work done reading one archive (relaxed atomic counters; tests read them through
 /// `modelzip::internals::work_counts`).
@@ -883,8 +893,23 @@ impl Archive {
     /// apply or does not settle it (a long header, any error): the caller decodes the
     /// record in the map, with every check and the error it gives.
     fn view_unmapped(&self, e: &ZipEntry) -> Option<TensorView<'_>> {
+        let (data_offset, head) = self.head_unmapped(e)?;
+        let Backing::Map(map, _) = &self.backing else {
+            return None;
+        };
+        // decode_head checked header + data = the entry's size, and the parser that
+        // the entry lies inside the file.
+        let start = usize::try_from(data_offset + head.header_len).ok()?;
+        let data = map.get(start..start.checked_add(usize::try_from(head.data_len).ok()?)?)?;
+        TensorView::new(head.dtype, head.dims, head.lod, data).ok()
+    }
+
+    /// The record header of stored tensor entry `e` of a mapped archive and where the
+    /// entry's data starts, read as [`Archive::view_unmapped`] reads it (no page of the
+    /// map touched). `None` when that does not apply or does not settle it.
+    fn head_unmapped(&self, e: &ZipEntry) -> Option<(u64, RecordHead)> {
         #[cfg(unix)]
-        if let Backing::Map(map, file) = &self.backing
+        if let Backing::Map(_, file) = &self.backing
             && e.method == METHOD_STORED
         {
             use std::os::unix::fs::FileExt;
@@ -909,11 +934,7 @@ impl Archive {
                     decode_head(&prefix[..n], e.compressed_size).ok()??
                 }
             };
-            // decode_head checked header + data = the entry's size, and the parser that
-            // the entry lies inside the file.
-            let start = usize::try_from(data_offset + head.header_len).ok()?;
-            let data = map.get(start..start.checked_add(usize::try_from(head.data_len).ok()?)?)?;
-            return TensorView::new(head.dtype, head.dims, head.lod, data).ok();
+            return Some((data_offset, head));
         }
         let _ = e;
         None
@@ -942,7 +963,7 @@ impl Archive {
             .iter()
             .map(|e| {
                 let cell = self.head_cell(e.as_ref()?.0);
-                cell.lock().unwrap_or_else(|p| p.into_inner()).clone()
+                cell.lock().unwrap_or_else(|p| p.into_inner()).head.clone()
             })
             .collect();
         let mut probes: Vec<Option<Vec<u8>>> = vec![None; locs.len()];
@@ -979,18 +1000,46 @@ impl Archive {
             // call was decoded for its first ask).
             let cell = self.head_cell(i);
             let mut slot = cell.lock().unwrap_or_else(|p| p.into_inner());
-            let head = match &*slot {
+            let head = match &slot.head {
                 Some(h) => Arc::clone(h),
                 None => {
                     let h = Arc::new(self.decode_head_uncached(loc, Some(e), probes[k].take())?);
                     WorkCounters::add(&self.work.heads_decoded);
-                    *slot = Some(Arc::clone(&h));
+                    slot.head = Some(Arc::clone(&h));
+                    slot.dtype = Some(h.dtype);
                     h
                 }
             };
             out[k] = Some(head);
         }
         Ok(out.into_iter().flatten().collect())
+    }
+
+    /// The dtype of each tensor at `locs`, from its record header checked as
+    /// [`Archive::shared_heads`] checks it, but keeping only the dtype of each entry (what
+    /// a listing needs). A remote archive's headers are fetched and kept whole (one
+    /// batched request: [`Archive::shared_heads`]).
+    pub(crate) fn shared_dtypes(&self, locs: &[&TensorLocation]) -> Result<Vec<DType>> {
+        if matches!(self.backing, Backing::Ranged(_)) {
+            return Ok(self.shared_heads(locs)?.iter().map(|h| h.dtype).collect());
+        }
+        locs.iter()
+            .map(|loc| {
+                let Some((i, e)) = self.location_index(loc) else {
+                    // No such entry: the full read says so, in its words.
+                    return self.decode_head_uncached(loc, None, None).map(|h| h.dtype);
+                };
+                // Held while decoding, as in shared_heads.
+                let mut slot = self.head_cell(i).lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(d) = slot.dtype {
+                    return Ok(d);
+                }
+                let d = self.decode_head_uncached(loc, Some(e), None)?.dtype;
+                WorkCounters::add(&self.work.heads_decoded);
+                slot.dtype = Some(d);
+                Ok(d)
+            })
+            .collect()
     }
 
     /// The header cache's cell of entry `i` (`i` is a position in the central directory).
@@ -1035,6 +1084,11 @@ impl Archive {
             if let Ok(Some(h)) = decode_head(prefix, e.compressed_size) {
                 return Ok(h);
             }
+        }
+        // A local stored entry: its header alone, as a view would decode it (not the
+        // view, whose dims and LoD the head would copy).
+        if let Some((_, h)) = e.and_then(|e| self.head_unmapped(e)) {
+            return Ok(h);
         }
         if let Some(e) = e
             && e.method == METHOD_DEFLATED

@@ -328,11 +328,12 @@ fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {
         .data_type
         .ok_or_else(|| ErrorKind::BadTensorDesc("required field data_type is missing".into()))?;
     let dtype = DType::from_code(code.into())?;
+    // (Collected in place: the decoded Vec<i64>'s allocation holds the dims.)
     let dims = desc
         .dims
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(index, &value)| {
+        .map(|(index, value)| {
             u64::try_from(value).map_err(|_| ErrorKind::negative_dim(index, value).into())
         })
         .collect::<Result<Vec<u64>>>()?;
