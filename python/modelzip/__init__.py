@@ -144,7 +144,9 @@ def _dtype_name(dt: np.dtype, what: str) -> str:
 
 
 def _array(desc: Tuple[Any, str, List[int]]) -> np.ndarray:
-    """A numpy array over a native buffer: no copy; read-only when the buffer is mapped."""
+    """A numpy array over a native buffer: no copy; read-only when the buffer is mapped.
+    (``tag[name]`` makes its array natively, the same constructor call; what that call
+    cannot make, an empty tensor or an ml_dtypes dtype, comes here.)"""
     buf, dtype, dims = desc
     dt = _numpy_dtype(dtype)
     shape = tuple(dims)  # Python ints from the native side
@@ -304,14 +306,14 @@ class Tag:
         return iter(self._native.keys())
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return _array(self._native.get(name))
+        return self._native.array(name)
 
     def get_tensor(self, name: str) -> np.ndarray:
         """Parameter ``name`` as a numpy array: a read-only view of the archive's memory
         map when the entry is stored (no copy), an owned array when it is deflated. The
         array stays valid after the archive is closed. A missing name raises
         :class:`ModelzipKeyError`."""
-        return _array(self._native.get(name))
+        return self._native.array(name)
 
     def get_slice(self, name: str) -> "TensorSlice":
         """Parameter ``name`` for reading part of it, as safetensors' ``get_slice``:

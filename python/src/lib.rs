@@ -294,6 +294,71 @@ fn describe(
     }
 }
 
+/// What [`to_array`] calls: numpy's array type, the package's `_array` (for what the
+/// type cannot take: an empty buffer, a dtype numpy has only through ml_dtypes), and the
+/// numpy dtype of each modelzip dtype that numpy has itself, by Paddle code.
+struct ArrayMaker {
+    ndarray: Py<PyAny>,
+    fallback: Py<PyAny>,
+    dtypes: Vec<Option<Py<PyAny>>>,
+}
+
+static ARRAYS: PyOnceLock<ArrayMaker> = PyOnceLock::new();
+
+fn array_maker(py: Python<'_>) -> PyResult<&ArrayMaker> {
+    ARRAYS.get_or_try_init(py, || {
+        let ndarray = py.import("numpy")?.getattr("ndarray")?.unbind();
+        let package = py.import("modelzip")?;
+        let fallback = package.getattr("_array")?.unbind();
+        let plain = package.getattr("_PLAIN")?;
+        let mut dtypes: Vec<Option<Py<PyAny>>> = Vec::new();
+        for d in DType::ALL {
+            if let Ok(dt) = plain.get_item(d.name()) {
+                let code = usize::try_from(d.code()).unwrap_or(usize::MAX);
+                if code < 256 {
+                    dtypes.resize_with(dtypes.len().max(code + 1), || None);
+                    dtypes[code] = Some(dt.unbind());
+                }
+            }
+        }
+        Ok(ArrayMaker {
+            ndarray,
+            fallback,
+            dtypes,
+        })
+    })
+}
+
+/// A numpy array over the tensor's bytes, made here rather than by Python code from
+/// [`describe`]'s tuple: `numpy.ndarray(shape, dtype, buffer)`, one call (Py1 in
+/// docs/BENCHMARKS.md). What that cannot make goes to the package's `_array`.
+fn to_array(
+    py: Python<'_>,
+    archive: &Arc<CoreArchive>,
+    data: TensorData<'_>,
+) -> PyResult<Py<PyAny>> {
+    let maker = array_maker(py)?;
+    let view = data.view();
+    let code = usize::try_from(view.dtype().code()).unwrap_or(usize::MAX);
+    let dt = maker.dtypes.get(code).and_then(Option::as_ref);
+    match dt {
+        Some(dt) if !view.data().is_empty() => {
+            let shape = PyTuple::new(py, view.dims())?;
+            drop(view);
+            let buf = match data {
+                TensorData::Mapped(v) => Py::new(py, TensorBuffer::of_map(archive, v.data()))?,
+                TensorData::Owned(t) => Py::new(py, TensorBuffer::owned(t.into_data()))?,
+            };
+            Ok(maker.ndarray.bind(py).call1((shape, dt, buf))?.unbind())
+        }
+        _ => {
+            drop(view);
+            let described = describe(py, archive, data)?;
+            Ok(maker.fallback.bind(py).call1((described,))?.unbind())
+        }
+    }
+}
+
 fn owned_described(py: Python<'_>, t: Tensor) -> PyResult<Described> {
     let (dtype, dims) = (t.dtype().name(), t.dims().to_vec());
     Ok((
@@ -639,6 +704,13 @@ impl NativeTag {
     fn get(&self, py: Python<'_>, name: &str) -> PyResult<Described> {
         let loc = self.location(py, name)?;
         self.read(py, loc)
+    }
+
+    /// Parameter `name` as a numpy array ([`to_array`]).
+    fn array(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        let loc = self.location(py, name)?;
+        let data = py.detach(|| self.archive.tensor(loc)).or_raise(py)?;
+        to_array(py, &self.archive, data)
     }
 
     /// `[(name, buffer, dtype, dims)]` of every parameter, in params.txt order.
