@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=823
+MAX_ITEMS=820
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json

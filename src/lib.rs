@@ -169,6 +169,6 @@ pub mod fault {
 #[doc(hidden)]
 pub mod internals {
     pub use crate::archive::text;
-    pub use crate::archive::{WorkCounts, dropped_work_counts, work_counts};
+    pub use crate::archive::{WorkCounts, dropped_work_counts, summary_from_tables, work_counts};
     pub use crate::tensor::codec::decode_record_at;
 }

@@ -86,6 +86,8 @@ pub use regraph::{GraphRewrite, convert_graph, replace_graph};
 #[cfg(feature = "remote")]
 pub(crate) use session::Session;
 pub use session::WriteOptions;
+#[cfg(feature = "test-internals")]
+pub use summary::summary_from_tables;
 #[cfg(feature = "remote")]
 pub(crate) use summary::written_by_commit;
 pub use summary::{MAX_SUMMARY_BYTES, SUMMARY_TXT, SummaryStatus, TagSummary};

@@ -320,7 +320,7 @@ impl TensorLocation {
 
 impl TensorKind {
     /// The directory name inside a tag.
-    pub fn dir(self) -> &'static str {
+    pub(crate) fn dir(self) -> &'static str {
         match self {
             TensorKind::Params => "params",
             TensorKind::Updater => "updater",

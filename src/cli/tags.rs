@@ -1,7 +1,7 @@
 //! `modelzip tags`: the tag listing.
 
 use super::common::ReportArgs;
-use super::common::{open, tag_err};
+use super::common::open;
 use super::output::{Align, Table, clean, human_bytes, io_error, print_bytes, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Archive, GraphFormat, TagSummary};
@@ -32,12 +32,12 @@ pub struct Args {
 }
 
 /// Every tag described, from the archive's summary when it is current, else from the
-/// tags' tables (what `tags` lists; `view` shows the same rows).
+/// tags' tables on every core (what `tags` lists; `view` shows the same rows):
+/// [`Archive::tag_summaries`].
 pub(super) fn summaries(archive: &Archive, shown: &Path) -> Result<Vec<TagSummary>, CliError> {
-    match archive.summary() {
-        Ok(rows) => Ok(rows),
-        Err(_) => from_tables(archive, shown),
-    }
+    archive
+        .tag_summaries()
+        .map_err(|e| CliError::Failed(format!("cannot list the tags of {}: {e}", shown.display())))
 }
 
 /// Largest metadata.json read to tell whether a sharded save wrote its tag (a
@@ -87,38 +87,6 @@ pub(super) fn tag_json(position: usize, r: &TagSummary, ranks: Option<u64>) -> V
         "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
         "created": r.created,
         "sharded": ranks.map(|n| json!({"world_size": n})),
-    })
-}
-
-/// Every tag described from its tables, as the summary would describe it.
-fn from_tables(archive: &Archive, shown: &Path) -> Result<Vec<TagSummary>, CliError> {
-    // Tags are independent: describe them on every core (two threads halve `tags` on
-    // an archive of 100 tags x 1,000 params; docs/BENCHMARKS-history.md, P5).
-    let describe = |names: &[String]| -> Result<Vec<TagSummary>, CliError> {
-        names
-            .iter()
-            .map(|name| archive.tag_summary_from_tables(name).map_err(tag_err(name)))
-            .collect()
-    };
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let chunk = archive.tags().len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = archive
-            .tags()
-            .chunks(chunk)
-            .map(|names| s.spawn(move || describe(names)))
-            .collect();
-        let mut rows = Vec::new();
-        for w in workers {
-            let part = w.join().map_err(|_| {
-                CliError::Failed(format!(
-                    "cannot list the tags of {}: a worker thread panicked",
-                    shown.display()
-                ))
-            })??;
-            rows.extend(part);
-        }
-        Ok::<_, CliError>(rows)
     })
 }
 

@@ -241,7 +241,7 @@ fn listing_tags_costs_only_the_open_and_falls_back_without_a_current_summary() {
     let expected: Vec<_> = local
         .tags()
         .iter()
-        .map(|t| local.tag_summary_from_tables(t).unwrap())
+        .map(|t| modelzip::internals::summary_from_tables(&local, t).unwrap())
         .collect();
     let server = Server::start();
     server.put("ten.zip", bytes.clone());

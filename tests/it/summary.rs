@@ -17,7 +17,7 @@ use std::path::Path;
 fn from_tables(a: &Archive) -> Vec<TagSummary> {
     a.tags()
         .iter()
-        .map(|t| a.tag_summary_from_tables(t).unwrap())
+        .map(|t| modelzip::internals::summary_from_tables(&a, t).unwrap())
         .collect()
 }
 

@@ -406,7 +406,7 @@ impl Archive {
     }
 
     /// One tag's summary from its tables, metadata and tensor headers (not the summary).
-    pub fn tag_summary_from_tables(&self, name: &str) -> Result<TagSummary> {
+    pub(crate) fn tag_summary_from_tables(&self, name: &str) -> Result<TagSummary> {
         // Not kept in the archive's table cache: describing every tag needs one tag's
         // tables at a time.
         let tag = self.tag_cached(name, false)?;
@@ -498,6 +498,14 @@ fn describe(r: &Record) -> String {
         dtypes.join(","),
         r.created
     )
+}
+
+/// One tag described from its tables even when the summary is current
+/// (`test-internals`: the crate's tests compare the two; users get either from
+/// [`Archive::tag_summaries`], and `verify` compares them).
+#[cfg(feature = "test-internals")]
+pub fn summary_from_tables(archive: &Archive, tag: &str) -> Result<TagSummary> {
+    archive.tag_summary_from_tables(tag)
 }
 
 /// metadata.json's `"created"` when it is a string (the rest is skipped unparsed).
