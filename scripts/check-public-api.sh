@@ -52,7 +52,9 @@ trap 'rm -f "$tmp"' EXIT
 # the flags it implies; Graph's from_/to_ programdesc and flatbuffers beside decode and
 # encode, which take the GraphFormat; the setters of ShardedOptions and RemoteOptions
 # beside their public fields, and RemoteOptions::new beside its Default, as Program::new
-# was; TrainingConfig::hyper_parameter, a find in its public pairs). What stands between:
+# was; TrainingConfig::hyper_parameter, a find in its public pairs; Archive::
+# tag_summary_from_tables beside tag_summaries, which the CLI now calls instead of its own
+# copy; TensorKind::dir). What stands between:
 # the error kinds (43), the dtypes (29), the graph model (108), the reports users read
 # field by field, and whatever the CLI (a client of this API, src/cli) needs.
 # Each item is public at one path only. Why each public module exists:
