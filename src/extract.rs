@@ -39,8 +39,8 @@
 
 use crate::archive::{GraphFormat, Tag};
 use crate::error::{Error, ErrorKind, Result};
+use crate::keyed::{KeyedMap, KeyedSet};
 use crate::tensor;
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -432,7 +432,7 @@ fn sync_output(files: &[PathBuf], links: &[PathBuf], dirs: &[PathBuf]) -> Result
         use std::os::unix::fs::MetadataExt;
         // Every directory that holds one of the files or directories: usually one or a
         // few, each on its filesystem (a directory in the way may be a mount point).
-        let mut holders: FxHashSet<&Path> = FxHashSet::default();
+        let mut holders: KeyedSet<&Path> = KeyedSet::default();
         holders.extend(
             files
                 .iter()
@@ -441,7 +441,7 @@ fn sync_output(files: &[PathBuf], links: &[PathBuf], dirs: &[PathBuf]) -> Result
                 .filter_map(|p| p.parent()),
         );
         holders.extend(dirs.iter().map(PathBuf::as_path));
-        let mut synced = FxHashSet::default();
+        let mut synced = KeyedSet::default();
         for d in holders {
             let d = if d.as_os_str().is_empty() {
                 Path::new(".")
@@ -457,7 +457,7 @@ fn sync_output(files: &[PathBuf], links: &[PathBuf], dirs: &[PathBuf]) -> Result
         }
         return Ok(());
     }
-    let mut seen: FxHashSet<&Path> = FxHashSet::default();
+    let mut seen: KeyedSet<&Path> = KeyedSet::default();
     let mut all_dirs: Vec<PathBuf> = Vec::new();
     let holders = files.iter().chain(links).filter_map(|p| p.parent());
     for d in dirs.iter().map(PathBuf::as_path).chain(holders) {
@@ -525,7 +525,7 @@ const SYNCFS_FILES: usize = 1_000;
 fn refuse_replacing_the_archive(
     archive: &Path,
     out: &Path,
-    file_paths: &FxHashSet<&str>,
+    file_paths: &KeyedSet<&str>,
 ) -> Result<()> {
     if false {
         return Ok(());
@@ -569,8 +569,8 @@ pub fn extract(
         GraphFormat::ProgramDesc => "__model__",
         GraphFormat::FlatBuffers => "graph.fb",
     });
-    let mut file_paths: FxHashSet<&str> = FxHashSet::default();
-    let mut dir_paths: FxHashSet<&str> = FxHashSet::default();
+    let mut file_paths: KeyedSet<&str> = KeyedSet::default();
+    let mut dir_paths: KeyedSet<&str> = KeyedSet::default();
     file_paths.extend(graph_file);
     let mut total_bytes: u64 = graph.as_ref().map_or(0, |(_, b)| b.len() as u64);
     let mut total_files: u64 = u64::from(graph.is_some());
@@ -578,14 +578,14 @@ pub fn extract(
     // remote archive, one batched request; a deflated tensor is inflated only as far as
     // its header): a full decode here would read or inflate every tensor twice, since it
     // is read again to be written (and checked then).
-    let mut sizes: FxHashMap<&str, u64> = FxHashMap::default();
+    let mut sizes: KeyedMap<&str, u64> = KeyedMap::default();
     // Tensor files that more than one name refers to (`named`: those seen so far).
-    let mut aliased: FxHashSet<&str> = FxHashSet::default();
-    let mut named: FxHashSet<&str> = FxHashSet::default();
+    let mut aliased: KeyedSet<&str> = KeyedSet::default();
+    let mut named: KeyedSet<&str> = KeyedSet::default();
     // With --link, the tensor files whose bytes are counted (once each).
-    let mut counted: FxHashSet<&str> = FxHashSet::default();
+    let mut counted: KeyedSet<&str> = KeyedSet::default();
     {
-        let mut seen: FxHashSet<&str> = FxHashSet::default();
+        let mut seen: KeyedSet<&str> = KeyedSet::default();
         let unique: Vec<&crate::archive::TensorLocation> = tag
             .params()
             .iter()
@@ -682,11 +682,11 @@ pub fn extract(
         // ALIAS_BYTES_KEPT of them in all) or copy it (copy_file_range where the OS has
         // it) instead of decoding it again. With --link, a copy made where a link could
         // not be becomes the file later names link to.
-        let mut first: FxHashMap<&str, usize> = FxHashMap::default();
-        let mut kept: FxHashMap<&str, Vec<u8>> = FxHashMap::default();
+        let mut first: KeyedMap<&str, usize> = KeyedMap::default();
+        let mut kept: KeyedMap<&str, Vec<u8>> = KeyedMap::default();
         let mut kept_bytes = 0usize;
         // Directories already cleared of leftover temporary links (--force).
-        let mut swept: FxHashSet<PathBuf> = FxHashSet::default();
+        let mut swept: KeyedSet<PathBuf> = KeyedSet::default();
         for p in tag.params() {
             let rel = safe_relative(tag_name, &p.name)?;
             make_parents(out, &rel, &mut created_dirs)?;

@@ -112,6 +112,7 @@ pub mod extract;
 pub mod graph;
 pub mod interop;
 mod json_cost;
+mod keyed;
 mod proto_walk;
 internal_mod!(
     /// ONNX's protobuf types; the file lives in the format's folder.

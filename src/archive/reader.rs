@@ -175,7 +175,7 @@ impl WorkCounters {
 /// The same counts over every archive of the process (`test-internals`: the CLI reports
 /// them for its tests, which cannot reach its archive).
 #[cfg(feature = "test-internals")]
-static PROCESS_WORK: std::sync::LazyLock<Mutex<rustc_hash::FxHashMap<usize, u64>>> =
+static PROCESS_WORK: std::sync::LazyLock<Mutex<std::collections::BTreeMap<usize, u64>>> =
     std::sync::LazyLock::new(Mutex::default);
 
 /// A snapshot of the work one archive's reads did (`test-internals`).
@@ -277,7 +277,7 @@ pub(super) struct TagTables {
     pub(super) heads: OnceLock<Box<[OnceLock<CachedHead>]>>,
     pub(super) updater: Vec<UpdaterEntry>,
     /// Built on the first lookup by name: listing a tag's params should not pay for it.
-    pub(super) by_name: OnceLock<rustc_hash::FxHashMap<String, usize>>,
+    pub(super) by_name: OnceLock<crate::keyed::KeyedMap<String, usize>>,
     /// The files shared.txt says the tag uses from other tags: (file, owning tag's
     /// position in tags.txt).
     pub(super) shared: Vec<(&'static str, usize)>,

@@ -280,8 +280,8 @@ impl TagTables {
         // is resolved once, and every name that uses it shares its location's strings.
         // Each distinct ref also gets a number: a parameter's is its slot in the header
         // cache (params are read first, so theirs are 0..the count of distinct ones).
-        let mut resolved: rustc_hash::FxHashMap<(TensorKind, ParamRef), (TensorLocation, u32)> =
-            rustc_hash::FxHashMap::default();
+        let mut resolved: crate::keyed::KeyedMap<(TensorKind, ParamRef), (TensorLocation, u32)> =
+            crate::keyed::KeyedMap::default();
         let own = SharedStr::from(name);
         let mut next = usize::MAX;
         let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {

@@ -2,7 +2,7 @@
 
 use super::tag_name::validate_tag_name;
 use crate::error::{Error, ErrorKind, Result};
-use rustc_hash::FxHashSet;
+use crate::keyed::KeyedSet;
 use std::fmt;
 
 /// Longest line accepted in tags.txt, in bytes.
@@ -153,7 +153,7 @@ pub fn parse_tags_txt(bytes: &[u8]) -> Result<Vec<String>> {
     const ENTRY: &str = "tags.txt";
     let text = utf8(bytes, ENTRY)?;
     let mut tags: Vec<String> = Vec::new();
-    let mut seen: FxHashSet<String> = FxHashSet::default();
+    let mut seen: KeyedSet<String> = KeyedSet::default();
     for item in lines(text, ENTRY, MAX_TAGS_LINE) {
         let (n, line) = item?;
         validate_tag_name(line).map_err(|e| e.in_entry(ENTRY).at_line(n))?;

@@ -4,7 +4,7 @@ use super::common::{TagArgs, TensorInfo, TensorJson, tag_err};
 use super::output::{Align, Table, clean, io_error, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Tag, TensorLocation};
-use rustc_hash::FxHashMap;
+
 use serde::ser::{SerializeMap, SerializeSeq};
 use std::io::Write;
 
@@ -28,10 +28,10 @@ pub struct Args {
 
 /// Every tensor file the tag uses, described once (many names may refer to one file:
 /// the output repeats the description, the memory and the hashing do not).
-type Infos<'t> = FxHashMap<&'t str, TensorInfo>;
+type Infos<'t> = std::collections::HashMap<&'t str, TensorInfo>;
 
 fn describe_files<'t>(tag: &'t Tag<'_>) -> Result<Infos<'t>, CliError> {
-    let mut infos: Infos<'t> = FxHashMap::default();
+    let mut infos: Infos<'t> = Infos::default();
     let locations = tag.locations();
     for loc in locations {
         if infos.contains_key(loc.entry()) {

@@ -183,7 +183,7 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
             },
         ));
     }
-    let hasher = rustc_hash::FxBuildHasher;
+    let hasher = crate::keyed::KeyedState::default();
     // b's names by position (4 bytes a name; the names stay in the tag's table).
     let mut in_b = hashbrown::HashTable::<u32>::with_capacity(pb_all.len());
     for (i, p) in pb_all.iter().enumerate() {

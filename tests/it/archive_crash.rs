@@ -268,7 +268,7 @@ fn assert_summary_current(a: &Archive, at: &str) {
     let tables: Vec<_> = a
         .tags()
         .iter()
-        .map(|t| modelzip::internals::summary_from_tables(&a, t).unwrap())
+        .map(|t| modelzip::internals::summary_from_tables(a, t).unwrap())
         .collect();
     assert_eq!(s, tables, "{at}");
 }

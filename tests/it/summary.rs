@@ -17,7 +17,7 @@ use std::path::Path;
 fn from_tables(a: &Archive) -> Vec<TagSummary> {
     a.tags()
         .iter()
-        .map(|t| modelzip::internals::summary_from_tables(&a, t).unwrap())
+        .map(|t| modelzip::internals::summary_from_tables(a, t).unwrap())
         .collect()
 }
 

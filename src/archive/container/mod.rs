@@ -143,21 +143,25 @@ pub struct Directory {
 
 /// Entry name -> position in the entry list, holding positions only: the names stay in
 /// the entries (one allocation per entry instead of two, docs/BENCHMARKS-history.md P5).
+/// Hashed with a random seed per index ([`crate::keyed`]): a file cannot choose names
+/// that all hash alike.
 #[derive(Debug, Clone, Default)]
 pub struct NameIndex {
     table: hashbrown::HashTable<usize>,
+    hasher: crate::keyed::KeyedState,
 }
 
 impl NameIndex {
     fn with_capacity(n: usize) -> NameIndex {
         NameIndex {
             table: hashbrown::HashTable::with_capacity(n),
+            hasher: crate::keyed::KeyedState::default(),
         }
     }
 
     /// The position of `name` in `entries`, if present.
     pub fn get(&self, entries: &[ZipEntry], name: &str) -> Option<usize> {
-        let h = rustc_hash::FxBuildHasher.hash_one(name);
+        let h = self.hasher.hash_one(name);
         self.table
             .find(h, |&i| entries.get(i).is_some_and(|e| e.name == name))
             .copied()
@@ -166,7 +170,7 @@ impl NameIndex {
     /// Adds entry `i` of `entries`; false (and nothing added) when its name is present.
     fn insert(&mut self, entries: &[ZipEntry], i: usize) -> bool {
         let name = entries[i].name.as_str();
-        let hasher = rustc_hash::FxBuildHasher;
+        let hasher = &self.hasher;
         let h = hasher.hash_one(name);
         match self.table.entry(
             h,

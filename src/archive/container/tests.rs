@@ -430,3 +430,99 @@ fn write_bytes_stores_what_the_default_reader_would_refuse_deflated() {
     assert_eq!(*a.entry_bytes("free").unwrap(), zeros[..free]);
     assert_eq!(*a.entry_bytes("text").unwrap(), noisy[..]);
 }
+
+/// Names that all hash alike under an unseeded hash are spread by the name index's.
+///
+/// rustc-hash's FxHash (2.x), which the index used before, hashes a name of over 16 bytes
+/// in rounds of 16 bytes `(x, y)` that replace its state with the folded product of
+/// `s0 ^ x` and `K ^ y`: a round whose `x` equals `s0` zeroes the state whatever its `y`,
+/// and `s0` is the output of the first round, which a file can choose (here: 8 ASCII
+/// letters or digits). So every name below, one per value of its bytes 40..48, has one
+/// FxHash, and a table of n of them cost n² / 2 name comparisons to build.
+#[test]
+fn names_that_collide_under_an_unseeded_hash_are_spread() {
+    fn folded(x: u64, y: u64) -> u64 {
+        let f = u128::from(x) * u128::from(y);
+        (f as u64) ^ ((f >> 64) as u64)
+    }
+    const SEED1: u64 = 0x243f_6a88_85a3_08d3;
+    const K: u64 = 0xa409_3822_299f_31d0;
+    const ALNUM: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let word = |mut n: u64| -> [u8; 8] {
+        let mut w = [b'0'; 8];
+        for b in &mut w {
+            *b = ALNUM[(n % 62) as usize];
+            n /= 62;
+        }
+        w
+    };
+    // The first round's 16 bytes: "pick" + a counter, until its output is 8 alphanumerics.
+    let (first, t1) = (0u64..)
+        .map(|n| {
+            let mut p = *b"pick____________";
+            p[8..].copy_from_slice(&word(n));
+            let x = u64::from_le_bytes(p[..8].try_into().unwrap());
+            let y = u64::from_le_bytes(p[8..].try_into().unwrap());
+            (p, folded(SEED1 ^ x, K ^ y))
+        })
+        .find(|(_, t)| t.to_le_bytes().iter().all(|b| ALNUM.contains(b)))
+        .unwrap();
+    let names: Vec<String> = (0..2000u64)
+        .map(|n| {
+            let mut b = first.to_vec();
+            b.extend_from_slice(b"/fixed-16-bytes-");
+            b.extend_from_slice(&t1.to_le_bytes());
+            b.extend_from_slice(&word(n));
+            b.extend_from_slice(b"/and-17-fixed-end");
+            String::from_utf8(b).unwrap()
+        })
+        .collect();
+    let fx: std::collections::HashSet<u64> = names
+        .iter()
+        .map(|n| rustc_hash::FxBuildHasher.hash_one(n.as_str()))
+        .collect();
+    assert_eq!(
+        fx.len(),
+        1,
+        "the premise: one FxHash for all {} names",
+        names.len()
+    );
+
+    let entries: Vec<ZipEntry> = names.iter().map(|n| entry(n)).collect();
+    let mut index = NameIndex::with_capacity(entries.len());
+    for i in 0..entries.len() {
+        assert!(index.insert(&entries, i));
+    }
+    let hashes: std::collections::HashSet<u64> = names
+        .iter()
+        .map(|n| index.hasher.hash_one(n.as_str()))
+        .collect();
+    assert_eq!(hashes.len(), names.len(), "the index's hash spreads them");
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(index.get(&entries, n), Some(i));
+    }
+}
+
+/// A directory entry of name `name` (the rest zero: only the name is looked at).
+fn entry(name: &str) -> ZipEntry {
+    ZipEntry {
+        name: name.to_string(),
+        method: METHOD_STORED,
+        flags: 0,
+        crc32: 0,
+        compressed_size: 0,
+        uncompressed_size: 0,
+        header_offset: 0,
+        data_offset: 0,
+        descriptor_len: 0,
+        dos_time: 0,
+        dos_date: 0,
+        version_made_by: 0,
+        external_attrs: 0,
+        internal_attrs: 0,
+        cd_extra: Box::default(),
+        comment: Box::default(),
+        read_head: None,
+        unchecked_until: None,
+    }
+}
