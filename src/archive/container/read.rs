@@ -132,35 +132,131 @@ pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry
             cd_offset,
         ));
     }
-    let mut entries: Vec<ZipEntry> = Vec::with_capacity(count as usize);
-    let mut index = NameIndex::with_capacity(count as usize);
-    let mut pos = 0usize;
-    for _ in 0..count {
-        let abs = cd_offset + pos as u64;
-        // Offsets inside the record are relative to it.
-        let entry = parse_central(cd, &mut pos).map_err(|e| {
-            if e.location().offset.is_some() {
-                e.shift_offset(abs)
-            } else {
-                e.at_offset(abs)
-            }
-        })?;
-        entries.push(entry);
-        if !index.insert(&entries, entries.len() - 1) {
-            let name = entries.pop().map(|e| e.name).unwrap_or_default();
+    let parsed = parse_records_split(cd, cd_offset, count as usize);
+    let entries = parsed.entries;
+    // Names are indexed in directory order once the records are parsed; the first
+    // problem in directory order is reported, as a one-pass parse would: a name that
+    // repeats one before it, or the record that does not parse.
+    let mut index = NameIndex::with_capacity(entries.len());
+    for i in 0..entries.len() {
+        if !index.insert(&entries, i) {
+            let name = entries[i].name.clone();
+            let abs = cd_offset + record_offset(cd, i) as u64;
             return Err(zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name));
         }
     }
-    if pos as u64 != cd_size {
+    if let Some(e) = parsed.error {
+        return Err(e);
+    }
+    if parsed.end as u64 != cd_size {
         return Err(zip_err(
             format!(
                 "{} unexpected bytes after the last central directory record",
-                cd_size - pos as u64
+                cd_size - parsed.end as u64
             ),
-            cd_offset + pos as u64,
+            cd_offset + parsed.end as u64,
         ));
     }
     Ok((entries, index))
+}
+
+/// Directories of at least this many records are parsed on two threads (each record's
+/// name checked and copied, its fields read): the second half's first record is found by
+/// a walk over the first half's lengths. Below, one thread (a thread costs more than it
+/// saves).
+const PARALLEL_MIN_RECORDS: usize = 16_384;
+
+/// What [`parse_records`] parsed: the records up to the first that does not parse, that
+/// one's error, and where the parse stopped.
+struct Parsed {
+    entries: Vec<ZipEntry>,
+    error: Option<Error>,
+    end: usize,
+}
+
+/// Parses `count` records from the start of `cd`, on two threads when there are many.
+fn parse_records_split(cd: &[u8], cd_offset: u64, count: usize) -> Parsed {
+    let two = count >= PARALLEL_MIN_RECORDS
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    let mid = count / 2;
+    let second_start = if two { walk_records(cd, mid) } else { None };
+    let Some(start) = second_start else {
+        return parse_records(cd, cd_offset, 0, count, count);
+    };
+    std::thread::scope(|s| {
+        let second = std::thread::Builder::new()
+            .name("modelzip-cd".into())
+            .spawn_scoped(s, || {
+                parse_records(cd, cd_offset, start, count - mid, count - mid)
+            });
+        let Ok(second) = second else {
+            return parse_records(cd, cd_offset, 0, count, count);
+        };
+        // Room for both halves: the second is moved in after it, not the first copied.
+        let mut first = parse_records(cd, cd_offset, 0, mid, count);
+        // (A panic in the parse is a bug, and this thread's parse would have made it too.)
+        let second = second
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        if first.error.is_none() {
+            first.entries.extend(second.entries);
+            first.error = second.error;
+            first.end = second.end;
+        }
+        first
+    })
+}
+
+/// Where record `n` starts, walking the lengths of the records before it; `None` when one
+/// of them is not a whole record (the parse finds and reports it).
+fn walk_records(cd: &[u8], n: usize) -> Option<usize> {
+    let mut pos = 0usize;
+    for _ in 0..n {
+        let r = cd.get(pos..pos.checked_add(46)?)?;
+        if u32_at(r, 0) != SIG_CENTRAL {
+            return None;
+        }
+        let len = 46
+            + usize::from(u16_at(r, 28))
+            + usize::from(u16_at(r, 30))
+            + usize::from(u16_at(r, 32));
+        pos = pos.checked_add(len).filter(|&p| p <= cd.len())?;
+    }
+    Some(pos)
+}
+
+/// Where record `i` starts (the records before it parsed: for an error's offset).
+fn record_offset(cd: &[u8], i: usize) -> usize {
+    walk_records(cd, i).unwrap_or(0)
+}
+
+/// Parses `count` records of `cd` from byte `pos` into a list with room for `room`.
+fn parse_records(cd: &[u8], cd_offset: u64, mut pos: usize, count: usize, room: usize) -> Parsed {
+    let mut entries: Vec<ZipEntry> = Vec::with_capacity(room.max(count));
+    for _ in 0..count {
+        let abs = cd_offset + pos as u64;
+        // Offsets inside the record are relative to it.
+        match parse_central(cd, &mut pos) {
+            Ok(entry) => entries.push(entry),
+            Err(e) => {
+                let e = if e.location().offset.is_some() {
+                    e.shift_offset(abs)
+                } else {
+                    e.at_offset(abs)
+                };
+                return Parsed {
+                    entries,
+                    error: Some(e),
+                    end: pos,
+                };
+            }
+        }
+    }
+    Parsed {
+        entries,
+        error: None,
+        end: pos,
+    }
 }
 
 /// Parses the end records and the central directory, checks every entry's name, its

@@ -526,3 +526,97 @@ fn entry(name: &str) -> ZipEntry {
         unchecked_until: None,
     }
 }
+
+/// An archive of `n` one-byte entries named `d/00000`, `d/00001`, ... (many enough that
+/// the central directory is parsed on two threads).
+fn many_entries(n: usize) -> Vec<u8> {
+    let mut out = ZipOut::new(Vec::new(), 0);
+    for i in 0..n {
+        out.write_bytes(&format!("d/{i:05}"), b"x", false).unwrap();
+    }
+    out.finish(b"").unwrap().0
+}
+
+/// Where central-directory record `i` of [`many_entries`] starts: its name is the last
+/// place the name appears (the directory follows the data).
+fn record_at(bytes: &[u8], i: usize) -> usize {
+    let name = format!("d/{i:05}");
+    bytes
+        .windows(name.len())
+        .rposition(|w| w == name.as_bytes())
+        .unwrap()
+        - 46
+}
+
+/// Renames entry `from` to `to` in its local header and its directory record.
+fn rename(bytes: &mut [u8], from: usize, to: usize) {
+    let (from, to) = (format!("d/{from:05}"), format!("d/{to:05}"));
+    let at: Vec<usize> = bytes
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, w)| *w == from.as_bytes())
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(at.len(), 2, "one local header, one directory record");
+    for p in at {
+        bytes[p..p + to.len()].copy_from_slice(to.as_bytes());
+    }
+}
+
+/// The two-thread parse of a large directory gives what the one-pass parse gives: every
+/// entry in order, and the first problem in directory order with its offset, whichever
+/// half it lies in.
+#[test]
+fn a_large_directory_parses_on_two_threads_as_in_one_pass() {
+    const N: usize = 20_000;
+    let good = many_entries(N);
+    let dir = parse(&good).unwrap();
+    assert_eq!(dir.entries.len(), N);
+    for (i, e) in dir.entries.iter().enumerate() {
+        assert_eq!(e.name, format!("d/{i:05}"));
+        assert_eq!(dir.index.get(&dir.entries, &e.name), Some(i));
+    }
+    let twice = |bytes: &[u8], i: usize| {
+        let err = parse(bytes).unwrap_err();
+        assert!(err.to_string().contains("appears twice"), "{err}");
+        assert_eq!(err.location().entry.as_deref(), Some("d/00100"));
+        assert_eq!(err.location().offset, Some(record_at(&good, i) as u64));
+    };
+    let bad_signature = |bytes: &[u8], at: usize| {
+        let err = parse(bytes).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("bad central directory record signature"),
+            "{err}"
+        );
+        assert_eq!(err.location().offset, Some(at as u64));
+    };
+    // A name in the second half repeats one of the first.
+    let mut b = good.clone();
+    rename(&mut b, 15_000, 100);
+    // (The renamed record is found by its old neighbour: record 15,001 follows it.)
+    let dup_at = record_at(&good, 15_000);
+    let err = parse(&b).unwrap_err();
+    assert!(err.to_string().contains("appears twice"), "{err}");
+    assert_eq!(err.location().offset, Some(dup_at as u64));
+    // ... and a record after it does not parse: the repeat comes first.
+    let sig_late = record_at(&good, 18_000);
+    b[sig_late] ^= 0xff;
+    let err = parse(&b).unwrap_err();
+    assert!(err.to_string().contains("appears twice"), "{err}");
+    // A record of the second half does not parse.
+    let mut b = good.clone();
+    b[sig_late] ^= 0xff;
+    bad_signature(&b, sig_late);
+    // A record of the first half does not parse (the walk to the second half stops
+    // there), and a name repeats after it: the record comes first.
+    let mut b = good.clone();
+    let sig_early = record_at(&good, 500);
+    b[sig_early] ^= 0xff;
+    rename(&mut b, 15_000, 100);
+    bad_signature(&b, sig_early);
+    // Both repeats in the first half.
+    let mut b = good.clone();
+    rename(&mut b, 200, 100);
+    twice(&b, 200);
+}
