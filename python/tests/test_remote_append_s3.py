@@ -77,6 +77,9 @@ class Proxy(http.server.ThreadingHTTPServer):
         self.before_commit = None
         # Answer every commit 500 without forwarding it.
         self.fail_commits = False
+        # Forward this many commits, then close the connection without their answers
+        # (the store committed; the writer never hears it).
+        self.lose_commit_answers = 0
         # Requests being handled now.
         self.inflight = 0
 
@@ -204,6 +207,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "seconds": time.monotonic() - started,
                 }
             )
+        if is_commit and server.lose_commit_answers > 0:
+            server.lose_commit_answers -= 1
+            self.close_connection = True
+            return
         self.send_response(status, reason)
         skip = {"content-length", "transfer-encoding", "connection", "server", "date"}
         for k, v in resp_headers:
@@ -554,6 +561,36 @@ def test_a_commit_that_keeps_failing_is_reported_as_of_unknown_outcome(s3, tmp):
     assert len(commits) == 4, commits  # the first try and 3 retries
     assert raw(env, "HEAD", f"/{BUCKET}/unknown/model.zip")[1]["etag"] == version
     _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=unknown/")
+    assert b"<Upload>" not in listing, listing
+
+
+def test_a_commit_whose_answer_is_lost_is_found_committed(s3, tmp):
+    """The store commits the new version but its answer never arrives: the append tries
+    the commit again, which the store refuses (the object is no longer the version the
+    upload was conditioned on), and asks for its upload, which the commit consumed: the
+    append reports success with the new version, as if the first answer had arrived
+    (it is not a lost race, and nothing is written twice). The object holds both tags
+    and verifies; no upload is left."""
+    env, proxy = s3
+    url = f"s3://{BUCKET}/lost/model.zip"
+    d = tensor_dir(tmp, "lost", {"w": 4096}, seed=13)
+    version = json.loads(cli(env, "pack", url, d, "--tag", "a", "--json").stdout)["version"]
+    before = len(proxy.log)
+    proxy.lose_commit_answers = 1
+    try:
+        r = cli(env, "pack", url, d, "--tag", "b", "--json")
+    finally:
+        proxy.lose_commit_answers = 0
+    report = json.loads(r.stdout)
+    now = raw(env, "HEAD", f"/{BUCKET}/lost/model.zip")[1]["etag"]
+    assert report["version"] == now != version, (report, now, version)
+    with proxy.log_lock:
+        commits = [x for x in proxy.log[before:] if x["commit"]]
+    assert [c["status"] for c in commits] == [200, 412], commits
+    tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
+    assert [t["name"] for t in tags] == ["a", "b"]
+    cli(env, "verify", url)
+    _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=lost/")
     assert b"<Upload>" not in listing, listing
 
 

@@ -391,10 +391,46 @@ impl S3Access {
             None => ("if-none-match", "*".to_string()),
         };
         let query = format!("uploadId={}", encode_query(id));
-        let a = self
-            .send(Method::POST, &query, &[condition], Bytes::from(xml))
-            .await?;
-        let a = self.expect_ok(a, "CompleteMultipartUpload")?;
+        let url = format!("{}?{query}", self.object_url);
+        let (headers, body) = ([condition], Bytes::from(xml));
+        // Whether an attempt's answer was lost (no answer, or a 5xx): that attempt may
+        // have committed, and the retry then finds the object changed, by this very upload.
+        let lost = std::sync::atomic::AtomicBool::new(false);
+        let a = with_retries(
+            self.max_retries,
+            &Method::POST,
+            &self.object_url,
+            || async {
+                let got = self
+                    .send_once(&Method::POST, &url, &headers, body.clone())
+                    .await;
+                if !matches!(&got, Ok(a) if !a.status.is_server_error()) {
+                    lost.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                got
+            },
+        )
+        .await?;
+        let lost = lost.load(std::sync::atomic::Ordering::Relaxed);
+        if lost && a.status == StatusCode::NOT_FOUND {
+            // The upload is gone: completed by the attempt whose answer was lost, when the
+            // object is no longer the version this upload was conditioned on.
+            let now = self.current_e_tag().await?;
+            if now.is_some() && now.as_deref() != if_match {
+                return Ok(now);
+            }
+        }
+        let a = match self.expect_ok(a, "CompleteMultipartUpload") {
+            Err(Failure::Precondition) if lost => {
+                // A completed upload is gone; a refused one stays until it is aborted (by
+                // this writer, or as a stale one by a later writer, hours later).
+                return match self.upload_exists(id).await? {
+                    false => self.current_e_tag().await,
+                    true => Err(Failure::Precondition),
+                };
+            }
+            a => a?,
+        };
         // S3 may answer 200 and report the failure in the body.
         if let Some(code) = xml_text(&a.body, "Code") {
             let message = xml_text(&a.body, "Message").unwrap_or_default();
@@ -407,6 +443,30 @@ impl S3Access {
             ));
         }
         Ok(xml_text(&a.body, "ETag"))
+    }
+
+    /// Whether upload `id` is still open (ListParts answers; a completed or aborted
+    /// upload is `NoSuchUpload`).
+    async fn upload_exists(&self, id: &str) -> S3Result<bool> {
+        let query = format!("uploadId={}&max-parts=1", encode_query(id));
+        let a = self.send(Method::GET, &query, &[], Bytes::new()).await?;
+        if a.status == StatusCode::NOT_FOUND {
+            return Ok(false);
+        }
+        self.expect_ok(a, "ListParts").map(|_| true)
+    }
+
+    /// The object's ETag now (`None` when there is no object).
+    async fn current_e_tag(&self) -> S3Result<Option<String>> {
+        let a = self.send(Method::HEAD, "", &[], Bytes::new()).await?;
+        if a.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let a = self.expect_ok(a, "HeadObject")?;
+        Ok(a.headers
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string))
     }
 
     /// Aborts upload `id` (the store drops its parts).
