@@ -36,6 +36,8 @@ import modelzip.sharded
 from conftest import RangeHandler
 
 PAGE = mmap.PAGESIZE
+# The largest folio the kernel is assumed to read for one page (64 KiB): see the local test.
+FOLIO_PAGES = 65536 // PAGE
 
 
 # ---------------------------------------------------------------------------------------
@@ -352,11 +354,20 @@ def test_three_processes_load_the_four_way_save_reading_only_their_rows(tmp):
         own = set().union(*(pages(s + a * row, s + b * row) for s, _, row in ranges.values()))
         share = sum((b - a) * row for _, _, row in ranges.values())
         data_touched = touched & pure
-        others = data_touched - own
+        # The kernel may bring a page in as part of a larger folio (ext4 has large folios
+        # since Linux 6.16; this VM runs 6.18): a page of another rank's rows in the same
+        # 64 KiB block as a page this rank needed (its rows, a header) may come with it.
+        # CI failed so twice (16 pages at a block's start). Any page of other ranks' rows
+        # outside those blocks is a read of rows that are not this rank's.
+        needed = own | (touched & meta)
+        near = {q for p in needed for q in range(p - p % FOLIO_PAGES, p - p % FOLIO_PAGES + FOLIO_PAGES)}
+        others = data_touched - own - near
         assert not others, f"rank {rank} read pages of other ranks' rows: {sorted(others)[:10]}"
-        # Its share, and at most one page more per tensor (where its rows start or end
-        # inside a page), apart from the pages that hold headers.
-        assert len(data_touched) <= share // PAGE + TENSORS, (len(data_touched), share // PAGE)
+        # Beyond its rows' pages (its share, and a page more per tensor where its rows start
+        # or end inside one), only what came in the folios of pages it needed: at most a
+        # block on each side of each tensor's rows.
+        beside = len(data_touched - own)
+        assert beside <= 2 * FOLIO_PAGES * TENSORS, (beside, share // PAGE)
         # The counter sees the reads: its rows' pages are there (a few may have been
         # reclaimed since, on a machine whose memory other processes want too).
         assert len(own & pure & (data_touched | set(result["kept"]))) >= 0.9 * len(own & pure)
