@@ -378,7 +378,7 @@ class Tag:
 
     def updater(self, name: str) -> List[np.ndarray]:
         """The updater state arrays of ``name`` (e.g. Adam's m and v), in stored order."""
-        return [_array(d) for d in self._native.updater(name)]
+        return self._native.updater(name)
 
     @property
     def metadata(self) -> Dict[str, Any]:
@@ -416,7 +416,7 @@ class Tag:
 
     def to_dict(self) -> Dict[str, np.ndarray]:
         """Every parameter as ``{name: array}`` (views when stored, no copies)."""
-        return {name: _array(desc) for name, desc in self._native.get_all()}
+        return dict(self._native.get_all())
 
     def __repr__(self) -> str:
         return f"<modelzip.Tag {self.name!r}: {len(self)} params>"
@@ -529,8 +529,7 @@ class _TagItems(collections.abc.ItemsView):
     __slots__ = ()
 
     def __iter__(self) -> Iterator[Tuple[str, np.ndarray]]:
-        for name, desc in self._mapping._native.get_all():
-            yield name, _array(desc)
+        yield from self._mapping._native.get_all()
 
 
 class _TagValues(collections.abc.ValuesView):
@@ -539,8 +538,8 @@ class _TagValues(collections.abc.ValuesView):
     __slots__ = ()
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        for _, desc in self._mapping._native.get_all():
-            yield _array(desc)
+        for _, arr in self._mapping._native.get_all():
+            yield arr
 
 
 # A Tag is a read-only mapping of name -> array: isinstance(tag, Mapping) holds. It is

@@ -359,6 +359,26 @@ fn to_array(
     }
 }
 
+/// [`to_array`] of a tensor already described (a batch read, [`NativeTag::read_all`]).
+fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
+    let maker = array_maker(py)?;
+    let (buf, dtype, dims) = &described;
+    let code = dtype
+        .parse::<DType>()
+        .ok()
+        .and_then(|d| usize::try_from(d.code()).ok());
+    match code
+        .and_then(|c| maker.dtypes.get(c))
+        .and_then(Option::as_ref)
+    {
+        Some(dt) if buf.get().len > 0 => {
+            let shape = PyTuple::new(py, dims)?;
+            Ok(maker.ndarray.bind(py).call1((shape, dt, buf))?.unbind())
+        }
+        _ => Ok(maker.fallback.bind(py).call1((described,))?.unbind()),
+    }
+}
+
 fn owned_described(py: Python<'_>, t: Tensor) -> PyResult<Described> {
     let (dtype, dims) = (t.dtype().name(), t.dims().to_vec());
     Ok((
@@ -713,15 +733,14 @@ impl NativeTag {
         to_array(py, &self.archive, data)
     }
 
-    /// `[(name, buffer, dtype, dims)]` of every parameter, in params.txt order.
-    fn get_all(&self, py: Python<'_>) -> PyResult<Vec<(String, Described)>> {
+    /// `[(name, array)]` of every parameter, in params.txt order ([`array_of`]).
+    fn get_all(&self, py: Python<'_>) -> PyResult<Vec<(String, Py<PyAny>)>> {
         let data = self.read_all(py, self.params.iter().map(|p| &p.location))?;
-        Ok(self
-            .params
+        self.params
             .iter()
-            .map(|p| p.name.clone())
             .zip(data)
-            .collect())
+            .map(|(p, d)| Ok((p.name.clone(), array_of(py, d)?)))
+            .collect()
     }
 
     /// `(dtype, dims)` of parameter `name`, from its record header alone (a remote
@@ -765,7 +784,7 @@ impl NativeTag {
         self.updater.iter().map(|u| u.name.clone()).collect()
     }
 
-    fn updater(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Described>> {
+    fn updater(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Py<PyAny>>> {
         let Some(i) = self.updater_by_name.get(name) else {
             let e = ErrorKind::ParamNotFound(name.to_string(), self.name.clone());
             return Err(raise(
@@ -773,7 +792,10 @@ impl NativeTag {
                 self.in_tag(Error::from(e).in_entry(format!("{}/updater.txt", self.name))),
             ));
         };
-        self.read_all(py, self.updater[*i].arrays.iter())
+        self.read_all(py, self.updater[*i].arrays.iter())?
+            .into_iter()
+            .map(|d| array_of(py, d))
+            .collect()
     }
 
     /// metadata.json's bytes, or None.
