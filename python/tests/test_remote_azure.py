@@ -12,6 +12,8 @@ racing writer simulated, with Microsoft's Python SDK (azure-storage-blob)."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
 import random
@@ -19,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -314,3 +317,87 @@ def test_four_processes_write_one_tag_of_a_blob_archive(az, tmp, monkeypatch):
                 assert np.array_equal(got_m, want), n
     cli(env, "verify", url)
     assert [b.name for b in container.list_blobs(name_starts_with="sharded/")] == [key]
+
+
+class AnswerDropper(http.server.ThreadingHTTPServer):
+    """Forwards every request to Azurite; drops the answers of the next
+    `lose_block_lists` `Put Block List`s (forwarded: the blob is committed, its writer
+    never hears it) and records each block list's status."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream_port: int):
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream_port = upstream_port
+        self.lose_block_lists = 0
+        self.block_lists: list[int] = []
+        self.lock = threading.Lock()
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def forward(self):
+        server: AnswerDropper = self.server
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        c = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=120)
+        c.request(self.command, self.path, body=body, headers=headers)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        if self.command == "PUT" and "comp=blocklist" in self.path:
+            with server.lock:
+                server.block_lists.append(r.status)
+                drop = server.lose_block_lists > 0
+                server.lose_block_lists -= drop
+            if drop:
+                self.close_connection = True
+                return
+        self.send_response(r.status, r.reason)
+        for k, v in r.getheaders():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                self.send_header(k, v)
+        # A HEAD's length is the blob's, as the store said it (a HEAD has no body).
+        head = self.command == "HEAD"
+        self.send_header("Content-Length", r.getheader("content-length", "0") if head else str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
+
+
+def test_a_block_list_whose_answer_is_lost_is_found_committed(az, tmp):
+    """Azurite commits a `Put Block List` whose answer never reaches the writer: the
+    retry is refused (the blob is no longer the version opened), the writer finds its own
+    block ids in the blob's committed list and reports the append done with the new
+    version (not a lost race, nothing written twice). The blob holds both tags and
+    verifies."""
+    env, container = az
+    upstream = int(env["AZURITE_BLOB_STORAGE_URL"].rsplit(":", 1)[1])
+    proxy = AnswerDropper(upstream)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        penv = {**env, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
+        url = f"az://{CONTAINER}/lost/m.zip"
+        first = json.loads(
+            cli(penv, "pack", url, tensor_dir(tmp, "l1", {"w": 4096}, seed=31), "--tag", "a", "--json").stdout
+        )
+        proxy.lose_block_lists = 1
+        before = len(proxy.block_lists)
+        r = json.loads(
+            cli(penv, "pack", url, tensor_dir(tmp, "l2", {"w": 4096}, seed=32), "--tag", "b", "--json").stdout
+        )
+        now = container.get_blob_client("lost/m.zip").get_blob_properties().etag
+        assert r["version"] == now != first["version"], (r, now, first)
+        assert proxy.block_lists[before:] == [201, 412], proxy.block_lists
+        assert tags_of(env, url) == ["a", "b"]
+        cli(env, "verify", url)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()

@@ -272,14 +272,62 @@ impl AzureAccess {
             None => ("if-none-match", "*".to_string()),
         };
         let headers = [condition, ("content-type", "application/xml".to_string())];
+        let (url, body) = (
+            format!("{}?comp=blocklist", self.blob_url),
+            Bytes::from(xml),
+        );
+        // Whether an attempt's answer was lost (no answer, or a 5xx): that attempt may
+        // have committed, and the retry then finds the blob changed, by this very list.
+        let lost = std::sync::atomic::AtomicBool::new(false);
+        let a = with_retries(self.max_retries, &Method::PUT, &self.blob_url, || async {
+            let got = self
+                .send_once(&Method::PUT, &url, &headers, body.clone())
+                .await;
+            if !matches!(&got, Ok(a) if !a.status.is_server_error()) {
+                lost.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            got
+        })
+        .await?;
+        match self.expect_ok(a, "Put Block List") {
+            Err(Failure::Precondition) if lost.load(std::sync::atomic::Ordering::Relaxed) => {
+                // Block ids are this upload's alone: in the blob's committed list, they
+                // are there because the lost attempt committed them.
+                let ours = parts.iter().flat_map(|p| p.e_tag.split(',')).next_back();
+                match ours {
+                    Some(id) if self.committed_blocks_include(id).await? => {
+                        self.current_e_tag().await
+                    }
+                    _ => Err(Failure::Precondition),
+                }
+            }
+            Err(e) => Err(e),
+            Ok(a) => Ok(e_tag_of(&a)),
+        }
+    }
+
+    /// Whether block `id` is one of the blob's committed blocks (`Get Block List`).
+    async fn committed_blocks_include(&self, id: &str) -> Result<bool> {
         let a = self
-            .send(Method::PUT, "comp=blocklist", &headers, Bytes::from(xml))
+            .send(
+                Method::GET,
+                "comp=blocklist&blocklisttype=committed",
+                &[],
+                Bytes::new(),
+            )
             .await?;
-        let a = self.expect_ok(a, "Put Block List")?;
-        Ok(a.headers
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string))
+        let a = self.expect_ok(a, "Get Block List")?;
+        let name = format!("<Name>{id}</Name>");
+        Ok(a.body.windows(name.len()).any(|w| w == name.as_bytes()))
+    }
+
+    /// The blob's ETag now (`None` when there is no blob).
+    async fn current_e_tag(&self) -> Result<Option<String>> {
+        let a = self.send(Method::HEAD, "", &[], Bytes::new()).await?;
+        if a.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        Ok(e_tag_of(&self.expect_ok(a, "Get Blob Properties")?))
     }
 
     /// `a` when it is a success, else the failure it reports.
@@ -320,6 +368,14 @@ impl AzureAccess {
     pub(super) fn key(&self) -> &str {
         &self.key
     }
+}
+
+/// The ETag an answer carries.
+fn e_tag_of(a: &Answer) -> Option<String> {
+    a.headers
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// Percent-encodes a block id for the query (base64's `+`, `/`, `=`).
