@@ -15,7 +15,9 @@
 //! copy source is a URL the store signs ([`Signer::signed_url`]: a service SAS from an
 //! account key, a user delegation SAS from a bearer token), read-only for a few minutes.
 
-use super::s3::{Answer, Failure, PartDone, answer, unsigned_request, with_retries, xml_text};
+use super::s3::{
+    Answer, Failure, PartDone, answer, unsigned_request, with_retries, with_retries_lost, xml_text,
+};
 use base64::Engine;
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -276,21 +278,12 @@ impl AzureAccess {
             format!("{}?comp=blocklist", self.blob_url),
             Bytes::from(xml),
         );
-        // Whether an attempt's answer was lost (no answer, or a 5xx): that attempt may
-        // have committed, and the retry then finds the blob changed, by this very list.
-        let lost = std::sync::atomic::AtomicBool::new(false);
-        let a = with_retries(self.max_retries, &Method::PUT, &self.blob_url, || async {
-            let got = self
-                .send_once(&Method::PUT, &url, &headers, body.clone())
-                .await;
-            if !matches!(&got, Ok(a) if !a.status.is_server_error()) {
-                lost.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            got
+        let (a, lost) = with_retries_lost(self.max_retries, &Method::PUT, &self.blob_url, || {
+            self.send_once(&Method::PUT, &url, &headers, body.clone())
         })
-        .await?;
-        match self.expect_ok(a, "Put Block List") {
-            Err(Failure::Precondition) if lost.load(std::sync::atomic::Ordering::Relaxed) => {
+        .await;
+        match self.expect_ok(a?, "Put Block List") {
+            Err(Failure::Precondition) if lost => {
                 // Block ids are this upload's alone: in the blob's committed list, they
                 // are there because the lost attempt committed them.
                 let ours = parts.iter().flat_map(|p| p.e_tag.split(',')).next_back();

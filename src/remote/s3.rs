@@ -147,6 +147,35 @@ where
     }
 }
 
+/// [`with_retries`], also saying whether an attempt's answer was lost (no answer, or a
+/// 5xx): that attempt may have done what it asked, which a commit's retry must allow for
+/// (the object then changed by this very commit).
+pub(super) async fn with_retries_lost<F, Fut>(
+    max_retries: usize,
+    method: &Method,
+    url: &str,
+    mut once: F,
+) -> (S3Result<Answer>, bool)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Answer, String>>,
+{
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let got = with_retries(max_retries, method, url, || {
+        let attempt = once();
+        let lost = &lost;
+        async move {
+            let got = attempt.await;
+            if !matches!(&got, Ok(a) if !a.status.is_server_error()) {
+                lost.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            got
+        }
+    })
+    .await;
+    (got, lost.into_inner())
+}
+
 /// One part of the new object: copied from a byte range of the source, or uploaded.
 pub(super) struct PartDone {
     pub(super) number: u32,
@@ -393,25 +422,12 @@ impl S3Access {
         let query = format!("uploadId={}", encode_query(id));
         let url = format!("{}?{query}", self.object_url);
         let (headers, body) = ([condition], Bytes::from(xml));
-        // Whether an attempt's answer was lost (no answer, or a 5xx): that attempt may
-        // have committed, and the retry then finds the object changed, by this very upload.
-        let lost = std::sync::atomic::AtomicBool::new(false);
-        let a = with_retries(
-            self.max_retries,
-            &Method::POST,
-            &self.object_url,
-            || async {
-                let got = self
-                    .send_once(&Method::POST, &url, &headers, body.clone())
-                    .await;
-                if !matches!(&got, Ok(a) if !a.status.is_server_error()) {
-                    lost.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                got
-            },
-        )
-        .await?;
-        let lost = lost.load(std::sync::atomic::Ordering::Relaxed);
+        let (a, lost) =
+            with_retries_lost(self.max_retries, &Method::POST, &self.object_url, || {
+                self.send_once(&Method::POST, &url, &headers, body.clone())
+            })
+            .await;
+        let a = a?;
         if lost && a.status == StatusCode::NOT_FOUND {
             // The upload is gone: completed by the attempt whose answer was lost, when the
             // object is no longer the version this upload was conditioned on.
