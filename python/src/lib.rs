@@ -294,13 +294,13 @@ fn describe(
     }
 }
 
-/// What [`to_array`] calls: numpy's array type, the package's `_array` (for what the
+/// What [`array_of`] calls: numpy's array type, the package's `_array` (for what the
 /// type cannot take: an empty buffer, a dtype numpy has only through ml_dtypes), and the
-/// numpy dtype of each modelzip dtype that numpy has itself, by Paddle code.
+/// numpy dtype of each modelzip dtype that numpy has itself, by modelzip's name.
 struct ArrayMaker {
     ndarray: Py<PyAny>,
     fallback: Py<PyAny>,
-    dtypes: Vec<Option<Py<PyAny>>>,
+    dtypes: Vec<(&'static str, Py<PyAny>)>,
 }
 
 static ARRAYS: PyOnceLock<ArrayMaker> = PyOnceLock::new();
@@ -311,16 +311,10 @@ fn array_maker(py: Python<'_>) -> PyResult<&ArrayMaker> {
         let package = py.import("modelzip")?;
         let fallback = package.getattr("_array")?.unbind();
         let plain = package.getattr("_PLAIN")?;
-        let mut dtypes: Vec<Option<Py<PyAny>>> = Vec::new();
-        for d in DType::ALL {
-            if let Ok(dt) = plain.get_item(d.name()) {
-                let code = usize::try_from(d.code()).unwrap_or(usize::MAX);
-                if code < 256 {
-                    dtypes.resize_with(dtypes.len().max(code + 1), || None);
-                    dtypes[code] = Some(dt.unbind());
-                }
-            }
-        }
+        let dtypes = DType::ALL
+            .iter()
+            .filter_map(|d| Some((d.name(), plain.get_item(d.name()).ok()?.unbind())))
+            .collect();
         Ok(ArrayMaker {
             ndarray,
             fallback,
@@ -329,48 +323,28 @@ fn array_maker(py: Python<'_>) -> PyResult<&ArrayMaker> {
     })
 }
 
-/// A numpy array over the tensor's bytes, made here rather than by Python code from
-/// [`describe`]'s tuple: `numpy.ndarray(shape, dtype, buffer)`, one call (Py1 in
-/// docs/BENCHMARKS.md). What that cannot make goes to the package's `_array`.
+/// A numpy array over the tensor's bytes ([`array_of`] of [`describe`]).
 fn to_array(
     py: Python<'_>,
     archive: &Arc<CoreArchive>,
     data: TensorData<'_>,
 ) -> PyResult<Py<PyAny>> {
-    let maker = array_maker(py)?;
-    let view = data.view();
-    let code = usize::try_from(view.dtype().code()).unwrap_or(usize::MAX);
-    let dt = maker.dtypes.get(code).and_then(Option::as_ref);
-    match dt {
-        Some(dt) if !view.data().is_empty() => {
-            let shape = PyTuple::new(py, view.dims())?;
-            drop(view);
-            let buf = match data {
-                TensorData::Mapped(v) => Py::new(py, TensorBuffer::of_map(archive, v.data()))?,
-                TensorData::Owned(t) => Py::new(py, TensorBuffer::owned(t.into_data()))?,
-            };
-            Ok(maker.ndarray.bind(py).call1((shape, dt, buf))?.unbind())
-        }
-        _ => {
-            drop(view);
-            let described = describe(py, archive, data)?;
-            Ok(maker.fallback.bind(py).call1((described,))?.unbind())
-        }
-    }
+    array_of(py, describe(py, archive, data)?)
 }
 
-/// [`to_array`] of a tensor already described (a batch read, [`NativeTag::read_all`]).
+/// A numpy array over a described tensor's buffer, made here rather than by Python code
+/// from the tuple: `numpy.ndarray(shape, dtype, buffer)`, one call (Py1 in
+/// docs/BENCHMARKS.md). What that cannot make goes to the package's `_array`.
 fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
     let maker = array_maker(py)?;
     let (buf, dtype, dims) = &described;
-    let code = dtype
-        .parse::<DType>()
-        .ok()
-        .and_then(|d| usize::try_from(d.code()).ok());
-    match code
-        .and_then(|c| maker.dtypes.get(c))
-        .and_then(Option::as_ref)
-    {
+    // (The names are DType::name's: a handful of short strings.)
+    let dt = maker
+        .dtypes
+        .iter()
+        .find(|(n, _)| n == dtype)
+        .map(|(_, dt)| dt);
+    match dt {
         Some(dt) if buf.get().len > 0 => {
             let shape = PyTuple::new(py, dims)?;
             Ok(maker.ndarray.bind(py).call1((shape, dt, buf))?.unbind())

@@ -425,16 +425,7 @@ fn cast_shares_non_fp32_params() {
         &fast(),
     )
     .unwrap_err();
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::UnrepresentableValues {
-                allow: "overflow",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_unrepresentable(&e, "overflow");
     assert!(e.to_string().contains("1 value(s)"), "{e}");
     assert!(e.to_string().contains("first at flat index 1:"), "{e}");
     let allow = AllowValues {
@@ -812,16 +803,7 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
         &fast(),
     )
     .unwrap_err();
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::UnrepresentableValues {
-                allow: "overflow",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_unrepresentable(&e, "overflow");
     let msg = e.to_string();
     assert!(
         msg.starts_with("parameter \"w\": 2 value(s) ")
@@ -873,16 +855,7 @@ fn cast_refuses_overflow_and_non_finite_unless_allowed() {
         &fast(),
     )
     .unwrap_err();
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::UnrepresentableValues {
-                allow: "non_finite",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_unrepresentable(&e, "non_finite");
     assert!(e.to_string().contains("2 value(s)"), "{e}");
     assert!(e.to_string().contains("first at flat index 1:"), "{e}");
     assert!(e.to_string().contains("are NaN or infinite"), "{e}");
@@ -921,16 +894,7 @@ fn quantize_refuses_non_finite_unless_allowed() {
             &fast(),
         )
         .unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                ErrorKind::UnrepresentableValues {
-                    allow: "non_finite",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_unrepresentable(&e, "non_finite");
         assert!(e.to_string().contains("2 value(s)"), "{e}");
         assert!(e.to_string().contains("first at flat index 2: inf"), "{e}");
         assert_eq!(Archive::open(&path).unwrap().tags(), ["base"]);
@@ -1410,4 +1374,12 @@ fn per_channel_fallback_to_per_tensor_carries_its_reason() {
             "{name}"
         );
     }
+}
+
+/// `e` refuses values the target type cannot hold, naming `allow` as the way to allow them.
+fn assert_unrepresentable(e: &modelzip::Error, allow: &str) {
+    assert!(
+        matches!(e.kind(), ErrorKind::UnrepresentableValues { allow: a, .. } if *a == allow),
+        "{e}"
+    );
 }

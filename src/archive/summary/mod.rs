@@ -418,9 +418,9 @@ impl Archive {
         let mut seen: HashSet<&str> = HashSet::new();
         let unique: Vec<&TensorLocation> = locations.filter(|l| seen.insert(&l.entry)).collect();
         // From a remote archive: only each tensor's first bytes, in one batched request.
-        let heads = self.shared_dtypes(&unique)?;
+        let found = self.shared_dtypes(&unique)?;
         let mut shared_bytes = 0u64;
-        for (loc, dtype) in unique.iter().zip(heads) {
+        for (loc, dtype) in unique.iter().zip(found) {
             if loc.shared {
                 shared_bytes += tag.stored_size(loc);
             }
