@@ -75,8 +75,10 @@ class Proxy(http.server.ThreadingHTTPServer):
         self.initiated: dict[str, float] = {}
         # Run (once) just before the next commit is checked and forwarded.
         self.before_commit = None
-        # Answer every commit 500 without forwarding it.
+        # Answer every commit 500 without forwarding it (but forward the first
+        # `forward_failed_commits` of them: the store commits, its answer is an error).
         self.fail_commits = False
+        self.forward_failed_commits = 0
         # Forward this many commits, then close the connection without their answers
         # (the store committed; the writer never hears it).
         self.lose_commit_answers = 0
@@ -153,6 +155,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 hook, server.before_commit = server.before_commit, None
                 hook()
             if is_commit and server.fail_commits:
+                if server.forward_failed_commits > 0:
+                    server.forward_failed_commits -= 1
+                    server.upstream(self.command, self.path, headers, body)
                 answer = (
                     500,
                     "Internal Server Error",
@@ -541,11 +546,11 @@ def test_refused_credentials_are_one_line_and_write_nothing(s3, tmp):
     assert [t["name"] for t in tags] == ["a"]
 
 
-def test_a_commit_that_keeps_failing_is_reported_as_of_unknown_outcome(s3, tmp):
-    """Every CompleteMultipartUpload answered 500 (retried, then given up): the append
-    does not claim that nothing was written (a lost answer may hide a commit); it says the
-    outcome is unknown with the versions before and now, exits 2 in one line, and aborts
-    its upload. (Here nothing was committed: the object is unchanged.)"""
+def test_a_commit_that_keeps_failing_is_settled_by_aborting_its_upload(s3, tmp):
+    """Every CompleteMultipartUpload answered 500 (retried, then given up), none carried
+    out: an answer lost may hide a commit, so the append asks the store by aborting its
+    upload, which only an open upload survives: aborted, nothing was committed, and the
+    append says so in one line (exit 2). The object is unchanged; no upload is left."""
     env, proxy = s3
     url = f"s3://{BUCKET}/unknown/model.zip"
     d = tensor_dir(tmp, "uk", {"w": 4096}, seed=12)
@@ -558,14 +563,45 @@ def test_a_commit_that_keeps_failing_is_reported_as_of_unknown_outcome(s3, tmp):
         proxy.fail_commits = False
     said = r.stderr.strip()
     assert r.returncode == 2 and len(said.splitlines()) == 1, said
-    assert "500" in said and "is not known" in said and version in said, said
-    assert "nothing was written" not in said, said
+    assert "500" in said and "nothing was written" in said, said
     with proxy.log_lock:
         commits = [x for x in proxy.log[before:] if x["commit"]]
+        aborts = [x for x in proxy.log[before:] if x["method"] == "DELETE"]
     assert len(commits) == 4, commits  # the first try and 3 retries
+    assert aborts and aborts[0]["status"] == 204, aborts
     assert raw(env, "HEAD", f"/{BUCKET}/unknown/model.zip")[1]["etag"] == version
     _, _, listing = raw(env, "GET", f"/{BUCKET}?uploads&prefix=unknown/")
     assert b"<Upload>" not in listing, listing
+    tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
+    assert [t["name"] for t in tags] == ["a"]
+
+
+def test_a_commit_carried_out_but_answered_500_is_found_committed(s3, tmp):
+    """The store carries out the first CompleteMultipartUpload but answers it 500, and
+    every retry 500 too: the abort that follows finds the upload gone (`NoSuchUpload`)
+    and the object changed, so the commit happened: the append succeeds with the new
+    version (it is not reported as a failure, nor as of unknown outcome)."""
+    env, proxy = s3
+    url = f"s3://{BUCKET}/failed-but-done/model.zip"
+    d = tensor_dir(tmp, "fd", {"w": 4096}, seed=14)
+    version = json.loads(cli(env, "pack", url, d, "--tag", "a", "--json").stdout)["version"]
+    before = len(proxy.log)
+    proxy.fail_commits, proxy.forward_failed_commits = True, 1
+    try:
+        r = cli(env, "pack", url, d, "--tag", "b", "--json")
+    finally:
+        proxy.fail_commits, proxy.forward_failed_commits = False, 0
+    report = json.loads(r.stdout)
+    now = raw(env, "HEAD", f"/{BUCKET}/failed-but-done/model.zip")[1]["etag"]
+    assert report["version"] == now != version, (report, now, version)
+    with proxy.log_lock:
+        commits = [x for x in proxy.log[before:] if x["commit"]]
+        aborts = [x for x in proxy.log[before:] if x["method"] == "DELETE"]
+    assert [c["status"] for c in commits] == [500] * 4, commits
+    assert aborts and aborts[0]["status"] == 404, aborts
+    tags = json.loads(cli(env, "tags", url, "--json").stdout)["tags"]
+    assert [t["name"] for t in tags] == ["a", "b"]
+    cli(env, "verify", url)
 
 
 def test_a_commit_whose_answer_is_lost_is_found_committed(s3, tmp):

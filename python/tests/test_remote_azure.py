@@ -322,7 +322,8 @@ def test_four_processes_write_one_tag_of_a_blob_archive(az, tmp, monkeypatch):
 class AnswerDropper(http.server.ThreadingHTTPServer):
     """Forwards every request to Azurite; drops the answers of the next
     `lose_block_lists` `Put Block List`s (forwarded: the blob is committed, its writer
-    never hears it) and records each block list's status."""
+    never hears it), answers every block list 500 while `fail_block_lists` (forwarding
+    the first `forward_failed` of them) and records each block list's status."""
 
     daemon_threads = True
 
@@ -330,6 +331,8 @@ class AnswerDropper(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Forward)
         self.upstream_port = upstream_port
         self.lose_block_lists = 0
+        self.fail_block_lists = False
+        self.forward_failed = 0
         self.block_lists: list[int] = []
         self.lock = threading.Lock()
 
@@ -345,6 +348,24 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        if self.command == "PUT" and "comp=blocklist" in self.path and server.fail_block_lists:
+            with server.lock:
+                forward = server.forward_failed > 0
+                server.forward_failed -= forward
+            if forward:
+                c = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=120)
+                c.request(self.command, self.path, body=body, headers=headers)
+                c.getresponse().read()
+                c.close()
+            with server.lock:
+                server.block_lists.append(500)
+            data = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>InternalError</Code>'
+                    b"<Message>Server encountered an internal error.</Message></Error>")
+            self.send_response(500, "Internal Server Error")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         c = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=120)
         c.request(self.command, self.path, body=body, headers=headers)
         r = c.getresponse()
@@ -398,6 +419,46 @@ def test_a_block_list_whose_answer_is_lost_is_found_committed(az, tmp):
         assert proxy.block_lists[before:] == [201, 412], proxy.block_lists
         assert tags_of(env, url) == ["a", "b"]
         cli(env, "verify", url)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+@pytest.mark.parametrize("carried_out", [True, False])
+def test_a_block_list_answered_500_throughout_is_settled_or_said_unknown(az, tmp, carried_out):
+    """Every `Put Block List` answered 500 (retried, then given up). When the store
+    carried out the first, the writer finds its block ids in the blob's committed list
+    and reports the append done with the new version. When it carried out none, nothing
+    fences a block list the store may still carry out (Azure has no upload to abort), so
+    the append says, in one line (exit 2), that the outcome is not known, with the
+    blob's version when opened and now."""
+    env, container = az
+    upstream = int(env["AZURITE_BLOB_STORAGE_URL"].rsplit(":", 1)[1])
+    proxy = AnswerDropper(upstream)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        penv = {**env, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
+        url = f"az://{CONTAINER}/failing-{carried_out}/m.zip"
+        first = json.loads(
+            cli(penv, "pack", url, tensor_dir(tmp, "f1", {"w": 4096}, seed=33), "--tag", "a", "--json").stdout
+        )
+        proxy.fail_block_lists, proxy.forward_failed = True, int(carried_out)
+        before = len(proxy.block_lists)
+        r = cli(penv, "pack", url, tensor_dir(tmp, "f2", {"w": 4096}, seed=34), "--tag", "b", "--json",
+                check=False)
+        proxy.fail_block_lists = False
+        assert proxy.block_lists[before:] == [500] * 4, proxy.block_lists  # a try, 3 retries
+        now = container.get_blob_client(f"failing-{carried_out}/m.zip").get_blob_properties().etag
+        if carried_out:
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout)["version"] == now != first["version"], (r.stdout, now)
+            assert tags_of(env, url) == ["a", "b"]
+            cli(env, "verify", url)
+        else:
+            said = r.stderr.strip()
+            assert r.returncode == 2 and len(said.splitlines()) == 1, said
+            assert "500" in said and "is not known" in said and first["version"] in said, said
+            assert now == first["version"] and tags_of(env, url) == ["a"]
     finally:
         proxy.shutdown()
         proxy.server_close()

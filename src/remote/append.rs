@@ -5,7 +5,7 @@
 //! and central directory (uploaded from here), and committed only if the object is still
 //! the version read. See docs/REMOTE.md, "Remote appends".
 
-use super::parts::PartsAccess;
+use super::parts::{PartsAccess, Settled};
 use super::s3::{Failure, PartDone};
 use super::{Client, RemoteOptions, remote_err};
 use crate::archive::{TagBuilder, TagWriter, WriteOptions};
@@ -558,15 +558,21 @@ impl RemoteAppender {
                 }
                 done.sort_by_key(|d| d.number);
                 cost.requests += 1;
-                let version = s3
-                    .complete(&id, &done, if_match.as_deref())
-                    .await
-                    .map_err(|e| match e {
-                        // After retries of a lost answer, the first attempt may have
-                        // committed: not said to have written nothing.
-                        Failure::Other(m) => Failed::Commit(m),
-                        e => Failed::Store(e),
-                    })?;
+                let version = match s3.complete(&id, &done, if_match.as_deref()).await {
+                    Ok(version) => version,
+                    // Every answer an error: an attempt whose answer was lost may have
+                    // committed. Ask the store what became of the upload.
+                    Err(Failure::Other(m)) => {
+                        match s3.settle(&id, &done, if_match.as_deref()).await {
+                            Settled::Committed(version) => version,
+                            Settled::NotCommitted => {
+                                return Err(Failed::Store(Failure::Other(m)));
+                            }
+                            Settled::Unknown => return Err(Failed::Commit(m)),
+                        }
+                    }
+                    Err(e) => return Err(Failed::Store(e)),
+                };
                 Ok::<_, Failed>(version)
             }
             .await;

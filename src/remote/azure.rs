@@ -15,6 +15,7 @@
 //! copy source is a URL the store signs ([`Signer::signed_url`]: a service SAS from an
 //! account key, a user delegation SAS from a bearer token), read-only for a few minutes.
 
+use super::parts::Settled;
 use super::s3::{
     Answer, Failure, PartDone, answer, unsigned_request, with_retries, with_retries_lost, xml_text,
 };
@@ -296,6 +297,22 @@ impl AzureAccess {
             }
             Err(e) => Err(e),
             Ok(a) => Ok(e_tag_of(&a)),
+        }
+    }
+
+    /// See [`super::parts::PartsAccess::settle`]: this upload's last block among the
+    /// blob's committed blocks means committed; otherwise nothing fences a `Put Block
+    /// List` the store may still carry out, so the outcome stays unknown.
+    pub(super) async fn settle(&self, parts: &[PartDone]) -> Settled {
+        let Some(ours) = parts.iter().flat_map(|p| p.e_tag.split(',')).next_back() else {
+            return Settled::Unknown;
+        };
+        match self.committed_blocks_include(ours).await {
+            Ok(true) => match self.current_e_tag().await {
+                Ok(now) => Settled::Committed(now),
+                Err(_) => Settled::Committed(None),
+            },
+            _ => Settled::Unknown,
         }
     }
 

@@ -10,6 +10,17 @@ use bytes::Bytes;
 
 type Result<T> = std::result::Result<T, Failure>;
 
+/// What a commit whose answers were all errors did (see [`PartsAccess::settle`]).
+#[derive(Debug)]
+pub(super) enum Settled {
+    /// The new version is the object's (its ETag, as far as it is known).
+    Committed(Option<String>),
+    /// Nothing was committed, and nothing will be: the upload is gone.
+    NotCommitted,
+    /// The store did not say.
+    Unknown,
+}
+
 /// Signed access to the one object a remote write replaces.
 #[derive(Debug)]
 pub(super) enum PartsAccess {
@@ -89,6 +100,23 @@ impl PartsAccess {
         match self {
             PartsAccess::S3(a) => a.complete(id, parts, if_match).await,
             PartsAccess::Azure(a) => a.complete(parts, if_match).await,
+        }
+    }
+
+    /// What became of upload `id` after its commit failed otherwise than by its
+    /// condition (an error answer through every retry): S3 aborts the upload, which only
+    /// an open one survives, so the abort's answer settles it; on Azure, this upload's
+    /// blocks in the blob's committed list mean committed, and there is no fence for the
+    /// rest.
+    pub(super) async fn settle(
+        &self,
+        id: &str,
+        parts: &[PartDone],
+        if_match: Option<&str>,
+    ) -> Settled {
+        match self {
+            PartsAccess::S3(a) => a.settle(id, if_match).await,
+            PartsAccess::Azure(a) => a.settle(parts).await,
         }
     }
 

@@ -9,6 +9,7 @@
 //! environment, web identity, container, instance metadata), and sent with its HTTP client
 //! ([`ReqwestConnector`] with the store's client options). docs/REMOTE.md says why.
 
+use super::parts::Settled;
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsAuthorizer, AwsCredentialProvider};
@@ -459,6 +460,29 @@ impl S3Access {
             ));
         }
         Ok(xml_text(&a.body, "ETag"))
+    }
+
+    /// See [`super::parts::PartsAccess::settle`]: an abort that the store answers ends
+    /// the question. Aborted: the upload was open, so its commit did not happen and now
+    /// cannot. `NoSuchUpload`: the upload is gone, which only its completion does to an
+    /// upload this young (stale ones are aborted after [`super::append::STALE_UPLOAD_AGE`]),
+    /// unless the object is still the version it was conditioned on.
+    pub(super) async fn settle(&self, id: &str, if_match: Option<&str>) -> Settled {
+        let query = format!("uploadId={}", encode_query(id));
+        let Ok(a) = self.send(Method::DELETE, &query, &[], Bytes::new()).await else {
+            return Settled::Unknown;
+        };
+        if a.status.is_success() {
+            return Settled::NotCommitted;
+        }
+        if a.status != StatusCode::NOT_FOUND {
+            return Settled::Unknown;
+        }
+        match self.current_e_tag().await {
+            Ok(now) if now.is_some() && now.as_deref() != if_match => Settled::Committed(now),
+            Ok(_) => Settled::NotCommitted,
+            Err(_) => Settled::Unknown,
+        }
     }
 
     /// Whether upload `id` is still open (ListParts answers; a completed or aborted
