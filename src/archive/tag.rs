@@ -263,6 +263,20 @@ fn line_count(bytes: &[u8]) -> usize {
     bytes.iter().filter(|&&b| b == b'\n').count() + 1
 }
 
+type ResolvedMap = crate::keyed::KeyedMap<(TensorKind, ParamRef), (TensorLocation, u32)>;
+
+thread_local! {
+    /// The map of each distinct ref to its location that loading a tag's tables fills,
+    /// kept (empty) between loads on this thread: listing 100 tags of 1,000 params grows
+    /// one map instead of a fresh one per tag, whose pages the kernel zeroed each time (a
+    /// fifth of `tags`' time there; docs/BENCHMARKS.md, P5).
+    static RESOLVED: std::cell::Cell<Option<ResolvedMap>> = const { std::cell::Cell::new(None) };
+}
+
+/// The largest map (in distinct refs) [`RESOLVED`] keeps between loads: a huge table's
+/// is freed rather than held by the thread (this one is under 2 MiB).
+const RESOLVED_KEPT: usize = 1 << 13;
+
 /// One tag of an open archive, with its tables parsed (once per archive: every `Tag` of
 /// one tag shares them).
 #[derive(Debug)]
@@ -280,8 +294,8 @@ impl TagTables {
         // is resolved once, and every name that uses it shares its location's strings.
         // Each distinct ref also gets a number: a parameter's is its slot in the header
         // cache (params are read first, so theirs are 0..the count of distinct ones).
-        let mut resolved: crate::keyed::KeyedMap<(TensorKind, ParamRef), (TensorLocation, u32)> =
-            crate::keyed::KeyedMap::default();
+        let mut resolved = RESOLVED.with(|c| c.take()).unwrap_or_default();
+        resolved.clear();
         let own = SharedStr::from(name);
         let mut next = usize::MAX;
         let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
@@ -344,6 +358,10 @@ impl TagTables {
         }
         params.shrink_to_fit();
         updater.shrink_to_fit();
+        if resolved.capacity() <= RESOLVED_KEPT {
+            resolved.clear();
+            RESOLVED.with(|c| c.set(Some(resolved)));
+        }
         let shared = load_shared(archive, name)?
             .into_iter()
             .filter_map(|(file, owner)| Some((file, archive.tag_position(owner)?)))
