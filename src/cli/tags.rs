@@ -98,6 +98,9 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let default = archive.default_tag().map(str::to_string);
     let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
     let ranks = sharded_ranks(&archive, &names);
+    // Freed by the exit, not before it: an archive of 100,000 entries took 1.8 ms to
+    // free (a tenth of this listing with a summary; docs/BENCHMARKS.md, P5).
+    std::mem::forget(archive);
     if args.report.json {
         let tags: Vec<Value> = rows
             .iter()
