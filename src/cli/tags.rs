@@ -1,7 +1,7 @@
 //! `modelzip tags`: the tag listing.
 
 use super::common::ReportArgs;
-use super::common::open;
+use super::common::{free_at_exit, open};
 use super::output::{Align, Table, clean, human_bytes, io_error, print_bytes, print_json};
 use super::{CliError, Outcome};
 use modelzip::{Archive, GraphFormat, TagSummary};
@@ -98,9 +98,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let default = archive.default_tag().map(str::to_string);
     let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
     let ranks = sharded_ranks(&archive, &names);
-    // Freed by the exit, not before it: an archive of 100,000 entries took 1.8 ms to
-    // free (a tenth of this listing with a summary; docs/BENCHMARKS.md, P5).
-    std::mem::forget(archive);
+    free_at_exit(archive);
     if args.report.json {
         let tags: Vec<Value> = rows
             .iter()

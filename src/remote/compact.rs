@@ -62,7 +62,7 @@ pub fn compact(
             header: e.header_offset,
             // The data's end with no local extra field (a lower bound of its end: the
             // central directory does not give the local header's length).
-            lower_end: e.data_end().saturating_add(e.descriptor_len),
+            lower_end: e.data_end().saturating_add(u64::from(e.descriptor_len)),
             compressed_size: e.compressed_size,
             descriptor: e.flags & DESCRIPTOR != 0,
         })

@@ -472,7 +472,12 @@ fn sharded_saves_killed_at_random_moments() {
     eprintln!("first commit after {first:?}: kills within {window} ms");
     let mut changes = 0;
     let mut left_staged = 0;
-    for kill in 1..=120u64 {
+    // 120 kills, and more (up to 480) until one has landed inside a staging: on a busy
+    // machine the saves' fsyncs stretch, and 120 kills once found no staging to undo.
+    for kill in 1..=480u64 {
+        if kill > 120 && left_staged > 0 {
+            break;
+        }
         let mut child = Command::new(exe)
             .arg(&path)
             .arg(kill.to_string())

@@ -85,7 +85,7 @@ pub struct ZipEntry {
     /// Length of the data descriptor after the data: 0 when general-purpose flag bit 3
     /// is clear, else 12, 16, 20 or 24 (with or without its signature, 32- or 64-bit
     /// sizes), as found by the parser.
-    pub descriptor_len: u64,
+    pub descriptor_len: u8,
     /// DOS modification time.
     pub dos_time: u16,
     /// DOS modification date.
@@ -96,10 +96,9 @@ pub struct ZipEntry {
     pub external_attrs: u32,
     /// Internal attributes.
     pub internal_attrs: u16,
-    /// Central-directory extra fields other than Zip64.
-    pub cd_extra: Box<[u8]>,
-    /// Entry comment.
-    pub comment: Box<[u8]>,
+    /// The central-directory extra fields other than Zip64 and the entry comment, when
+    /// either is not empty (rare: kept apart, so that every entry is 32 bytes smaller).
+    pub rare: Option<Box<RareFields>>,
     /// `Some` when [`parse_mapped`](read::parse_mapped) checked the local header in bytes
     /// read with `pread` rather than through the file's map (an entry with few others in
     /// its 64 KiB of the file, whose page is then not mapped): the first bytes of the
@@ -113,7 +112,16 @@ pub struct ZipEntry {
     /// (the next entry's local header, or the central directory). The reader checks the
     /// header the first time the entry's data is read ([`read::check_local_lazy`]).
     /// `None` when the header was checked, or the entry was written here.
-    pub unchecked_until: Option<u64>,
+    pub unchecked_until: Option<std::num::NonZeroU64>,
+}
+
+/// What few entries have: see [`ZipEntry::rare`].
+#[derive(Debug, Clone, Default)]
+pub struct RareFields {
+    /// Central-directory extra fields other than Zip64.
+    pub cd_extra: Box<[u8]>,
+    /// Entry comment.
+    pub comment: Box<[u8]>,
 }
 
 impl ZipEntry {
@@ -124,7 +132,17 @@ impl ZipEntry {
 
     /// Bytes of the file this entry occupies (local header, data, descriptor).
     pub fn footprint(&self) -> u64 {
-        (self.data_end() - self.header_offset).saturating_add(self.descriptor_len)
+        (self.data_end() - self.header_offset).saturating_add(u64::from(self.descriptor_len))
+    }
+
+    /// The central-directory extra fields other than Zip64.
+    pub fn cd_extra(&self) -> &[u8] {
+        self.rare.as_ref().map_or(&[], |r| &r.cd_extra)
+    }
+
+    /// The entry comment.
+    pub fn comment(&self) -> &[u8] {
+        self.rare.as_ref().map_or(&[], |r| &r.comment)
     }
 }
 

@@ -448,7 +448,7 @@ fn extent_read(
     file_len: u64,
     e: &ZipEntry,
     cd_offset: u64,
-) -> Option<(u64, u64, std::ops::Range<usize>)> {
+) -> Option<(u64, u8, std::ops::Range<usize>)> {
     let start = e.header_offset;
     read_at(window, start).ok()?;
     let (data_offset, descriptor_len) =
@@ -488,7 +488,8 @@ pub(crate) fn parse_lazy(bytes: &[u8]) -> Result<Directory> {
             check_local(&at, e, cd_offset).map_err(|err| err.in_entry(e.name.clone()))?;
             continue;
         }
-        e.unchecked_until = Some(cd_offset);
+        // (`None` only for a directory at byte 0, where no entry fits: refused below.)
+        e.unchecked_until = std::num::NonZeroU64::new(cd_offset);
         if let Err(past) = lower_bound(e, cd_offset) {
             // The local header says why, as the eager parse says it (a header past the
             // directory, sizes that differ from it, ...); it cannot pass.
@@ -546,9 +547,9 @@ pub(crate) fn check_local_lazy(
             (d, l, None)
         }
     };
-    let limit = e.unchecked_until.unwrap_or(cd_offset);
+    let limit = e.unchecked_until.map_or(cd_offset, |l| l.get());
     // local_extent kept data and descriptor before the central directory: no overflow.
-    let end = data_offset + e.compressed_size + descriptor_len;
+    let end = data_offset + e.compressed_size + u64::from(descriptor_len);
     if end > limit {
         return Err(zip_err(
             format!(
@@ -703,8 +704,13 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
         version_made_by,
         external_attrs,
         internal_attrs: u16_at(r, 36),
-        cd_extra: cd_extra.into(),
-        comment: comment.into(),
+        rare: match cd_extra.is_empty() && comment.is_empty() {
+            true => None,
+            false => Some(Box::new(RareFields {
+                cd_extra: cd_extra.into(),
+                comment: comment.into(),
+            })),
+        },
         read_head: None,
         unchecked_until: None,
     })
@@ -738,7 +744,7 @@ fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
 
 /// Checks entry `e`'s local header in `at` against its central record and returns where
 /// its data starts and the length of its data descriptor (0 when it has none).
-fn local_extent(at: &At<'_>, e: &ZipEntry, cd_offset: u64) -> Result<(u64, u64)> {
+fn local_extent(at: &At<'_>, e: &ZipEntry, cd_offset: u64) -> Result<(u64, u8)> {
     let off = e.header_offset;
     if off.checked_add(30).is_none_or(|end| end > cd_offset) {
         return Err(zip_err(
@@ -851,7 +857,7 @@ fn descriptor_len(
     data_end: u64,
     cd_offset: u64,
     zip64: bool,
-) -> Result<u64> {
+) -> Result<u8> {
     let room = cd_offset - data_end;
     let window = at.slice(data_end, room.min(24), "data descriptor")?;
     for signed in [true, false] {
@@ -876,7 +882,7 @@ fn descriptor_len(
                 && csize == e.compressed_size
                 && usize_ == e.uncompressed_size
             {
-                return Ok(len as u64);
+                return Ok(len as u8); // 12, 16, 20 or 24
             }
         }
     }
@@ -899,7 +905,11 @@ pub(super) fn check_overlaps(entries: &mut [ZipEntry]) -> Result<()> {
     order.sort_by_key(|&i| entries[i].header_offset);
     for w in order.windows(2) {
         let next = entries[w[1]].header_offset;
-        if let Some(limit) = &mut entries[w[0]].unchecked_until {
+        // (A next header at byte 0 shares it with this one: refused just below.)
+        if let (Some(limit), Some(next)) = (
+            &mut entries[w[0]].unchecked_until,
+            std::num::NonZeroU64::new(next),
+        ) {
             *limit = next;
         }
         let (a, b) = (&entries[w[0]], &entries[w[1]]);

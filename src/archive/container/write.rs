@@ -252,8 +252,7 @@ pub fn local_header(
         version_made_by: template.map_or(0x031e, |e| e.version_made_by),
         external_attrs: template.map_or(0o100644 << 16, |e| e.external_attrs),
         internal_attrs: template.map_or(0, |e| e.internal_attrs),
-        cd_extra: template.map_or_else(Box::default, |e| e.cd_extra.clone()),
-        comment: template.map_or_else(Box::default, |e| e.comment.clone()),
+        rare: template.and_then(|e| e.rare.clone()),
         read_head: None,
         unchecked_until: None,
     };
@@ -287,8 +286,8 @@ fn write_central(buf: &mut Vec<u8>, e: &ZipEntry) {
         extra.extend_from_slice(&z64);
     }
     let room = 0xffff - extra.len();
-    if e.cd_extra.len() <= room {
-        extra.extend_from_slice(&e.cd_extra);
+    if e.cd_extra().len() <= room {
+        extra.extend_from_slice(e.cd_extra());
     }
     let needed: u16 = if z64.is_empty() { 20 } else { 45 };
     buf.extend_from_slice(&SIG_CENTRAL.to_le_bytes());
@@ -305,12 +304,12 @@ fn write_central(buf: &mut Vec<u8>, e: &ZipEntry) {
     buf.extend_from_slice(&usize_.to_le_bytes());
     buf.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
     buf.extend_from_slice(&(extra.len() as u16).to_le_bytes());
-    buf.extend_from_slice(&(e.comment.len().min(0xffff) as u16).to_le_bytes());
+    buf.extend_from_slice(&(e.comment().len().min(0xffff) as u16).to_le_bytes());
     buf.extend_from_slice(&0u16.to_le_bytes());
     buf.extend_from_slice(&e.internal_attrs.to_le_bytes());
     buf.extend_from_slice(&e.external_attrs.to_le_bytes());
     buf.extend_from_slice(&offset.to_le_bytes());
     buf.extend_from_slice(e.name.as_bytes());
     buf.extend_from_slice(&extra);
-    buf.extend_from_slice(&e.comment[..e.comment.len().min(0xffff)]);
+    buf.extend_from_slice(&e.comment()[..e.comment().len().min(0xffff)]);
 }
