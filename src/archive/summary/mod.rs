@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::graph::GraphFormat;
 use crate::tensor::DType;
 use sha2::Digest;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 pub(crate) mod write;
 
@@ -415,7 +415,7 @@ impl Archive {
         // Many names may refer to one file, and many tags to one file: each file's
         // header is decoded once per archive (`shared_heads` keeps them), the graph is
         // not read (its entry's name says its encoding).
-        let mut seen: HashSet<&str> = HashSet::new();
+        let mut seen: crate::keyed::KeyedSet<&str> = Default::default();
         let unique: Vec<&TensorLocation> = locations.filter(|l| seen.insert(&l.entry)).collect();
         // From a remote archive: only each tensor's first bytes, in one batched request.
         let found = self.shared_dtypes(&unique)?;
