@@ -146,7 +146,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with server.held:
                 server.arrived += 1
                 server.held.notify_all()
-                server.held.wait_for(lambda: server.arrived >= server.hold_commits, timeout=60)
+                # Half the writers' request timeout (60 s): when one writer fails before
+                # its commit, the other's is forwarded before its client gives up on it.
+                server.held.wait_for(lambda: server.arrived >= server.hold_commits, timeout=30)
         lock = server.commit_lock if is_commit else None
         if lock:
             lock.acquire()
