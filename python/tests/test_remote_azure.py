@@ -12,6 +12,7 @@ racing writer simulated, with Microsoft's Python SDK (azure-storage-blob)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -337,6 +338,19 @@ class AnswerDropper(http.server.ThreadingHTTPServer):
         self.lock = threading.Lock()
 
 
+@contextlib.contextmanager
+def answer_dropper(env: dict):
+    """An AnswerDropper in front of the test's Azurite, serving until the block ends;
+    yields it and the environment that sends the CLI through it."""
+    proxy = AnswerDropper(int(env["AZURITE_BLOB_STORAGE_URL"].rsplit(":", 1)[1]))
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        yield proxy, {**env, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 class _Forward(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -348,15 +362,21 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+
+        def upstream():
+            c = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=120)
+            c.request(self.command, self.path, body=body, headers=headers)
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            return r, data
+
         if self.command == "PUT" and "comp=blocklist" in self.path and server.fail_block_lists:
             with server.lock:
                 forward = server.forward_failed > 0
                 server.forward_failed -= forward
             if forward:
-                c = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=120)
-                c.request(self.command, self.path, body=body, headers=headers)
-                c.getresponse().read()
-                c.close()
+                upstream()
             with server.lock:
                 server.block_lists.append(500)
             data = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>InternalError</Code>'
@@ -366,11 +386,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
-        c = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=120)
-        c.request(self.command, self.path, body=body, headers=headers)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
+        r, data = upstream()
         if self.command == "PUT" and "comp=blocklist" in self.path:
             with server.lock:
                 server.block_lists.append(r.status)
@@ -400,11 +416,7 @@ def test_a_block_list_whose_answer_is_lost_is_found_committed(az, tmp):
     version (not a lost race, nothing written twice). The blob holds both tags and
     verifies."""
     env, container = az
-    upstream = int(env["AZURITE_BLOB_STORAGE_URL"].rsplit(":", 1)[1])
-    proxy = AnswerDropper(upstream)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        penv = {**env, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
+    with answer_dropper(env) as (proxy, penv):
         url = f"az://{CONTAINER}/lost/m.zip"
         first = json.loads(
             cli(penv, "pack", url, tensor_dir(tmp, "l1", {"w": 4096}, seed=31), "--tag", "a", "--json").stdout
@@ -419,9 +431,6 @@ def test_a_block_list_whose_answer_is_lost_is_found_committed(az, tmp):
         assert proxy.block_lists[before:] == [201, 412], proxy.block_lists
         assert tags_of(env, url) == ["a", "b"]
         cli(env, "verify", url)
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
 
 
 @pytest.mark.parametrize("carried_out", [True, False])
@@ -433,11 +442,7 @@ def test_a_block_list_answered_500_throughout_is_settled_or_said_unknown(az, tmp
     the append says, in one line (exit 2), that the outcome is not known, with the
     blob's version when opened and now."""
     env, container = az
-    upstream = int(env["AZURITE_BLOB_STORAGE_URL"].rsplit(":", 1)[1])
-    proxy = AnswerDropper(upstream)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        penv = {**env, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
+    with answer_dropper(env) as (proxy, penv):
         url = f"az://{CONTAINER}/failing-{carried_out}/m.zip"
         first = json.loads(
             cli(penv, "pack", url, tensor_dir(tmp, "f1", {"w": 4096}, seed=33), "--tag", "a", "--json").stdout
@@ -459,6 +464,3 @@ def test_a_block_list_answered_500_throughout_is_settled_or_said_unknown(az, tmp
             assert r.returncode == 2 and len(said.splitlines()) == 1, said
             assert "500" in said and "is not known" in said and first["version"] in said, said
             assert now == first["version"] and tags_of(env, url) == ["a"]
-    finally:
-        proxy.shutdown()
-        proxy.server_close()

@@ -468,15 +468,10 @@ impl S3Access {
     /// upload this young (stale ones are aborted after [`super::append::STALE_UPLOAD_AGE`]),
     /// unless the object is still the version it was conditioned on.
     pub(super) async fn settle(&self, id: &str, if_match: Option<&str>) -> Settled {
-        let query = format!("uploadId={}", encode_query(id));
-        let Ok(a) = self.send(Method::DELETE, &query, &[], Bytes::new()).await else {
-            return Settled::Unknown;
-        };
-        if a.status.is_success() {
-            return Settled::NotCommitted;
-        }
-        if a.status != StatusCode::NOT_FOUND {
-            return Settled::Unknown;
+        match self.abort_upload(id).await {
+            Ok(true) => return Settled::NotCommitted,
+            Ok(false) => {}
+            Err(_) => return Settled::Unknown,
         }
         match self.current_e_tag().await {
             Ok(now) if now.is_some() && now.as_deref() != if_match => Settled::Committed(now),
@@ -511,12 +506,18 @@ impl S3Access {
 
     /// Aborts upload `id` (the store drops its parts).
     pub(super) async fn abort(&self, id: &str) -> S3Result<()> {
+        self.abort_upload(id).await.map(drop)
+    }
+
+    /// Aborts upload `id`: true when this aborted it, false when it was gone already
+    /// (`NoSuchUpload`: completed or aborted before).
+    async fn abort_upload(&self, id: &str) -> S3Result<bool> {
         let query = format!("uploadId={}", encode_query(id));
         let a = self.send(Method::DELETE, &query, &[], Bytes::new()).await?;
         if a.status == StatusCode::NOT_FOUND {
-            return Ok(()); // already gone
+            return Ok(false);
         }
-        self.expect_ok(a, "AbortMultipartUpload").map(drop)
+        self.expect_ok(a, "AbortMultipartUpload").map(|_| true)
     }
 
     /// The unfinished multipart uploads of exactly this key: (upload id, initiated, as
