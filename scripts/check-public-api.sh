@@ -54,7 +54,9 @@ trap 'rm -f "$tmp"' EXIT
 # beside their public fields, and RemoteOptions::new beside its Default, as Program::new
 # was; TrainingConfig::hyper_parameter, a find in its public pairs; Archive::
 # tag_summary_from_tables beside tag_summaries, which the CLI now calls instead of its own
-# copy; TensorKind::dir). What stands between:
+# copy; TensorKind::dir; Archive::has_entry beside entry_stored_size, when TagSummary
+# gained `sharded`, the world size `tags` had read from each metadata.json). What stands
+# between:
 # the error kinds (43), the dtypes (29), the graph model (108), the reports users read
 # field by field, and whatever the CLI (a client of this API, src/cli) needs.
 # Each item is public at one path only. Why each public module exists:

@@ -1,6 +1,7 @@
 """A reader of modelzip archives written from docs/FORMAT.md alone, as a third party would.
 
-It uses zipfile, struct, hashlib, json and numpy only (no modelzip import, no look at the
+It uses zipfile, struct, hashlib, json, numpy and xxhash (the summary's fingerprint)
+only (no modelzip import, no look at the
 implementation), so that what it reads is what the format says, not what the code does.
 Every "must" of FORMAT.md that a reader checks is checked here and refused with a
 `SpecError` naming the entry (and the line or byte offset).
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 
 class SpecError(Exception):
@@ -511,9 +513,10 @@ class SpecArchive:
 
     # ---- _summary.txt
 
-    def fingerprint(self) -> tuple[int, str]:
-        """(count, SHA-256) of the central directory without _summary.txt (FORMAT.md)."""
-        h = hashlib.sha256()
+    def fingerprint(self, version: int = 2) -> tuple[int, str]:
+        """(count, fingerprint) of the central directory without _summary.txt (FORMAT.md):
+        XXH3-128 for summary version 2, SHA-256 for version 1."""
+        h = hashlib.sha256() if version == 1 else xxhash.xxh3_128()
         count = 0
         for info in self.infos:
             if _raw_name(info) == b"_summary.txt":
@@ -541,9 +544,10 @@ class SpecArchive:
             raise SpecError("_summary.txt", "not UTF-8", offset=e.start) from e
         lines = text.split("\n")
         head = lines[0].split(" ")
-        if len(head) != 4 or head[0] != "modelzip-summary" or head[1] != "1":
+        if len(head) != 4 or head[0] != "modelzip-summary" or head[1] not in ("1", "2"):
             return None  # another version: ignored
-        count, fp = self.fingerprint()
+        version = int(head[1])
+        count, fp = self.fingerprint(version)
         if head[2] != str(count) or head[3] != fp:
             return None  # stale
         entry = "_summary.txt"
@@ -552,8 +556,12 @@ class SpecArchive:
         records = []
         for n, line in enumerate(lines[1:-1], start=2):
             f = line.split(" ")
-            if len(f) != 7:
-                raise SpecError(entry, f"record of {len(f)} fields, expected 7", line=n)
+            want = 7 if version == 1 else 8
+            if len(f) != want:
+                raise SpecError(entry, f"record of {len(f)} fields, expected {want}", line=n)
+            sharded = "-" if version == 1 else f.pop()
+            if sharded != "-" and not DECIMAL_U64.fullmatch(sharded):
+                raise SpecError(entry, f"sharded {sharded!r} is not a decimal", line=n)
             tag, params, updater, shared, graph, dtypes, created = f
             for v in (params, updater, shared):
                 if not DECIMAL_U64.fullmatch(v):
@@ -573,6 +581,12 @@ class SpecArchive:
                     "graph": None if graph == "-" else graph,
                     "dtypes": dtype_list,
                     "created": None if created == "-" else decode_name(created, entry, n),
+                    # Version 1 has no field: metadata.json says it.
+                    "sharded": (
+                        self.tag(tag).sharded()
+                        if version == 1
+                        else None if sharded == "-" else int(sharded)
+                    ),
                 }
             )
         if [r["tag"] for r in records] != self.tags:
@@ -609,6 +623,7 @@ class SpecArchive:
             "graph": graph[0] if graph else None,
             "dtypes": [DTYPES[d][0] for d in sorted(dtypes)],  # VarType number order
             "created": created if isinstance(created, str) else None,
+            "sharded": t.sharded(),
         }
 
 
@@ -759,6 +774,13 @@ class SpecTag:
         if not isinstance(value, dict):
             raise SpecError(entry, "not a JSON object")
         return value
+
+    def sharded(self) -> int | None:
+        """metadata.json's "sharded" "world_size" (a sharded save wrote the tag), when it
+        is a whole number; else None."""
+        s = self.metadata().get("sharded")
+        w = s.get("world_size") if isinstance(s, dict) else None
+        return w if isinstance(w, int) and not isinstance(w, bool) and 0 <= w < 1 << 64 else None
 
     def check_sha256sums(self) -> list[str]:
         """Checks sha256sums.txt like `sha256sum -c`, and that it covers every file the tag

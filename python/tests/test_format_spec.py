@@ -468,9 +468,11 @@ def test_pack_appends_in_place_to_the_spec_writers_archive(tmp: Path):
         assert sa.tag("added").shared() == {"graph.pdmodel": "base"}  # the graph is base's
 
 
-def test_the_spec_writers_summary_is_current_for_modelzip(tmp: Path):
-    """A _summary.txt whose fingerprint the spec's recipe computes is used by modelzip:
-    a record that lies (one param instead of three) shows in `tags` and `verify` reports it."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_spec_writers_summary_is_current_for_modelzip(tmp: Path, version: int):
+    """A _summary.txt whose fingerprint the spec's recipe computes is used by modelzip (the
+    version it writes, 2, and version 1, which older modelzips wrote): a record that lies
+    (one param instead of three) shows in `tags` and `verify` reports it."""
     path = write_spec_archive(tmp / "plain.zip")
     with SpecArchive(path) as sa:
         records = [sa.describe(t) for t in sa.tags]
@@ -479,14 +481,18 @@ def test_the_spec_writers_summary_is_current_for_modelzip(tmp: Path):
         lines = []
         for r in records:
             params = 1 if lie and r["tag"] == "base" else r["params"]
-            lines.append(
+            line = (
                 f"{r['tag']} {params} {r['updater']} {r['shared']} {r['graph'] or '-'} "
                 f"{','.join(r['dtypes']) or '-'} {r['created'] or '-'}"
             )
+            if version == 2:
+                line += f" {'-' if r['sharded'] is None else r['sharded']}"
+            lines.append(line)
         with SpecArchive(path) as sa:
-            count, fp = sa.fingerprint()  # the directory without _summary.txt: the same
+            # The directory without _summary.txt: the same.
+            count, fp = sa.fingerprint(version)
         return (
-            f"modelzip-summary 1 {count} {fp}\n" + "".join(line + "\n" for line in lines)
+            f"modelzip-summary {version} {count} {fp}\n" + "".join(line + "\n" for line in lines)
         ).encode()
 
     for lie in (False, True):

@@ -553,7 +553,7 @@ impl Archive {
     }
 
     /// True when the archive has an entry of exactly this name.
-    pub fn has_entry(&self, name: &str) -> bool {
+    pub(crate) fn has_entry(&self, name: &str) -> bool {
         self.dir.index.get(&self.dir.entries, name).is_some()
     }
 

@@ -15,8 +15,8 @@ use std::path::Path;
 /// summary (_summary.txt) when it is current, else from every tag's tables and
 /// tensor headers: the same output either way (for a URL, the summary needs no
 /// request beyond the open's). When a tag was written by a sharded save (many
-/// processes at once, docs/SHARDED.md), a "ranks" column says by how many (from
-/// its metadata.json).
+/// processes at once, docs/SHARDED.md), a "ranks" column says by how many (its
+/// metadata.json's world size, recorded in the summary).
 ///
 /// Example:
 ///   modelzip tags model.zip
@@ -40,42 +40,8 @@ pub(super) fn summaries(archive: &Archive, shown: &Path) -> Result<Vec<TagSummar
         .map_err(|e| CliError::Failed(format!("cannot list the tags of {}: {e}", shown.display())))
 }
 
-/// Largest metadata.json read to tell whether a sharded save wrote its tag (a
-/// checkpoint's is a few hundred bytes; a hostile one could be gigabytes).
-const MAX_METADATA_LOOKED_AT: u64 = 1 << 20;
-
-/// How many ranks wrote each of the tags `names` (spelled as in tags.txt), for those a
-/// sharded save wrote: its metadata.json's `"sharded"` says (a remote archive's are
-/// fetched in one batched request).
-pub(super) fn sharded_ranks(archive: &Archive, names: &[&str]) -> Vec<Option<u64>> {
-    let metas: Vec<Option<String>> = names
-        .iter()
-        .map(|n| {
-            let m = format!("{n}/metadata.json");
-            archive
-                .entry_stored_size(&m)
-                .filter(|s| *s <= MAX_METADATA_LOOKED_AT)
-                .map(|_| m)
-        })
-        .collect();
-    let wanted: Vec<&str> = metas.iter().flatten().map(String::as_str).collect();
-    // A failed batch leaves each entry to be read (and to fail) on its own.
-    let _ = archive.prefetch(&wanted);
-    metas
-        .iter()
-        .map(|m| {
-            let bytes = archive.entry_bytes(m.as_deref()?).ok()?;
-            if !bytes.windows(9).any(|w| w == b"\"sharded\"") {
-                return None;
-            }
-            let v: Value = serde_json::from_slice(&bytes).ok()?;
-            v.pointer("/sharded/world_size")?.as_u64()
-        })
-        .collect()
-}
-
 /// One row of `tags --json`.
-pub(super) fn tag_json(position: usize, r: &TagSummary, ranks: Option<u64>) -> Value {
+pub(super) fn tag_json(position: usize, r: &TagSummary) -> Value {
     json!({
         "name": r.name,
         "position": position,
@@ -86,7 +52,7 @@ pub(super) fn tag_json(position: usize, r: &TagSummary, ranks: Option<u64>) -> V
         "graph": graph_word(r.graph),
         "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
         "created": r.created,
-        "sharded": ranks.map(|n| json!({"world_size": n})),
+        "sharded": r.sharded.map(|n| json!({"world_size": n})),
     })
 }
 
@@ -96,15 +62,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // the open), else from every tag's tables and tensor headers.
     let rows = summaries(&archive, &args.report.archive)?;
     let default = archive.default_tag().map(str::to_string);
-    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
-    let ranks = sharded_ranks(&archive, &names);
     free_at_exit(archive);
     if args.report.json {
         let tags: Vec<Value> = rows
             .iter()
-            .zip(&ranks)
             .enumerate()
-            .map(|(i, (r, n))| tag_json(i, r, *n))
+            .map(|(i, r)| tag_json(i, r))
             .collect();
         let doc = json!({
             "archive": args.report.archive.display().to_string(),
@@ -116,7 +79,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     // Columns as wide as their widest cell: a long tag name widens its column.
     use Align::{Left, Right};
     // The "ranks" column only when a sharded save wrote a tag.
-    let sharded = ranks.iter().any(Option::is_some);
+    let sharded = rows.iter().any(|r| r.sharded.is_some());
     let mut aligns = vec![Left, Right, Right, Right, Right, Left, Left, Left];
     let mut header: Vec<String> = [
         "tag", "params", "updater", "own", "shared", "graph", "dtypes", "created",
@@ -130,8 +93,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     let mut table = Table::new(&aligns);
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .zip(&ranks)
-        .map(|(r, n)| {
+        .map(|r| {
             let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
             let mut row = vec![
                 clean(&r.name).into_owned(),
@@ -144,7 +106,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                 clean(r.created.as_deref().unwrap_or("-")).into_owned(),
             ];
             if sharded {
-                row.push(n.map_or("-".into(), |n| n.to_string()));
+                row.push(r.sharded.map_or("-".into(), |n| n.to_string()));
             }
             row
         })

@@ -63,7 +63,7 @@ fn append_in_place_and_rewrite_keep_old_tags_and_dedup() {
             assert_eq!(a.dead_bytes(), 0);
         }
         // Unknown entries survive.
-        assert!(a.has_entry("a/notes/readme.md"));
+        assert!(a.entry_stored_size("a/notes/readme.md").is_some());
         assert!(matches!(
             append_tag(&path, sample_tag("A", 9), mode, &WriteOptions::default())
                 .unwrap_err()
@@ -164,7 +164,7 @@ fn remove_rehomes_shared_files_into_oldest_kept_referrer() {
     assert!(!bb.location.shared);
     let cb = c.params().iter().find(|p| p.name == "fc.b").unwrap();
     assert_eq!(cb.location.tag(), "b");
-    assert!(a.has_entry("b/notes/readme.md"));
+    assert!(a.entry_stored_size("b/notes/readme.md").is_some());
     drop(a);
     all_checks(dir.path(), &path);
 

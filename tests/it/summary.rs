@@ -128,8 +128,18 @@ enum Edit {
 /// `src` rewritten by the `zip` crate (another tool): entries copied raw, or dropped or
 /// replaced (stored) as `edit` says; then, if `summary` is given, a `_summary.txt` with
 /// its text after the head line `summary` makes current for that copy (its
-/// fingerprint computed here from the spec, not by modelzip).
+/// fingerprint computed here from the spec, not by modelzip), of summary version 2.
 fn rezip(src: &[u8], edit: impl Fn(&str) -> Edit, summary: Option<&MakeSummary<'_>>) -> Vec<u8> {
+    rezip_as(src, edit, summary, 2)
+}
+
+/// [`rezip`] with a head of summary `version` (1: SHA-256, as older modelzips wrote).
+fn rezip_as(
+    src: &[u8],
+    edit: impl Fn(&str) -> Edit,
+    summary: Option<&MakeSummary<'_>>,
+    version: u32,
+) -> Vec<u8> {
     use zip::write::SimpleFileOptions;
     let stored = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     let copy = |with: Option<Vec<u8>>| -> Vec<u8> {
@@ -162,7 +172,7 @@ fn rezip(src: &[u8], edit: impl Fn(&str) -> Edit, summary: Option<&MakeSummary<'
         return first;
     };
     let mut r = zip::ZipArchive::new(Cursor::new(&first)).unwrap();
-    let mut h = sha2::Sha256::new();
+    let mut h = Vec::new();
     for i in 0..r.len() {
         let f = r.by_index_raw(i).unwrap();
         let method: u16 = match f.compression() {
@@ -170,15 +180,23 @@ fn rezip(src: &[u8], edit: impl Fn(&str) -> Edit, summary: Option<&MakeSummary<'
             _ => 8,
         };
         let name = f.name().unwrap().to_string();
-        h.update((name.len() as u64).to_le_bytes());
-        h.update(name.as_bytes());
-        h.update(method.to_le_bytes());
-        h.update(f.crc32().to_le_bytes());
-        h.update(f.compressed_size().to_le_bytes());
-        h.update(f.size().to_le_bytes());
+        h.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        h.extend_from_slice(name.as_bytes());
+        h.extend_from_slice(&method.to_le_bytes());
+        h.extend_from_slice(&f.crc32().to_le_bytes());
+        h.extend_from_slice(&f.compressed_size().to_le_bytes());
+        h.extend_from_slice(&f.size().to_le_bytes());
     }
-    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let head = format!("modelzip-summary 1 {} {hex}", r.len());
+    let hex: String = if version == 1 {
+        sha2::Sha256::digest(&h)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    } else {
+        // XXH3-128 in its canonical form (high half first, big-endian).
+        format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&h))
+    };
+    let head = format!("modelzip-summary {version} {} {hex}", r.len());
     copy(Some(summary(&head)))
 }
 
@@ -332,6 +350,19 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
             "1 records for 2 tags",
         ),
         (
+            "a sharded world size that is no number",
+            Box::new(|h| format!("{h}\n{}", field(7, "two")).into_bytes()),
+            "sharded world size",
+        ),
+        (
+            "a version-1 record under a version-2 head",
+            Box::new(|h| {
+                let f: Vec<&str> = records[0].split(' ').collect();
+                format!("{h}\n{}\n{}\n", f[..7].join(" "), records[1]).into_bytes()
+            }),
+            "expected 8 fields, found 7",
+        ),
+        (
             "bad escape in created",
             Box::new(|h| format!("{h}\n{}", field(6, "%zz")).into_bytes()),
             "created",
@@ -346,7 +377,7 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
             Box::new(|h| {
                 format!(
                     "{}\n{}",
-                    h.replace("modelzip-summary 1", "modelzip-summary x"),
+                    h.replace("modelzip-summary 2", "modelzip-summary x"),
                     field(0, "fp32")
                 )
                 .into_bytes()
@@ -393,8 +424,8 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
         ),
         (
             "newer version",
-            Box::new(|h| format!("{}\n", h.replace("summary 1", "summary 2")).into_bytes()),
-            "version 2",
+            Box::new(|h| format!("{}\n", h.replace("summary 2", "summary 3")).into_bytes()),
+            "version 3",
         ),
     ];
     for (what, make, reason) in &quiet {
@@ -405,6 +436,31 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
         }
         assert_eq!(b.tag_summaries().unwrap(), expected, "{what}");
         assert!(b.verify().is_ok(), "{what}: {:?}", b.verify());
+    }
+    // A sharded world size that metadata.json is too short to hold (`{}`).
+    let short = rezip(
+        &src,
+        |n| {
+            if n == "step-2/metadata.json" {
+                Edit::Replace(b"{}".to_vec())
+            } else {
+                Edit::Keep
+            }
+        },
+        Some(&|h| {
+            let mut f: Vec<&str> = records[1].split(' ').collect();
+            f[6] = "-";
+            f[7] = "4";
+            format!("{h}\n{}\n{}\n", records[0], f.join(" ")).into_bytes()
+        }),
+    );
+    let b = Archive::from_reader(Cursor::new(short)).unwrap();
+    match b.summary() {
+        Err(SummaryStatus::Invalid(why)) => assert!(
+            why.contains("world size of 4, more than step-2/metadata.json (2 bytes)"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
     }
     // Current and plausible but wrong: listed as it says (it is the archive's own claim),
     // and verify reports the difference.
@@ -419,6 +475,55 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
             .any(|p| p.entry.as_deref() == Some(SUMMARY_TXT)
                 && p.message.contains("4 params")
                 && p.message.contains("5 params")),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_version_1_summary_is_read_with_the_sharded_world_size_from_metadata_json() {
+    // As modelzip wrote it before version 2: a SHA-256 fingerprint, seven fields a record.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.zip");
+    sample(&path);
+    let good = String::from_utf8(summary_text(&Archive::open(&path).unwrap())).unwrap();
+    let v1: Vec<String> = good
+        .lines()
+        .skip(1)
+        .map(|r| {
+            let mut f: Vec<&str> = r.split(' ').collect();
+            if f[0] == "step-2" {
+                f[6] = "x";
+            }
+            f[..7].join(" ")
+        })
+        .collect();
+    let meta = br#"{"created":"x","sharded":{"world_size":3,"plan":"p"}}"#.to_vec();
+    let old = rezip_as(
+        &std::fs::read(&path).unwrap(),
+        |n| {
+            if n == "step-2/metadata.json" {
+                Edit::Replace(meta.clone())
+            } else {
+                Edit::Keep
+            }
+        },
+        Some(&|h| format!("{h}\n{}\n", v1.join("\n")).into_bytes()),
+        1,
+    );
+    assert!(String::from_utf8_lossy(&old).contains("modelzip-summary 1 "));
+    let a = Archive::from_reader(Cursor::new(old)).unwrap();
+    let s = a.summary().unwrap();
+    assert_eq!(s[1].sharded, Some(3));
+    assert_eq!(s[1].created.as_deref(), Some("x"));
+    assert_eq!(s[0].sharded, None);
+    assert_eq!(s, from_tables(&a));
+    // (sha256sums.txt sees the replaced metadata.json; the summary is no finding.)
+    let report = a.verify();
+    assert!(
+        report
+            .problems
+            .iter()
+            .all(|p| p.entry.as_deref() == Some("step-2/metadata.json")),
         "{report:?}"
     );
 }

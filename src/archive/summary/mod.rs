@@ -9,6 +9,7 @@ use super::hashing::hex_digest;
 use super::reader::{Archive, TensorLocation};
 use super::text;
 use super::verify::VerifyReport;
+use crate::archive::tag::MAX_METADATA_BYTES;
 use crate::error::Result;
 use crate::graph::GraphFormat;
 use crate::tensor::DType;
@@ -24,9 +25,11 @@ pub const SUMMARY_TXT: &str = "_summary.txt";
 /// The largest summary a reader reads (about 200 bytes a tag: 80,000 tags).
 pub const MAX_SUMMARY_BYTES: u64 = 16 << 20;
 
-/// First word and version of the summary's first line.
+/// First word and version of the summary's first line. Version 2 (written) has an
+/// XXH3-128 fingerprint and a `sharded` field; version 1 (read, as older modelzips wrote
+/// it) a SHA-256 fingerprint and no `sharded` field (read from metadata.json instead).
 const MAGIC: &str = "modelzip-summary";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// What `modelzip tags` lists of one tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,9 @@ pub struct TagSummary {
     pub dtypes: Vec<DType>,
     /// metadata.json's `"created"`, when it is a string.
     pub created: Option<String>,
+    /// How many processes wrote the tag, for a tag a sharded save wrote (metadata.json's
+    /// `"sharded"` `"world_size"`, docs/SHARDED.md).
+    pub sharded: Option<u64>,
 }
 
 /// Whether an archive's summary can be used, and if not, why.
@@ -86,6 +92,7 @@ pub(crate) struct Record {
     pub graph: Option<GraphFormat>,
     pub dtypes: Vec<DType>,
     pub created: Option<String>,
+    pub sharded: Option<u64>,
 }
 
 impl Record {
@@ -98,6 +105,7 @@ impl Record {
             graph: s.graph,
             dtypes: s.dtypes.clone(),
             created: s.created.clone(),
+            sharded: s.sharded,
         }
     }
 
@@ -111,6 +119,7 @@ impl Record {
             graph: self.graph,
             dtypes: self.dtypes,
             created: self.created,
+            sharded: self.sharded,
         }
     }
 }
@@ -118,12 +127,30 @@ impl Record {
 /// Bytes of fingerprint input hashed at a time.
 const FINGERPRINT_CHUNK: usize = 64 << 10;
 
-/// Count and SHA-256 of the central-directory records of `entries` other than the
-/// summary (name, method, CRC-32, stored and uncompressed size; not offsets), in order.
-pub(crate) fn fingerprint<'e>(entries: impl Iterator<Item = &'e ZipEntry>) -> (u64, [u8; 32]) {
+/// Count and fingerprint (lowercase hex) of the central-directory records of `entries`
+/// other than the summary (name, method, CRC-32, stored and uncompressed size; not
+/// offsets), in order: XXH3-128 for summary version 2, SHA-256 for version 1.
+pub(crate) fn fingerprint<'e>(
+    entries: impl Iterator<Item = &'e ZipEntry>,
+    version: u32,
+) -> (u64, String) {
+    if version == 1 {
+        let mut h = sha2::Sha256::new();
+        let n = gather(entries, |b| h.update(b));
+        (n, hex_digest(&h.finalize().into()))
+    } else {
+        // XXH3's canonical form of a 128-bit hash: the high half first, big-endian.
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let n = gather(entries, |b| h.update(b));
+        (n, format!("{:032x}", h.digest128()))
+    }
+}
+
+/// Feeds `sink` the fingerprint's input of `entries` (other than the summary); returns
+/// how many entries that is.
+fn gather<'e>(entries: impl Iterator<Item = &'e ZipEntry>, mut sink: impl FnMut(&[u8])) -> u64 {
     // The same bytes, gathered into a buffer and hashed 64 KiB at a time: six `update`s
     // an entry cost more than the hashing on 100,000 entries (BENCHMARKS.md, P5).
-    let mut h = sha2::Sha256::new();
     let mut n = 0u64;
     let mut buf: Vec<u8> = Vec::with_capacity(FINGERPRINT_CHUNK + 256);
     for e in entries.filter(|e| e.name != SUMMARY_TXT) {
@@ -135,12 +162,12 @@ pub(crate) fn fingerprint<'e>(entries: impl Iterator<Item = &'e ZipEntry>) -> (u
         buf.extend_from_slice(&e.compressed_size.to_le_bytes());
         buf.extend_from_slice(&e.uncompressed_size.to_le_bytes());
         if buf.len() >= FINGERPRINT_CHUNK {
-            h.update(&buf);
+            sink(&buf);
             buf.clear();
         }
     }
-    h.update(&buf);
-    (n, h.finalize().into())
+    sink(&buf);
+    n
 }
 
 fn graph_word(g: Option<GraphFormat>) -> &'static str {
@@ -151,10 +178,10 @@ fn graph_word(g: Option<GraphFormat>) -> &'static str {
     }
 }
 
-/// The summary's bytes for `records` (in tags.txt order) of a directory with this
-/// fingerprint.
-pub(crate) fn render(count: u64, fp: &[u8; 32], records: &[Record]) -> String {
-    let mut out = format!("{MAGIC} {VERSION} {count} {}\n", hex_digest(fp));
+/// The summary's bytes (version 2) for `records` (in tags.txt order) of a directory with
+/// this fingerprint.
+pub(crate) fn render(count: u64, fp: &str, records: &[Record]) -> String {
+    let mut out = format!("{MAGIC} {VERSION} {count} {fp}\n");
     for r in records {
         let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
         let created = match r.created.as_deref() {
@@ -162,8 +189,9 @@ pub(crate) fn render(count: u64, fp: &[u8; 32], records: &[Record]) -> String {
             Some("-") => "%2D".to_string(),
             Some(c) => text::escape_name(c),
         };
+        let sharded = r.sharded.map_or("-".to_string(), |n| n.to_string());
         out.push_str(&format!(
-            "{} {} {} {} {} {} {}\n",
+            "{} {} {} {} {} {} {} {}\n",
             r.name,
             r.params,
             r.updater_arrays,
@@ -174,7 +202,8 @@ pub(crate) fn render(count: u64, fp: &[u8; 32], records: &[Record]) -> String {
             } else {
                 dtypes.join(",")
             },
-            created
+            created,
+            sharded
         ));
     }
     out
@@ -184,8 +213,8 @@ pub(crate) fn render(count: u64, fp: &[u8; 32], records: &[Record]) -> String {
 /// `Err(reason)` when it is malformed.
 type Refusal = std::result::Result<String, String>;
 
-/// Parses the first line; checks it against the directory.
-fn check_header(first: &str, a: &Archive) -> std::result::Result<(), Refusal> {
+/// Parses the first line; checks it against the directory. Returns the version.
+fn check_header(first: &str, a: &Archive) -> std::result::Result<u32, Refusal> {
     let mut f = first.split(' ');
     if f.next() != Some(MAGIC) {
         return Err(Err(format!("line 1 does not start with {MAGIC:?}")));
@@ -194,45 +223,71 @@ fn check_header(first: &str, a: &Archive) -> std::result::Result<(), Refusal> {
         .next()
         .and_then(|v| v.parse::<u32>().ok())
         .ok_or_else(|| Err("line 1: the version is not a number".to_string()))?;
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         return Err(Ok(format!(
-            "summary version {version}, which this reader does not know (it reads {VERSION})"
+            "summary version {version}, which this reader does not know (it reads 1 to {VERSION})"
         )));
     }
     let count = f
         .next()
         .and_then(|v| text::parse_index(v).ok())
         .ok_or_else(|| Err("line 1: the entry count is not a decimal number".to_string()))?;
+    let digits = if version == 1 { 64 } else { 32 };
     let fp = f
         .next()
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .ok_or_else(|| Err("line 1: the fingerprint is not 64 lowercase hex digits".to_string()))?;
+        .filter(|h| h.len() == digits && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .ok_or_else(|| {
+            Err(format!(
+                "line 1: the fingerprint is not {digits} lowercase hex digits"
+            ))
+        })?;
     if f.next().is_some() {
         return Err(Err("line 1 has more than 4 fields".to_string()));
     }
-    let (n, actual) = fingerprint(a.listing().entries.iter());
+    let (n, actual) = fingerprint(a.listing().entries.iter(), version);
     if n != count {
         return Err(Ok(format!(
             "it describes a central directory of {count} other entries; the archive has {n}"
         )));
     }
-    if hex_digest(&actual) != fp {
+    if actual != fp {
         return Err(Ok(
             "it describes another central directory (the fingerprint differs): the archive \
              was changed by a tool that does not maintain it"
                 .to_string(),
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
 /// Parses one record line, checking each number against what the entries it counts
 /// could hold (a summary that claims more is refused, whatever its fingerprint).
-fn parse_record(line: &str, n: usize, a: &Archive) -> std::result::Result<Record, String> {
+fn parse_record(
+    line: &str,
+    n: usize,
+    a: &Archive,
+    version: u32,
+) -> std::result::Result<Record, String> {
     let at = |m: String| format!("line {n}: {m}");
-    let fields: Vec<&str> = line.split(' ').collect();
+    let mut fields: Vec<&str> = line.split(' ').collect();
+    // Version 1 has no `sharded` field.
+    let want = if version == 1 { 7 } else { 8 };
+    if fields.len() != want {
+        return Err(at(format!(
+            "expected {want} fields, found {}",
+            fields.len()
+        )));
+    }
+    let sharded = if version == 1 {
+        "-"
+    } else {
+        fields.pop().unwrap_or("-")
+    };
     let [name, params, updater, shared, graph, dtypes, created] = fields[..] else {
-        return Err(at(format!("expected 7 fields, found {}", fields.len())));
+        return Err(at(format!(
+            "expected {want} fields, found {}",
+            fields.len()
+        )));
     };
     let num =
         |what: &str, v: &str| text::parse_index(v).map_err(|m| at(format!("{what} {v:?}: {m}")));
@@ -293,6 +348,22 @@ fn parse_record(line: &str, n: usize, a: &Archive) -> std::result::Result<Record
             Some(c)
         }
     };
+    let sharded = match sharded {
+        "-" => None,
+        w => {
+            let n = num("the sharded world size", w)?;
+            // At least `{"sharded":{"world_size":N}}`.
+            let least = 27 + w.len() as u64;
+            if size_of("metadata.json") < least {
+                return Err(at(format!(
+                    "a sharded world size of {n}, more than {name}/metadata.json ({} bytes) \
+                     can say",
+                    size_of("metadata.json")
+                )));
+            }
+            Some(n)
+        }
+    };
     Ok(Record {
         name: name.to_string(),
         params,
@@ -301,6 +372,7 @@ fn parse_record(line: &str, n: usize, a: &Archive) -> std::result::Result<Record
         graph,
         dtypes: set.into_iter().collect(),
         created,
+        sharded,
     })
 }
 
@@ -322,7 +394,7 @@ impl Archive {
             .map_err(|err| invalid(format!("not UTF-8 (byte {})", err.valid_up_to())))?;
         let mut lines = s.split_terminator('\n').enumerate();
         let first = lines.next().map_or("", |(_, l)| l);
-        check_header(first, self).map_err(|r| match r {
+        let version = check_header(first, self).map_err(|r| match r {
             Ok(stale) => SummaryStatus::Stale(stale),
             Err(bad) => SummaryStatus::Invalid(bad),
         })?;
@@ -335,7 +407,7 @@ impl Archive {
                     self.tags().len()
                 )));
             };
-            let r = parse_record(line, n, self).map_err(invalid)?;
+            let r = parse_record(line, n, self, version).map_err(invalid)?;
             if r.name != *want {
                 return Err(invalid(format!(
                     "line {n}: record of {:?} where tags.txt has {want:?}",
@@ -351,7 +423,34 @@ impl Archive {
                 self.tags().len()
             )));
         }
+        if version == 1 {
+            self.fill_sharded(&mut records);
+        }
         Ok(records)
+    }
+
+    /// A version-1 summary has no `sharded` field: each tag's metadata.json says it (a
+    /// remote archive's are fetched in one batched request). One that does not read
+    /// says nothing (the tag's own reads report it).
+    fn fill_sharded(&self, records: &mut [Record]) {
+        let metas: Vec<Option<String>> = records
+            .iter()
+            .map(|r| {
+                let m = format!("{}/metadata.json", r.name);
+                self.entry(&m)
+                    .filter(|e| e.uncompressed_size <= MAX_METADATA_BYTES)
+                    .map(|_| m)
+            })
+            .collect();
+        let wanted: Vec<&str> = metas.iter().flatten().map(String::as_str).collect();
+        // A failed batch leaves each entry to be read (and to fail) on its own.
+        let _ = self.prefetch(&wanted);
+        for (r, m) in records.iter_mut().zip(&metas) {
+            r.sharded = m
+                .as_deref()
+                .and_then(|m| self.entry_bytes(m).ok())
+                .and_then(|b| metadata_fields(&b).1);
+        }
     }
 
     /// Every tag's summary from the archive's summary entry (`_summary.txt`, FORMAT.md)
@@ -432,7 +531,9 @@ impl Archive {
                 .unwrap_or(0);
         }
         let graph = tag.graph_entry()?.map(|(g, _)| g);
-        let created = tag.metadata()?.and_then(|m| created_of(&m));
+        let (created, sharded) = tag
+            .metadata()?
+            .map_or((None, None), |m| metadata_fields(&m));
         Ok(TagSummary {
             name: tag.name().to_string(),
             params: tag.params().len() as u64,
@@ -442,6 +543,7 @@ impl Archive {
             graph,
             dtypes: dtypes.into_iter().collect(),
             created,
+            sharded,
         })
     }
 
@@ -490,13 +592,15 @@ impl Archive {
 fn describe(r: &Record) -> String {
     let dtypes: Vec<&str> = r.dtypes.iter().map(|d| d.name()).collect();
     format!(
-        "{} params, {} updater arrays, {} shared bytes, graph {}, dtypes [{}], created {:?}",
+        "{} params, {} updater arrays, {} shared bytes, graph {}, dtypes [{}], created {:?}, \
+         sharded world size {}",
         r.params,
         r.updater_arrays,
         r.shared_bytes,
         graph_word(r.graph),
         dtypes.join(","),
-        r.created
+        r.created,
+        r.sharded.map_or("-".to_string(), |w| w.to_string())
     )
 }
 
@@ -508,15 +612,31 @@ pub fn summary_from_tables(archive: &Archive, tag: &str) -> Result<TagSummary> {
     archive.tag_summary_from_tables(tag)
 }
 
-/// metadata.json's `"created"` when it is a string (the rest is skipped unparsed).
-pub(crate) fn created_of(metadata: &[u8]) -> Option<String> {
+/// What the summary records of metadata.json: its `"created"` when it is a string, and
+/// `"sharded"`'s `"world_size"` when it is a whole number (a sharded save wrote the
+/// tag); the rest is skipped unparsed. Either is `None` when the JSON does not parse.
+pub(crate) fn metadata_fields(metadata: &[u8]) -> (Option<String>, Option<u64>) {
+    use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
-    struct Created {
-        created: Option<String>,
+    struct Fields<'a> {
+        #[serde(borrow, default)]
+        created: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        sharded: Option<&'a RawValue>,
     }
-    serde_json::from_slice::<Created>(metadata)
-        .ok()
-        .and_then(|c| c.created)
+    #[derive(serde::Deserialize)]
+    struct Sharded {
+        world_size: u64,
+    }
+    let Ok(f) = serde_json::from_slice::<Fields<'_>>(metadata) else {
+        return (None, None);
+    };
+    let created = f.created.and_then(|c| serde_json::from_str(c.get()).ok());
+    let sharded = f
+        .sharded
+        .and_then(|s| serde_json::from_str::<Sharded>(s.get()).ok())
+        .map(|s| s.world_size);
+    (created, sharded)
 }
 
 /// True for the entries every commit writes anew (tags.txt and the summary): a write

@@ -1,7 +1,7 @@
 //! The writer's side of the summary: what a write session notes as it writes, and the
 //! summary it renders at commit from those notes and the archive it started from.
 
-use super::{Record, created_of, fingerprint, render};
+use super::{Record, VERSION, fingerprint, metadata_fields, render};
 use crate::archive::container::ZipEntry;
 use crate::archive::reader::Archive;
 use crate::archive::tag::{MAX_METADATA_BYTES, SHARED_TXT};
@@ -112,7 +112,7 @@ impl SummaryInputs {
                 records.get_mut(*i)?.shared_bytes = total;
             }
         }
-        let (count, fp) = fingerprint(entries.iter());
+        let (count, fp) = fingerprint(entries.iter(), VERSION);
         Some(render(count, &fp, &records))
     }
 
@@ -199,10 +199,10 @@ impl SummaryInputs {
             ["graph.pdmodel"] => Some(GraphFormat::ProgramDesc),
             _ => return None,
         };
-        let created = match file("metadata.json")? {
+        let (created, sharded) = match file("metadata.json")? {
             Some(m) if m.len() as u64 > MAX_METADATA_BYTES => return None,
-            Some(m) => created_of(&m),
-            None => None,
+            Some(m) => metadata_fields(&m),
+            None => (None, None),
         };
         let dtypes: Vec<DType> = match (self.dtypes.get(t), base_record) {
             (Some(d), _) => d.iter().copied().collect(),
@@ -222,6 +222,7 @@ impl SummaryInputs {
                 graph,
                 dtypes,
                 created,
+                sharded,
             },
             used,
         ))

@@ -100,11 +100,9 @@ pub fn archive_doc(archive: &Archive, shown: &Path) -> Result<Value, ApiError> {
         .iter()
         .map(|(t, why)| (t.as_str(), why.as_str()))
         .collect();
-    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
-    let ranks = tags::sharded_ranks(archive, &names);
     let mut list = Vec::with_capacity(rows.len());
-    for (i, (r, n)) in rows.iter().zip(ranks).enumerate() {
-        let mut row = tags::tag_json(i, r, n);
+    for (i, r) in rows.iter().enumerate() {
+        let mut row = tags::tag_json(i, r);
         let c = ckpts.get(r.name.as_str());
         if let Value::Object(m) = &mut row {
             m.insert("step".into(), json!(c.map(|c| c.record.step)));
