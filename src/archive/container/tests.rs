@@ -622,6 +622,16 @@ fn a_large_directory_parses_on_two_threads_as_in_one_pass() {
     let mut b = good.clone();
     rename(&mut b, 200, 100);
     twice(&b, 200);
+    // A record of the first half parses as a record (the walk passes it) but its name is
+    // refused, while the second half parses whole: the first half's error, its entries
+    // before the bad one kept and the second half's dropped (each once: a double drop of
+    // their names would abort in the allocator).
+    let mut b = good.clone();
+    let bad_name = record_at(&good, 700);
+    b[bad_name + 46..bad_name + 46 + 7].copy_from_slice(b"d/../00");
+    let err = parse(&b).unwrap_err();
+    assert!(err.to_string().contains(".."), "{err}");
+    assert_eq!(err.location().offset, Some(bad_name as u64));
 }
 
 #[test]
