@@ -104,9 +104,11 @@ pub struct Archive {
     pub(super) tags: Vec<String>,
     /// Lowercased tag name -> position in `tags` (lookups ignore ASCII case).
     tag_index: HashMap<String, usize>,
-    /// Top-level directory -> its entries' positions in the central directory, so that
-    /// per-tag work does not scan every entry once per tag.
-    by_dir: HashMap<String, Vec<usize>>,
+    /// Top-level directory -> its entries' positions in the central directory, as runs
+    /// of consecutive positions (a writer writes a directory's entries together: one run
+    /// a tag, not one position an entry), so that per-tag work does not scan every entry
+    /// once per tag.
+    by_dir: HashMap<String, Vec<Range<usize>>>,
     /// Each tag's tables (by position in `tags`), parsed and checked by the first
     /// [`Archive::tag`](super::Archive::tag) that asks for them and shared by every
     /// [`Tag`](super::Tag) after it.
@@ -449,23 +451,23 @@ impl Archive {
         // one go): a run of them is added to the map at once, so a name is hashed and
         // allocated per run, not per entry (callgrind of opening 100,301 entries: 58 M
         // instructions as one `entry(top.to_string())` per entry; BENCHMARKS.md, P5).
-        let mut by_dir: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut run: Option<(&str, Vec<usize>)> = None;
+        let mut by_dir: HashMap<String, Vec<Range<usize>>> = HashMap::new();
+        let mut run: Option<(&str, Range<usize>)> = None;
         for (i, e) in dir.entries.iter().enumerate() {
             let Some((top, _)) = e.name.split_once('/') else {
                 continue;
             };
             match &mut run {
-                Some((t, list)) if *t == top => list.push(i),
+                Some((t, r)) if *t == top && r.end == i => r.end = i + 1,
                 _ => {
-                    if let Some((t, list)) = run.replace((top, vec![i])) {
-                        by_dir.entry(t.to_string()).or_default().extend(list);
+                    if let Some((t, r)) = run.replace((top, i..i + 1)) {
+                        by_dir.entry(t.to_string()).or_default().push(r);
                     }
                 }
             }
         }
-        if let Some((t, list)) = run {
-            by_dir.entry(t.to_string()).or_default().extend(list);
+        if let Some((t, r)) = run {
+            by_dir.entry(t.to_string()).or_default().push(r);
         }
         let mut a = Archive {
             backing,
@@ -544,7 +546,7 @@ impl Archive {
             .get(dir)
             .into_iter()
             .flatten()
-            .filter_map(|&i| self.dir.entries.get(i))
+            .flat_map(|r| self.dir.entries.get(r.clone()).unwrap_or_default())
     }
 
     /// Every entry name, in central-directory order.
