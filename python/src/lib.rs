@@ -10,6 +10,9 @@
 //! buffer holds an `Arc` of the archive, so the map lives as long as any array made
 //! from it (numpy's `.base` chain keeps the buffer object alive).
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use modelzip::checkpoint::{
     self, Checkpoint, CheckpointOptions, Checkpointer as CoreCheckpointer, Goal, KeepBest,
     Retention, SaveHandle as CoreSaveHandle, SaveReport,
