@@ -151,6 +151,11 @@ fn four_ranks_write_one_tag_that_equals_the_concatenated_rows_and_verifies() {
     let meta: serde_json::Value = serde_json::from_slice(&t.metadata().unwrap().unwrap()).unwrap();
     assert_eq!(meta["step"], 5);
     assert_eq!(meta["sharded"]["world_size"], 4);
+    // The sharded commit's summary is current and records the world size (summary
+    // version 2), so a listing reads no metadata.json.
+    let summary = a.summary().unwrap();
+    assert_eq!(summary[1].sharded, Some(4));
+    assert_eq!(summary[0].sharded, None);
     // `tags` marks the sharded tag and says by how many ranks; the column appears only
     // when a tag is sharded.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelzip"))
