@@ -231,6 +231,16 @@ fn parse_records_split(cd: &[u8], cd_offset: u64, count: usize) -> Parsed {
     }
 }
 
+/// `e`, from the record at byte `abs` of the file: an offset inside the record (relative
+/// to it) made absolute, else the record's own.
+fn at_record(e: Error, abs: u64) -> Error {
+    if e.location().offset.is_some() {
+        e.shift_offset(abs)
+    } else {
+        e.at_offset(abs)
+    }
+}
+
 /// What [`parse_records_into`] parsed into its slots: how many (the first `filled`
 /// slots, each written once), the error that stopped it, where it stopped.
 struct ParsedInto {
@@ -253,11 +263,7 @@ fn parse_records_into(
                 slot.write(entry);
             }
             Err(e) => {
-                let e = if e.location().offset.is_some() {
-                    e.shift_offset(abs)
-                } else {
-                    e.at_offset(abs)
-                };
+                let e = at_record(e, abs);
                 return ParsedInto {
                     filled,
                     error: Some(e),
@@ -305,11 +311,7 @@ fn parse_records(cd: &[u8], cd_offset: u64, mut pos: usize, count: usize, room: 
         match parse_central(cd, &mut pos) {
             Ok(entry) => entries.push(entry),
             Err(e) => {
-                let e = if e.location().offset.is_some() {
-                    e.shift_offset(abs)
-                } else {
-                    e.at_offset(abs)
-                };
+                let e = at_record(e, abs);
                 return Parsed {
                     entries,
                     error: Some(e),
