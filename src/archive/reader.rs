@@ -447,28 +447,8 @@ impl Archive {
             Some(p) => e.in_file(p),
             None => e,
         };
-        // Entries of one directory lie together (every writer writes a tag's files in
-        // one go): a run of them is added to the map at once, so a name is hashed and
-        // allocated per run, not per entry (callgrind of opening 100,301 entries: 58 M
-        // instructions as one `entry(top.to_string())` per entry; BENCHMARKS.md, P5).
-        let mut by_dir: HashMap<String, Vec<Range<usize>>> = HashMap::new();
-        let mut run: Option<(&str, Range<usize>)> = None;
-        for (i, e) in dir.entries.iter().enumerate() {
-            let Some((top, _)) = e.name.split_once('/') else {
-                continue;
-            };
-            match &mut run {
-                Some((t, r)) if *t == top && r.end == i => r.end = i + 1,
-                _ => {
-                    if let Some((t, r)) = run.replace((top, i..i + 1)) {
-                        by_dir.entry(t.to_string()).or_default().push(r);
-                    }
-                }
-            }
-        }
-        if let Some((t, r)) = run {
-            by_dir.entry(t.to_string()).or_default().push(r);
-        }
+        let mut dir = dir;
+        let by_dir = std::mem::take(&mut dir.dirs);
         let mut a = Archive {
             backing,
             dir,

@@ -92,7 +92,7 @@ impl Ranged {
             .at_offset(end.cd_offset));
         }
         let mut windows = vec![(tail_start, tail)];
-        let (entries, index) = if end.cd_offset >= tail_start {
+        let (entries, index, dirs) = if end.cd_offset >= tail_start {
             let (start, bytes) = &windows[0];
             let from = (end.cd_offset - start) as usize;
             let cd = bytes
@@ -112,7 +112,7 @@ impl Ranged {
             windows.push((from, bytes));
             parsed
         };
-        let dir = container::read::directory_unchecked(entries, index, end)?;
+        let dir = container::read::directory_unchecked(entries, index, dirs, end)?;
         let mut starts: Vec<u64> = dir.entries.iter().map(|e| e.header_offset).collect();
         starts.push(dir.cd_offset);
         starts.sort_unstable();

@@ -91,9 +91,8 @@ impl Archive {
         own: &SharedStr,
         r: &ParamRef,
         kind: TensorKind,
-        table_entry: &str,
-        line: usize,
-        guess: usize,
+        (table_entry, line): (&str, usize),
+        cursor: &mut ResolveCursor,
     ) -> Result<TensorLocation> {
         let tag = match &r.tag {
             None => own.as_str(),
@@ -105,25 +104,31 @@ impl Archive {
                 .at_line(line)
             })?,
         };
-        // Built by hand: this runs once per params.txt line, and format! costs 3x more.
-        let index = r.index.to_string();
-        let mut entry = String::with_capacity(tag.len() + kind.dir().len() + index.len() + 12);
-        for part in [tag, "/", kind.dir(), "/", &index, ".lodtensor"] {
+        // Built by hand in the caller's buffer: this runs once per params.txt line, and
+        // format! (or a String for the number and one for the name) costs 3x more.
+        let entry = &mut cursor.name;
+        entry.clear();
+        for part in [tag, "/", kind.dir(), "/"] {
             entry.push_str(part);
         }
+        push_decimal(entry, r.index);
+        entry.push_str(".lodtensor");
+        let entry = entry.as_str();
         // Writers store a tag's files in the order of its table: the entry after the
         // previous line's is checked first, and the name index asked only when it is
         // not that one (names are unique: the same position either way).
+        let guess = cursor.next;
         let at_guess = self.dir.entries.get(guess).is_some_and(|e| e.name == entry);
         let found = match at_guess {
             true => Some(guess),
-            false => self.dir.index.get(&self.dir.entries, &entry),
+            false => self.dir.index.get(&self.dir.entries, entry),
         };
         let Some(entry_hint) = found else {
-            return Err(Error::new(ErrorKind::MissingEntry(entry))
+            return Err(Error::new(ErrorKind::MissingEntry(entry.to_string()))
                 .in_entry(table_entry)
                 .at_line(line));
         };
+        cursor.next = entry_hint + 1;
         let shared = tag != own.as_str();
         Ok(TensorLocation {
             // The tag's own name is one string for all its locations.
@@ -138,6 +143,32 @@ impl Archive {
             shared,
             entry_hint,
         })
+    }
+}
+
+/// What resolving one table's refs carries from one to the next.
+struct ResolveCursor {
+    /// The entry after the previous ref's: writers store a tag's files in the order of
+    /// its table, so the next ref's is checked there before the name index is asked.
+    next: usize,
+    /// The entry name being built (one buffer for every ref).
+    name: String,
+}
+
+/// Appends `n` in decimal (what `n.to_string()` writes, without a String of its own).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -297,13 +328,15 @@ impl TagTables {
         let mut resolved = RESOLVED.with(|c| c.take()).unwrap_or_default();
         resolved.clear();
         let own = SharedStr::from(name);
-        let mut next = usize::MAX;
+        let mut cursor = ResolveCursor {
+            next: usize::MAX,
+            name: String::new(),
+        };
         let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
             if let Some(found) = resolved.get(&(kind, r.clone())) {
                 return Ok(found.clone());
             }
-            let loc = archive.resolve(&own, r, kind, table, line, next)?;
-            next = loc.entry_hint + 1;
+            let loc = archive.resolve(&own, r, kind, (table, line), &mut cursor)?;
             // At most one per line of a table held in memory: fits u32 on 64-bit targets
             // for any table under 4 G lines; saturating keeps a larger one correct.
             let id = u32::try_from(resolved.len()).unwrap_or(u32::MAX);
@@ -721,5 +754,15 @@ mod tests {
         assert!(archive.verify().is_ok());
         let kept: Vec<bool> = archive.tables.iter().map(|s| s.get().is_some()).collect();
         assert_eq!(kept, [false, true]);
+    }
+
+    #[test]
+    fn push_decimal_writes_what_to_string_does() {
+        use super::push_decimal;
+        for n in [0, 7, 9, 10, 99, 100, 123_456_789, u64::MAX - 1, u64::MAX] {
+            let mut s = String::from("x/");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x/{n}"));
+        }
     }
 }

@@ -124,7 +124,10 @@ pub(crate) fn parse_end(
 
 /// Parses the central directory `cd` (the bytes the end records point at): every record,
 /// its name, no name twice, nothing after the last record. Local headers are not read.
-pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry>, NameIndex)> {
+pub(crate) fn parse_entries(
+    cd: &[u8],
+    end: &EndRecords,
+) -> Result<(Vec<ZipEntry>, NameIndex, DirRuns)> {
     let (count, cd_size, cd_offset) = (end.count, end.cd_size, end.cd_offset);
     if count > cd_size / 46 {
         return Err(zip_err(
@@ -137,14 +140,21 @@ pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry
     // Names are indexed in directory order once the records are parsed; the first
     // problem in directory order is reported, as a one-pass parse would: a name that
     // repeats one before it, or the record that does not parse.
-    let mut index = NameIndex::with_capacity(entries.len());
-    for i in 0..entries.len() {
-        if !index.insert(&entries, i) {
-            let name = entries[i].name.clone();
-            let abs = cd_offset + record_offset(cd, i) as u64;
-            return Err(zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name));
+    let index_all = |entries: &[ZipEntry]| {
+        let mut index = NameIndex::with_capacity(entries.len());
+        for i in 0..entries.len() {
+            if !index.insert(entries, i) {
+                let name = entries[i].name.clone();
+                let abs = cd_offset + record_offset(cd, i) as u64;
+                return Err(
+                    zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name)
+                );
+            }
         }
-    }
+        Ok(index)
+    };
+    let index = index_all(&entries)?;
+    let dirs = dir_runs(&entries);
     if let Some(e) = parsed.error {
         return Err(e);
     }
@@ -157,7 +167,7 @@ pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry
             cd_offset + parsed.end as u64,
         ));
     }
-    Ok((entries, index))
+    Ok((entries, index, dirs))
 }
 
 /// Directories of at least this many records are parsed on two threads (each record's
@@ -165,6 +175,11 @@ pub(crate) fn parse_entries(cd: &[u8], end: &EndRecords) -> Result<(Vec<ZipEntry
 /// a walk over the first half's lengths. Below, one thread (a thread costs more than it
 /// saves).
 const PARALLEL_MIN_RECORDS: usize = 16_384;
+
+/// Whether work over `count` records is worth a second thread.
+fn two_threads(count: usize) -> bool {
+    count >= PARALLEL_MIN_RECORDS && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
 
 /// What [`parse_records`] parsed: the records up to the first that does not parse, that
 /// one's error, and where the parse stopped.
@@ -176,8 +191,7 @@ struct Parsed {
 
 /// Parses `count` records from the start of `cd`, on two threads when there are many.
 fn parse_records_split(cd: &[u8], cd_offset: u64, count: usize) -> Parsed {
-    let two = count >= PARALLEL_MIN_RECORDS
-        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    let two = two_threads(count);
     let mid = count / 2;
     let second_start = if two { walk_records(cd, mid) } else { None };
     let Some(start) = second_start else {
@@ -374,7 +388,7 @@ pub(crate) fn parse_all_read(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Direct
 /// hold fewer headers than the number paired with it.
 fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Directory> {
     let at = At::whole(bytes);
-    let (end, mut entries, index) = central_directory(&at)?;
+    let (end, mut entries, index, dirs) = central_directory(&at)?;
     let cd_offset = end.cd_offset;
     let mut window = Vec::new();
     for i in 0..entries.len() {
@@ -397,21 +411,22 @@ fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Dire
     Ok(Directory {
         entries,
         index,
+        dirs,
         cd_offset,
         comment: end.comment,
     })
 }
 
 /// The end records and the central directory's entries of the whole file `at`.
-fn central_directory(at: &At<'_>) -> Result<(EndRecords, Vec<ZipEntry>, NameIndex)> {
+fn central_directory(at: &At<'_>) -> Result<(EndRecords, Vec<ZipEntry>, NameIndex, DirRuns)> {
     // The whole file is in the window: nothing is ever fetched.
     let end = parse_end(at, &mut |offset, len| {
         at.slice(offset, len, "zip64 end record")
             .map(<[u8]>::to_vec)
     })?;
     let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
-    let (entries, index) = parse_entries(cd, &end)?;
-    Ok((end, entries, index))
+    let (entries, index, dirs) = parse_entries(cd, &end)?;
+    Ok((end, entries, index, dirs))
 }
 
 /// Sets `e.data_offset` to its lower bound before its local header is read (a header
@@ -549,7 +564,7 @@ pub(crate) type HeadPrefix = ([u8; HEAD_PREFIX], usize);
 /// each; docs/BENCHMARKS.md, P5), for entries a listing never reads.
 pub(crate) fn parse_lazy(bytes: &[u8]) -> Result<Directory> {
     let at = At::whole(bytes);
-    let (end, mut entries, index) = central_directory(&at)?;
+    let (end, mut entries, index, dirs) = central_directory(&at)?;
     let cd_offset = end.cd_offset;
     for e in &mut entries {
         if e.flags & FLAG_DESCRIPTOR != 0 {
@@ -569,6 +584,7 @@ pub(crate) fn parse_lazy(bytes: &[u8]) -> Result<Directory> {
     Ok(Directory {
         entries,
         index,
+        dirs,
         cd_offset,
         comment: end.comment,
     })
@@ -637,6 +653,7 @@ pub(crate) fn check_local_lazy(
 pub(crate) fn directory_unchecked(
     mut entries: Vec<ZipEntry>,
     index: NameIndex,
+    dirs: DirRuns,
     end: EndRecords,
 ) -> Result<Directory> {
     for e in &mut entries {
@@ -646,6 +663,7 @@ pub(crate) fn directory_unchecked(
     Ok(Directory {
         entries,
         index,
+        dirs,
         cd_offset: end.cd_offset,
         comment: end.comment,
     })
@@ -708,18 +726,25 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
     let extra = &cd[*pos + 46 + n..*pos + 46 + n + m];
     let comment = cd[*pos + 46 + n + m..*pos + 46 + n + m + k].to_vec();
     *pos += 46 + n + m + k;
-    let name = std::str::from_utf8(name_raw)
-        .map_err(|_| {
-            zip_err(
-                format!(
-                    "entry name {:?} is not UTF-8",
-                    name_raw.escape_ascii().to_string()
-                ),
-                0,
-            )
-        })?
-        .to_string();
-    check_entry_name(&name).map_err(|e| e.in_entry(name.clone()))?;
+    let name = if plainly_safe(name_raw) {
+        // Safety: `plainly_safe` passes only ASCII bytes, which are UTF-8. (The UTF-8
+        // check was a tenth of opening 100,000 entries: callgrind, BENCHMARKS.md P5.)
+        unsafe { std::str::from_utf8_unchecked(name_raw) }.to_string()
+    } else {
+        let name = std::str::from_utf8(name_raw)
+            .map_err(|_| {
+                zip_err(
+                    format!(
+                        "entry name {:?} is not UTF-8",
+                        name_raw.escape_ascii().to_string()
+                    ),
+                    0,
+                )
+            })?
+            .to_string();
+        check_entry_name(&name).map_err(|e| e.in_entry(name.clone()))?;
+        name
+    };
     let flags = u16_at(r, 8);
     let version_made_by = u16_at(r, 4);
     let external_attrs = u32_at(r, 38);
