@@ -111,7 +111,7 @@ impl Archive {
         for part in [tag, "/", kind.dir(), "/"] {
             entry.push_str(part);
         }
-        push_decimal(entry, r.index);
+        entry.push_str(itoa::Buffer::new().format(r.index));
         entry.push_str(".lodtensor");
         let entry = entry.as_str();
         // Writers store a tag's files in the order of its table: the entry after the
@@ -153,23 +153,6 @@ struct ResolveCursor {
     next: usize,
     /// The entry name being built (one buffer for every ref).
     name: String,
-}
-
-/// Appends `n` in decimal (what `n.to_string()` writes, without a String of its own).
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
 }
 
 /// The largest metadata.json a reader accepts (created time, description, quantization
@@ -754,15 +737,5 @@ mod tests {
         assert!(archive.verify().is_ok());
         let kept: Vec<bool> = archive.tables.iter().map(|s| s.get().is_some()).collect();
         assert_eq!(kept, [false, true]);
-    }
-
-    #[test]
-    fn push_decimal_writes_what_to_string_does() {
-        use super::push_decimal;
-        for n in [0, 7, 9, 10, 99, 100, 123_456_789, u64::MAX - 1, u64::MAX] {
-            let mut s = String::from("x/");
-            push_decimal(&mut s, n);
-            assert_eq!(s, format!("x/{n}"));
-        }
     }
 }

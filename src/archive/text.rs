@@ -24,7 +24,13 @@ pub struct ParamRef {
 impl ParamRef {
     /// Parses `N` or `TAG/N`: N is a decimal u64 without sign or leading zeros.
     pub fn parse(s: &str) -> std::result::Result<ParamRef, String> {
-        let (tag, num) = match s.split_once('/') {
+        // (Byte searches: this runs once a table line, and a `char` pattern's search is
+        // set up for long text; BENCHMARKS.md, P5.)
+        let (tag, num) = match s
+            .bytes()
+            .position(|b| b == b'/')
+            .map(|i| (&s[..i], &s[i + 1..]))
+        {
             Some((t, n)) => {
                 validate_tag_name(t).map_err(|e| format!("bad tag in reference {s:?}: {e}"))?;
                 (Some(t.to_string()), n)
@@ -75,7 +81,7 @@ pub fn escape_name(name: &str) -> String {
 
 /// Decodes `%XX` (either case) escapes; any other `%` is an error.
 pub fn unescape_name(s: &str) -> std::result::Result<String, String> {
-    if !s.contains('%') {
+    if !s.as_bytes().contains(&b'%') {
         return Ok(s.to_string());
     }
     let b = s.as_bytes();
@@ -112,7 +118,23 @@ fn lines<'t>(
 ) -> impl Iterator<Item = Result<(usize, &'t str)>> {
     let entry = entry.to_string();
     let mut offset = 0u64;
-    text.split('\n').enumerate().filter_map(move |(i, raw)| {
+    // The lines found with memchr (a `char` pattern's search costs more a line).
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        Some(match memchr::memchr(b'\n', t.as_bytes()) {
+            Some(i) => {
+                rest = Some(&t[i + 1..]);
+                &t[..i]
+            }
+            None => {
+                rest = None;
+                t
+            }
+        })
+    })
+    .enumerate()
+    .filter_map(move |(i, raw)| {
         let at = offset;
         offset += raw.len() as u64 + 1;
         if raw.len() > max_line {
@@ -210,20 +232,37 @@ pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<Table
     Ok(out)
 }
 
-/// Refuses two equal names among `names` (name, line pairs),
-/// naming the later line. Sorts borrowed names: no copy of each name into a set.
+/// Refuses two equal names among `names` (name, line pairs, in line order), naming the
+/// first line whose name an earlier line has. A table of up to [`SET_MAX_NAMES`] names
+/// goes through a set of borrowed names (sorting them cost a fifth of describing a tag
+/// of 1,000 names: callgrind, BENCHMARKS.md P5; keyed, so a file cannot choose names that
+/// all hash alike); a larger one is sorted (24 bytes a name, where a set's table may take
+/// 34), and the same line is named.
 pub(crate) fn check_unique_names<'n>(
     names: impl Iterator<Item = (&'n str, usize)>,
     entry: &str,
 ) -> Result<()> {
-    let mut order: Vec<(&str, usize)> = names.collect();
-    order.sort_unstable();
-    if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
-        let (name, n) = w[1];
-        return Err(syntax(format!("name {name:?} appears twice"), entry, n));
+    let repeat = if names.size_hint().1.is_some_and(|n| n <= SET_MAX_NAMES) {
+        let mut seen: crate::keyed::KeyedSet<&str> = Default::default();
+        seen.reserve(names.size_hint().0);
+        names.into_iter().find(|(name, _)| !seen.insert(name))
+    } else {
+        let mut order: Vec<(&str, usize)> = names.collect();
+        order.sort_unstable();
+        order
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0)
+            .map(|w| w[1])
+            .min_by_key(|&(_, line)| line)
+    };
+    match repeat {
+        Some((name, n)) => Err(syntax(format!("name {name:?} appears twice"), entry, n)),
+        None => Ok(()),
     }
-    Ok(())
 }
+
+/// The most names [`check_unique_names`] puts in a set (~0.5 MiB at most).
+const SET_MAX_NAMES: usize = 1 << 14;
 
 /// The line-by-line core of [`parse_table`]: calls `f(name, refs, line)` for each line,
 /// in order, without collecting the lines (a reader keeps only what it needs of each:
@@ -241,7 +280,7 @@ pub(crate) fn for_each_table_line(
     let mut refs_raw: Vec<&str> = Vec::new();
     for item in lines(text, entry, MAX_TABLE_LINE) {
         let (n, line) = item?;
-        let mut fields = line.split(' ');
+        let mut fields = split_spaces(line);
         let raw_name = fields.next().unwrap_or("");
         refs_raw.clear();
         refs_raw.extend(fields);
@@ -290,6 +329,25 @@ pub(crate) fn for_each_table_line(
         f(name, &refs, n)?;
     }
     Ok(())
+}
+
+/// `line.split(' ')`, searching bytes (short lines: a plain loop beats a `char`
+/// pattern's set-up).
+fn split_spaces(line: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(line);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        Some(match t.bytes().position(|b| b == b' ') {
+            Some(i) => {
+                rest = Some(&t[i + 1..]);
+                &t[..i]
+            }
+            None => {
+                rest = None;
+                t
+            }
+        })
+    })
 }
 
 /// The files a tag may take from another tag through shared.txt.
@@ -518,6 +576,30 @@ pub fn render_sums(rows: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_name_is_named_at_its_first_repeat_by_the_set_and_by_the_sort() {
+        for n in [10, SET_MAX_NAMES + 10] {
+            let mut names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+            // "n5" again at line n - 1, and "n3" again at line n - 5 (the first repeat).
+            names[n - 2] = "n5".into();
+            names[n - 6] = "n3".into();
+            let err = check_unique_names(
+                names.iter().enumerate().map(|(i, s)| (s.as_str(), i + 1)),
+                "t/params.txt",
+            )
+            .unwrap_err();
+            assert_eq!(err.location().line, Some(n - 5), "{n} names: {err}");
+            assert!(err.to_string().contains("\"n3\" appears twice"), "{err}");
+            names[n - 2] = "x".into();
+            names[n - 6] = "y".into();
+            let ok = check_unique_names(
+                names.iter().enumerate().map(|(i, s)| (s.as_str(), i + 1)),
+                "t/params.txt",
+            );
+            assert!(ok.is_ok(), "{n} names");
+        }
+    }
 
     #[test]
     fn shard_lines_with_boxes_round_trip_and_bad_boxes_are_syntax_errors() {

@@ -515,6 +515,7 @@ impl Archive {
         // header is decoded once per archive (`shared_heads` keeps them), the graph is
         // not read (its entry's name says its encoding).
         let mut seen: crate::keyed::KeyedSet<&str> = Default::default();
+        seen.reserve(tag.params().len());
         let unique: Vec<&TensorLocation> = locations.filter(|l| seen.insert(&l.entry)).collect();
         // From a remote archive: only each tensor's first bytes, in one batched request.
         let found = self.shared_dtypes(&unique)?;
