@@ -17,7 +17,8 @@
 
 use super::parts::Settled;
 use super::s3::{
-    Answer, Failure, PartDone, answer, unsigned_request, with_retries, with_retries_lost, xml_text,
+    Answer, Failure, PartDone, answer, unsigned_request, with_query, with_retries,
+    with_retries_lost, xml_text,
 };
 use base64::Engine;
 use bytes::Bytes;
@@ -129,11 +130,7 @@ impl AzureAccess {
         headers: &[(&str, String)],
         body: Bytes,
     ) -> Result<Answer> {
-        let url = if query.is_empty() {
-            self.blob_url.clone()
-        } else {
-            format!("{}?{query}", self.blob_url)
-        };
+        let url = with_query(&self.blob_url, query);
         with_retries(self.max_retries, &method, &self.blob_url, || {
             self.send_once(&method, &url, headers, body.clone())
         })

@@ -81,6 +81,15 @@ pub(super) struct Answer {
     pub(super) body: Bytes,
 }
 
+/// `url` with `query` appended (none when it is empty): a request's address.
+pub(super) fn with_query(url: &str, query: &str) -> String {
+    if query.is_empty() {
+        url.to_string()
+    } else {
+        format!("{url}?{query}")
+    }
+}
+
 /// `method url` with `headers` and `body`, not yet signed (the S3 and Azure requests
 /// differ only in their authorizer).
 pub(super) fn unsigned_request(
@@ -273,11 +282,7 @@ impl S3Access {
         headers: &[(&str, String)],
         body: Bytes,
     ) -> S3Result<Answer> {
-        let url = if query.is_empty() {
-            self.object_url.clone()
-        } else {
-            format!("{}?{query}", self.object_url)
-        };
+        let url = with_query(&self.object_url, query);
         with_retries(self.max_retries, &method, &self.object_url, || {
             self.send_once(&method, &url, headers, body.clone())
         })
