@@ -231,20 +231,20 @@ const MAX_SHARED_TXT: u64 = 64 << 10;
 /// Errors come in the order of the checks, not of the lines: syntax anywhere, then
 /// duplicate names, then refs (a ref that does not resolve is kept until the rest of the
 /// file has been read for the other two).
-fn load_table<T, R>(
-    bytes: &[u8],
+fn load_table<'t, T, R>(
+    bytes: &'t [u8],
     entry: &str,
     updater: bool,
     name_of: impl Fn(&T) -> &str,
     mut resolve: impl FnMut(&[ParamRef], usize) -> Result<R>,
-    mut build: impl FnMut(String, R) -> T,
+    mut build: impl FnMut(Cow<'t, str>, R) -> T,
 ) -> Result<Vec<T>> {
     let n = line_count(bytes);
     let mut rows = Vec::new();
     rows.reserve_exact(n);
     let mut lines = Vec::with_capacity(n);
     let mut unresolved: Option<Error> = None;
-    let mut rest: Vec<(String, usize)> = Vec::new();
+    let mut rest: Vec<(Cow<'t, str>, usize)> = Vec::new();
     text::for_each_table_line(bytes, entry, updater, |name, refs, line| {
         if unresolved.is_none() {
             match resolve(refs, line) {
@@ -263,7 +263,7 @@ fn load_table<T, R>(
         rows.iter()
             .zip(&lines)
             .map(|(row, &l)| (name_of(row), l))
-            .chain(rest.iter().map(|(n, l)| (n.as_str(), *l))),
+            .chain(rest.iter().map(|(n, l)| (n.as_ref(), *l))),
         entry,
     )?;
     match unresolved {
@@ -302,63 +302,132 @@ pub struct Tag<'a> {
     shared: Vec<(&'static str, &'a str)>,
 }
 
-impl TagTables {
-    fn load(archive: &Archive, name: &str) -> Result<TagTables> {
-        // Many names may refer to one file (that is what sharing is): each distinct ref
-        // is resolved once, and every name that uses it shares its location's strings.
-        // Each distinct ref also gets a number: a parameter's is its slot in the header
-        // cache (params are read first, so theirs are 0..the count of distinct ones).
+/// Reads one tag's tables: prefetches them, resolves each distinct ref once (through the
+/// thread's reused map, [`RESOLVED`]) and hands the map back when dropped. What
+/// [`TagTables::load`] and [`TagTables::count`] share: the same checks either way.
+struct TableReader<'a> {
+    archive: &'a Archive,
+    own: SharedStr,
+    resolved: ResolvedMap,
+    cursor: ResolveCursor,
+    /// `<tag>/params.txt` and `<tag>/updater.txt`.
+    params_txt: String,
+    updater_txt: String,
+}
+
+impl<'a> TableReader<'a> {
+    fn new(archive: &'a Archive, name: &str) -> Result<TableReader<'a>> {
         let mut resolved = RESOLVED.with(|c| c.take()).unwrap_or_default();
         resolved.clear();
-        let own = SharedStr::from(name);
-        let mut cursor = ResolveCursor {
-            next: usize::MAX,
-            name: String::new(),
-        };
-        let mut resolve = |r: &ParamRef, kind: TensorKind, table: &str, line: usize| {
-            if let Some(found) = resolved.get(&(kind, r.clone())) {
-                return Ok(found.clone());
-            }
-            let loc = archive.resolve(&own, r, kind, (table, line), &mut cursor)?;
-            // At most one per line of a table held in memory: fits u32 on 64-bit targets
-            // for any table under 4 G lines; saturating keeps a larger one correct.
-            let id = u32::try_from(resolved.len()).unwrap_or(u32::MAX);
-            resolved.insert((kind, r.clone()), (loc.clone(), id));
-            Ok::<_, Error>((loc, id))
-        };
-        let mut param_slot = Vec::new();
-        let mut params = Vec::new();
-        let pname = format!("{name}/params.txt");
-        let uname = format!("{name}/updater.txt");
-        let mname = format!("{name}/metadata.json");
+        let params_txt = format!("{name}/params.txt");
+        let updater_txt = format!("{name}/updater.txt");
+        let meta = format!("{name}/metadata.json");
         // A remote archive fetches the tag's tables in one batched request; metadata.json
         // only within the limit `metadata` holds it to.
-        let meta_ok = archive.entry(&mname).is_some_and(|e| {
+        let meta_ok = archive.entry(&meta).is_some_and(|e| {
             e.uncompressed_size <= MAX_METADATA_BYTES && e.compressed_size <= MAX_METADATA_BYTES
         });
-        let mut ahead = vec![pname.as_str(), uname.as_str()];
+        let mut ahead = vec![params_txt.as_str(), updater_txt.as_str()];
         if meta_ok {
-            ahead.push(&mname);
+            ahead.push(&meta);
         }
         archive.prefetch(&ahead)?;
-        if archive.has_entry(&pname) {
-            let bytes = archive.entry_bytes(&pname)?;
+        Ok(TableReader {
+            archive,
+            own: SharedStr::from(name),
+            resolved,
+            cursor: ResolveCursor {
+                next: usize::MAX,
+                name: String::new(),
+            },
+            params_txt,
+            updater_txt,
+        })
+    }
+
+    /// The location of ref `r` of a table of this tag, and the ref's number: distinct
+    /// refs are numbered in the order met (a parameter's is its slot in the header cache:
+    /// params are read first, so theirs are 0..the count of distinct ones). Many names
+    /// may refer to one file (that is what sharing is): each distinct ref is resolved
+    /// once, and every name that uses it shares its location's strings.
+    fn resolve(
+        &mut self,
+        r: &ParamRef,
+        kind: TensorKind,
+        line: usize,
+    ) -> Result<(TensorLocation, u32)> {
+        if let Some(found) = self.resolved.get(&(kind, r.clone())) {
+            return Ok(found.clone());
+        }
+        let table = match kind {
+            TensorKind::Params => &self.params_txt,
+            TensorKind::Updater => &self.updater_txt,
+        };
+        let loc = self
+            .archive
+            .resolve(&self.own, r, kind, (table, line), &mut self.cursor)?;
+        // At most one per line of a table held in memory: fits u32 on 64-bit targets
+        // for any table under 4 G lines; saturating keeps a larger one correct.
+        let id = u32::try_from(self.resolved.len()).unwrap_or(u32::MAX);
+        self.resolved.insert((kind, r.clone()), (loc.clone(), id));
+        Ok((loc, id))
+    }
+
+    /// The bytes of `entry` (one of this tag's tables), if the tag has it.
+    fn table(&self, entry: &str) -> Result<Option<Cow<'a, [u8]>>> {
+        if !self.archive.has_entry(entry) {
+            return Ok(None);
+        }
+        self.archive.entry_bytes(entry).map(Some)
+    }
+}
+
+impl Drop for TableReader<'_> {
+    fn drop(&mut self) {
+        if self.resolved.capacity() <= RESOLVED_KEPT {
+            self.resolved.clear();
+            let map = std::mem::take(&mut self.resolved);
+            RESOLVED.with(|c| c.set(Some(map)));
+        }
+    }
+}
+
+/// What a tag's summary needs of its tables ([`TagTables::count`]).
+pub(super) struct TableCounts {
+    pub(super) params: u64,
+    pub(super) updater_arrays: u64,
+    /// Each distinct tensor file the tables refer to, in the order first met.
+    pub(super) files: Vec<TensorLocation>,
+    /// The files shared.txt says the tag uses from other tags: (file, owning tag's
+    /// position in tags.txt).
+    pub(super) shared: Vec<(&'static str, usize)>,
+}
+
+impl TagTables {
+    fn load(archive: &Archive, name: &str) -> Result<TagTables> {
+        let mut reader = TableReader::new(archive, name)?;
+        let mut param_slot = Vec::new();
+        let mut params = Vec::new();
+        let (pname, uname) = (reader.params_txt.clone(), reader.updater_txt.clone());
+        if let Some(bytes) = reader.table(&pname)? {
             params = load_table(
                 &bytes,
                 &pname,
                 false,
                 |p: &ParamEntry| p.name.as_str(),
-                |refs, line| resolve(&refs[0], TensorKind::Params, &pname, line),
+                |refs, line| reader.resolve(&refs[0], TensorKind::Params, line),
                 |name, (location, slot)| {
                     param_slot.push(slot);
-                    ParamEntry { name, location }
+                    ParamEntry {
+                        name: name.into_owned(),
+                        location,
+                    }
                 },
             )?;
         }
         let header_slots = param_slot.iter().max().map_or(0, |&m| m as usize + 1);
         let mut updater = Vec::new();
-        if archive.has_entry(&uname) {
-            let bytes = archive.entry_bytes(&uname)?;
+        if let Some(bytes) = reader.table(&uname)? {
             updater = load_table(
                 &bytes,
                 &uname,
@@ -366,18 +435,18 @@ impl TagTables {
                 |u: &UpdaterEntry| u.name.as_str(),
                 |refs, line| {
                     refs.iter()
-                        .map(|r| resolve(r, TensorKind::Updater, &uname, line).map(|(l, _)| l))
+                        .map(|r| reader.resolve(r, TensorKind::Updater, line).map(|(l, _)| l))
                         .collect::<Result<Vec<_>>>()
                 },
-                |name, arrays| UpdaterEntry { name, arrays },
+                |name, arrays| UpdaterEntry {
+                    name: name.into_owned(),
+                    arrays,
+                },
             )?;
         }
+        drop(reader);
         params.shrink_to_fit();
         updater.shrink_to_fit();
-        if resolved.capacity() <= RESOLVED_KEPT {
-            resolved.clear();
-            RESOLVED.with(|c| c.set(Some(resolved)));
-        }
         let shared = load_shared(archive, name)?
             .into_iter()
             .filter_map(|(file, owner)| Some((file, archive.tag_position(owner)?)))
@@ -392,6 +461,115 @@ impl TagTables {
             shared,
         })
     }
+
+    /// Tag `name`'s tables checked exactly as [`TagTables::load`] checks them, keeping
+    /// only what its summary needs: no row is built, and a name without an escape is not
+    /// copied (a `Tag` of 1,000 params holds 1,000 names and locations; listing 100 tags
+    /// built and dropped them all: BENCHMARKS.md, P5).
+    pub(super) fn count(archive: &Archive, name: &str) -> Result<TableCounts> {
+        let mut reader = TableReader::new(archive, name)?;
+        let (pname, uname) = (reader.params_txt.clone(), reader.updater_txt.clone());
+        // Each distinct ref's location, in the order met (a ref's number is its place:
+        // numbers are given in that order).
+        let mut refs: Vec<TensorLocation> = Vec::new();
+        let mut note = |(loc, id): (TensorLocation, u32)| {
+            if id as usize == refs.len() {
+                refs.push(loc);
+            }
+        };
+        let mut params = 0u64;
+        if let Some(bytes) = reader.table(&pname)? {
+            let names = load_table(
+                &bytes,
+                &pname,
+                false,
+                |n: &Cow<'_, str>| n.as_ref(),
+                |refs, line| {
+                    note(reader.resolve(&refs[0], TensorKind::Params, line)?);
+                    Ok(())
+                },
+                |name, ()| name,
+            )?;
+            params = names.len() as u64;
+        }
+        let mut updater_arrays = 0u64;
+        if let Some(bytes) = reader.table(&uname)? {
+            let names = load_table(
+                &bytes,
+                &uname,
+                true,
+                |n: &Cow<'_, str>| n.as_ref(),
+                |refs, line| {
+                    for r in refs {
+                        note(reader.resolve(r, TensorKind::Updater, line)?);
+                    }
+                    Ok(refs.len() as u64)
+                },
+                |name, arrays| {
+                    updater_arrays += arrays;
+                    name
+                },
+            )?;
+            drop(names);
+        }
+        // Two refs may name one file (`5` and `own/5`): each file once.
+        let mut seen: crate::keyed::KeyedSet<SharedStr> = Default::default();
+        seen.reserve(refs.len());
+        let files = refs
+            .into_iter()
+            .filter(|l| seen.insert(l.entry.clone()))
+            .collect();
+        drop(seen);
+        drop(reader);
+        let shared = load_shared(archive, name)?
+            .into_iter()
+            .filter_map(|(file, owner)| Some((file, archive.tag_position(owner)?)))
+            .collect();
+        Ok(TableCounts {
+            params,
+            updater_arrays,
+            files,
+            shared,
+        })
+    }
+}
+
+/// [`Tag::file_entry`] of tag `name` of `archive`, whose shared.txt says `shared`.
+fn file_entry(
+    archive: &Archive,
+    name: &str,
+    shared: &[(&str, &str)],
+    file: &str,
+) -> Option<String> {
+    let own = format!("{name}/{file}");
+    if archive.has_entry(&own) {
+        return Some(own);
+    }
+    shared
+        .iter()
+        .find(|(f, _)| *f == file)
+        .map(|(f, owner)| format!("{owner}/{f}"))
+}
+
+/// [`Tag::graph_entry`] of tag `name` of `archive`, whose shared.txt says `shared`.
+pub(super) fn graph_entry(
+    archive: &Archive,
+    name: &str,
+    shared: &[(&str, &str)],
+) -> Result<Option<(GraphFormat, String)>> {
+    let fb = file_entry(archive, name, shared, "graph.fb");
+    let pd = file_entry(archive, name, shared, "graph.pdmodel");
+    match (fb, pd) {
+        (Some(_), Some(pd)) => Err(archive.located(
+            Error::new(ErrorKind::InvalidInput(format!(
+                "tag {name:?} has both graph.fb and graph.pdmodel; at most one is allowed"
+            )))
+            .in_entry(pd),
+        )),
+        (Some(fb), None) => Ok(Some((GraphFormat::FlatBuffers, fb))),
+        (None, Some(pd)) => Ok(Some((GraphFormat::ProgramDesc, pd))),
+        (None, None) => Ok(None),
+    }
 }
 
 impl<'a> Tag<'a> {
@@ -405,14 +583,7 @@ impl<'a> Tag<'a> {
     /// `trainingConfig.fb`): its own, or the owner's that shared.txt names; `None` when
     /// the tag has neither.
     pub(crate) fn file_entry(&self, file: &str) -> Option<String> {
-        let own = format!("{}/{file}", self.name);
-        if self.archive.has_entry(&own) {
-            return Some(own);
-        }
-        self.shared
-            .iter()
-            .find(|(f, _)| *f == file)
-            .map(|(f, owner)| format!("{owner}/{f}"))
+        file_entry(self.archive, self.name, &self.shared, file)
     }
 
     /// The tag's name, spelled as in tags.txt.
@@ -437,20 +608,7 @@ impl<'a> Tag<'a> {
     /// The graph's encoding and the entry that holds it (the tag's own, or the owner's
     /// that shared.txt names), without reading it; both encodings present is an error.
     pub(crate) fn graph_entry(&self) -> Result<Option<(GraphFormat, String)>> {
-        let fb = self.file_entry("graph.fb");
-        let pd = self.file_entry("graph.pdmodel");
-        match (fb, pd) {
-            (Some(_), Some(pd)) => Err(self.archive.located(
-                Error::new(ErrorKind::InvalidInput(format!(
-                    "tag {:?} has both graph.fb and graph.pdmodel; at most one is allowed",
-                    self.name
-                )))
-                .in_entry(pd),
-            )),
-            (Some(fb), None) => Ok(Some((GraphFormat::FlatBuffers, fb))),
-            (None, Some(pd)) => Ok(Some((GraphFormat::ProgramDesc, pd))),
-            (None, None) => Ok(None),
-        }
+        graph_entry(self.archive, self.name, &self.shared)
     }
 
     /// The parameters, in params.txt order.

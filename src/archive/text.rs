@@ -3,6 +3,7 @@
 use super::tag_name::validate_tag_name;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keyed::KeyedSet;
+use std::borrow::Cow;
 use std::fmt;
 
 /// Longest line accepted in tags.txt, in bytes.
@@ -81,8 +82,13 @@ pub fn escape_name(name: &str) -> String {
 
 /// Decodes `%XX` (either case) escapes; any other `%` is an error.
 pub fn unescape_name(s: &str) -> std::result::Result<String, String> {
+    unescape(s).map(Cow::into_owned)
+}
+
+/// [`unescape_name`], borrowing a name that has no escape (most: no copy of it).
+pub(crate) fn unescape(s: &str) -> std::result::Result<Cow<'_, str>, String> {
     if !s.as_bytes().contains(&b'%') {
-        return Ok(s.to_string());
+        return Ok(Cow::Borrowed(s));
     }
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -106,7 +112,9 @@ pub fn unescape_name(s: &str) -> std::result::Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("{s:?} decodes to bytes that are not UTF-8"))
+    String::from_utf8(out)
+        .map(Cow::Owned)
+        .map_err(|_| format!("{s:?} decodes to bytes that are not UTF-8"))
 }
 
 /// Splits text into (1-based line number, line) pairs, accepting `\n` and `\r\n`,
@@ -222,7 +230,7 @@ pub fn parse_table(bytes: &[u8], entry: &str, updater: bool) -> Result<Vec<Table
     let mut out = Vec::new();
     for_each_table_line(bytes, entry, updater, |name, refs, line| {
         out.push(TableLine {
-            name,
+            name: name.into_owned(),
             refs: refs.to_vec(),
             line,
         });
@@ -268,11 +276,11 @@ const SET_MAX_NAMES: usize = 1 << 14;
 /// in order, without collecting the lines (a reader keeps only what it needs of each:
 /// a params.txt of 200,000 names must not cost a parsed copy of every line on top of
 /// the tag's own table). Does not check that names are unique.
-pub(crate) fn for_each_table_line(
-    bytes: &[u8],
+pub(crate) fn for_each_table_line<'t>(
+    bytes: &'t [u8],
     entry: &str,
     updater: bool,
-    mut f: impl FnMut(String, &[ParamRef], usize) -> Result<()>,
+    mut f: impl FnMut(Cow<'t, str>, &[ParamRef], usize) -> Result<()>,
 ) -> Result<()> {
     let text = utf8(bytes, entry)?;
     let mut refs: Vec<ParamRef> = Vec::new();
@@ -318,7 +326,7 @@ pub(crate) fn for_each_table_line(
                 n,
             ));
         }
-        let name = unescape_name(raw_name).map_err(|m| syntax(m, entry, n))?;
+        let name = unescape(raw_name).map_err(|m| syntax(m, entry, n))?;
         if name.is_empty() {
             return Err(syntax("empty name".into(), entry, n));
         }

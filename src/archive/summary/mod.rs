@@ -6,7 +6,8 @@
 
 use super::container::ZipEntry;
 use super::hashing::hex_digest;
-use super::reader::{Archive, TensorLocation};
+use super::reader::{Archive, TagTables, TensorLocation};
+use super::tag::graph_entry;
 use super::text;
 use super::verify::VerifyReport;
 use crate::archive::tag::MAX_METADATA_BYTES;
@@ -506,40 +507,46 @@ impl Archive {
 
     /// One tag's summary from its tables, metadata and tensor headers (not the summary).
     pub(crate) fn tag_summary_from_tables(&self, name: &str) -> Result<TagSummary> {
-        // Not kept in the archive's table cache: describing every tag needs one tag's
-        // tables at a time.
-        let tag = self.tag_cached(name, false)?;
+        let i = self.tag_position(name).ok_or_else(|| {
+            self.located(crate::ErrorKind::tag_not_found(name, self.tags()).into())
+        })?;
+        let canon = self.tags()[i].as_str();
+        // The tables checked as a `Tag`'s are, keeping only their counts and distinct
+        // files (describing every tag needs one tag's at a time, none of their rows).
+        let counts = TagTables::count(self, canon).map_err(|e| self.located(e))?;
         let mut dtypes = BTreeSet::new();
-        let locations = tag.locations();
         // Many names may refer to one file, and many tags to one file: each file's
         // header is decoded once per archive (`shared_heads` keeps them), the graph is
         // not read (its entry's name says its encoding).
-        let mut seen: crate::keyed::KeyedSet<&str> = Default::default();
-        seen.reserve(tag.params().len());
-        let unique: Vec<&TensorLocation> = locations.filter(|l| seen.insert(&l.entry)).collect();
+        let files: Vec<&TensorLocation> = counts.files.iter().collect();
         // From a remote archive: only each tensor's first bytes, in one batched request.
-        let found = self.shared_dtypes(&unique)?;
+        let found = self.shared_dtypes(&files)?;
         let mut shared_bytes = 0u64;
-        for (loc, dtype) in unique.iter().zip(found) {
+        for (loc, dtype) in files.iter().zip(found) {
             if loc.shared {
-                shared_bytes += tag.stored_size(loc);
+                shared_bytes += self.location_entry(loc).map_or(0, |e| e.compressed_size);
             }
             dtypes.insert(dtype);
         }
-        for (file, owner) in tag.shared_files() {
+        let shared: Vec<(&'static str, &str)> = counts
+            .shared
+            .iter()
+            .map(|&(file, owner)| (file, self.tags()[owner].as_str()))
+            .collect();
+        for (file, owner) in &shared {
             shared_bytes += self
                 .entry_stored_size(&format!("{owner}/{file}"))
                 .unwrap_or(0);
         }
-        let graph = tag.graph_entry()?.map(|(g, _)| g);
-        let (created, sharded) = tag
-            .metadata()?
+        let graph = graph_entry(self, canon, &shared)?.map(|(g, _)| g);
+        let (created, sharded) = self
+            .metadata_of(canon)?
             .map_or((None, None), |m| metadata_fields(&m));
         Ok(TagSummary {
-            name: tag.name().to_string(),
-            params: tag.params().len() as u64,
-            updater_arrays: tag.updater().iter().map(|u| u.arrays.len() as u64).sum(),
-            own_bytes: self.stored_bytes_under(tag.name()),
+            name: canon.to_string(),
+            params: counts.params,
+            updater_arrays: counts.updater_arrays,
+            own_bytes: self.stored_bytes_under(canon),
             shared_bytes,
             graph,
             dtypes: dtypes.into_iter().collect(),
