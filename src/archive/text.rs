@@ -251,9 +251,10 @@ pub(crate) fn check_unique_names<'n>(
     entry: &str,
 ) -> Result<()> {
     let repeat = if names.size_hint().1.is_some_and(|n| n <= SET_MAX_NAMES) {
-        let mut seen: crate::keyed::KeyedSet<&str> = Default::default();
+        let mut seen: KeyedSet<&str> = Default::default();
         seen.reserve(names.size_hint().0);
-        names.into_iter().find(|(name, _)| !seen.insert(name))
+        let mut names = names;
+        names.find(|(name, _)| !seen.insert(name))
     } else {
         let mut order: Vec<(&str, usize)> = names.collect();
         order.sort_unstable();

@@ -140,20 +140,14 @@ pub(crate) fn parse_entries(
     // Names are indexed in directory order once the records are parsed; the first
     // problem in directory order is reported, as a one-pass parse would: a name that
     // repeats one before it, or the record that does not parse.
-    let index_all = |entries: &[ZipEntry]| {
-        let mut index = NameIndex::with_capacity(entries.len());
-        for i in 0..entries.len() {
-            if !index.insert(entries, i) {
-                let name = entries[i].name.clone();
-                let abs = cd_offset + record_offset(cd, i) as u64;
-                return Err(
-                    zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name)
-                );
-            }
+    let mut index = NameIndex::with_capacity(entries.len());
+    for i in 0..entries.len() {
+        if !index.insert(&entries, i) {
+            let name = entries[i].name.clone();
+            let abs = cd_offset + record_offset(cd, i) as u64;
+            return Err(zip_err(format!("entry name {name:?} appears twice"), abs).in_entry(name));
         }
-        Ok(index)
-    };
-    let index = index_all(&entries)?;
+    }
     let dirs = dir_runs(&entries);
     if let Some(e) = parsed.error {
         return Err(e);
