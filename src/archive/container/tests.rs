@@ -117,6 +117,37 @@ fn an_overlap_with_a_zip64_descriptor_is_refused() {
     check_overlaps(&mut entries).unwrap();
 }
 
+/// Entries listed in file order (the common case, checked without sorting) and the same
+/// entries listed in another order (sorted first) give the same verdicts and limits.
+#[test]
+fn overlaps_are_found_in_file_order_and_in_any_other() {
+    let (_, bytes, _) = FOREIGN[0];
+    let dir = parse_lazy(bytes).unwrap();
+    let in_order = dir.entries.clone();
+    assert!(in_order.windows(2).all(|w| w[0].header_offset < w[1].header_offset));
+    let limits = |entries: &[ZipEntry]| {
+        let mut l: Vec<(String, Option<std::num::NonZeroU64>)> = entries
+            .iter()
+            .map(|e| (e.name.clone(), e.unchecked_until))
+            .collect();
+        l.sort();
+        l
+    };
+    let mut a = in_order.clone();
+    let mut b: Vec<ZipEntry> = in_order.iter().rev().cloned().collect();
+    check_overlaps(&mut a).unwrap();
+    check_overlaps(&mut b).unwrap();
+    assert_eq!(limits(&a), limits(&b));
+    // The first entry's data made 1 byte longer runs into the second's header.
+    let mut a = in_order.clone();
+    a[0].compressed_size += (a[1].header_offset - a[0].header_offset) - a[0].footprint() + 1;
+    let mut b: Vec<ZipEntry> = a.iter().rev().cloned().collect();
+    let (ea, eb) = (check_overlaps(&mut a), check_overlaps(&mut b));
+    let ea = ea.unwrap_err().to_string();
+    assert!(ea.contains("overlap"), "{ea}");
+    assert_eq!(ea, eb.unwrap_err().to_string());
+}
+
 /// A one-entry archive ("a", stored "abc") whose entry has flag bit 3 set and
 /// `descriptor` after its data.
 fn with_descriptor(descriptor: &[u8]) -> Vec<u8> {
