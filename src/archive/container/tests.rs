@@ -124,7 +124,11 @@ fn overlaps_are_found_in_file_order_and_in_any_other() {
     let (_, bytes, _) = FOREIGN[0];
     let dir = parse_lazy(bytes).unwrap();
     let in_order = dir.entries.clone();
-    assert!(in_order.windows(2).all(|w| w[0].header_offset < w[1].header_offset));
+    assert!(
+        in_order
+            .windows(2)
+            .all(|w| w[0].header_offset < w[1].header_offset)
+    );
     let limits = |entries: &[ZipEntry]| {
         let mut l: Vec<(String, Option<std::num::NonZeroU64>)> = entries
             .iter()
