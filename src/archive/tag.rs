@@ -471,10 +471,10 @@ impl TagTables {
         let (pname, uname) = (reader.params_txt.clone(), reader.updater_txt.clone());
         // Each distinct ref's location, in the order met (a ref's number is its place:
         // numbers are given in that order).
-        let mut refs: Vec<TensorLocation> = Vec::new();
+        let mut distinct: Vec<TensorLocation> = Vec::new();
         let mut note = |(loc, id): (TensorLocation, u32)| {
-            if id as usize == refs.len() {
-                refs.push(loc);
+            if id as usize == distinct.len() {
+                distinct.push(loc);
             }
         };
         let mut params = 0u64;
@@ -514,8 +514,8 @@ impl TagTables {
         }
         // Two refs may name one file (`5` and `own/5`): each file once.
         let mut seen: crate::keyed::KeyedSet<SharedStr> = Default::default();
-        seen.reserve(refs.len());
-        let files = refs
+        seen.reserve(distinct.len());
+        let files = distinct
             .into_iter()
             .filter(|l| seen.insert(l.entry.clone()))
             .collect();
