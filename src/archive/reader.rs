@@ -5,6 +5,7 @@
 use super::container::{self, Directory, METHOD_DEFLATED, METHOD_STORED, ZipEntry};
 use super::shared_str::SharedStr;
 use super::source::Ranged;
+use super::tag::FileRef;
 use super::text;
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::codec::{RecordHead, decode_head};
@@ -118,7 +119,7 @@ pub struct Archive {
     /// entry shared by thousands of tags is inflated once, and only as far as its header).
     /// One cell per central-directory entry, made at the first header asked for (24
     /// bytes an entry; a map of cells cost a hash, a lock and an allocation per entry).
-    /// A listing keeps only each entry's dtype ([`Archive::shared_dtypes`]).
+    /// A listing keeps only each entry's dtype ([`Archive::file_dtypes`]).
     heads: OnceLock<Box<[HeadCell]>>,
     /// Where the data of each entry whose local header the open left unread
     /// ([`ZipEntry::unchecked_until`]) starts, by position in the central directory, once
@@ -1010,34 +1011,45 @@ impl Archive {
     /// [`Archive::shared_heads`] checks it, but keeping only the dtype of each entry (what
     /// a listing needs). A remote archive's headers are fetched and kept whole (one
     /// batched request: [`Archive::shared_heads`]).
-    pub(crate) fn shared_dtypes(&self, locs: &[&TensorLocation]) -> Result<Vec<DType>> {
+    pub(super) fn file_dtypes(&self, files: &[FileRef<'_>]) -> Result<Vec<DType>> {
         if matches!(self.backing, Backing::Ranged(_)) {
-            return Ok(self.shared_heads(locs)?.iter().map(|h| h.dtype).collect());
+            let locs: Vec<TensorLocation> = files.iter().map(|f| f.location(self)).collect();
+            let locs: Vec<&TensorLocation> = locs.iter().collect();
+            return Ok(self.shared_heads(&locs)?.iter().map(|h| h.dtype).collect());
         }
         let bytes = self.backing.bytes();
-        locs.iter()
+        files
+            .iter()
             .enumerate()
-            .map(|(k, loc)| {
+            .map(|(k, f)| {
                 // The local header (and the record header after it) of a tensor a few
                 // ahead: each lies on a page of its own that the decode below would
                 // otherwise wait for (docs/BENCHMARKS.md, P5).
-                if let Some(e) = locs
+                if let Some(e) = files
                     .get(k + PREFETCH_AHEAD)
-                    .and_then(|ahead| self.dir.entries.get(ahead.entry_hint))
+                    .and_then(|ahead| self.dir.entries.get(ahead.entry))
                 {
                     prefetch(bytes, e.header_offset);
                     prefetch(bytes, e.header_offset.saturating_add(64));
                 }
-                let Some((i, e)) = self.location_index(loc) else {
-                    // No such entry: the full read says so, in its words.
-                    return self.decode_head_uncached(loc, None, None).map(|h| h.dtype);
-                };
+                let e = &self.dir.entries[f.entry];
                 // Held while decoding, as in shared_heads.
-                let mut slot = self.head_cell(i).lock().unwrap_or_else(|p| p.into_inner());
+                let mut slot = self
+                    .head_cell(f.entry)
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 if let Some(d) = slot.dtype {
                     return Ok(d);
                 }
-                let d = self.decode_head_uncached(loc, Some(e), None)?.dtype;
+                // A local stored entry's header where it lies; any other read as
+                // `tensor_heads` reads it.
+                let d = match self.head_unmapped(e) {
+                    Some((_, h)) => h.dtype,
+                    None => {
+                        self.decode_head_uncached(&f.location(self), Some(e), None)?
+                            .dtype
+                    }
+                };
                 WorkCounters::add(&self.work.heads_decoded);
                 slot.dtype = Some(d);
                 Ok(d)
@@ -1204,7 +1216,7 @@ impl<W: Write> Write for CrcWriter<'_, W> {
     }
 }
 
-/// How many tensors ahead [`Archive::shared_dtypes`] asks the CPU to fetch a local header.
+/// How many tensors ahead [`Archive::file_dtypes`] asks the CPU to fetch a local header.
 const PREFETCH_AHEAD: usize = 16;
 
 /// Asks the CPU to bring the cache line at `bytes[at]` in (nothing when `at` is outside).

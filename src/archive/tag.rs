@@ -91,24 +91,52 @@ impl Archive {
         own: &SharedStr,
         r: &ParamRef,
         kind: TensorKind,
-        (table_entry, line): (&str, usize),
+        at: (&str, usize),
         cursor: &mut ResolveCursor,
     ) -> Result<TensorLocation> {
+        let file = self.resolve_file(own, r, kind, at, cursor)?;
+        Ok(TensorLocation {
+            // The tag's own name is one string for all its locations.
+            tag: if file.shared {
+                SharedStr::from(file.tag)
+            } else {
+                own.clone()
+            },
+            kind,
+            index: r.index,
+            entry: SharedStr::from(cursor.name.as_str()),
+            shared: file.shared,
+            entry_hint: file.entry,
+        })
+    }
+
+    /// The entry ref `r` of the table `table_entry` (line `line`) of tag `own` names,
+    /// found as [`Archive::resolve`] finds it (the entry's name is left in `cursor`),
+    /// without building its location's strings.
+    fn resolve_file<'s>(
+        &'s self,
+        own: &'s str,
+        r: &ParamRef,
+        kind: TensorKind,
+        (table_entry, line): (&str, usize),
+        cursor: &mut ResolveCursor,
+    ) -> Result<FileRef<'s>> {
         let tag = match &r.tag {
-            None => own.as_str(),
-            Some(t) => self.canonical_tag(t).ok_or_else(|| {
+            None => None,
+            Some(t) => Some(self.canonical_tag(t).ok_or_else(|| {
                 Error::new(ErrorKind::Syntax(format!(
                     "reference {r} names tag {t:?}, which tags.txt does not list"
                 )))
                 .in_entry(table_entry)
                 .at_line(line)
-            })?,
+            })?),
         };
+        let name_tag = tag.unwrap_or(own);
         // Built by hand in the caller's buffer: this runs once per params.txt line, and
         // format! (or a String for the number and one for the name) costs 3x more.
         let entry = &mut cursor.name;
         entry.clear();
-        for part in [tag, "/", kind.dir(), "/"] {
+        for part in [name_tag, "/", kind.dir(), "/"] {
             entry.push_str(part);
         }
         entry.push_str(itoa::Buffer::new().format(r.index));
@@ -123,26 +151,49 @@ impl Archive {
             true => Some(guess),
             false => self.dir.index.get(&self.dir.entries, entry),
         };
-        let Some(entry_hint) = found else {
+        let Some(position) = found else {
             return Err(Error::new(ErrorKind::MissingEntry(entry.to_string()))
                 .in_entry(table_entry)
                 .at_line(line));
         };
-        cursor.next = entry_hint + 1;
-        let shared = tag != own.as_str();
-        Ok(TensorLocation {
-            // The tag's own name is one string for all its locations.
-            tag: if shared {
-                SharedStr::from(tag)
-            } else {
-                own.clone()
-            },
+        cursor.next = position + 1;
+        let shared = name_tag != own;
+        Ok(FileRef {
+            entry: position,
+            tag: name_tag,
             kind,
             index: r.index,
-            entry: SharedStr::from(entry),
             shared,
-            entry_hint,
         })
+    }
+}
+
+/// A tensor file a table refers to, as [`Archive::resolve_file`] found it: what a
+/// listing needs of it, with no string of its own ([`FileRef::location`] builds them).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FileRef<'a> {
+    /// The entry's position in the central directory.
+    pub(super) entry: usize,
+    /// The owning tag, spelled as in tags.txt.
+    pub(super) tag: &'a str,
+    pub(super) kind: TensorKind,
+    /// The file number.
+    pub(super) index: u64,
+    /// True when the file is owned by a tag other than the one that lists it.
+    pub(super) shared: bool,
+}
+
+impl FileRef<'_> {
+    /// The file's location, with its strings.
+    pub(super) fn location(&self, archive: &Archive) -> TensorLocation {
+        TensorLocation {
+            tag: SharedStr::from(self.tag),
+            kind: self.kind,
+            index: self.index,
+            entry: SharedStr::from(archive.dir.entries[self.entry].name.as_str()),
+            shared: self.shared,
+            entry_hint: self.entry,
+        }
     }
 }
 
@@ -307,6 +358,8 @@ pub struct Tag<'a> {
 /// [`TagTables::load`] and [`TagTables::count`] share: the same checks either way.
 struct TableReader<'a> {
     archive: &'a Archive,
+    /// The tag, spelled as tags.txt spells it.
+    own_name: &'a str,
     own: SharedStr,
     resolved: ResolvedMap,
     cursor: ResolveCursor,
@@ -316,7 +369,7 @@ struct TableReader<'a> {
 }
 
 impl<'a> TableReader<'a> {
-    fn new(archive: &'a Archive, name: &str) -> Result<TableReader<'a>> {
+    fn new(archive: &'a Archive, name: &'a str) -> Result<TableReader<'a>> {
         let mut resolved = RESOLVED.with(|c| c.take()).unwrap_or_default();
         resolved.clear();
         let params_txt = format!("{name}/params.txt");
@@ -334,6 +387,7 @@ impl<'a> TableReader<'a> {
         archive.prefetch(&ahead)?;
         Ok(TableReader {
             archive,
+            own_name: name,
             own: SharedStr::from(name),
             resolved,
             cursor: ResolveCursor {
@@ -373,6 +427,20 @@ impl<'a> TableReader<'a> {
         Ok((loc, id))
     }
 
+    /// The file ref `r` of a table of this tag names, without its location's strings:
+    /// what counting the tag's files needs ([`TagTables::count`]). Not remembered: a
+    /// ref met again is found again (the name built, the entry after the previous one
+    /// compared), which costs less than a map's lookup when refs are distinct, as they
+    /// are in every table a writer here makes.
+    fn resolve_file(&mut self, r: &ParamRef, kind: TensorKind, line: usize) -> Result<FileRef<'a>> {
+        let table = match kind {
+            TensorKind::Params => &self.params_txt,
+            TensorKind::Updater => &self.updater_txt,
+        };
+        self.archive
+            .resolve_file(self.own_name, r, kind, (table, line), &mut self.cursor)
+    }
+
     /// The bytes of `entry` (one of this tag's tables), if the tag has it.
     fn table(&self, entry: &str) -> Result<Option<Cow<'a, [u8]>>> {
         if !self.archive.has_entry(entry) {
@@ -393,11 +461,11 @@ impl Drop for TableReader<'_> {
 }
 
 /// What a tag's summary needs of its tables ([`TagTables::count`]).
-pub(super) struct TableCounts {
+pub(super) struct TableCounts<'a> {
     pub(super) params: u64,
     pub(super) updater_arrays: u64,
     /// Each distinct tensor file the tables refer to, in the order first met.
-    pub(super) files: Vec<TensorLocation>,
+    pub(super) files: Vec<FileRef<'a>>,
     /// The files shared.txt says the tag uses from other tags: (file, owning tag's
     /// position in tags.txt).
     pub(super) shared: Vec<(&'static str, usize)>,
@@ -466,17 +534,10 @@ impl TagTables {
     /// only what its summary needs: no row is built, and a name without an escape is not
     /// copied (a `Tag` of 1,000 params holds 1,000 names and locations; listing 100 tags
     /// built and dropped them all: BENCHMARKS.md, P5).
-    pub(super) fn count(archive: &Archive, name: &str) -> Result<TableCounts> {
+    pub(super) fn count<'a>(archive: &'a Archive, name: &'a str) -> Result<TableCounts<'a>> {
         let mut reader = TableReader::new(archive, name)?;
         let (pname, uname) = (reader.params_txt.clone(), reader.updater_txt.clone());
-        // Each distinct ref's location, in the order met (a ref's number is its place:
-        // numbers are given in that order).
-        let mut distinct: Vec<TensorLocation> = Vec::new();
-        let mut note = |(loc, id): (TensorLocation, u32)| {
-            if id as usize == distinct.len() {
-                distinct.push(loc);
-            }
-        };
+        let mut met = DistinctFiles::default();
         let mut params = 0u64;
         if let Some(bytes) = reader.table(&pname)? {
             let names = load_table(
@@ -485,7 +546,7 @@ impl TagTables {
                 false,
                 |n: &Cow<'_, str>| n.as_ref(),
                 |refs, line| {
-                    note(reader.resolve(&refs[0], TensorKind::Params, line)?);
+                    met.push(reader.resolve_file(&refs[0], TensorKind::Params, line)?);
                     Ok(())
                 },
                 |name, ()| name,
@@ -501,7 +562,7 @@ impl TagTables {
                 |n: &Cow<'_, str>| n.as_ref(),
                 |refs, line| {
                     for r in refs {
-                        note(reader.resolve(r, TensorKind::Updater, line)?);
+                        met.push(reader.resolve_file(r, TensorKind::Updater, line)?);
                     }
                     Ok(refs.len() as u64)
                 },
@@ -512,15 +573,8 @@ impl TagTables {
             )?;
             drop(names);
         }
-        // Two refs may name one file (`5` and `own/5`): each file once.
-        let mut seen: crate::keyed::KeyedSet<SharedStr> = Default::default();
-        seen.reserve(distinct.len());
-        let files = distinct
-            .into_iter()
-            .filter(|l| seen.insert(l.entry.clone()))
-            .collect();
-        drop(seen);
         drop(reader);
+        let files = met.files;
         let shared = load_shared(archive, name)?
             .into_iter()
             .filter_map(|(file, owner)| Some((file, archive.tag_position(owner)?)))
@@ -531,6 +585,34 @@ impl TagTables {
             files,
             shared,
         })
+    }
+}
+
+/// Each file a tag's tables refer to once, in the order first met (many refs may name
+/// one file: `5` and `own/5`, or many names sharing it), holding one item per distinct
+/// file however many refs name each.
+#[derive(Default)]
+struct DistinctFiles<'a> {
+    files: Vec<FileRef<'a>>,
+    /// The entries of `files`, once a file was met out of ascending entry order: until
+    /// then (a writer here stores a tag's files in the order of its tables) each file
+    /// met after the last is new, and no set is kept.
+    seen: Option<crate::keyed::KeyedSet<usize>>,
+}
+
+impl<'a> DistinctFiles<'a> {
+    fn push(&mut self, f: FileRef<'a>) {
+        let seen = match (&mut self.seen, self.files.last()) {
+            (None, None) => return self.files.push(f),
+            (None, Some(last)) if last.entry < f.entry => return self.files.push(f),
+            (None, Some(_)) => self
+                .seen
+                .insert(self.files.iter().map(|f| f.entry).collect()),
+            (Some(seen), _) => seen,
+        };
+        if seen.insert(f.entry) {
+            self.files.push(f);
+        }
     }
 }
 
@@ -886,6 +968,73 @@ mod tests {
         assert!(heads[0].get().is_some());
         let alias = tag.param("alias").unwrap();
         assert_eq!(alias.view().as_slice::<f32>().unwrap(), &[1.0, 2.0]);
+    }
+
+    #[test]
+    fn distinct_files_keep_the_first_of_each_in_the_order_met() {
+        use super::{DistinctFiles, FileRef};
+        use crate::archive::reader::TensorKind;
+        let file = |entry| FileRef {
+            entry,
+            tag: "a",
+            kind: TensorKind::Params,
+            index: entry as u64,
+            shared: false,
+        };
+        let order = |d: &DistinctFiles<'_>| d.files.iter().map(|f| f.entry).collect::<Vec<_>>();
+        // Ascending: no set is made.
+        let mut d = DistinctFiles::default();
+        for e in [1, 4, 9] {
+            d.push(file(e));
+        }
+        assert_eq!(order(&d), [1, 4, 9]);
+        assert!(d.seen.is_none());
+        // Out of order, with repeats of files met before and after the turn.
+        for e in [4, 2, 9, 2, 1, 7, 7] {
+            d.push(file(e));
+        }
+        assert_eq!(order(&d), [1, 4, 9, 2, 7]);
+    }
+
+    #[test]
+    fn counting_a_tags_tables_names_each_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.mz");
+        let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+        let v = Tensor::from_slice(vec![1], &[3.0f32]).unwrap();
+        let mut writer = ArchiveWriter::create(&path).unwrap();
+        writer
+            .add_tag(TagBuilder::new("a").param("w", w.clone()))
+            .unwrap();
+        // b's x and z are a's file (stored once), y its own.
+        let b = TagBuilder::new("b")
+            .param("x", w.clone())
+            .param("y", v)
+            .param("z", w)
+            .updater("y", vec![Tensor::from_slice(vec![1], &[0.0f32]).unwrap()]);
+        writer.add_tag(b).unwrap();
+        writer.finish().unwrap();
+        let archive = Archive::open(&path).unwrap();
+        let counts = super::TagTables::count(&archive, "b").unwrap();
+        assert_eq!((counts.params, counts.updater_arrays), (3, 1));
+        let files: Vec<(String, bool)> = counts
+            .files
+            .iter()
+            .map(|f| (archive.dir.entries[f.entry].name.clone(), f.shared))
+            .collect();
+        let tag = archive.tag("b").unwrap();
+        let mut expected: Vec<(String, bool)> = Vec::new();
+        for loc in tag.locations() {
+            let item = (loc.entry().to_string(), loc.shared);
+            if !expected.contains(&item) {
+                expected.push(item);
+            }
+        }
+        assert_eq!(files, expected);
+        assert_eq!(files.len(), 3);
+        assert!(files[0].1 && files[0].0.starts_with("a/"));
+        let located = counts.files[0].location(&archive);
+        assert_eq!((located.tag(), located.entry()), ("a", files[0].0.as_str()));
     }
 
     #[test]

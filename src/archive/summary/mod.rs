@@ -6,7 +6,7 @@
 
 use super::container::ZipEntry;
 use super::hashing::hex_digest;
-use super::reader::{Archive, TagTables, TensorLocation};
+use super::reader::{Archive, TagTables};
 use super::tag::graph_entry;
 use super::text;
 use super::verify::VerifyReport;
@@ -518,13 +518,12 @@ impl Archive {
         // Many names may refer to one file, and many tags to one file: each file's
         // header is decoded once per archive (`shared_heads` keeps them), the graph is
         // not read (its entry's name says its encoding).
-        let files: Vec<&TensorLocation> = counts.files.iter().collect();
         // From a remote archive: only each tensor's first bytes, in one batched request.
-        let found = self.shared_dtypes(&files)?;
+        let found = self.file_dtypes(&counts.files)?;
         let mut shared_bytes = 0u64;
-        for (loc, dtype) in files.iter().zip(found) {
-            if loc.shared {
-                shared_bytes += self.location_entry(loc).map_or(0, |e| e.compressed_size);
+        for (f, dtype) in counts.files.iter().zip(found) {
+            if f.shared {
+                shared_bytes += self.dir.entries[f.entry].compressed_size;
             }
             dtypes.insert(dtype);
         }
