@@ -8,7 +8,7 @@ use super::source::Ranged;
 use super::tag::FileRef;
 use super::text;
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::codec::{RecordHead, decode_head};
+use crate::tensor::codec::{DtypeMemo, RecordHead, decode_head};
 use crate::tensor::{DType, Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -891,6 +891,16 @@ impl Archive {
     /// entry's data starts, read as [`Archive::view_unmapped`] reads it (no page of the
     /// map touched). `None` when that does not apply or does not settle it.
     fn head_unmapped(&self, e: &ZipEntry) -> Option<(u64, RecordHead)> {
+        self.unmapped_with(e, decode_head)
+    }
+
+    /// [`Archive::head_unmapped`] with `decode` for the header's decode (all of it, or
+    /// the dtype alone).
+    fn unmapped_with<T>(
+        &self,
+        e: &ZipEntry,
+        mut decode: impl FnMut(&[u8], u64) -> Result<Option<T>>,
+    ) -> Option<(u64, T)> {
         #[cfg(unix)]
         if let Backing::Map(_, file) = &self.backing
             && e.method == METHOD_STORED
@@ -911,7 +921,7 @@ impl Archive {
                     self.backing.bytes().get(at..at.checked_add(len)?)?
                 }
             };
-            let kept = decode_head(kept, e.compressed_size).ok().flatten();
+            let kept = decode(kept, e.compressed_size).ok().flatten();
             let head = match kept {
                 Some(h) => h,
                 None => {
@@ -923,12 +933,12 @@ impl Archive {
                         .min(HEAD_PREAD)
                         .min(page_left as usize);
                     file.read_exact_at(&mut prefix[..n], data_offset).ok()?;
-                    decode_head(&prefix[..n], e.compressed_size).ok()??
+                    decode(&prefix[..n], e.compressed_size).ok()??
                 }
             };
             return Some((data_offset, head));
         }
-        let _ = e;
+        let _ = (e, decode);
         None
     }
 
@@ -1017,6 +1027,19 @@ impl Archive {
             let locs: Vec<&TensorLocation> = locs.iter().collect();
             return Ok(self.shared_heads(&locs)?.iter().map(|h| h.dtype).collect());
         }
+        thread_local! {
+            /// Each place's last header in the tags this thread described: the same
+            /// place in the next tag (of many checkpoints of one model) has the same
+            /// header, whose dtype is then known without a decode.
+            static MEMO: std::cell::Cell<DtypeMemo> = std::cell::Cell::new(DtypeMemo::default());
+        }
+        let mut memo = MEMO.take();
+        let found = self.file_dtypes_with(files, &mut memo);
+        MEMO.set(memo);
+        found
+    }
+
+    fn file_dtypes_with(&self, files: &[FileRef<'_>], memo: &mut DtypeMemo) -> Result<Vec<DType>> {
         let bytes = self.backing.bytes();
         files
             .iter()
@@ -1043,8 +1066,8 @@ impl Archive {
                 }
                 // A local stored entry's header where it lies; any other read as
                 // `tensor_heads` reads it.
-                let d = match self.head_unmapped(e) {
-                    Some((_, h)) => h.dtype,
+                let d = match self.unmapped_with(e, |b, len| memo.dtype(k, b, len)) {
+                    Some((_, d)) => d,
                     None => {
                         self.decode_head_uncached(&f.location(self), Some(e), None)?
                             .dtype

@@ -179,18 +179,123 @@ pub struct RecordHead {
 /// fill exactly `entry_len` bytes. `Ok(None)` when `prefix` ends before the header does
 /// (read more and decode the whole record).
 pub fn decode_head(prefix: &[u8], entry_len: u64) -> Result<Option<RecordHead>> {
+    let mut dims = Vec::new();
+    Ok(
+        decode_head_into(prefix, entry_len, &mut dims)?.map(
+            |(lod, dtype, header_len, data_len)| RecordHead {
+                dtype,
+                dims,
+                lod,
+                header_len,
+                data_len,
+            },
+        ),
+    )
+}
+
+/// The dtype of [`decode_head`]'s header, with the same checks, keeping nothing else of
+/// it (the dims decoded into this thread's reused buffers), and the header's length:
+/// what a listing needs.
+fn decode_head_dtype(prefix: &[u8], entry_len: u64) -> Result<Option<(DType, u64)>> {
+    thread_local! {
+        static DIMS: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+    }
+    let mut dims = DIMS.take();
+    let found = decode_head_into(prefix, entry_len, &mut dims);
+    // A hostile header's many dims are not kept by the thread.
+    if dims.capacity() <= 64 {
+        DIMS.set(dims);
+    }
+    Ok(found?.map(|(_, dtype, header_len, _)| (dtype, header_len)))
+}
+
+/// Record headers' dtypes as [`decode_head`] finds them, remembering the last header of
+/// each of a caller's slots: a header whose bytes and entry length are the slot's last
+/// one's has its dtype without a second decode. Exact: the decode reads a header's bytes
+/// in order and stops at its end, so what it finds depends on those bytes and the
+/// entry's length alone. Describing many checkpoints of one model (a tensor at the same
+/// place in every tag has the same shape) decodes each place's header once.
+#[derive(Default)]
+pub(crate) struct DtypeMemo {
+    slots: Vec<MemoSlot>,
+}
+
+/// One [`DtypeMemo`] slot: a header of at most [`MEMO_HEADER`] bytes (a record without
+/// LoD and with a few dims; a longer one is decoded every time).
+#[derive(Clone, Copy)]
+struct MemoSlot {
+    len: u8,
+    bytes: [u8; MEMO_HEADER],
+    entry_len: u64,
+    dtype: DType,
+}
+
+const MEMO_HEADER: usize = 48;
+/// The most slots a [`DtypeMemo`] keeps (~64 bytes each).
+const MEMO_SLOTS: usize = 1 << 14;
+
+impl DtypeMemo {
+    /// [`decode_head`]'s dtype of the header `prefix` starts with, for the entry of
+    /// `entry_len` bytes, remembered in `slot`.
+    pub(crate) fn dtype(
+        &mut self,
+        slot: usize,
+        prefix: &[u8],
+        entry_len: u64,
+    ) -> Result<Option<DType>> {
+        if let Some(m) = self.slots.get(slot)
+            && m.len > 0
+            && m.entry_len == entry_len
+            && prefix.starts_with(&m.bytes[..usize::from(m.len)])
+        {
+            return Ok(Some(m.dtype));
+        }
+        let Some((dtype, header_len)) = decode_head_dtype(prefix, entry_len)? else {
+            return Ok(None);
+        };
+        let len = header_len as usize;
+        if slot < MEMO_SLOTS && len <= MEMO_HEADER {
+            if self.slots.len() <= slot {
+                self.slots.resize(slot + 1, MemoSlot::EMPTY);
+            }
+            let m = &mut self.slots[slot];
+            m.len = len as u8;
+            m.bytes[..len].copy_from_slice(&prefix[..len]);
+            m.entry_len = entry_len;
+            m.dtype = dtype;
+        }
+        Ok(Some(dtype))
+    }
+}
+
+impl MemoSlot {
+    const EMPTY: MemoSlot = MemoSlot {
+        len: 0,
+        bytes: [0; MEMO_HEADER],
+        entry_len: 0,
+        dtype: DType::Bool,
+    };
+}
+
+/// [`decode_head`]'s decode and checks, its dims left in `dims`: the LoD, dtype, header
+/// length and data length.
+fn decode_head_into(
+    prefix: &[u8],
+    entry_len: u64,
+    dims: &mut Vec<u64>,
+) -> Result<Option<(Lod, DType, u64, u64)>> {
     let mut c = Cursor {
         bytes: prefix,
         pos: 0,
     };
-    let (lod, dtype, dims, desc_at) = match decode_header_fields(&mut c) {
+    let (lod, dtype, desc_at) = match decode_header_fields(&mut c, dims) {
         Ok(h) => h,
         // Whatever a short prefix cannot tell, the whole record will.
         Err(_) if (prefix.len() as u64) < entry_len => return Ok(None),
         Err(e) => return Err(e.in_record(0)),
     };
     let header_len = c.pos as u64;
-    let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at).in_record(0))?;
+    let n = data_len(dtype, dims).map_err(|e| e.at_offset(desc_at).in_record(0))?;
     let end = header_len.saturating_add(n);
     if end > entry_len {
         return Err(Error::new(ErrorKind::truncated(
@@ -206,17 +311,12 @@ pub fn decode_head(prefix: &[u8], entry_len: u64) -> Result<Option<RecordHead>> 
             .in_record(0)
             .at_offset(end));
     }
-    Ok(Some(RecordHead {
-        dtype,
-        dims,
-        lod,
-        header_len,
-        data_len: n,
-    }))
+    Ok(Some((lod, dtype, header_len, n)))
 }
 
 fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<Record<'a>> {
-    let (lod, dtype, dims, desc_at) = decode_header_fields(c)?;
+    let mut dims = Vec::new();
+    let (lod, dtype, desc_at) = decode_header_fields(c, &mut dims)?;
     let data_offset = c.pos as u64;
     let n = data_len(dtype, &dims).map_err(|e| e.at_offset(desc_at))?;
     let data = c.take(n, "tensor data")?;
@@ -230,8 +330,9 @@ fn decode_fields<'a>(c: &mut Cursor<'a>, start: usize, index: usize) -> Result<R
     })
 }
 
-/// The header fields up to the data: LoD, dtype, dims, and where the TensorDesc was.
-fn decode_header_fields(c: &mut Cursor<'_>) -> Result<(Lod, DType, Vec<u64>, u64)> {
+/// The header fields up to the data: LoD, dtype, and where the TensorDesc was; the dims
+/// in `dims`.
+fn decode_header_fields(c: &mut Cursor<'_>, dims: &mut Vec<u64>) -> Result<(Lod, DType, u64)> {
     let at = c.pos as u64;
     let version = c.u32("version")?;
     if version != 0 {
@@ -309,35 +410,50 @@ fn decode_header_fields(c: &mut Cursor<'_>) -> Result<(Lod, DType, Vec<u64>, u64
     }
     let desc_at = c.pos as u64;
     let desc_bytes = c.take(desc_size as u64, "TensorDesc")?;
-    let (dtype, dims) = decode_desc(desc_bytes).map_err(|e| e.at_offset(desc_at))?;
+    let dtype = decode_desc(desc_bytes, dims).map_err(|e| e.at_offset(desc_at))?;
     if let Some(last) = lod.last() {
         let at = if dims.is_empty() {
             lod_at
         } else {
             prev_last_at
         };
-        check_height(lod.len() - 1, last, &dims).map_err(|e| e.at_offset(at))?;
+        check_height(lod.len() - 1, last, dims).map_err(|e| e.at_offset(at))?;
     }
-    Ok((lod, dtype, dims, desc_at))
+    Ok((lod, dtype, desc_at))
 }
 
-fn decode_desc(bytes: &[u8]) -> Result<(DType, Vec<u64>)> {
-    let desc = <TensorDescWire as prost::Message>::decode(bytes)
-        .map_err(|e| ErrorKind::BadTensorDesc(format!("protobuf does not decode: {e}")))?;
+/// The dtype a TensorDesc names; its dims in `dims`. Decoded into this thread's reused
+/// message (no allocation for its dims once a record with as many was decoded).
+fn decode_desc(bytes: &[u8], dims: &mut Vec<u64>) -> Result<DType> {
+    thread_local! {
+        static DESC: std::cell::Cell<TensorDescWire> = std::cell::Cell::new(TensorDescWire::default());
+    }
+    let mut desc = DESC.take();
+    desc.data_type = None;
+    desc.dims.clear();
+    let decoded = prost::Message::merge(&mut desc, bytes);
+    let found = decoded
+        .map_err(|e| ErrorKind::BadTensorDesc(format!("protobuf does not decode: {e}")).into())
+        .and_then(|()| desc_fields(&desc, dims));
+    // A hostile header's many dims are not kept by the thread.
+    if desc.dims.capacity() <= 64 {
+        DESC.set(desc);
+    }
+    found
+}
+
+/// The dtype of a decoded TensorDesc, its dims (each not negative) in `dims`.
+fn desc_fields(desc: &TensorDescWire, dims: &mut Vec<u64>) -> Result<DType> {
     let code = desc
         .data_type
         .ok_or_else(|| ErrorKind::BadTensorDesc("required field data_type is missing".into()))?;
     let dtype = DType::from_code(code.into())?;
-    // (Collected in place: the decoded Vec<i64>'s allocation holds the dims.)
-    let dims = desc
-        .dims
-        .into_iter()
-        .enumerate()
-        .map(|(index, value)| {
-            u64::try_from(value).map_err(|_| ErrorKind::negative_dim(index, value).into())
-        })
-        .collect::<Result<Vec<u64>>>()?;
-    Ok((dtype, dims))
+    dims.clear();
+    dims.reserve_exact(desc.dims.len());
+    for (index, &value) in desc.dims.iter().enumerate() {
+        dims.push(u64::try_from(value).map_err(|_| ErrorKind::negative_dim(index, value))?);
+    }
+    Ok(dtype)
 }
 
 /// The most LoD levels a record may declare. Paddle sets no limit, but its models use a
@@ -466,5 +582,71 @@ mod tests {
         b.extend_from_slice(&desc);
         b.extend_from_slice(t.data());
         assert_eq!(decode_tensor(&b).unwrap(), t.view());
+    }
+
+    /// What `decode_head` says of a record, as the memo answers: the dtype, no answer
+    /// (a short prefix), or the error's text.
+    fn head_dtype(prefix: &[u8], entry_len: u64) -> std::result::Result<Option<DType>, String> {
+        decode_head(prefix, entry_len)
+            .map(|h| h.map(|h| h.dtype))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_dtype_memo_answers_only_for_the_same_header_and_length() {
+        let a = Tensor::from_slice(vec![2, 3], &[0f32; 6]).unwrap();
+        let mut rec = Vec::new();
+        encode_tensor(&a.view(), &mut rec).unwrap();
+        let len = rec.len() as u64;
+        let mut memo = DtypeMemo::default();
+        assert_eq!(memo.dtype(0, &rec, len).unwrap(), Some(DType::Fp32));
+        assert_eq!(memo.slots[0].len as usize, rec.len() - 24);
+        // The same header again: remembered.
+        assert_eq!(memo.dtype(0, &rec, len).unwrap(), Some(DType::Fp32));
+        // The same header in an entry of another length: decoded, and refused.
+        assert!(memo.dtype(0, &rec, len + 4).is_err());
+        assert!(memo.dtype(0, &rec[..rec.len() - 4], len - 4).is_err());
+        // Another dtype code in the same slot: decoded again.
+        let b = Tensor::from_slice(vec![2, 3], &[0i32; 6]).unwrap();
+        let mut other = Vec::new();
+        encode_tensor(&b.view(), &mut other).unwrap();
+        assert_eq!(memo.dtype(0, &other, len).unwrap(), Some(DType::Int32));
+        // A header with LoD is longer than a slot holds: decoded every time.
+        let bytes = example();
+        assert_eq!(
+            memo.dtype(1, &bytes, bytes.len() as u64).unwrap(),
+            Some(DType::Fp32)
+        );
+        assert!(memo.slots.get(1).is_none_or(|m| m.len == 0));
+    }
+
+    proptest::proptest! {
+        /// Whatever a slot last held, the memo says what `decode_head` says.
+        #[test]
+        fn the_dtype_memo_says_what_decode_head_says(
+            records in proptest::collection::vec(
+                (0usize..3, 0usize..4, proptest::collection::vec(1u64..4, 0..3),
+                 0usize..4, -8i64..8, proptest::option::of((0usize..40, proptest::num::u8::ANY))),
+                1..24,
+            )
+        ) {
+            let dtypes = [DType::Fp32, DType::Int8, DType::Fp16, DType::Int64];
+            let mut memo = DtypeMemo::default();
+            for (slot, dt, dims, cut, extra, flip) in records {
+                let dtype = dtypes[dt];
+                let n: u64 = dims.iter().product::<u64>() * dtype.size() as u64;
+                let mut rec = header_bytes(dtype, &dims, &Vec::new());
+                rec.resize(rec.len() + n as usize, 0);
+                if let Some((at, byte)) = flip {
+                    let at = at % rec.len();
+                    rec[at] = byte;
+                }
+                // A prefix of the record, in an entry of about its length.
+                let prefix = &rec[..rec.len().saturating_sub(cut)];
+                let entry_len = (rec.len() as i64 + extra).max(0) as u64;
+                let got = memo.dtype(slot, prefix, entry_len).map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(got, head_dtype(prefix, entry_len));
+            }
+        }
     }
 }
