@@ -265,7 +265,7 @@ fn rewrite(
         let mut ticker = Ticker::from_hook(opts.progress.as_ref(), total);
         let skip = |e: &super::container::ZipEntry| {
             written_by_commit(&e.name)
-                || plan.dropped.contains(&e.name)
+                || plan.dropped.contains(&*e.name)
                 || e.name
                     .split_once('/')
                     .is_some_and(|(top, _)| removed_set.contains(top))
@@ -411,8 +411,8 @@ impl Plan {
     /// replaced or dropped by the plan, not under a removed tag.
     fn keeps(&self, e: &super::container::ZipEntry) -> bool {
         !written_by_commit(&e.name)
-            && !self.replaced.contains_key(&e.name)
-            && !self.dropped.contains(&e.name)
+            && !self.replaced.contains_key(&*e.name)
+            && !self.dropped.contains(&*e.name)
             && !e
                 .name
                 .split_once('/')

@@ -532,7 +532,7 @@ impl Archive {
 
     /// Every entry name, in central-directory order.
     pub fn entry_names(&self) -> impl Iterator<Item = &str> {
-        self.dir.entries.iter().map(|e| e.name.as_str())
+        self.dir.entries.iter().map(|e| &*e.name)
     }
 
     /// True when the archive has an entry of exactly this name.
@@ -555,7 +555,7 @@ impl Archive {
     /// The entry a location names: by its position hint when that still matches, else by name.
     pub(crate) fn location_entry(&self, loc: &TensorLocation) -> Option<&ZipEntry> {
         match self.dir.entries.get(loc.entry_hint) {
-            Some(e) if e.name == loc.entry => Some(e),
+            Some(e) if *e.name == *loc.entry => Some(e),
             _ => self.entry(&loc.entry),
         }
     }
@@ -910,7 +910,7 @@ impl Archive {
             let (data_offset, fresh) = self.check_pending(e).ok()?;
             let kept = match (&fresh, e.read_head.as_deref()) {
                 (Some((bytes, n)), _) => &bytes[..*n],
-                (None, Some(head)) => head,
+                (None, Some((bytes, n))) => &bytes[..*n],
                 // Checked through the map, whose page holding the header is then in: the
                 // entry's bytes there (the decode reads only its header), not the whole
                 // read of a view (`tensor`: the record, its dims and LoD copied, 12 % of
@@ -1093,7 +1093,7 @@ impl Archive {
     /// The position in the central directory and the entry `loc` names.
     fn location_index(&self, loc: &TensorLocation) -> Option<(usize, &ZipEntry)> {
         match self.dir.entries.get(loc.entry_hint) {
-            Some(e) if e.name == loc.entry => Some((loc.entry_hint, e)),
+            Some(e) if *e.name == *loc.entry => Some((loc.entry_hint, e)),
             _ => {
                 let i = self.dir.index.get(&self.dir.entries, &loc.entry)?;
                 Some((i, self.dir.entries.get(i)?))

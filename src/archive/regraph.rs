@@ -98,9 +98,9 @@ fn rewrite_graph(
                 Regraph::Change(change) => {
                     let keep = |e: &super::container::ZipEntry| {
                         !written_by_commit(&e.name)
-                            && e.name != change.old_name
-                            && !change.dropped.contains(&e.name)
-                            && !change.replaced.contains_key(&e.name)
+                            && *e.name != *change.old_name
+                            && !change.dropped.contains(&*e.name)
+                            && !change.replaced.contains_key(&*e.name)
                     };
                     let mut s = Session::in_place(sink, base, opts.clone(), keep)?;
                     let mut replaced: Vec<_> = change.replaced.iter().collect();
@@ -131,8 +131,8 @@ fn rewrite_graph(
         let mut s = Session::new(Box::new(temp.writer(opts.fsync)?), 0, opts.clone());
         let skip = |e: &super::container::ZipEntry| {
             written_by_commit(&e.name)
-                || e.name == change.old_name
-                || change.dropped.contains(&e.name)
+                || *e.name == *change.old_name
+                || change.dropped.contains(&*e.name)
         };
         s.copy_archive(&base, skip, &change.replaced, &mut || {})?;
         change.write_graph_and_copies(&mut s, &base)?;

@@ -245,7 +245,7 @@ impl Session {
     ) -> Result<()> {
         for e in &base.directory()?.entries {
             if !skip(e) {
-                match replaced.get(&e.name) {
+                match replaced.get(&*e.name) {
                     Some(bytes) => {
                         self.write_text(&e.name, bytes)?;
                     }

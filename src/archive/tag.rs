@@ -146,7 +146,11 @@ impl Archive {
         // previous line's is checked first, and the name index asked only when it is
         // not that one (names are unique: the same position either way).
         let guess = cursor.next;
-        let at_guess = self.dir.entries.get(guess).is_some_and(|e| e.name == entry);
+        let at_guess = self
+            .dir
+            .entries
+            .get(guess)
+            .is_some_and(|e| *e.name == *entry);
         let found = match at_guess {
             true => Some(guess),
             false => self.dir.index.get(&self.dir.entries, entry),
@@ -190,7 +194,7 @@ impl FileRef<'_> {
             tag: SharedStr::from(self.tag),
             kind: self.kind,
             index: self.index,
-            entry: SharedStr::from(archive.dir.entries[self.entry].name.as_str()),
+            entry: SharedStr::from(&*archive.dir.entries[self.entry].name),
             shared: self.shared,
             entry_hint: self.entry,
         }
@@ -897,7 +901,7 @@ impl<'a> Tag<'a> {
     pub fn own_entries(&self) -> Vec<&'a str> {
         self.archive
             .entries_under(self.name)
-            .map(|e| e.name.as_str())
+            .map(|e| &*e.name)
             .collect()
     }
 }
@@ -1020,7 +1024,7 @@ mod tests {
         let files: Vec<(String, bool)> = counts
             .files
             .iter()
-            .map(|f| (archive.dir.entries[f.entry].name.clone(), f.shared))
+            .map(|f| (archive.dir.entries[f.entry].name.to_string(), f.shared))
             .collect();
         let tag = archive.tag("b").unwrap();
         let mut expected: Vec<(String, bool)> = Vec::new();

@@ -181,7 +181,7 @@ impl Archive {
             // Read whole and checked (length, CRC-32) already: tags.txt by the open, a
             // manifest that parsed just above. Not inflated a second time.
             // (A stored entry's CRC-32 is not checked by a read: it is checked here.)
-            let read_before = e.name == super::reader::TAGS_TXT
+            let read_before = *e.name == *super::reader::TAGS_TXT
                 || e.name.split_once('/').is_some_and(|(t, rest)| {
                     rest == "sha256sums.txt"
                         && self.tag_position(t).is_some_and(|k| {
@@ -510,7 +510,7 @@ impl Archive {
             );
         }
         for e in own {
-            if e.name != sums_name
+            if *e.name != *sums_name
                 && !e.name.ends_with('/')
                 && !e
                     .name

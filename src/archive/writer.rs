@@ -281,7 +281,7 @@ impl TagWriter<'_> {
     ) -> Result<ParamRef> {
         let rel = format!("{}/{index}.lodtensor", kind.dir());
         let full = self.claim(&rel)?;
-        if full != entry.name {
+        if *full != *entry.name {
             return Err(ErrorKind::InvalidInput(format!(
                 "placed entry {:?} is not {full:?}",
                 entry.name

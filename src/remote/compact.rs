@@ -58,7 +58,7 @@ pub fn compact(
         .iter()
         .filter(|e| !written_by_commit(&e.name))
         .map(|e| Live {
-            name: e.name.clone(),
+            name: e.name.to_string(),
             header: e.header_offset,
             // The data's end with no local extra field (a lower bound of its end: the
             // central directory does not give the local header's length).

@@ -67,7 +67,7 @@ pub const METHOD_DEFLATED: u16 = 8;
 #[derive(Debug, Clone)]
 pub struct ZipEntry {
     /// Entry name (UTF-8, checked safe).
-    pub name: String,
+    pub name: Box<str>,
     /// Compression method.
     pub method: u16,
     /// General-purpose flags.
@@ -105,7 +105,8 @@ pub struct ZipEntry {
     /// entry's data read with it, up to 64 for a stored entry (a tensor record's header
     /// without LoD fits, so decoding it needs no second read), none for a deflated one.
     /// `None` when the header was checked through the map, or not read (remote, written).
-    pub read_head: Option<Box<[u8]>>,
+    /// (A thin box of a fixed buffer and its length: one pointer in every entry.)
+    pub read_head: Option<Box<read::HeadPrefix>>,
     /// `Some(limit)` when the open left the local header unread ([`read::parse_lazy`]):
     /// `data_offset` is then only its lower bound (a header without an extra field) and
     /// the entry's local header, data and data descriptor must end at or before `limit`
@@ -220,19 +221,19 @@ impl NameIndex {
     pub fn get(&self, entries: &[ZipEntry], name: &str) -> Option<usize> {
         let h = self.hasher.hash_one(name);
         self.table
-            .find(h, |&i| entries.get(i).is_some_and(|e| e.name == name))
+            .find(h, |&i| entries.get(i).is_some_and(|e| *e.name == *name))
             .copied()
     }
 
     /// Adds entry `i` of `entries`; false (and nothing added) when its name is present.
     fn insert(&mut self, entries: &[ZipEntry], i: usize) -> bool {
-        let name = entries[i].name.as_str();
+        let name = &*entries[i].name;
         let hasher = &self.hasher;
         let h = hasher.hash_one(name);
         match self.table.entry(
             h,
-            |&j| entries[j].name == name,
-            |&j| hasher.hash_one(entries[j].name.as_str()),
+            |&j| *entries[j].name == *name,
+            |&j| hasher.hash_one(&*entries[j].name),
         ) {
             hashbrown::hash_table::Entry::Occupied(_) => false,
             hashbrown::hash_table::Entry::Vacant(v) => {

@@ -488,7 +488,9 @@ fn check_local_read(
             e.data_offset = data_offset;
             e.descriptor_len = descriptor_len;
             e.unchecked_until = None;
-            e.read_head = Some(window[head].into());
+            let mut prefix = [0u8; HEAD_PREFIX];
+            prefix[..head.len()].copy_from_slice(&window[head.clone()]);
+            e.read_head = Some(Box::new((prefix, head.len())));
             true
         }
         None => false,
@@ -778,7 +780,7 @@ fn parse_central(cd: &[u8], pos: &mut usize) -> Result<ZipEntry> {
         }
     }
     Ok(ZipEntry {
-        name,
+        name: name.into_boxed_str(),
         method: u16_at(r, 10),
         flags,
         crc32: u32_at(r, 16),

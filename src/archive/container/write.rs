@@ -238,7 +238,7 @@ pub fn local_header(
     h.extend_from_slice(name.as_bytes());
     h.extend_from_slice(&extra);
     let entry = ZipEntry {
-        name: name.to_string(),
+        name: name.into(),
         method,
         flags: FLAG_UTF8,
         crc32,

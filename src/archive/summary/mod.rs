@@ -154,7 +154,7 @@ fn gather<'e>(entries: impl Iterator<Item = &'e ZipEntry>, mut sink: impl FnMut(
     // an entry cost more than the hashing on 100,000 entries (BENCHMARKS.md, P5).
     let mut n = 0u64;
     let mut buf: Vec<u8> = Vec::with_capacity(FINGERPRINT_CHUNK + 256);
-    for e in entries.filter(|e| e.name != SUMMARY_TXT) {
+    for e in entries.filter(|e| *e.name != *SUMMARY_TXT) {
         n += 1;
         buf.extend_from_slice(&(e.name.len() as u64).to_le_bytes());
         buf.extend_from_slice(e.name.as_bytes());

@@ -63,7 +63,7 @@ impl SummaryInputs {
                     .split_once('/')
                     .is_some_and(|(_, rel)| FED_BY.contains(&rel))
             })
-            .map(|e| (e.name.as_str(), e))
+            .map(|e| (&*e.name, e))
             .collect();
         let base_records: Option<HashMap<String, Record>> = base
             .and_then(|b| b.summary_records().ok())
@@ -101,8 +101,8 @@ impl SummaryInputs {
                 .collect();
             let sizes: HashMap<&str, u64> = entries
                 .iter()
-                .filter(|e| wanted.contains(e.name.as_str()))
-                .map(|e| (e.name.as_str(), e.compressed_size))
+                .filter(|e| wanted.contains(&*e.name))
+                .map(|e| (&*e.name, e.compressed_size))
                 .collect();
             for (i, used) in &sized {
                 let mut total = 0u64;
