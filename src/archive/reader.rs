@@ -8,7 +8,7 @@ use super::source::Ranged;
 use super::tag::FileRef;
 use super::text;
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::codec::{DtypeMemo, RecordHead, decode_head};
+use crate::tensor::codec::{DtypeMemo, RecordHead, decode_head, decode_head_recent};
 use crate::tensor::{DType, Tensor, TensorView, decode_tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -891,7 +891,7 @@ impl Archive {
     /// entry's data starts, read as [`Archive::view_unmapped`] reads it (no page of the
     /// map touched). `None` when that does not apply or does not settle it.
     fn head_unmapped(&self, e: &ZipEntry) -> Option<(u64, RecordHead)> {
-        self.unmapped_with(e, decode_head)
+        self.unmapped_with(e, decode_head_recent)
     }
 
     /// [`Archive::head_unmapped`] with `decode` for the header's decode (all of it, or

@@ -244,9 +244,7 @@ impl DtypeMemo {
         entry_len: u64,
     ) -> Result<Option<DType>> {
         if let Some(m) = self.slots.get(slot)
-            && m.len > 0
-            && m.entry_len == entry_len
-            && prefix.starts_with(&m.bytes[..usize::from(m.len)])
+            && m.holds(prefix, entry_len)
         {
             return Ok(Some(m.dtype));
         }
@@ -269,6 +267,14 @@ impl DtypeMemo {
 }
 
 impl MemoSlot {
+    /// True when this slot's header is the one `prefix` starts with, in an entry of
+    /// `entry_len` bytes.
+    fn holds(&self, prefix: &[u8], entry_len: u64) -> bool {
+        self.len > 0
+            && self.entry_len == entry_len
+            && prefix.starts_with(&self.bytes[..usize::from(self.len)])
+    }
+
     const EMPTY: MemoSlot = MemoSlot {
         len: 0,
         bytes: [0; MEMO_HEADER],
@@ -276,6 +282,52 @@ impl MemoSlot {
         dtype: DType::Bool,
     };
 }
+
+/// [`decode_head`], remembering the last few headers without LoD this thread decoded:
+/// a header whose bytes and entry length are one of theirs is that one's (exact, as
+/// [`DtypeMemo`]'s). The tensors read one after another mostly repeat a few shapes
+/// (every layer of a model has the same): their views need no decode but the first.
+pub(crate) fn decode_head_recent(prefix: &[u8], entry_len: u64) -> Result<Option<RecordHead>> {
+    thread_local! {
+        static RECENT: std::cell::RefCell<Vec<(MemoSlot, RecordHead)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let hit = RECENT.with_borrow_mut(|recent| {
+        let i = recent
+            .iter()
+            .position(|(m, _)| m.holds(prefix, entry_len))?;
+        // The most recent first: the next look finds it at once.
+        recent[..=i].rotate_right(1);
+        Some(recent[0].1.clone())
+    });
+    if hit.is_some() {
+        return Ok(hit);
+    }
+    let head = decode_head(prefix, entry_len)?;
+    if let Some(h) = &head
+        && h.lod.is_empty()
+        && h.header_len as usize <= MEMO_HEADER
+    {
+        let len = h.header_len as usize;
+        let mut slot = MemoSlot {
+            len: len as u8,
+            entry_len,
+            dtype: h.dtype,
+            ..MemoSlot::EMPTY
+        };
+        slot.bytes[..len].copy_from_slice(&prefix[..len]);
+        RECENT.with_borrow_mut(|recent| {
+            if recent.len() == RECENT_HEADS {
+                recent.pop();
+            }
+            recent.insert(0, (slot, h.clone()));
+        });
+    }
+    Ok(head)
+}
+
+/// How many headers [`decode_head_recent`] remembers (a layer's weight, bias, norm...).
+const RECENT_HEADS: usize = 4;
 
 /// [`decode_head`]'s decode and checks, its dims left in `dims`: the LoD, dtype, header
 /// length and data length.
@@ -301,7 +353,7 @@ fn decode_head_into(
         return Err(Error::new(ErrorKind::truncated(
             "tensor data",
             n,
-            entry_len - header_len,
+            entry_len.saturating_sub(header_len),
         ))
         .at_offset(header_len)
         .in_record(0));
@@ -620,6 +672,34 @@ mod tests {
         assert!(memo.slots.get(1).is_none_or(|m| m.len == 0));
     }
 
+    #[test]
+    fn recent_heads_answer_for_the_same_header_and_length_only() {
+        let head = |dims: Vec<u64>| {
+            let t = Tensor::from_bytes(
+                DType::Fp32,
+                dims.clone(),
+                vec![0; 4 * dims.iter().product::<u64>() as usize],
+            )
+            .unwrap();
+            let mut rec = Vec::new();
+            encode_tensor(&t.view(), &mut rec).unwrap();
+            rec
+        };
+        let (a, b) = (head(vec![2, 3]), head(vec![3, 2]));
+        for rec in [&a, &b, &a, &b, &a] {
+            let got = decode_head_recent(rec, rec.len() as u64).unwrap().unwrap();
+            assert_eq!(Some(got), decode_head(rec, rec.len() as u64).unwrap());
+        }
+        // The same bytes in an entry of another length: refused, as decode_head does;
+        // an entry shorter than its header too (not a subtraction's overflow).
+        assert!(decode_head_recent(&a, a.len() as u64 + 1).is_err());
+        assert!(decode_head(&a, 4).is_err());
+        // A header with LoD: decoded, and the same.
+        let lod = example();
+        let got = decode_head_recent(&lod, lod.len() as u64).unwrap().unwrap();
+        assert_eq!(got.lod, vec![vec![0, 2, 5]]);
+    }
+
     proptest::proptest! {
         /// Whatever a slot last held, the memo says what `decode_head` says.
         #[test]
@@ -646,6 +726,10 @@ mod tests {
                 let entry_len = (rec.len() as i64 + extra).max(0) as u64;
                 let got = memo.dtype(slot, prefix, entry_len).map_err(|e| e.to_string());
                 proptest::prop_assert_eq!(got, head_dtype(prefix, entry_len));
+                // And the recent heads say what decode_head says of the whole header.
+                let recent = decode_head_recent(prefix, entry_len).map_err(|e| e.to_string());
+                let plain = decode_head(prefix, entry_len).map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(recent, plain);
             }
         }
     }
