@@ -336,9 +336,10 @@ type ResolvedMap = crate::keyed::KeyedMap<(TensorKind, ParamRef), (TensorLocatio
 
 thread_local! {
     /// The map of each distinct ref to its location that loading a tag's tables fills,
-    /// kept (empty) between loads on this thread: listing 100 tags of 1,000 params grows
-    /// one map instead of a fresh one per tag, whose pages the kernel zeroed each time (a
-    /// fifth of `tags`' time there; docs/BENCHMARKS.md, P5).
+    /// kept (empty) between loads on this thread: loading many tags grows one map instead
+    /// of a fresh one per tag, whose pages the kernel zeroed each time (a fifth of `tags`'
+    /// time when it loaded every tag; docs/BENCHMARKS.md, P5). Counting a tag's tables
+    /// ([`TagTables::count`]) resolves refs to entry positions without it.
     static RESOLVED: std::cell::Cell<Option<ResolvedMap>> = const { std::cell::Cell::new(None) };
 }
 
@@ -357,9 +358,11 @@ pub struct Tag<'a> {
     shared: Vec<(&'static str, &'a str)>,
 }
 
-/// Reads one tag's tables: prefetches them, resolves each distinct ref once (through the
-/// thread's reused map, [`RESOLVED`]) and hands the map back when dropped. What
-/// [`TagTables::load`] and [`TagTables::count`] share: the same checks either way.
+/// Reads one tag's tables: prefetches them, resolves each distinct ref once to its
+/// location (through the thread's reused map, [`RESOLVED`]; [`TableReader::resolve`]) or
+/// each ref to its entry's position ([`TableReader::resolve_file`]), and hands the map
+/// back when dropped. What [`TagTables::load`] and [`TagTables::count`] share: the same
+/// checks either way.
 struct TableReader<'a> {
     archive: &'a Archive,
     /// The tag, spelled as tags.txt spells it.
