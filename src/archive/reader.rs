@@ -1017,10 +1017,10 @@ impl Archive {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// The dtype of each tensor at `locs`, from its record header checked as
-    /// [`Archive::shared_heads`] checks it, but keeping only the dtype of each entry (what
-    /// a listing needs). A remote archive's headers are fetched and kept whole (one
-    /// batched request: [`Archive::shared_heads`]).
+    /// The dtype of each tensor file of `files` (entries by position), from its record
+    /// header checked as [`Archive::shared_heads`] checks it, but keeping only the dtype
+    /// of each entry (what a listing needs). A remote archive's headers are fetched and
+    /// kept whole (one batched request: [`Archive::shared_heads`]).
     pub(super) fn file_dtypes(&self, files: &[FileRef<'_>]) -> Result<Vec<DType>> {
         if matches!(self.backing, Backing::Ranged(_)) {
             let locs: Vec<TensorLocation> = files.iter().map(|f| f.location(self)).collect();
