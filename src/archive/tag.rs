@@ -545,40 +545,36 @@ impl TagTables {
         let mut reader = TableReader::new(archive, name)?;
         let (pname, uname) = (reader.params_txt.clone(), reader.updater_txt.clone());
         let mut met = DistinctFiles::default();
-        let mut params = 0u64;
-        if let Some(bytes) = reader.table(&pname)? {
+        let (mut params, mut updater_arrays) = (0u64, 0u64);
+        // Both tables alike: a params.txt line has one ref, an updater.txt line one or more.
+        for (table, updater, kind) in [
+            (&pname, false, TensorKind::Params),
+            (&uname, true, TensorKind::Updater),
+        ] {
+            let Some(bytes) = reader.table(table)? else {
+                continue;
+            };
+            let mut arrays = 0u64;
             let names = load_table(
                 &bytes,
-                &pname,
-                false,
-                |n: &Cow<'_, str>| n.as_ref(),
-                |refs, line| {
-                    met.push(reader.resolve_file(&refs[0], TensorKind::Params, line)?);
-                    Ok(())
-                },
-                |name, ()| name,
-            )?;
-            params = names.len() as u64;
-        }
-        let mut updater_arrays = 0u64;
-        if let Some(bytes) = reader.table(&uname)? {
-            let names = load_table(
-                &bytes,
-                &uname,
-                true,
+                table,
+                updater,
                 |n: &Cow<'_, str>| n.as_ref(),
                 |refs, line| {
                     for r in refs {
-                        met.push(reader.resolve_file(r, TensorKind::Updater, line)?);
+                        met.push(reader.resolve_file(r, kind, line)?);
                     }
                     Ok(refs.len() as u64)
                 },
-                |name, arrays| {
-                    updater_arrays += arrays;
+                |name, n| {
+                    arrays += n;
                     name
                 },
             )?;
-            drop(names);
+            match kind {
+                TensorKind::Params => params = names.len() as u64,
+                TensorKind::Updater => updater_arrays = arrays,
+            }
         }
         drop(reader);
         let files = met.files;
