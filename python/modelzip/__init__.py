@@ -145,8 +145,8 @@ def _dtype_name(dt: np.dtype, what: str) -> str:
 
 def _array(desc: Tuple[Any, str, List[int]]) -> np.ndarray:
     """A numpy array over a native buffer: no copy; read-only when the buffer is mapped.
-    (``tag[name]`` makes its array natively, the same constructor call; what that call
-    cannot make, an empty tensor or an ml_dtypes dtype, comes here.)"""
+    (``tag[name]`` makes the same array natively, through numpy's C API; what it leaves
+    to Python, an empty tensor or an ml_dtypes dtype, comes here.)"""
     buf, dtype, dims = desc
     dt = _numpy_dtype(dtype)
     shape = tuple(dims)  # Python ints from the native side

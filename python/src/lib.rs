@@ -24,6 +24,10 @@ use modelzip::{
     GraphFormat, ParamEntry, TagWriter, Tensor, TensorData, TensorLocation, TensorView,
     UpdaterEntry, WriteOptions,
 };
+use numpy::PyArrayDescr;
+use numpy::npyffi::{
+    NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_WRITEABLE, NpyTypes, PY_ARRAY_API, npy_intp,
+};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
@@ -297,32 +301,28 @@ fn describe(
     }
 }
 
-/// What [`array_of`] calls: numpy's array type, the package's `_array` (for what the
-/// type cannot take: an empty buffer, a dtype numpy has only through ml_dtypes), and the
+/// What [`array_of`] calls: the package's `_array` (for what numpy's C API is not asked
+/// to make here: an empty buffer, a dtype numpy has only through ml_dtypes), and the
 /// numpy dtype of each modelzip dtype that numpy has itself, by modelzip's name.
 struct ArrayMaker {
-    ndarray: Py<PyAny>,
     fallback: Py<PyAny>,
-    dtypes: Vec<(&'static str, Py<PyAny>)>,
+    dtypes: Vec<(&'static str, Py<PyArrayDescr>)>,
 }
 
 static ARRAYS: PyOnceLock<ArrayMaker> = PyOnceLock::new();
 
 fn array_maker(py: Python<'_>) -> PyResult<&ArrayMaker> {
     ARRAYS.get_or_try_init(py, || {
-        let ndarray = py.import("numpy")?.getattr("ndarray")?.unbind();
         let package = py.import("modelzip")?;
         let fallback = package.getattr("_array")?.unbind();
         let plain = package.getattr("_PLAIN")?;
-        let dtypes = DType::ALL
-            .iter()
-            .filter_map(|d| Some((d.name(), plain.get_item(d.name()).ok()?.unbind())))
-            .collect();
-        Ok(ArrayMaker {
-            ndarray,
-            fallback,
-            dtypes,
-        })
+        let mut dtypes = Vec::new();
+        for d in DType::ALL {
+            if let Ok(dt) = plain.get_item(d.name()) {
+                dtypes.push((d.name(), dt.cast_into::<PyArrayDescr>()?.unbind()));
+            }
+        }
+        Ok(ArrayMaker { fallback, dtypes })
     })
 }
 
@@ -335,9 +335,11 @@ fn to_array(
     array_of(py, describe(py, archive, data)?)
 }
 
-/// A numpy array over a described tensor's buffer, made here rather than by Python code
-/// from the tuple: `numpy.ndarray(shape, dtype, buffer)`, one call (Py1 in
-/// docs/BENCHMARKS.md). What that cannot make goes to the package's `_array`.
+/// A numpy array over a described tensor's buffer, made here through numpy's C API
+/// (`PyArray_NewFromDescr` over the buffer's bytes, the buffer its base): what
+/// `numpy.ndarray(shape, dtype, buffer)` makes, without that call's argument parsing and
+/// buffer export (Py1 in docs/BENCHMARKS.md). What numpy's own dtypes cannot hold, and an
+/// empty buffer, go to the package's `_array`.
 fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
     let maker = array_maker(py)?;
     let (buf, dtype, dims) = &described;
@@ -348,11 +350,64 @@ fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
         .find(|(n, _)| n == dtype)
         .map(|(_, dt)| dt);
     match dt {
-        Some(dt) if buf.get().len > 0 => {
-            let shape = PyTuple::new(py, dims)?;
-            Ok(maker.ndarray.bind(py).call1((shape, dt, buf))?.unbind())
-        }
+        Some(dt) if buf.get().len > 0 => new_array(py, dt.bind(py), dims, buf),
         _ => Ok(maker.fallback.bind(py).call1((described,))?.unbind()),
+    }
+}
+
+/// A C-contiguous array of `descr` and `dims` over `buf`'s bytes, read-only when they are
+/// the map, with `buf` as its base (which keeps the bytes alive). The decoder has checked
+/// that the dims' product times the element size is the buffer's length.
+fn new_array(
+    py: Python<'_>,
+    descr: &Bound<'_, PyArrayDescr>,
+    dims: &[u64],
+    buf: &Py<TensorBuffer>,
+) -> PyResult<Py<PyAny>> {
+    let this = buf.get();
+    let mut shape = dims
+        .iter()
+        .map(|&d| npy_intp::try_from(d))
+        .collect::<Result<Vec<npy_intp>, _>>()
+        .map_err(|_| invalid(py, format!("dims {dims:?} do not fit numpy's index type")))?;
+    let nd = c_int::try_from(shape.len()).map_err(|_| {
+        invalid(
+            py,
+            format!("{} dims are more than numpy takes", shape.len()),
+        )
+    })?;
+    let flags = if this.is_mapped() {
+        NPY_ARRAY_C_CONTIGUOUS
+    } else {
+        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE
+    };
+    // Safety: the API table is numpy's (imported by the numpy crate on first use); the
+    // descriptor is a live dtype whose reference the call steals (hence the incref); the
+    // shape holds `nd` extents and lives through the call; null strides ask numpy for C
+    // order; the data pointer is `buf`'s bytes, which `buf` keeps alive and which are
+    // `len` bytes long, exactly what `dims` and the dtype describe (the decoder's check);
+    // numpy does not free data it did not allocate (no OWNDATA), and it sets ALIGNED
+    // itself. `PyArray_SetBaseObject` steals the reference passed to it, on failure too.
+    unsafe {
+        let api = &PY_ARRAY_API;
+        let descr_ptr = descr.as_ptr();
+        pyo3::ffi::Py_INCREF(descr_ptr);
+        let arr = api.PyArray_NewFromDescr(
+            py,
+            api.get_type_object(py, NpyTypes::PyArray_Type),
+            descr_ptr.cast(),
+            nd,
+            shape.as_mut_ptr(),
+            std::ptr::null_mut(),
+            this.ptr.cast(),
+            flags,
+            std::ptr::null_mut(),
+        );
+        let arr = Bound::from_owned_ptr_or_err(py, arr)?;
+        if api.PyArray_SetBaseObject(py, arr.as_ptr().cast(), buf.clone_ref(py).into_ptr()) < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(arr.unbind())
     }
 }
 
