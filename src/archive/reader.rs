@@ -616,14 +616,20 @@ impl Archive {
     /// Where entry `e`'s data starts in the file. An entry whose local header the open
     /// left unread has it checked first, once ([`Archive::check_pending`]).
     pub(crate) fn data_start(&self, e: &ZipEntry) -> Result<u64> {
-        self.check_pending(e).map(|(start, _)| start)
+        self.check_pending(e).map(|c| c.start)
     }
 
     /// [`Archive::data_start`], with the first bytes of a stored entry's data when its
-    /// header was checked by this call with a `pread` (as [`ZipEntry::read_head`]).
-    fn check_pending(&self, e: &ZipEntry) -> Result<(u64, Option<container::read::HeadPrefix>)> {
+    /// header was checked by this call with a `pread` (as [`ZipEntry::read_head`]), and
+    /// whether it was read so (by this call or an earlier one): then no page of the map
+    /// holding it has been touched.
+    fn check_pending(&self, e: &ZipEntry) -> Result<Checked> {
         if e.unchecked_until.is_none() {
-            return Ok((e.data_offset, None));
+            return Ok(Checked {
+                start: e.data_offset,
+                fresh: None,
+                read_unmapped: e.read_head.is_some(),
+            });
         }
         let found = self.position_of(e);
         let (entries, i) = match found {
@@ -639,9 +645,13 @@ impl Archive {
             })[i]
         });
         if let Some(start) = cell.map(|c| c.load(Ordering::Relaxed)).filter(|&s| s != 0) {
-            return Ok((start, None));
+            return Ok(Checked {
+                start: start & !READ_UNMAPPED,
+                fresh: None,
+                read_unmapped: start & READ_UNMAPPED != 0,
+            });
         }
-        let checked = match &self.backing {
+        let (start, fresh) = match &self.backing {
             #[cfg(unix)]
             Backing::Map(map, file) => {
                 use std::os::unix::fs::FileExt;
@@ -656,10 +666,19 @@ impl Archive {
             b => container::read::check_local_lazy(b.bytes(), None, entries, i, self.dir.cd_offset),
         }
         .map_err(|err| self.located(err.in_entry(e.name.clone())))?;
+        let read_unmapped = fresh.is_some();
         if let Some(c) = cell {
-            c.store(checked.0, Ordering::Relaxed);
+            // (Offsets inside a file are below 2^63: the top bit is free.)
+            c.store(
+                start | if read_unmapped { READ_UNMAPPED } else { 0 },
+                Ordering::Relaxed,
+            );
         }
-        Ok(checked)
+        Ok(Checked {
+            start,
+            fresh,
+            read_unmapped,
+        })
     }
 
     /// The position of `e` in the central directory: found by its address when it is one
@@ -907,21 +926,31 @@ impl Archive {
         {
             use std::os::unix::fs::FileExt;
             // A header this call checks with a `pread` comes with the data's first bytes.
-            let (data_offset, fresh) = self.check_pending(e).ok()?;
+            let Checked {
+                start: data_offset,
+                fresh,
+                read_unmapped,
+            } = self.check_pending(e).ok()?;
             let kept = match (&fresh, e.read_head.as_deref()) {
-                (Some((bytes, n)), _) => &bytes[..*n],
-                (None, Some((bytes, n))) => &bytes[..*n],
+                (Some((bytes, n)), _) => Some(&bytes[..*n]),
+                (None, Some((bytes, n))) => Some(&bytes[..*n]),
                 // Checked through the map, whose page holding the header is then in: the
                 // entry's bytes there (the decode reads only its header), not the whole
                 // read of a view (`tensor`: the record, its dims and LoD copied, 12 % of
                 // a listing without a summary; docs/BENCHMARKS.md, P5).
-                (None, None) => {
+                (None, None) if !read_unmapped => {
+                    #[cfg(test)]
+                    MAP_HEADER_READS.with(|c| c.set(c.get() + 1));
                     let at = usize::try_from(data_offset).ok()?;
                     let len = usize::try_from(e.compressed_size).ok()?;
-                    self.backing.bytes().get(at..at.checked_add(len)?)?
+                    Some(self.backing.bytes().get(at..at.checked_add(len)?)?)
                 }
+                // Checked with a `pread` by an earlier call, which used the bytes it read:
+                // read them again rather than fault the page into the map (~0.4 µs
+                // against ~1-2 µs, docs/BENCHMARKS.md, Py1).
+                (None, None) => None,
             };
-            let kept = decode(kept, e.compressed_size).ok().flatten();
+            let kept = kept.and_then(|k| decode(k, e.compressed_size).ok().flatten());
             let head = match kept {
                 Some(h) => h,
                 None => {
@@ -1259,4 +1288,66 @@ fn prefetch(bytes: &[u8], at: u64) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, at);
+}
+
+/// The top bit of a remembered data start ([`Archive::check_pending`]): the entry's local
+/// header was read with a `pread`, not through the map.
+const READ_UNMAPPED: u64 = 1 << 63;
+
+/// What [`Archive::check_pending`] found.
+struct Checked {
+    /// Where the entry's data starts in the file.
+    start: u64,
+    /// The data's first bytes, when this call read the header with a `pread`.
+    fresh: Option<container::read::HeadPrefix>,
+    /// The header was read with a `pread` (by this call or an earlier one).
+    read_unmapped: bool,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many record headers this thread's views decoded from the map itself.
+    static MAP_HEADER_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ArchiveWriter, TagBuilder};
+
+    /// Views of each of `count` tensors of `len` floats, each viewed
+    /// `times` times: how many of their record headers were decoded from the map.
+    fn map_header_reads(len: usize, count: usize, times: usize) -> usize {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.zip");
+        let mut tag = TagBuilder::new("t");
+        for i in 0..count {
+            // Distinct values: one file each (equal tensors would share one).
+            let vals: Vec<f32> = (0..len).map(|j| (i * len + j) as f32).collect();
+            let t = Tensor::from_slice(vec![len as u64], &vals).unwrap();
+            tag = tag.param(format!("w{i}"), t);
+        }
+        let mut w = ArchiveWriter::create(&path).unwrap();
+        w.add_tag(tag).unwrap();
+        w.finish().unwrap();
+        let a = Archive::open(&path).unwrap();
+        let t = a.latest().unwrap();
+        let before = MAP_HEADER_READS.with(|c| c.get());
+        for _ in 0..times {
+            for p in t.params() {
+                let got = t.tensor(&p.location).unwrap();
+                assert!(matches!(&got, TensorData::Mapped(v) if v.dims() == [len as u64]));
+            }
+        }
+        MAP_HEADER_READS.with(|c| c.get()) - before
+    }
+
+    #[test]
+    fn a_header_read_with_pread_is_read_so_again_not_through_the_map() {
+        // 256 KiB apart: each header is read with `pread`, the first time and after.
+        assert_eq!(map_header_reads(1 << 16, 16, 3), 0);
+        // 64 small tensors share their 64 KiB blocks: checked in the map, whose page is
+        // then in, and read there every time (the count is live).
+        assert_eq!(map_header_reads(16, 64, 3), 3 * 64);
+    }
 }
