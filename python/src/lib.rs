@@ -36,6 +36,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -557,7 +558,7 @@ impl NativeArchive {
         let (params, updater, canonical) = py
             .detach(|| -> modelzip::Result<_> {
                 let tag = archive.tag(name)?;
-                let params: Vec<ParamEntry> = tag.params().to_vec();
+                let params: Arc<[ParamEntry]> = tag.params().into();
                 let updater: Vec<UpdaterEntry> = tag.updater().to_vec();
                 Ok((params, updater, tag.name().to_string()))
             })
@@ -579,6 +580,7 @@ impl NativeArchive {
             by_name,
             updater,
             updater_by_name,
+            ahead: Arc::default(),
         })
     }
 
@@ -599,16 +601,93 @@ impl NativeArchive {
 struct NativeTag {
     archive: Arc<CoreArchive>,
     name: String,
-    params: Vec<ParamEntry>,
+    params: Arc<[ParamEntry]>,
     by_name: HashMap<String, usize>,
     updater: Vec<UpdaterEntry>,
     updater_by_name: HashMap<String, usize>,
+    ahead: Arc<ReadAhead>,
+}
+
+/// `tag[name]` of a tag's tensors one after another (a loop over the tag, a state dict
+/// filled name by name) reads each tensor's record header: on a local archive one
+/// `pread` a tensor, ~1 µs when the CPU's caches are cold, half of the array's cost
+/// (docs/BENCHMARKS.md, Py1). After [`READ_AHEAD_AFTER`] arrays of a tag of at least
+/// [`READ_AHEAD_MIN`] parameters, a thread of its own reads the headers of the tag's
+/// tensors from the last one back, into the archive's header cache
+/// ([`CoreArchive::tensor_heads`]; what a view then takes without a read), until it meets
+/// the arrays asked for, or the tag is dropped. On two cores the two meet in the middle.
+/// What it reads is what the library reads for an array (the same checks; an error
+/// stops it, and the array that meets the entry reports it).
+#[derive(Default)]
+struct ReadAhead {
+    /// Arrays made of this tag so far.
+    arrays: AtomicUsize,
+    /// The highest parameter position an array was made of.
+    front: AtomicUsize,
+    /// The tag was dropped: the thread stops.
+    stop: AtomicBool,
+}
+
+/// Arrays of a tag before its headers are read ahead (a few arrays of a large tag read
+/// no more than they need).
+const READ_AHEAD_AFTER: usize = 16;
+/// Fewer parameters than this are not read ahead (the thread would cost more).
+const READ_AHEAD_MIN: usize = 128;
+/// Headers read ahead per call of the thread, between checks of where the arrays are.
+const READ_AHEAD_CHUNK: usize = 16;
+
+impl Drop for NativeTag {
+    fn drop(&mut self) {
+        self.ahead.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl NativeTag {
+    /// Notes an array of parameter `i`; starts the read-ahead at the
+    /// [`READ_AHEAD_AFTER`]th ([`ReadAhead`]).
+    fn note_array(&self, i: usize) {
+        let ahead = &self.ahead;
+        ahead.front.fetch_max(i, Ordering::Relaxed);
+        let n = ahead.arrays.fetch_add(1, Ordering::Relaxed) + 1;
+        if n != READ_AHEAD_AFTER || self.params.len() < READ_AHEAD_MIN || self.archive.is_remote() {
+            return;
+        }
+        let (archive, params, ahead) = (
+            Arc::clone(&self.archive),
+            Arc::clone(&self.params),
+            Arc::clone(&self.ahead),
+        );
+        // (No thread, no read-ahead: the arrays read their headers themselves.)
+        let _ = std::thread::Builder::new()
+            .name("modelzip-ahead".into())
+            .spawn(move || {
+                let mut end = params.len();
+                while end > 0 && !ahead.stop.load(Ordering::Relaxed) {
+                    let start = end.saturating_sub(READ_AHEAD_CHUNK);
+                    if start <= ahead.front.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let locs: Vec<&TensorLocation> = params[start..end]
+                        .iter()
+                        .rev()
+                        .map(|p| &p.location)
+                        .collect();
+                    if archive.tensor_heads(&locs).is_err() {
+                        break;
+                    }
+                    end = start;
+                }
+            });
+    }
+
     fn location(&self, py: Python<'_>, name: &str) -> PyResult<&TensorLocation> {
+        Ok(&self.params[self.index(py, name)?].location)
+    }
+
+    /// The position of parameter `name` in params.txt.
+    fn index(&self, py: Python<'_>, name: &str) -> PyResult<usize> {
         match self.by_name.get(name) {
-            Some(i) => Ok(&self.params[*i].location),
+            Some(i) => Ok(*i),
             None => Err(raise(
                 py,
                 self.in_tag(ErrorKind::ParamNotFound(name.to_string(), self.name.clone()).into()),
@@ -760,7 +839,9 @@ impl NativeTag {
 
     /// Parameter `name` as a numpy array ([`to_array`]).
     fn array(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
-        let loc = self.location(py, name)?;
+        let i = self.index(py, name)?;
+        self.note_array(i);
+        let loc = &self.params[i].location;
         let data = py.detach(|| self.archive.tensor(loc)).or_raise(py)?;
         to_array(py, &self.archive, data)
     }

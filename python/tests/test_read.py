@@ -7,6 +7,7 @@ import gc
 import hashlib
 import json
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -146,6 +147,66 @@ def test_arrays_stay_valid_after_close_and_after_the_archive_is_gone(tmp):
     path.unlink()  # even the file's name can go: the mapping holds the inode
     gc.collect()
     assert float(arr.sum()) == pytest.approx(float(w.sum()), rel=1e-5)
+
+
+def far_params(n: int) -> dict:
+    """`n` distinct tensors of 20 KB: their headers lie far apart in the file (each read
+    with a `pread`, and read ahead after the first arrays of a tag)."""
+    return {f"p{i}": np.full(5000, i, np.float32) for i in range(n)}
+
+
+def test_a_large_tag_read_name_by_name_gives_each_tensor_in_any_order(tmp):
+    path = tmp / "m.zip"
+    params = far_params(300)
+    write(path, "t", params)
+    names = list(params)
+    for order in (names, names[::-1], [str(n) for n in RNG.permutation(names)]):
+        with modelzip.open(path) as ar:
+            t = ar.latest()
+            got = {n: t[n] for n in order}
+            again = {n: t[n] for n in order}  # the header cache's views
+        for n, want in params.items():
+            assert got[n].tobytes() == want.tobytes(), n
+            assert again[n].tobytes() == want.tobytes(), n
+            assert got[n].ctypes.data == again[n].ctypes.data, n
+            assert not got[n].flags.writeable
+
+
+def test_a_bad_header_met_by_the_read_ahead_is_reported_by_its_own_array(tmp):
+    path = tmp / "m.zip"
+    params = far_params(300)
+    write(path, "t", params)
+    with modelzip.open(path) as ar:
+        entry = ar.latest()._native.location_of("p299")[0]
+    with zipfile.ZipFile(path) as z:
+        at = z.getinfo(entry).header_offset
+    raw = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack_from("<HH", raw, at + 26)
+    raw[at + 30 + name_len + extra_len] = 9  # the record's version: 9, not 0
+    path.write_bytes(bytes(raw))
+    with modelzip.open(path) as ar:
+        t = ar.latest()
+        for i in range(299):  # the read-ahead starts at the 16th, from p299 back
+            assert t[f"p{i}"].tobytes() == params[f"p{i}"].tobytes()
+        with pytest.raises(modelzip.ModelzipError, match=entry):
+            t["p299"]
+
+
+def test_a_tag_dropped_or_closed_while_its_headers_are_read_ahead_is_safe(tmp):
+    path = tmp / "m.zip"
+    params = far_params(400)
+    write(path, "t", params)
+    kept = []
+    for k in range(20):
+        ar = modelzip.open(path)
+        t = ar.latest()
+        kept += [(n, t[n]) for n in list(params)[: 16 + k]]  # the read-ahead starts
+        if k % 2:
+            ar.close()
+        del t, ar
+        gc.collect()
+    for n, arr in kept:
+        assert arr.tobytes() == params[n].tobytes()
 
 
 def test_tags_are_case_insensitive_and_listed_oldest_first(tmp):

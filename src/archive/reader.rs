@@ -657,7 +657,11 @@ impl Archive {
                 use std::os::unix::fs::FileExt;
                 container::read::check_local_lazy(
                     map,
-                    Some(&|buf, at| file.read_exact_at(buf, at)),
+                    Some(&|buf, at| {
+                        #[cfg(test)]
+                        HEADER_PREADS.with(|c| c.set(c.get() + 1));
+                        file.read_exact_at(buf, at)
+                    }),
                     entries,
                     i,
                     self.dir.cd_offset,
@@ -895,15 +899,42 @@ impl Archive {
     /// apply or does not settle it (a long header, any error): the caller decodes the
     /// record in the map, with every check and the error it gives.
     fn view_unmapped(&self, e: &ZipEntry) -> Option<TensorView<'_>> {
-        let (data_offset, head) = self.head_unmapped(e)?;
         let Backing::Map(map, _) = &self.backing else {
             return None;
         };
+        if let Some(view) = self.view_cached(map, e) {
+            return Some(view);
+        }
+        let (data_offset, head) = self.head_unmapped(e)?;
         // decode_head checked header + data = the entry's size, and the parser that
         // the entry lies inside the file.
         let start = usize::try_from(data_offset + head.header_len).ok()?;
         let data = map.get(start..start.checked_add(usize::try_from(head.data_len).ok()?)?)?;
         TensorView::new(head.dtype, head.dims, head.lod, data).ok()
+    }
+
+    /// A view of stored tensor entry `e` of a mapped archive from the header cache
+    /// ([`Archive::tensor_heads`] filled it, on this thread or another): no read at all.
+    /// `None` when the cache does not hold the entry's header (or was never made).
+    fn view_cached<'m>(&self, map: &'m [u8], e: &ZipEntry) -> Option<TensorView<'m>> {
+        let cells = self.heads.get()?;
+        if e.method != METHOD_STORED {
+            return None;
+        }
+        let i = self.position_of(e)?;
+        // Not waited for: a cell held is being filled, by another thread (which reads
+        // the header itself; so does this one) or by this one, whose header decode can
+        // come here for its view ([`Archive::decode_head_uncached`]).
+        let head = match cells[i].try_lock() {
+            Ok(slot) => slot.head.clone()?,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().head.clone()?,
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        // Cached by a read that checked the local header: its data start is remembered.
+        let data_offset = self.check_pending(e).ok()?.start;
+        let start = usize::try_from(data_offset + head.header_len).ok()?;
+        let data = map.get(start..start.checked_add(usize::try_from(head.data_len).ok()?)?)?;
+        TensorView::new(head.dtype, head.dims.clone(), head.lod.clone(), data).ok()
     }
 
     /// The record header of stored tensor entry `e` of a mapped archive and where the
@@ -961,6 +992,8 @@ impl Archive {
                     let n = (e.compressed_size as usize)
                         .min(HEAD_PREAD)
                         .min(page_left as usize);
+                    #[cfg(test)]
+                    HEADER_PREADS.with(|c| c.set(c.get() + 1));
                     file.read_exact_at(&mut prefix[..n], data_offset).ok()?;
                     decode(&prefix[..n], e.compressed_size).ok()??
                 }
@@ -1308,6 +1341,8 @@ struct Checked {
 thread_local! {
     /// How many record headers this thread's views decoded from the map itself.
     static MAP_HEADER_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// How many `pread`s of a local or record header this thread made.
+    static HEADER_PREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
@@ -1315,11 +1350,9 @@ mod tests {
     use super::*;
     use crate::{ArchiveWriter, TagBuilder};
 
-    /// Views of each of `count` tensors of `len` floats, each viewed
-    /// `times` times: how many of their record headers were decoded from the map.
-    fn map_header_reads(len: usize, count: usize, times: usize) -> usize {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("m.zip");
+    /// An archive of one tag of `count` distinct tensors of `len` floats.
+    fn far_archive(dir: &std::path::Path, len: usize, count: usize) -> std::path::PathBuf {
+        let path = dir.join("m.zip");
         let mut tag = TagBuilder::new("t");
         for i in 0..count {
             // Distinct values: one file each (equal tensors would share one).
@@ -1330,7 +1363,14 @@ mod tests {
         let mut w = ArchiveWriter::create(&path).unwrap();
         w.add_tag(tag).unwrap();
         w.finish().unwrap();
-        let a = Archive::open(&path).unwrap();
+        path
+    }
+
+    /// Views of each of `count` tensors of `len` floats, each viewed `times` times: how
+    /// many of their record headers were decoded from the map.
+    fn map_header_reads(len: usize, count: usize, times: usize) -> usize {
+        let d = tempfile::tempdir().unwrap();
+        let a = Archive::open(far_archive(d.path(), len, count)).unwrap();
         let t = a.latest().unwrap();
         let before = MAP_HEADER_READS.with(|c| c.get());
         for _ in 0..times {
@@ -1340,6 +1380,83 @@ mod tests {
             }
         }
         MAP_HEADER_READS.with(|c| c.get()) - before
+    }
+
+    /// Each tensor's view: dtype, dims and data address.
+    fn views(a: &Archive) -> Vec<(DType, Vec<u64>, usize, usize)> {
+        let t = a.latest().unwrap();
+        t.params()
+            .iter()
+            .map(|p| match t.tensor(&p.location).unwrap() {
+                TensorData::Mapped(v) => (
+                    v.dtype(),
+                    v.dims().to_vec(),
+                    v.data().as_ptr() as usize,
+                    v.data().len(),
+                ),
+                TensorData::Owned(_) => panic!("{}: not a view", p.name),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn headers_read_ahead_on_another_thread_serve_views_without_a_read() {
+        let d = tempfile::tempdir().unwrap();
+        let path = far_archive(d.path(), 1 << 14, 24); // 64 KiB apart: read with `pread`
+        let a = Archive::open(&path).unwrap();
+        let fresh = Archive::open(&path).unwrap();
+        let base = |x: &Archive| x.bytes().as_ptr() as usize;
+        let t = a.latest().unwrap();
+        let locs: Vec<&TensorLocation> = t.params().iter().map(|p| &p.location).collect();
+        // The second half's headers, read on another thread into the cache.
+        std::thread::scope(|s| {
+            s.spawn(|| a.tensor_heads(&locs[12..]).unwrap());
+        });
+        let before = HEADER_PREADS.with(|c| c.get());
+        let got = views(&a);
+        // The first half read theirs; the second half none.
+        assert_eq!(HEADER_PREADS.with(|c| c.get()) - before, 12);
+        let want = views(&fresh);
+        assert_eq!(got.len(), 24);
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                (&g.0, &g.1, g.2 - base(&a), g.3),
+                (&w.0, &w.1, w.2 - base(&fresh), w.3)
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_header_asked_for_by_tensor_heads_is_an_error_not_a_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let path = far_archive(d.path(), 1 << 14, 4);
+        let (name, at) = {
+            let a = Archive::open(&path).unwrap();
+            let t = a.latest().unwrap();
+            let loc = t.params()[3].location.clone();
+            let e = a.location_entry(&loc).unwrap().clone();
+            (loc, a.data_start(&e).unwrap())
+        };
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[at as usize] = 9; // the record's version
+        std::fs::write(&path, &bytes).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let a = Archive::open(&path).unwrap();
+            let t = a.latest().unwrap();
+            // The cache exists (the first tensor's header is in it) when the bad one's
+            // decode falls back to a full read, which asks the cache for a view.
+            a.tensor_heads(&[&t.params()[0].location]).unwrap();
+            let heads = a.tensor_heads(&[&name]).map(|_| ());
+            let view = t.tensor(&name).map(|_| ());
+            let _ = tx.send((heads, view));
+        });
+        let (heads, view) = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("tensor_heads of a bad header waited for itself");
+        let (heads, view) = (heads.unwrap_err(), view.unwrap_err());
+        assert!(heads.to_string().contains("version"), "{heads}");
+        assert_eq!(heads.to_string(), view.to_string());
     }
 
     #[test]
