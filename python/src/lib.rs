@@ -21,8 +21,8 @@ use modelzip::interop::paddle;
 use modelzip::interop::{ExportOptions, ImportOptions, ImportReport};
 use modelzip::{
     AppendMode, Appender, Archive as CoreArchive, ArchiveWriter, DType, Error, ErrorKind,
-    GraphFormat, ParamEntry, TagWriter, Tensor, TensorData, TensorLocation, TensorView,
-    UpdaterEntry, WriteOptions,
+    GraphFormat, OpenOptions, ParamEntry, TagWriter, Tensor, TensorData, TensorLocation,
+    TensorView, UpdaterEntry, WriteOptions,
 };
 use numpy::PyArrayDescr;
 use numpy::npyffi::{
@@ -35,6 +35,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -480,6 +481,26 @@ fn open_any(path: &Path) -> modelzip::Result<CoreArchive> {
     }
 }
 
+/// Opens a local archive on the calling thread, the GIL released, when that needs no
+/// wait for a writer (`writer_wait` zero: an archive a writer is appending to is `Locked`
+/// at once); else, and for a URL, opens it as [`open_any`] does on a thread Ctrl-C can
+/// interrupt ([`interruptible`]). A thread made and ended per open was half of the
+/// open's time (0.47 -> 0.22 ms for 1,029 entries, caches cold; docs/BENCHMARKS.md, Py1).
+fn open_here_or_wait(py: Python<'_>, path: PathBuf) -> PyResult<CoreArchive> {
+    let local = path.to_str().is_none_or(|s| !modelzip::remote::is_url(s));
+    if local {
+        let no_wait = OpenOptions {
+            writer_wait: Duration::ZERO,
+            ..OpenOptions::default()
+        };
+        match py.detach(|| no_wait.open(&path)) {
+            Err(e) if matches!(e.kind(), ErrorKind::Locked) => {}
+            other => return other.or_raise(py),
+        }
+    }
+    interruptible(py, move || open_any(&path))
+}
+
 /// An open archive (memory-mapped). `close()` drops this object's hold on the map;
 /// arrays handed out keep it alive on their own.
 #[pyclass(module = "modelzip._modelzip", frozen)]
@@ -506,7 +527,7 @@ impl NativeArchive {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<NativeArchive> {
         let shown = path.display().to_string();
-        let archive = interruptible(py, move || open_any(&path))?;
+        let archive = open_here_or_wait(py, path)?;
         Ok(NativeArchive {
             inner: Mutex::new(Some(Arc::new(archive))),
             path: shown,
@@ -563,16 +584,8 @@ impl NativeArchive {
                 Ok((params, updater, tag.name().to_string()))
             })
             .or_raise(py)?;
-        let by_name = params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.name.clone(), i))
-            .collect();
-        let updater_by_name = updater
-            .iter()
-            .enumerate()
-            .map(|(i, u)| (u.name.clone(), i))
-            .collect();
+        let by_name = NameIndex::new(params.iter().map(|p| p.name.as_str()));
+        let updater_by_name = NameIndex::new(updater.iter().map(|u| u.name.as_str()));
         Ok(NativeTag {
             archive,
             name: canonical,
@@ -602,10 +615,44 @@ struct NativeTag {
     archive: Arc<CoreArchive>,
     name: String,
     params: Arc<[ParamEntry]>,
-    by_name: HashMap<String, usize>,
+    by_name: NameIndex,
     updater: Vec<UpdaterEntry>,
-    updater_by_name: HashMap<String, usize>,
+    updater_by_name: NameIndex,
     ahead: Arc<ReadAhead>,
+}
+
+/// Names -> positions in the list they were made from, holding positions only (the
+/// names stay in the list): made once per tag, it costs a hash a name, not a copy of
+/// each name (`latest()` of 1,024 parameters, caches cold: 0.44 -> 0.33 ms,
+/// docs/BENCHMARKS.md, Py1); seeded per process, as the library's indexes of names read
+/// from a file. The first of equal names wins (the library refuses them).
+struct NameIndex {
+    table: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl NameIndex {
+    fn new<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> NameIndex {
+        let hasher = foldhash::fast::RandomState::default();
+        let mut table = hashbrown::HashTable::with_capacity(names.len());
+        let mut all: Vec<&str> = Vec::with_capacity(names.len());
+        for (i, name) in names.enumerate() {
+            let h = hasher.hash_one(name);
+            if table.find(h, |&j| all[j as usize] == name).is_none() {
+                table.insert_unique(h, i as u32, |&j| hasher.hash_one(all[j as usize]));
+            }
+            all.push(name);
+        }
+        NameIndex { table, hasher }
+    }
+
+    /// The position of `name`, given the name at each position.
+    fn get<'s>(&'s self, name: &str, name_at: impl Fn(usize) -> &'s str) -> Option<usize> {
+        let h = self.hasher.hash_one(name);
+        self.table
+            .find(h, |&j| name_at(j as usize) == name)
+            .map(|&j| j as usize)
+    }
 }
 
 /// `tag[name]` of a tag's tensors one after another (a loop over the tag, a state dict
@@ -686,8 +733,8 @@ impl NativeTag {
 
     /// The position of parameter `name` in params.txt.
     fn index(&self, py: Python<'_>, name: &str) -> PyResult<usize> {
-        match self.by_name.get(name) {
-            Some(i) => Ok(*i),
+        match self.by_name.get(name, |i| &self.params[i].name) {
+            Some(i) => Ok(i),
             None => Err(raise(
                 py,
                 self.in_tag(ErrorKind::ParamNotFound(name.to_string(), self.name.clone()).into()),
@@ -828,7 +875,7 @@ impl NativeTag {
     }
 
     fn __contains__(&self, name: &str) -> bool {
-        self.by_name.contains_key(name)
+        self.by_name.get(name, |i| &self.params[i].name).is_some()
     }
 
     /// `(buffer, dtype, dims)` of parameter `name`.
@@ -898,14 +945,14 @@ impl NativeTag {
     }
 
     fn updater(&self, py: Python<'_>, name: &str) -> PyResult<Vec<Py<PyAny>>> {
-        let Some(i) = self.updater_by_name.get(name) else {
+        let Some(i) = self.updater_by_name.get(name, |i| &self.updater[i].name) else {
             let e = ErrorKind::ParamNotFound(name.to_string(), self.name.clone());
             return Err(raise(
                 py,
                 self.in_tag(Error::from(e).in_entry(format!("{}/updater.txt", self.name))),
             ));
         };
-        self.read_all(py, self.updater[*i].arrays.iter())?
+        self.read_all(py, self.updater[i].arrays.iter())?
             .into_iter()
             .map(|d| array_of(py, d))
             .collect()

@@ -8,6 +8,7 @@ use super::source::{RangeSource, Ranged, RangedLimits};
 use crate::error::{Error, ErrorKind, Result};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 impl OpenOptions {
     /// Opens the archive at `path` with these limits (see [`Archive::open`]).
@@ -24,8 +25,9 @@ impl OpenOptions {
         let mut settled = false;
         let mut attempt = 0;
         loop {
+            let wait = self.writer_wait;
             if jpath.exists() {
-                recover_for_reader(path)?;
+                recover_for_reader(path, wait)?;
             }
             let before = FileStamp::of(path);
             let opened = Archive::open_unrecovered(path, &ap.shown, self.clone());
@@ -41,7 +43,7 @@ impl OpenOptions {
                 Err(e) if attempt >= MAX_OPEN_ATTEMPTS => return Err(e),
                 Ok(_) => {}
                 Err(e) if jpath.exists() => {
-                    recover_for_reader(path).map_err(|_| e)?;
+                    recover_for_reader(path, wait).map_err(|_| e)?;
                 }
                 Err(e) => {
                     if FileStamp::of(path) == before {
@@ -50,12 +52,12 @@ impl OpenOptions {
                             // file unreadable and its undo record: roll that back (once).
                             if !settled && undo.exists() {
                                 settled = true;
-                                recover_staging_for_reader(path).map_err(|_| e)?;
+                                recover_staging_for_reader(path, wait).map_err(|_| e)?;
                                 continue;
                             }
                             return Err(e);
                         }
-                        wait_for_writer(path, &before);
+                        wait_for_writer(path, &before, wait)?;
                     }
                 }
             }
@@ -100,49 +102,50 @@ impl FileStamp {
     }
 }
 
-/// Waits (at most [`RECOVERY_WAIT`]) for another process's or thread's writer to release
-/// the lock, or to change the file from `before` (a sharded save holds the lock while its
-/// ranks write, after the short staging a reader waits for here).
-fn wait_for_writer(path: &Path, before: &FileStamp) {
-    let _ = super::lock::WriteLock::acquire_for_recovery_or(path, RECOVERY_WAIT, || {
+/// Waits (at most `wait`) for another process's or thread's writer to release the lock,
+/// or to change the file from `before` (a sharded save holds the lock while its ranks
+/// write, after the short staging a reader waits for here). With no wait, a writer
+/// holding the lock is a `Locked` error; after a wait, the caller reads again whatever
+/// the writer did.
+fn wait_for_writer(path: &Path, before: &FileStamp, wait: Duration) -> Result<()> {
+    let waited = super::lock::WriteLock::acquire_for_recovery_or(path, wait, || {
         FileStamp::of(path) != *before
     });
+    match waited {
+        Err(e) if wait.is_zero() && matches!(e.kind(), ErrorKind::Locked) => Err(e),
+        _ => Ok(()),
+    }
 }
 
-/// How long a reader waits for a running in-place append before giving up.
-const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Takes the write lock (waiting for a writer to finish or to delete the undo record)
-/// and rolls back the staging of a sharded save whose rank 0 died (waiting for ranks
-/// still writing into it, at most [`RECOVERY_WAIT`]).
-fn recover_staging_for_reader(path: &Path) -> Result<()> {
+/// Takes the write lock (waiting at most `wait` for a writer to finish or to delete the
+/// undo record) and rolls back the staging of a sharded save whose rank 0 died (waiting
+/// for ranks still writing into it, as long).
+fn recover_staging_for_reader(path: &Path, wait: Duration) -> Result<()> {
     let undo = super::sharded::undo_path(path);
-    let lock =
-        super::lock::WriteLock::acquire_for_recovery_or(path, RECOVERY_WAIT, || !undo.exists())?;
+    let lock = super::lock::WriteLock::acquire_for_recovery_or(path, wait, || !undo.exists())?;
     if lock.is_some() {
-        super::sharded::recover_staged(path, RECOVERY_WAIT)?;
+        super::sharded::recover_staged(path, wait)?;
     }
     Ok(())
 }
 
 /// Takes the write lock (waiting for a running append to finish) and rolls back an
 /// unfinished in-place append.
-fn recover_for_reader(path: &Path) -> Result<()> {
+fn recover_for_reader(path: &Path, wait: Duration) -> Result<()> {
     let unfinished =
         |why: &str| Error::new(ErrorKind::UnfinishedAppend(why.to_string())).in_file(path);
     // Waiting for the journal to go, not only for the lock: a writer that ends its append
     // and takes the lock again at once would keep the lock from this reader.
     let jpath = sidecar(path, ".journal");
-    let _lock = match super::lock::WriteLock::acquire_for_recovery_or(path, RECOVERY_WAIT, || {
-        !jpath.exists()
-    }) {
-        Ok(Some(l)) => l,
-        Ok(None) => return Ok(()),
-        Err(e) if matches!(e.kind(), ErrorKind::Locked) => {
-            return Err(Error::new(ErrorKind::Locked).in_file(path));
-        }
-        Err(e) => return Err(unfinished(&e.to_string())),
-    };
+    let _lock =
+        match super::lock::WriteLock::acquire_for_recovery_or(path, wait, || !jpath.exists()) {
+            Ok(Some(l)) => l,
+            Ok(None) => return Ok(()),
+            Err(e) if matches!(e.kind(), ErrorKind::Locked) => {
+                return Err(Error::new(ErrorKind::Locked).in_file(path));
+            }
+            Err(e) => return Err(unfinished(&e.to_string())),
+        };
     journal::recover(path).map_err(|e| match e.kind() {
         // A journal that is not one, or not the archive's, says so itself.
         ErrorKind::ForeignJournal { .. } | ErrorKind::NotARegularFile { .. } => e,
@@ -285,7 +288,7 @@ mod tests {
         locked_rx.recv().unwrap();
         let p = path.clone();
         let reader = std::thread::spawn(move || {
-            let r = recover_for_reader(&p);
+            let r = recover_for_reader(&p, Duration::from_secs(60));
             done_tx.send(()).unwrap();
             r
         });
@@ -296,5 +299,53 @@ mod tests {
             writer.join().unwrap(),
             "the reader returned only once the writer let the lock go"
         );
+    }
+
+    /// An open told not to wait for writers answers at once, `Locked`, where a writer
+    /// holds the lock with its journal beside the archive, or changes the file under a
+    /// parse; the default open waits for that writer and reads what it left.
+    #[test]
+    fn an_open_with_no_writer_wait_is_locked_at_once_where_one_would_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.zip");
+        let mut w = crate::ArchiveWriter::create(&path).unwrap();
+        let t = crate::Tensor::from_slice(vec![2], &[1f32, 2.]).unwrap();
+        w.add_tag(crate::TagBuilder::new("t").param("w", t))
+            .unwrap();
+        w.finish().unwrap();
+        let no_wait = OpenOptions {
+            writer_wait: Duration::ZERO,
+            ..OpenOptions::default()
+        };
+        assert!(no_wait.open(&path).is_ok(), "no writer: opened");
+        let jpath = sidecar(&path, ".journal");
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let p = path.clone();
+        let writer = std::thread::spawn(move || {
+            let _lock = super::super::lock::WriteLock::acquire_resolved(&p, false).unwrap();
+            std::fs::write(sidecar(&p, ".journal"), b"an append's journal").unwrap();
+            locked_tx.send(()).unwrap();
+            let _ = done_rx.recv_timeout(Duration::from_secs(120));
+            std::fs::remove_file(sidecar(&p, ".journal")).unwrap();
+        });
+        locked_rx.recv().unwrap();
+        let start = std::time::Instant::now();
+        let err = no_wait.open(&path).expect_err("a writer holds the lock");
+        assert!(matches!(err.kind(), ErrorKind::Locked), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        // The default open waits for the writer, which ends its append.
+        let p = path.clone();
+        let reader = std::thread::spawn(move || Archive::open(&p).map(|a| a.tags().to_vec()));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!reader.is_finished(), "the default open waits");
+        done_tx.send(()).unwrap();
+        writer.join().unwrap();
+        assert_eq!(reader.join().unwrap().unwrap(), ["t"]);
+        assert!(!jpath.exists());
     }
 }

@@ -36,6 +36,13 @@ pub struct OpenOptions {
     /// guard; `u64::MAX` turns the check off). Deflate reaches about 1032:1 on zeros, so
     /// without it a 4 MiB entry could make a reader allocate 4 GiB.
     pub max_inflate_ratio: u64,
+    /// How long an open waits for another writer: one appending in place, whose
+    /// journal lies beside the archive, or one whose file is changing under the parse
+    /// (default one minute, then an error of kind [`Locked`](ErrorKind::Locked)).
+    /// `Duration::ZERO` never waits: such an archive is a `Locked` error at once (the
+    /// Python package opens so first, on the calling thread, and waits only when told
+    /// to, on a thread Ctrl-C can interrupt).
+    pub writer_wait: std::time::Duration,
 }
 
 /// Entries that inflate to at most this many bytes (16 MiB) are not held to
@@ -48,6 +55,7 @@ impl Default for OpenOptions {
             max_inflated_size: 4 << 30,
             max_tags_txt_size: 16 << 20,
             max_inflate_ratio: 100,
+            writer_wait: std::time::Duration::from_secs(60),
         }
     }
 }
