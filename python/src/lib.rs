@@ -659,7 +659,7 @@ impl NameIndex {
 /// filled name by name) reads each tensor's record header: on a local archive one
 /// `pread` a tensor, ~1 µs when the CPU's caches are cold, half of the array's cost
 /// (docs/BENCHMARKS.md, Py1). After [`READ_AHEAD_AFTER`] arrays of a tag of at least
-/// [`READ_AHEAD_MIN`] parameters, a thread of its own reads the headers of the tag's
+/// [`READ_AHEAD_MIN`] parameters that were views of the map (not inflated copies), a thread of its own reads the headers of the tag's
 /// tensors from the last one back, into the archive's header cache
 /// ([`CoreArchive::tensor_heads`]; what a view then takes without a read), until it meets
 /// the arrays asked for, or the tag is dropped. On two cores the two meet in the middle.
@@ -667,7 +667,7 @@ impl NameIndex {
 /// stops it, and the array that meets the entry reports it).
 #[derive(Default)]
 struct ReadAhead {
-    /// Arrays made of this tag so far.
+    /// Arrays made of this tag so far that were views of the map.
     arrays: AtomicUsize,
     /// The highest parameter position an array was made of.
     front: AtomicUsize,
@@ -887,9 +887,12 @@ impl NativeTag {
     /// Parameter `name` as a numpy array ([`to_array`]).
     fn array(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
         let i = self.index(py, name)?;
-        self.note_array(i);
         let loc = &self.params[i].location;
         let data = py.detach(|| self.archive.tensor(loc)).or_raise(py)?;
+        // (Owned data, inflated or fetched, reads no header ahead of time.)
+        if data.is_mapped() {
+            self.note_array(i);
+        }
         to_array(py, &self.archive, data)
     }
 
