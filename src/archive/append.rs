@@ -19,7 +19,7 @@ use std::path::Path;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AppendMode {
     /// Write the new entries over the old central directory (saved in a journal first);
-    /// the old directory and tags.txt stay behind as dead bytes until a compaction.
+    /// the old tags.txt and summary stay behind as dead bytes until a compaction.
     #[default]
     InPlace,
     /// Copy the archive to a temp file with the new tag and rename it over the original.

@@ -229,7 +229,7 @@ fn remove_in_place(
 /// writer.finish()?;
 /// let b = TagBuilder::new("b").param("w", Tensor::from_slice(vec![1], &[2.0f32])?);
 /// modelzip::append_tag(&path, b, AppendMode::InPlace, &WriteOptions::default())?;
-/// assert!(modelzip::Archive::open(&path)?.dead_bytes() > 0); // the old central directory
+/// assert!(modelzip::Archive::open(&path)?.dead_bytes() > 0); // the old tags.txt and summary
 /// modelzip::compact(&path, &WriteOptions::default())?;
 /// assert_eq!(modelzip::Archive::open(&path)?.dead_bytes(), 0);
 /// # Ok::<(), modelzip::Error>(())
