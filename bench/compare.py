@@ -36,7 +36,7 @@ Data sets (full / quick):
   K    1,024 FP32 tensors of 1 MiB / 64 KiB (1 GiB / 64 MiB): Py1 and PY2
 
 The PY rows run bench/python_bench.py in the venv (with this checkout's ./python installed):
-the Python package against safetensors' Python API on L.
+the Python package against safetensors' Python API on K.
 """
 import argparse
 import json
@@ -915,7 +915,7 @@ def report(R):
         row("", "  TensorFile + decode, data not touched", mm, "", "", "", True,
             f"{mm / pd:.4f}x")
     else:
-        rows.append(("P6", "skipped: no Paddle (see --paddle-python / --with-paddle)", "", "",
+        rows.append(("P6", "skipped: no Paddle (see --paddle-venv / --with-paddle)", "", "",
                      "", "", "<= 0.5x", "n/a"))
 
     tb = R["tensor_bytes"]

@@ -4,7 +4,7 @@
     python bench/python_bench.py --st L.safetensors --dir DATA [--reps 5] [--rust-save SECS]
 
 Run with a Python that has `modelzip` (pip install ./python), `safetensors` and numpy;
-bench/compare.py runs it (its `--python` section) and adds the rows to its table. Reports
+bench/compare.py runs it (the PY rows, on K) and adds the rows to its table. Reports
 JSON on stdout: medians of --reps repetitions, modelzip and its peer alternating.
 
 Reads (the tensors of --st, saved once by modelzip.save as one tag):
