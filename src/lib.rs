@@ -39,13 +39,14 @@
 //! the root: the archive types and functions, the error type, the tensor types, and the
 //! graph and training-config types users name most ([`Graph`], [`GraphFormat`],
 //! [`TrainingConfig`]). A module is public only where it groups the functions of one
-//! format or area whose names would clash or mislead at the root: [`interop`] (one
-//! submodule per model format: `import_*` / `export_*`), [`graph`] (the graph model, its
+//! format or area whose names would clash or mislead at the root: [`interop`] (import
+//! and export through the registered formats, and a submodule per model format for what
+//! only it has), [`graph`] (the graph model, its
 //! two encodings graph.fb and ProgramDesc behind [`Graph`]'s methods), [`dump`] (the
 //! renderings of every graph kind: text, JSON, DOT, the operations and their edges), [`tensor`] (the LoDTensor codec: `encode_*` / `decode_*`), [`variants`]
 //! (quantize, cast, diff), [`checkpoint`] (the training-loop API), [`extract`] (its
-//! options, report and limit names would read as archive-wide at the root), [`progress`] and
-//! [`remote`]. No type of a dependency appears in a public signature (but `half`'s `f16`
+//! options, report and limit names would read as archive-wide at the root), [`progress`],
+//! [`remote`] and [`sharded`] (one checkpoint written by many processes). No type of a dependency appears in a public signature (but `half`'s `f16`
 //! and `bf16`, the element types of FP16 / BF16 tensors), and docs/public-api.txt lists
 //! the whole surface (checked by scripts/check-public-api.sh).
 

@@ -17,9 +17,12 @@
 //!   registered format), every numeric checkpoint variable as a parameter and the rest
 //!   kept verbatim under the tag's `saved_model/`.
 //!
-//! Each format is one folder (`src/interop/<format>/`): its import and export, its
-//! protobuf types, the dumps of its graph kind ([`crate::dump`] dispatches to them) and its
-//! variant rules (ONNX quantization). The graph kinds' stored forms are part of the
+//! Each foreign format with a graph (ONNX, TensorFlow) is one folder
+//! (`src/interop/<format>/`): its import and export, its protobuf types, the dumps of its
+//! graph kind ([`crate::dump`] dispatches to them) and its variant rules (ONNX
+//! quantization); safetensors, which has no graph, is one file. Paddle's programs
+//! (ProgramDesc, PIR) are the seed encodings of [`crate::graph`] (their protobuf types in
+//! `src/paddle_proto.rs`); `paddle/` holds their import and export. The graph kinds' stored forms are part of the
 //! neutral model in [`crate::graph`], which never imports this module
 //! (tests/it/structure.rs).
 //!
