@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=821
+MAX_ITEMS=820
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -55,7 +55,9 @@ trap 'rm -f "$tmp"' EXIT
 # was; TrainingConfig::hyper_parameter, a find in its public pairs; Archive::
 # tag_summary_from_tables beside tag_summaries, which the CLI now calls instead of its own
 # copy; TensorKind::dir; Archive::has_entry beside entry_stored_size, when TagSummary
-# gained `sharded`, the world size `tags` had read from each metadata.json). Added since,
+# gained `sharded`, the world size `tags` had read from each metadata.json;
+# interop::paddle::export_paths, which only export-paddle's check of existing files
+# used: the export refuses them itself, PREFIX.json for a PIR program). Added since,
 # a capability: OpenOptions::writer_wait (an open that never waits for a writer; the
 # Python package opens so on the calling thread first). What stands
 # between:

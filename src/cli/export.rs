@@ -52,7 +52,8 @@ pub struct Args {
     /// The format to write; default: the one the tag was imported from.
     #[arg(long, value_name = "paddle|tf|safetensors|onnx")]
     format: Option<String>,
-    /// Where to write (a prefix for paddle, a file for tf and onnx).
+    /// Where to write: a prefix for paddle; a file for tf (a directory for a SavedModel
+    /// tag) and onnx; a file or an existing directory for safetensors (above).
     #[arg(long, value_name = "PATH")]
     out: PathBuf,
     #[command(flatten)]

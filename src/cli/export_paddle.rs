@@ -4,7 +4,7 @@ use super::common::{OutputArgs, TagArgs};
 use super::export::ExportLimits;
 use super::output::{print, print_json};
 use super::{CliError, Outcome};
-use modelzip::interop::{self, paddle};
+use modelzip::interop;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -45,20 +45,17 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         Some("pdmodel" | "pdiparams" | "json") => args.out.with_extension(""),
         _ => args.out.clone(),
     };
-    if !args.limits.force {
-        let (m, p) = paddle::export_paths(&prefix);
-        for path in [m, p] {
-            if path.exists() {
-                return Err(CliError::Failed(format!(
-                    "cannot export: {} already exists (pass --force to replace it)",
-                    path.display()
-                )));
-            }
-        }
-    }
+    // The library refuses an existing file before it writes anything (`PREFIX.json`
+    // rather than `PREFIX.pdmodel` for a PIR program): the hint is the CLI's.
     let failed = |e: modelzip::Error| {
+        let hint = match e.kind() {
+            modelzip::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists => {
+                " (pass --force to replace it)"
+            }
+            _ => "",
+        };
         CliError::Failed(format!(
-            "cannot export tag {:?} of {}: {e}",
+            "cannot export tag {:?} of {}: {e}{hint}",
             tag.name(),
             args.input.archive.display()
         ))

@@ -181,8 +181,8 @@ fn with_suffix(prefix: &Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The two paths an export of `prefix` writes: `PREFIX.pdmodel`, `PREFIX.pdiparams`
-/// (for a tag holding a PIR program, `PREFIX.json` and `PREFIX.pdiparams`).
+/// The two paths an export of `prefix` writes for a tag holding a ProgramDesc:
+/// `PREFIX.pdmodel`, `PREFIX.pdiparams` (a PIR program's: [`export_paths_pir`]).
 pub fn export_paths(prefix: &Path) -> (PathBuf, PathBuf) {
     (
         with_suffix(prefix, ".pdmodel"),

@@ -52,9 +52,9 @@ mod import;
 mod tests;
 mod vars;
 
-pub use export::{export_inference_model_bytes, export_paths};
+pub use export::export_inference_model_bytes;
 internal! {
-    pub use export::{ExportReport, export_inference_model, export_paths_pir};
+    pub use export::{ExportReport, export_inference_model, export_paths, export_paths_pir};
 }
 pub use import::{
     import_inference_model, import_inference_model_files, import_persistables_dir, import_program,

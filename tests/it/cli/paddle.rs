@@ -473,6 +473,42 @@ fn pir_programs_import_show_verify_and_export_byte_identical() {
         same_file(ext(&prefix, "pdiparams"), pir(&format!("{m}.pdiparams")));
         assert!(!ext(&prefix, "pdmodel").exists());
     }
+
+    // A PIR tag's export is refused for the files it writes (PREFIX.json), and only
+    // for those: a leftover PREFIX.pdmodel is none of its business (export-paddle
+    // refused it, checking a ProgramDesc's pair).
+    let prefix = d.path().join("again");
+    std::fs::write(ext(&prefix, "pdmodel"), b"left over").unwrap();
+    modelzip()
+        .arg("export-paddle")
+        .arg(&a)
+        .args(["--tag", "mlp", "--out"])
+        .arg(&prefix)
+        .assert()
+        .success();
+    same_file(ext(&prefix, "json"), pir("mlp.json"));
+    assert_eq!(
+        std::fs::read(ext(&prefix, "pdmodel")).unwrap(),
+        b"left over"
+    );
+    let e = expect_error(
+        modelzip()
+            .arg("export-paddle")
+            .arg(&a)
+            .args(["--tag", "mlp", "--out"])
+            .arg(&prefix),
+    );
+    assert!(
+        e.contains("again.json") && e.contains("already exists") && e.contains("--force"),
+        "{e}"
+    );
+    modelzip()
+        .arg("export-paddle")
+        .arg(&a)
+        .args(["--tag", "mlp", "--force", "--out"])
+        .arg(&prefix)
+        .assert()
+        .success();
 }
 
 /// A PIR tag exported as TensorFlow or ONNX, converted to a ProgramDesc, cast or
