@@ -102,7 +102,9 @@ pub struct TensorView<'a> {
 }
 
 impl<'a> TensorView<'a> {
-    /// A view over `data`, which must hold exactly dtype × dims bytes.
+    /// A view over `data`, which must hold exactly dtype × dims bytes, with LoD levels
+    /// `lod` (checked against dims as [`Tensor::with_lod`] checks them: a view that a
+    /// writer takes is one that every reader reads back).
     pub fn new(dtype: DType, dims: Vec<u64>, lod: Lod, data: &'a [u8]) -> Result<Self> {
         let expected = data_len(dtype, &dims)?;
         if expected != data.len() as u64 {
@@ -112,6 +114,7 @@ impl<'a> TensorView<'a> {
             ))
             .into());
         }
+        check_lod(&lod, &dims)?;
         Ok(TensorView {
             dtype,
             dims,
@@ -455,6 +458,19 @@ mod tests {
         // A type still refuses the dtypes it does not read.
         assert!(size_t.view().to_vec::<i64>().is_err());
         assert!(bool_t.view().to_vec::<i8>().is_err());
+    }
+
+    #[test]
+    fn a_view_refuses_a_lod_its_dims_do_not_hold() {
+        let data = [0u8; 16];
+        // Rows 0..4 of 4: fine; a last offset past the 4 rows, a level going down, a
+        // level that does not start at 0: refused, as a record's decode refuses them.
+        let ok = TensorView::new(DType::Fp32, vec![4], vec![vec![0, 1, 4]], &data);
+        assert!(ok.is_ok());
+        for lod in [vec![vec![0, 5]], vec![vec![0, 3, 2, 4]], vec![vec![1, 4]]] {
+            let e = TensorView::new(DType::Fp32, vec![4], lod.clone(), &data).unwrap_err();
+            assert!(matches!(e.kind(), ErrorKind::BadLod(_)), "{lod:?}: {e}");
+        }
     }
 
     #[test]

@@ -50,7 +50,8 @@ pub struct VariantParam {
     pub change: ParamChange,
     /// True when its tensor file is owned by another tag (no bytes of its own).
     pub shared: bool,
-    /// Bytes its own tensor file takes (0 when shared).
+    /// Bytes its own tensor file takes (0 when shared, and when a param listed before it
+    /// in the new tag uses the same file: each file is counted once).
     pub stored_bytes: u64,
     /// Source values that were NaN or ±inf, converted anyway because
     /// [`AllowValues::non_finite`] allowed it (0 otherwise: such values are refused).
@@ -396,9 +397,12 @@ fn write_variant(
 fn report_of(archive: &Archive, new_tag: &str, v: Variant) -> Result<VariantReport> {
     let tag = archive.tag(new_tag)?;
     let mut params = Vec::with_capacity(v.params.len());
+    // The tag's own files counted so far: two params of equal values (two per-tensor
+    // scales, say) are one file, whose bytes the tag holds once.
+    let mut counted = std::collections::HashSet::new();
     for ((name, t, change), entry) in v.params.into_iter().zip(tag.params()) {
         let shared = entry.location.shared;
-        let stored_bytes = if shared {
+        let stored_bytes = if shared || !counted.insert(entry.location.entry()) {
             0
         } else {
             archive

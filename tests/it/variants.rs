@@ -1383,3 +1383,45 @@ fn assert_unrepresentable(e: &modelzip::Error, allow: &str) {
         "{e}"
     );
 }
+
+/// Two params of equal values are one file of the new tag: the report counts its bytes
+/// once (as the tag's own entries hold them), the second param with none of its own.
+#[test]
+fn a_variant_report_counts_a_file_two_params_share_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let w: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+    let tag = TagBuilder::new("base")
+        .param("a", Tensor::from_slice(vec![8, 8], &w).unwrap())
+        .param("b", Tensor::from_slice(vec![8, 8], &w).unwrap());
+    let path = archive_with(dir.path(), tag);
+    let q = QuantizeOptions { per_channel: false };
+    let rq = quantize(&path, "base", "q", &q, &AllowValues::default(), &fast()).unwrap();
+    let rc = cast(
+        &path,
+        "base",
+        "h",
+        DType::Fp16,
+        &AllowValues::default(),
+        &fast(),
+    )
+    .unwrap();
+    let archive = Archive::open(&path).unwrap();
+    for (r, name) in [(&rq, "q"), (&rc, "h")] {
+        let t = archive.tag(name).unwrap();
+        let files: std::collections::BTreeSet<&str> = t
+            .params()
+            .iter()
+            .filter(|p| !p.location.shared)
+            .map(|p| p.location.entry())
+            .collect();
+        // a and b (and their scales) are one file each.
+        assert!(files.len() < t.params().len(), "{name}: {files:?}");
+        let own: u64 = files
+            .iter()
+            .map(|e| archive.entry_stored_size(e).unwrap())
+            .sum();
+        assert_eq!(r.stored_bytes(), own, "{name}");
+        let b = r.params.iter().find(|p| p.name == "b").unwrap();
+        assert_eq!((b.shared, b.stored_bytes), (false, 0), "{name}");
+    }
+}
