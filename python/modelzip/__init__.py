@@ -655,7 +655,9 @@ def open(path: PathLike) -> Archive:  # noqa: A001 - the documented name
 def upload(local: PathLike, url: str, *, if_match: Optional[str] = None, force: bool = False) -> Optional[str]:
     """Uploads the local archive ``local`` to ``url`` (``modelzip cp``): create-only by
     default (an existing object is an error), or replacing only the version whose ETag
-    is ``if_match``, or anything with ``force=True``; large files go up in parts.
+    is ``if_match`` (files of up to 64 MiB: a larger one, which goes up in parts, is
+    refused with ``kind="remote_conflict"`` and nothing replaced), or anything with
+    ``force=True``; large files go up in parts.
     Returns the new object's ETag when the store gives one."""
     return _modelzip.upload(_fspath(local), url, if_match, force)
 
@@ -841,8 +843,9 @@ class Checkpointer:
     where it lies (only its new bytes uploaded, the old ones copied by the store) and the
     retention pass removes checkpoints the same way (docs/REMOTE.md); a save that loses a
     race with another writer re-opens the archive and tries again, up to 4 more times,
-    then raises ``ModelzipError(kind="remote_conflict")``. A remote archive is never
-    compacted.
+    then raises ``ModelzipError(kind="remote_conflict")`` (a sharded save's commit,
+    ``world_size`` > 1, is not tried again; its retention pass is). A remote archive is
+    never compacted.
 
     The counts (``keep_last``, ``keep_every``, ``keep_best``'s count) must be integers
     >= 1 and ``compact_dead_fraction`` a number from 0 (compact whenever there are dead
@@ -904,7 +907,8 @@ class Checkpointer:
 
         Sharded (``world_size`` > 1): ``params``/``updater`` hold this rank's rows; returns
         once the checkpoint is committed, with ``{"tag", "removed", "compacted", "rank"}``
-        (``removed`` by rank 0's retention pass; empty on the other ranks)."""
+        (``removed`` by rank 0's retention pass; empty on the other ranks; rank 0 adds
+        ``bytes_uploaded`` and ``bytes_copied`` for a remote archive)."""
         if self._world_size > 1:
             from . import sharded
 
@@ -996,8 +1000,10 @@ def import_paddle(
     ``.json``, and its ``.pdiparams``; the params file may be omitted for a program
     without parameters) or, with ``dir=``, a
     persistables directory, as tag ``tag`` (archive created if absent, else the tag is
-    appended in place; an ``s3://`` URL gets it by a remote append). Returns the import
-    report (tag, created, graph_bytes, params with dtype/dims/shared_from, shared)."""
+    appended in place; an ``s3://`` or ``az://`` URL gets it by a remote append). Returns
+    the import report (tag, created, graph_bytes, params with name/dtype/dims/shared_from,
+    shared; for a URL also version, previous_version, bytes_uploaded, bytes_copied,
+    bytes_reread and requests)."""
     return _modelzip.import_paddle(
         _writable(archive, "import into"),
         tag,

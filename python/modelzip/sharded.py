@@ -97,8 +97,9 @@ def save(
     there and has the array's shape (column shards of tensor parallelism, the blocks of
     a 2-D mesh). Every rank lists every tensor, with the
     same global shape and dtype; a rank that holds none of one gives an array of 0 rows,
-    or ``(None, 0, global_shape, dtype)``. ``updater``: parameter name -> a sequence of
-    the same triples, one per state array (Adam's moments). ``metadata`` and ``graph``
+    or ``(None, 0, global_shape, dtype)``. ``updater``: parameter name -> a list of
+    the same triples, one per state array (Adam's moments; a tuple is refused, as a
+    single triple given in the list's place would be). ``metadata`` and ``graph``
     are given by rank 0 (as :func:`modelzip.save` takes them).
 
     Rank 0 holds the archive's write lock for the group (``wait=True``: waits for
@@ -134,7 +135,7 @@ def save(
     items = [_shard_item(f"shard of {k!r}", str(k), None, v) for k, v in shards.items()]
     for k, states in (updater or {}).items():
         if isinstance(states, tuple) or not isinstance(states, Sequence):
-            raise _make("invalid_input", f"updater state of {k!r} must be a sequence of (rows, first_row, global_shape)")
+            raise _make("invalid_input", f"updater state of {k!r} must be a list of (rows, first_row, global_shape) triples, one per state array")
         for slot, v in enumerate(states):
             items.append(_shard_item(f"updater array {slot} of {k!r}", str(k), slot, v))
     return _modelzip.sharded_save(

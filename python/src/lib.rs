@@ -1862,7 +1862,8 @@ fn compact<'py>(py: Python<'py>, archive: PathBuf, wait: bool) -> PyResult<Bound
 // ---------------------------------------------------------------------------------------
 
 /// Uploads a local archive to a URL: create-only by default, `if_match` replaces only that
-/// version (ETag), `force` replaces whatever is there. The bytes checked (the file opens as
+/// version (ETag; files of up to 64 MiB, a larger one is refused), `force` replaces
+/// whatever is there. The bytes checked (the file opens as
 /// an archive) are the bytes sent: a file replaced or changed meanwhile is refused. Returns
 /// the new ETag, if any.
 #[pyfunction]

@@ -374,7 +374,7 @@ impl Drop for LocalAppender {
 }
 
 /// Adds `tag` to the archive at `path`. With the `remote` feature, `path` may be an
-/// `s3://` URL (a remote append, whatever `mode`: see
+/// `s3://` or `az://` URL (a remote append, whatever `mode`: see
 /// [`RemoteAppender`](crate::remote::RemoteAppender) and docs/REMOTE.md); other URLs are
 /// refused.
 ///

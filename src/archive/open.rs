@@ -156,7 +156,8 @@ fn recover_for_reader(path: &Path, wait: Duration) -> Result<()> {
 
 impl Archive {
     /// Opens the archive at `path` by memory-mapping it, parsing only the central
-    /// directory, the local headers and tags.txt. If a rollback journal of an unfinished
+    /// directory and tags.txt (each entry's local header is checked when the entry is
+    /// first read). If a rollback journal of an unfinished
     /// in-place append lies beside it (beside the file a symlinked `path` points at), the
     /// append is rolled back first (this needs write access to the archive and its
     /// directory).

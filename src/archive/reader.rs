@@ -37,8 +37,10 @@ pub struct OpenOptions {
     /// without it a 4 MiB entry could make a reader allocate 4 GiB.
     pub max_inflate_ratio: u64,
     /// How long an open waits for another writer: one appending in place, whose
-    /// journal lies beside the archive, or one whose file is changing under the parse
-    /// (default one minute, then an error of kind [`Locked`](ErrorKind::Locked)).
+    /// journal lies beside the archive (default one minute, then an error of kind
+    /// [`Locked`](ErrorKind::Locked)), or one whose file is changing under the parse
+    /// (each of the open's few re-reads waits up to this long, and an archive still
+    /// changing after them is the parse's error).
     /// `Duration::ZERO` never waits: such an archive is a `Locked` error at once (the
     /// Python package opens so first, on the calling thread, and waits only when told
     /// to, on a thread Ctrl-C can interrupt).
@@ -851,7 +853,7 @@ impl Archive {
 
     /// Reads the tensor at `loc` (a location from [`Tag::params`](super::Tag::params) or
     /// [`Tag::updater`](super::Tag::updater) of this archive): zero-copy when the entry is
-    /// stored, decoded with the same strict LoDTensor checks as every other read. Unlike
+    /// stored in a local archive (a remote archive's bytes are fetched, so owned), decoded with the same strict LoDTensor checks as every other read. Unlike
     /// [`Tag::tensor`](super::Tag::tensor) it needs no parsed [`Tag`](super::Tag), so
     /// bindings that keep the locations can read without re-parsing.
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'_>> {

@@ -833,7 +833,8 @@ impl<'a> Tag<'a> {
             .chain(self.tables.updater.iter().flat_map(|u| u.arrays.iter()))
     }
 
-    /// Reads the tensor at `loc`: zero-copy when the entry is stored.
+    /// Reads the tensor at `loc`: zero-copy when the entry is stored in a local archive
+    /// ([`Archive::tensor`]).
     pub fn tensor(&self, loc: &TensorLocation) -> Result<TensorData<'a>> {
         self.archive.tensor(loc)
     }

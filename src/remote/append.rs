@@ -334,7 +334,9 @@ impl RemoteAppender {
     /// opened (or, for a new archive, still absent). A lost race is
     /// [`ErrorKind::RemoteConflict`] ("the archive at URL changed since it was opened
     /// (version X, now Y); nothing was written"); on every failure the multipart upload is
-    /// aborted and the object is as it was.
+    /// aborted and the object is as it was, but for a commit whose every attempt went
+    /// unanswered, which the error reports as of unknown outcome (naming the object's
+    /// version when opened and now).
     pub fn finish(mut self) -> Result<RemoteWrite> {
         let url = self.client.url.clone();
         let session = self.session.take().ok_or_else(|| {

@@ -6,7 +6,7 @@
 //! ```no_run
 //! use modelzip::Archive;
 //!
-//! let archive = Archive::open_url("s3://models/resnet.zip")?; // ≤ 2 requests
+//! let archive = Archive::open_url("s3://models/resnet.zip")?; // ≤ 2 requests (az://: ≤ 3)
 //! let tag = archive.latest()?; // 1 batched request for its tables
 //! let w = tag.param("fc.w")?; // 1 request
 //! # Ok::<(), modelzip::Error>(())
@@ -59,7 +59,7 @@ pub struct RemoteOptions {
     /// the request after this long; a long download that keeps arriving is not cut off.
     pub timeout: Duration,
     /// Bytes of the first request, from the end of the object (default 256 KiB, at least
-    /// 64 KiB + 42): the end records, and the central directory and tags.txt of archives of
+    /// 64 KiB + 41): the end records, and the central directory and tags.txt of archives of
     /// up to a few thousand entries.
     pub tail_bytes: u64,
     /// Largest central directory read (default 1 GiB).
@@ -95,8 +95,9 @@ const COALESCE: u64 = 1 << 20;
 
 impl RemoteOptions {
     /// Opens the archive at `url`: one request for the end of the object (often the
-    /// central directory and tags.txt too), one more for the central directory when the
-    /// first did not hold it. Entries are fetched as they are read, every request
+    /// central directory and tags.txt too; two on Azure, which answers no suffix range:
+    /// a `HEAD`, then the range), one more for the central directory when the first did
+    /// not hold it. Entries are fetched as they are read, every request
     /// conditional on the version the first one saw.
     pub fn open(&self, url: &str) -> Result<Archive> {
         let client = Client::new(url, self)?;
@@ -631,7 +632,7 @@ pub fn remote_version(url: &str, opts: &RemoteOptions) -> Result<Option<String>>
 /// device, inode, size or modification time; on Unix) or if the file's size or
 /// modification time changed by the time it was read whole ([`ErrorKind::InvalidInput`]:
 /// nothing is uploaded, a multipart upload is aborted). Files of up to
-/// 64 MiB go in one conditional PUT; larger ones in parts: with
+/// 64 MiB go in one PUT (conditional unless [`UploadMode::Replace`]); larger ones in parts: with
 /// [`UploadMode::Replace`] straight to the key, otherwise to a temporary key that is then
 /// copied to `url` only if no object is there (a conditional replace of a large object is
 /// refused: the stores cannot complete a multipart upload on a version).

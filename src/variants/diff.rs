@@ -125,8 +125,8 @@ const COPIED: u32 = u32::MAX - 2;
 /// Parameters past this many in one tag are refused (they could not be classified).
 const MAX_PARAMS: usize = (u32::MAX - 3) as usize;
 
-/// The value differences of a changed parameter (its dtypes and dims are read again from
-/// the tensor headers when asked for).
+/// The value differences of a changed parameter (its dtypes and dims are read again with
+/// the tensors when asked for).
 #[derive(Debug, Clone, Copy)]
 struct Change {
     dequantized: bool,
@@ -360,8 +360,8 @@ impl<'a> TagComparison<'a> {
     }
 
     /// Parameters in both whose dtype, dims, LoD or data differ, in the first tag's
-    /// order; each [`ParamDiff`] is built when it is reached (its dtypes and dims read
-    /// from the tensor headers again).
+    /// order; each [`ParamDiff`] is built when it is reached, from both tensors read
+    /// again (whole: a remote archive fetches them, a deflated entry is inflated).
     pub fn changed(&self) -> impl Iterator<Item = Result<ParamDiff>> + '_ {
         let (pa_all, pb_all) = (self.a.params(), self.b.params());
         pa_all

@@ -6,8 +6,7 @@
 //! same plan (where each tensor's entry and each row goes) without talking to the
 //! others. Rank 0 takes the archive's write lock for the group and stages an extension
 //! of the archive (the archive stays readable as it was); every rank then writes its
-//! rows into it with positioned writes, makes them durable and leaves a marker beside
-//! the archive; rank 0 commits when every marker is there, or rolls the archive back to
+//! rows into it with positioned writes and leaves a marker (fsynced) beside the archive; rank 0 commits when every marker is there, or rolls the archive back to
 //! exactly what it was after [`ShardedOptions::timeout`]. The committed tag is an
 //! ordinary tag: each tensor is one LoDTensor entry that every reader reads.
 //!
@@ -80,7 +79,9 @@ pub struct ShardedOptions {
     /// How long each wait lasts: rank 0 for every marker, the others for rank 0 to stage
     /// the save and then to commit it (default 600 s).
     pub timeout: Duration,
-    /// The write options (rank 0's `wait_for_lock`; `fsync` on every rank).
+    /// The write options (rank 0's `wait_for_lock` and `fsync`: rank 0 makes the staged
+    /// extension and the commit durable, every rank's marker is fsynced whatever it
+    /// says).
     pub write: WriteOptions,
     /// The group's id, the same on every rank of one group and different between groups
     /// (a job's id: torchrun's `TORCHELASTIC_RUN_ID` with the restart count, Slurm's

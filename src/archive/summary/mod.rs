@@ -456,7 +456,9 @@ impl Archive {
 
     /// Every tag's summary from the archive's summary entry (`_summary.txt`, FORMAT.md)
     /// when it is current and well formed (reading nothing but that entry: for a remote
-    /// archive, no request beyond the open's); else why it cannot be used.
+    /// archive, no request beyond the open's; a version-1 summary, which lacks the
+    /// sharded saves' world sizes, adds each tag's metadata.json, one batched request);
+    /// else why it cannot be used.
     pub fn summary(&self) -> std::result::Result<Vec<TagSummary>, SummaryStatus> {
         let records = self.summary_records()?;
         Ok(records
@@ -470,7 +472,8 @@ impl Archive {
 
     /// What `modelzip tags` lists of every tag, in tags.txt order: from the summary when
     /// it is current (no table or tensor is read: a remote archive needs no request
-    /// beyond the open's), else from each tag's tables and tensor headers.
+    /// beyond the open's, but for a version-1 summary's, [`Archive::summary`]), else from
+    /// each tag's tables and tensor headers.
     pub fn tag_summaries(&self) -> Result<Vec<TagSummary>> {
         if let Ok(summaries) = self.summary() {
             return Ok(summaries);
