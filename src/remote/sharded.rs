@@ -175,7 +175,9 @@ impl RemoteRank {
     /// The objects of attempt `nonce`: every rank's marker and staging object, then the
     /// group object (last: while it exists, the attempt can be found).
     fn attempt_keys(&self, nonce: &str, world_size: u32) -> Vec<String> {
-        let mut keys = Vec::with_capacity(2 * world_size as usize + 1);
+        // Sized by what the group object says only up to a bound (the object is another
+        // process's, so a number read back, not one this rank chose).
+        let mut keys = Vec::with_capacity((2 * world_size as usize + 1).min(4096));
         for r in 0..world_size {
             keys.push(self.marker_key(r, nonce));
             keys.push(self.staging_key(r, nonce));

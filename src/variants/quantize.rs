@@ -432,6 +432,9 @@ fn build(
             );
         }
         let (axis, per_tensor_reason) = match channel_axis(options, uses, &dims) {
+            // No values, no channels to scale (and a dim of 0 leaves the others free:
+            // one of 2^61 would ask for as many scales).
+            Ok(Some(_)) if values.is_empty() => (None, Some("it holds no values".to_string())),
             Ok(axis) => (axis, None),
             Err(why) => (None, Some(why)),
         };

@@ -60,7 +60,9 @@ pub fn per_channel(values: &[f32], dims: &[u64], axis: usize) -> Option<Quantize
     let outer: usize = dims[..axis]
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(usize::try_from(d).ok()?))?;
-    if outer.checked_mul(total)? != values.len() {
+    // A dim of 0 elsewhere makes any `channels` match an empty tensor: a scale per
+    // channel is then allocated only for channels the values hold.
+    if outer.checked_mul(total)? != values.len() || channels > values.len() {
         return None;
     }
     let channel_of = |i: usize| (i % total) / inner.max(1);
@@ -114,6 +116,9 @@ mod tests {
         assert_eq!(q.values[2], -127);
         assert!(per_channel(&v, &[2, 3], 2).is_none());
         assert!(per_channel(&v, &[4, 3], 0).is_none());
+        // No values: dims that multiply to 0 leave the axis's extent free; no scale
+        // per channel is made for them (2^61 of them could not be).
+        assert!(per_channel(&[], &[0, 1 << 61], 1).is_none());
     }
 
     #[test]

@@ -1425,3 +1425,37 @@ fn a_variant_report_counts_a_file_two_params_share_once() {
         assert_eq!((b.shared, b.stored_bytes), (false, 0), "{name}");
     }
 }
+
+/// A weight with no values (a dim of 0) has no channels to scale: quantized per tensor,
+/// saying why, however large its other dims (2^40 of them asked for 4 TiB of scales).
+#[test]
+fn an_empty_weight_asked_per_channel_is_quantized_per_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let tag = TagBuilder::new("base")
+        .param(
+            "empty",
+            Tensor::from_bytes(DType::Fp32, vec![0, 1 << 40], Vec::new()).unwrap(),
+        )
+        .param(
+            "w",
+            Tensor::from_slice(vec![2, 2], &[1.0f32, -2.0, 3.0, 0.5]).unwrap(),
+        );
+    let path = archive_with(dir.path(), tag);
+    let q = QuantizeOptions { per_channel: true };
+    let r = quantize(&path, "base", "q", &q, &AllowValues::default(), &fast()).unwrap();
+    let empty = r.params.iter().find(|p| p.name == "empty").unwrap();
+    match &empty.change {
+        ParamChange::Quantized {
+            axis,
+            per_tensor_reason,
+            ..
+        } => {
+            assert_eq!(*axis, None);
+            assert_eq!(per_tensor_reason.as_deref(), Some("it holds no values"));
+        }
+        c => panic!("{c:?}"),
+    }
+    assert_eq!(quantized_names(&r)[1], ("w".to_string(), Some(1)));
+    let archive = Archive::open(&path).unwrap();
+    assert!(archive.verify().is_ok());
+}

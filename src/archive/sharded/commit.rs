@@ -503,7 +503,15 @@ pub(crate) fn check_coverage(
                     s.first_row
                 )));
             }
-            let len = s.rows * p.row_bytes;
+            let (Some(end), Some(len)) = (
+                s.first_row.checked_add(s.rows),
+                s.rows.checked_mul(p.row_bytes),
+            ) else {
+                return Err(invalid(format!(
+                    "rank {rank} reports {} rows from row {} of {label}, past what a file can hold; nothing was committed",
+                    s.rows, s.first_row
+                )));
+            };
             if s.rows > 0 {
                 crc.combine(&crc32fast::Hasher::new_with_initial_len(s.crc32, len));
                 lines.push(ShardLine {
@@ -516,7 +524,7 @@ pub(crate) fn check_coverage(
                     line: 0,
                 });
             }
-            next = s.first_row + s.rows;
+            next = end;
             prev_rank = Some(*rank);
         }
         if next != p.spec.rows() {

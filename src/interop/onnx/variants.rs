@@ -488,11 +488,19 @@ pub(crate) fn rewrite(g: &OnnxGraph, quants: &[OnnxQuant]) -> Result<OnnxGraph> 
         done += 1;
     }
     if done != quants.len() {
-        return Err(graph_err(format!(
-            "{} of the {} weights to quantize are not initializers of the stored model",
-            quants.len() - done,
-            quants.len()
-        )));
+        // More initializers than weights: two name one parameter (graph.fb allows it),
+        // which quantizing would write twice.
+        return Err(graph_err(match done.checked_sub(quants.len()) {
+            Some(extra) => format!(
+                "{extra} initializers of the stored model hold a weight another initializer \
+                 holds too; quantizing would write it twice"
+            ),
+            None => format!(
+                "{} of the {} weights to quantize are not initializers of the stored model",
+                quants.len() - done,
+                quants.len()
+            ),
+        }));
     }
     graph.initializer = inits;
     nodes.append(&mut graph.node);

@@ -311,7 +311,13 @@ fn classify(key: &str, e: &BundleEntry) -> Result<Kind> {
                 e.dtype
             )));
         }
-        if entry_dims(key, e)?.iter().product::<u64>() != 1 {
+        // Dims whose product passes 2^64 are no single string either (checked: a wrapped
+        // product could be 1).
+        let one = entry_dims(key, e)?
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            == Some(1);
+        if !one {
             return Err(invalid(format!(
                 "checkpoint entry {key:?} is not a single string"
             )));
@@ -878,4 +884,44 @@ fn sync_dirs(root: &Path) -> Result<()> {
             .map_err(|e| Error::from(e).in_file(&d))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The object graph's entry must be one string: dims whose product passes 2^64 are
+    /// refused as not one, not multiplied past it (a panic with overflow checks on).
+    #[test]
+    fn an_object_graph_entry_of_dims_past_2_64_is_not_a_single_string() {
+        let entry = |dims: &[i64]| BundleEntry {
+            dtype: DT_STRING,
+            shape: Some(pb::TensorShapeProto {
+                dim: dims
+                    .iter()
+                    .map(|&size| pb::tensor_shape_proto::Dim {
+                        size,
+                        name: String::new(),
+                    })
+                    .collect(),
+                unknown_rank: false,
+            }),
+            shard_id: 0,
+            offset: 0,
+            size: 0,
+            crc32c: 0,
+            slices: Vec::new(),
+        };
+        assert!(matches!(
+            classify(OBJECT_GRAPH_KEY, &entry(&[])),
+            Ok(Kind::ObjectGraph)
+        ));
+        for dims in [&[1i64 << 32, 1 << 32][..], &[2], &[0]] {
+            let e = classify(OBJECT_GRAPH_KEY, &entry(dims)).err().unwrap();
+            assert!(
+                e.to_string().contains("not a single string"),
+                "{dims:?}: {e}"
+            );
+        }
+    }
 }
