@@ -8,7 +8,7 @@
 //! return data; the library never prints. The JSON shape is documented in docs/GRAPH.md.
 
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use crate::error::Result;
 use crate::graph::{Graph, dump as program, pir};
@@ -117,8 +117,9 @@ pub(crate) fn op_graph_value(g: &Graph) -> Value {
     let is_value = |i: usize| d.nodes.get(i).is_none_or(|n| n.role == NodeRole::Value);
     // Operation-to-operation edges, and each value's writers and readers.
     let mut edges: Vec<(usize, usize)> = Vec::new();
-    let mut writers: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut readers: HashMap<usize, Vec<usize>> = HashMap::new();
+    // Ordered maps: which edges a truncated document keeps is the same on every run.
+    let mut writers: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut readers: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for e in &d.edges {
         match (is_value(e.from), is_value(e.to)) {
             (false, false) => edges.push((e.from, e.to)),
@@ -127,7 +128,11 @@ pub(crate) fn op_graph_value(g: &Graph) -> Value {
             (true, true) => {}
         }
     }
-    let mut truncated = false;
+    // Direct edges (TensorFlow, ONNX and PIR nodes read nodes) count against the cap too.
+    edges.sort_unstable();
+    edges.dedup();
+    let mut truncated = edges.len() > MAX_EDGES;
+    edges.truncate(MAX_EDGES);
     'fold: for (value, ws) in &writers {
         for r in readers.get(value).map(Vec::as_slice).unwrap_or_default() {
             for w in ws {

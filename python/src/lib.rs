@@ -1419,7 +1419,8 @@ impl NativeCheckpointer {
             ));
         }
         let mut sharding = modelzip::sharded::ShardedOptions::new(rank, world_size);
-        sharding.timeout = Duration::from_secs_f64(timeout);
+        // Past what a Duration holds: as long as it holds ("forever").
+        sharding.timeout = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::MAX);
         sharding.group = group;
         let r = py
             .detach(|| {
@@ -2032,7 +2033,8 @@ fn sharded_save<'py>(
         ));
     }
     let mut opts = ShardedOptions::new(rank, world_size);
-    opts.timeout = Duration::from_secs_f64(timeout);
+    // Past what a Duration holds: as long as it holds ("forever").
+    opts.timeout = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::MAX);
     opts.write = WriteOptions {
         wait_for_lock: wait,
         fsync,

@@ -464,6 +464,29 @@ def test_html_writes_a_static_page_that_needs_no_server(browser, tmp):
     page.close()
 
 
+def test_html_keeps_names_that_look_like_markup_as_text(browser, tmp):
+    """A parameter named like the end of a script, or like a comment opening one, is
+    data in the static page: the page still runs and lists it as it is named."""
+    import numpy as np
+    import modelzip
+
+    archive = tmp / "odd.zip"
+    names = ["a</script><b>", "b<!--<script>", "c\u2028d"]
+    modelzip.save(archive, "t", {n: np.ones((2, 2), np.float32) for n in names})
+    out = tmp / "odd.html"
+    run_cli("view", archive, "--html", out)
+    assert "<!--<script>" not in out.read_text()
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready]", state="attached")
+    page.locator('[data-testid="tag-row"]').nth(0).click()
+    page.locator('[data-testid="param-row"]').first.wait_for()
+    listed = page.locator('[data-testid="param-row"]').evaluate_all(
+        "rs => rs.map(r => r.dataset.name)")
+    assert sorted(listed) == sorted(names)
+    page.close()
+
+
 def test_the_graph_pans_on_drag_and_zooms_at_the_pointer(browser, served):
     """Dragging the drawing moves the view by the pointer's travel; the wheel zooms in
     (a smaller viewBox) and out, keeping the point under the pointer in place."""

@@ -738,8 +738,11 @@ pub(crate) fn drawing(g: &PirGraph) -> Drawing {
         ));
         return d;
     };
+    // `params` is in name order (a map's values): a search, not a scan per parameter (a
+    // summary of 2 million would have compared names 10^12 times).
     let declared = |name: &str| {
-        p.params.iter().find(|q| q.name == name).map_or_else(
+        let found = p.params.binary_search_by(|q| q.name.as_str().cmp(name)).ok();
+        found.map(|i| &p.params[i]).map_or_else(
             || "?".to_string(),
             |q| {
                 let dims = q

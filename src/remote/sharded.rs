@@ -254,7 +254,7 @@ impl RemoteRank {
     /// A rank other than 0: waits for the group object of a live attempt with the same
     /// plan; returns its nonce.
     fn wait_for_group(&self, plan: &Plan, opts: &ShardedOptions) -> Result<String> {
-        let deadline = Instant::now() + opts.timeout;
+        let deadline = crate::archive::sharded::deadline(opts.timeout);
         let key = self.group_key();
         loop {
             if let Some(bytes) = self.get(&key)? {
@@ -481,7 +481,7 @@ impl RemoteRank {
 
     /// Every rank's marker of this attempt, waiting at most the timeout.
     fn wait_for_markers(&self, plan: &Plan, opts: &ShardedOptions) -> Result<Vec<Marker>> {
-        let deadline = Instant::now() + opts.timeout;
+        let deadline = crate::archive::sharded::deadline(opts.timeout);
         let mut got: Vec<Option<Marker>> = vec![None; plan.world_size as usize];
         loop {
             for (r, slot) in got.iter_mut().enumerate() {
@@ -531,7 +531,7 @@ impl RemoteRank {
     /// A rank other than 0: waits for the group object to go, then for the archive to
     /// hold the tag of this attempt.
     fn wait_for_commit(&self, plan: &Plan, opts: &ShardedOptions) -> Result<()> {
-        let deadline = Instant::now() + opts.timeout;
+        let deadline = crate::archive::sharded::deadline(opts.timeout);
         let key = self.group_key();
         loop {
             let ours = match self.get(&key)? {

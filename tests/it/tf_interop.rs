@@ -721,3 +721,31 @@ fn a_saved_model_is_taken_for_one() {
     let e = e.to_string();
     assert!(e.contains("No such file") && e.contains("missing"), "{e}");
 }
+
+/// `op_graph` keeps at most 20,000 edges of a GraphDef too, whose nodes read nodes
+/// directly (the cap held only for edges folded through Paddle's variables).
+#[test]
+fn op_graph_caps_a_graphdefs_node_to_node_edges() {
+    // 1,000 nodes, each reading the 30 before it: 29,535 edges.
+    let nodes: Vec<pb::NodeDef> = (0..1000usize)
+        .map(|i| pb::NodeDef {
+            name: format!("n{i}"),
+            op: "AddN".into(),
+            input: (i.saturating_sub(30)..i).map(|j| format!("n{j}")).collect(),
+            ..Default::default()
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dense.pb");
+    std::fs::write(&file, graph_of(nodes)).unwrap();
+    let zip = dir.path().join("d.zip");
+    tf::import_graphdef_file(&zip, "d", &file, &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let (enc, bytes) = a.tag("d").unwrap().graph().unwrap().unwrap();
+    let g = Graph::decode(enc, &bytes).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&modelzip::dump::op_graph(&g)).unwrap();
+    assert_eq!(doc["edges_truncated"], true);
+    assert_eq!(doc["edges"].as_array().unwrap().len(), 20_000);
+    // The same document every time (which edges are kept included).
+    assert_eq!(modelzip::dump::op_graph(&g), modelzip::dump::op_graph(&g));
+}

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The extension starts at a multiple of this (a page: ranks' writes start page-aligned
 /// where the rows allow).
@@ -106,7 +106,7 @@ pub(super) fn wait_for_group(
     plan: &Plan,
     opts: &ShardedOptions,
 ) -> Result<Group> {
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = crate::archive::sharded::deadline(opts.timeout);
     loop {
         if let Some(g) = group::read_group(&ap.real, &plan.tag)? {
             if g.plan != plan.digest || g.world_size != plan.world_size {
@@ -402,7 +402,7 @@ fn wait_for_markers(
     g: &Group,
     opts: &ShardedOptions,
 ) -> Result<Vec<Marker>> {
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = crate::archive::sharded::deadline(opts.timeout);
     let mut got: Vec<Option<Marker>> = vec![None; plan.world_size as usize];
     loop {
         for (r, slot) in got.iter_mut().enumerate() {
@@ -941,7 +941,7 @@ pub(super) fn wait_for_commit(
     g: &Group,
     opts: &ShardedOptions,
 ) -> Result<()> {
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = crate::archive::sharded::deadline(opts.timeout);
     let late = || {
         invalid(format!(
             "rank {}: the sharded save of tag {:?} was not committed within {:.0} s (rank 0 is late, failed or died; see its error)",

@@ -65,6 +65,16 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// When a wait of `timeout` from now ends: a timeout past what the clock can count (a
+/// caller's "forever") ends in a century.
+pub(crate) fn deadline(timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now)
+}
+
 pub(crate) use commit::{discard_staged, recover_staged};
 pub(crate) use group::undo_path;
 

@@ -128,6 +128,11 @@ pub(crate) struct Plan {
     by_name: HashMap<(String, Option<u32>), usize>,
 }
 
+/// The most ranks a sharded save takes: rank 0 keeps a slot for each and looks for each
+/// one's marker while it waits (a world size read from a number a caller or a group
+/// file gives would otherwise size them unchecked).
+pub(crate) const MAX_WORLD_SIZE: u32 = 1 << 17;
+
 /// Largest global tensor a plan accepts (the format's limit is the zip64 size; this
 /// only keeps the arithmetic far from overflow).
 const MAX_TENSOR_BYTES: u64 = 1 << 50;
@@ -139,6 +144,11 @@ impl Plan {
         super::super::tag_name::validate_tag_name(tag)?;
         if world_size == 0 {
             return Err(invalid("a sharded save needs a world size of at least 1"));
+        }
+        if world_size > MAX_WORLD_SIZE {
+            return Err(invalid(&format!(
+                "a sharded save of {world_size} ranks is more than modelzip's limit of {MAX_WORLD_SIZE}"
+            )));
         }
         let mut sorted: Vec<TensorSpec> = specs.to_vec();
         sorted.sort_by(|a, b| {
@@ -283,6 +293,19 @@ fn invalid(msg: &str) -> crate::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A world size past the limit is refused before anything is sized by it; waits
+    /// of any length end somewhere the clock can count.
+    #[test]
+    fn world_sizes_past_the_limit_are_refused_and_long_waits_do_not_overflow() {
+        let specs = [TensorSpec::param("w", DType::Fp32, vec![4, 2])];
+        let e = Plan::new("t", MAX_WORLD_SIZE + 1, &specs).err().unwrap();
+        assert!(e.to_string().contains("limit of 131072"), "{e}");
+        assert!(Plan::new("t", u32::MAX, &specs).is_err());
+        assert!(Plan::new("t", 4, &specs).is_ok());
+        let far = super::super::deadline(std::time::Duration::MAX);
+        assert!(far > std::time::Instant::now() + std::time::Duration::from_secs(86_400));
+    }
 
     fn specs() -> Vec<TensorSpec> {
         vec![

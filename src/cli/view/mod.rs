@@ -232,8 +232,15 @@ async fn not_found() -> Response {
 /// The page's HTML with its script and style inlined and `data` (the API's answers by
 /// request path) embedded: what `--html` writes.
 fn static_page(data: &Value) -> String {
-    // `</` would end the script element early; JSON allows `<\/`.
-    let data = data.to_string().replace("</", "<\\/");
+    // Every `<` as `\u003c` (JSON's escape; `<` stands only inside strings): `</script`
+    // would end the element early, and `<!--<script` from an archive's names would keep
+    // the parser in the element past its end, the whole page one broken script. U+2028
+    // and U+2029 escaped too, as older JavaScript engines wanted.
+    let data = data
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
     let js = APP_JS.replace("</script", "<\\/script");
     INDEX_HTML
         .replace(
