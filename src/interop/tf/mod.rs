@@ -1182,6 +1182,21 @@ impl super::Recognise for TfFormat {
     }
 }
 
+/// A known shape of `dims`, for the tests here and in [`saved_model`].
+#[cfg(test)]
+pub(crate) fn shape_of(dims: &[i64]) -> pb::TensorShapeProto {
+    pb::TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|&size| pb::tensor_shape_proto::Dim {
+                size,
+                name: String::new(),
+            })
+            .collect(),
+        unknown_rank: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1189,16 +1204,7 @@ mod tests {
     fn tensor(dtype: pb::DataType, dims: &[i64]) -> pb::TensorProto {
         pb::TensorProto {
             dtype: dtype as i32,
-            tensor_shape: Some(pb::TensorShapeProto {
-                dim: dims
-                    .iter()
-                    .map(|&size| pb::tensor_shape_proto::Dim {
-                        size,
-                        name: String::new(),
-                    })
-                    .collect(),
-                unknown_rank: false,
-            }),
+            tensor_shape: Some(shape_of(dims)),
             ..Default::default()
         }
     }

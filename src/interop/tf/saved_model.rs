@@ -896,16 +896,7 @@ mod tests {
     fn an_object_graph_entry_of_dims_past_2_64_is_not_a_single_string() {
         let entry = |dims: &[i64]| BundleEntry {
             dtype: DT_STRING,
-            shape: Some(pb::TensorShapeProto {
-                dim: dims
-                    .iter()
-                    .map(|&size| pb::tensor_shape_proto::Dim {
-                        size,
-                        name: String::new(),
-                    })
-                    .collect(),
-                unknown_rank: false,
-            }),
+            shape: Some(crate::interop::tf::shape_of(dims)),
             shard_id: 0,
             offset: 0,
             size: 0,
