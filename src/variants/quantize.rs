@@ -432,9 +432,21 @@ fn build(
             );
         }
         let (axis, per_tensor_reason) = match channel_axis(options, uses, &dims) {
-            // No values, no channels to scale (and a dim of 0 leaves the others free:
-            // one of 2^61 would ask for as many scales).
-            Ok(Some(_)) if values.is_empty() => (None, Some("it holds no values".to_string())),
+            // An empty weight gets a scale per channel as any other, up to a bound (a dim
+            // of 0 leaves the others free: one of 2^61 would ask for as many scales).
+            Ok(Some(a))
+                if values.is_empty()
+                    && dims
+                        .get(a)
+                        .is_some_and(|&n| n > quantize_math::MAX_EMPTY_CHANNELS as u64) =>
+            {
+                let why = format!(
+                    "it holds no values, and its {} channels are more scales than the {} an empty weight gets",
+                    dims[a],
+                    quantize_math::MAX_EMPTY_CHANNELS
+                );
+                (None, Some(why))
+            }
             Ok(axis) => (axis, None),
             Err(why) => (None, Some(why)),
         };

@@ -48,6 +48,10 @@ pub fn per_tensor(values: &[f32]) -> Quantized {
     }
 }
 
+/// The most per-channel scales an empty tensor gets (64 MiB of them): its dims are not
+/// bounded by its data, so a dim of 2^61 beside a 0 would ask for 2^61 scales.
+pub(crate) const MAX_EMPTY_CHANNELS: usize = 1 << 24;
+
 /// Quantizes `values` of shape `dims` with one scale per index along `axis`
 /// (NaN and ±inf as in [`per_tensor`]).
 /// Returns `None` when `axis` is out of range or dims do not match the length.
@@ -60,9 +64,11 @@ pub fn per_channel(values: &[f32], dims: &[u64], axis: usize) -> Option<Quantize
     let outer: usize = dims[..axis]
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(usize::try_from(d).ok()?))?;
-    // A dim of 0 elsewhere makes any `channels` match an empty tensor: a scale per
-    // channel is then allocated only for channels the values hold.
-    if outer.checked_mul(total)? != values.len() || channels > values.len() {
+    // A dim of 0 elsewhere makes any `channels` match an empty tensor: its scales (one
+    // per channel, as for any other) are made only up to a bound.
+    if outer.checked_mul(total)? != values.len()
+        || (values.is_empty() && channels > MAX_EMPTY_CHANNELS)
+    {
         return None;
     }
     let channel_of = |i: usize| (i % total) / inner.max(1);

@@ -1426,8 +1426,9 @@ fn a_variant_report_counts_a_file_two_params_share_once() {
     }
 }
 
-/// A weight with no values (a dim of 0) has no channels to scale: quantized per tensor,
-/// saying why, however large its other dims (2^40 of them asked for 4 TiB of scales).
+/// A weight with no values (a dim of 0) whose channels pass the bound an empty weight's
+/// scales have is quantized per tensor, saying why (2^40 of them asked for 4 TiB of
+/// scales); one under it gets its scales, as `edge_shapes_and_non_float_params` says.
 #[test]
 fn an_empty_weight_asked_per_channel_is_quantized_per_tensor() {
     let dir = tempfile::tempdir().unwrap();
@@ -1451,7 +1452,8 @@ fn an_empty_weight_asked_per_channel_is_quantized_per_tensor() {
             ..
         } => {
             assert_eq!(*axis, None);
-            assert_eq!(per_tensor_reason.as_deref(), Some("it holds no values"));
+            let why = per_tensor_reason.as_deref().unwrap_or_default();
+            assert!(why.starts_with("it holds no values"), "{why}");
         }
         c => panic!("{c:?}"),
     }
