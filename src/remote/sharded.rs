@@ -175,9 +175,7 @@ impl RemoteRank {
     /// The objects of attempt `nonce`: every rank's marker and staging object, then the
     /// group object (last: while it exists, the attempt can be found).
     fn attempt_keys(&self, nonce: &str, world_size: u32) -> Vec<String> {
-        // Sized by what the group object says only up to a bound (the object is another
-        // process's, so a number read back, not one this rank chose).
-        let mut keys = Vec::with_capacity((2 * world_size as usize + 1).min(4096));
+        let mut keys = Vec::with_capacity(2 * world_size as usize + 1);
         for r in 0..world_size {
             keys.push(self.marker_key(r, nonce));
             keys.push(self.staging_key(r, nonce));
@@ -611,8 +609,10 @@ impl Group {
         let n = |k: &str| v.get(k).and_then(Value::as_u64);
         Ok(Group {
             plan: s("plan").ok_or_else(bad)?,
+            // As a plan bounds it: the attempt's keys are listed per rank.
             world_size: n("world_size")
                 .and_then(|w| u32::try_from(w).ok())
+                .filter(|w| (1..=crate::archive::sharded::plan::MAX_WORLD_SIZE).contains(w))
                 .ok_or_else(bad)?,
             nonce: s("nonce").ok_or_else(bad)?,
             until: n("until").ok_or_else(bad)?,
@@ -742,6 +742,27 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    /// A group object's world size is bounded as a plan's is: a dead attempt's keys are
+    /// listed per rank, so a group object of 2^32 - 1 ranks is refused, not listed.
+    #[test]
+    fn a_group_object_of_too_many_ranks_is_refused() {
+        let object = |w: u64| {
+            serde_json::to_vec(&serde_json::json!({
+                "format": "modelzip-sharded-group-object 1",
+                "plan": "p", "world_size": w, "nonce": "n", "until": 1,
+            }))
+            .unwrap()
+        };
+        assert_eq!(Group::parse(&object(4), "k").unwrap().world_size, 4);
+        for w in [0, u64::from(u32::MAX), 1 << 40] {
+            let e = Group::parse(&object(w), "k").err().unwrap();
+            assert!(
+                e.to_string().contains("not a modelzip group object"),
+                "{w}: {e}"
+            );
+        }
+    }
 
     fn len(p: &Part) -> u64 {
         match p {

@@ -6,8 +6,9 @@
 //! same plan (where each tensor's entry and each row goes) without talking to the
 //! others. Rank 0 takes the archive's write lock for the group and stages an extension
 //! of the archive (the archive stays readable as it was); every rank then writes its
-//! rows into it with positioned writes and leaves a marker (fsynced) beside the archive; rank 0 commits when every marker is there, or rolls the archive back to
-//! exactly what it was after [`ShardedOptions::timeout`]. The committed tag is an
+//! rows into it with positioned writes and leaves a marker (fsynced) beside the archive;
+//! rank 0 commits when every marker is there, or rolls the archive back to exactly what
+//! it was after [`ShardedOptions::timeout`]. The committed tag is an
 //! ordinary tag: each tensor is one LoDTensor entry that every reader reads.
 //!
 //! # Examples
