@@ -422,22 +422,25 @@ def test_host_warns_loudly_before_listening_beyond_the_loopback(tmp):
     assert "cannot listen on 192.0.2.1" in r.stderr
     assert r.stdout == ""
 
-    proc = subprocess.Popen([str(cli_path()), "view", str(archive), "--host", "127.0.0.2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        url = re.findall(r"(http://127\.0\.0\.2:\d+/)", line)
-        assert url, line
-        with urllib.request.urlopen(url[0] + "api/archive") as resp:
-            assert resp.status == 200
-        req = urllib.request.Request(url[0] + "api/archive", headers={"Host": "evil.example"})
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req)
-        assert e.value.code == 403
-    finally:
-        proc.kill()
-        _, err = proc.communicate()
-    assert "WARNING" not in err
+    # An IPv4-mapped loopback address is the IPv4 address: bound so, and checked so.
+    for host, bound in [("127.0.0.2", "127.0.0.2"), ("::ffff:127.0.0.1", "127.0.0.1")]:
+        proc = subprocess.Popen([str(cli_path()), "view", str(archive), "--host", host],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            url = re.findall(r"(http://" + re.escape(bound) + r":\d+/)", line)
+            assert url, line
+            with urllib.request.urlopen(url[0] + "api/archive") as resp:
+                assert resp.status == 200
+            req = urllib.request.Request(url[0] + "api/archive",
+                                         headers={"Host": "evil.example"})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req)
+            assert e.value.code == 403
+        finally:
+            proc.kill()
+            _, err = proc.communicate()
+        assert "WARNING" not in err, (host, err)
 
 
 def test_html_writes_a_static_page_that_needs_no_server(browser, tmp):

@@ -45,8 +45,9 @@ pub struct Args {
     /// The port to listen on (0: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// The address to listen on instead of 127.0.0.1 (the page is then reachable from
-    /// other machines: no authentication, anyone who reaches it reads the archive).
+    /// The address to listen on instead of 127.0.0.1 (a non-loopback address makes the
+    /// page reachable from other machines: no authentication, anyone who reaches it
+    /// reads the archive).
     #[arg(long)]
     host: Option<IpAddr>,
     /// Open the page in the default browser (xdg-open / open).
@@ -222,6 +223,30 @@ async fn check_host(
     next.run(req).await
 }
 
+/// The Host headers [`check_host`] lets through for a server listening on `addr`: the
+/// loopback names with the port (a loopback address such as 127.0.0.2 is its own URL's
+/// name), and without it on port 80, which browsers leave out of the header. Empty (any
+/// host) when `addr` is not a loopback address.
+fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
+    if !addr.ip().is_loopback() {
+        return Vec::new();
+    }
+    let port = addr.port();
+    let bound = match addr {
+        SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        SocketAddr::V4(a) => a.ip().to_string(),
+    };
+    let mut names = vec!["127.0.0.1", "localhost", "[::1]"];
+    if !names.contains(&bound.as_str()) {
+        names.push(&bound);
+    }
+    let mut allowed: Vec<String> = names.iter().map(|h| format!("{h}:{port}")).collect();
+    if port == 80 {
+        allowed.extend(names.iter().map(|h| h.to_string()));
+    }
+    allowed
+}
+
 async fn not_found() -> Response {
     json_response(
         404,
@@ -323,7 +348,12 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
     if let Some(file) = &args.html {
         return write_html(&args, file);
     }
-    let host = args.host.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    // An IPv4-mapped address (`::ffff:127.0.0.1`) is the IPv4 address it maps: bound as
+    // such, and a loopback one keeps the Host-header check.
+    let host = args
+        .host
+        .map(|h| h.to_canonical())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_io()
@@ -371,20 +401,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         let addr = listener
             .local_addr()
             .map_err(|e| CliError::Failed(format!("cannot listen on {host}: {e}")))?;
-        let port = addr.port();
-        let allowed: Vec<String> = if host.is_loopback() {
-            // The address bound (a loopback --host such as 127.0.0.2 is its own URL's name).
-            let bound = match addr {
-                SocketAddr::V6(a) => format!("[{}]", a.ip()),
-                SocketAddr::V4(a) => a.ip().to_string(),
-            };
-            ["127.0.0.1", "localhost", "[::1]", bound.as_str()]
-                .iter()
-                .map(|h| format!("{h}:{port}"))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let allowed = allowed_hosts(addr);
         let app = router.layer(axum::middleware::from_fn_with_state(
             Arc::new(allowed),
             check_host,
@@ -412,4 +429,36 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
             .map_err(|e| CliError::Failed(format!("the web server stopped: {e}")))
     })?;
     Ok(Outcome::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allowed_hosts;
+
+    #[test]
+    fn host_names_allowed_carry_the_port_but_on_port_80() {
+        let at = |a: &str| allowed_hosts(a.parse().unwrap());
+        assert_eq!(
+            at("127.0.0.1:8080"),
+            ["127.0.0.1:8080", "localhost:8080", "[::1]:8080"]
+        );
+        assert_eq!(
+            at("127.0.0.2:80"),
+            [
+                "127.0.0.1:80",
+                "localhost:80",
+                "[::1]:80",
+                "127.0.0.2:80",
+                "127.0.0.1",
+                "localhost",
+                "[::1]",
+                "127.0.0.2"
+            ]
+        );
+        assert_eq!(
+            at("[::1]:9000"),
+            ["127.0.0.1:9000", "localhost:9000", "[::1]:9000"]
+        );
+        assert!(at("192.0.2.1:80").is_empty());
+    }
 }
