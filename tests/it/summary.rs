@@ -363,6 +363,15 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
             "expected 8 fields, found 7",
         ),
         (
+            // Split into at most 9 fields (not 10 million).
+            "ten million spaces",
+            Box::new(|h| {
+                format!("{h}\n{}{}\n{}\n", records[0], " ".repeat(10_000_000), records[1])
+                    .into_bytes()
+            }),
+            "expected 8 fields, found more than 8",
+        ),
+        (
             "bad escape in created",
             Box::new(|h| format!("{h}\n{}", field(6, "%zz")).into_bytes()),
             "created",
