@@ -8,7 +8,7 @@
 //! return data; the library never prints. The JSON shape is documented in docs/GRAPH.md.
 
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Result;
 use crate::graph::{Graph, dump as program, pir};
@@ -74,7 +74,8 @@ pub fn dot(g: &Graph) -> String {
 /// operation-to-operation edges (`variables` counts them). `kind` is `paddle`,
 /// `tensorflow`, `onnx` or `pir`; attribute values are text, shortened past 200
 /// characters; past 2,000 operations `drawn` is false (list them, do not draw them);
-/// at most 20,000 edges are kept (`edges_truncated`). The same document for the same
+/// at most 20,000 distinct edges are kept, and the fold looks at most at 1,280,000
+/// writer-reader pairs (`edges_truncated` says either). The same document for the same
 /// graph on every machine.
 pub fn op_graph(g: &Graph) -> String {
     op_graph_value(g).to_string()
@@ -85,6 +86,8 @@ const MAX_DRAWN: usize = 2000;
 /// The most edges a document carries (folding a variable read by many operations and
 /// written by many multiplies them).
 const MAX_EDGES: usize = 20_000;
+/// The most writer-reader pairs folding the values into edges looks at.
+const MAX_FOLD_STEPS: usize = 64 * MAX_EDGES;
 /// Attribute values are shortened to this many characters.
 const MAX_ATTR: usize = 200;
 
@@ -133,19 +136,36 @@ pub(crate) fn op_graph_value(g: &Graph) -> Value {
     edges.dedup();
     let mut truncated = edges.len() > MAX_EDGES;
     edges.truncate(MAX_EDGES);
+    // An operation naming one value many times is one edge: the lists deduplicated, so
+    // copies of one edge do not fill the cap. The fold stops at the cap of distinct
+    // edges, or after MAX_FOLD_STEPS pairs (values with many writers and readers in
+    // common make pairs that are mostly edges already kept).
+    for list in writers.values_mut().chain(readers.values_mut()) {
+        list.sort_unstable();
+        list.dedup();
+    }
+    let mut kept: BTreeSet<(usize, usize)> = edges.iter().copied().collect();
+    let mut steps = 0usize;
     'fold: for (value, ws) in &writers {
         for r in readers.get(value).map(Vec::as_slice).unwrap_or_default() {
             for w in ws {
-                if edges.len() >= MAX_EDGES {
+                steps += 1;
+                if steps > MAX_FOLD_STEPS {
                     truncated = true;
                     break 'fold;
                 }
-                edges.push((*w, *r));
+                if kept.contains(&(*w, *r)) {
+                    continue;
+                }
+                if kept.len() >= MAX_EDGES {
+                    truncated = true;
+                    break 'fold;
+                }
+                kept.insert((*w, *r));
             }
         }
     }
-    edges.sort_unstable();
-    edges.dedup();
+    let edges: Vec<(usize, usize)> = kept.into_iter().collect();
     let mut out_nodes = Vec::new();
     let mut variables = 0usize;
     for n in &d.nodes {
@@ -246,5 +266,30 @@ mod tests {
             v["nodes"][0]["attrs"][1],
             json!({"name": "axes", "value": "[0, 1]"})
         );
+    }
+
+    /// An operation reading one value 30,000 times makes one edge, not 30,000 copies of
+    /// it that fill the cap and leave the other edges out.
+    #[test]
+    fn a_value_named_many_times_is_one_edge() {
+        let mut p = Program::default();
+        let b = &mut p.blocks[0];
+        for name in ["v", "u", "w"] {
+            b.vars
+                .push(Var::new(name, VarKind::Variable, DType::Fp32, vec![2]));
+        }
+        b.ops.push(Op::new("", "fill").output("Out", &["v"]));
+        let many = vec!["v"; 30_000];
+        b.ops
+            .push(Op::new("", "sum").input("X", &many).output("Out", &["u"]));
+        b.ops
+            .push(Op::new("", "relu").input("X", &["u"]).output("Out", &["w"]));
+        b.ops.push(Op::new("", "scale").input("X", &["w"]));
+        let v = op_graph_value(&Graph::from(p));
+        assert_eq!(
+            v["edges"],
+            json!([["b0o0", "b0o1"], ["b0o1", "b0o2"], ["b0o2", "b0o3"]])
+        );
+        assert_eq!(v["edges_truncated"], false);
     }
 }

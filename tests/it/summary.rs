@@ -366,8 +366,13 @@ fn hostile_summaries_are_ignored_with_a_reason_and_reported_by_verify() {
             // Split into at most 9 fields (not 10 million).
             "ten million spaces",
             Box::new(|h| {
-                format!("{h}\n{}{}\n{}\n", records[0], " ".repeat(10_000_000), records[1])
-                    .into_bytes()
+                format!(
+                    "{h}\n{}{}\n{}\n",
+                    records[0],
+                    " ".repeat(10_000_000),
+                    records[1]
+                )
+                .into_bytes()
             }),
             "expected 8 fields, found more than 8",
         ),
