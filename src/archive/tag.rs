@@ -800,7 +800,7 @@ impl<'a> Tag<'a> {
     }
 
     /// The position of parameter `name` in params.txt.
-    fn param_index(&self, name: &str) -> Result<usize> {
+    pub(crate) fn param_index(&self, name: &str) -> Result<usize> {
         let by_name = self.tables.by_name.get_or_init(|| {
             self.tables
                 .params

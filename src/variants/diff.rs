@@ -111,7 +111,7 @@ pub fn diff_tags(archive: &Archive, a: &str, b: &str) -> Result<TagDiff> {
         graph: c.graph(),
         added: c.added().map(str::to_string).collect(),
         removed: c.removed().map(str::to_string).collect(),
-        changed: c.changed().collect::<Result<_>>()?,
+        changed: c.changed().collect(),
         shared: c.shared().map(str::to_string).collect(),
         copied: c.copied().map(str::to_string).collect(),
     })
@@ -125,10 +125,14 @@ const COPIED: u32 = u32::MAX - 2;
 /// Parameters past this many in one tag are refused (they could not be classified).
 const MAX_PARAMS: usize = (u32::MAX - 3) as usize;
 
-/// The value differences of a changed parameter (its dtypes and dims are read again with
-/// the tensors when asked for).
-#[derive(Debug, Clone, Copy)]
+/// What a changed pair of tensor files differs by, kept once per pair (however many
+/// names refer to it): [`TagComparison::changed`] reads no tensor.
+#[derive(Debug, Clone)]
 struct Change {
+    dtype_a: DType,
+    dtype_b: DType,
+    dims_a: Vec<u64>,
+    dims_b: Vec<u64>,
     dequantized: bool,
     max_abs_diff: Option<f64>,
     max_rel_diff: Option<f64>,
@@ -147,8 +151,6 @@ pub struct TagComparison<'a> {
     graph: GraphChange,
     /// Per parameter of `a`: `REMOVED`, `SHARED`, `COPIED` or a position in `changes`.
     class: Vec<u32>,
-    /// Per parameter of `a`: the position of the same name in `b` (unused when removed).
-    partner: Vec<u32>,
     /// Per parameter of `b`: true when `a` has it too.
     in_a: Vec<bool>,
     changes: Vec<Change>,
@@ -156,8 +158,9 @@ pub struct TagComparison<'a> {
 }
 
 /// Compares tags `a` and `b` of `archive` (names ignore ASCII case). Each pair of tensor
-/// files is compared once however many names refer to it (unless a side is INT8, whose
-/// dequantization depends on the name's `@scale` sibling).
+/// files is compared once however many names refer to it (a pair with an INT8 side once
+/// per pair of its names' `@scale` files and per-channel axes, which its dequantization
+/// depends on).
 pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagComparison<'a>> {
     let ta = archive.tag(a)?;
     let tb = archive.tag(b)?;
@@ -200,6 +203,10 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
     // Pairs of tensor files already compared, by a parameter of `a` that has the answer.
     let pair_hash = |ea: &str, eb: &str| hasher.hash_one((ea, eb));
     let mut pairs = hashbrown::HashTable::<u32>::new();
+    // Pairs with an INT8 side, by their first parameter: each name's class also depends on
+    // its `@scale` files and axes (`Int8Key`), one comparison per distinct key.
+    let mut int8_pairs = std::collections::HashSet::<u32>::new();
+    let mut int8_classes = std::collections::HashMap::<Int8Key, u32>::new();
     let mut c = Classes {
         class: Vec::with_capacity(pa_all.len()),
         partner: Vec::with_capacity(pa_all.len()),
@@ -230,9 +237,23 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
             pa_all[i].location.entry.as_str() == ea
                 && pb_all[c.partner[i] as usize].location.entry.as_str() == eb
         };
-        if let Some(&rep) = pairs.find(ph, same_pair) {
-            c.class.push(c.class[rep as usize]);
-            continue;
+        let found = pairs.find(ph, same_pair).copied();
+        let int8_key = |rep: u32| Int8Key {
+            pair: rep,
+            scale_a: scale_entry(&ta, &pa.name),
+            scale_b: scale_entry(&tb, &pa.name),
+            axis_a: axes_a.of(&ta, &pa.name),
+            axis_b: axes_b.of(&tb, &pa.name),
+        };
+        if let Some(rep) = found {
+            if !int8_pairs.contains(&rep) {
+                c.class.push(c.class[rep as usize]);
+                continue;
+            }
+            if let Some(&class) = int8_classes.get(&int8_key(rep)) {
+                c.class.push(class);
+                continue;
+            }
         }
         let da = ta.tensor(&pa.location)?;
         let db = tb.tensor(&pb.location)?;
@@ -247,6 +268,10 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
         } else {
             let d = compare(&pa.name, (&ta, &axes_a), &va, (&tb, &axes_b), &vb)?;
             c.changes.push(Change {
+                dtype_a: d.dtype_a,
+                dtype_b: d.dtype_b,
+                dims_a: d.dims_a,
+                dims_b: d.dims_b,
                 dequantized: d.dequantized,
                 max_abs_diff: d.max_abs_diff,
                 max_rel_diff: d.max_rel_diff,
@@ -256,16 +281,26 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
             });
             (c.changes.len() - 1) as u32
         };
-        if class == COPIED || by_pair {
-            let me = c.class.len() as u32;
-            let partner = &c.partner;
-            pairs.insert_unique(ph, me, |&i| {
-                let i = i as usize;
-                pair_hash(
-                    pa_all[i].location.entry.as_str(),
-                    pb_all[partner[i] as usize].location.entry.as_str(),
-                )
-            });
+        let me = c.class.len() as u32;
+        match found {
+            // A pair with an INT8 side seen before, under other `@scale` files or axes.
+            Some(rep) => {
+                int8_classes.insert(int8_key(rep), class);
+            }
+            None => {
+                if class != COPIED && !by_pair {
+                    int8_pairs.insert(me);
+                    int8_classes.insert(int8_key(me), class);
+                }
+                let partner = &c.partner;
+                pairs.insert_unique(ph, me, |&i| {
+                    let i = i as usize;
+                    pair_hash(
+                        pa_all[i].location.entry.as_str(),
+                        pb_all[partner[i] as usize].location.entry.as_str(),
+                    )
+                });
+            }
         }
         c.class.push(class);
     }
@@ -284,16 +319,33 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
         b: tb,
         graph,
         class: c.class,
-        partner: c.partner,
         in_a: c.in_a,
         changes: c.changes,
         counts,
     })
 }
 
+/// What the comparison of a pair of tensor files with an INT8 side depends on besides
+/// the pair (by its first parameter): each side's `@scale` file and per-channel axis.
+#[derive(PartialEq, Eq, Hash)]
+struct Int8Key {
+    pair: u32,
+    scale_a: Option<String>,
+    scale_b: Option<String>,
+    axis_a: Option<usize>,
+    axis_b: Option<usize>,
+}
+
+/// The entry of parameter `name`'s `@scale` sibling in `tag`, if it has one.
+fn scale_entry(tag: &Tag<'_>, name: &str) -> Option<String> {
+    let i = tag.param_index(&format!("{name}@scale")).ok()?;
+    Some(tag.params().get(i)?.location.entry.to_string())
+}
+
 /// [`TagComparison`]'s tables while they are built.
 struct Classes {
     class: Vec<u32>,
+    /// Per parameter of `a`: the position of the same name in `b` (0 when removed).
     partner: Vec<u32>,
     in_a: Vec<bool>,
     changes: Vec<Change>,
@@ -360,34 +412,29 @@ impl<'a> TagComparison<'a> {
     }
 
     /// Parameters in both whose dtype, dims, LoD or data differ, in the first tag's
-    /// order; each [`ParamDiff`] is built when it is reached, from both tensors read
-    /// again (whole: a remote archive fetches them, a deflated entry is inflated).
-    pub fn changed(&self) -> impl Iterator<Item = Result<ParamDiff>> + '_ {
-        let (pa_all, pb_all) = (self.a.params(), self.b.params());
-        pa_all
+    /// order; each [`ParamDiff`] is built when it is reached, from what
+    /// [`compare_tags`] found for its pair of files (no tensor is read again).
+    pub fn changed(&self) -> impl Iterator<Item = ParamDiff> + '_ {
+        self.a
+            .params()
             .iter()
             .zip(&self.class)
-            .zip(&self.partner)
-            .filter(|((_, k), _)| **k < COPIED)
-            .map(move |((pa, &k), &ib)| {
-                let ch = self.changes[k as usize];
-                let pb = &pb_all[ib as usize];
-                let da = self.a.tensor(&pa.location)?;
-                let db = self.b.tensor(&pb.location)?;
-                let (va, vb) = (da.view(), db.view());
-                Ok(ParamDiff {
+            .filter(|(_, k)| **k < COPIED)
+            .map(move |(pa, &k)| {
+                let ch = &self.changes[k as usize];
+                ParamDiff {
                     name: pa.name.clone(),
-                    dtype_a: va.dtype(),
-                    dtype_b: vb.dtype(),
-                    dims_a: va.dims().to_vec(),
-                    dims_b: vb.dims().to_vec(),
+                    dtype_a: ch.dtype_a,
+                    dtype_b: ch.dtype_b,
+                    dims_a: ch.dims_a.clone(),
+                    dims_b: ch.dims_b.clone(),
                     dequantized: ch.dequantized,
                     max_abs_diff: ch.max_abs_diff,
                     max_rel_diff: ch.max_rel_diff,
                     non_finite_mismatches: ch.non_finite_mismatches,
                     finite_max_abs_diff: ch.finite_max_abs_diff,
                     finite_max_rel_diff: ch.finite_max_rel_diff,
-                })
+                }
             })
     }
 }

@@ -195,3 +195,81 @@ fn tags_sharing_a_tensorflow_graph_and_its_parameters_check_its_references_once(
     let w = work_counts(&a);
     assert_eq!((w.graphs_decoded, w.graph_checks), (1, 1), "{w:?}");
 }
+
+/// `src` rewritten by the `zip` crate: every entry deflated, and each tag's params.txt
+/// replaced by `params(tag)` when it gives one.
+fn deflated_copy(src: &Path, params: impl Fn(&str) -> Option<String>) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut r = zip::ZipArchive::new(std::fs::File::open(src).unwrap()).unwrap();
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let deflated = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for i in 0..r.len() {
+        let mut f = r.by_index(i).unwrap();
+        let name = f.name().unwrap().to_string();
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).unwrap();
+        if let Some(text) = name.strip_suffix("/params.txt").and_then(&params) {
+            bytes = text.into_bytes();
+        }
+        w.start_file(name, deflated).unwrap();
+        w.write_all(&bytes).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// Diffing two tags whose 3,000 names point at one pair of deflated tensor files
+/// inflates each file once: the pair is compared once, and `changed()` reads nothing
+/// again. The same when one side is INT8 and every name's `@scale` sibling points at one
+/// scale file (the comparison depends on the scale, so it is keyed on it too).
+#[test]
+fn a_diff_of_3000_names_on_one_pair_of_files_reads_each_file_once() {
+    use modelzip::{ArchiveWriter, TagBuilder, Tensor};
+    let d = tempfile::tempdir().unwrap();
+    let plain = d.path().join("plain.zip");
+    let mut w = ArchiveWriter::create(&plain).unwrap();
+    let x = Tensor::from_slice(vec![4], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let y = Tensor::from_slice(vec![4], &[1.0f32, 2.0, 3.0, 5.0]).unwrap();
+    let q = Tensor::from_slice(vec![4], &[10i8, 20, 30, 40]).unwrap();
+    let s = Tensor::from_slice(vec![1], &[0.1f32]).unwrap();
+    w.add_tag(TagBuilder::new("a").param("p0", x)).unwrap();
+    w.add_tag(TagBuilder::new("b").param("p0", y)).unwrap();
+    w.add_tag(TagBuilder::new("q").param("p0", q).param("p0@scale", s))
+        .unwrap();
+    w.finish().unwrap();
+    let n = 3000;
+    let lines = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<String>();
+    let bytes = deflated_copy(&plain, |tag| match tag {
+        "a" | "b" => Some(lines(&|i| format!("p{i} 0\n"))),
+        "q" => Some(lines(&|i| format!("p{i} 0\np{i}@scale 1\n"))),
+        _ => None,
+    });
+    let path = d.path().join("names.zip");
+    std::fs::write(&path, bytes).unwrap();
+    let a = Archive::open(&path).unwrap();
+    // The tables, read before the diff.
+    for t in ["a", "b", "q"] {
+        assert_eq!(
+            a.tag(t).unwrap().params().len(),
+            if t == "q" { 2 * n } else { n }
+        );
+    }
+    let before = work_counts(&a).inflated;
+    let diff = modelzip::variants::compare_tags(&a, "a", "b").unwrap();
+    let changed: Vec<_> = diff.changed().collect();
+    assert_eq!(changed.len(), n);
+    assert_eq!(changed[n - 1].max_abs_diff, Some(1.0));
+    assert_eq!(changed[n - 1].dims_b, [4]);
+    // Each side's tensor, once.
+    assert_eq!(work_counts(&a).inflated - before, 2);
+
+    let before = work_counts(&a).inflated;
+    let diff = modelzip::variants::compare_tags(&a, "a", "q").unwrap();
+    let changed: Vec<_> = diff.changed().collect();
+    assert_eq!(changed.len(), n);
+    assert!(changed.iter().all(|c| c.dequantized));
+    assert_eq!(changed[0].max_abs_diff, Some(0.0));
+    // The FP32 tensor, the INT8 one and its scale, once each, and each tag's
+    // metadata.json (its per-channel axes) once.
+    assert_eq!(work_counts(&a).inflated - before, 5);
+}
