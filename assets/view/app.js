@@ -255,8 +255,12 @@ async function runDiff() {
     for (const n of list) body.append(el("tr", { testid: "diff-row", class: kind, "data-name": n, "data-change": kind },
       el("td", {}, mark), el("td", { class: "mono" }, n), el("td", {}, ""), el("td", {}, ""), el("td", {}, ""), el("td", {}, "")));
   }
-  $("diff-summary").textContent = `${d.tag_a} → ${d.tag_b}: graph ${d.graph}, ${d.added.length} added, ${d.removed.length} removed, ` +
-    `${d.changed.length} changed, ${d.shared.length} shared, ${d.copied.length} copied` + (d.identical ? " (identical)" : "");
+  // (`counts`: each list's length before the server cut it to 20,000 names)
+  const n = d.counts || { added: d.added.length, removed: d.removed.length, changed: d.changed.length,
+    shared: d.shared.length, copied: d.copied.length };
+  $("diff-summary").textContent = `${d.tag_a} → ${d.tag_b}: graph ${d.graph}, ${n.added} added, ${n.removed} removed, ` +
+    `${n.changed} changed, ${n.shared} shared, ${n.copied} copied` + (d.identical ? " (identical)" : "") +
+    (d.truncated ? " (rows: at most 20,000 of a kind; the changed ones with the largest differences)" : "");
 }
 function fillDiffSelects(doc) {
   // (the newest MAX_ROWS tags: a list of 100,000 choices is no choice)

@@ -45,7 +45,8 @@ fn num(x: Option<f64>) -> Value {
     }
 }
 
-struct ChangedJson(ParamDiff);
+/// One changed parameter as `diff --json` writes it.
+pub(super) struct ChangedJson(pub(super) ParamDiff);
 
 impl serde::Serialize for ChangedJson {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

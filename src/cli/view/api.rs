@@ -4,10 +4,10 @@
 //! server and `--html` both call these.
 
 use super::super::common::TensorInfo;
-use super::super::diff::DiffJson;
+use super::super::diff::ChangedJson;
 use super::super::tags;
 use modelzip::checkpoint::{self, CheckpointStatus, Goal};
-use modelzip::variants::compare_tags;
+use modelzip::variants::{ParamDiff, TagComparison, compare_tags};
 use modelzip::{Archive, Graph, GraphFormat, TensorView};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -301,14 +301,98 @@ fn sample(view: &TensorView<'_>) -> modelzip::Result<(Vec<f32>, bool)> {
     Ok((out, true))
 }
 
-/// `GET /api/diff?a=A&b=B`: the `diff --json` document of the two tags.
+/// `GET /api/diff?a=A&b=B`: the `diff --json` document of the two tags with each list
+/// cut to [`MAX_PARAM_ROWS`] names (of the changed parameters, those with the largest
+/// relative, then absolute, difference, in the tag's order), and `counts` (each list's
+/// length uncut) and `truncated` (whether a list was cut) beside them.
 pub fn diff_doc(archive: &Archive, a: &str, b: &str) -> Result<Value, ApiError> {
     tag(archive, a)?;
     tag(archive, b)?;
-    let failed = |e: modelzip::Error| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}"));
-    let d = compare_tags(archive, a, b).map_err(failed)?;
-    serde_json::to_value(DiffJson(&d))
-        .map_err(|e| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}")))
+    let d = compare_tags(archive, a, b)
+        .map_err(|e| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}")))?;
+    let [added, removed, changed, shared, copied] = d.counts();
+    let names = |it: &mut dyn Iterator<Item = &str>| -> Value {
+        it.take(MAX_PARAM_ROWS).map(|n| json!(n)).collect()
+    };
+    let truncated = [added, removed, changed, shared, copied]
+        .iter()
+        .any(|&n| n > MAX_PARAM_ROWS);
+    let changed_rows: Vec<Value> = largest_changes(&d, MAX_PARAM_ROWS)
+        .into_iter()
+        .map(|c| serde_json::to_value(ChangedJson(c)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ApiError::unreadable(format!("cannot diff {a} and {b}: {e}")))?;
+    Ok(json!({
+        "tag_a": d.tag_a().name(),
+        "tag_b": d.tag_b().name(),
+        "identical": d.is_identical(),
+        "graph": d.graph().name(),
+        "added": names(&mut d.added()),
+        "removed": names(&mut d.removed()),
+        "changed": changed_rows,
+        "shared": names(&mut d.shared()),
+        "copied": names(&mut d.copied()),
+        "counts": {
+            "added": added,
+            "removed": removed,
+            "changed": changed,
+            "shared": shared,
+            "copied": copied,
+        },
+        "truncated": truncated,
+    }))
+}
+
+/// The `limit` changed parameters of `d` with the largest relative difference, then
+/// absolute (none, as the page sorts it, below every number; infinity above), in the
+/// first tag's order: a heap of `limit`, not a list of every changed parameter.
+fn largest_changes(d: &TagComparison<'_>, limit: usize) -> Vec<ParamDiff> {
+    use std::cmp::{Ordering, Reverse};
+    use std::collections::BinaryHeap;
+    struct Ranked(f64, f64, usize, ParamDiff);
+    impl Ranked {
+        fn cmp_key(&self, o: &Self) -> Ordering {
+            // Larger differences first, then the earlier parameter.
+            (self.0.total_cmp(&o.0))
+                .then(self.1.total_cmp(&o.1))
+                .then(o.2.cmp(&self.2))
+        }
+    }
+    impl PartialEq for Ranked {
+        fn eq(&self, o: &Self) -> bool {
+            self.cmp_key(o) == Ordering::Equal
+        }
+    }
+    impl Eq for Ranked {}
+    impl PartialOrd for Ranked {
+        fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Ranked {
+        fn cmp(&self, o: &Self) -> Ordering {
+            self.cmp_key(o)
+        }
+    }
+    if d.counts()[2] <= limit {
+        return d.changed().collect();
+    }
+    let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(limit + 1);
+    for (i, c) in d.changed().enumerate() {
+        let key = |x: Option<f64>| x.unwrap_or(-1.0);
+        heap.push(Reverse(Ranked(
+            key(c.max_rel_diff),
+            key(c.max_abs_diff),
+            i,
+            c,
+        )));
+        if heap.len() > limit {
+            heap.pop();
+        }
+    }
+    let mut kept: Vec<Ranked> = heap.into_iter().map(|Reverse(r)| r).collect();
+    kept.sort_by_key(|r| r.2);
+    kept.into_iter().map(|r| r.3).collect()
 }
 
 /// `GET /api/graph?tag=T`: the tag's graph as operations and edges
@@ -339,4 +423,57 @@ pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
         );
     }
     Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_PARAM_ROWS, diff_doc};
+    use modelzip::{Archive, ArchiveWriter, TagBuilder, Tensor};
+
+    /// Two tags of MAX_PARAM_ROWS + 5 parameters, every one changed, and 3 added: the
+    /// document lists MAX_PARAM_ROWS changed ones, those with the largest differences
+    /// (the last five), and counts them all.
+    #[test]
+    fn a_diff_document_lists_at_most_max_rows_a_kind_and_counts_them_all() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.zip");
+        let n = MAX_PARAM_ROWS + 5;
+        let one = |v: f32| Tensor::from_slice(vec![1], &[v]).unwrap();
+        let (mut a, mut b) = (TagBuilder::new("a"), TagBuilder::new("b"));
+        for i in 0..n {
+            a = a.param(format!("p{i}"), one(1.0));
+            // The last five differ most.
+            let diff = if i >= n - 5 { 1.0 } else { 0.5 };
+            b = b.param(format!("p{i}"), one(1.0 + diff));
+        }
+        for i in 0..3 {
+            b = b.param(format!("new{i}"), one(0.0));
+        }
+        let mut w = ArchiveWriter::create(&path).unwrap();
+        w.add_tag(a).unwrap();
+        w.add_tag(b).unwrap();
+        w.finish().unwrap();
+        let archive = Archive::open(&path).unwrap();
+        let doc = diff_doc(&archive, "a", "b").unwrap();
+        let changed = doc["changed"].as_array().unwrap();
+        assert_eq!(changed.len(), MAX_PARAM_ROWS);
+        assert_eq!(doc["counts"]["changed"], n);
+        assert_eq!(doc["counts"]["added"], 3);
+        assert_eq!(doc["added"].as_array().unwrap().len(), 3);
+        assert_eq!(doc["truncated"], true);
+        // The five largest kept, the first five of the rest dropped, tag order kept.
+        let names: Vec<&str> = changed
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names[0], "p0");
+        assert_eq!(
+            names[MAX_PARAM_ROWS - 6],
+            format!("p{}", MAX_PARAM_ROWS - 6)
+        );
+        assert_eq!(
+            names[MAX_PARAM_ROWS - 5..],
+            [n - 5, n - 4, n - 3, n - 2, n - 1].map(|i| format!("p{i}"))
+        );
+    }
 }
