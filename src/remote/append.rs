@@ -37,6 +37,10 @@ const PARALLEL_PARTS: usize = 4;
 /// remote append to it (left by a writer that was killed).
 pub const STALE_UPLOAD_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// The most stale uploads one append aborts (one request each, before its commit): a
+/// listing of millions is not a million requests; the next appends abort the rest.
+const MAX_STALE_ABORTS: usize = 1000;
+
 /// What a remote append did: the versions before and after, and what it cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -620,8 +624,9 @@ impl RemoteAppender {
         changed(&self.client, was.as_deref())
     }
 
-    /// Aborts the key's unfinished uploads older than [`STALE_UPLOAD_AGE`]; returns how
-    /// many. Best effort: a store that refuses the listing is not an error here.
+    /// Aborts the key's unfinished uploads older than [`STALE_UPLOAD_AGE`], at most
+    /// [`MAX_STALE_ABORTS`] of them; returns how many. Best effort: a store that refuses
+    /// the listing is not an error here.
     fn abort_stale_uploads(&self) -> u64 {
         let s3 = &self.s3;
         let cutoff = std::time::SystemTime::now()
@@ -632,14 +637,18 @@ impl RemoteAppender {
             let Ok(uploads) = s3.list_uploads().await else {
                 return 0;
             };
-            let mut n = 0;
-            for (id, initiated) in uploads {
-                // Both ISO 8601 UTC: compared as text to the second.
+            // Both ISO 8601 UTC: compared as text to the second.
+            let stale = |initiated: &str| {
                 let when = initiated.get(..19).unwrap_or("");
-                if !when.is_empty()
-                    && when < cutoff.get(..19).unwrap_or("")
-                    && s3.abort(&id).await.is_ok()
-                {
+                !when.is_empty() && when < cutoff.get(..19).unwrap_or("")
+            };
+            let mut n = 0;
+            for (id, _) in uploads
+                .into_iter()
+                .filter(|(_, initiated)| stale(initiated))
+                .take(MAX_STALE_ABORTS)
+            {
+                if s3.abort(&id).await.is_ok() {
                     n += 1;
                 }
             }

@@ -106,23 +106,48 @@ pub(super) fn unsigned_request(
         .map_err(|e| e.to_string())
 }
 
-/// Sends a signed request: the answer's status, headers and whole body.
+/// The longest answer body [`answer`] reads. Every answer it reads is a control
+/// answer (an XML result or error, a list of uploads or parts, Azure's list of at most
+/// 50,000 committed blocks, about 5 MiB): a server that sends more is refused, not read
+/// into memory without end.
+pub(super) const MAX_ANSWER_BODY: u64 = 16 << 20;
+
+/// Sends a signed request: the answer's status, headers and whole body (at most
+/// [`MAX_ANSWER_BODY`] bytes).
 pub(super) async fn answer(
     http: &HttpClient,
     request: http::Request<HttpRequestBody>,
 ) -> std::result::Result<Answer, String> {
+    use futures_util::StreamExt;
     let response = http.execute(request).await.map_err(|e| error_chain(&e))?;
     let status = response.status();
     let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .bytes()
-        .await
-        .map_err(|e| error_chain(&e))?;
+    let too_long = |n: String| {
+        format!(
+            "the server's answer ({status}) is {n} bytes long, more than the {} MiB an \
+             answer to this request can need",
+            MAX_ANSWER_BODY >> 20
+        )
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > MAX_ANSWER_BODY) {
+        return Err(too_long(n.to_string()));
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    let mut stream = response.into_body().bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| error_chain(&e))?;
+        if (body.len() + chunk.len()) as u64 > MAX_ANSWER_BODY {
+            return Err(too_long(format!("over {}", MAX_ANSWER_BODY)));
+        }
+        body.extend_from_slice(&chunk);
+    }
     Ok(Answer {
         status,
         headers,
-        body,
+        body: Bytes::from(body),
     })
 }
 
@@ -717,6 +742,50 @@ mod tests {
             let why = access(&set).unwrap_err();
             assert!(why.contains(key), "{why}");
         }
+    }
+
+    /// A server answering with a body past MAX_ANSWER_BODY (declared, or sent without a
+    /// length) is refused once the limit is passed, not read into memory without end.
+    #[test]
+    fn an_answer_longer_than_the_limit_is_refused() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            for declared in [true, false] {
+                let (mut c, _) = listener.accept().unwrap();
+                let mut req = [0u8; 4096];
+                let _ = c.read(&mut req);
+                let n = MAX_ANSWER_BODY as usize + (1 << 20);
+                let head = if declared {
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")
+                } else {
+                    "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_string()
+                };
+                let _ = c.write_all(head.as_bytes());
+                let zeros = vec![0u8; 1 << 20];
+                for _ in 0..n >> 20 {
+                    if c.write_all(&zeros).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = ClientOptions::new().with_allow_http(true);
+        let http = ReqwestConnector::default().connect(&client).unwrap();
+        for want in ["is 17825792 bytes long", "is over 16777216 bytes long"] {
+            let url = format!("http://127.0.0.1:{port}/bucket?uploads=");
+            let req = unsigned_request(&Method::GET, &url, &[], Bytes::new()).unwrap();
+            let Err(why) = rt.block_on(answer(&http, req)) else {
+                panic!("a {want} answer was read");
+            };
+            assert!(why.contains(want) && why.contains("16 MiB"), "{why}");
+        }
+        server.join().unwrap();
     }
 
     #[test]
