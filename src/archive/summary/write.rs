@@ -147,6 +147,10 @@ impl SummaryInputs {
                 Some(o) => canon.get(&o.to_ascii_lowercase()).copied(),
             }
         };
+        // Files of other tags the tables point at, each once however many lines point at
+        // it (a name built per distinct file, not per line).
+        let mut refs_used: std::collections::HashSet<(&str, &str, u64)> =
+            std::collections::HashSet::new();
         let mut used: Vec<String> = Vec::new();
         let mut params = 0u64;
         let mut arrays = 0u64;
@@ -168,7 +172,9 @@ impl SummaryInputs {
                 for r in refs {
                     match owner(r) {
                         Some(o) if o == t => {}
-                        Some(o) => used.push(format!("{o}/{kind_dir}/{}.lodtensor", r.index)),
+                        Some(o) => {
+                            refs_used.insert((o, kind_dir, r.index));
+                        }
                         None => fail = true,
                     }
                 }
@@ -179,6 +185,11 @@ impl SummaryInputs {
                 return None;
             }
         }
+        used.extend(
+            refs_used
+                .into_iter()
+                .map(|(o, kind_dir, i)| format!("{o}/{kind_dir}/{i}.lodtensor")),
+        );
         let mut graph_files: Vec<&str> = ["graph.fb", "graph.pdmodel"]
             .into_iter()
             .filter(|g| fed.contains_key(format!("{t}/{g}").as_str()))
