@@ -686,10 +686,13 @@ pub fn upload(
     }
     let staging = match mode {
         UploadMode::Replace => client.path.clone(),
+        // A name of this upload's own: two writers (on two hosts, with the same process
+        // id) never publish each other's staged bytes.
         _ => ObjectPath::from(format!(
-            "{}.modelzip-upload-{}",
+            "{}.modelzip-upload-{}-{:016x}",
             client.path,
-            std::process::id()
+            std::process::id(),
+            staging_nonce()
         )),
     };
     let store_err = |e| remote_err(url, e);
@@ -725,6 +728,19 @@ pub fn upload(
         Ok(())
     })?;
     remote_version(url, opts)
+}
+
+/// 64 random bits (std's hasher keys come from the OS's random source, fresh per
+/// `RandomState`), mixed with the time: a staging object's name no other upload has.
+fn staging_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// What identifies the local file an upload checked: device, inode (on Unix), size and
@@ -1007,6 +1023,14 @@ pub fn download(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each create-only upload in parts stages under a name of its own, within a process
+    /// as across processes (whose ids may repeat on two hosts).
+    #[test]
+    fn staging_names_differ_per_upload() {
+        let nonces: std::collections::HashSet<u64> = (0..64).map(|_| staging_nonce()).collect();
+        assert_eq!(nonces.len(), 64);
+    }
 
     /// Neither object_store's "Generic … error: " (at the top or nested) nor its retry
     /// settings reach the message; what the store said does.
