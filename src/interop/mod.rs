@@ -682,6 +682,67 @@ pub(crate) fn write_temp(
     Ok(temp)
 }
 
+/// Puts the files of one export (a model and its data, shards and their index) at their
+/// targets, in the order given, as one set as far as renames allow. With `overwrite`, an
+/// existing target (and each of `stale`, an earlier export's file this one does not
+/// write) is first moved aside, to a hidden name beside it; a failure then removes
+/// every file this call put in place and moves back every one moved aside, so an error
+/// leaves the files as they were (without `overwrite`, nothing existed to lose). After
+/// the last rename the moved-aside files are removed. A crash between the renames can
+/// leave a mix of old and new files, with the old ones' moved-aside copies beside them
+/// (`.NAME.modelzip-old-…`).
+pub(crate) fn persist_all(
+    temps: Vec<(tempfile::NamedTempFile, PathBuf)>,
+    stale: &[PathBuf],
+    overwrite: bool,
+) -> Result<()> {
+    let mut aside: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut placed: Vec<PathBuf> = Vec::new();
+    let undo = |placed: &[PathBuf], aside: &[(PathBuf, PathBuf)]| {
+        for p in placed.iter().rev() {
+            let _ = std::fs::remove_file(p);
+        }
+        for (a, target) in aside.iter().rev() {
+            let _ = std::fs::rename(a, target);
+        }
+    };
+    let move_aside = |target: &Path, aside: &mut Vec<(PathBuf, PathBuf)>| -> Result<()> {
+        if !overwrite || target.symlink_metadata().is_err() {
+            return Ok(());
+        }
+        let name = target.file_name().unwrap_or_default().to_string_lossy();
+        let a = crate::archive::parent_dir(target).join(format!(
+            ".{name}.modelzip-old-{}-{:08x}",
+            std::process::id(),
+            aside.len() as u32
+                ^ (std::time::UNIX_EPOCH
+                    .elapsed()
+                    .map_or(0, |d| d.subsec_nanos()))
+        ));
+        std::fs::rename(target, &a).map_err(|e| Error::from(e).in_file(target))?;
+        aside.push((a, target.to_path_buf()));
+        Ok(())
+    };
+    for path in stale {
+        if let Err(e) = move_aside(path, &mut aside) {
+            undo(&placed, &aside);
+            return Err(e);
+        }
+    }
+    for (temp, target) in temps {
+        let put = move_aside(&target, &mut aside).and_then(|()| persist(temp, &target, false));
+        if let Err(e) = put {
+            undo(&placed, &aside);
+            return Err(e);
+        }
+        placed.push(target);
+    }
+    for (a, _) in &aside {
+        let _ = std::fs::remove_file(a);
+    }
+    Ok(())
+}
+
 pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Result<()> {
     let done = if overwrite {
         temp.persist(target).map(|_| ())
@@ -764,4 +825,66 @@ pub(crate) fn write_file_atomically(
             .map_err(|e| Error::from(e).in_file(&dir))?;
     }
     Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::persist_all;
+    use std::io::Write;
+    use std::path::Path;
+
+    fn temp_in(dir: &Path, text: &str) -> tempfile::NamedTempFile {
+        let mut t = tempfile::NamedTempFile::new_in(dir).unwrap();
+        t.write_all(text.as_bytes()).unwrap();
+        t
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A set of files replaced with `overwrite`: on a failure of a later rename, the
+    /// earlier targets hold their old contents again and a stale file is back; on
+    /// success the new contents are in place and nothing else is left.
+    #[test]
+    fn a_failed_set_leaves_the_old_files_and_a_whole_one_replaces_them() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        for (name, text) in [("a.bin", "OLD A"), ("b.bin", "OLD B"), ("stale", "S")] {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let before = listing(dir);
+        // The last target's directory does not exist: its rename fails.
+        let err = persist_all(
+            vec![
+                (temp_in(dir, "NEW A"), dir.join("a.bin")),
+                (temp_in(dir, "NEW B"), dir.join("b.bin")),
+                (temp_in(dir, "NEW C"), dir.join("missing/c.bin")),
+            ],
+            &[dir.join("stale")],
+            true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("c.bin"), "{err}");
+        assert_eq!(listing(dir), before);
+        assert_eq!(std::fs::read_to_string(dir.join("a.bin")).unwrap(), "OLD A");
+        assert_eq!(std::fs::read_to_string(dir.join("b.bin")).unwrap(), "OLD B");
+
+        persist_all(
+            vec![
+                (temp_in(dir, "NEW A"), dir.join("a.bin")),
+                (temp_in(dir, "NEW B"), dir.join("b.bin")),
+            ],
+            &[dir.join("stale")],
+            true,
+        )
+        .unwrap();
+        assert_eq!(listing(dir), ["a.bin", "b.bin"]);
+        assert_eq!(std::fs::read_to_string(dir.join("a.bin")).unwrap(), "NEW A");
+    }
 }

@@ -1276,16 +1276,8 @@ fn export_safetensors_sharded(
         paddle::write_temp(&index_path, opts.fsync, |w| w.write_all(index.as_bytes()))?,
         index_path.clone(),
     ));
-    let mut done: Vec<PathBuf> = Vec::with_capacity(temps.len());
-    for (temp, path) in temps {
-        if let Err(e) = paddle::persist(temp, &path, opts.overwrite) {
-            for p in &done {
-                let _ = std::fs::remove_file(p);
-            }
-            return Err(e);
-        }
-        done.push(path);
-    }
+    // The shards first, the index last; a failure leaves every file as it was.
+    super::persist_all(temps, &[], opts.overwrite)?;
     if opts.fsync {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())

@@ -38,7 +38,7 @@ pub(crate) mod variants;
 
 use super::{
     ExportOptions, Exported, Format, ImportOptions, ImportReport, check_output_size, has_ext, head,
-    persist, read_whole, report, write_tag, write_temp,
+    read_whole, report, write_tag, write_temp,
 };
 use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
@@ -1211,27 +1211,14 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         )));
     }
     let temp = write_temp(out, opts.fsync, |w| w.write_all(&bytes))?;
-    let mut persisted: Vec<PathBuf> = Vec::new();
-    let undo = |persisted: &[PathBuf]| {
-        for p in persisted {
-            let _ = std::fs::remove_file(p);
-        }
-    };
-    for (d, path) in data_temps {
-        let len = super::file_len(d.path(), &path)?;
-        if let Err(e) = persist(d, &path, opts.overwrite) {
-            undo(&persisted);
-            return Err(e);
-        }
-        persisted.push(path.clone());
-        files.push((path, len));
+    for (d, path) in &data_temps {
+        files.push((path.clone(), super::file_len(d.path(), path)?));
     }
-    let len = super::file_len(temp.path(), out)?;
-    if let Err(e) = persist(temp, out, opts.overwrite) {
-        undo(&persisted);
-        return Err(e);
-    }
-    files.insert(0, (out.to_path_buf(), len));
+    files.insert(0, (out.to_path_buf(), super::file_len(temp.path(), out)?));
+    // The data files first, the model last; a failure leaves every file as it was.
+    let mut temps = data_temps;
+    temps.push((temp, out.to_path_buf()));
+    super::persist_all(temps, &[], opts.overwrite)?;
     if opts.fsync {
         let mut dirs: Vec<PathBuf> = vec![dir.clone()];
         for (path, _, _) in &layout {

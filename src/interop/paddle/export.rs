@@ -5,7 +5,7 @@ use super::vars::{check_declared, declared};
 use crate::archive::{GraphFormat, Tag, TensorData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
-use crate::interop::{ExportOptions, persist, write_temp};
+use crate::interop::{ExportOptions, write_temp};
 use crate::tensor::{TensorView, encode_combined};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -259,24 +259,22 @@ pub fn export_inference_model(
     let model_tmp = write_temp(&model_path, opts.fsync, |w| w.write_all(&p.model))?;
     let mut params_bytes = 0;
     let wrote_params = !p.params.is_empty();
+    let mut temps = Vec::with_capacity(2);
+    let mut stale = Vec::new();
     if wrote_params {
         let params_tmp = write_temp(&params_path, opts.fsync, |w| {
             write_params(&p, w).map(|_| ())
         })?;
         params_bytes = crate::interop::file_len(params_tmp.path(), &params_path)?;
-        persist(params_tmp, &params_path, opts.overwrite)?;
+        temps.push((params_tmp, params_path.clone()));
     } else if params_path.exists() {
         // Only reached with `overwrite`: a params file of an earlier export would not
         // belong to this program.
-        std::fs::remove_file(&params_path).map_err(|e| Error::from(e).in_file(&params_path))?;
+        stale.push(params_path.clone());
     }
-    if let Err(e) = persist(model_tmp, &model_path, opts.overwrite) {
-        // Never leave a params file without its program.
-        if wrote_params {
-            let _ = std::fs::remove_file(&params_path);
-        }
-        return Err(e);
-    }
+    // The params first, the program last; a failure leaves both files as they were.
+    temps.push((model_tmp, model_path.clone()));
+    crate::interop::persist_all(temps, &stale, opts.overwrite)?;
     if opts.fsync {
         std::fs::File::open(&dir)
             .and_then(|d| d.sync_all())
