@@ -829,28 +829,16 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
     if opts.fsync {
         sync_dirs(root)?;
     }
-    // Into place: an existing directory (with overwrite) is moved aside first and
-    // removed once the new one is in.
-    let old = if out.exists() {
-        let aside = tempfile::Builder::new()
-            .prefix(".modelzip-old-")
-            .tempdir_in(&parent)
-            .map_err(|e| Error::from(e).in_file(&parent))?;
-        let dest = aside.path().join("old");
-        std::fs::rename(out, &dest).map_err(|e| Error::from(e).in_file(out))?;
-        Some(aside)
+    // Into place. An existing directory (with overwrite): exchanged with the new one in
+    // one rename where the system has it (Linux's RENAME_EXCHANGE: `out` is the old
+    // directory or the new one at every instant), then removed; elsewhere moved aside
+    // first and removed once the new one is in.
+    if out.exists() && exchange(temp.path(), out).is_ok() {
+        // The old directory is now at the temp path, which `temp` removes on drop.
+        drop(temp);
     } else {
-        None
-    };
-    let kept_temp = temp.keep();
-    if let Err(e) = std::fs::rename(&kept_temp, out) {
-        let _ = std::fs::remove_dir_all(&kept_temp);
-        if let Some(aside) = &old {
-            let _ = std::fs::rename(aside.path().join("old"), out);
-        }
-        return Err(Error::from(e).in_file(out));
+        put_in_place(temp, out, &parent)?;
     }
-    drop(old);
     if opts.fsync {
         File::open(&parent)
             .and_then(|d| d.sync_all())
@@ -867,6 +855,47 @@ pub fn export_saved_model(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Re
         graph_converted: false,
     })
 }
+}
+
+/// Swaps directories `a` and `b` in one rename (Linux's `RENAME_EXCHANGE`); an error
+/// where the system or file system has no such rename.
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(std::io::Error::from)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (a, b);
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+}
+
+/// Renames the new directory `temp` to `out`, an existing `out` moved aside first and
+/// removed once the new one is in (put back if the rename fails).
+fn put_in_place(temp: tempfile::TempDir, out: &Path, parent: &Path) -> Result<()> {
+    let old = if out.exists() {
+        let aside = tempfile::Builder::new()
+            .prefix(".modelzip-old-")
+            .tempdir_in(parent)
+            .map_err(|e| Error::from(e).in_file(parent))?;
+        let dest = aside.path().join("old");
+        std::fs::rename(out, &dest).map_err(|e| Error::from(e).in_file(out))?;
+        Some(aside)
+    } else {
+        None
+    };
+    let kept_temp = temp.keep();
+    if let Err(e) = std::fs::rename(&kept_temp, out) {
+        let _ = std::fs::remove_dir_all(&kept_temp);
+        if let Some(aside) = &old {
+            let _ = std::fs::rename(aside.path().join("old"), out);
+        }
+        return Err(Error::from(e).in_file(out));
+    }
+    drop(old);
+    Ok(())
 }
 
 /// fsyncs every directory under `root` (and it), so the renamed tree is durable.
