@@ -680,7 +680,21 @@ impl ArchiveWriter {
         let path = ap.real.as_path();
         let lock = WriteLock::acquire_resolved(path, opts.wait_for_lock)?;
         super::durable::remove_stale_temps(path);
-        settle_before_replace(path)?;
+        // An append to the file there that was cut short is rolled back now, as any writer
+        // does. The rest of settling it (a foreign journal removed, a staged sharded save
+        // discarded) waits for `finish`, right before the rename: a writer dropped
+        // unfinished leaves the file as another writer would find it (a caller that finds
+        // under this lock that the archive was created meanwhile appends to it instead).
+        if path.exists() {
+            match super::journal::recover(path) {
+                Err(e) if matches!(e.kind(), ErrorKind::ForeignJournal { .. }) => {}
+                other => {
+                    other?;
+                }
+            }
+        } else {
+            super::journal::remove(path)?;
+        }
         let temp = TempTarget::create(path)?;
         let sink: Box<dyn Write> = Box::new(temp.writer(opts.fsync)?);
         Ok(ArchiveWriter {
@@ -708,6 +722,7 @@ impl ArchiveWriter {
         let fsync = self.session.opts.fsync;
         let (sink, _) = self.session.finish(None).map_err(|e| path.located(e))?;
         drop(sink);
+        settle_before_replace(&path.real).map_err(|e| path.located(e))?;
         self.temp.commit(fsync).map_err(|e| path.located(e))
     }
 }
