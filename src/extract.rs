@@ -18,10 +18,22 @@
 //!   share one tensor file, so a small archive can describe a large directory.
 //! - **No overwriting** of an existing file unless [`ExtractOptions::force`], and never
 //!   the archive being read.
-//! - **Nothing left on failure.** The files, links and directories it created are
-//!   removed again (the output directory too, when it created it).
-//! - **Durable on success.** The files and their directories are fsynced (from many
-//!   threads, or one `syncfs` on Linux for 1,000 files and more).
+//! - **Never a partial file.** Every name is written (or hard-linked) under a temporary
+//!   name in its directory (`.modelzip-extract.PID.N`, `.modelzip-link.PID.N`); only
+//!   when all are written and durable are they renamed to their names (with `force`,
+//!   over what is there, atomically; without it, only where nothing is). So at any
+//!   instant, a crash included, each name holds either what it held before or the
+//!   complete new file.
+//! - **Nothing left on failure.** The temporaries, and the files, links and directories
+//!   it created, are removed again (the output directory too, when it created it). A
+//!   failure before the renames (nearly all: a write, a name in the way, a limit)
+//!   changes no existing file; one during them leaves the files already renamed over
+//!   existing ones (`force`) as their complete new versions. A killed extract cannot
+//!   clean up: it leaves its temporaries, which the next `force` extract into that
+//!   directory deletes.
+//! - **Durable on success.** The files are fsynced before they are renamed, their
+//!   directories after (from many threads, or one `syncfs` on Linux for 1,000 files and
+//!   more).
 //!
 //! With [`ExtractOptions::link`], a name whose tensor file was already written is a hard
 //! link to that first file instead of a copy (no bytes and no inode per alias); where a
@@ -59,10 +71,11 @@ pub const BYTES_LIMIT: &str = "bytes to extract";
 /// How [`extract`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtractOptions {
-    /// Replace existing files (a link replaces a file atomically: made under a
+    /// Replace existing files (atomically: every file or link is made under a
     /// temporary name in the same directory, then renamed over it); never the archive
-    /// being read. Also deletes the temporary links a killed extract left there
-    /// (`.modelzip-link.PID.N`, its process gone or 15 minutes old).
+    /// being read, nor a directory. Also deletes the temporaries a killed extract left
+    /// there (`.modelzip-extract.PID.N`, `.modelzip-link.PID.N`, their process gone or
+    /// 15 minutes old).
     pub force: bool,
     /// Make every further name of an already written tensor file a hard link to the
     /// first file written for it, not a copy.
@@ -179,111 +192,147 @@ fn make_parents(root: &Path, rel: &Path, created: &mut Vec<PathBuf>) -> Result<(
     Ok(())
 }
 
-/// Opens `path` for writing without following a symlink, replacing a file only when `force`.
-/// Without `force`, one `open(O_CREAT | O_EXCL)`: it fails on anything in the way,
-/// symlinks included, so nothing is looked up first.
-fn create_file(path: &Path, force: bool) -> Result<File> {
-    if !force {
-        return OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    exists(path)
-                } else {
-                    io_fail(&e, format!("cannot create {}: {e}", path.display()))
-                }
-            });
-    }
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if m.is_dir() {
-            return Err(fail(format!(
-                "cannot write {}: a directory is in the way",
-                path.display()
-            )));
-        }
-        std::fs::remove_file(path)
-            .map_err(|e| io_fail(&e, format!("cannot replace {}: {e}", path.display())))?;
-    }
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| io_fail(&e, format!("cannot create {}: {e}", path.display())))
+/// Prefix of the temporary name every file is written under before it is renamed into
+/// place (`.modelzip-extract.PID.N`).
+const FILE_TEMP_PREFIX: &str = ".modelzip-extract.";
+
+/// Prefix of the temporary name every hard link ([`ExtractOptions::link`]) is made
+/// under before it is renamed into place (`.modelzip-link.PID.N`).
+const LINK_TEMP_PREFIX: &str = ".modelzip-link.";
+
+/// A name this extract made under a temporary name, to be renamed to its destination
+/// once every file is written and durable.
+struct Staged {
+    /// The temporary name (`.modelzip-extract.PID.N` or `.modelzip-link.PID.N`) in the
+    /// destination's directory.
+    temp: PathBuf,
+    /// Where it goes.
+    dest: PathBuf,
+    /// Whether something (a file or a symlink, `force` only) was at `dest` when it was
+    /// checked: a failed extract leaves what it renamed over such a name, and removes
+    /// the names it created.
+    existed: bool,
+    /// A hard link to an earlier staged file, not a file of its own.
+    link: bool,
 }
 
-/// Makes `path` a hard link of `src` (a file this extract wrote). `Ok(false)` when the
-/// link cannot be made where a copy could ([`link_unavailable`]): the caller writes a
-/// copy. Something in the way is an error without `force`; with it, the link is made
-/// under a temporary name in the same directory and renamed over it, so `path` is
-/// never missing and no temporary is left behind.
-fn link_file(src: &Path, path: &Path, force: bool, tmp_seq: &mut u64) -> Result<bool> {
-    let failed = |e: std::io::Error| {
-        io_fail(
-            &e,
-            format!("cannot link {} to {}: {e}", path.display(), src.display()),
-        )
-    };
-    match std::fs::hard_link(src, path) {
-        Ok(()) => return Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            if !force {
-                return Err(exists(path));
-            }
-        }
-        Err(e) if link_unavailable(&e) => return Ok(false),
-        Err(e) => return Err(failed(e)),
-    }
-    let in_way = std::fs::symlink_metadata(path).map_err(failed)?;
-    if in_way.is_dir() {
-        return Err(fail(format!(
+/// Whether something is at `path` (a symlink is not followed), refusing what may not be
+/// replaced: anything without `force`, a directory with it.
+fn check_destination(path: &Path, force: bool) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) if !force => Err(exists(path)),
+        Ok(m) if m.is_dir() => Err(fail(format!(
             "cannot write {}: a directory is in the way",
             path.display()
-        )));
+        ))),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_fail(
+            &e,
+            format!("cannot create {}: {e}", path.display()),
+        )),
     }
-    #[cfg(unix)]
-    {
-        // Already a name of `src`: rename would do nothing and leave the temporary.
-        use std::os::unix::fs::MetadataExt;
-        let s = std::fs::symlink_metadata(src).map_err(failed)?;
-        if (s.dev(), s.ino()) == (in_way.dev(), in_way.ino()) {
-            return Ok(true);
-        }
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
+}
+
+/// Makes a new temporary name `PREFIX PID.N` in `path`'s directory with `make` (which
+/// must fail with `AlreadyExists` on a name that is taken, never following it), trying
+/// the next `N` when one is taken.
+fn temp_beside<T>(
+    path: &Path,
+    prefix: &str,
+    seq: &mut u64,
+    mut make: impl FnMut(&Path) -> std::io::Result<T>,
+) -> std::io::Result<(PathBuf, T)> {
+    let dir = path.parent().unwrap_or(Path::new(""));
     let mut attempts = 0;
-    let tmp = loop {
-        let tmp = dir.join(format!(
-            ".modelzip-link.{}.{}",
-            std::process::id(),
-            *tmp_seq
-        ));
-        *tmp_seq += 1;
-        match std::fs::hard_link(src, &tmp) {
-            Ok(()) => break tmp,
+    loop {
+        let temp = dir.join(format!("{prefix}{}.{}", std::process::id(), *seq));
+        *seq += 1;
+        match make(&temp) {
+            Ok(v) => return Ok((temp, v)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 100 => {
                 attempts += 1;
             }
-            Err(e) if link_unavailable(&e) => return Ok(false),
-            Err(e) => return Err(failed(e)),
+            Err(e) => return Err(e),
         }
-    };
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_fail(&e, format!("cannot replace {}: {e}", path.display()))
-    })?;
-    Ok(true)
+    }
 }
 
-/// How long a `.modelzip-link.PID.N` whose process may still be running (its PID is a
-/// live process, or cannot be checked) is left alone by a later `extract --force`.
-const LINK_LEFTOVER_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// Creates the temporary file that becomes `path` (create-exclusive: nothing in the way
+/// is followed or replaced).
+fn create_temp_file(path: &Path, seq: &mut u64) -> Result<(PathBuf, File)> {
+    temp_beside(path, FILE_TEMP_PREFIX, seq, |t| {
+        OpenOptions::new().write(true).create_new(true).open(t)
+    })
+    .map_err(|e| {
+        io_fail(
+            &e,
+            format!("cannot create a temporary file for {}: {e}", path.display()),
+        )
+    })
+}
 
-/// The PID in a temporary link name `.modelzip-link.PID.N` ([`link_file`]), or `None` for
-/// any other name.
-fn link_leftover_pid(name: &std::ffi::OsStr) -> Option<u32> {
-    let rest = name.to_str()?.strip_prefix(".modelzip-link.")?;
+/// Makes a temporary hard link, beside `path`, to `src` (a temporary file this extract
+/// wrote for `src_dest`). `Ok(None)` when the link cannot be made where a copy could
+/// ([`link_unavailable`]): the caller writes a copy.
+fn link_temp(src: &Path, src_dest: &Path, path: &Path, seq: &mut u64) -> Result<Option<PathBuf>> {
+    match temp_beside(path, LINK_TEMP_PREFIX, seq, |t| std::fs::hard_link(src, t)) {
+        Ok((temp, ())) => Ok(Some(temp)),
+        Err(e) if link_unavailable(&e) => Ok(None),
+        Err(e) => Err(io_fail(
+            &e,
+            format!(
+                "cannot link {} to {}: {e}",
+                path.display(),
+                src_dest.display()
+            ),
+        )),
+    }
+}
+
+/// Renames `s` to its destination: over what is there with `force`, otherwise only if
+/// nothing is (`renameat2(RENAME_NOREPLACE)`, or a hard link and an unlink where the
+/// filesystem lacks it), so a name that appeared since it was checked is not replaced.
+fn place(s: &Staged, force: bool) -> Result<()> {
+    let done = if force {
+        std::fs::rename(&s.temp, &s.dest)
+    } else {
+        tempfile::TempPath::try_from_path(&s.temp).and_then(|t| {
+            t.persist_noclobber(&s.dest).map_err(|e| {
+                // Not deleted here: the caller removes what is left of a failed extract.
+                let _ = e.path.keep();
+                e.error
+            })
+        })
+    };
+    done.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            exists(&s.dest)
+        } else {
+            io_fail(
+                &e,
+                format!(
+                    "cannot rename {} to {}: {e}",
+                    s.temp.display(),
+                    s.dest.display()
+                ),
+            )
+        }
+    })
+}
+
+/// How long a temporary (`.modelzip-extract.PID.N`, `.modelzip-link.PID.N`) whose
+/// process may still be running (its PID is a live process, or cannot be checked) is
+/// left alone by a later `extract --force`.
+const LEFTOVER_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The PID in a temporary name `.modelzip-extract.PID.N` ([`create_temp_file`]) or
+/// `.modelzip-link.PID.N` ([`link_temp`]), or `None` for any other name.
+fn leftover_pid(name: &std::ffi::OsStr) -> Option<u32> {
+    let name = name.to_str()?;
+    let rest = name
+        .strip_prefix(FILE_TEMP_PREFIX)
+        .or_else(|| name.strip_prefix(LINK_TEMP_PREFIX))?;
     let (pid, seq) = rest.split_once('.')?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if !digits(pid) || !digits(seq) {
@@ -308,25 +357,25 @@ fn pid_is_live(pid: u32) -> Option<bool> {
     None
 }
 
-/// Whether a temporary link of process `pid` (`live`: [`pid_is_live`]), last linked or
-/// unlinked `age` ago (`None`: unknown), is a leftover safe to delete: its process is
-/// gone, or it is older than [`LINK_LEFTOVER_GRACE`] (a live link is renamed away in
-/// the system call after it is made).
-fn link_leftover_removable(live: Option<bool>, age: Option<std::time::Duration>) -> bool {
-    live == Some(false) || age.is_some_and(|a| a > LINK_LEFTOVER_GRACE)
+/// Whether a temporary of process `pid` (`live`: [`pid_is_live`]), last written, linked
+/// or unlinked `age` ago (`None`: unknown), is a leftover safe to delete: its process is
+/// gone, or it is older than [`LEFTOVER_GRACE`].
+fn leftover_removable(live: Option<bool>, age: Option<std::time::Duration>) -> bool {
+    live == Some(false) || age.is_some_and(|a| a > LEFTOVER_GRACE)
 }
 
-/// Deletes from `dir` the `.modelzip-link.PID.N` files a killed `extract --force` left
-/// (a hard link made, then renamed over its target: killed in between, it stays) when
-/// [`link_leftover_removable`]. Only regular files of that name; best effort (what
-/// cannot be read or deleted stays, and the extract goes on). Returns how many it deleted.
-fn remove_link_leftovers(dir: &Path) -> usize {
+/// Deletes from `dir` the temporaries a killed extract left (every name is written or
+/// linked under `.modelzip-extract.PID.N` or `.modelzip-link.PID.N`, then renamed to its
+/// destination: killed in between, they stay) when [`leftover_removable`]. Only regular
+/// files of those names; best effort (what cannot be read or deleted stays, and the
+/// extract goes on). Returns how many it deleted.
+fn remove_leftovers(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
     let mut removed = 0;
     for e in entries.flatten() {
-        let Some(pid) = link_leftover_pid(&e.file_name()) else {
+        let Some(pid) = leftover_pid(&e.file_name()) else {
             continue;
         };
         // Not followed: a symlink or directory of that name is not ours.
@@ -348,8 +397,7 @@ fn remove_link_leftovers(dir: &Path) -> usize {
         #[cfg(not(unix))]
         let changed = m.modified().ok();
         let age = changed.and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
-        if link_leftover_removable(pid_is_live(pid), age) && std::fs::remove_file(e.path()).is_ok()
-        {
+        if leftover_removable(pid_is_live(pid), age) && std::fs::remove_file(e.path()).is_ok() {
             removed += 1;
         }
     }
@@ -423,10 +471,15 @@ fn remove_dirs(dirs: &[PathBuf]) {
 /// Makes `files`, the hard links `links` (names of some of `files`) and `dirs` durable:
 /// many names (at least [`SYNCFS_FILES`]) on Linux with one `syncfs` per filesystem
 /// that holds them (measured on 200,000 files: one call instead of 600,000 opens,
-/// fsyncs and closes), otherwise with [`sync_all_parallel`] of the files, then of
-/// `dirs` and every directory that holds a file or a link (a link is only a
-/// directory entry).
-fn sync_output(files: &[PathBuf], links: &[PathBuf], dirs: &[PathBuf]) -> Result<()> {
+/// fsyncs and closes), otherwise with [`sync_all_parallel`] of the files, then (when
+/// `with_dirs`) of `dirs` and every directory that holds a file or a link (a link is
+/// only a directory entry).
+fn sync_output(
+    files: &[PathBuf],
+    links: &[PathBuf],
+    dirs: &[PathBuf],
+    with_dirs: bool,
+) -> Result<()> {
     #[cfg(target_os = "linux")]
     if files.len() + links.len() >= SYNCFS_FILES {
         use std::os::unix::fs::MetadataExt;
@@ -456,6 +509,9 @@ fn sync_output(files: &[PathBuf], links: &[PathBuf], dirs: &[PathBuf]) -> Result
             }
         }
         return Ok(());
+    }
+    if !with_dirs {
+        return sync_all_parallel(files, &[]);
     }
     let mut seen: KeyedSet<&Path> = KeyedSet::default();
     let mut all_dirs: Vec<PathBuf> = Vec::new();
@@ -660,10 +716,13 @@ pub fn extract(
     drop(counted);
     drop(named);
     let out_dirs = create_out_dir(out)?;
-    let mut created_files: Vec<PathBuf> = Vec::new();
-    // Hard links it made (--link): removed with the files on failure, not fsynced
-    // themselves (their inode is a created file; their directory is synced).
-    let mut created_links: Vec<PathBuf> = Vec::new();
+    // Every name is written (or linked, --link) under a temporary name in its directory
+    // first; once all are written and durable they are renamed into place, so a
+    // destination never holds a partial file and a failure before the renames changes
+    // no existing file.
+    let mut staged: Vec<Staged> = Vec::new();
+    // How many of `staged` (in order) were renamed to their destination.
+    let mut placed = 0usize;
     let mut created_dirs: Vec<PathBuf> = Vec::new();
     let mut tmp_seq = 0u64;
     // Bytes of the copies made where a link could not be (`link`): not in total_bytes,
@@ -672,40 +731,54 @@ pub fn extract(
     let result = (|| {
         if let (Some((_, bytes)), Some(name)) = (&graph, graph_file) {
             let path = out.join(name);
-            let mut f = create_file(&path, opts.force)?;
-            created_files.push(path.clone());
+            let existed = check_destination(&path, opts.force)?;
+            let (temp, mut f) = create_temp_file(&path, &mut tmp_seq)?;
+            staged.push(Staged {
+                temp,
+                dest: path.clone(),
+                existed,
+                link: false,
+            });
             f.write_all(bytes)
                 .map_err(|e| io_fail(&e, format!("cannot write {}: {e}", path.display())))?;
         }
-        // The first file written for each tensor file: later names that refer to it
-        // are hard links to it (--link), or write its bytes again from memory (up to
-        // ALIAS_BYTES_KEPT of them in all) or copy it (copy_file_range where the OS has
-        // it) instead of decoding it again. With --link, a copy made where a link could
-        // not be becomes the file later names link to.
+        // The first file written for each tensor file (its index in `staged`): later
+        // names that refer to it are hard links to it (--link), or write its bytes again
+        // from memory (up to ALIAS_BYTES_KEPT of them in all) or copy it (copy_file_range
+        // where the OS has it) instead of decoding it again. With --link, a copy made
+        // where a link could not be becomes the file later names link to.
         let mut first: KeyedMap<&str, usize> = KeyedMap::default();
         let mut kept: KeyedMap<&str, Vec<u8>> = KeyedMap::default();
         let mut kept_bytes = 0usize;
-        // Directories already cleared of leftover temporary links (--force).
+        // Directories already cleared of leftover temporaries (--force).
         let mut swept: KeyedSet<PathBuf> = KeyedSet::default();
         for p in tag.params() {
             let rel = safe_relative(tag_name, &p.name)?;
             make_parents(out, &rel, &mut created_dirs)?;
             let path = out.join(&rel);
-            // A killed `extract --force` may have left temporary links here: deleted
-            // when surely dead (docs/RELIABILITY.md), once per directory.
+            // A killed extract may have left temporaries here: deleted when surely dead
+            // (docs/RELIABILITY.md), once per directory.
             if opts.force
                 && let Some(dir) = path.parent()
                 && !swept.contains(dir)
             {
-                remove_link_leftovers(dir);
+                remove_leftovers(dir);
                 swept.insert(dir.to_path_buf());
             }
+            let existed = check_destination(&path, opts.force)?;
             let entry = p.location.entry.as_str();
             if opts.link
                 && let Some(&i) = first.get(entry)
             {
-                if link_file(&created_files[i], &path, opts.force, &mut tmp_seq)? {
-                    created_links.push(path);
+                if let Some(temp) =
+                    link_temp(&staged[i].temp, &staged[i].dest, &path, &mut tmp_seq)?
+                {
+                    staged.push(Staged {
+                        temp,
+                        dest: path,
+                        existed,
+                        link: true,
+                    });
                     continue;
                 }
                 let len = sizes.get(entry).copied().unwrap_or(0);
@@ -721,8 +794,13 @@ pub fn extract(
                     .in_file(&path));
                 }
             }
-            let mut f = create_file(&path, opts.force)?;
-            created_files.push(path.clone());
+            let (temp, mut f) = create_temp_file(&path, &mut tmp_seq)?;
+            staged.push(Staged {
+                temp,
+                dest: path.clone(),
+                existed,
+                link: false,
+            });
             let failed =
                 |e: std::io::Error| io_fail(&e, format!("cannot write {}: {e}", path.display()));
             if let Some(bytes) = kept.get(entry) {
@@ -731,16 +809,17 @@ pub fn extract(
             }
             match first.get(entry) {
                 Some(&i) => {
-                    let src = &created_files[i];
-                    let mut from = File::open(src)
-                        .map_err(|e| io_fail(&e, format!("cannot read {}: {e}", src.display())))?;
+                    let src = &staged[i].temp;
+                    let mut from = File::open(src).map_err(|e| {
+                        io_fail(&e, format!("cannot read {}: {e}", staged[i].dest.display()))
+                    })?;
                     std::io::copy(&mut from, &mut f).map_err(failed)?;
                     if opts.link {
-                        first.insert(entry, created_files.len() - 1);
+                        first.insert(entry, staged.len() - 1);
                     }
                 }
                 None => {
-                    first.insert(entry, created_files.len() - 1);
+                    first.insert(entry, staged.len() - 1);
                     let data = tag.tensor(&p.location)?;
                     let len = sizes.get(entry).copied().unwrap_or(0);
                     // With --link, aliases are links: their bytes are not needed again.
@@ -764,8 +843,19 @@ pub fn extract(
                 }
             }
         }
-        // Durable at the end, all at once: the files, then the directories that name
-        // them (the new ones, the output directory and its parent).
+        // Durable before any is renamed into place, all at once: a name then never
+        // holds a file whose data a crash could still lose.
+        let (files, links): (Vec<&Staged>, Vec<&Staged>) = staged.iter().partition(|s| !s.link);
+        let files: Vec<PathBuf> = files.into_iter().map(|s| s.temp.clone()).collect();
+        let links: Vec<PathBuf> = links.into_iter().map(|s| s.temp.clone()).collect();
+        sync_output(&files, &links, &[], false)?;
+        drop((files, links));
+        for s in &staged {
+            place(s, opts.force)?;
+            placed += 1;
+        }
+        // Then the renames: the directories that name the files (the new ones, the
+        // output directory and its parent).
         let mut dirs: Vec<PathBuf> = created_dirs.clone();
         dirs.push(out.to_path_buf());
         if let Some(parent) = out_dirs.first().and_then(|d| d.parent()) {
@@ -775,16 +865,24 @@ pub fn extract(
                 parent.to_path_buf()
             });
         }
-        sync_output(&created_files, &created_links, &dirs)
+        let names: Vec<PathBuf> = staged.iter().map(|s| s.dest.clone()).collect();
+        sync_output(&[], &names, &dirs, true)
     })();
     if let Err(e) = result {
-        for f in created_links.iter().chain(created_files.iter()).rev() {
-            let _ = std::fs::remove_file(f);
+        // The temporaries not renamed yet, and the names this extract created; a name
+        // that existed keeps what was renamed over it (the complete new file).
+        for (i, s) in staged.iter().enumerate().rev() {
+            if i >= placed {
+                let _ = std::fs::remove_file(&s.temp);
+            } else if !s.existed {
+                let _ = std::fs::remove_file(&s.dest);
+            }
         }
         remove_dirs(&created_dirs);
         remove_dirs(&out_dirs);
         return Err(e);
     }
+    let links = staged.iter().filter(|s| s.link).count();
     let mut paths: Vec<String> = Vec::with_capacity(tag.params().len() + 1);
     paths.extend(graph_file.map(str::to_string));
     paths.extend(tag.params().iter().map(|p| p.name.clone()));
@@ -794,7 +892,7 @@ pub fn extract(
         graph_file,
         paths,
         files: total_files,
-        links: created_links.len(),
+        links,
         bytes: total_bytes.saturating_add(copied_bytes),
     })
 }
@@ -807,14 +905,9 @@ mod tests {
 
     #[test]
     fn only_temporary_link_names_are_leftovers() {
-        assert_eq!(
-            link_leftover_pid(OsStr::new(".modelzip-link.123.0")),
-            Some(123)
-        );
-        assert_eq!(
-            link_leftover_pid(OsStr::new(".modelzip-link.7.42")),
-            Some(7)
-        );
+        assert_eq!(leftover_pid(OsStr::new(".modelzip-link.123.0")), Some(123));
+        assert_eq!(leftover_pid(OsStr::new(".modelzip-link.7.42")), Some(7));
+        assert_eq!(leftover_pid(OsStr::new(".modelzip-extract.9.1")), Some(9));
         for other in [
             "fc_0.w_0",
             ".modelzip-link.123",
@@ -825,21 +918,21 @@ mod tests {
             ".modelzip-link.99999999999.0",
             "x.modelzip-link.1.0",
         ] {
-            assert_eq!(link_leftover_pid(OsStr::new(other)), None, "{other}");
+            assert_eq!(leftover_pid(OsStr::new(other)), None, "{other}");
         }
     }
 
     #[test]
     fn a_leftover_goes_when_its_process_is_gone_or_past_the_grace_period() {
         let young = Some(Duration::from_secs(5));
-        let old = Some(LINK_LEFTOVER_GRACE + Duration::from_secs(1));
-        assert!(link_leftover_removable(Some(false), young));
-        assert!(link_leftover_removable(Some(false), None));
-        assert!(!link_leftover_removable(Some(true), young));
-        assert!(!link_leftover_removable(None, young));
-        assert!(!link_leftover_removable(Some(true), None));
-        assert!(link_leftover_removable(Some(true), old));
-        assert!(link_leftover_removable(None, old));
+        let old = Some(LEFTOVER_GRACE + Duration::from_secs(1));
+        assert!(leftover_removable(Some(false), young));
+        assert!(leftover_removable(Some(false), None));
+        assert!(!leftover_removable(Some(true), young));
+        assert!(!leftover_removable(None, young));
+        assert!(!leftover_removable(Some(true), None));
+        assert!(leftover_removable(Some(true), old));
+        assert!(leftover_removable(None, old));
     }
 
     #[cfg(target_os = "linux")]
@@ -852,6 +945,8 @@ mod tests {
         let d = dir.path();
         let gone = d.join(format!(".modelzip-link.{dead}.3"));
         std::fs::write(&gone, b"x").unwrap();
+        let gone_file = d.join(format!(".modelzip-extract.{dead}.5"));
+        std::fs::write(&gone_file, b"x").unwrap();
         // A live process's (this one's), a look-alike name, and a symlink stay.
         let live = d.join(format!(".modelzip-link.{}.0", std::process::id()));
         std::fs::write(&live, b"x").unwrap();
@@ -860,8 +955,8 @@ mod tests {
         let link = d.join(format!(".modelzip-link.{dead}.4"));
         std::os::unix::fs::symlink(&live, &link).unwrap();
         assert_eq!(pid_is_live(dead), Some(false));
-        assert_eq!(remove_link_leftovers(d), 1);
-        assert!(!gone.exists());
+        assert_eq!(remove_leftovers(d), 2);
+        assert!(!gone.exists() && !gone_file.exists());
         assert!(live.exists() && other.exists());
         assert!(std::fs::symlink_metadata(&link).is_ok());
     }

@@ -32,10 +32,14 @@ mod archive_path;
 mod container;
 mod durable;
 #[cfg(feature = "remote")]
+pub(crate) use archive_path::ArchivePath;
+#[cfg(feature = "remote")]
 pub(crate) use durable::fsync_dir;
 pub(crate) use durable::{new_temp_beside, parent_dir};
 pub(crate) use pread::read_exact_at_split;
 pub(crate) use writeback::EarlyWriteback;
+#[cfg(feature = "remote")]
+pub(crate) use writer::settle_before_replace;
 mod entry_name;
 pub mod fault;
 mod hashing;

@@ -639,6 +639,29 @@ impl std::fmt::Debug for ArchiveWriter {
     }
 }
 
+/// Settles what belongs to the file at `path` (resolved through symlinks) before a new
+/// file is renamed over it; the caller holds its write lock. A journal belongs to the file
+/// being replaced: it is rolled back (or removed) now, so it can never be replayed onto
+/// the new file, which may start with the same bytes. A sharded save staged for the old
+/// file is discarded.
+pub(crate) fn settle_before_replace(path: &Path) -> Result<()> {
+    if path.exists() {
+        match super::journal::recover(path) {
+            // A journal of some other file: this one is replaced anyway. (A journal
+            // that is not a regular file is an error: it is not ours to remove.)
+            Err(e) if matches!(e.kind(), ErrorKind::ForeignJournal { .. }) => {
+                super::journal::remove(path)?
+            }
+            other => {
+                other?;
+            }
+        }
+    } else {
+        super::journal::remove(path)?;
+    }
+    super::sharded::discard_staged(path)
+}
+
 impl ArchiveWriter {
     /// Starts a new archive at `path` (replacing any file there when finished).
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
@@ -657,15 +680,14 @@ impl ArchiveWriter {
         let path = ap.real.as_path();
         let lock = WriteLock::acquire_resolved(path, opts.wait_for_lock)?;
         super::durable::remove_stale_temps(path);
-        // A journal belongs to the file being replaced: settle it before the rename, so it
-        // can never be replayed onto the new archive.
+        // An append to the file there that was cut short is rolled back now, as any writer
+        // does. The rest of settling it (a foreign journal removed, a staged sharded save
+        // discarded) waits for `finish`, right before the rename: a writer dropped
+        // unfinished leaves the file as another writer would find it (a caller that finds
+        // under this lock that the archive was created meanwhile appends to it instead).
         if path.exists() {
             match super::journal::recover(path) {
-                // A journal of some other file: this one is replaced anyway. (A journal
-                // that is not a regular file is an error: it is not ours to remove.)
-                Err(e) if matches!(e.kind(), ErrorKind::ForeignJournal { .. }) => {
-                    super::journal::remove(path)?
-                }
+                Err(e) if matches!(e.kind(), ErrorKind::ForeignJournal { .. }) => {}
                 other => {
                     other?;
                 }
@@ -673,7 +695,6 @@ impl ArchiveWriter {
         } else {
             super::journal::remove(path)?;
         }
-        super::sharded::discard_staged(path)?;
         let temp = TempTarget::create(path)?;
         let sink: Box<dyn Write> = Box::new(temp.writer(opts.fsync)?);
         Ok(ArchiveWriter {
@@ -701,6 +722,7 @@ impl ArchiveWriter {
         let fsync = self.session.opts.fsync;
         let (sink, _) = self.session.finish(None).map_err(|e| path.located(e))?;
         drop(sink);
+        settle_before_replace(&path.real).map_err(|e| path.located(e))?;
         self.temp.commit(fsync).map_err(|e| path.located(e))
     }
 }

@@ -670,18 +670,26 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
     };
     let record = retention_record(snapshot.as_ref(), opts, &tag, ckpt)?;
     drop(snapshot);
-    if path.exists() {
+    // A new archive: checked again under the writer's lock, since another writer may have
+    // created it meanwhile (finishing would replace it): then this appends to it.
+    let mut new = None;
+    if !path.exists() {
+        let writer = ArchiveWriter::create_with(path, &opts.write)?;
+        if !path.exists() {
+            new = Some(writer);
+        }
+    }
+    if let Some(mut writer) = new {
+        let mut w = writer.begin_tag(&tag)?;
+        write_tag(&mut w, ckpt, record.as_ref())?;
+        w.finish()?;
+        writer.finish()?;
+    } else {
         let mut app = Appender::open_with(path, AppendMode::InPlace, &opts.write)?;
         let mut w = app.begin_tag(&tag)?;
         write_tag(&mut w, ckpt, record.as_ref())?;
         w.finish()?;
         app.finish()?;
-    } else {
-        let mut writer = ArchiveWriter::create_with(path, &opts.write)?;
-        let mut w = writer.begin_tag(&tag)?;
-        write_tag(&mut w, ckpt, record.as_ref())?;
-        w.finish()?;
-        writer.finish()?;
     }
     retain_and_compact(path, opts, tag)
 }

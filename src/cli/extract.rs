@@ -14,8 +14,12 @@ use std::path::{Path, PathBuf};
 /// load_inference_model looks for in a directory) or `graph.fb`.
 ///
 /// Never writes outside DIR, never follows or creates symlinks, and never
-/// overwrites an existing file unless --force. On failure the files and
-/// directories it created are removed (DIR too, when it created DIR). `pack`
+/// overwrites an existing file unless --force. Every file is written under a
+/// temporary name and renamed into place once all are written and fsynced, so
+/// each name holds its old file or the complete new one, even after a crash. On
+/// failure the temporaries and the files and directories it created are removed
+/// (DIR too, when it created DIR); existing files are left as they were unless
+/// the failure came while renaming. `pack`
 /// reads the directory back as the same tag (the graph from `__model__` or
 /// `graph.fb`); updater state is not extracted. The files and bytes it would write are
 /// added up first and refused above --max-files / --max-output (many names may share
@@ -42,10 +46,11 @@ pub struct Args {
     /// The target directory (created if missing).
     #[arg(long)]
     out: PathBuf,
-    /// Replace existing files (with --link, a link replaces a file atomically:
-    /// made under a temporary name in the same directory, then renamed over it);
-    /// never the archive being read. Also deletes the temporary links a killed
-    /// extract left there (`.modelzip-link.PID.N`, its process gone or 15 minutes old).
+    /// Replace existing files (atomically: each file or link is made under a
+    /// temporary name in the same directory, then renamed over it); never the
+    /// archive being read, nor a directory. Also deletes the temporaries a killed
+    /// extract left there (`.modelzip-extract.PID.N`, `.modelzip-link.PID.N`, their
+    /// process gone or 15 minutes old).
     #[arg(long)]
     force: bool,
     /// Make every further name of an already written tensor file a hard link to the

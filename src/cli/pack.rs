@@ -457,7 +457,23 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         .map_err(|e| CliError::Failed(format!("cannot add tag to {shown}: {e}")))?;
     let inputs = gather(&args)?;
     let metadata = args.meta.build()?;
-    let (created, mode) = if args.archive.exists() {
+    // A new archive: its writer takes the lock (waiting with --wait), and the path is
+    // checked again under it: another writer may have created the archive meanwhile, and
+    // finishing would replace it. Then this appends to it instead.
+    let mut writer = None;
+    if !args.archive.exists() {
+        let w = ArchiveWriter::create_with(&args.archive, &opts).map_err(fail)?;
+        if !args.archive.exists() {
+            writer = Some(w);
+        }
+    }
+    let (created, mode) = if let Some(mut writer) = writer {
+        let mut tag = writer.begin_tag(&args.tag).map_err(fail)?;
+        fill(&mut tag, &args, &inputs, metadata.as_deref(), &progress)?;
+        tag.finish().map_err(fail)?;
+        writer.finish().map_err(fail)?;
+        (true, "new")
+    } else {
         let (mode, name) = if args.rewrite {
             (AppendMode::Rewrite, "rewrite")
         } else {
@@ -469,13 +485,6 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
         tag.finish().map_err(fail)?;
         appender.finish().map_err(fail)?;
         (false, name)
-    } else {
-        let mut writer = ArchiveWriter::create_with(&args.archive, &opts).map_err(fail)?;
-        let mut tag = writer.begin_tag(&args.tag).map_err(fail)?;
-        fill(&mut tag, &args, &inputs, metadata.as_deref(), &progress)?;
-        tag.finish().map_err(fail)?;
-        writer.finish().map_err(fail)?;
-        (true, "new")
     };
     progress.finish();
     if args.write.output.quiet {

@@ -800,13 +800,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Writes `bytes` to `target` through a temp file beside it (fsynced when asked, then
-/// renamed; existing files refused unless `overwrite`). Returns the size written.
+/// renamed; existing files refused unless `overwrite`). `check` is given the size written
+/// before the rename: its error leaves `target` as it was (the temp file is deleted).
+/// Returns the size written.
 pub(crate) fn write_file_atomically(
     tag: &Tag<'_>,
     target: &Path,
     overwrite: bool,
     fsync: bool,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    check: impl FnOnce(u64) -> Result<()>,
 ) -> Result<u64> {
     let dir = crate::archive::parent_dir(target);
     if !dir.is_dir() {
@@ -818,6 +821,7 @@ pub(crate) fn write_file_atomically(
     refuse_existing(tag, target, overwrite)?;
     let temp = write_temp(target, fsync, fill)?;
     let len = file_len(temp.path(), target)?;
+    check(len)?;
     persist(temp, target, overwrite)?;
     if fsync {
         std::fs::File::open(&dir)

@@ -927,6 +927,12 @@ fn free_space(file: &std::fs::File) -> Option<u64> {
 /// `local`, so `local` is never a partial or unverified file. Every request after the
 /// first is conditional on its version. `progress(done, total)` is called as bytes
 /// arrive. Returns the version downloaded.
+///
+/// It replaces `local` as [`crate::ArchiveWriter::create`] does: a symlinked `local`
+/// replaces the file it points at (the link stays); `local`'s write lock is held from
+/// start to end ([`ErrorKind::Locked`] at once if another writer holds it), and the
+/// journal of an append to the old file that was cut short is rolled back first, so it
+/// is never replayed onto the downloaded file.
 pub fn download(
     url: &str,
     local: &Path,
@@ -934,7 +940,12 @@ pub fn download(
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Option<String>> {
     let client = Client::new(url, opts)?;
-    let mut temp = crate::archive::new_temp_beside(local)?;
+    let ap = crate::archive::ArchivePath::resolve(local)?;
+    let real = ap.real.as_path();
+    let _lock =
+        crate::archive::WriteLock::acquire_resolved(real, false).map_err(|e| ap.located(e))?;
+    crate::archive::settle_before_replace(real).map_err(|e| ap.located(e))?;
+    let mut temp = crate::archive::new_temp_beside(real).map_err(|e| ap.located(e))?;
     // The first answer's version, to tell a failure from a replacement.
     let mut first: Option<String> = None;
     let got = client.block_on(async {
@@ -1014,9 +1025,10 @@ pub fn download(
         )))
         .in_file(url));
     }
-    temp.persist(local)
+    temp.persist(real)
         .map_err(|e| Error::from(e.error).in_file(local))?;
-    crate::archive::fsync_dir(&crate::archive::parent_dir(local))?;
+    // fsync_dir syncs the directory that holds its argument.
+    crate::archive::fsync_dir(real).map_err(|e| ap.located(e))?;
     Ok(version)
 }
 

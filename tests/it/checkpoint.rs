@@ -592,3 +592,46 @@ fn an_async_lock_conflict_is_reported_as_locked_first() {
     c.save(&ckpt(2, 0.5)).unwrap();
     assert_eq!(c.tags().unwrap(), names(&[1, 2]));
 }
+
+/// A first save checks again under the lock whether the archive exists: one that waited
+/// for the lock while another writer created the archive appends its checkpoint to it,
+/// and the other writer's tag survives (it was replaced by a new archive).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_first_save_that_waited_appends_to_an_archive_created_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.zip");
+    let held = WriteLock::acquire(&path, false).unwrap();
+    let opts = CheckpointOptions {
+        write: WriteOptions {
+            wait_for_lock: true,
+            ..WriteOptions::default()
+        },
+        ..CheckpointOptions::default()
+    };
+    let mut c = Checkpointer::open(&path, opts).unwrap();
+    let saver = std::thread::spawn(move || c.save(&ckpt(2, 0.5)).map(|_| ()));
+    // The saver found no archive and waits for the lock (a `->` line of /proc/locks).
+    let pid = std::process::id().to_string();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("->") && l.split_whitespace().any(|w| w == pid))
+    {
+        assert!(!saver.is_finished(), "the save did not wait");
+        assert!(start.elapsed().as_secs() < 30, "the save never waited");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let side = dir.path().join("side.zip");
+    let mut w = ArchiveWriter::create(&side).unwrap();
+    w.add_tag(TagBuilder::new("other").param("x", Tensor::from_slice(vec![1], &[1.0f32]).unwrap()))
+        .unwrap();
+    w.finish().unwrap();
+    std::fs::rename(&side, &path).unwrap();
+    drop(held);
+    saver.join().unwrap().unwrap();
+    let tags = Archive::open(&path).unwrap().tags().to_vec();
+    assert_eq!(tags.len(), 2, "{tags:?}");
+    assert_eq!(tags[0], "other");
+}

@@ -225,3 +225,65 @@ fn readers_see_complete_tags_while_other_processes_append_in_place() {
         opens.load(Ordering::Relaxed)
     );
 }
+
+/// Whether process `pid` waits for a flock (Linux: a `->` line of /proc/locks).
+#[cfg(target_os = "linux")]
+fn waits_for_a_lock(pid: u32) -> bool {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks
+        .lines()
+        .any(|l| l.contains("->") && l.split_whitespace().any(|w| w == pid.to_string()))
+}
+
+/// A writer of a new archive checks the path again under the lock: `pack --wait` that
+/// found no archive and waits for the lock while another writer creates one appends to
+/// it when it gets the lock, instead of renaming a new archive over it (the other
+/// writer's tag lost).
+#[test]
+fn a_new_archive_created_while_pack_waited_is_appended_to() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("m.zip");
+    let src = source(d.path(), 1);
+    let held = WriteLock::acquire(&path, false).unwrap();
+    let mut child = Command::new(exe())
+        .args([
+            "pack",
+            path.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "--tag",
+            "s1",
+            "-q",
+            "--wait",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past its check that m.zip does not exist: waiting for the lock.
+    #[cfg(target_os = "linux")]
+    {
+        let start = std::time::Instant::now();
+        while !waits_for_a_lock(child.id()) {
+            assert!(child.try_wait().unwrap().is_none(), "pack did not wait");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "pack never waited"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(child.try_wait().unwrap().is_none(), "--wait did not wait");
+    // The lock's holder creates the archive with tag s0 (written beside it, renamed in).
+    let side = d.path().join("side.zip");
+    first_archive(&side);
+    std::fs::rename(&side, &path).unwrap();
+    drop(held);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(check_consistent(&Archive::open(&path).unwrap()), 2);
+}

@@ -104,3 +104,58 @@ fn a_failed_extract_removes_the_files_and_directories_it_made() {
     assert_eq!(left, ["b"]);
     assert_eq!(std::fs::read(out.join("b")).unwrap(), b"mine");
 }
+
+/// Every name is written under a temporary name and renamed into place only once all
+/// are written: a failed `force` extract leaves the files it would have replaced as they
+/// were (here `w1`, before `w2` is found to be a directory), and no temporary.
+#[test]
+fn a_failed_force_extract_keeps_the_files_it_would_have_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("m.zip");
+    let w = Tensor::from_slice(vec![2], &[1.0f32, 2.0]).unwrap();
+    let mut writer = ArchiveWriter::create(&zip).unwrap();
+    writer
+        .add_tag(TagBuilder::new("t").param("w1", w.clone()).param("w2", w))
+        .unwrap();
+    writer.finish().unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let tag = a.tag("t").unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("w1"), b"OLD").unwrap();
+    std::fs::create_dir(out.join("w2")).unwrap();
+    let names = || {
+        let mut v: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    for link in [false, true] {
+        let opts = ExtractOptions {
+            force: true,
+            link,
+            ..ExtractOptions::default()
+        };
+        let e = extract(&tag, &out, &opts).unwrap_err();
+        assert!(e.to_string().contains("a directory is in the way"), "{e}");
+        assert_eq!(
+            std::fs::read(out.join("w1")).unwrap(),
+            b"OLD",
+            "link: {link}"
+        );
+        assert_eq!(names(), ["w1", "w2"], "link: {link}");
+    }
+    // Without the directory in the way, w1 is replaced by the complete new file.
+    std::fs::remove_dir(out.join("w2")).unwrap();
+    let opts = ExtractOptions {
+        force: true,
+        ..ExtractOptions::default()
+    };
+    extract(&tag, &out, &opts).unwrap();
+    assert_eq!(names(), ["w1", "w2"]);
+    let bytes = std::fs::read(out.join("w1")).unwrap();
+    let got = modelzip::tensor::decode_tensor(&bytes).unwrap();
+    assert_eq!(got.to_f32_vec().unwrap(), [1.0, 2.0]);
+}

@@ -653,7 +653,7 @@ fn a_stalled_server_times_out_and_a_slow_steady_one_does_not() {
     assert!(err.to_string().contains("timed out"), "{err}");
     let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
     assert!(err.to_string().contains("timed out"), "{err}");
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    assert_eq!(support::left_but_the_lock(&out), 0);
     // No answer at all.
     server.set_mode(Mode::Mute);
     let err = o.open(&url).unwrap_err();
@@ -837,13 +837,13 @@ fn a_download_resumes_after_a_drop_only_on_the_same_version() {
         matches!(err.kind(), ErrorKind::RemoteChanged { .. }),
         "{err:?}"
     );
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    assert_eq!(support::left_but_the_lock(&out), 0);
     // A Content-Length of 2^62: refused before a byte is written, not written until the
     // disk is full.
     server.set_mode(Mode::HugeLength);
     let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
     assert!(err.to_string().contains("are free"), "{err}");
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    assert_eq!(support::left_but_the_lock(&out), 0);
 }
 
 /// An upload sends the bytes it checked: a file renamed over the path right after the
@@ -994,5 +994,51 @@ fn an_upload_sends_the_file_it_checked_or_nothing() {
         std::fs::read_dir(&store).unwrap().count(),
         1,
         "only again.zip"
+    );
+}
+
+/// A download replaces a local archive as `ArchiveWriter::create` does: under its write
+/// lock, and after rolling back the journal a killed append left. Restoring an archive
+/// from its backup over the file of such an append (`cp URL LOCAL --force`) keeps the
+/// downloaded tags: the downloaded file starts with the old file's bytes, so the stale
+/// journal would otherwise pass its check on the next open, be replayed and cut the
+/// downloaded tags off.
+#[test]
+fn a_download_settles_the_journal_of_the_file_it_replaces() {
+    use modelzip::{AppendMode, Appender, WriteLock, remote};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let local = dir.path().join("run.zip");
+    let t = |v: f32| Tensor::from_slice(vec![2], &[v, v]).unwrap();
+    let mut w = ArchiveWriter::create(&local).unwrap();
+    w.add_tag(TagBuilder::new("a").param("x", t(1.0))).unwrap();
+    w.finish().unwrap();
+    let journal = {
+        let mut s = local.as_os_str().to_owned();
+        s.push(".journal");
+        std::path::PathBuf::from(s)
+    };
+    // The journal of an in-place append of "b" (kept: as a kill before its deletion
+    // leaves it), and the finished archive backed up to the store.
+    let mut ap = Appender::open(&local, AppendMode::InPlace).unwrap();
+    let saved = std::fs::read(&journal).unwrap();
+    ap.add_tag(TagBuilder::new("b").param("x", t(2.0))).unwrap();
+    ap.finish().unwrap();
+    std::fs::copy(&local, store.join("run.zip")).unwrap();
+    std::fs::write(&journal, &saved).unwrap();
+    let url = format!("file://{}/run.zip", store.display());
+    // Another writer holds the lock: refused, nothing changed.
+    let held = WriteLock::acquire(&local, false).unwrap();
+    let e = remote::download(&url, &local, &opts(), &|_, _| {}).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Locked), "{e:?}");
+    assert_eq!(std::fs::read(&journal).unwrap(), saved);
+    drop(held);
+    remote::download(&url, &local, &opts(), &|_, _| {}).unwrap();
+    assert!(!journal.exists(), "the stale journal is left");
+    assert_eq!(Archive::open(&local).unwrap().tags(), &["a", "b"]);
+    assert_eq!(
+        std::fs::read(&local).unwrap(),
+        std::fs::read(store.join("run.zip")).unwrap()
     );
 }

@@ -44,7 +44,11 @@ pub(super) fn stage(
     let real = ap.real.as_path();
     if !real.exists() {
         let w = super::super::writer::ArchiveWriter::create_with(real, &opts.write)?;
-        w.finish()?;
+        // Checked again under the writer's lock: another writer may have created the
+        // archive meanwhile, and finishing would replace it.
+        if !real.exists() {
+            w.finish()?;
+        }
     }
     let lock = WriteLock::acquire_resolved(real, opts.write.wait_for_lock)?;
     super::super::durable::remove_stale_temps(real);

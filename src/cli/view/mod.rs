@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex};
 /// Prints the URL (port 0, the default, takes a free port) and serves until stopped
 /// (Ctrl-C). --html writes the same page as one self-contained file instead (data
 /// embedded: the timeline, the metrics, every tag's parameters and graph, the diffs
-/// of consecutive tags; no histograms).
+/// of consecutive tags; no histograms), replacing an existing file only with --force
+/// and never the archive itself.
 ///
 /// Example:
 ///   modelzip view ck.zip
@@ -53,9 +54,13 @@ pub struct Args {
     /// Open the page in the default browser (xdg-open / open).
     #[arg(long)]
     open: bool,
-    /// Write the page as one static HTML file (data embedded, no server) and exit.
+    /// Write the page as one static HTML file (data embedded, no server) and exit. An
+    /// existing FILE is refused unless --force; never the archive being read.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["port", "host", "open"])]
     html: Option<PathBuf>,
+    /// With --html: replace FILE if it exists (atomically; never the archive being read).
+    #[arg(long, requires = "html")]
+    force: bool,
 }
 
 const INDEX_HTML: &str = include_str!("../../../assets/view/index.html");
@@ -328,13 +333,100 @@ fn enc(s: &str) -> String {
     out
 }
 
+/// Whether `a` and `b` are the same existing file (hard and symbolic links included).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (x.dev(), x.ino()) == (y.dev(), y.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (x, y);
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(p), Ok(q)) if p == q)
+    }
+}
+
+/// Refuses `--html FILE` where the page may not go: the archive being read (even with
+/// --force), a directory, or an existing file without --force.
+fn refuse_html_target(args: &Args, file: &Path) -> Result<(), CliError> {
+    let cannot = format!("cannot write {}", file.display());
+    if !is_url(&args.archive) && same_file(&args.archive, file) {
+        return Err(CliError::Failed(format!(
+            "{cannot}: it is the archive being read ({}); refusing to replace it with the page, even with --force",
+            args.archive.display()
+        )));
+    }
+    match std::fs::symlink_metadata(file) {
+        Ok(m) if m.is_dir() => Err(CliError::Failed(format!(
+            "{cannot}: it is a directory; give a file path"
+        ))),
+        Ok(_) if !args.force => Err(CliError::Failed(format!(
+            "{cannot}: the file exists; pass --force to replace it"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `page` to `file` durably: a temp file beside it (`.NAME.XXXXXX.tmp`, removed on
+/// failure), fsynced, renamed into place (over an existing file only with `force`; the
+/// temp file is not renamed over a file that appeared meanwhile otherwise), and the
+/// directory fsynced.
+fn write_page(file: &Path, page: &[u8], force: bool) -> Result<(), CliError> {
+    use std::io::Write;
+    let failed =
+        |e: std::io::Error| CliError::Failed(format!("cannot write {}: {e}", file.display()));
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // As a plain create would make it (the umask applies), not tempfile's 0600.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut temp = builder.tempfile_in(&dir).map_err(failed)?;
+    temp.write_all(page)
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(failed)?;
+    let persisted = if force {
+        temp.persist(file)
+    } else {
+        temp.persist_noclobber(file)
+    };
+    persisted.map_err(|e| {
+        if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+            CliError::Failed(format!(
+                "cannot write {}: the file exists; pass --force to replace it",
+                file.display()
+            ))
+        } else {
+            failed(e.error)
+        }
+    })?;
+    #[cfg(unix)]
+    std::fs::File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| CliError::Failed(format!("cannot sync {}: {e}", dir.display())))?;
+    Ok(())
+}
+
 fn write_html(args: &Args, file: &Path) -> Result<Outcome, CliError> {
+    refuse_html_target(args, file)?;
     let archive = open(&args.archive)?;
     let page = static_page(&static_data(&archive, &args.archive)?);
-    let tmp = file.with_extension("html.tmp");
-    std::fs::write(&tmp, page.as_bytes())
-        .and_then(|()| std::fs::rename(&tmp, file))
-        .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", file.display())))?;
+    write_page(file, page.as_bytes(), args.force)?;
     print(&format!(
         "wrote {} ({} tags of {})\n",
         file.display(),

@@ -1022,19 +1022,30 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
         }
     }
     let mut again = |p: &str| tag.param(p);
-    let len = write_file_atomically(tag, out, opts.overwrite, opts.fsync, |w| {
-        let io = |e: Error| std::io::Error::other(e.to_string());
-        for (i, n) in g.nodes.iter().enumerate() {
-            let node = join_node(i, n, &mut again).map_err(|e| io(in_fb(e)))?;
-            w.write_all(&node_bytes(node, i, text).map_err(io)?)?;
-        }
-        w.write_all(&tail)
-    })?;
-    if len != total {
-        return Err(gerr(format!(
+    // Checked before the file is renamed into place: a mismatch leaves no output. (The
+    // two passes build the same nodes from the same mapped archive, so only a bug in
+    // them could make the sizes differ.)
+    let check = |len: u64| match len == total {
+        true => Ok(()),
+        false => Err(gerr(format!(
             "the GraphDef written is {len} bytes, not the {total} counted before writing"
-        )));
-    }
+        ))),
+    };
+    let len = write_file_atomically(
+        tag,
+        out,
+        opts.overwrite,
+        opts.fsync,
+        |w| {
+            let io = |e: Error| std::io::Error::other(e.to_string());
+            for (i, n) in g.nodes.iter().enumerate() {
+                let node = join_node(i, n, &mut again).map_err(|e| io(in_fb(e)))?;
+                w.write_all(&node_bytes(node, i, text).map_err(io)?)?;
+            }
+            w.write_all(&tail)
+        },
+        check,
+    )?;
     let unused = super::unused_params(tag, &used);
     Ok(Exported {
         tag: tag.name().to_string(),

@@ -165,6 +165,54 @@ fn view_html_embeds_the_page_and_its_data() {
     assert!(!bad.exists());
 }
 
+/// `--html FILE` refuses an existing FILE without --force (it stays as it was), always
+/// refuses the archive being read (even through a symlink, even with --force), and with
+/// --force replaces FILE; no temp file is left either way.
+#[test]
+fn view_html_refuses_an_existing_file_and_the_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("ck.zip");
+    pack(&a, "step-000000001", &["--step", "1"]);
+    let archive_bytes = std::fs::read(&a).unwrap();
+    let html = dir.path().join("report.html");
+    std::fs::write(&html, b"mine").unwrap();
+    let view = |file: &Path, extra: &[&str]| {
+        let mut c = modelzip();
+        c.arg("view").arg(&a).arg("--html").arg(file).args(extra);
+        c
+    };
+    let line = expect_error(&mut view(&html, &[]));
+    assert!(
+        line.contains("exists") && line.contains("--force"),
+        "{line}"
+    );
+    assert_eq!(std::fs::read(&html).unwrap(), b"mine");
+    let mut refusals = vec![a.clone()];
+    #[cfg(unix)]
+    {
+        let link = dir.path().join("link.html");
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        refusals.push(link);
+    }
+    for target in &refusals {
+        for extra in [&[][..], &["--force"][..]] {
+            let line = expect_error(&mut view(target, extra));
+            assert!(line.contains("the archive being read"), "{line}");
+            assert_eq!(std::fs::read(&a).unwrap(), archive_bytes, "{extra:?}");
+        }
+    }
+    Archive::open(&a).unwrap();
+    view(&html, &["--force"]).assert().success();
+    let text = std::fs::read_to_string(&html).unwrap();
+    assert!(text.contains("\"api/archive\""), "not replaced");
+    let temps: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(temps.is_empty(), "temp files left: {temps:?}");
+}
+
 #[test]
 fn import_step_and_metrics_make_a_checkpoint_and_keep_safetensors_metadata() {
     let dir = tempfile::tempdir().unwrap();

@@ -178,6 +178,21 @@ pub fn stray_files(dir: &Path, archive: &Path) -> Vec<String> {
 }
 
 /// A real trainingConfig.fb (Adam with its state arrays m, v).
+/// How many entries of `dir` are not a writer's lock file (`*.lock`, never deleted: a
+/// download holds one too).
+pub fn left_but_the_lock(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            !e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".lock")
+        })
+        .count()
+}
+
 pub fn sample_training_config() -> Vec<u8> {
     let mut c = modelzip::TrainingConfig::sgd(0.1);
     c.updater = "adam".into();
