@@ -177,7 +177,6 @@ pub fn stray_files(dir: &Path, archive: &Path) -> Vec<String> {
         .collect()
 }
 
-/// A real trainingConfig.fb (Adam with its state arrays m, v).
 /// How many entries of `dir` are not a writer's lock file (`*.lock`, never deleted: a
 /// download holds one too).
 pub fn left_but_the_lock(dir: &Path) -> usize {
@@ -193,6 +192,7 @@ pub fn left_but_the_lock(dir: &Path) -> usize {
         .count()
 }
 
+/// A real trainingConfig.fb (Adam with its state arrays m, v).
 pub fn sample_training_config() -> Vec<u8> {
     let mut c = modelzip::TrainingConfig::sgd(0.1);
     c.updater = "adam".into();
