@@ -728,9 +728,10 @@ def save(
 # ---------------------------------------------------------------------------------------
 
 
-def _whole(what: str, value: Any, least: int = 0) -> int:
-    """``value`` as an integer for ``what`` (Python and numpy integers; a float, even
-    2.0, or a bool is refused rather than truncated), or ``invalid_input`` naming it."""
+def _whole(what: str, value: Any, least: int = 0, below: int = 1 << 64, why: str = "a u64") -> int:
+    """``value`` as an integer ``least <= n < below`` for ``what`` (Python and numpy
+    integers; a float, even 2.0, or a bool is refused rather than truncated), or
+    ``invalid_input`` naming it; ``why`` says what the upper bound is."""
     try:
         if isinstance(value, bool):
             raise TypeError
@@ -741,11 +742,21 @@ def _whole(what: str, value: Any, least: int = 0) -> int:
             f"{what}={value!r} is invalid: it must be an integer >= {least}, "
             f"not a {type(value).__name__}",
         ) from None
-    if not 0 <= n < 1 << 64:
+    if n < least:
         raise _make(
             "invalid_input", f"{what}={n} is invalid: it must be an integer >= {least}"
         )
+    if n >= below:
+        raise _make(
+            "invalid_input",
+            f"{what}={n} is invalid: it must be below {_power(below)} ({why})",
+        )
     return n
+
+
+def _power(n: int) -> str:
+    """``2**k`` for a power of two ``n``, else ``n``."""
+    return f"2**{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
 
 
 def _optional_whole(what: str, value: Any) -> Optional[int]:

@@ -102,6 +102,9 @@ NONSENSE_OPTIONS = [
     ({"compact_dead_fraction": -0.5}, "compact_dead_fraction=-0.5"),
     ({"compact_dead_fraction": float("nan")}, "compact_dead_fraction=NaN"),
     ({"compact_dead_fraction": "0.5"}, "compact_dead_fraction='0.5'"),
+    # too large is its own message (it said ">= 1")
+    ({"keep_last": 1 << 64}, "keep_last=18446744073709551616 is invalid: it must be below 2**64"),
+    ({"world_size": 0}, "checkpoint option world_size=0 is invalid: it must be an integer >= 1"),
 ]
 
 
