@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import json
+import math
 import numbers
 import operator
 import os
@@ -787,6 +788,29 @@ def _fraction(what: str, value: Any) -> float:
     return float(value)
 
 
+def _seconds(what: str, value: Any) -> float:
+    """``value`` as a finite number of seconds >= 0 for ``what``, or ``invalid_input``
+    naming it (a string, a bool, NaN or infinity is refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _make(
+            "invalid_input",
+            f"{what}={value!r} is invalid: it must be a number of seconds >= 0, "
+            f"not a {type(value).__name__}",
+        )
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise _make(
+            "invalid_input", f"{what}={value!r} is invalid: it must be a finite number of seconds >= 0"
+        )
+    return seconds
+
+
+# Ranks and world sizes are u32s of the library's; it refuses world sizes past 131072
+# (with its own message, naming that limit).
+_RANKS = 1 << 32
+_RANKS_WHY = "a u32; modelzip allows at most 131072 ranks"
+
+
 def _metrics(metrics: Optional[Mapping[str, float]]) -> Dict[str, float]:
     return {str(k): float(v) for k, v in (metrics or {}).items()}
 
@@ -862,7 +886,10 @@ class Checkpointer:
     >= 1 and ``compact_dead_fraction`` a number from 0 (compact whenever there are dead
     bytes) to 1 (never compact); anything else (0, 2.5, NaN ...) raises
     ``ModelzipError(kind="invalid_input")`` naming the option and the value, before the
-    archive is touched. Steps are integers >= 0 (a float step is refused, not truncated).
+    archive is touched. So are ``rank`` and ``world_size`` unless they are integers below
+    2**32 with ``rank`` < ``world_size`` (the library allows at most 131072 ranks, which
+    the first sharded save checks), and ``timeout`` unless it is a finite number of
+    seconds >= 0. Steps are integers >= 0 (a float step is refused, not truncated).
     """
 
     def __init__(
@@ -882,11 +909,17 @@ class Checkpointer:
     ) -> None:
         p = os.fspath(path)
         self._path = p if _is_s3(p) else _local(path, "checkpoint into")
-        self._rank = _whole("checkpoint option rank", rank)
-        self._world_size = _whole("checkpoint option world_size", world_size, least=1)
+        self._rank = _whole("checkpoint option rank", rank, below=_RANKS, why=_RANKS_WHY)
+        self._world_size = _whole(
+            "checkpoint option world_size", world_size, least=1, below=_RANKS, why=_RANKS_WHY
+        )
         if self._rank >= self._world_size:
-            raise _make("invalid_input", f"rank {self._rank} is not below the world size {self._world_size}")
-        self._timeout = float(timeout)
+            raise _make(
+                "invalid_input",
+                f"checkpoint option rank={self._rank} is invalid: it is not below "
+                f"checkpoint option world_size={self._world_size} (ranks count from 0)",
+            )
+        self._timeout = _seconds("checkpoint option timeout", timeout)
         self._group = None if group is None else str(group)
         self._native = _modelzip.NativeCheckpointer(
             self._path,
@@ -1102,7 +1135,7 @@ def export_model(
     file written with its size, a sharded checkpoint's shards then its index)."""
     return _modelzip.export_model(
         _fspath(archive), tag, _local(out, "export to", _EXPORT_HINT), format, overwrite,
-        external_data, max_shard_bytes,
+        external_data, None if max_shard_bytes is None else _whole("max_shard_bytes", max_shard_bytes),
     )
 
 

@@ -104,7 +104,19 @@ NONSENSE_OPTIONS = [
     ({"compact_dead_fraction": "0.5"}, "compact_dead_fraction='0.5'"),
     # too large is its own message (it said ">= 1")
     ({"keep_last": 1 << 64}, "keep_last=18446744073709551616 is invalid: it must be below 2**64"),
+    # the sharded options, checked here rather than at the first sharded save
+    ({"rank": 1.5}, "checkpoint option rank=1.5"),
+    ({"rank": -1}, "checkpoint option rank=-1 is invalid: it must be an integer >= 0"),
+    ({"world_size": 2.9}, "checkpoint option world_size=2.9"),
     ({"world_size": 0}, "checkpoint option world_size=0 is invalid: it must be an integer >= 1"),
+    ({"world_size": 1 << 32}, "world_size=4294967296 is invalid: it must be below 2**32 (a u32; modelzip allows at most 131072 ranks)"),
+    ({"rank": 1 << 32, "world_size": 2}, "rank=4294967296 is invalid: it must be below 2**32"),
+    ({"rank": 2, "world_size": 2}, "checkpoint option rank=2 is invalid: it is not below checkpoint option world_size=2"),
+    ({"timeout": -1}, "checkpoint option timeout=-1 is invalid"),
+    ({"timeout": float("nan")}, "checkpoint option timeout=nan is invalid"),
+    ({"timeout": float("inf")}, "checkpoint option timeout=inf is invalid"),
+    ({"timeout": "5"}, "checkpoint option timeout='5' is invalid"),
+    ({"timeout": True}, "checkpoint option timeout=True is invalid"),
 ]
 
 
