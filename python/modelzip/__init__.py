@@ -812,7 +812,16 @@ _RANKS_WHY = "a u32; modelzip allows at most 131072 ranks"
 
 
 def _metrics(metrics: Optional[Mapping[str, float]]) -> Dict[str, float]:
-    return {str(k): float(v) for k, v in (metrics or {}).items()}
+    out: Dict[str, float] = {}
+    for k, v in (metrics or {}).items():
+        try:
+            out[str(k)] = float(v)
+        except (TypeError, ValueError) as e:
+            raise _make(
+                "invalid_input",
+                f"metric {str(k)!r}={v!r} is invalid: it must be a number ({e})",
+            ) from None
+    return out
 
 
 @dataclass

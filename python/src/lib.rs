@@ -1559,7 +1559,17 @@ fn import_paddle<'py>(
                 paddle::import_inference_model_files(&archive, tag, m, p, &opts)
             }
             (None, Some(m), None) => paddle::import_program(&archive, tag, m, &opts),
-            _ => Err(ErrorKind::InvalidInput(
+            (Some(_), _, Some(_)) => Err(ErrorKind::InvalidInput(
+                "dir= and params= cannot be combined: dir= imports the parameters the \
+                 directory holds; give model= and params=, or dir= (with model= for its program)"
+                    .into(),
+            )
+            .into()),
+            (None, None, Some(_)) => Err(ErrorKind::InvalidInput(
+                "params= needs model=, the .pdmodel or PIR .json whose parameters it holds".into(),
+            )
+            .into()),
+            (None, None, None) => Err(ErrorKind::InvalidInput(
                 "give a .pdmodel or PIR .json (and its .pdiparams), or dir= a persistables directory".into(),
             )
             .into()),

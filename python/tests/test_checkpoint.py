@@ -200,3 +200,15 @@ def test_the_archive_can_be_read_while_an_async_save_runs(tmp):
             assert ar.latest().name in (f"step-{step - 1:09}", f"step-{step:09}")
         h.wait()
     assert ck.checkpoints() == ["step-000000002", "step-000000003"]
+
+
+def test_a_metric_that_is_not_a_number_is_refused_naming_it(tmp):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path)
+    for metrics, named in (({"loss": "low"}, "metric 'loss'='low'"), ({"acc": [1, 2]}, "metric 'acc'=[1, 2]")):
+        with pytest.raises(modelzip.ModelzipValueError) as e:
+            ck.save(1, state(1)[0], metrics=metrics)
+        assert e.value.kind == "invalid_input" and named in str(e.value), str(e.value)
+    assert not path.exists()
+    ck.save(1, state(1)[0], metrics={"loss": np.float32(0.5), "n": 3})
+    assert ck.latest().metrics == {"loss": 0.5, "n": 3.0}

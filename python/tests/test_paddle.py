@@ -109,6 +109,11 @@ def test_import_errors_name_the_file(tmp):
     assert "mlp.pdiparams" in str(e.value)
     with pytest.raises(modelzip.ModelzipError):
         modelzip.import_paddle(tmp / "m.zip", "t")
+    # arguments that cannot go together say so
+    with pytest.raises(modelzip.ModelzipValueError, match="dir= and params= cannot be combined"):
+        modelzip.import_paddle(tmp / "m.zip", "t", params=MLP[1], dir=tmp)
+    with pytest.raises(modelzip.ModelzipValueError, match="params= needs model="):
+        modelzip.import_paddle(tmp / "m.zip", "t", params=MLP[1])
     assert not (tmp / "m.zip").exists()
 
 
