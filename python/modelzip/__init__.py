@@ -699,7 +699,10 @@ def save(
     written: do not modify them from another thread until ``save`` returns.
 
     Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
-    how many are shared with older tags, and the bytes the tag's own entries take.
+    how many are shared with older tags, and the bytes the tag's own entries take. The
+    last three are read back from the archive after the commit, without waiting for a
+    writer: when that read fails (another writer appending at that instant, a remote read
+    failing) the save has still succeeded, and the report leaves them out.
 
     ``path`` may be an ``s3://`` or ``az://`` URL (credentials and endpoint from the environment): the
     tag is appended to the object where it lies, its old bytes copied by the store and
@@ -844,7 +847,9 @@ class SaveHandle:
         self._native = native
 
     def wait(self) -> Dict[str, Any]:
-        """Waits for the save; returns its report or raises its error."""
+        """Waits for the save; returns its report (as :meth:`Checkpointer.save`'s, which
+        says when ``"params"``, ``"shared"`` and ``"own_bytes"`` are left out) or raises
+        its error."""
         return self._native.wait()
 
     def done(self) -> bool:
@@ -955,7 +960,11 @@ class Checkpointer:
         """Saves a checkpoint and applies the retention policy; returns when it is
         durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
         "compacted"}``, plus ``"bytes_uploaded"`` and ``"bytes_copied"`` (by the store) for
-        an ``s3://`` archive. A NaN or infinite metric is stored as JSON ``null``: absent when
+        an ``s3://`` archive. ``"params"``, ``"shared"`` and ``"own_bytes"`` are read back
+        after the commit, without waiting for a writer, and left out when that read fails
+        (the tag already removed by a later save's retention, as ``keep_last=1`` does to an
+        asynchronous save's tag before its handle is waited on; another writer appending
+        at that instant): the save itself succeeded. A NaN or infinite metric is stored as JSON ``null``: absent when
         restored, and no ``keep_best`` candidate.
 
         Sharded (``world_size`` > 1): ``params``/``updater`` hold this rank's rows; returns

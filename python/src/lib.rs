@@ -1139,23 +1139,38 @@ fn save_tag(
     }
 }
 
-/// `{"tag", "params", "shared", "own_bytes"}` of a tag as stored.
+/// `{"tag", "params", "shared", "own_bytes"}` of a tag just committed, read back from
+/// the archive. The save is done whatever this read meets, so it never raises for it:
+/// it does not wait for another writer (one appending meanwhile would make it wait a
+/// minute, then fail `locked`), and when the tag cannot be read (that writer holds the
+/// archive; a later save's retention already removed the tag, as `keep_last=1` does to
+/// an asynchronous save's tag before its handle is waited on; a remote read failed) the
+/// report is `{"tag"}` alone, as docs/PYTHON.md says.
 fn tag_report<'py>(py: Python<'py>, path: &Path, tag: &str) -> PyResult<Bound<'py, PyDict>> {
-    let (name, params, shared, own) = py
-        .detach(|| -> modelzip::Result<_> {
-            let a = open_any(path)?;
-            let t = a.tag(tag)?;
-            let shared = t.params().iter().filter(|p| p.location.shared).count();
-            let own = a.stored_bytes_under(t.name());
-            Ok((t.name().to_string(), t.params().len(), shared, own))
-        })
-        .map_err(|e| e.in_file(path))
-        .or_raise(py)?;
+    let read = py.detach(|| -> modelzip::Result<_> {
+        let a = match path.to_str().filter(|s| modelzip::remote::is_url(s)) {
+            Some(url) => CoreArchive::open_url(url)?,
+            None => OpenOptions {
+                writer_wait: Duration::ZERO,
+                ..OpenOptions::default()
+            }
+            .open(path)?,
+        };
+        let t = a.tag(tag)?;
+        let shared = t.params().iter().filter(|p| p.location.shared).count();
+        let own = a.stored_bytes_under(t.name());
+        Ok((t.name().to_string(), t.params().len(), shared, own))
+    });
     let d = PyDict::new(py);
-    d.set_item("tag", name)?;
-    d.set_item("params", params)?;
-    d.set_item("shared", shared)?;
-    d.set_item("own_bytes", own)?;
+    match read {
+        Ok((name, params, shared, own)) => {
+            d.set_item("tag", name)?;
+            d.set_item("params", params)?;
+            d.set_item("shared", shared)?;
+            d.set_item("own_bytes", own)?;
+        }
+        Err(_) => d.set_item("tag", tag)?,
+    }
     Ok(d)
 }
 

@@ -202,6 +202,26 @@ def test_the_archive_can_be_read_while_an_async_save_runs(tmp):
     assert ck.checkpoints() == ["step-000000002", "step-000000003"]
 
 
+def test_an_async_save_whose_checkpoint_the_next_save_removed_still_reports(tmp):
+    """keep_last=1: step 2's retention pass removes step 1 before h1.wait(). The save of
+    step 1 succeeded, so its report comes back without the keys read from the archive
+    after the commit (docs/PYTHON.md) instead of raising tag_not_found."""
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path, keep_last=1)
+    h1 = ck.save_async(1, *state(1))
+    h2 = ck.save_async(2, *state(2))  # waits for step 1's save first
+    r2 = h2.wait()
+    assert r2["tag"] == "step-000000002" and r2["removed"] == ["step-000000001"]
+    assert r2["params"] == 2 and "shared" in r2 and "own_bytes" in r2
+    r1 = h1.wait()
+    assert r1 == {"tag": "step-000000001", "removed": [], "compacted": False}, r1
+    assert ck.wait() == r2  # the pending save, step 2 (its tag reads back)
+    assert ck.checkpoints() == ["step-000000002"]
+    # a synchronous save after them reports in full
+    r3 = ck.save(3, *state(3))
+    assert r3["tag"] == "step-000000003" and r3["params"] == 2 and r3["removed"] == ["step-000000002"]
+
+
 def test_a_metric_that_is_not_a_number_is_refused_naming_it(tmp):
     path = tmp / "run.zip"
     ck = modelzip.Checkpointer(path)
