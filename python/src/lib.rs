@@ -36,6 +36,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::hash::BuildHasher;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -551,10 +552,11 @@ impl NativeArchive {
 
     /// The newest tag's name, or the library's error (`invalid_input`, "the archive has
     /// no tags") when there is none.
+    /// The GIL is released meanwhile (a remote archive fetches the tag's tables here).
     fn latest_name(&self, py: Python<'_>) -> PyResult<String> {
         let archive = self.get(py)?;
-        let tag = archive.latest().or_raise(py)?;
-        Ok(tag.name().to_string())
+        py.detach(|| archive.latest().map(|tag| tag.name().to_string()))
+            .or_raise(py)
     }
 
     #[getter]
@@ -1266,9 +1268,23 @@ fn save_report<'py>(py: Python<'py>, path: &Path, r: &SaveReport) -> PyResult<Bo
 /// The training-loop checkpointer (see `modelzip.Checkpointer`).
 #[pyclass(module = "modelzip._modelzip", frozen)]
 struct NativeCheckpointer {
-    // Shared with the threads `interruptible` runs its reads on.
-    inner: Arc<Mutex<CoreCheckpointer>>,
+    // Shared with the threads `interruptible` runs its reads on. Dropped by hand, with
+    // the GIL released (see the Drop impl).
+    inner: ManuallyDrop<Arc<Mutex<CoreCheckpointer>>>,
     path: PathBuf,
+}
+
+impl Drop for NativeCheckpointer {
+    /// Dropping the last hold on the checkpointer joins its running asynchronous save
+    /// (the library never loses a save in flight): that wait is made with the GIL
+    /// released, so other Python threads run meanwhile. (Where Python cannot be attached
+    /// to, at interpreter shutdown, it is dropped as it is.)
+    fn drop(&mut self) {
+        // Safety: `inner` is taken once, here, and never used again: this is the
+        // object's drop, and no other code runs on it after.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        Python::try_attach(|py| py.detach(move || drop(inner)));
+    }
 }
 
 impl NativeCheckpointer {
@@ -1283,7 +1299,7 @@ impl NativeCheckpointer {
         py: Python<'_>,
         f: impl FnOnce(&CoreCheckpointer) -> modelzip::Result<T> + Send + 'static,
     ) -> PyResult<T> {
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         interruptible(py, move || f(&lock_checkpointer(&inner)))
     }
 }
@@ -1388,7 +1404,7 @@ impl NativeCheckpointer {
             .detach(|| CoreCheckpointer::open(&path, opts))
             .or_raise(py)?;
         Ok(NativeCheckpointer {
-            inner: Arc::new(Mutex::new(ck)),
+            inner: ManuallyDrop::new(Arc::new(Mutex::new(ck))),
             path,
         })
     }
@@ -1507,9 +1523,10 @@ impl NativeCheckpointer {
         restored(py, canonical, c)
     }
 
+    /// The GIL is released while the checkpointer's lock is taken (a save holds it).
     #[getter]
-    fn removed_on_open(&self) -> Vec<String> {
-        self.lock().open_report().removed.clone()
+    fn removed_on_open(&self, py: Python<'_>) -> Vec<String> {
+        py.detach(|| self.lock().open_report().removed.clone())
     }
 }
 
