@@ -144,15 +144,25 @@ def _dtype_name(dt: np.dtype, what: str) -> str:
     )
 
 
-def _array(desc: Tuple[Any, str, List[int]]) -> np.ndarray:
+def _array(desc: Tuple[Any, str, List[int]], what: str = "a tensor") -> np.ndarray:
     """A numpy array over a native buffer: no copy; read-only when the buffer is mapped.
     (``tag[name]`` makes the same array natively, through numpy's C API; what it leaves
-    to Python, an empty tensor or an ml_dtypes dtype, comes here.)"""
+    to Python, an empty tensor or an ml_dtypes dtype, comes here.) ``what`` names the
+    tensor in an error."""
     buf, dtype, dims = desc
     dt = _numpy_dtype(dtype)
     shape = tuple(dims)  # Python ints from the native side
     if len(buf) == 0:  # (numpy refuses an empty buffer)
-        arr = np.empty(shape, dt)
+        try:
+            arr = np.empty(shape, dt)
+        except (ValueError, OverflowError) as e:
+            # An empty tensor whose other dims are huge ([0, 2**62]): the archive holds it
+            # (no bytes), numpy cannot describe it.
+            raise _make(
+                "size_overflow",
+                f"{what} ({dtype}, dims {list(dims)}) has no elements but dims numpy "
+                f"cannot make an array of: {e}",
+            ) from None
         arr.flags.writeable = not buf.mapped  # as writable as a non-empty one would be
         return arr
     # One constructor call over the buffer (read-only when the buffer is): ~2 µs, against
@@ -469,7 +479,7 @@ class TensorSlice:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         ranges, drop = self._ranges(key)
-        arr = _array(self._native.slice(self._name, ranges))
+        arr = _array(self._native.slice(self._name, ranges), f"slice of param {self._name!r}")
         if drop:
             arr = arr.reshape(tuple(n for d, n in enumerate(arr.shape) if d not in drop))
         return arr
@@ -862,8 +872,11 @@ def _checkpoint(restored: tuple) -> Checkpoint:
     return Checkpoint(
         step=step,
         tag=tag,
-        params={name: _array(d) for name, d in params},
-        updater={name: [_array(d) for d in ds] for name, ds in updater},
+        params={name: _array(d, f"parameter {name!r}") for name, d in params},
+        updater={
+            name: [_array(d, f"updater state {k} of {name!r}") for k, d in enumerate(ds)]
+            for name, ds in updater
+        },
         metrics=dict(metrics),
     )
 

@@ -334,16 +334,21 @@ fn to_array(
     py: Python<'_>,
     archive: &Arc<CoreArchive>,
     data: TensorData<'_>,
+    what: impl FnOnce() -> String,
 ) -> PyResult<Py<PyAny>> {
-    array_of(py, describe(py, archive, data)?)
+    array_of(py, describe(py, archive, data)?, what)
 }
 
 /// A numpy array over a described tensor's buffer, made here through numpy's C API
 /// (`PyArray_NewFromDescr` over the buffer's bytes, the buffer its base): what
 /// `numpy.ndarray(shape, dtype, buffer)` makes, without that call's argument parsing and
 /// buffer export (Py1 in docs/BENCHMARKS.md). What numpy's own dtypes cannot hold, and an
-/// empty buffer, go to the package's `_array`.
-fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
+/// empty buffer, go to the package's `_array`, with `what` (the tensor, named in its errors).
+fn array_of(
+    py: Python<'_>,
+    described: Described,
+    what: impl FnOnce() -> String,
+) -> PyResult<Py<PyAny>> {
     let maker = array_maker(py)?;
     let (buf, dtype, dims) = &described;
     // (The names are DType::name's: a handful of short strings.)
@@ -354,7 +359,7 @@ fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
         .map(|(_, dt)| dt);
     match dt {
         Some(dt) if buf.get().len > 0 => new_array(py, dt.bind(py), dims, buf),
-        _ => Ok(maker.fallback.bind(py).call1((described,))?.unbind()),
+        _ => Ok(maker.fallback.bind(py).call1((described, what()))?.unbind()),
     }
 }
 
@@ -895,7 +900,7 @@ impl NativeTag {
         if data.is_mapped() {
             self.note_array(i);
         }
-        to_array(py, &self.archive, data)
+        to_array(py, &self.archive, data, || format!("parameter {name:?}"))
     }
 
     /// `[(name, array)]` of every parameter, in params.txt order ([`array_of`]).
@@ -904,7 +909,10 @@ impl NativeTag {
         self.params
             .iter()
             .zip(data)
-            .map(|(p, d)| Ok((p.name.clone(), array_of(py, d)?)))
+            .map(|(p, d)| {
+                let what = || format!("parameter {:?}", p.name);
+                Ok((p.name.clone(), array_of(py, d, what)?))
+            })
             .collect()
     }
 
@@ -959,7 +967,8 @@ impl NativeTag {
         };
         self.read_all(py, self.updater[i].arrays.iter())?
             .into_iter()
-            .map(|d| array_of(py, d))
+            .enumerate()
+            .map(|(k, d)| array_of(py, d, || format!("updater state {k} of {name:?}")))
             .collect()
     }
 
