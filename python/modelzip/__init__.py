@@ -507,7 +507,12 @@ class TensorSlice:
         for d, k in enumerate(expanded):
             n = shape[d]
             if isinstance(k, slice):
-                start, stop, step = k.indices(n)
+                try:
+                    start, stop, step = k.indices(n)
+                except TypeError:  # a bound that is not an int (1.5, "1")
+                    raise bad(
+                        f"slice {k!r} of dimension {d}: its start, stop and step must be ints or None"
+                    ) from None
                 if step != 1:
                     raise bad(f"step {step} of dimension {d}: only step 1 is read (slice, then step in numpy)")
                 ranges.append((start, max(start, stop)))
