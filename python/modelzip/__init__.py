@@ -1139,7 +1139,9 @@ def import_model(
     TensorFlow (``.pb`` / ``.pbtxt`` frozen GraphDef, or a SavedModel directory),
     safetensors (files, a sharded checkpoint's index or directory), ONNX (``.onnx``,
     external data included). The format is detected from the files unless ``format``
-    names it. Returns the import report with ``format``. ``archive`` may be an ``s3://``
+    names it. Returns the import report (as :func:`import_paddle`'s) with ``format`` (the
+    format's name) and ``graph`` (the graph entry stored, ``"graph.pdmodel"`` or
+    ``"graph.fb"``; None when no graph was imported). ``archive`` may be an ``s3://``
     URL: the tag is a remote append (docs/REMOTE.md)."""
     if not inputs:
         raise _make("invalid_input", "import_model needs at least one input file")
