@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import json
+import math
 import numbers
 import operator
 import os
@@ -143,15 +144,25 @@ def _dtype_name(dt: np.dtype, what: str) -> str:
     )
 
 
-def _array(desc: Tuple[Any, str, List[int]]) -> np.ndarray:
+def _array(desc: Tuple[Any, str, List[int]], what: str = "a tensor") -> np.ndarray:
     """A numpy array over a native buffer: no copy; read-only when the buffer is mapped.
     (``tag[name]`` makes the same array natively, through numpy's C API; what it leaves
-    to Python, an empty tensor or an ml_dtypes dtype, comes here.)"""
+    to Python, an empty tensor or an ml_dtypes dtype, comes here.) ``what`` names the
+    tensor in an error."""
     buf, dtype, dims = desc
     dt = _numpy_dtype(dtype)
     shape = tuple(dims)  # Python ints from the native side
     if len(buf) == 0:  # (numpy refuses an empty buffer)
-        arr = np.empty(shape, dt)
+        try:
+            arr = np.empty(shape, dt)
+        except (ValueError, OverflowError) as e:
+            # An empty tensor whose other dims are huge ([0, 2**62]): the archive holds it
+            # (no bytes), numpy cannot describe it.
+            raise _make(
+                "size_overflow",
+                f"{what} ({dtype}, dims {list(dims)}) has no elements but dims numpy "
+                f"cannot make an array of: {e}",
+            ) from None
         arr.flags.writeable = not buf.mapped  # as writable as a non-empty one would be
         return arr
     # One constructor call over the buffer (read-only when the buffer is): ~2 µs, against
@@ -468,7 +479,7 @@ class TensorSlice:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         ranges, drop = self._ranges(key)
-        arr = _array(self._native.slice(self._name, ranges))
+        arr = _array(self._native.slice(self._name, ranges), f"slice of param {self._name!r}")
         if drop:
             arr = arr.reshape(tuple(n for d, n in enumerate(arr.shape) if d not in drop))
         return arr
@@ -496,7 +507,12 @@ class TensorSlice:
         for d, k in enumerate(expanded):
             n = shape[d]
             if isinstance(k, slice):
-                start, stop, step = k.indices(n)
+                try:
+                    start, stop, step = k.indices(n)
+                except TypeError:  # a bound that is not an int (1.5, "1")
+                    raise bad(
+                        f"slice {k!r} of dimension {d}: its start, stop and step must be ints or None"
+                    ) from None
                 if step != 1:
                     raise bad(f"step {step} of dimension {d}: only step 1 is read (slice, then step in numpy)")
                 ranges.append((start, max(start, stop)))
@@ -698,7 +714,10 @@ def save(
     written: do not modify them from another thread until ``save`` returns.
 
     Returns ``{"tag", "params", "shared", "own_bytes"}``: the tag, its parameter count,
-    how many are shared with older tags, and the bytes the tag's own entries take.
+    how many are shared with older tags, and the bytes the tag's own entries take. The
+    last three are read back from the archive after the commit, without waiting for a
+    writer: when that read fails (another writer appending at that instant, a remote read
+    failing) the save has still succeeded, and the report leaves them out.
 
     ``path`` may be an ``s3://`` or ``az://`` URL (credentials and endpoint from the environment): the
     tag is appended to the object where it lies, its old bytes copied by the store and
@@ -728,9 +747,10 @@ def save(
 # ---------------------------------------------------------------------------------------
 
 
-def _whole(what: str, value: Any, least: int = 0) -> int:
-    """``value`` as an integer for ``what`` (Python and numpy integers; a float, even
-    2.0, or a bool is refused rather than truncated), or ``invalid_input`` naming it."""
+def _whole(what: str, value: Any, least: int = 0, below: int = 1 << 64, why: str = "a u64") -> int:
+    """``value`` as an integer ``least <= n < below`` for ``what`` (Python and numpy
+    integers; a float, even 2.0, or a bool is refused rather than truncated), or
+    ``invalid_input`` naming it; ``why`` says what the upper bound is."""
     try:
         if isinstance(value, bool):
             raise TypeError
@@ -741,11 +761,21 @@ def _whole(what: str, value: Any, least: int = 0) -> int:
             f"{what}={value!r} is invalid: it must be an integer >= {least}, "
             f"not a {type(value).__name__}",
         ) from None
-    if not 0 <= n < 1 << 64:
+    if n < least:
         raise _make(
             "invalid_input", f"{what}={n} is invalid: it must be an integer >= {least}"
         )
+    if n >= below:
+        raise _make(
+            "invalid_input",
+            f"{what}={n} is invalid: it must be below {_power(below)} ({why})",
+        )
     return n
+
+
+def _power(n: int) -> str:
+    """``2**k`` for a power of two ``n``, else ``n``."""
+    return f"2**{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
 
 
 def _optional_whole(what: str, value: Any) -> Optional[int]:
@@ -776,8 +806,40 @@ def _fraction(what: str, value: Any) -> float:
     return float(value)
 
 
+def _seconds(what: str, value: Any) -> float:
+    """``value`` as a finite number of seconds >= 0 for ``what``, or ``invalid_input``
+    naming it (a string, a bool, NaN or infinity is refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _make(
+            "invalid_input",
+            f"{what}={value!r} is invalid: it must be a number of seconds >= 0, "
+            f"not a {type(value).__name__}",
+        )
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise _make(
+            "invalid_input", f"{what}={value!r} is invalid: it must be a finite number of seconds >= 0"
+        )
+    return seconds
+
+
+# Ranks and world sizes are u32s of the library's; it refuses world sizes past 131072
+# (with its own message, naming that limit).
+_RANKS = 1 << 32
+_RANKS_WHY = "a u32; modelzip allows at most 131072 ranks"
+
+
 def _metrics(metrics: Optional[Mapping[str, float]]) -> Dict[str, float]:
-    return {str(k): float(v) for k, v in (metrics or {}).items()}
+    out: Dict[str, float] = {}
+    for k, v in (metrics or {}).items():
+        try:
+            out[str(k)] = float(v)
+        except (TypeError, ValueError) as e:
+            raise _make(
+                "invalid_input",
+                f"metric {str(k)!r}={v!r} is invalid: it must be a number ({e})",
+            ) from None
+    return out
 
 
 @dataclass
@@ -800,7 +862,9 @@ class SaveHandle:
         self._native = native
 
     def wait(self) -> Dict[str, Any]:
-        """Waits for the save; returns its report or raises its error."""
+        """Waits for the save; returns its report (as :meth:`Checkpointer.save`'s, which
+        says when ``"params"``, ``"shared"`` and ``"own_bytes"`` are left out) or raises
+        its error."""
         return self._native.wait()
 
     def done(self) -> bool:
@@ -813,8 +877,11 @@ def _checkpoint(restored: tuple) -> Checkpoint:
     return Checkpoint(
         step=step,
         tag=tag,
-        params={name: _array(d) for name, d in params},
-        updater={name: [_array(d) for d in ds] for name, ds in updater},
+        params={name: _array(d, f"parameter {name!r}") for name, d in params},
+        updater={
+            name: [_array(d, f"updater state {k} of {name!r}") for k, d in enumerate(ds)]
+            for name, ds in updater
+        },
         metrics=dict(metrics),
     )
 
@@ -851,7 +918,10 @@ class Checkpointer:
     >= 1 and ``compact_dead_fraction`` a number from 0 (compact whenever there are dead
     bytes) to 1 (never compact); anything else (0, 2.5, NaN ...) raises
     ``ModelzipError(kind="invalid_input")`` naming the option and the value, before the
-    archive is touched. Steps are integers >= 0 (a float step is refused, not truncated).
+    archive is touched. So are ``rank`` and ``world_size`` unless they are integers below
+    2**32 with ``rank`` < ``world_size`` (the library allows at most 131072 ranks, which
+    the first sharded save checks), and ``timeout`` unless it is a finite number of
+    seconds >= 0. Steps are integers >= 0 (a float step is refused, not truncated).
     """
 
     def __init__(
@@ -871,11 +941,17 @@ class Checkpointer:
     ) -> None:
         p = os.fspath(path)
         self._path = p if _is_s3(p) else _local(path, "checkpoint into")
-        self._rank = _whole("checkpoint option rank", rank)
-        self._world_size = _whole("checkpoint option world_size", world_size, least=1)
+        self._rank = _whole("checkpoint option rank", rank, below=_RANKS, why=_RANKS_WHY)
+        self._world_size = _whole(
+            "checkpoint option world_size", world_size, least=1, below=_RANKS, why=_RANKS_WHY
+        )
         if self._rank >= self._world_size:
-            raise _make("invalid_input", f"rank {self._rank} is not below the world size {self._world_size}")
-        self._timeout = float(timeout)
+            raise _make(
+                "invalid_input",
+                f"checkpoint option rank={self._rank} is invalid: it is not below "
+                f"checkpoint option world_size={self._world_size} (ranks count from 0)",
+            )
+        self._timeout = _seconds("checkpoint option timeout", timeout)
         self._group = None if group is None else str(group)
         self._native = _modelzip.NativeCheckpointer(
             self._path,
@@ -902,7 +978,11 @@ class Checkpointer:
         """Saves a checkpoint and applies the retention policy; returns when it is
         durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
         "compacted"}``, plus ``"bytes_uploaded"`` and ``"bytes_copied"`` (by the store) for
-        an ``s3://`` archive. A NaN or infinite metric is stored as JSON ``null``: absent when
+        an ``s3://`` archive. ``"params"``, ``"shared"`` and ``"own_bytes"`` are read back
+        after the commit, without waiting for a writer, and left out when that read fails
+        (the tag already removed by a later save's retention, as ``keep_last=1`` does to an
+        asynchronous save's tag before its handle is waited on; another writer appending
+        at that instant): the save itself succeeded. A NaN or infinite metric is stored as JSON ``null``: absent when
         restored, and no ``keep_best`` candidate.
 
         Sharded (``world_size`` > 1): ``params``/``updater`` hold this rank's rows; returns
@@ -1059,7 +1139,9 @@ def import_model(
     TensorFlow (``.pb`` / ``.pbtxt`` frozen GraphDef, or a SavedModel directory),
     safetensors (files, a sharded checkpoint's index or directory), ONNX (``.onnx``,
     external data included). The format is detected from the files unless ``format``
-    names it. Returns the import report with ``format``. ``archive`` may be an ``s3://``
+    names it. Returns the import report (as :func:`import_paddle`'s) with ``format`` (the
+    format's name) and ``graph`` (the graph entry stored, ``"graph.pdmodel"`` or
+    ``"graph.fb"``; None when no graph was imported). ``archive`` may be an ``s3://``
     URL: the tag is a remote append (docs/REMOTE.md)."""
     if not inputs:
         raise _make("invalid_input", "import_model needs at least one input file")
@@ -1091,7 +1173,7 @@ def export_model(
     file written with its size, a sharded checkpoint's shards then its index)."""
     return _modelzip.export_model(
         _fspath(archive), tag, _local(out, "export to", _EXPORT_HINT), format, overwrite,
-        external_data, max_shard_bytes,
+        external_data, None if max_shard_bytes is None else _whole("max_shard_bytes", max_shard_bytes),
     )
 
 

@@ -87,7 +87,10 @@ class ModelzipOSError(ModelzipError, OSError):
     def __new__(cls, kind: str, message: str, errno: int | None = None,
                 filename: str | None = None):
         if errno is None:
-            return OSError.__new__(cls, message)
+            if filename is None:
+                return OSError.__new__(cls, message)
+            # (No operating system words without an errno: strerror stays None.)
+            return OSError.__new__(cls, None, None, filename)
         strerror = _os.strerror(errno)
         if filename is None:
             return OSError.__new__(cls, errno, strerror)

@@ -26,7 +26,18 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _modelzip, _graph_arg, _make, _metadata_json, _prepare, _writable
+from . import (
+    _RANKS,
+    _RANKS_WHY,
+    _graph_arg,
+    _make,
+    _metadata_json,
+    _modelzip,
+    _prepare,
+    _seconds,
+    _whole,
+    _writable,
+)
 
 __all__ = ["row_range", "save"]
 
@@ -54,16 +65,18 @@ def _shard_item(what: str, name: str, slot: Optional[int], shard: Any) -> tuple:
             f"{what} must be (rows, first_row, global_shape), (block, offsets, global_shape), or (None, 0, global_shape, dtype) on a rank that holds none of it",
         )
     arr, start, shape = shard[0], shard[1], shard[2]
+    # Integers >= 0 below 2**64, never truncated (first_row=1.5 is refused, not row 1).
     try:
-        global_shape = [int(d) for d in shape]
-        if isinstance(start, (tuple, list)):
-            start = [int(o) for o in start]
-        else:
-            start = int(start)
-    except (TypeError, ValueError) as e:
+        dims = list(shape)
+    except TypeError:
         raise _make(
-            "invalid_input", f"{what}: first_row (or offsets) and global_shape must be integers ({e})"
-        ) from e
+            "invalid_input", f"{what}: global_shape={shape!r} is invalid: it must be a sequence of integers"
+        ) from None
+    global_shape = [_whole(f"{what}: global_shape[{d}]", n) for d, n in enumerate(dims)]
+    if isinstance(start, (tuple, list)):
+        start = [_whole(f"{what}: offsets[{d}]", o) for d, o in enumerate(start)]
+    else:
+        start = _whole(f"{what}: first_row", start)
     holds = arr is not None
     if not holds:
         if len(shard) != 4:
@@ -129,6 +142,9 @@ def save(
     ``"bytes_copied"``, ``"bytes_reread"``, ``"requests"``, ``"version"``,
     ``"previous_version"``.
     """
+    # u32s of the library's, which allows at most 131072 ranks (and says so past that).
+    rank = _whole("rank", rank, below=_RANKS, why=_RANKS_WHY)
+    world_size = _whole("world_size", world_size, least=1, below=_RANKS, why=_RANKS_WHY)
     p = _writable(path, "save a sharded tag to")
     if not isinstance(shards, Mapping):
         raise _make("invalid_input", "shards must be a mapping of name -> (rows, first_row, global_shape)")
@@ -141,12 +157,12 @@ def save(
     return _modelzip.sharded_save(
         p,
         tag,
-        int(rank),
-        int(world_size),
+        rank,
+        world_size,
         items,
         _metadata_json(metadata),
         _graph_arg(graph),
-        float(timeout),
+        _seconds("timeout", timeout),
         bool(wait),
         bool(fsync),
         None if group is None else str(group),

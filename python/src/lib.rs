@@ -36,6 +36,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::hash::BuildHasher;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -333,16 +334,21 @@ fn to_array(
     py: Python<'_>,
     archive: &Arc<CoreArchive>,
     data: TensorData<'_>,
+    what: impl FnOnce() -> String,
 ) -> PyResult<Py<PyAny>> {
-    array_of(py, describe(py, archive, data)?)
+    array_of(py, describe(py, archive, data)?, what)
 }
 
 /// A numpy array over a described tensor's buffer, made here through numpy's C API
 /// (`PyArray_NewFromDescr` over the buffer's bytes, the buffer its base): what
 /// `numpy.ndarray(shape, dtype, buffer)` makes, without that call's argument parsing and
 /// buffer export (Py1 in docs/BENCHMARKS.md). What numpy's own dtypes cannot hold, and an
-/// empty buffer, go to the package's `_array`.
-fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
+/// empty buffer, go to the package's `_array`, with `what` (the tensor, named in its errors).
+fn array_of(
+    py: Python<'_>,
+    described: Described,
+    what: impl FnOnce() -> String,
+) -> PyResult<Py<PyAny>> {
     let maker = array_maker(py)?;
     let (buf, dtype, dims) = &described;
     // (The names are DType::name's: a handful of short strings.)
@@ -353,7 +359,7 @@ fn array_of(py: Python<'_>, described: Described) -> PyResult<Py<PyAny>> {
         .map(|(_, dt)| dt);
     match dt {
         Some(dt) if buf.get().len > 0 => new_array(py, dt.bind(py), dims, buf),
-        _ => Ok(maker.fallback.bind(py).call1((described,))?.unbind()),
+        _ => Ok(maker.fallback.bind(py).call1((described, what()))?.unbind()),
     }
 }
 
@@ -551,10 +557,11 @@ impl NativeArchive {
 
     /// The newest tag's name, or the library's error (`invalid_input`, "the archive has
     /// no tags") when there is none.
+    /// The GIL is released meanwhile (a remote archive fetches the tag's tables here).
     fn latest_name(&self, py: Python<'_>) -> PyResult<String> {
         let archive = self.get(py)?;
-        let tag = archive.latest().or_raise(py)?;
-        Ok(tag.name().to_string())
+        py.detach(|| archive.latest().map(|tag| tag.name().to_string()))
+            .or_raise(py)
     }
 
     #[getter]
@@ -893,7 +900,7 @@ impl NativeTag {
         if data.is_mapped() {
             self.note_array(i);
         }
-        to_array(py, &self.archive, data)
+        to_array(py, &self.archive, data, || format!("parameter {name:?}"))
     }
 
     /// `[(name, array)]` of every parameter, in params.txt order ([`array_of`]).
@@ -902,7 +909,10 @@ impl NativeTag {
         self.params
             .iter()
             .zip(data)
-            .map(|(p, d)| Ok((p.name.clone(), array_of(py, d)?)))
+            .map(|(p, d)| {
+                let what = || format!("parameter {:?}", p.name);
+                Ok((p.name.clone(), array_of(py, d, what)?))
+            })
             .collect()
     }
 
@@ -957,7 +967,8 @@ impl NativeTag {
         };
         self.read_all(py, self.updater[i].arrays.iter())?
             .into_iter()
-            .map(|d| array_of(py, d))
+            .enumerate()
+            .map(|(k, d)| array_of(py, d, || format!("updater state {k} of {name:?}")))
             .collect()
     }
 
@@ -1139,23 +1150,38 @@ fn save_tag(
     }
 }
 
-/// `{"tag", "params", "shared", "own_bytes"}` of a tag as stored.
+/// `{"tag", "params", "shared", "own_bytes"}` of a tag just committed, read back from
+/// the archive. The save is done whatever this read meets, so it never raises for it:
+/// it does not wait for another writer (one appending meanwhile would make it wait a
+/// minute, then fail `locked`), and when the tag cannot be read (that writer holds the
+/// archive; a later save's retention already removed the tag, as `keep_last=1` does to
+/// an asynchronous save's tag before its handle is waited on; a remote read failed) the
+/// report is `{"tag"}` alone, as docs/PYTHON.md says.
 fn tag_report<'py>(py: Python<'py>, path: &Path, tag: &str) -> PyResult<Bound<'py, PyDict>> {
-    let (name, params, shared, own) = py
-        .detach(|| -> modelzip::Result<_> {
-            let a = open_any(path)?;
-            let t = a.tag(tag)?;
-            let shared = t.params().iter().filter(|p| p.location.shared).count();
-            let own = a.stored_bytes_under(t.name());
-            Ok((t.name().to_string(), t.params().len(), shared, own))
-        })
-        .map_err(|e| e.in_file(path))
-        .or_raise(py)?;
+    let read = py.detach(|| -> modelzip::Result<_> {
+        let a = match path.to_str().filter(|s| modelzip::remote::is_url(s)) {
+            Some(url) => CoreArchive::open_url(url)?,
+            None => OpenOptions {
+                writer_wait: Duration::ZERO,
+                ..OpenOptions::default()
+            }
+            .open(path)?,
+        };
+        let t = a.tag(tag)?;
+        let shared = t.params().iter().filter(|p| p.location.shared).count();
+        let own = a.stored_bytes_under(t.name());
+        Ok((t.name().to_string(), t.params().len(), shared, own))
+    });
     let d = PyDict::new(py);
-    d.set_item("tag", name)?;
-    d.set_item("params", params)?;
-    d.set_item("shared", shared)?;
-    d.set_item("own_bytes", own)?;
+    match read {
+        Ok((name, params, shared, own)) => {
+            d.set_item("tag", name)?;
+            d.set_item("params", params)?;
+            d.set_item("shared", shared)?;
+            d.set_item("own_bytes", own)?;
+        }
+        Err(_) => d.set_item("tag", tag)?,
+    }
     Ok(d)
 }
 
@@ -1251,9 +1277,23 @@ fn save_report<'py>(py: Python<'py>, path: &Path, r: &SaveReport) -> PyResult<Bo
 /// The training-loop checkpointer (see `modelzip.Checkpointer`).
 #[pyclass(module = "modelzip._modelzip", frozen)]
 struct NativeCheckpointer {
-    // Shared with the threads `interruptible` runs its reads on.
-    inner: Arc<Mutex<CoreCheckpointer>>,
+    // Shared with the threads `interruptible` runs its reads on. Dropped by hand, with
+    // the GIL released (see the Drop impl).
+    inner: ManuallyDrop<Arc<Mutex<CoreCheckpointer>>>,
     path: PathBuf,
+}
+
+impl Drop for NativeCheckpointer {
+    /// Dropping the last hold on the checkpointer joins its running asynchronous save
+    /// (the library never loses a save in flight): that wait is made with the GIL
+    /// released, so other Python threads run meanwhile. (Where Python cannot be attached
+    /// to, at interpreter shutdown, it is dropped as it is.)
+    fn drop(&mut self) {
+        // Safety: `inner` is taken once, here, and never used again: this is the
+        // object's drop, and no other code runs on it after.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        Python::try_attach(|py| py.detach(move || drop(inner)));
+    }
 }
 
 impl NativeCheckpointer {
@@ -1268,7 +1308,7 @@ impl NativeCheckpointer {
         py: Python<'_>,
         f: impl FnOnce(&CoreCheckpointer) -> modelzip::Result<T> + Send + 'static,
     ) -> PyResult<T> {
-        let inner = Arc::clone(&self.inner);
+        let inner = Arc::clone(&*self.inner);
         interruptible(py, move || f(&lock_checkpointer(&inner)))
     }
 }
@@ -1373,7 +1413,7 @@ impl NativeCheckpointer {
             .detach(|| CoreCheckpointer::open(&path, opts))
             .or_raise(py)?;
         Ok(NativeCheckpointer {
-            inner: Arc::new(Mutex::new(ck)),
+            inner: ManuallyDrop::new(Arc::new(Mutex::new(ck))),
             path,
         })
     }
@@ -1492,9 +1532,10 @@ impl NativeCheckpointer {
         restored(py, canonical, c)
     }
 
+    /// The GIL is released while the checkpointer's lock is taken (a save holds it).
     #[getter]
-    fn removed_on_open(&self) -> Vec<String> {
-        self.lock().open_report().removed.clone()
+    fn removed_on_open(&self, py: Python<'_>) -> Vec<String> {
+        py.detach(|| self.lock().open_report().removed.clone())
     }
 }
 
@@ -1559,7 +1600,17 @@ fn import_paddle<'py>(
                 paddle::import_inference_model_files(&archive, tag, m, p, &opts)
             }
             (None, Some(m), None) => paddle::import_program(&archive, tag, m, &opts),
-            _ => Err(ErrorKind::InvalidInput(
+            (Some(_), _, Some(_)) => Err(ErrorKind::InvalidInput(
+                "dir= and params= cannot be combined: dir= imports the parameters the \
+                 directory holds; give model= and params=, or dir= (with model= for its program)"
+                    .into(),
+            )
+            .into()),
+            (None, None, Some(_)) => Err(ErrorKind::InvalidInput(
+                "params= needs model=, the .pdmodel or PIR .json whose parameters it holds".into(),
+            )
+            .into()),
+            (None, None, None) => Err(ErrorKind::InvalidInput(
                 "give a .pdmodel or PIR .json (and its .pdiparams), or dir= a persistables directory".into(),
             )
             .into()),

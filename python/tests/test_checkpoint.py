@@ -102,6 +102,21 @@ NONSENSE_OPTIONS = [
     ({"compact_dead_fraction": -0.5}, "compact_dead_fraction=-0.5"),
     ({"compact_dead_fraction": float("nan")}, "compact_dead_fraction=NaN"),
     ({"compact_dead_fraction": "0.5"}, "compact_dead_fraction='0.5'"),
+    # too large is its own message (it said ">= 1")
+    ({"keep_last": 1 << 64}, "keep_last=18446744073709551616 is invalid: it must be below 2**64"),
+    # the sharded options, checked here rather than at the first sharded save
+    ({"rank": 1.5}, "checkpoint option rank=1.5"),
+    ({"rank": -1}, "checkpoint option rank=-1 is invalid: it must be an integer >= 0"),
+    ({"world_size": 2.9}, "checkpoint option world_size=2.9"),
+    ({"world_size": 0}, "checkpoint option world_size=0 is invalid: it must be an integer >= 1"),
+    ({"world_size": 1 << 32}, "world_size=4294967296 is invalid: it must be below 2**32 (a u32; modelzip allows at most 131072 ranks)"),
+    ({"rank": 1 << 32, "world_size": 2}, "rank=4294967296 is invalid: it must be below 2**32"),
+    ({"rank": 2, "world_size": 2}, "checkpoint option rank=2 is invalid: it is not below checkpoint option world_size=2"),
+    ({"timeout": -1}, "checkpoint option timeout=-1 is invalid"),
+    ({"timeout": float("nan")}, "checkpoint option timeout=nan is invalid"),
+    ({"timeout": float("inf")}, "checkpoint option timeout=inf is invalid"),
+    ({"timeout": "5"}, "checkpoint option timeout='5' is invalid"),
+    ({"timeout": True}, "checkpoint option timeout=True is invalid"),
 ]
 
 
@@ -185,3 +200,35 @@ def test_the_archive_can_be_read_while_an_async_save_runs(tmp):
             assert ar.latest().name in (f"step-{step - 1:09}", f"step-{step:09}")
         h.wait()
     assert ck.checkpoints() == ["step-000000002", "step-000000003"]
+
+
+def test_an_async_save_whose_checkpoint_the_next_save_removed_still_reports(tmp):
+    """keep_last=1: step 2's retention pass removes step 1 before h1.wait(). The save of
+    step 1 succeeded, so its report comes back without the keys read from the archive
+    after the commit (docs/PYTHON.md) instead of raising tag_not_found."""
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path, keep_last=1)
+    h1 = ck.save_async(1, *state(1))
+    h2 = ck.save_async(2, *state(2))  # waits for step 1's save first
+    r2 = h2.wait()
+    assert r2["tag"] == "step-000000002" and r2["removed"] == ["step-000000001"]
+    assert r2["params"] == 2 and "shared" in r2 and "own_bytes" in r2
+    r1 = h1.wait()
+    assert r1 == {"tag": "step-000000001", "removed": [], "compacted": False}, r1
+    assert ck.wait() == r2  # the pending save, step 2 (its tag reads back)
+    assert ck.checkpoints() == ["step-000000002"]
+    # a synchronous save after them reports in full
+    r3 = ck.save(3, *state(3))
+    assert r3["tag"] == "step-000000003" and r3["params"] == 2 and r3["removed"] == ["step-000000002"]
+
+
+def test_a_metric_that_is_not_a_number_is_refused_naming_it(tmp):
+    path = tmp / "run.zip"
+    ck = modelzip.Checkpointer(path)
+    for metrics, named in (({"loss": "low"}, "metric 'loss'='low'"), ({"acc": [1, 2]}, "metric 'acc'=[1, 2]")):
+        with pytest.raises(modelzip.ModelzipValueError) as e:
+            ck.save(1, state(1)[0], metrics=metrics)
+        assert e.value.kind == "invalid_input" and named in str(e.value), str(e.value)
+    assert not path.exists()
+    ck.save(1, state(1)[0], metrics={"loss": np.float32(0.5), "n": 3})
+    assert ck.latest().metrics == {"loss": 0.5, "n": 3.0}

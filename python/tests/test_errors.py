@@ -155,3 +155,13 @@ def test_kinds_without_a_builtin_counterpart_stay_plain(tmp):
     # an io error without an errno is a plain OSError (errno None)
     e = modelzip._errors._make("io", "failed to fill whole buffer (file x)")
     assert type(e) is modelzip.ModelzipOSError and e.errno is None and str(e).endswith("(file x)")
+
+
+def test_an_io_error_without_an_errno_keeps_its_filename():
+    """The file the error names is ``filename`` whether or not the OS gave a number."""
+    e = modelzip._errors._make("io", "failed to fill whole buffer (file x.zip)", None, "x.zip")
+    assert type(e) is modelzip.ModelzipOSError
+    assert (e.errno, e.strerror, e.filename) == (None, None, "x.zip")
+    assert str(e) == e.message == "failed to fill whole buffer (file x.zip)"
+    again = pickle.loads(pickle.dumps(e))
+    assert (type(again), again.errno, again.filename, str(again)) == (type(e), None, "x.zip", str(e))

@@ -109,7 +109,29 @@ def test_import_errors_name_the_file(tmp):
     assert "mlp.pdiparams" in str(e.value)
     with pytest.raises(modelzip.ModelzipError):
         modelzip.import_paddle(tmp / "m.zip", "t")
+    # arguments that cannot go together say so
+    with pytest.raises(modelzip.ModelzipValueError, match="dir= and params= cannot be combined"):
+        modelzip.import_paddle(tmp / "m.zip", "t", params=MLP[1], dir=tmp)
+    with pytest.raises(modelzip.ModelzipValueError, match="params= needs model="):
+        modelzip.import_paddle(tmp / "m.zip", "t", params=MLP[1])
     assert not (tmp / "m.zip").exists()
+
+
+def test_export_model_refuses_a_shard_size_that_is_not_a_whole_number(tmp):
+    """max_shard_bytes is a u64: a float is refused, not truncated, and a negative or
+    too large one is named (they were pyo3's TypeError and OverflowError)."""
+    path = tmp / "m.zip"
+    modelzip.import_paddle(path, "t", *MLP)
+    (tmp / "shards").mkdir()
+    for size, says in [
+        (4096.0, "max_shard_bytes=4096.0 is invalid: it must be an integer >= 0, not a float"),
+        (-1, "max_shard_bytes=-1 is invalid: it must be an integer >= 0"),
+        (1 << 64, "max_shard_bytes=18446744073709551616 is invalid: it must be below 2**64"),
+    ]:
+        with pytest.raises(modelzip.ModelzipValueError) as e:
+            modelzip.export_model(path, "t", tmp / "shards", format="safetensors", max_shard_bytes=size)
+        assert e.value.kind == "invalid_input" and says in str(e.value), str(e.value)
+    assert list((tmp / "shards").iterdir()) == []
 
 
 def test_every_format_goes_in_and_out_through_import_model(tmp):

@@ -570,3 +570,36 @@ def test_names_sharing_a_deflated_tensor_get_equal_arrays_of_their_own(tmp):
     assert not np.shares_memory(d["p0"], d["p1"])
     d["p0"][0] = 42
     assert d["p1"][0] == 0 and d["p49"][0] == 0
+
+
+def test_an_empty_tensor_with_dims_numpy_cannot_hold_raises_size_overflow_naming_it(tmp):
+    """FP32 [0, 2**62] holds no bytes, so the library accepts it, but numpy cannot describe
+    such an array: every read raises ModelzipError (size_overflow) naming the tensor, not
+    numpy's plain ValueError (docs/PYTHON.md: every hostile archive raises ModelzipError)."""
+    import struct
+
+    from spec_writer import NUMPY_TO_CODE, SpecWriter, _varint
+
+    desc = b"\x08" + _varint(NUMPY_TO_CODE["float32"]) + b"\x10" + _varint(0) + b"\x10" + _varint(1 << 62)
+    record = struct.pack("<IQ", 0, 0) + struct.pack("<Ii", 0, len(desc)) + desc  # no data
+    w = SpecWriter(tmp / "huge.zip")
+    w.record("t", "params", 0, record, len(record))
+    w.record("t", "updater", 0, record, len(record))
+    w.table("t", "params.txt", [("e", ["0"])])
+    w.table("t", "updater.txt", [("e", ["0"])])
+    w.close(["t"])
+    with modelzip.open(tmp / "huge.zip") as ar:
+        t = ar["t"]
+        assert t.get_slice("e").get_shape() == [0, 1 << 62]  # the header alone reads
+        reads = [
+            (lambda: t["e"], 'parameter "e"'),
+            (lambda: t.to_dict(), 'parameter "e"'),
+            (lambda: list(t.values()), 'parameter "e"'),
+            (lambda: t.updater("e"), 'updater state 0 of "e"'),
+            (lambda: t.get_slice("e")[:], "slice of param 'e'"),
+        ]
+        for read, named in reads:
+            with pytest.raises(modelzip.ModelzipValueError) as e:
+                read()
+            assert e.value.kind == "size_overflow", str(e.value)
+            assert named in str(e.value) and "[0, 4611686018427387904]" in str(e.value), str(e.value)

@@ -295,6 +295,31 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp):
     with pytest.raises(modelzip.ModelzipError, match="more than modelzip's limit of 131072"):
         zs.save(many, "t", 0, 2**32 - 1, {"w": (w, 0, w.shape)})
     assert not many.exists()
+    # Integers are never truncated, and each bad one is named (first_row=1.5 was row 1, a
+    # negative rank pyo3's OverflowError naming nothing, a negative first_row a TypeError).
+    never = tmp / "never.zip"
+    for args, kw, named in [
+        ((0, 1, {"w": (w, 1.5, w.shape)}), {}, "shard of 'w': first_row=1.5 is invalid"),
+        ((0, 1, {"w": (w, -1, w.shape)}), {}, "shard of 'w': first_row=-1 is invalid: it must be an integer >= 0"),
+        ((0, 1, {"w": (w, (0, 0.5), w.shape)}), {}, "shard of 'w': offsets[1]=0.5 is invalid"),
+        ((0, 1, {"w": (w, 0, (4.9, 2))}), {}, "shard of 'w': global_shape[0]=4.9 is invalid"),
+        ((0, 1, {"w": (w, 0, 4)}), {}, "shard of 'w': global_shape=4 is invalid"),
+        ((-1, 1, {"w": (w, 0, w.shape)}), {}, "rank=-1 is invalid: it must be an integer >= 0"),
+        ((0.0, 1, {"w": (w, 0, w.shape)}), {}, "rank=0.0 is invalid"),
+        ((0, -2, {"w": (w, 0, w.shape)}), {}, "world_size=-2 is invalid: it must be an integer >= 1"),
+        ((0, 1.0, {"w": (w, 0, w.shape)}), {}, "world_size=1.0 is invalid"),
+        ((0, 2**32, {"w": (w, 0, w.shape)}), {},
+         "world_size=4294967296 is invalid: it must be below 2**32 (a u32; modelzip allows at most 131072 ranks)"),
+        ((0, 1, {"w": (w, 0, w.shape)}), {"timeout": "1"}, "timeout='1' is invalid"),
+        ((0, 1, {"w": (w, 0, w.shape)}), {"timeout": -1}, "timeout=-1 is invalid"),
+    ]:
+        with pytest.raises(modelzip.ModelzipValueError) as e:
+            zs.save(never, "t", *args, **kw)
+        assert e.value.kind == "invalid_input" and named in str(e.value), str(e.value)
+    assert not never.exists()
+    # numpy integers are integers
+    r = zs.save(tmp / "np.zip", "t", np.int64(0), np.uint32(1), {"w": (w, np.int32(0), (np.int64(4), 2))}, fsync=False)
+    assert r["tag"] == "t"
     # A timeout past what the clock counts is "forever", not a panic.
     r = zs.save(tmp / "long.zip", "t", 0, 1, {"w": (w, 0, w.shape)}, timeout=1e20, fsync=False)
     assert r["tag"] == "t"

@@ -128,6 +128,9 @@ def test_bad_keys_and_names_are_refused_with_what_and_where(tmp):
             ((0, "a"), ["index 'a'", "dimension 1"]),
             (1.5, ["index 1.5"]),
             (True, ["index True"]),
+            # a slice bound of another type: refused as an index of one is, not truncated
+            (slice(1.5, 3), ["slice(1.5, 3, None)", "dimension 0", "ints or None"]),
+            ((0, slice(None, "2")), ["slice(None, '2', None)", "dimension 1"]),
             ((Ellipsis, Ellipsis), ["at most one ..."]),
         ]
         for key, words in cases:

@@ -84,6 +84,89 @@ def test_reads_release_the_gil_so_a_python_thread_can_serve_the_archive(served):
         assert tag.graph_bytes() is None
 
 
+def test_latest_releases_the_gil_while_it_fetches_the_tag(tmp: Path):
+    # latest() of a remote archive reads the newest tag's tables from the server thread,
+    # which could not answer if the GIL were held meanwhile (the read then timed out after
+    # minutes). 3,000 parameters: a central directory past what the open fetches from the
+    # end of the object, so the tables are a request of their own.
+    path = tmp / "many.zip"
+    modelzip.save(path, "t", {f"p{i}": np.full(1, i, np.float32) for i in range(3000)})
+    requests = []
+
+    class Counting(RangeHandler):
+        data = path.read_bytes()
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            requests.append(self.headers.get("Range"))
+            super().do_GET()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with modelzip.open(f"http://127.0.0.1:{server.server_address[1]}/many.zip") as ar:
+            opened = len(requests)
+            t = ar.latest()
+            assert len(requests) > opened  # the tables were fetched by latest()
+            assert t.name == "t" and len(t) == 3000 and t["p2999"][0] == 2999
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# Run in a child process: a call that blocks holding the GIL would hang it (the thread
+# that would unblock it is a Python thread), and the timeout turns that into a failure.
+GIL_WAITS = r"""
+import fcntl, gc, sys, threading, time
+import numpy as np, modelzip
+
+path, case = sys.argv[1], sys.argv[2]
+ck = modelzip.Checkpointer(path, wait=True)
+ck.save(0, {"w": np.zeros(4, np.float32)})
+lock = open(path + ".lock", "a")  # the archive's write lock, held here
+held = threading.Event()
+
+
+def hold_then_release():
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    held.set()
+    time.sleep(0.5)  # long enough for the main thread to block on the writer
+    fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+releaser = threading.Thread(target=hold_then_release)
+releaser.start()
+held.wait()
+if case == "removed_on_open":
+    # A save, holding the checkpointer, waits for the lock; the getter waits for the save.
+    saver = threading.Thread(target=ck.save, args=(1, {"w": np.ones(4, np.float32)}))
+    saver.start()
+    time.sleep(0.2)
+    assert ck._native.removed_on_open == []
+    saver.join()
+else:
+    # Dropping the checkpointer joins its asynchronous save, which waits for the lock.
+    h = ck.save_async(1, {"w": np.ones(4, np.float32)})
+    del ck
+    gc.collect()
+    assert h.wait()["tag"] == "step-000000001"
+releaser.join()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("case", ["removed_on_open", "drop"])
+def test_waits_for_the_checkpointer_release_the_gil(tmp, case):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", GIL_WAITS, str(tmp / "run.zip"), case],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
 def test_threads_share_one_archive_while_another_closes_it(tmp):
     path = tmp / "m.zip"
     rng = np.random.default_rng(3)
