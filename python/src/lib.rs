@@ -1135,18 +1135,26 @@ fn save_tag(
         w.finish().map_err(located)?;
         return app.finish().map(Some);
     }
-    if path.exists() {
+    // A new archive: checked again under the writer's lock, since another writer may have
+    // created it meanwhile (finishing would replace it): then this appends to it.
+    let mut new = None;
+    if !path.exists() {
+        let writer = ArchiveWriter::create_with(path, opts).map_err(located)?;
+        if !path.exists() {
+            new = Some(writer);
+        }
+    }
+    if let Some(mut writer) = new {
+        let mut w = writer.begin_tag(tag).map_err(located)?;
+        write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
+        w.finish().map_err(located)?;
+        writer.finish().map_err(located).map(|()| None)
+    } else {
         let mut app = Appender::open_with(path, AppendMode::InPlace, opts).map_err(located)?;
         let mut w = app.begin_tag(tag).map_err(located)?;
         write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
         w.finish().map_err(located)?;
         app.finish().map_err(located).map(|()| None)
-    } else {
-        let mut writer = ArchiveWriter::create_with(path, opts).map_err(located)?;
-        let mut w = writer.begin_tag(tag).map_err(located)?;
-        write_inputs(&mut w, inputs, metadata, graph).map_err(located)?;
-        w.finish().map_err(located)?;
-        writer.finish().map_err(located).map(|()| None)
     }
 }
 
