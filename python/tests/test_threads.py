@@ -235,3 +235,42 @@ def test_concurrent_saves_from_threads_each_commit_or_report_locked(tmp, wait):
         for tag in saved:
             assert np.all(ar[tag]["w"] == int(tag[1:]))
         assert ar.verify() == []
+
+
+def test_a_save_that_waited_appends_to_an_archive_created_meanwhile(tmp_path):
+    """`save(wait=True)` of a new archive that waits for the write lock, while the lock's
+    holder creates the archive: the waiting save appends its tag, the other's survives
+    (it was replaced by a new archive of one tag)."""
+    import fcntl
+    import os
+    import time
+
+    path = tmp_path / "m.zip"
+    side = tmp_path / "side.zip"
+    modelzip.save(side, "a", {"w": np.ones(4, np.float32)})
+    lock = open(str(path) + ".lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    errors = []
+
+    def save() -> None:
+        try:
+            modelzip.save(path, "b", {"w": np.zeros(4, np.float32)}, wait=True)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=save)
+    t.start()
+    # Past its check that m.zip does not exist: blocked on the lock (/proc/locks lists a
+    # waiter as "N: -> FLOCK ...").
+    deadline = time.monotonic() + 30
+    while not any(" -> FLOCK " in line and f" {os.getpid()} " in line
+                  for line in open("/proc/locks")):
+        assert time.monotonic() < deadline, "the save never waited for the lock"
+        assert t.is_alive(), errors
+        time.sleep(0.02)
+    os.rename(side, path)
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+    t.join(60)
+    assert not errors, errors
+    assert modelzip.open(path).tags == ["a", "b"]
