@@ -36,8 +36,11 @@ function key(path, params) {
 async function api(path, params) {
   const k = key(path, params);
   if (window.MODELZIP_DATA) {
-    return window.MODELZIP_DATA[k] ||
-      { error: "not in this static page (it holds the tag list, parameters, graphs and the diffs of consecutive tags): run `modelzip view` for it" };
+    const d = window.MODELZIP_DATA[k];
+    // A graph several tags share is held once: the others point at it.
+    if (d && d.same_as) return Object.assign({}, window.MODELZIP_DATA[d.same_as], { tag: d.tag });
+    return d ||
+      { error: "not in this static page (it holds the tag list, the parameters and graphs of the first and the newest 2,000 tags, and the diffs of consecutive tags among the newest): run `modelzip view` for it" };
   }
   try {
     const r = await fetch(k, { cache: "no-store" });

@@ -155,9 +155,20 @@ pub const MAX_PARAM_ROWS: usize = 20_000;
 /// tag it shares the file with, the data's SHA-256), as `show` describes them; the
 /// first [`MAX_PARAM_ROWS`] of them.
 pub fn tag_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
+    tag_doc_with(archive, name, &mut Described::new())
+}
+
+/// Tensor files described so far, by entry: a file several tags share is read and hashed
+/// once for all their documents (`--html`).
+pub type Described = HashMap<String, TensorInfo>;
+
+/// [`tag_doc`] describing each tensor file not in `described` yet, and keeping it there.
+pub fn tag_doc_with(
+    archive: &Archive,
+    name: &str,
+    described: &mut Described,
+) -> Result<Value, ApiError> {
     let t = tag(archive, name)?;
-    let mut described: std::collections::HashMap<&str, TensorInfo> =
-        std::collections::HashMap::new();
     let mut params = Vec::with_capacity(t.params().len().min(MAX_PARAM_ROWS));
     for p in t.params().iter().take(MAX_PARAM_ROWS) {
         let loc = &p.location;
@@ -169,7 +180,7 @@ pub fn tag_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
                     t.name()
                 ))
             })?;
-            described.insert(loc.entry(), TensorInfo::of(&data.view()));
+            described.insert(loc.entry().to_string(), TensorInfo::of(&data.view()));
         }
         let info = &described[loc.entry()];
         params.push(json!({
@@ -395,6 +406,24 @@ fn largest_changes(d: &TagComparison<'_>, limit: usize) -> Vec<ParamDiff> {
     kept.into_iter().map(|r| r.3).collect()
 }
 
+/// The entry holding tag `name`'s graph: its own, or the one of the tag it shares it
+/// with (shared.txt); `None` when it has none. Read from the tables and the directory,
+/// not from the graph.
+pub fn graph_entry(archive: &Archive, name: &str) -> Option<String> {
+    let t = archive.tag(name).ok()?;
+    if let Some((file, owner)) = t
+        .shared_files()
+        .iter()
+        .find(|(f, _)| f.starts_with("graph."))
+    {
+        return Some(format!("{owner}/{file}"));
+    }
+    ["graph.fb", "graph.pdmodel"]
+        .iter()
+        .map(|f| format!("{}/{f}", t.name()))
+        .find(|e| archive.entry_stored_size(e).is_some())
+}
+
 /// `GET /api/graph?tag=T`: the tag's graph as operations and edges
 /// ([`modelzip::dump::op_graph`]), with the tag, entry and encoding.
 pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
@@ -406,7 +435,8 @@ pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
     else {
         return Ok(json!({"tag": tag_name, "graph": Value::Null}));
     };
-    let entry = format!("{tag_name}/{}", enc.file_name());
+    let entry = graph_entry(archive, &tag_name)
+        .unwrap_or_else(|| format!("{tag_name}/{}", enc.file_name()));
     let g = match enc {
         GraphFormat::ProgramDesc => Graph::decode(GraphFormat::ProgramDesc, &bytes),
         GraphFormat::FlatBuffers => Graph::decode(GraphFormat::FlatBuffers, &bytes),

@@ -283,8 +283,13 @@ fn static_page(data: &Value) -> String {
         )
 }
 
-/// Every answer the static page can show: the tag list, each tag's parameters and
-/// graph, the diffs of consecutive tags. A part that fails is embedded as its error.
+/// The most tags a static page holds documents for, at each end of the tag list (the
+/// page's `MAX_ROWS`: the table lists the first ones, the diff menus the newest ones).
+const MAX_PAGE_TAGS: usize = 2000;
+
+/// Every answer the static page can show: the tag list, the parameters and graph of the
+/// first and the newest [`MAX_PAGE_TAGS`] tags, the diffs of consecutive tags among the
+/// newest. A part that fails is embedded as its error.
 fn static_data(archive: &Archive, shown: &Path) -> Result<Value, CliError> {
     let mut m = serde_json::Map::new();
     let doc = api::archive_doc(archive, shown).map_err(|e| CliError::Failed(e.message))?;
@@ -293,15 +298,36 @@ fn static_data(archive: &Archive, shown: &Path) -> Result<Value, CliError> {
         let v = r.unwrap_or_else(|e| json!({"error": e.message}));
         m.insert(key, v);
     };
+    // The tags the page can show: the table's first MAX_PAGE_TAGS rows and the diff
+    // menus' newest MAX_PAGE_TAGS (the page's MAX_ROWS), not every tag of 60,000.
     let tags: Vec<String> = archive.tags().to_vec();
-    for t in &tags {
-        put(format!("api/tag?name={}", enc(t)), api::tag_doc(archive, t));
+    let n = tags.len();
+    let newest = n.saturating_sub(MAX_PAGE_TAGS);
+    let shown = (0..n.min(MAX_PAGE_TAGS)).chain(newest.max(MAX_PAGE_TAGS.min(n))..n);
+    // A tensor file or a graph several tags share is described once: a graph's document
+    // is embedded for the first tag that has it, the others point at it (`same_as`).
+    let mut described = api::Described::new();
+    let mut graphs: HashMap<String, String> = HashMap::new();
+    for i in shown {
+        let t = &tags[i];
         put(
-            format!("api/graph?tag={}", enc(t)),
-            api::graph_doc(archive, t),
+            format!("api/tag?name={}", enc(t)),
+            api::tag_doc_with(archive, t, &mut described),
         );
+        let key = format!("api/graph?tag={}", enc(t));
+        match api::graph_entry(archive, t) {
+            Some(entry) if graphs.contains_key(&entry) => {
+                put(key, Ok(json!({"same_as": graphs[&entry], "tag": t})));
+            }
+            entry => {
+                if let Some(entry) = entry {
+                    graphs.insert(entry, key.clone());
+                }
+                put(key, api::graph_doc(archive, t));
+            }
+        }
     }
-    for w in tags.windows(2) {
+    for w in tags[newest..].windows(2) {
         put(
             format!("api/diff?a={}&b={}", enc(&w[0]), enc(&w[1])),
             api::diff_doc(archive, &w[0], &w[1]),

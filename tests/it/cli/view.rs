@@ -261,3 +261,61 @@ fn import_step_and_metrics_make_a_checkpoint_and_keep_safetensors_metadata() {
         .success();
     assert_eq!(metadata(&a, "p")["step"], 700);
 }
+
+/// `--html` of three imports of one GraphDef (the later tags share the first's graph and
+/// tensor files): the graph's document is embedded once, the other tags point at it
+/// (`same_as`; the page resolves it, tests/view's static-page test draws a graph so).
+#[test]
+fn view_html_embeds_a_shared_graph_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("tf.zip");
+    let pb = fixture("tf/cnn.pb");
+    for t in ["t0", "t1", "t2"] {
+        modelzip()
+            .args(["import"])
+            .arg(&zip)
+            .arg(&pb)
+            .args(["--tag", t, "-q"])
+            .assert()
+            .success();
+    }
+    let html = dir.path().join("page.html");
+    let out = modelzip()
+        .arg("view")
+        .arg(&zip)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&html).unwrap();
+    let start = text.find("window.MODELZIP_DATA = ").unwrap() + "window.MODELZIP_DATA = ".len();
+    let end = start + text[start..].find(";</script>").unwrap();
+    let data: serde_json::Value = serde_json::from_str(&text[start..end]).unwrap();
+    let first = &data["api/graph?tag=t0"];
+    assert!(
+        first["nodes"].as_array().is_some_and(|n| !n.is_empty()),
+        "{first}"
+    );
+    assert_eq!(first["entry"], "t0/graph.fb");
+    for t in ["t1", "t2"] {
+        assert_eq!(
+            data[format!("api/graph?tag={t}")],
+            serde_json::json!({"same_as": "api/graph?tag=t0", "tag": t})
+        );
+    }
+    // The three tags' parameters are the same files: described alike.
+    let params = |t: &str| data[format!("api/tag?name={t}")]["params"].clone();
+    assert_eq!(
+        params("t0").as_array().unwrap().len(),
+        params("t2").as_array().unwrap().len()
+    );
+    assert_eq!(
+        params("t0")[0]["data_sha256"],
+        params("t2")[0]["data_sha256"]
+    );
+}
