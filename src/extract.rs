@@ -272,6 +272,19 @@ fn create_temp_file(path: &Path, seq: &mut u64) -> Result<(PathBuf, File)> {
     })
 }
 
+/// Creates the temporary file that becomes `path` ([`create_temp_file`]) and records it
+/// in `staged` (`existed`: something was at `path` when it was checked).
+fn stage_file(path: &Path, existed: bool, seq: &mut u64, staged: &mut Vec<Staged>) -> Result<File> {
+    let (temp, f) = create_temp_file(path, seq)?;
+    staged.push(Staged {
+        temp,
+        dest: path.to_path_buf(),
+        existed,
+        link: false,
+    });
+    Ok(f)
+}
+
 /// Makes a temporary hard link, beside `path`, to `src` (a temporary file this extract
 /// wrote for `src_dest`). `Ok(None)` when the link cannot be made where a copy could
 /// ([`link_unavailable`]): the caller writes a copy.
@@ -732,13 +745,7 @@ pub fn extract(
         if let (Some((_, bytes)), Some(name)) = (&graph, graph_file) {
             let path = out.join(name);
             let existed = check_destination(&path, opts.force)?;
-            let (temp, mut f) = create_temp_file(&path, &mut tmp_seq)?;
-            staged.push(Staged {
-                temp,
-                dest: path.clone(),
-                existed,
-                link: false,
-            });
+            let mut f = stage_file(&path, existed, &mut tmp_seq, &mut staged)?;
             f.write_all(bytes)
                 .map_err(|e| io_fail(&e, format!("cannot write {}: {e}", path.display())))?;
         }
@@ -794,13 +801,7 @@ pub fn extract(
                     .in_file(&path));
                 }
             }
-            let (temp, mut f) = create_temp_file(&path, &mut tmp_seq)?;
-            staged.push(Staged {
-                temp,
-                dest: path.clone(),
-                existed,
-                link: false,
-            });
+            let mut f = stage_file(&path, existed, &mut tmp_seq, &mut staged)?;
             let failed =
                 |e: std::io::Error| io_fail(&e, format!("cannot write {}: {e}", path.display()));
             if let Some(bytes) = kept.get(entry) {

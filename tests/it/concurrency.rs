@@ -115,19 +115,7 @@ fn a_second_writer_fails_at_once_or_waits_with_wait() {
         assert!(stderr.contains("locked"), "{cmd:?}: {stderr}");
     }
     // With --wait it waits for the lock, then succeeds.
-    let mut child = Command::new(exe())
-        .args([
-            "pack",
-            path.to_str().unwrap(),
-            src.to_str().unwrap(),
-            "--tag",
-            "s1",
-            "-q",
-            "--wait",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_pack_wait(&path, &src);
     std::thread::sleep(Duration::from_millis(400));
     assert!(child.try_wait().unwrap().is_none(), "--wait did not wait");
     drop(held);
@@ -245,19 +233,7 @@ fn a_new_archive_created_while_pack_waited_is_appended_to() {
     let path = d.path().join("m.zip");
     let src = source(d.path(), 1);
     let held = WriteLock::acquire(&path, false).unwrap();
-    let mut child = Command::new(exe())
-        .args([
-            "pack",
-            path.to_str().unwrap(),
-            src.to_str().unwrap(),
-            "--tag",
-            "s1",
-            "-q",
-            "--wait",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_pack_wait(&path, &src);
     // Past its check that m.zip does not exist: waiting for the lock.
     #[cfg(target_os = "linux")]
     {
@@ -286,4 +262,21 @@ fn a_new_archive_created_while_pack_waited_is_appended_to() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(check_consistent(&Archive::open(&path).unwrap()), 2);
+}
+
+/// `modelzip pack PATH SRC --tag s1 -q --wait`, started.
+fn spawn_pack_wait(path: &Path, src: &Path) -> std::process::Child {
+    Command::new(exe())
+        .args([
+            "pack",
+            path.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "--tag",
+            "s1",
+            "-q",
+            "--wait",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
