@@ -711,13 +711,15 @@ pub(crate) fn persist_all(
             return Ok(());
         }
         let name = target.file_name().unwrap_or_default().to_string_lossy();
+        // The process, the time and the position in the set: no other file's name (a
+        // rename onto one would replace it).
         let a = crate::archive::parent_dir(target).join(format!(
-            ".{name}.modelzip-old-{}-{:08x}",
+            ".{name}.modelzip-old-{}-{:08x}-{}",
             std::process::id(),
-            aside.len() as u32
-                ^ (std::time::UNIX_EPOCH
-                    .elapsed()
-                    .map_or(0, |d| d.subsec_nanos()))
+            std::time::UNIX_EPOCH
+                .elapsed()
+                .map_or(0, |d| d.subsec_nanos()),
+            aside.len()
         ));
         std::fs::rename(target, &a).map_err(|e| Error::from(e).in_file(target))?;
         aside.push((a, target.to_path_buf()));
