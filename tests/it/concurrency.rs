@@ -119,13 +119,7 @@ fn a_second_writer_fails_at_once_or_waits_with_wait() {
     std::thread::sleep(Duration::from_millis(400));
     assert!(child.try_wait().unwrap().is_none(), "--wait did not wait");
     drop(held);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(check_consistent(&Archive::open(&path).unwrap()), 2);
+    assert_second_tag_added(child, &path);
 }
 
 #[test]
@@ -255,13 +249,7 @@ fn a_new_archive_created_while_pack_waited_is_appended_to() {
     first_archive(&side);
     std::fs::rename(&side, &path).unwrap();
     drop(held);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(check_consistent(&Archive::open(&path).unwrap()), 2);
+    assert_second_tag_added(child, &path);
 }
 
 /// `modelzip pack PATH SRC --tag s1 -q --wait`, started.
@@ -279,4 +267,16 @@ fn spawn_pack_wait(path: &Path, src: &Path) -> std::process::Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// Waits for `child` (a `pack` that waited for the lock): it succeeded, and the archive
+/// holds two consistent tags.
+fn assert_second_tag_added(child: std::process::Child, path: &Path) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(check_consistent(&Archive::open(path).unwrap()), 2);
 }
