@@ -29,7 +29,7 @@ use super::{Client, RemoteOptions, remote_err};
 use crate::archive::Archive;
 use crate::archive::sharded::Extras;
 use crate::archive::sharded::boxes;
-use crate::archive::sharded::commit::{committed_by, plan_differs, timed_out};
+use crate::archive::sharded::commit::{committed_by, plan_differs, short_plan, timed_out};
 use crate::archive::sharded::compose::{Seg, lay_out, staged_len};
 use crate::archive::sharded::group::{Marker, ShardDone, StagedObject, new_nonce};
 use crate::archive::sharded::plan::Plan;
@@ -499,7 +499,7 @@ impl RemoteRank {
                 if m.plan != plan.digest {
                     return Err(invalid(format!(
                         "rank {r} wrote with another save plan ({}) than rank 0 ({}): the ranks were given different tensor descriptions; nothing was committed",
-                        &m.plan[..12.min(m.plan.len())],
+                        short_plan(&m.plan),
                         &plan.digest[..12]
                     )));
                 }
@@ -693,7 +693,9 @@ fn pack(
 /// Uploaded bytes not yet cut into parts.
 #[derive(Default)]
 struct Pending {
-    pieces: Vec<Piece>,
+    // A deque: `bound` takes pieces off the front (a column-sharded tensor makes one
+    // small piece per row, tens of thousands a part).
+    pieces: std::collections::VecDeque<Piece>,
     len: u64,
 }
 
@@ -701,7 +703,7 @@ impl Pending {
     fn push(&mut self, p: Piece) {
         if p.len() > 0 {
             self.len += p.len();
-            self.pieces.push(p);
+            self.pieces.push_back(p);
         }
     }
 
@@ -712,14 +714,16 @@ impl Pending {
             let mut part = Vec::new();
             let mut room = UPLOAD_PART;
             while room > 0 {
-                let p = self.pieces.remove(0);
+                let Some(p) = self.pieces.pop_front() else {
+                    break;
+                };
                 if p.len() <= room {
                     room -= p.len();
                     part.push(p);
                 } else {
                     let (head, rest) = p.split(room);
                     part.push(head);
-                    self.pieces.insert(0, rest);
+                    self.pieces.push_front(rest);
                     room = 0;
                 }
             }
@@ -731,7 +735,7 @@ impl Pending {
     /// Everything pending as one part.
     fn flush(&mut self, parts: &mut Vec<Part>) {
         if self.len > 0 {
-            parts.push(Part::Upload(std::mem::take(&mut self.pieces)));
+            parts.push(Part::Upload(std::mem::take(&mut self.pieces).into()));
             self.len = 0;
         }
     }

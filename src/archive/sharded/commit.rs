@@ -417,7 +417,7 @@ fn wait_for_markers(
                 if m.plan != plan.digest {
                     return Err(invalid(format!(
                         "rank {r} wrote with another save plan ({}) than rank 0 ({}): the ranks were given different tensor descriptions; nothing was committed",
-                        &m.plan[..12.min(m.plan.len())],
+                        short_plan(&m.plan),
                         &plan.digest[..12]
                     )));
                 }
@@ -440,11 +440,17 @@ fn wait_for_markers(
     }
 }
 
+/// The first 12 characters of a plan digest read from another rank's file (any text
+/// there: cut by characters, never inside one).
+pub(crate) fn short_plan(digest: &str) -> String {
+    digest.chars().take(12).collect()
+}
+
 /// The error of a rank whose plan is not rank 0's (`world_size` ranks, `digest`).
 pub(crate) fn plan_differs(rank: u32, world_size: u32, digest: &str, plan: &Plan) -> Error {
     invalid(format!(
         "rank {rank}: the save plan differs from rank 0's ({world_size} ranks, plan {}; this rank: {} ranks, plan {}): the ranks were given different tensor descriptions, or the save under way is another group's (their group ids differ)",
-        &digest[..12.min(digest.len())],
+        short_plan(digest),
         plan.world_size,
         &plan.digest[..12]
     ))

@@ -216,13 +216,21 @@ impl Marker {
                     Some(out)
                 }
             };
+            // Rows that end within u64, and a SHA-256 as 64 hex digits (it is copied into
+            // the tag's shards.txt).
+            let (first_row, rows) = (n(1)?, n(2)?);
+            first_row.checked_add(rows).ok_or_else(bad)?;
+            let sha256 = f[4]
+                .as_str()
+                .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .ok_or_else(bad)?;
             shards.push(ShardDone {
                 tensor: usize::try_from(n(0)?).map_err(|_| bad())?,
-                first_row: n(1)?,
-                rows: n(2)?,
+                first_row,
+                rows,
                 boxed,
                 crc32: u32::try_from(n(3)?).map_err(|_| bad())?,
-                sha256: f[4].as_str().ok_or_else(bad)?.to_string(),
+                sha256: sha256.to_ascii_lowercase(),
                 staged_at: None,
             });
         }
@@ -485,4 +493,50 @@ pub(crate) fn new_nonce() -> String {
     sha2::Digest::update(&mut h, r.finish().to_le_bytes());
     let d: [u8; 32] = sha2::Digest::finalize(h).into();
     super::super::hashing::hex_digest(&d)[..32].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Marker;
+    use serde_json::json;
+    use std::path::Path;
+
+    fn marker(shard: serde_json::Value) -> serde_json::Value {
+        json!({
+            "format": "modelzip-sharded-rank 1",
+            "state": "written",
+            "rank": 1,
+            "plan": "a€€€€€€€",
+            "nonce": "n",
+            "shards": [shard],
+        })
+    }
+
+    /// A marker's rows must end within u64 (they wrapped past the tiling check) and its
+    /// SHA-256 be 64 hex digits (it is copied into shards.txt); a plan that is no digest
+    /// is shown cut by characters, never inside one (a byte cut panicked).
+    #[test]
+    fn hostile_marker_fields_are_refused_and_a_hostile_plan_is_shown_whole_characters() {
+        let at = Path::new("m");
+        let sha = "ab".repeat(32);
+        let ok = Marker::from_json(&marker(json!([0, 0, 4, 7, sha])), at).unwrap();
+        let m = ok.unwrap();
+        assert_eq!((m.shards[0].rows, m.shards[0].sha256.len()), (4, 64));
+        for shard in [
+            json!([0, u64::MAX, 1, 7, sha]),
+            json!([0, 0, 4, 7, "x y\nz"]),
+            json!([0, 0, 4, 7, "g".repeat(64)]),
+        ] {
+            let e = Marker::from_json(&marker(shard.clone()), at).unwrap_err();
+            assert!(
+                e.to_string().contains("not a modelzip rank marker"),
+                "{shard}: {e}"
+            );
+        }
+        assert_eq!(super::super::commit::short_plan(&m.plan), "a€€€€€€€");
+        assert_eq!(
+            super::super::commit::short_plan(&"€".repeat(20)),
+            "€".repeat(12)
+        );
+    }
 }

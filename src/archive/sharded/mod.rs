@@ -638,7 +638,7 @@ fn shard_box(s: &ShardDone, dims: &[u64]) -> Vec<Range<u64>> {
         None => {
             let mut r: Vec<Range<u64>> = dims.iter().map(|&d| 0..d).collect();
             if let Some(first) = r.first_mut() {
-                *first = s.first_row..s.first_row + s.rows;
+                *first = s.first_row..s.first_row.saturating_add(s.rows);
             }
             r
         }
