@@ -276,7 +276,13 @@ fn corrupt(at: &Path, why: &str) -> Error {
 /// Reads the JSON sidecar at `p`; `None` when it does not exist, or is empty (a rank's
 /// marker between its exclusive creation and the write of its claim).
 fn read_json(p: &Path) -> Result<Option<Value>> {
-    let mut f = match File::open(p) {
+    // Opened without blocking: a FIFO put there would hold `open` (and a waiting rank,
+    // its timeout never reached) until a writer came; it is refused just below.
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
+    let mut f = match opts.open(p) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::from(e).in_file(p)),
@@ -538,5 +544,21 @@ mod tests {
             super::super::commit::short_plan(&"€".repeat(20)),
             "€".repeat(12)
         );
+    }
+
+    /// A FIFO where a sidecar goes is refused at once: opening it no longer waits for a
+    /// writer (a waiting rank's timeout was never reached).
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_in_a_sidecars_place_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.zip.sharded-t.rank-1");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = super::read_json(&p).unwrap_err();
+        assert!(e.to_string().contains("m.zip.sharded-t.rank-1"), "{e}");
     }
 }
