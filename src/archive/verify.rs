@@ -717,6 +717,16 @@ impl Archive {
                 );
                 return;
             }
+            Err(boxes::Tiling::TooMany { boxes: n }) => {
+                r.push(
+                    Some(name),
+                    format!(
+                        "the {n} boxes of {rel:?} share rows too much to check that they tile it (more than {} pairs to compare)",
+                        boxes::MAX_TILING_PAIRS
+                    ),
+                );
+                return;
+            }
         }
         let data = &raw[first.offset as usize..];
         for (l, b) in group.iter().zip(&shapes) {

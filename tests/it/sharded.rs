@@ -392,6 +392,35 @@ fn readers_see_the_old_archive_while_ranks_write_and_a_dead_group_is_rolled_back
     assert!(!dir.path().join("run.zip.sharded-undo").exists());
 }
 
+/// A group file replaced after rank 0 staged the save, placing the extension at byte 0
+/// (over the committed entries): the other ranks refuse it, checked against the
+/// archive's undo record, and write nothing; the archive reads as before.
+#[test]
+fn a_group_file_placing_the_extension_over_committed_entries_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = base_archive(dir.path());
+    let before = contents(&path);
+    let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 3])];
+    let w0 = ShardedWriter::open(&path, "s", &specs, &opts(0, 2, Duration::from_secs(5))).unwrap();
+    let gp = dir.path().join("run.zip.sharded-s");
+    let mut g: serde_json::Value = serde_json::from_slice(&std::fs::read(&gp).unwrap()).unwrap();
+    assert!(g["ext_start"].as_u64().unwrap() > 0);
+    g["ext_start"] = 0.into();
+    std::fs::write(&gp, serde_json::to_vec(&g).unwrap()).unwrap();
+    let e = ShardedWriter::open(&path, "s", &specs, &opts(1, 2, Duration::from_secs(5)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("places the extension at bytes 0..")
+            && e.contains("the archive's staging starts its extension at byte")
+            && e.contains("not this archive's"),
+        "{e}"
+    );
+    drop(w0);
+    assert_eq!(contents(&path), before);
+    assert!(Archive::open(&path).unwrap().verify().is_ok());
+}
+
 /// Two groups saving the same tag with the same description at once, told apart by
 /// their group ids: the second group's rank 0 cannot take the write lock, its rank 1
 /// finds the first group's save and is refused (its plan digest differs), and the first
@@ -476,8 +505,22 @@ fn a_sharded_save_survives_a_full_disk_at_every_offset() {
             .map(|s| t.param(&s.name).unwrap().view().to_vec::<f32>().unwrap())
             .collect::<Vec<_>>()
     };
+    // The bytes rank 0 writes up to its rank's claim (the last of `open`), the claim's
+    // included: cuts inside the claim fail after the staging is complete.
+    let opened = {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        std::fs::copy(&base, &p).unwrap();
+        set_write_budget(None);
+        let w = ShardedWriter::open(&p, "step-1", &specs(), &opts(0, 1, Duration::from_secs(5)))
+            .unwrap();
+        let n = bytes_written();
+        drop(w);
+        n
+    };
     let mut budgets: Vec<u64> = (0..10).chain((0..200).map(|i| i * total / 200)).collect();
     budgets.extend([total.saturating_sub(1), total, total + 4096]);
+    budgets.extend([opened - 1, opened - 20]);
     budgets.sort();
     budgets.dedup();
     let mut failures = 0;
@@ -499,6 +542,16 @@ fn a_sharded_save_survives_a_full_disk_at_every_offset() {
             assert!(committed, "budget {n}: a failed save left its tag");
             assert_eq!(got, want, "budget {n}");
         };
+        // A failed save ended its group (no rank is left waiting on it; the rollback of
+        // the archive's bytes may itself run out of space, and is then the next writer's).
+        if let Err(e) = &res {
+            let group: Vec<String> = std::fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|f| f.starts_with("run.zip.sharded-step-1"))
+                .collect();
+            assert!(group.is_empty(), "budget {n}: {group:?} left ({e})");
+        }
         // Right after: the old archive, or the old one and the new tag.
         let a = Archive::open(&p).unwrap_or_else(|e| panic!("budget {n}: {e}"));
         let has_new = a.tags().iter().any(|t| t == "step-1");

@@ -64,7 +64,11 @@ pub(super) fn stage(
     let cd_offset = base.listing().cd_offset;
     let saved = base.bytes().get(cd_offset as usize..).unwrap_or_default();
     let undo = group::undo_path(real);
-    journal::write_as(real, &undo, original_len, cd_offset, saved)?;
+    if let Err(e) = journal::write_as(real, &undo, original_len, cd_offset, saved) {
+        // Nothing is staged yet: a record cut short is only litter.
+        let _ = journal::remove_file(&undo);
+        return Err(e);
+    }
     let ext_start = original_len.div_ceil(EXT_ALIGN) * EXT_ALIGN;
     let group = Group {
         tag: plan.tag.clone(),
@@ -606,6 +610,12 @@ fn check_boxes(
                 "the ranks' shards of {label} cover {covered} of its {total} elements: the shards leave a gap; nothing was committed"
             )));
         }
+        Err(super::boxes::Tiling::TooMany { boxes: n }) => {
+            return Err(invalid(format!(
+                "the ranks' {n} shards of {label} share rows too much to check that they tile it (more than {} pairs to compare): nothing was committed",
+                super::boxes::MAX_TILING_PAIRS
+            )));
+        }
     }
     let mut lines = vec![header_line(p)];
     let mut parts = Vec::with_capacity(order.len());
@@ -1019,6 +1029,13 @@ pub(crate) fn committed_by(archive: &Archive, tag: &str, nonce: &str) -> Result<
         .is_some_and(|n| n == nonce))
 }
 
+/// Where the extension of the save staged in the archive at `real` starts, from its undo
+/// record (None: nothing is staged).
+pub(super) fn staged_ext_start(real: &Path) -> Result<Option<u64>> {
+    Ok(journal::original_len_of(real, &group::undo_path(real))?
+        .map(|n| n.div_ceil(EXT_ALIGN) * EXT_ALIGN))
+}
+
 /// Rolls back the staged save of `tag` (the caller holds the write lock): ends the
 /// group, then replays the undo record.
 pub(super) fn abort(real: &Path, tag: &str, timeout: Duration) -> Result<()> {
@@ -1088,6 +1105,7 @@ pub(crate) fn recover_staged(real: &Path, timeout: Duration) -> Result<()> {
     for t in group::staged_tags(real) {
         group::remove_group_files(real, &t)?;
     }
+    group::remove_sidecar_temps(real);
     settle_staged(real)
 }
 
@@ -1102,4 +1120,46 @@ pub(crate) fn discard_staged(real: &Path) -> Result<()> {
         group::remove_group_files(real, &t)?;
     }
     journal::remove_file(&undo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{TensorSpec, plan_of};
+    use super::*;
+    use crate::{ArchiveWriter, DType, TagBuilder, Tensor};
+
+    /// A rank 0 killed inside its group file's write (the undo record written, the group
+    /// file's temp not yet renamed): the next writer rolls the staging back and deletes
+    /// the temp, which no group file names.
+    #[test]
+    fn a_rank_0_killed_writing_its_group_file_leaves_no_temp_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        let mut w = ArchiveWriter::create(&p).unwrap();
+        w.add_tag(
+            TagBuilder::new("init").param("x", Tensor::from_slice(vec![2], &[1f32, 2.0]).unwrap()),
+        )
+        .unwrap();
+        w.finish().unwrap();
+        let ap = ArchivePath::resolve(&p).unwrap();
+        let specs = vec![TensorSpec::param("w", DType::Fp32, vec![4, 3])];
+        let opts = ShardedOptions::new(0, 2);
+        let plan = plan_of("s", &specs, &opts).unwrap();
+        let (lock, _group) = stage(&ap, &plan, &opts).unwrap();
+        std::fs::remove_file(group::group_path(&p, "s")).unwrap();
+        std::fs::write(d.path().join(".run.zip.sharded-tmpAbC123"), b"{\"form").unwrap();
+        drop(lock); // the process dies: its lock with it
+        let lock = WriteLock::acquire_resolved(&p, false).unwrap();
+        recover_staged(&p, Duration::from_secs(5)).unwrap();
+        drop(lock);
+        let mut left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["run.zip", "run.zip.lock", "run.zip.sharded-lease"]);
+        let a = Archive::open(&p).unwrap();
+        assert_eq!(a.tags(), ["init"]);
+        assert!(a.verify().is_ok());
+    }
 }

@@ -392,16 +392,15 @@ pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     );
-    let temps = temp_prefix(&group);
     let dir = super::super::durable::parent_dir(archive);
     if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(&prefix) || n.starts_with(&temps) {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
+    remove_sidecar_temps(archive);
     fsync_dir(&group)?;
     match std::fs::remove_file(&group) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -410,6 +409,22 @@ pub(crate) fn remove_group_files(archive: &Path, tag: &str) -> Result<()> {
         _ => {}
     }
     fsync_dir(&group)
+}
+
+/// Deletes the temp files of every sidecar of `archive` (group files and markers being
+/// written: `.<archive name>.sharded-tmp...`): those of a rank 0 killed while writing
+/// its group file are found by no group file. The caller holds the exclusive lease (no
+/// rank is writing one).
+pub(crate) fn remove_sidecar_temps(archive: &Path) {
+    let temps = temp_prefix(&group_path(archive, ""));
+    let dir = super::super::durable::parent_dir(archive);
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&temps) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// Tags with a group file beside `archive` (staged attempts, live or dead).

@@ -198,6 +198,61 @@ impl std::fmt::Debug for ShardedWriter {
     }
 }
 
+/// Joins the save `group` staged in the archive as `rank`: takes the shared lease (the
+/// group cannot end while this rank writes), checks that the group is still there and
+/// that its extension is the one the archive's undo record stages, and claims the rank.
+/// Returns the lease and the archive opened for writing.
+fn join(
+    ap: &ArchivePath,
+    tag: &str,
+    rank: u32,
+    group: &Group,
+    timeout: Duration,
+) -> Result<(Lease, File)> {
+    let lease = group::lease(&ap.real, false, timeout)?;
+    match group::read_group(&ap.real, tag)? {
+        Some(g) if g == *group => {}
+        _ => {
+            return Err(invalid(format!(
+                "the sharded save of tag {tag:?} ended before rank {rank} joined it"
+            )));
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&ap.real)
+        .map_err(|e| Error::from(e).in_file(&ap.real))?;
+    // The staged file holds the whole extension, where the undo record (written by rank
+    // 0 before the group file) puts it: a group file that says otherwise is not this
+    // staging's, and rows written by it could land on committed entries.
+    let len = file
+        .metadata()
+        .map_err(|e| Error::from(e).in_file(&ap.real))?
+        .len();
+    let staged = commit::staged_ext_start(&ap.real)?;
+    if staged != Some(group.ext_start)
+        || group
+            .ext_start
+            .checked_add(group.ext_len)
+            .is_none_or(|end| end > len)
+    {
+        let why = match staged {
+            None => "no save is staged in the archive (no undo record)".to_string(),
+            Some(s) if s != group.ext_start => {
+                format!("the archive's staging starts its extension at byte {s}")
+            }
+            Some(_) => format!("past the archive's {len} bytes"),
+        };
+        return Err(invalid(format!(
+            "the group file of the sharded save of tag {tag:?} places the extension at bytes {}..+{}, but {why}: it is not this archive's (delete it if no save is running)",
+            group.ext_start, group.ext_len
+        )));
+    }
+    group::claim(&ap.real, tag, rank, &group.nonce)?;
+    Ok((lease, file))
+}
+
 impl ShardedWriter {
     /// Joins the sharded save of tag `tag` into the archive at `path` as rank
     /// `opts.rank` of `opts.world_size`. `specs` describes every global tensor of the
@@ -249,39 +304,18 @@ impl ShardedWriter {
         } else {
             (None, commit::wait_for_group(&ap, &plan, opts)?)
         };
-        // The lease before the claim: the group cannot end while this rank writes.
-        let lease = group::lease(&ap.real, false, opts.timeout)?;
-        match group::read_group(&ap.real, tag)? {
-            Some(g) if g == group => {}
-            _ => {
-                return Err(invalid(format!(
-                    "the sharded save of tag {tag:?} ended before rank {} joined it",
-                    opts.rank
-                )));
+        let joined = join(&ap, tag, opts.rank, &group, opts.timeout);
+        let (lease, file) = match joined {
+            Ok(j) => j,
+            Err(e) => {
+                if lock.is_some() {
+                    // Rank 0 staged the save: roll it back now (the other ranks see its
+                    // group end at once, not at their timeout).
+                    let _ = commit::abort(&ap.real, tag, opts.timeout);
+                }
+                return Err(e);
             }
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&ap.real)
-            .map_err(|e| Error::from(e).in_file(&ap.real))?;
-        // The staged file holds the whole extension: a group file that says otherwise is
-        // not this archive's (rows are never written past its end).
-        let len = file
-            .metadata()
-            .map_err(|e| Error::from(e).in_file(&ap.real))?
-            .len();
-        if group
-            .ext_start
-            .checked_add(group.ext_len)
-            .is_none_or(|end| end > len)
-        {
-            return Err(invalid(format!(
-                "the group file of the sharded save of tag {tag:?} places the extension at bytes {}..+{}, past the archive's {len} bytes: it is not this archive's (delete it if no save is running)",
-                group.ext_start, group.ext_len
-            )));
-        }
-        group::claim(&ap.real, tag, opts.rank, &group.nonce)?;
+        };
         let direct = commit::open_direct(&ap.real);
         let store = Store::Local(LocalStore {
             path: ap,
