@@ -245,15 +245,20 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
             axis_a: axes_a.of(&ta, &pa.name),
             axis_b: axes_b.of(&tb, &pa.name),
         };
+        // The key of a pair with an INT8 side seen before, built once (its `@scale`
+        // lookups) for the look-up and, on a miss, the insert below.
+        let mut seen_key = None;
         if let Some(rep) = found {
             if !int8_pairs.contains(&rep) {
                 c.class.push(c.class[rep as usize]);
                 continue;
             }
-            if let Some(&class) = int8_classes.get(&int8_key(rep)) {
+            let key = int8_key(rep);
+            if let Some(&class) = int8_classes.get(&key) {
                 c.class.push(class);
                 continue;
             }
+            seen_key = Some(key);
         }
         let da = ta.tensor(&pa.location)?;
         let db = tb.tensor(&pb.location)?;
@@ -284,8 +289,11 @@ pub fn compare_tags<'a>(archive: &'a Archive, a: &str, b: &str) -> Result<TagCom
         let me = c.class.len() as u32;
         match found {
             // A pair with an INT8 side seen before, under other `@scale` files or axes.
-            Some(rep) => {
-                int8_classes.insert(int8_key(rep), class);
+            // (Its key was built above: a pair without one was `continue`d.)
+            Some(_) => {
+                if let Some(key) = seen_key {
+                    int8_classes.insert(key, class);
+                }
             }
             None => {
                 if class != COPIED && !by_pair {

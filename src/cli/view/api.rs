@@ -71,7 +71,7 @@ pub fn check_name(what: &str, name: Option<&str>) -> Result<String, ApiError> {
 }
 
 /// The tag `name` of the archive (ignoring case, as every command does).
-fn tag<'a>(archive: &'a Archive, name: &str) -> Result<modelzip::Tag<'a>, ApiError> {
+pub fn tag<'a>(archive: &'a Archive, name: &str) -> Result<modelzip::Tag<'a>, ApiError> {
     if archive.canonical_tag(name).is_none() {
         return Err(ApiError::not_found(format!(
             "no tag {name:?} in the archive"
@@ -409,8 +409,7 @@ fn largest_changes(d: &TagComparison<'_>, limit: usize) -> Vec<ParamDiff> {
 /// The entry holding tag `name`'s graph: its own, or the one of the tag it shares it
 /// with (shared.txt); `None` when it has none. Read from the tables and the directory,
 /// not from the graph.
-pub fn graph_entry(archive: &Archive, name: &str) -> Option<String> {
-    let t = archive.tag(name).ok()?;
+pub fn graph_entry(archive: &Archive, t: &modelzip::Tag<'_>) -> Option<String> {
     if let Some((file, owner)) = t
         .shared_files()
         .iter()
@@ -428,6 +427,12 @@ pub fn graph_entry(archive: &Archive, name: &str) -> Option<String> {
 /// ([`modelzip::dump::op_graph`]), with the tag, entry and encoding.
 pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
     let t = tag(archive, name)?;
+    let entry = graph_entry(archive, &t);
+    graph_doc_of(&t, entry)
+}
+
+/// [`graph_doc`] of tag `t`, whose graph is in `entry` ([`graph_entry`]).
+pub fn graph_doc_of(t: &modelzip::Tag<'_>, entry: Option<String>) -> Result<Value, ApiError> {
     let tag_name = t.name().to_string();
     let Some((enc, bytes)) = t.graph().map_err(|e| {
         ApiError::unreadable(format!("cannot read the graph of tag {tag_name:?}: {e}"))
@@ -435,8 +440,7 @@ pub fn graph_doc(archive: &Archive, name: &str) -> Result<Value, ApiError> {
     else {
         return Ok(json!({"tag": tag_name, "graph": Value::Null}));
     };
-    let entry = graph_entry(archive, &tag_name)
-        .unwrap_or_else(|| format!("{tag_name}/{}", enc.file_name()));
+    let entry = entry.unwrap_or_else(|| format!("{tag_name}/{}", enc.file_name()));
     let g = match enc {
         GraphFormat::ProgramDesc => Graph::decode(GraphFormat::ProgramDesc, &bytes),
         GraphFormat::FlatBuffers => Graph::decode(GraphFormat::FlatBuffers, &bytes),

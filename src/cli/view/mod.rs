@@ -315,15 +315,22 @@ fn static_data(archive: &Archive, shown: &Path) -> Result<Value, CliError> {
             api::tag_doc_with(archive, t, &mut described),
         );
         let key = format!("api/graph?tag={}", enc(t));
-        match api::graph_entry(archive, t) {
+        let tag = match api::tag(archive, t) {
+            Ok(tag) => tag,
+            Err(e) => {
+                put(key, Err(e));
+                continue;
+            }
+        };
+        match api::graph_entry(archive, &tag) {
             Some(entry) if graphs.contains_key(&entry) => {
                 put(key, Ok(json!({"same_as": graphs[&entry], "tag": t})));
             }
             entry => {
-                if let Some(entry) = entry {
-                    graphs.insert(entry, key.clone());
+                if let Some(entry) = &entry {
+                    graphs.insert(entry.clone(), key.clone());
                 }
-                put(key, api::graph_doc(archive, t));
+                put(key, api::graph_doc_of(&tag, entry));
             }
         }
     }
