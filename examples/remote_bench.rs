@@ -101,7 +101,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let down = dir.path().join("down.zip");
     row("download the whole object (`cp`, with verify)", &mut || {
-        remote::download(&url, &down, &opts, &|_, _| {}).map(drop)
+        remote::download(&url, &down, true, &opts, &|_, _| {}).map(drop)
     })?;
     let _ = Archive::open(&down)?;
     Ok(())

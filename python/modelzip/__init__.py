@@ -678,11 +678,14 @@ def upload(local: PathLike, url: str, *, if_match: Optional[str] = None, force: 
     return _modelzip.upload(_fspath(local), url, if_match, force)
 
 
-def download(url: str, local: PathLike) -> Optional[str]:
+def download(url: str, local: PathLike, *, force: bool = False) -> Optional[str]:
     """Downloads the archive at ``url`` to ``local`` atomically (a temp file, verified as
-    an archive, renamed into place; nothing is left on failure). Returns the ETag."""
+    an archive, renamed into place; nothing is left on failure). An existing ``local`` is
+    refused (``FileExistsError``, before anything is downloaded, and again at the rename
+    if one appeared meanwhile) unless ``force=True``, as ``modelzip cp`` without
+    ``--force``. Returns the ETag."""
     dest = _local(local, "download to", "the destination must be a local path")
-    return _modelzip.download(url, dest)
+    return _modelzip.download(url, dest, force)
 
 
 # ---------------------------------------------------------------------------------------

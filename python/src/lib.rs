@@ -1958,11 +1958,12 @@ fn upload(
 }
 
 /// Downloads an archive from a URL to a local path atomically (temp file, verified,
-/// renamed). Returns the object's ETag, if any.
+/// renamed); an existing local file is replaced only with `force`. Returns the object's
+/// ETag, if any.
 #[pyfunction]
-fn download(py: Python<'_>, url: &str, local: PathBuf) -> PyResult<Option<String>> {
+fn download(py: Python<'_>, url: &str, local: PathBuf, force: bool) -> PyResult<Option<String>> {
     let opts = modelzip::remote::RemoteOptions::default();
-    py.detach(|| modelzip::remote::download(url, &local, &opts, &|_, _| {}))
+    py.detach(|| modelzip::remote::download(url, &local, force, &opts, &|_, _| {}))
         .or_raise(py)
 }
 

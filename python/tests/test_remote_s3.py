@@ -255,6 +255,14 @@ def test_python_open_upload_download_through_s3(s3, tmp, monkeypatch):
     down = tmp / "down.zip"
     modelzip.download(url, down)
     assert down.read_bytes() == local.read_bytes()
+    # An existing file is replaced only with force=True (as `cp` without --force).
+    down.write_bytes(b"mine")
+    with pytest.raises(FileExistsError) as kept:
+        modelzip.download(url, down)
+    assert kept.value.filename == str(down) and kept.value.kind == "io", kept.value
+    assert down.read_bytes() == b"mine"
+    modelzip.download(url, down, force=True)
+    assert down.read_bytes() == local.read_bytes()
     modelzip.save(local, "third", {"w": np.ones(3)})
     with pytest.raises(modelzip.ModelzipError) as stale:
         modelzip.upload(local, url, if_match='"stale"')

@@ -130,7 +130,7 @@ pub fn run(args: Args) -> Result<Outcome, CliError> {
                     "cannot download to {dst}: it exists; pass --force to replace it"
                 )));
             }
-            let v = remote::download(src, &args.dst, &opts, &report)
+            let v = remote::download(src, &args.dst, args.force, &opts, &report)
                 .map_err(|e| CliError::Failed(format!("cannot download {src} to {dst}: {e}")))?;
             ("download", v)
         }

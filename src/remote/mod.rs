@@ -928,20 +928,33 @@ fn free_space(file: &std::fs::File) -> Option<u64> {
 /// first is conditional on its version. `progress(done, total)` is called as bytes
 /// arrive. Returns the version downloaded.
 ///
-/// It replaces `local` as [`crate::ArchiveWriter::create`] does: a symlinked `local`
-/// replaces the file it points at (the link stays); `local`'s write lock is held from
-/// start to end ([`ErrorKind::Locked`] at once if another writer holds it), and the
-/// journal of an append to the old file that was cut short is rolled back first, so it
-/// is never replayed onto the downloaded file.
+/// With `overwrite`, it replaces `local` as [`crate::ArchiveWriter::create`] does: a
+/// symlinked `local` replaces the file it points at (the link stays); `local`'s write
+/// lock is held from start to end ([`ErrorKind::Locked`] at once if another writer holds
+/// it), and the journal of an append to the old file that was cut short is rolled back
+/// first, so it is never replayed onto the downloaded file. Without it, an existing
+/// `local` is refused (an I/O error of kind `AlreadyExists`) before anything is
+/// downloaded, and the file is put in place only if none has appeared meanwhile.
 pub fn download(
     url: &str,
     local: &Path,
+    overwrite: bool,
     opts: &RemoteOptions,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Option<String>> {
     let client = Client::new(url, opts)?;
     let ap = crate::archive::ArchivePath::resolve(local)?;
     let real = ap.real.as_path();
+    let exists = || {
+        Error::from(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "file already exists; refusing to overwrite it",
+        ))
+        .in_file(local)
+    };
+    if !overwrite && std::fs::symlink_metadata(local).is_ok() {
+        return Err(exists());
+    }
     let _lock =
         crate::archive::WriteLock::acquire_resolved(real, false).map_err(|e| ap.located(e))?;
     crate::archive::settle_before_replace(real).map_err(|e| ap.located(e))?;
@@ -1025,8 +1038,18 @@ pub fn download(
         )))
         .in_file(url));
     }
-    temp.persist(real)
-        .map_err(|e| Error::from(e.error).in_file(local))?;
+    if overwrite {
+        temp.persist(real)
+            .map_err(|e| Error::from(e.error).in_file(local))?;
+    } else {
+        temp.persist_noclobber(real).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                exists()
+            } else {
+                Error::from(e.error).in_file(local)
+            }
+        })?;
+    }
     // fsync_dir syncs the directory that holds its argument.
     crate::archive::fsync_dir(real).map_err(|e| ap.located(e))?;
     Ok(version)

@@ -498,12 +498,12 @@ fn uploads_are_create_only_unless_told_and_large_ones_go_in_parts() {
         );
         assert!(err.to_string().contains("already exists"), "{err}");
         let down = dir.path().join(format!("down{i}.zip"));
-        remote::download(&url, &down, &opts(), &progress).unwrap();
+        remote::download(&url, &down, true, &opts(), &progress).unwrap();
         assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(file).unwrap());
         // Replace regardless: the other file is there afterwards.
         let other = if i == 0 { &large } else { &small };
         remote::upload(other, &url, UploadMode::Replace, &opts(), &progress).unwrap();
-        remote::download(&url, &down, &opts(), &progress).unwrap();
+        remote::download(&url, &down, true, &opts(), &progress).unwrap();
         assert_eq!(std::fs::read(&down).unwrap(), std::fs::read(other).unwrap());
     }
     assert!(calls.load(std::sync::atomic::Ordering::SeqCst) > 4);
@@ -651,7 +651,7 @@ fn a_stalled_server_times_out_and_a_slow_steady_one_does_not() {
     server.set_mode(Mode::Stall);
     let err = o.open(&url).unwrap_err();
     assert!(err.to_string().contains("timed out"), "{err}");
-    let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
+    let err = remote::download(&url, &dst, true, &o, &|_, _| {}).unwrap_err();
     assert!(err.to_string().contains("timed out"), "{err}");
     assert_eq!(support::left_but_the_lock(&out), 0);
     // No answer at all.
@@ -660,7 +660,7 @@ fn a_stalled_server_times_out_and_a_slow_steady_one_does_not() {
     assert!(err.to_string().contains("timed out"), "{err}");
     // 20 pieces 100 ms apart: 2 s in all, never 1 s without bytes.
     server.set_mode(Mode::Trickle);
-    remote::download(&url, &dst, &o, &|_, _| {}).unwrap();
+    remote::download(&url, &dst, true, &o, &|_, _| {}).unwrap();
     assert_eq!(std::fs::read(&dst).unwrap(), bytes);
     server.set_mode(Mode::Normal);
     let a = o.open(&url).unwrap();
@@ -824,7 +824,7 @@ fn a_download_resumes_after_a_drop_only_on_the_same_version() {
         ..RemoteOptions::default()
     };
     server.cut_next(1);
-    remote::download(&url, &dst, &o, &|_, _| {}).unwrap();
+    remote::download(&url, &dst, true, &o, &|_, _| {}).unwrap();
     assert_eq!(std::fs::read(&dst).unwrap(), first);
     let seen = server.requests();
     assert!(seen.last().unwrap().range.is_some(), "{seen:#?}");
@@ -832,7 +832,7 @@ fn a_download_resumes_after_a_drop_only_on_the_same_version() {
     // Replaced right after the cut answer: the resumed request sees another ETag.
     server.cut_next(1);
     server.replace_after(1, "m.zip", spread_archive(dir.path(), 9));
-    let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
+    let err = remote::download(&url, &dst, true, &o, &|_, _| {}).unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::RemoteChanged { .. }),
         "{err:?}"
@@ -841,7 +841,7 @@ fn a_download_resumes_after_a_drop_only_on_the_same_version() {
     // A Content-Length of 2^62: refused before a byte is written, not written until the
     // disk is full.
     server.set_mode(Mode::HugeLength);
-    let err = remote::download(&url, &dst, &o, &|_, _| {}).unwrap_err();
+    let err = remote::download(&url, &dst, true, &o, &|_, _| {}).unwrap_err();
     assert!(err.to_string().contains("are free"), "{err}");
     assert_eq!(support::left_but_the_lock(&out), 0);
 }
@@ -1030,15 +1030,70 @@ fn a_download_settles_the_journal_of_the_file_it_replaces() {
     let url = format!("file://{}/run.zip", store.display());
     // Another writer holds the lock: refused, nothing changed.
     let held = WriteLock::acquire(&local, false).unwrap();
-    let e = remote::download(&url, &local, &opts(), &|_, _| {}).unwrap_err();
+    let e = remote::download(&url, &local, true, &opts(), &|_, _| {}).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Locked), "{e:?}");
     assert_eq!(std::fs::read(&journal).unwrap(), saved);
     drop(held);
-    remote::download(&url, &local, &opts(), &|_, _| {}).unwrap();
+    remote::download(&url, &local, true, &opts(), &|_, _| {}).unwrap();
     assert!(!journal.exists(), "the stale journal is left");
     assert_eq!(Archive::open(&local).unwrap().tags(), &["a", "b"]);
     assert_eq!(
         std::fs::read(&local).unwrap(),
         std::fs::read(store.join("run.zip")).unwrap()
     );
+}
+
+/// A download without `overwrite` refuses an existing file before a byte is fetched,
+/// and a file that appears at its path while it downloads is kept: the downloaded
+/// archive is put in place only where nothing is (no-clobber), and no temporary file is
+/// left.
+#[test]
+fn a_download_without_overwrite_never_replaces_a_file() {
+    use modelzip::remote;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let mut w = ArchiveWriter::create(store.join("run.zip")).unwrap();
+    w.add_tag(TagBuilder::new("a").param("x", Tensor::from_slice(vec![2], &[1f32, 2.0]).unwrap()))
+        .unwrap();
+    w.finish().unwrap();
+    let url = format!("file://{}/run.zip", store.display());
+    let local = dir.path().join("copy.zip");
+    std::fs::write(&local, b"mine").unwrap();
+    let fetched = std::sync::atomic::AtomicU64::new(0);
+    let count = |d: u64, _| fetched.store(d, std::sync::atomic::Ordering::Relaxed);
+    let e = remote::download(&url, &local, false, &opts(), &count).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("copy.zip"), "{e}");
+    assert_eq!(
+        fetched.into_inner(),
+        0,
+        "bytes were fetched for a refused download"
+    );
+    assert_eq!(std::fs::read(&local).unwrap(), b"mine");
+    // Another process writes the file while the download runs.
+    std::fs::remove_file(&local).unwrap();
+    let appear = |_, _| {
+        if !local.exists() {
+            std::fs::write(&local, b"theirs").unwrap();
+        }
+    };
+    let e = remote::download(&url, &local, false, &opts(), &appear).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists),
+        "{e:?}"
+    );
+    assert_eq!(std::fs::read(&local).unwrap(), b"theirs");
+    std::fs::remove_file(&local).unwrap();
+    remote::download(&url, &local, false, &opts(), &|_, _| {}).unwrap();
+    assert_eq!(Archive::open(&local).unwrap().tags(), &["a"]);
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["copy.zip", "copy.zip.lock", "store"]);
 }
