@@ -23,6 +23,7 @@ use std::path::PathBuf;
 ///   modelzip export-paddle model.zip --out inference --force --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
+#[command(mut_arg("quiet", |a| a.help("Print nothing on success")))]
 pub struct Args {
     #[command(flatten)]
     input: TagArgs,
