@@ -605,3 +605,47 @@ def test_an_http_archive_is_served_like_a_local_one(tmp):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_large_remote_tensor_is_sampled_by_ranges(tmp):
+    """`/api/param` of a 32 MiB tensor of an http:// archive reads its header and the 16
+    sampled runs (4 MiB) by range, not the whole tensor; the statistics are those of the
+    values at the sampled places."""
+    import numpy as np
+
+    import modelzip
+
+    archive = tmp / "site" / "big.zip"
+    archive.parent.mkdir()
+    big = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)
+    modelzip.save(archive, "t", {"big": big})
+    served = []
+
+    class Counting(RangeHandler):
+        def copyfile(self, source, outputfile):
+            before = source.tell()
+            super().copyfile(source, outputfile)
+            served.append(source.tell() - before)
+
+    handler = functools.partial(Counting, directory=str(archive.parent))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        server = Server(f"http://127.0.0.1:{httpd.server_address[1]}/big.zip")
+        try:
+            assert server.get("api/archive")[0] == 200
+            served.clear()
+            status, doc = server.get("api/param?tag=t&name=big&bins=10")
+            assert status == 200, doc
+            assert doc["sampled"] is True and doc["read"] == 1 << 20, doc
+            assert sum(served) < 6 << 20, served  # 4 MiB of runs, not 32 MiB
+            # Runs of 64 rows from every 512th row.
+            rows = np.concatenate([big[i * 512 : i * 512 + 64] for i in range(16)])
+            assert doc["min"] == float(rows.min()) and doc["max"] == float(rows.max())
+            assert doc["mean"] == pytest.approx(float(rows.astype(np.float64).mean()))
+        finally:
+            server.stop()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

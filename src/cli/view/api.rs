@@ -228,20 +228,45 @@ pub fn param_doc(
             t.name()
         )));
     };
-    let data = t.tensor(&entry.location).map_err(|e| {
+    let unreadable = |e: modelzip::Error| {
         ApiError::unreadable(format!(
             "cannot read parameter {param:?} of tag {}: {e}",
             t.name()
         ))
-    })?;
-    let view = data.view();
-    let numel = view.numel();
-    let (values, sampled) = sample(&view).map_err(|e| {
+    };
+    let no_stats = |dtype: modelzip::DType, e: modelzip::Error| {
         ApiError::bad_request(format!(
             "no statistics for {param:?} ({}): {e}",
-            view.dtype().name()
+            dtype.name()
         ))
-    })?;
+    };
+    // The header first (a remote archive fetches its first bytes only): a large stored
+    // tensor is sampled by slices, which read only the sampled runs (by range from a
+    // remote archive; a local one maps them). A deflated one is inflated once, whole.
+    let head = archive
+        .tensor_heads(&[&entry.location])
+        .map_err(unreadable)?
+        .pop()
+        .ok_or_else(|| ApiError::unreadable(format!("no header for {param:?}")))?;
+    let numel: u64 = head.dims.iter().product();
+    let stored = archive.entry_stored_size(entry.location.entry())
+        == head.header_len.checked_add(head.data_len);
+    let (values, sampled) = if numel > MAX_VALUES && stored {
+        let mut out = Vec::with_capacity(MAX_VALUES as usize);
+        for ranges in sample_boxes(&head.dims) {
+            let part = t.param_slice(param, &ranges).map_err(unreadable)?;
+            out.extend(
+                part.view()
+                    .to_f32_vec()
+                    .map_err(|e| no_stats(head.dtype, e))?,
+            );
+        }
+        (out, true)
+    } else {
+        let data = t.tensor(&entry.location).map_err(unreadable)?;
+        let view = data.view();
+        sample(&view).map_err(|e| no_stats(view.dtype(), e))?
+    };
     let mut finite = values.iter().copied().filter(|v| v.is_finite());
     let first = finite.next();
     let (mut min, mut max, mut sum, mut n) = match first {
@@ -273,8 +298,8 @@ pub fn param_doc(
     Ok(json!({
         "tag": t.name(),
         "name": param,
-        "dtype": view.dtype().name(),
-        "dims": view.dims(),
+        "dtype": head.dtype.name(),
+        "dims": head.dims,
         "numel": numel,
         "read": values.len(),
         "sampled": sampled,
@@ -286,6 +311,39 @@ pub fn param_doc(
         "std": num(std),
         "histogram": {"min": num(min as f64), "max": num(max as f64), "counts": counts},
     }))
+}
+
+/// The boxes (one range per leading dimension, as `param_slice` takes them) of
+/// [`SAMPLE_RUNS`] evenly spaced runs of about [`MAX_VALUES`] elements in all of a
+/// tensor of `dims` (more than `MAX_VALUES` elements): each run starts near its place in
+/// the row-major order and keeps the trailing dimensions whole where a run holds them.
+fn sample_boxes(dims: &[u64]) -> Vec<Vec<std::ops::Range<u64>>> {
+    let numel: u64 = dims.iter().product();
+    let run = MAX_VALUES / SAMPLE_RUNS;
+    // inner[k]: the elements of one index of dimension k (the product of those after it).
+    let mut inner = vec![1u64; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        inner[k] = inner[k + 1] * dims[k + 1];
+    }
+    // The first dimension whose indices are no larger than a run (the last one is).
+    let Some(k) = (0..dims.len()).find(|&k| inner[k] <= run) else {
+        return Vec::new();
+    };
+    let width = (run / inner[k]).clamp(1, dims[k]);
+    (0..SAMPLE_RUNS)
+        .map(|i| {
+            let mut rest = i * (numel / SAMPLE_RUNS);
+            let mut ranges = Vec::with_capacity(k + 1);
+            for n in &inner[..k] {
+                let at = rest / n;
+                rest %= n;
+                ranges.push(at..at + 1);
+            }
+            let at = (rest / inner[k]).min(dims[k] - width);
+            ranges.push(at..at + width);
+            ranges
+        })
+        .collect()
 }
 
 /// The tensor's values as f32: all of them, or [`SAMPLE_RUNS`] evenly spaced runs of
@@ -461,8 +519,57 @@ pub fn graph_doc_of(t: &modelzip::Tag<'_>, entry: Option<String>) -> Result<Valu
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_PARAM_ROWS, diff_doc};
+    use super::{MAX_PARAM_ROWS, diff_doc, param_doc};
     use modelzip::{Archive, ArchiveWriter, TagBuilder, Tensor};
+
+    /// A large tensor's statistics come from 16 evenly spaced runs read by slices: rows
+    /// of a [2048, 1024] tensor (64 rows from every 128th), and runs inside the rows of a
+    /// [3, 2000000] one (a row is longer than a run); every value read is the one at its
+    /// place.
+    #[test]
+    fn a_large_tensor_is_sampled_by_slices_at_evenly_spaced_places() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.zip");
+        let rows: Vec<f32> = (0..2048 * 1024).map(|i| (i / 1024) as f32).collect();
+        let flat: Vec<f32> = (0..6_000_000).map(|i| i as f32).collect();
+        let mut w = ArchiveWriter::create(&path).unwrap();
+        w.add_tag(
+            TagBuilder::new("t")
+                .param("rows", Tensor::from_slice(vec![2048, 1024], &rows).unwrap())
+                .param(
+                    "cols",
+                    Tensor::from_slice(vec![3, 2_000_000], &flat).unwrap(),
+                ),
+        )
+        .unwrap();
+        w.finish().unwrap();
+        let a = Archive::open(&path).unwrap();
+        let doc = param_doc(&a, "t", "rows", 40).unwrap();
+        assert_eq!(doc["sampled"], true);
+        assert_eq!(doc["read"], 16 * 65536);
+        assert_eq!(doc["numel"], 2048 * 1024);
+        assert_eq!(doc["min"], 0.0);
+        assert_eq!(doc["max"], (15 * 128 + 63) as f64);
+        assert_eq!(doc["mean"], 7.5 * 128.0 + 31.5);
+        // Runs of 65,536 starting at i * 375,000, kept inside their row.
+        let starts: Vec<u64> = (0..16u64)
+            .map(|i| {
+                let at = i * 375_000;
+                at / 2_000_000 * 2_000_000 + (at % 2_000_000).min(2_000_000 - 65_536)
+            })
+            .collect();
+        let values: Vec<f64> = starts
+            .iter()
+            .flat_map(|&s| (s..s + 65_536).map(|v| v as f64))
+            .collect();
+        let doc = param_doc(&a, "t", "cols", 40).unwrap();
+        assert_eq!(doc["sampled"], true);
+        assert_eq!(doc["read"], values.len());
+        assert_eq!(doc["min"], 0.0);
+        assert_eq!(doc["max"], values.iter().cloned().fold(0.0, f64::max));
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        assert_eq!(doc["mean"], mean);
+    }
 
     /// Two tags of MAX_PARAM_ROWS + 5 parameters, every one changed, and 3 added: the
     /// document lists MAX_PARAM_ROWS changed ones, those with the largest differences
