@@ -212,8 +212,10 @@ impl Archive {
         } else {
             // Safety: the map is read-only and private to this value. modelzip writers never
             // change bytes of live entries in place: they write new files and rename them over
-            // the archive, or (in-place append) write past the old central directory, whose
-            // bytes are parsed into owned structures here and never read from the map again.
+            // the archive, or (in-place append or removal) write from the old central
+            // directory on and may cut the file after it, never before it; the directory's
+            // bytes are parsed into owned structures here and never read from the map again
+            // (`Archive::directory` checks the local headers of those structures).
             // Another program truncating or rewriting the file while it is mapped is outside
             // what this library can guard against (reads could then fault).
             let map =

@@ -613,9 +613,11 @@ impl Archive {
         }
         let parsed = match &self.backing {
             #[cfg(unix)]
+            // The directory parsed at the open, its local headers checked: the map is
+            // not read at the old directory's place (a file shrunk since faults there).
             Backing::Map(map, file) => {
                 use std::os::unix::fs::FileExt;
-                container::read::parse_mapped(map, &|buf, at| file.read_exact_at(buf, at))
+                container::read::check_lazy(map, &|buf, at| file.read_exact_at(buf, at), &self.dir)
             }
             b => container::read::parse(b.bytes()),
         };

@@ -360,15 +360,16 @@ const HEAD_PREFIX: usize = 64;
 /// The page size the reads of a lazily checked local header keep within ([`check_local_lazy`]).
 pub(crate) const PAGE: u64 = 4096;
 
-/// [`parse`] of a file mapped as `bytes` that `read_at` also reads: the local headers of
-/// entries that lie far apart (tensor files of ≥ 16 KiB) are read with `read_at` instead
-/// of through the map, so opening an archive of large tensors touches none of their
-/// pages ([`ZipEntry::read_head`] says which were). The checks and errors are
-/// [`parse`]'s: an entry whose header the read window does not settle is checked in
-/// the map.
-#[cfg_attr(not(unix), allow(dead_code))]
+/// [`parse`] of a file mapped as `bytes` that `read_at` also reads, as a mapped archive
+/// does it (tests: it must answer as [`parse`] does): [`parse_lazy`], then
+/// [`check_lazy`]: the local headers of entries that lie far apart (tensor files of
+/// ≥ 16 KiB) are read with `read_at` instead of through the map, so an archive of large
+/// tensors has none of their pages touched ([`ZipEntry::read_head`] says which were).
+/// The checks and errors are [`parse`]'s: an entry whose header the read window does
+/// not settle is checked in the map.
+#[cfg(test)]
 pub(crate) fn parse_mapped(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Directory> {
-    parse_with(bytes, Some((read_at, SPARSE_MAX_HEADERS)))
+    check_lazy(bytes, read_at, &parse_lazy(bytes)?)
 }
 
 /// [`parse_mapped`] reading every local header with `read_at` (tests: the two paths
@@ -383,11 +384,55 @@ pub(crate) fn parse_all_read(bytes: &[u8], read_at: ReadAt<'_>) -> Result<Direct
 fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Directory> {
     let at = At::whole(bytes);
     let (end, mut entries, index, dirs) = central_directory(&at)?;
-    let cd_offset = end.cd_offset;
+    check_headers(bytes, read_at, &mut entries, end.cd_offset)?;
+    Ok(Directory {
+        entries,
+        index,
+        dirs,
+        cd_offset: end.cd_offset,
+        comment: end.comment,
+    })
+}
+
+/// The directory `lazy` ([`parse_lazy`] of the file mapped as `bytes`) with every local
+/// header checked as [`parse_mapped`] checks them, the central directory not read again:
+/// a map of a file that an in-place writer shrank since (a removal writes a shorter
+/// directory where the old one was) faults past the new end, where the old directory
+/// and end records lay; the local headers lie before the old directory, which no
+/// writer cuts.
+#[cfg_attr(not(unix), allow(dead_code))]
+pub(crate) fn check_lazy(bytes: &[u8], read_at: ReadAt<'_>, lazy: &Directory) -> Result<Directory> {
+    let mut entries = lazy.entries.clone();
+    check_headers(
+        bytes,
+        Some((read_at, SPARSE_MAX_HEADERS)),
+        &mut entries,
+        lazy.cd_offset,
+    )?;
+    Ok(Directory {
+        entries,
+        index: lazy.index.clone(),
+        dirs: lazy.dirs.clone(),
+        cd_offset: lazy.cd_offset,
+        comment: lazy.comment.clone(),
+    })
+}
+
+/// Checks the local header of each of `entries` (of the file `bytes`, its directory at
+/// `cd_offset`) against its central record, setting its exact extent, reading with
+/// `read_at` those of 64 KiB blocks that hold fewer headers than the number paired with
+/// it; then that no two entries overlap.
+fn check_headers(
+    bytes: &[u8],
+    read_at: Option<(ReadAt<'_>, usize)>,
+    entries: &mut [ZipEntry],
+    cd_offset: u64,
+) -> Result<()> {
+    let at = At::whole(bytes);
     let mut window = Vec::new();
     for i in 0..entries.len() {
         if let Some((read_at, max)) = read_at
-            && sparse(&entries, i, max)
+            && sparse(entries, i, max)
             && check_local_read(
                 read_at,
                 &mut window,
@@ -401,14 +446,7 @@ fn parse_with(bytes: &[u8], read_at: Option<(ReadAt<'_>, usize)>) -> Result<Dire
         let entry = &mut entries[i];
         check_local(&at, entry, cd_offset).map_err(|e| e.in_entry(entry.name.clone()))?;
     }
-    check_overlaps(&mut entries)?;
-    Ok(Directory {
-        entries,
-        index,
-        dirs,
-        cd_offset,
-        comment: end.comment,
-    })
+    check_overlaps(entries)
 }
 
 /// The end records and the central directory's entries of the whole file `at`.
