@@ -14,7 +14,7 @@ LISTING=docs/public-api.txt
 # The most items the listing may hold: a ratchet that goes down with every removal and up
 # only for a new capability, said in the commit (issue 28 set the
 # goal at 650; lower this number in the same commit that removes items).
-MAX_ITEMS=820
+MAX_ITEMS=821
 target="${CARGO_TARGET_DIR:-target}"
 
 RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --quiet -- -Z unstable-options --output-format json
@@ -58,8 +58,10 @@ trap 'rm -f "$tmp"' EXIT
 # gained `sharded`, the world size `tags` had read from each metadata.json;
 # interop::paddle::export_paths, which only export-paddle's check of existing files
 # used: the export refuses them itself, PREFIX.json for a PIR program). Added since,
-# a capability: OpenOptions::writer_wait (an open that never waits for a writer; the
-# Python package opens so on the calling thread first). What stands
+# capabilities: OpenOptions::writer_wait (an open that never waits for a writer; the
+# Python package opens so on the calling thread first) and SaveReport::deferred (a
+# committed save whose retention pass found the archive locked says so instead of
+# failing). What stands
 # between:
 # the error kinds (43), the dtypes (29), the graph model (108), the reports users read
 # field by field, and whatever the CLI (a client of this API, src/cli) needs.

@@ -980,7 +980,9 @@ class Checkpointer:
     ) -> Dict[str, Any]:
         """Saves a checkpoint and applies the retention policy; returns when it is
         durable. Report: ``{"tag", "params", "shared", "own_bytes", "removed",
-        "compacted"}``, plus ``"bytes_uploaded"`` and ``"bytes_copied"`` (by the store) for
+        "compacted", "deferred"}`` (``deferred``: the checkpoint is committed but another
+        writer held the archive's lock before the retention pass, which the next save
+        runs), plus ``"bytes_uploaded"`` and ``"bytes_copied"`` (by the store) for
         an ``s3://`` archive. ``"params"``, ``"shared"`` and ``"own_bytes"`` are read back
         after the commit, without waiting for a writer, and left out when that read fails
         (the tag already removed by a later save's retention, as ``keep_last=1`` does to an
@@ -989,7 +991,8 @@ class Checkpointer:
         restored, and no ``keep_best`` candidate.
 
         Sharded (``world_size`` > 1): ``params``/``updater`` hold this rank's rows; returns
-        once the checkpoint is committed, with ``{"tag", "removed", "compacted", "rank"}``
+        once the checkpoint is committed, with ``{"tag", "removed", "compacted", "deferred",
+        "rank"}``
         (``removed`` by rank 0's retention pass; empty on the other ranks; rank 0 adds
         ``bytes_uploaded`` and ``bytes_copied`` for a remote archive)."""
         if self._world_size > 1:

@@ -1275,6 +1275,7 @@ fn save_report<'py>(py: Python<'py>, path: &Path, r: &SaveReport) -> PyResult<Bo
     let d = tag_report(py, path, &r.tag)?;
     d.set_item("removed", r.removed.clone())?;
     d.set_item("compacted", r.compacted)?;
+    d.set_item("deferred", r.deferred)?;
     if let (Some(up), Some(copied)) = (r.bytes_uploaded, r.bytes_copied) {
         d.set_item("bytes_uploaded", up)?;
         d.set_item("bytes_copied", copied)?;
@@ -1483,6 +1484,7 @@ impl NativeCheckpointer {
         d.set_item("tag", &r.tag)?;
         d.set_item("removed", r.removed.clone())?;
         d.set_item("compacted", r.compacted)?;
+        d.set_item("deferred", r.deferred)?;
         d.set_item("rank", rank)?;
         if let (Some(up), Some(copied)) = (r.bytes_uploaded, r.bytes_copied) {
             d.set_item("bytes_uploaded", up)?;

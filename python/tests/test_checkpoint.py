@@ -214,7 +214,8 @@ def test_an_async_save_whose_checkpoint_the_next_save_removed_still_reports(tmp)
     assert r2["tag"] == "step-000000002" and r2["removed"] == ["step-000000001"]
     assert r2["params"] == 2 and "shared" in r2 and "own_bytes" in r2
     r1 = h1.wait()
-    assert r1 == {"tag": "step-000000001", "removed": [], "compacted": False}, r1
+    assert r1 == {"tag": "step-000000001", "removed": [], "compacted": False,
+                  "deferred": False}, r1
     assert ck.wait() == r2  # the pending save, step 2 (its tag reads back)
     assert ck.checkpoints() == ["step-000000002"]
     # a synchronous save after them reports in full

@@ -609,8 +609,10 @@ impl Plan {
 /// One past the highest own file number of `tag` of that kind.
 fn first_free_index(base: &Archive, tag: &str, kind: TensorKind) -> u64 {
     let prefix = format!("{tag}/{}/", kind.dir());
-    base.entry_names()
-        .filter_map(|n| n.strip_prefix(&prefix))
+    // The tag's own entries only (its run of the directory), not every entry: a removal
+    // asks once per kept tag that receives files.
+    base.entries_under(tag)
+        .filter_map(|e| e.name.strip_prefix(&prefix))
         .filter_map(|r| r.strip_suffix(".lodtensor"))
         .filter_map(|n| text::parse_index(n).ok())
         .map(|n| n.saturating_add(1))

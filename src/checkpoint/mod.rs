@@ -175,6 +175,11 @@ pub struct SaveReport {
     /// For an `s3://` or `az://` archive: the bytes of the old object the store copied; `None` for a
     /// local archive.
     pub bytes_copied: Option<u64>,
+    /// True when the checkpoint was committed but the retention pass (or compaction)
+    /// after it was not run: another writer held the archive's write lock (and
+    /// [`WriteOptions::wait_for_lock`] was not set), or kept changing a remote archive.
+    /// The next save (or open) applies the policy; nothing is lost.
+    pub deferred: bool,
 }
 
 /// What [`Checkpointer::open`] did to an existing archive to bring it in line with the
@@ -423,11 +428,16 @@ impl Checkpointer {
                 compacted: false,
                 bytes_uploaded: None,
                 bytes_copied: None,
+                deferred: false,
             });
         }
         #[cfg(feature = "remote")]
         if let Some(url) = url_of(&self.path) {
-            let (removed, removal) = remote::apply_retention(url, &self.opts)?;
+            let (removed, removal, deferred) =
+                match deferrable(remote::apply_retention(url, &self.opts))? {
+                    Some((removed, removal)) => (removed, removal, false),
+                    None => (Vec::new(), None, true),
+                };
             let cost = |w: Option<&crate::remote::RemoteWrite>| {
                 w.map_or((0, 0), |w| (w.bytes_uploaded, w.bytes_copied))
             };
@@ -439,6 +449,7 @@ impl Checkpointer {
                 compacted: false,
                 bytes_uploaded: Some(up + up2),
                 bytes_copied: Some(copied + copied2),
+                deferred,
             });
         }
         let _ = done;
@@ -699,22 +710,41 @@ fn save_now(path: &Path, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Result<
 /// report. A second commit: a crash before it leaves the checkpoints it would remove,
 /// which the next open (or save) removes, since the policy depends only on the archive.
 fn retain_and_compact(path: &Path, opts: &CheckpointOptions, tag: String) -> Result<SaveReport> {
-    let removed = apply_retention(path, opts)?;
+    let mut report = SaveReport {
+        tag,
+        removed: Vec::new(),
+        compacted: false,
+        bytes_uploaded: None,
+        bytes_copied: None,
+        deferred: false,
+    };
+    let Some(removed) = deferrable(apply_retention(path, opts))? else {
+        report.deferred = true;
+        return Ok(report);
+    };
+    report.removed = removed;
     let a = Archive::open(path)?;
     let dead = a.dead_bytes() as f64;
     let len = a.len_bytes().max(1) as f64;
     drop(a);
-    let compacted = dead / len > opts.compact_dead_fraction;
-    if compacted {
-        archive::compact(path, &opts.write)?;
+    if dead / len > opts.compact_dead_fraction {
+        match deferrable(archive::compact(path, &opts.write))? {
+            Some(_) => report.compacted = true,
+            None => report.deferred = true,
+        }
     }
-    Ok(SaveReport {
-        tag,
-        removed,
-        compacted,
-        bytes_uploaded: None,
-        bytes_copied: None,
-    })
+    Ok(report)
+}
+
+/// The result of a retention pass or compaction that follows a committed save, `None`
+/// when another writer held the archive (or kept changing a remote one): that work is
+/// left to the next save, and the save, committed, does not fail for it.
+fn deferrable<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if matches!(e.kind(), ErrorKind::Locked | ErrorKind::RemoteConflict(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The `retention` record of the checkpoint `tag` about to be saved: the policy, and
@@ -745,6 +775,13 @@ fn retention_record(
         policy: opts.retention.clone(),
         ..previous.unwrap_or_default()
     };
+    // Checkpoints the previous record says were removed but that are still here (its
+    // retention pass was deferred or cut short): listed again below if dropped now.
+    let present: std::collections::HashSet<String> =
+        ckpts.iter().map(|c| c.tag.to_ascii_lowercase()).collect();
+    record
+        .removed
+        .retain(|r| !present.contains(&r.tag.to_ascii_lowercase()));
     record.extend(
         ckpts
             .into_iter()
@@ -902,5 +939,120 @@ mod tests {
         assert!(tag_for("no-step", 1).is_err());
         assert!(tag_for("{step:x}", 1).is_err());
         assert!(tag_for("bad/{step}", 1).is_err());
+    }
+
+    fn keep_last(n: usize) -> CheckpointOptions {
+        CheckpointOptions {
+            retention: Retention {
+                keep_last: Some(n),
+                ..Retention::default()
+            },
+            ..CheckpointOptions::default()
+        }
+    }
+
+    fn with_step(step: u64) -> Checkpoint {
+        let mut c = Checkpoint::new(step);
+        c.params.push((
+            "w".into(),
+            Tensor::from_slice(vec![1], &[step as f32]).unwrap(),
+        ));
+        c
+    }
+
+    /// The retention pass after a committed save finds another writer holding the lock:
+    /// the save reports the checkpoint saved with the pass deferred (it failed with
+    /// `Locked`, and a retry with `TagExists`); the next pass removes what it would have.
+    #[test]
+    fn a_retention_pass_found_locked_after_the_commit_is_deferred() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        for step in [1, 2] {
+            save_now(&p, &CheckpointOptions::default(), &with_step(step)).unwrap();
+        }
+        let opts = keep_last(1);
+        let held = crate::WriteLock::acquire(&p, false).unwrap();
+        let r = retain_and_compact(&p, &opts, "step-000000002".into()).unwrap();
+        assert!(r.deferred && r.removed.is_empty() && !r.compacted, "{r:?}");
+        assert_eq!(Archive::open(&p).unwrap().tags().len(), 2);
+        drop(held);
+        let r = retain_and_compact(&p, &opts, "step-000000002".into()).unwrap();
+        assert!(!r.deferred, "{r:?}");
+        assert_eq!(r.removed, ["step-000000001"]);
+    }
+
+    /// A checkpoint whose save said it removed an older one that is still there (its
+    /// retention pass deferred or cut short): the next save's record lists that one
+    /// once, with what this save drops.
+    #[test]
+    fn a_removal_recorded_but_not_done_is_recorded_once() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        let mut w = crate::ArchiveWriter::create(&p).unwrap();
+        let meta = |step: u64, retention: Value| {
+            let mut m = json!({"step": step, "metrics": {}});
+            if !retention.is_null() {
+                m["retention"] = retention;
+            }
+            m.to_string()
+        };
+        let x = || Tensor::from_slice(vec![1], &[1f32]).unwrap();
+        w.add_tag(
+            crate::TagBuilder::new("step-000000001")
+                .param("w", x())
+                .metadata(meta(1, Value::Null)),
+        )
+        .unwrap();
+        let said = json!({
+            "keep_last": 1, "keep_every": null, "keep_best": null,
+            "removed": [{"tag": "step-000000001", "step": 1, "metrics": {}}],
+            "removed_omitted": 0,
+        });
+        w.add_tag(
+            crate::TagBuilder::new("step-000000002")
+                .param("w", x())
+                .metadata(meta(2, said)),
+        )
+        .unwrap();
+        w.finish().unwrap();
+        let a = Archive::open(&p).unwrap();
+        let r = retention_record(Some(&a), &keep_last(1), "step-000000003", &with_step(3))
+            .unwrap()
+            .unwrap();
+        let tags: Vec<&str> = r.removed.iter().map(|c| c.tag.as_str()).collect();
+        assert_eq!(tags, ["step-000000001", "step-000000002"]);
+    }
+
+    /// An infinite metric is stored as null: the record made before the save decides as
+    /// the pass after it does (no candidate), so a checkpoint the pass keeps is not
+    /// recorded as removed.
+    #[test]
+    fn an_infinite_metric_is_no_candidate_for_keep_best() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.zip");
+        let opts = CheckpointOptions {
+            retention: Retention {
+                keep_last: Some(1),
+                keep_best: Some(KeepBest {
+                    metric: "acc".into(),
+                    goal: Goal::Max,
+                    count: 1,
+                }),
+                ..Retention::default()
+            },
+            ..CheckpointOptions::default()
+        };
+        let mut last = None;
+        for (step, acc) in [(1, 0.9), (2, 0.5), (3, f64::INFINITY)] {
+            let mut c = with_step(step);
+            c.metrics.insert("acc".into(), acc);
+            last = Some(save_now(&p, &opts, &c).unwrap());
+        }
+        assert_eq!(last.unwrap().removed, ["step-000000002"]);
+        let a = Archive::open(&p).unwrap();
+        assert_eq!(a.tags(), ["step-000000001", "step-000000003"]);
+        let (_, record) = checkpoint_records(&a).unwrap();
+        let tags: Vec<String> = record.unwrap().removed.into_iter().map(|c| c.tag).collect();
+        assert_eq!(tags, ["step-000000002"]);
     }
 }

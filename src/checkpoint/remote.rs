@@ -58,7 +58,10 @@ pub(super) fn save(url: &str, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Re
         w.finish()?;
         app.finish()
     })?;
-    let (removed, removal) = apply_retention(url, opts)?;
+    let (removed, removal, deferred) = match super::deferrable(apply_retention(url, opts))? {
+        Some((removed, removal)) => (removed, removal, false),
+        None => (Vec::new(), None, true),
+    };
     let (up, copied) = removal.map_or((0, 0), |w| (w.bytes_uploaded, w.bytes_copied));
     Ok(SaveReport {
         tag,
@@ -67,6 +70,7 @@ pub(super) fn save(url: &str, opts: &CheckpointOptions, ckpt: &Checkpoint) -> Re
         compacted: false,
         bytes_uploaded: Some(appended.bytes_uploaded + up),
         bytes_copied: Some(appended.bytes_copied + copied),
+        deferred,
     })
 }
 

@@ -83,7 +83,9 @@ pub(crate) fn decide(ckpts: &[CheckpointRecord], policy: &Retention) -> Vec<Vec<
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.metrics.get(&best.metric).map(|v| (i, *v)))
-            .filter(|(_, v)| !v.is_nan())
+            // NaN and ±inf are no candidates (±inf is stored as null: the retention pass
+            // after the save, which reads the stored metrics, must decide alike).
+            .filter(|(_, v)| v.is_finite())
             .collect();
         scored.sort_by(|a, b| {
             let ord = a.1.total_cmp(&b.1);
