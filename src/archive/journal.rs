@@ -19,6 +19,7 @@
 //! short while being written, before the archive was touched, and is just deleted.
 
 use super::archive_path::{regular_file, sidecar};
+use super::container;
 use super::durable::fsync_dir;
 use super::fault::Budgeted;
 use crate::error::{Error, ErrorKind, Result};
@@ -171,73 +172,31 @@ fn read_journal(jp: &Path, archive_len: u64) -> Result<Option<Journal>> {
 /// journal onto a different file (say, one restored from a backup after the crash) would
 /// corrupt it.
 fn belongs_to(file: &File, j: &Journal) -> std::io::Result<bool> {
-    const SIG_CENTRAL: u32 = 0x0201_4b50;
-    const SIG_LOCAL: u32 = 0x0403_4b50;
-    const SIG_EOCD: u32 = 0x0605_4b50;
-    const FLAG_DESCRIPTOR: u16 = 0x0008;
-    let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    if file.metadata()?.len() < j.offset {
+    let file_len = file.metadata()?.len();
+    if file_len < j.offset {
         return Ok(false);
     }
-    let s = &j.saved;
-    // The end record without a comment, as modelzip writes it, places the directory.
-    if s.len() >= 22 {
-        let e = &s[s.len() - 22..];
-        if u32_at(e, 0) == SIG_EOCD && u16_at(e, 20) == 0 {
-            let cd = u32_at(e, 16);
-            if cd != u32::MAX && u64::from(cd) != j.offset {
-                return Ok(false);
-            }
-        }
+    // The saved bytes are the old file's from `offset` to its end: its directory and end
+    // records, read by the parser every open uses.
+    let Ok((cd_offset, entries)) =
+        container::read::directory_in_tail(&j.saved, j.offset, j.original_len)
+    else {
+        return Ok(false);
+    };
+    if cd_offset != j.offset {
+        return Ok(false);
     }
-    let mut pos = 0usize;
-    let mut checked = 0;
-    while checked < 1024 && s.len() >= pos + 46 && u32_at(s, pos) == SIG_CENTRAL {
-        let r = &s[pos..];
-        let (n, m, k) = (
-            usize::from(u16_at(r, 28)),
-            usize::from(u16_at(r, 30)),
-            usize::from(u16_at(r, 32)),
-        );
-        let Some(name) = r.get(46..46 + n) else {
-            return Ok(false);
-        };
-        pos += 46 + n + m + k;
-        let header = u32_at(r, 42);
-        if header == u32::MAX {
-            continue; // behind a Zip64 extra field
-        }
-        let header = u64::from(header);
-        if header.saturating_add(30 + n as u64) > j.offset {
-            return Ok(false);
-        }
-        let mut local = vec![0u8; 30 + n];
+    let read_at = |buf: &mut [u8], at: u64| {
         let mut f = file;
-        f.seek(SeekFrom::Start(header))?;
-        f.read_exact(&mut local)?;
-        if u32_at(&local, 0) != SIG_LOCAL
-            || usize::from(u16_at(&local, 26)) != n
-            || &local[30..] != name
-        {
+        f.seek(SeekFrom::Start(at))?;
+        f.read_exact(buf)
+    };
+    for e in entries.iter().take(1024) {
+        if !container::read::local_header_agrees(&read_at, file_len, e, j.offset)? {
             return Ok(false);
         }
-        let plain = u16_at(&local, 6) & FLAG_DESCRIPTOR == 0 && u16_at(r, 8) & FLAG_DESCRIPTOR == 0;
-        // Sizes may sit in Zip64 extra fields (0xffffffff here), in either header.
-        let sizes_known = [
-            u32_at(r, 20),
-            u32_at(r, 24),
-            u32_at(&local, 18),
-            u32_at(&local, 22),
-        ]
-        .iter()
-        .all(|&v| v != u32::MAX);
-        if plain && (local[14..18] != r[16..20] || sizes_known && local[18..26] != r[20..28]) {
-            return Ok(false);
-        }
-        checked += 1;
     }
-    Ok(checked > 0 || (s.len() >= 4 && u32_at(s, 0) == SIG_EOCD))
+    Ok(true)
 }
 
 /// Rolls back an unfinished in-place append of the archive at `path`, if its journal is

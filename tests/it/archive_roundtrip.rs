@@ -824,3 +824,45 @@ fn a_directory_opened_as_an_archive_is_an_is_a_directory_error() {
     );
     assert_eq!(e.location().file.as_deref(), Some(dir.path()));
 }
+
+/// The journal of an in-place append cut short is recognised as the file's (and
+/// replayed) when its entries have data descriptors or Zip64 local headers, as other
+/// writers make them: the check reads the saved directory and the local headers with
+/// the parser every open uses. Replayed onto another archive, it is refused.
+#[test]
+fn a_journal_is_checked_against_foreign_entries_by_the_open_parser() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/foreign");
+    let files = [
+        "python-streamed.zip",
+        "infozip-fd.zip",
+        "infozip-pipe.zip",
+        "infozip-stdin.zip",
+    ];
+    for (i, file) in files.iter().enumerate() {
+        let (d, path) = tmp();
+        std::fs::copy(dir.join(file), &path).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let journal = d.path().join("model.zip.journal");
+        let mut ap = modelzip::Appender::open(&path, AppendMode::InPlace).unwrap();
+        let saved = std::fs::read(&journal).unwrap();
+        let t = Tensor::from_slice(vec![2], &[5.0f32, 6.0]).unwrap();
+        ap.add_tag(TagBuilder::new("more").param("v", t)).unwrap();
+        ap.finish().unwrap();
+        // A crash after the append's bytes, before the journal's deletion.
+        std::fs::write(&journal, &saved).unwrap();
+        let a = Archive::open(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(a.tags(), ["t"], "{file}");
+        drop(a);
+        assert_eq!(std::fs::read(&path).unwrap(), before, "{file}: rolled back");
+        assert!(!journal.exists(), "{file}");
+        // The same journal beside another writer's archive of the same tags.
+        let other = dir.join(files[(i + 1) % files.len()]);
+        std::fs::copy(&other, &path).unwrap();
+        std::fs::write(&journal, &saved).unwrap();
+        let e = Archive::open(&path).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::ForeignJournal { .. }),
+            "{file}: {e}"
+        );
+    }
+}

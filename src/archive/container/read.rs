@@ -873,6 +873,17 @@ fn check_local(at: &At<'_>, e: &mut ZipEntry, cd_offset: u64) -> Result<()> {
 /// Checks entry `e`'s local header in `at` against its central record and returns where
 /// its data starts and the length of its data descriptor (0 when it has none).
 fn local_extent(at: &At<'_>, e: &ZipEntry, cd_offset: u64) -> Result<(u64, u8)> {
+    let (data_offset, data_end, descriptor) = local_header(at, e, cd_offset)?;
+    let desc = match descriptor {
+        Some(zip64) => descriptor_len(at, e, data_end, cd_offset, zip64)?,
+        None => 0,
+    };
+    Ok((data_offset, desc))
+}
+
+/// [`local_extent`] up to the data descriptor: where the data starts and ends, and
+/// whether a descriptor follows it (`Some`: whether its header has a Zip64 extra field).
+fn local_header(at: &At<'_>, e: &ZipEntry, cd_offset: u64) -> Result<(u64, u64, Option<bool>)> {
     let off = e.header_offset;
     if off.checked_add(30).is_none_or(|end| end > cd_offset) {
         return Err(zip_err(
@@ -960,14 +971,64 @@ fn local_extent(at: &At<'_>, e: &ZipEntry, cd_offset: u64) -> Result<(u64, u8)> 
             ));
         }
     };
-    let mut desc = 0;
-    if (flags | e.flags) & FLAG_DESCRIPTOR != 0 {
-        let zip64 = extra_fields(extra)
+    let descriptor = ((flags | e.flags) & FLAG_DESCRIPTOR != 0).then(|| {
+        extra_fields(extra)
             .map(|f| f.iter().any(|(id, _)| *id == ZIP64_EXTRA))
-            .unwrap_or(false);
-        desc = descriptor_len(at, e, data_end, cd_offset, zip64)?;
+            .unwrap_or(false)
+    });
+    Ok((data_offset, data_end, descriptor))
+}
+
+/// The entries of the central directory in `tail`: the last bytes of a file of
+/// `file_len` bytes, from byte `offset` on (its directory and end records, as a journal
+/// saves them), parsed as an open parses them; and the directory's offset.
+pub(crate) fn directory_in_tail(
+    tail: &[u8],
+    offset: u64,
+    file_len: u64,
+) -> Result<(u64, Vec<ZipEntry>)> {
+    let at = At::window(tail, offset, file_len);
+    let end = parse_end(&at, &mut |o, len| {
+        at.slice(o, len, "zip64 end record").map(<[u8]>::to_vec)
+    })?;
+    let cd = at.slice(end.cd_offset, end.cd_size, "central directory")?;
+    let (entries, _, _) = parse_entries(cd, &end)?;
+    Ok((end.cd_offset, entries))
+}
+
+/// Whether entry `e`'s local header (and data descriptor), read with `read_at` from a
+/// file of `file_len` bytes whose central directory starts at `cd_offset`, agree with
+/// its central record as [`parse`] checks them. Errors are the reads'.
+pub(crate) fn local_header_agrees(
+    read_at: ReadAt<'_>,
+    file_len: u64,
+    e: &ZipEntry,
+    cd_offset: u64,
+) -> std::io::Result<bool> {
+    let start = e.header_offset;
+    let Some(short) = window_len(e, file_len, false) else {
+        return Ok(false);
+    };
+    // The fixed part, the name and the usual extra field; then, if that does not settle
+    // it, the longest an extra field can be.
+    let long = (30 + e.name.len() as u64 + 0xffff).min(file_len.saturating_sub(start)) as usize;
+    for len in [short, long.max(short)] {
+        let mut window = vec![0u8; len];
+        read_at(&mut window, start)?;
+        let at = At::window(&window, start, file_len);
+        match local_header(&at, e, cd_offset) {
+            Ok((_, _, None)) => return Ok(true),
+            Ok((_, data_end, Some(zip64))) => {
+                let mut d = vec![0u8; (cd_offset - data_end).min(24) as usize];
+                read_at(&mut d, data_end)?;
+                let at = At::window(&d, data_end, file_len);
+                return Ok(descriptor_len(&at, e, data_end, cd_offset, zip64).is_ok());
+            }
+            Err(_) if len < long => {}
+            Err(_) => return Ok(false),
+        }
     }
-    Ok((data_offset, desc))
+    Ok(false)
 }
 
 /// The length of the data descriptor that follows an entry's data (general-purpose flag
