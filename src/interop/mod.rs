@@ -690,7 +690,8 @@ pub(crate) fn write_temp(
 /// leaves the files as they were (without `overwrite`, nothing existed to lose). After
 /// the last rename the moved-aside files are removed. A crash between the renames can
 /// leave a mix of old and new files, with the old ones' moved-aside copies beside them
-/// (`.NAME.modelzip-old-…`).
+/// (`.NAME.modelzip-old-…`), which the next whole set at those targets deletes once
+/// they are older than [`MOVED_ASIDE_GRACE`].
 pub(crate) fn persist_all(
     temps: Vec<(tempfile::NamedTempFile, PathBuf)>,
     stale: &[PathBuf],
@@ -742,7 +743,42 @@ pub(crate) fn persist_all(
     for (a, _) in &aside {
         let _ = std::fs::remove_file(a);
     }
+    for target in placed.iter().chain(stale) {
+        remove_dead_moved_aside(target);
+    }
     Ok(())
+}
+
+/// How long a moved-aside file ([`persist_all`]) must have gone unmodified before another
+/// export of the same target takes it for a killed export's: a live export keeps one for
+/// the few renames of its set.
+const MOVED_ASIDE_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Deletes the moved-aside copies of `target` (`.NAME.modelzip-old-…`) that an export
+/// killed between its renames left, once `target` holds a whole new export: they are
+/// older versions of it, which that export was replacing.
+fn remove_dead_moved_aside(target: &Path) {
+    let Some(name) = target.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let prefix = format!(".{name}.modelzip-old-");
+    let Ok(rd) = std::fs::read_dir(crate::archive::parent_dir(target)) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let dead = e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix))
+            && e.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > MOVED_ASIDE_GRACE);
+        if dead {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path, overwrite: bool) -> Result<()> {
@@ -892,5 +928,43 @@ mod tests {
         .unwrap();
         assert_eq!(listing(dir), ["a.bin", "b.bin"]);
         assert_eq!(std::fs::read_to_string(dir.join("a.bin")).unwrap(), "NEW A");
+    }
+
+    /// The moved-aside copies an export killed between its renames left are deleted by
+    /// the next whole export of the same files, once older than the grace; a fresh one
+    /// (a live export's) and other files are kept.
+    #[test]
+    fn a_killed_exports_moved_aside_copies_go_with_the_next_export() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let old = std::time::SystemTime::now() - super::MOVED_ASIDE_GRACE * 2;
+        for name in [
+            ".a.bin.modelzip-old-1-00000000-0",
+            ".b.bin.modelzip-old-1-00000000-1",
+        ] {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            f.set_modified(old).unwrap();
+        }
+        std::fs::write(dir.join(".a.bin.modelzip-old-2-00000000-0"), "live").unwrap();
+        let other = std::fs::File::create(dir.join(".c.bin.modelzip-old-1-00000000-0")).unwrap();
+        other.set_modified(old).unwrap();
+        persist_all(
+            vec![
+                (temp_in(dir, "NEW A"), dir.join("a.bin")),
+                (temp_in(dir, "NEW B"), dir.join("b.bin")),
+            ],
+            &[],
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            listing(dir),
+            [
+                ".a.bin.modelzip-old-2-00000000-0",
+                ".c.bin.modelzip-old-1-00000000-0",
+                "a.bin",
+                "b.bin"
+            ]
+        );
     }
 }
