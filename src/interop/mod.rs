@@ -697,6 +697,15 @@ pub(crate) fn persist_all(
     stale: &[PathBuf],
     overwrite: bool,
 ) -> Result<()> {
+    // Two files of the set at one path: the second would replace the first (and, moved
+    // aside as an old file, delete it).
+    let mut targets = std::collections::HashSet::new();
+    if let Some((_, t)) = temps.iter().find(|(_, t)| !targets.insert(t)) {
+        return Err(Error::new(ErrorKind::InvalidInput(
+            "the export would write two files at this path".into(),
+        ))
+        .in_file(t));
+    }
     let mut aside: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut placed: Vec<PathBuf> = Vec::new();
     let undo = |placed: &[PathBuf], aside: &[(PathBuf, PathBuf)]| {
@@ -743,9 +752,7 @@ pub(crate) fn persist_all(
     for (a, _) in &aside {
         let _ = std::fs::remove_file(a);
     }
-    for target in placed.iter().chain(stale) {
-        remove_dead_moved_aside(target);
-    }
+    remove_dead_moved_aside(placed.iter().chain(stale));
     Ok(())
 }
 
@@ -754,29 +761,40 @@ pub(crate) fn persist_all(
 /// the few renames of its set.
 const MOVED_ASIDE_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
-/// Deletes the moved-aside copies of `target` (`.NAME.modelzip-old-…`) that an export
-/// killed between its renames left, once `target` holds a whole new export: they are
-/// older versions of it, which that export was replacing.
-fn remove_dead_moved_aside(target: &Path) {
-    let Some(name) = target.file_name().and_then(|n| n.to_str()) else {
-        return;
-    };
-    let prefix = format!(".{name}.modelzip-old-");
-    let Ok(rd) = std::fs::read_dir(crate::archive::parent_dir(target)) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let dead = e
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with(&prefix))
-            && e.metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > MOVED_ASIDE_GRACE);
-        if dead {
-            let _ = std::fs::remove_file(e.path());
+/// Deletes the moved-aside copies of `targets` (`.NAME.modelzip-old-…`) that an export
+/// killed between its renames left, once the targets hold a whole new export: they are
+/// older versions of them, which that export was replacing. Each directory is read once
+/// (a sharded export may place thousands of files in one).
+fn remove_dead_moved_aside<'p>(targets: impl Iterator<Item = &'p PathBuf>) {
+    let mut names: std::collections::HashMap<PathBuf, std::collections::HashSet<&str>> =
+        std::collections::HashMap::new();
+    for t in targets {
+        if let Some(name) = t.file_name().and_then(|n| n.to_str()) {
+            names
+                .entry(crate::archive::parent_dir(t))
+                .or_default()
+                .insert(name);
+        }
+    }
+    for (dir, names) in names {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let copy_of = e.file_name().to_str().and_then(|n| {
+                let rest = n.strip_prefix('.')?;
+                let (name, _) = rest.rsplit_once(".modelzip-old-")?;
+                names.contains(name).then_some(())
+            });
+            let dead = copy_of.is_some()
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > MOVED_ASIDE_GRACE);
+            if dead {
+                let _ = std::fs::remove_file(e.path());
+            }
         }
     }
 }
@@ -928,6 +946,27 @@ mod tests {
         .unwrap();
         assert_eq!(listing(dir), ["a.bin", "b.bin"]);
         assert_eq!(std::fs::read_to_string(dir.join("a.bin")).unwrap(), "NEW A");
+    }
+
+    /// A set that would write two files at one path is refused before any rename (the
+    /// second replaced the first, and, moved aside as an old file, deleted it).
+    #[test]
+    fn two_files_at_one_path_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        std::fs::write(dir.join("a.bin"), "OLD").unwrap();
+        let e = persist_all(
+            vec![
+                (temp_in(dir, "ONE"), dir.join("a.bin")),
+                (temp_in(dir, "TWO"), dir.join("a.bin")),
+            ],
+            &[],
+            true,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("two files at this path"), "{e}");
+        assert_eq!(listing(dir), ["a.bin"]);
+        assert_eq!(std::fs::read_to_string(dir.join("a.bin")).unwrap(), "OLD");
     }
 
     /// The moved-aside copies an export killed between its renames left are deleted by

@@ -1227,14 +1227,22 @@ fn export_safetensors_sharded(
     let mut layouts = Vec::with_capacity(groups.len());
     let mut weight_map = Map::new();
     let mut total_size = 0u64;
+    let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
     for (file, ts) in groups {
-        let plain = Path::new(&file)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)))
-            && !file.is_empty();
+        let plain = matches!(
+            Path::new(&file).components().collect::<Vec<_>>().as_slice(),
+            [Component::Normal(_)]
+        );
         if !plain {
             return Err(invalid(format!(
                 "the shard name {file:?} kept in the tag's metadata.json is not a plain file name"
+            )));
+        }
+        // Two shards (or a shard and the index) of one name: one file would replace the
+        // other, its tensors lost.
+        if file == INDEX_FILE || !names.insert(file.clone()) {
+            return Err(invalid(format!(
+                "the shard name {file:?} kept in the tag's metadata.json names another file of the export (a shard listed twice, or the index)"
             )));
         }
         for (n, _) in &ts {

@@ -1263,3 +1263,55 @@ fn exporting_a_graph_tag_notes_what_a_safetensors_file_leaves_out() {
         r.notes
     );
 }
+
+/// A tag whose metadata.json names two shards alike (or a shard like the index): the
+/// sharded export is refused before anything is written, with or without overwrite (one
+/// shard replaced the other, its tensors lost, and the export said it succeeded).
+#[test]
+fn shards_named_alike_in_metadata_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let imported = dir.path().join("a.zip");
+    import_safetensors(
+        &imported,
+        "t",
+        std::slice::from_ref(&fixtures().join("sharded")),
+        &opts(),
+    )
+    .unwrap();
+    let a = Archive::open(&imported).unwrap();
+    let tag = a.tag("t").unwrap();
+    let meta: Value = serde_json::from_slice(&tag.metadata().unwrap().unwrap()).unwrap();
+    for second in [
+        "model-00001-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ] {
+        let mut m = meta.clone();
+        m["safetensors"]["shards"][1]["file"] = second.into();
+        let path = dir.path().join(format!("dup-{}.zip", second.len()));
+        let mut b = TagBuilder::new("t").metadata(m.to_string());
+        for p in tag.params() {
+            b = b.param(&p.name, tag.param(&p.name).unwrap().view().to_owned());
+        }
+        let mut w = ArchiveWriter::create(&path).unwrap();
+        w.add_tag(b).unwrap();
+        w.finish().unwrap();
+        let dup = Archive::open(&path).unwrap();
+        for overwrite in [false, true] {
+            let out = dir.path().join(format!("out-{}-{overwrite}", second.len()));
+            std::fs::create_dir(&out).unwrap();
+            let opts = ExportOptions {
+                overwrite,
+                ..export_opts()
+            };
+            let e = interop::format("safetensors")
+                .unwrap()
+                .export(&dup.tag("t").unwrap(), &out, &opts)
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("names another file of the export"),
+                "{second}: {e}"
+            );
+            assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "{second}");
+        }
+    }
+}
