@@ -3,6 +3,7 @@
 //! parameters are shown by name (their values are in the tag).
 
 use crate::graph::OnnxGraph;
+use crate::graph::clean::clean;
 use crate::graph::drawing::{DrawNode, Drawing, NodeRole, NodeShape};
 use crate::onnx_proto as pb;
 use serde_json::{Value, json};
@@ -25,7 +26,7 @@ pub fn text(g: &OnnxGraph) -> String {
         m.producer_version(),
         m.opset_import
             .iter()
-            .map(|o| format!("{}:{}", o.domain(), o.version()))
+            .map(|o| format!("{}:{}", clean(o.domain()), o.version()))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -34,7 +35,7 @@ pub fn text(g: &OnnxGraph) -> String {
     };
     let names = |v: &[pb::ValueInfoProto]| {
         v.iter()
-            .map(|i| i.name().to_string())
+            .map(|i| clean(i.name()).into_owned())
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -48,17 +49,19 @@ pub fn text(g: &OnnxGraph) -> String {
         m.functions.len()
     ));
     for n in &graph.node {
+        // Names from the file, escaped (a listing is read in a terminal).
+        let list = |v: &[String]| v.iter().map(|s| clean(s)).collect::<Vec<_>>().join(", ");
         let domain = if n.domain().is_empty() {
             String::new()
         } else {
-            format!("{}.", n.domain())
+            format!("{}.", clean(n.domain()))
         };
         let line = format!(
             "{domain}{}({}) -> {}  {}",
-            n.op_type(),
-            n.input.join(", "),
-            n.output.join(", "),
-            n.name()
+            clean(n.op_type()),
+            list(&n.input),
+            list(&n.output),
+            clean(n.name())
         );
         out.push_str(line.trim_end());
         out.push('\n');

@@ -117,3 +117,55 @@ fn human_output_escapes_control_characters_in_names() {
     let line = expect_error(modelzip().arg("cat").arg(&a).arg(format!("{EVIL}x")));
     assert_clean("cat error", &line);
 }
+
+/// An ONNX model's names (node name, op type, domain, values, graph inputs and outputs,
+/// opset domain) are escaped in `graph`'s listing as every other graph kind's are.
+#[test]
+fn an_onnx_listing_escapes_the_models_names() {
+    use modelzip::onnx_proto as pb;
+    use prost::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let s = |v: &str| Some(v.to_string());
+    let value = |name: &str| pb::ValueInfoProto {
+        name: s(name),
+        ..Default::default()
+    };
+    let w = pb::TensorProto {
+        dims: vec![2],
+        data_type: Some(1),
+        name: s("W"),
+        raw_data: Some(bytes::Bytes::copy_from_slice(&[0u8; 8])),
+        ..Default::default()
+    };
+    let model = pb::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![pb::OperatorSetIdProto {
+            domain: s(""),
+            version: Some(13),
+        }],
+        graph: Some(pb::GraphProto {
+            name: s("g"),
+            node: vec![pb::NodeProto {
+                input: vec!["X".into(), "W".into()],
+                output: vec![EVIL.into()],
+                name: s(EVIL),
+                op_type: s(&format!("Add{EVIL}")),
+                domain: s(&format!("{EVIL}.d")),
+                ..Default::default()
+            }],
+            initializer: vec![w],
+            input: vec![value(&format!("X{EVIL}"))],
+            output: vec![value(EVIL)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let file = dir.path().join("evil.onnx");
+    std::fs::write(&file, model.encode_to_vec()).unwrap();
+    let a = dir.path().join("m.zip");
+    modelzip::interop::onnx::import_model_file(&a, "v1", &file, &crate::support::import_opts())
+        .unwrap();
+    let text = stdout_of(&["graph"], &a);
+    assert_clean("graph (ONNX)", &text);
+    assert!(text.contains(&format!("Add{SHOWN}")), "{text}");
+}
