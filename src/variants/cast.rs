@@ -208,13 +208,14 @@ fn build(
         }
         None => None,
     };
-    let in_graph = |name: &str| {
-        graph.as_ref().is_some_and(|(_, g)| {
-            g.program()
-                .and_then(|p| p.main_block())
-                .is_some_and(|b| b.vars.iter().any(|v| v.name == name))
-        })
-    };
+    // The names of block 0's variables, gathered once (not scanned per parameter).
+    let graph_vars: std::collections::HashSet<&str> = graph
+        .as_ref()
+        .and_then(|(_, g)| g.program())
+        .and_then(|p| p.main_block())
+        .map(|b| b.vars.iter().map(|v| v.name.as_str()).collect())
+        .unwrap_or_default();
+    let in_graph = |name: &str| graph_vars.contains(name);
     let mut out = Vec::with_capacity(tag.params().len());
     let mut convs = Vec::new();
     let mut counts = std::collections::HashMap::new();

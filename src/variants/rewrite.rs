@@ -173,8 +173,14 @@ pub(crate) fn insert_conversions(graph: &mut Graph, convs: &[Conversion]) -> Res
     };
     let mut new_vars = Vec::new();
     let mut new_ops = Vec::new();
+    // Each parameter's variable found by name once (not by a scan of block 0 per
+    // conversion); the first of a name, as a scan found it.
+    let mut var_of: HashMap<String, usize> = HashMap::with_capacity(main.vars.len());
+    for (i, v) in main.vars.iter().enumerate() {
+        var_of.entry(v.name.clone()).or_insert(i);
+    }
     for c in convs {
-        let Some(var) = main.vars.iter_mut().find(|v| v.name == c.param) else {
+        let Some(var) = var_of.get(&c.param).map(|&i| &mut main.vars[i]) else {
             return Err(ErrorKind::Graph(format!(
                 "parameter {:?} is not a variable of block 0",
                 c.param
