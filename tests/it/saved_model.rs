@@ -402,6 +402,70 @@ fn sliced_string_and_wrongly_sized_entries_are_refused() {
     assert!(e.contains("shard 3, but the bundle has 1"), "{e}");
 }
 
+/// Nothing refused checkpoint entries naming one range of a shard: each was read,
+/// checksummed (CRC-32C) and hashed (SHA-256) again, so 10,000 entries over one 4 MiB
+/// range were 40 GiB checksummed and 40 GiB hashed from a 4 MiB shard and a 300 KB
+/// index (the import took 58 s and succeeded), though dedup kept the archive small. An entry whose range overlaps one read before is
+/// refused before its bytes are checked, naming both; the fixture's own ranges
+/// (adjacent) and one entry over the new range import.
+#[test]
+fn entries_reading_one_range_of_a_shard_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sm = copy_fixture(dir.path());
+    let data = sm.join("variables/variables.data-00000-of-00001");
+    let mut shard = std::fs::read(&data).unwrap();
+    let offset = shard.len() as i64;
+    let values = vec![1u8; 4 << 20];
+    shard.extend_from_slice(&values);
+    std::fs::write(&data, &shard).unwrap();
+    let crc = crc32c::crc32c(&values);
+    let mut b = index_of(&sm);
+    let mut alias = entry_mut(&mut b, W1).clone();
+    let dims = &mut alias.shape.as_mut().unwrap().dim;
+    dims.truncate(1);
+    dims[0].size = 1 << 20;
+    alias.offset = offset;
+    alias.size = values.len() as i64;
+    alias.crc32c = crc.rotate_right(15).wrapping_add(0xa282_ead8);
+    // One such entry is a variable like any other.
+    b.entries.push(("alias/00000".into(), alias.clone()));
+    b.entries.sort_by(|x, y| x.0.cmp(&y.0));
+    write_index_to(&sm, &b);
+    let zip = dir.path().join("one.zip");
+    import_saved_model(&zip, "t", &sm, &opts()).unwrap();
+    let a = Archive::open(&zip).unwrap();
+    let one = a.tag("t").unwrap().param("alias/00000").unwrap();
+    assert_eq!(one.view().dims(), [1 << 20]);
+    for i in 1..10_000 {
+        b.entries.push((format!("alias/{i:05}"), alias.clone()));
+    }
+    b.entries.sort_by(|x, y| x.0.cmp(&y.0));
+    write_index_to(&sm, &b);
+    let e = import_err(&sm).to_string();
+    let end = offset + (4 << 20);
+    assert!(
+        e.contains(&format!(
+            "checkpoint entry \"alias/00001\" reads bytes {offset}..{end}, which overlap \
+             the bytes {offset}..{end} of entry \"alias/00000\""
+        )) && e.contains("variables.data-00000-of-00001"),
+        "{e}"
+    );
+    // A range that starts inside another's is refused too.
+    b.entries.retain(|(k, _)| !k.starts_with("alias/"));
+    let mut inside = entry_mut(&mut b, W1).clone();
+    inside.offset += 4;
+    inside.shape = alias.shape.clone();
+    inside.shape.as_mut().unwrap().dim[0].size = 1;
+    inside.size = 4;
+    b.entries.push(("x".into(), inside));
+    write_index_to(&sm, &b);
+    let e = import_err(&sm).to_string();
+    assert!(
+        e.contains("entry \"x\" reads bytes") && e.contains(&format!("of entry {W1:?}")),
+        "{e}"
+    );
+}
+
 #[test]
 fn damaged_data_and_stray_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,7 @@ use super::common::{MODELZIP_ATTR, classify, decode_dynamic, gerr, in_where, mod
 use prost::Message;
 
 use crate::error::Result;
+use crate::keyed::KeyedSet;
 use crate::graph::model::{
     Attr, AttrValue, Block, DenseTensorDesc, Op, Program, Scalar, ScalarType, Slot, TensorDesc,
     TensorSlot, Var, VarTypeExtra, attr_type_name, main_slot, var_type_name,
@@ -348,14 +349,13 @@ fn op_from_proto(o: &pb::OpDesc) -> Result<Op> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut name = String::new();
-    if let Some((op_name, dtype_args)) = modelzip_attr(&attrs) {
+    if let Some((op_name, dtype_attrs)) = modelzip_attr(&attrs) {
         attrs.pop();
-        for a in attrs.iter_mut() {
-            if let AttrValue::Int(i) = a.value
-                && dtype_args.contains(&a.name)
+        for k in dtype_attrs {
+            if let AttrValue::Int(i) = attrs[k].value
                 && let Ok(d) = DType::from_code(i.into())
             {
-                a.value = AttrValue::DataType(d);
+                attrs[k].value = AttrValue::DataType(d);
             }
         }
         name = op_name;
@@ -370,10 +370,10 @@ fn op_from_proto(o: &pb::OpDesc) -> Result<Op> {
     })
 }
 
-/// The (op name, data-type attribute names) of a trailing [`MODELZIP_ATTR`], when it
-/// is exactly what [`encode`] would write for the attributes before it; otherwise the
-/// attribute is an ordinary one and stays.
-fn modelzip_attr(attrs: &[Attr]) -> Option<(String, Vec<String>)> {
+/// The (op name, positions of the data-type attributes) of a trailing
+/// [`MODELZIP_ATTR`], when it is exactly what [`encode`] would write for the attributes
+/// before it; otherwise the attribute is an ordinary one and stays.
+fn modelzip_attr(attrs: &[Attr]) -> Option<(String, Vec<usize>)> {
     let (last, rest) = attrs.split_last()?;
     let AttrValue::String(json) = &last.value else {
         return None;
@@ -402,18 +402,32 @@ fn modelzip_attr(attrs: &[Attr]) -> Option<(String, Vec<String>)> {
             .collect::<Option<_>>()?,
         None => Vec::new(),
     };
-    // Each listed name must be exactly one INT attribute holding a dtype number,
-    // listed in attribute order: then re-encoding writes the same JSON.
-    let expected: Vec<String> = rest
-        .iter()
-        .filter(|a| {
-            matches!(a.value, AttrValue::Int(i) if DType::from_code(i.into()).is_ok())
-                && dtype_args.contains(&a.name)
-        })
-        .map(|a| a.name.clone())
-        .collect();
-    if expected != dtype_args || modelzip_json(&name, &dtype_args).as_deref() != Some(json) {
+    // Each listed name must be listed once and be the name of exactly one attribute, an
+    // INT holding a dtype number, listed in attribute order (`encode` refuses a
+    // data-type attribute sharing its name): then re-encoding writes the same JSON. A
+    // set, built once: many attributes and names cost their number, not its square.
+    let mut listed: KeyedSet<&str> = KeyedSet::default();
+    if !dtype_args.iter().all(|n| listed.insert(n.as_str())) {
         return None;
     }
-    Some((name, dtype_args))
+    let mut named: KeyedSet<&str> = KeyedSet::default();
+    let mut found = Vec::with_capacity(dtype_args.len());
+    for (k, a) in rest.iter().enumerate() {
+        if !listed.contains(a.name.as_str()) {
+            continue;
+        }
+        if !named.insert(a.name.as_str())
+            || !matches!(a.value, AttrValue::Int(i) if DType::from_code(i.into()).is_ok())
+            || dtype_args.get(found.len()) != Some(&a.name)
+        {
+            return None;
+        }
+        found.push(k);
+    }
+    if found.len() != dtype_args.len()
+        || modelzip_json(&name, &dtype_args).as_deref() != Some(json)
+    {
+        return None;
+    }
+    Some((name, found))
 }

@@ -4,6 +4,7 @@ use super::common::{MODELZIP_ATTR, classify, gerr, in_where, modelzip_json};
 use prost::Message;
 
 use crate::error::Result;
+use crate::keyed::KeyedMap;
 use crate::graph::model::{
     Attr, AttrValue, Block, Op, Program, Scalar, Slot, TensorDesc, TensorSlot, Var, VarKind,
     main_slot,
@@ -282,8 +283,14 @@ fn op_to_proto(o: &Op) -> Result<pb::OpDesc> {
         .filter(|a| matches!(a.value, AttrValue::DataType(_)))
         .map(|a| a.name.clone())
         .collect();
-    for name in &dtype_args {
-        if o.attrs.iter().filter(|a| &a.name == name).count() > 1 {
+    if !dtype_args.is_empty() {
+        // One counting pass over the attributes: a scan per data-type attribute was
+        // quadratic in an op of many.
+        let mut count: KeyedMap<&str, usize> = KeyedMap::default();
+        for a in &o.attrs {
+            *count.entry(a.name.as_str()).or_default() += 1;
+        }
+        if let Some(name) = dtype_args.iter().find(|n| count[n.as_str()] > 1) {
             return Err(gerr(format!(
                 "data-type attribute {name:?} shares its name with another attribute"
             )));

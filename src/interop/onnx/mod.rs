@@ -407,49 +407,97 @@ fn load_external(t: &mut pb::TensorProto, dir: &Path, reads: &mut ExternalReads)
     Ok(())
 }
 
+/// Where a tensor is in the model, for an error that names it: a step below its parent
+/// (borrowed), rendered only when displayed. The walk over every node and attribute
+/// builds no string; a model whose op types and attribute names are long and many
+/// would otherwise cost their length times their count.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    parent: Option<&'a At<'a>>,
+    step: Step<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    /// "initializer {i}", "sparse initializer {i}", "node {i}", "function {i}".
+    Indexed(&'static str, usize),
+    /// A node's op type, "({op_type})".
+    OpType(&'a str),
+    /// "attribute {name:?}".
+    Attribute(&'a str),
+    /// "graph", "values", "indices", "default".
+    Part(&'static str),
+}
+
+impl<'a> At<'a> {
+    fn root(step: Step<'static>) -> At<'static> {
+        At { parent: None, step }
+    }
+
+    fn then(&'a self, step: Step<'a>) -> At<'a> {
+        At {
+            parent: Some(self),
+            step,
+        }
+    }
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = self.parent {
+            write!(f, "{p} ")?;
+        }
+        match self.step {
+            Step::Indexed(what, i) => write!(f, "{what} {i}"),
+            Step::OpType(op) => write!(f, "({op})"),
+            Step::Attribute(name) => write!(f, "attribute {name:?}"),
+            Step::Part(part) => f.write_str(part),
+        }
+    }
+}
+
+/// What [`each_nested_tensor`] calls on each tensor, with where it is.
+type OnTensor<'f> = dyn FnMut(&mut pb::TensorProto, &At<'_>) -> Result<()> + 'f;
+
 /// Calls `f` on every tensor of a graph with where it is (`at`), recursing into the
 /// subgraphs and tensors of node attributes; the graph's own initializers only when
 /// `initializers` (the main graph's are handled on their own).
 fn each_nested_tensor(
     g: &mut pb::GraphProto,
-    at: &str,
+    at: &At<'_>,
     initializers: bool,
-    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+    f: &mut OnTensor<'_>,
 ) -> Result<()> {
     if initializers {
         for (i, t) in g.initializer.iter_mut().enumerate() {
-            f(t, &format!("{at} initializer {i}"))?;
+            f(t, &at.then(Step::Indexed("initializer", i)))?;
         }
     }
     for (i, s) in g.sparse_initializer.iter_mut().enumerate() {
-        each_sparse_tensor(s, &format!("{at} sparse initializer {i}"), f)?;
+        each_sparse_tensor(s, &at.then(Step::Indexed("sparse initializer", i)), f)?;
     }
     for (i, n) in g.node.iter_mut().enumerate() {
-        each_node_tensor(n, &format!("{at} node {i}"), f)?;
+        each_node_tensor(n, &at.then(Step::Indexed("node", i)), f)?;
     }
     Ok(())
 }
 
 fn each_sparse_tensor(
     s: &mut pb::SparseTensorProto,
-    at: &str,
-    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+    at: &At<'_>,
+    f: &mut OnTensor<'_>,
 ) -> Result<()> {
     if let Some(t) = s.values.as_mut() {
-        f(t, &format!("{at} values"))?;
+        f(t, &at.then(Step::Part("values")))?;
     }
     if let Some(t) = s.indices.as_mut() {
-        f(t, &format!("{at} indices"))?;
+        f(t, &at.then(Step::Part("indices")))?;
     }
     Ok(())
 }
 
-fn each_node_tensor(
-    n: &mut pb::NodeProto,
-    at: &str,
-    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
-) -> Result<()> {
-    let at = format!("{at} ({})", n.op_type.as_deref().unwrap_or(""));
+fn each_node_tensor(n: &mut pb::NodeProto, at: &At<'_>, f: &mut OnTensor<'_>) -> Result<()> {
+    let at = at.then(Step::OpType(n.op_type.as_deref().unwrap_or("")));
     for a in &mut n.attribute {
         each_attribute_tensor(a, &at, f)?;
     }
@@ -458,10 +506,10 @@ fn each_node_tensor(
 
 fn each_attribute_tensor(
     a: &mut pb::AttributeProto,
-    at: &str,
-    f: &mut dyn FnMut(&mut pb::TensorProto, &str) -> Result<()>,
+    at: &At<'_>,
+    f: &mut OnTensor<'_>,
 ) -> Result<()> {
-    let at = format!("{at} attribute {:?}", a.name.as_deref().unwrap_or(""));
+    let at = at.then(Step::Attribute(a.name.as_deref().unwrap_or("")));
     if let Some(t) = a.t.as_mut() {
         f(t, &at)?;
     }
@@ -491,7 +539,7 @@ fn inline_nested_external(
     dir: Option<&Path>,
     reads: &mut ExternalReads,
 ) -> Result<()> {
-    let mut load = |t: &mut pb::TensorProto, at: &str| -> Result<()> {
+    let mut load = |t: &mut pb::TensorProto, at: &At<'_>| -> Result<()> {
         if t.data_location != Some(DATA_LOCATION_EXTERNAL) {
             return Ok(());
         }
@@ -505,27 +553,27 @@ fn inline_nested_external(
         load_external(t, dir, reads).map_err(here)
     };
     if let Some(g) = m.graph.as_mut() {
-        each_nested_tensor(g, "graph", false, &mut load)?;
+        each_nested_tensor(g, &At::root(Step::Part("graph")), false, &mut load)?;
     }
     for (i, func) in m.functions.iter_mut().enumerate() {
+        let function = At::root(Step::Indexed("function", i));
         for (j, n) in func.node.iter_mut().enumerate() {
-            each_node_tensor(n, &format!("function {i} node {j}"), &mut load)?;
+            each_node_tensor(n, &function.then(Step::Indexed("node", j)), &mut load)?;
         }
+        let default = function.then(Step::Part("default"));
         for a in &mut func.attribute_proto {
-            each_attribute_tensor(a, &format!("function {i} default"), &mut load)?;
+            each_attribute_tensor(a, &default, &mut load)?;
         }
     }
     for (i, ti) in m.training_info.iter_mut().enumerate() {
+        let info = At::root(Step::Indexed("training_info", i));
         if let Some(g) = ti.initialization.as_mut() {
-            each_nested_tensor(
-                g,
-                &format!("training_info {i} initialization"),
-                true,
-                &mut load,
-            )?;
+            let at = info.then(Step::Part("initialization"));
+            each_nested_tensor(g, &at, true, &mut load)?;
         }
         if let Some(g) = ti.algorithm.as_mut() {
-            each_nested_tensor(g, &format!("training_info {i} algorithm"), true, &mut load)?;
+            let at = info.then(Step::Part("algorithm"));
+            each_nested_tensor(g, &at, true, &mut load)?;
         }
     }
     Ok(())

@@ -403,6 +403,8 @@ struct Shards {
     /// Each shard read so far, mapped (`map_input`): a tensor is a slice of its map,
     /// so an import's memory does not grow with the variables (docs/RELIABILITY.md).
     open: BTreeMap<i32, (Bytes, PathBuf)>,
+    /// The ranges read so far, by (shard, start): their end and entry.
+    read: BTreeMap<(i32, u64), (u64, String)>,
 }
 
 impl Shards {
@@ -437,6 +439,28 @@ impl Shards {
             )))
             .in_file(p));
         };
+        // TensorFlow writes each variable's bytes once, one after another. Entries
+        // naming one range would each be checksummed and hashed again: a small index
+        // over one large range would cost its size times their number.
+        if end > start {
+            let shard = e.shard_id;
+            let before = self.read.range(..=(shard, start)).next_back();
+            let after = self.read.range((shard, start)..).next();
+            let overlap = before
+                .filter(|((s, _), (b_end, _))| *s == shard && *b_end > start)
+                .or(after.filter(|((s, a_start), _)| *s == shard && *a_start < end));
+            if let Some((&(_, o_start), (o_end, other))) = overlap {
+                return Err(Error::new(ErrorKind::InvalidInput(format!(
+                    "checkpoint entry {key:?} reads bytes {start}..{end}, which overlap the \
+                     bytes {o_start}..{o_end} of entry {other:?}; TensorFlow writes each \
+                     variable's bytes once, and entries reading the same bytes more than \
+                     once are refused"
+                )))
+                .in_file(p)
+                .at_offset(start));
+            }
+            self.read.insert((shard, start), (end, key.to_string()));
+        }
         // In range of a map of `len` bytes, so both fit a usize.
         let data = map.slice(start as usize..end as usize);
         let crc = table::mask(if string {
@@ -607,6 +631,7 @@ pub fn import_saved_model(
         dir: vars.clone(),
         n: bundle.as_ref().map_or(0, |b| b.header.num_shards),
         open: BTreeMap::new(),
+        read: BTreeMap::new(),
     };
     if let Some(b) = &bundle {
         for (key, e) in &b.entries {
