@@ -198,7 +198,7 @@ fn tags_sharing_a_tensorflow_graph_and_its_parameters_check_its_references_once(
 
 /// `src` rewritten by the `zip` crate: every entry deflated, and each tag's params.txt
 /// replaced by `params(tag)` when it gives one.
-fn deflated_copy(src: &Path, params: impl Fn(&str) -> Option<String>) -> Vec<u8> {
+pub(crate) fn deflated_copy(src: &Path, params: impl Fn(&str) -> Option<String>) -> Vec<u8> {
     use std::io::{Read, Write};
     let mut r = zip::ZipArchive::new(std::fs::File::open(src).unwrap()).unwrap();
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
