@@ -771,6 +771,11 @@ fn export_inflates_a_deflated_parameter_once_however_many_constants_name_it() {
         inflated.push(work_counts(&a).inflated - before);
         assert_eq!(r.params.len(), n);
         assert!(std::fs::metadata(&out).unwrap().len() > n as u64 * 1024);
+        // The GraphDef in memory too.
+        let before = work_counts(&a).inflated;
+        let (def, used, _) = tf::export_graphdef(&tag).unwrap();
+        inflated.push(work_counts(&a).inflated - before);
+        assert_eq!((def.node.len(), used.len()), (n, n));
     }
-    assert_eq!(inflated[0], inflated[1], "{inflated:?}");
+    assert_eq!(inflated[..2], inflated[2..], "{inflated:?}");
 }

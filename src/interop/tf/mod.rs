@@ -762,9 +762,9 @@ pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
 
 internal! {
 /// Rebuilds the GraphDef of a [`TfGraph`], taking each parameter's values from `param`.
-pub fn join_graphdef<'p>(
+pub fn join_graphdef<'p, D: std::borrow::Borrow<TensorData<'p>>>(
     g: &TfGraph,
-    mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
+    mut param: impl FnMut(&str) -> Result<D>,
 ) -> Result<pb::GraphDef> {
     let mut out = graph_fields(g)?;
     out.node.reserve(g.nodes.len());
@@ -955,9 +955,21 @@ pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<
     let g = tf_graph(tag)?;
     let name = tag.name().to_string();
     let mut used = Vec::new();
+    // Each tensor file read once, however many constants name it.
+    let mut read: HashMap<&str, std::rc::Rc<TensorData<'_>>> = HashMap::new();
+    let params = tag.params();
+    let mut load = |p: &str| -> Result<std::rc::Rc<TensorData<'_>>> {
+        let loc = &params[tag.param_index(p)?].location;
+        if let Some(d) = read.get(&*loc.entry) {
+            return Ok(d.clone());
+        }
+        let d = std::rc::Rc::new(tag.tensor(loc)?);
+        read.insert(&loc.entry, d.clone());
+        Ok(d)
+    };
     let def = join_graphdef(&g, |p| {
         used.push(p.to_string());
-        tag.param(p).map_err(|e| {
+        load(p).map_err(|e| {
             invalid(format!(
                 "the graph refers to parameter {p:?}, which tag {name:?} cannot give: {e}"
             ))
