@@ -252,6 +252,16 @@ impl TagWriter<'_> {
     /// Adds parameter `name` (unique, non-empty); an identical tensor already in the
     /// archive is referenced instead of stored again.
     pub fn param(&mut self, name: &str, t: &TensorView<'_>) -> Result<()> {
+        self.param_returning_ref(name, t).map(|_| ())
+    }
+
+    /// [`TagWriter::param`], returning the reference it listed: further names of the
+    /// same tensor can be added with [`TagWriter::param_ref`] without hashing it again.
+    pub(crate) fn param_returning_ref(
+        &mut self,
+        name: &str,
+        t: &TensorView<'_>,
+    ) -> Result<ParamRef> {
         if name.is_empty() {
             return Err(ErrorKind::InvalidInput("parameter names must not be empty".into()).into());
         }
@@ -264,8 +274,8 @@ impl TagWriter<'_> {
         }
         let r = self.add_tensor(TensorKind::Params, t)?;
         self.param_names.insert(name.to_string());
-        self.params.push((name.to_string(), r));
-        Ok(())
+        self.params.push((name.to_string(), r.clone()));
+        Ok(r)
     }
 
     /// Lists tensor file `index` of `kind` whose entry (local header and record) was
@@ -306,8 +316,8 @@ impl TagWriter<'_> {
         ParamRef { tag, index }
     }
 
-    /// Adds parameter `name` referring to `r` (from [`TagWriter::place_tensor`] or
-    /// [`TagWriter::reuse_tensor`]).
+    /// Adds parameter `name` referring to `r` (from [`TagWriter::place_tensor`],
+    /// [`TagWriter::reuse_tensor`] or [`TagWriter::param_returning_ref`]).
     pub(crate) fn param_ref(&mut self, name: &str, r: ParamRef) -> Result<()> {
         if name.is_empty() || !self.param_names.insert(name.to_string()) {
             return Err(ErrorKind::InvalidInput(format!(

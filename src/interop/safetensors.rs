@@ -829,12 +829,13 @@ pub fn import_safetensors(
 }
 }
 
-/// A parameter as safetensors sees it: dtype, shape and the archive's bytes, borrowed.
+/// A parameter as safetensors sees it: dtype, shape and the archive's bytes, borrowed
+/// (the names of one tensor file share its one read: a deflated file is inflated once).
 #[derive(Debug)]
 pub(crate) struct ParamView<'a> {
     dtype: Dtype,
     shape: Vec<usize>,
-    data: TensorData<'a>,
+    data: std::sync::Arc<TensorData<'a>>,
 }
 
 impl View for ParamView<'_> {
@@ -846,13 +847,13 @@ impl View for ParamView<'_> {
     }
     fn data(&self) -> Cow<'_, [u8]> {
         // A view of the mapped archive (or of the one decompressed copy): never copied.
-        match &self.data {
+        match &*self.data {
             TensorData::Mapped(v) => Cow::Borrowed(v.data()),
             TensorData::Owned(t) => Cow::Borrowed(t.data()),
         }
     }
     fn data_len(&self) -> usize {
-        match &self.data {
+        match &*self.data {
             TensorData::Mapped(v) => v.data().len(),
             TensorData::Owned(t) => t.data().len(),
         }
@@ -945,6 +946,8 @@ fn param_views<'a>(tag: &Tag<'a>) -> Result<Vec<(String, ParamView<'a>)>> {
         )));
     }
     let mut tensors = Vec::with_capacity(tag.params().len());
+    // Each tensor file read once, however many names list it.
+    let mut read: HashMap<&str, std::sync::Arc<TensorData<'a>>> = HashMap::new();
     for p in tag.params() {
         let refuse = |why: String| {
             invalid(format!(
@@ -955,7 +958,14 @@ fn param_views<'a>(tag: &Tag<'a>) -> Result<Vec<(String, ParamView<'a>)>> {
         if p.name == HEADER_METADATA {
             return Err(refuse(format!("is named {HEADER_METADATA}")));
         }
-        let data = tag.tensor(&p.location)?;
+        let data = match read.get(&*p.location.entry) {
+            Some(d) => d.clone(),
+            None => {
+                let d = std::sync::Arc::new(tag.tensor(&p.location)?);
+                read.insert(&p.location.entry, d.clone());
+                d
+            }
+        };
         let v = data.view();
         if !v.lod().is_empty() {
             return Err(refuse(format!(

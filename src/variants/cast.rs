@@ -219,24 +219,46 @@ fn build(
     let mut out = Vec::with_capacity(tag.params().len());
     let mut convs = Vec::new();
     let mut counts = std::collections::HashMap::new();
+    // The distinct tensors of the new tag, and per source tensor file (many names may
+    // list one) its tensor there, whether it was cast and its counts: each file is read
+    // and converted once, whatever the number of names listing it.
+    let mut tensors = Vec::new();
+    let mut by_entry: std::collections::HashMap<&str, (usize, bool, ValueCounts)> =
+        std::collections::HashMap::new();
     for p in tag.params() {
         ticker.tick();
-        let data = tag.tensor(&p.location)?;
-        let view = data.view();
-        if view.dtype() != DType::Fp32 {
-            out.push((p.name.clone(), view.to_owned(), ParamChange::Unchanged));
+        let (i, cast, c) = match by_entry.get(&*p.location.entry) {
+            Some(&done) => done,
+            None => {
+                #[cfg(test)]
+                super::variant::work::note(&super::variant::work::CONVERTED);
+                let data = tag.tensor(&p.location)?;
+                let view = data.view();
+                let done = if view.dtype() != DType::Fp32 {
+                    tensors.push(view.to_owned());
+                    (tensors.len() - 1, false, ValueCounts::default())
+                } else {
+                    let located = |e: Error| e.in_entry(p.location.entry.clone());
+                    let values = view.to_f32_vec().map_err(located)?;
+                    let c = check_values(&p.name, &values, dtype, allow).map_err(located)?;
+                    let t = convert(view.dims().to_vec(), &values, dtype)?
+                        .with_lod(view.lod().clone())
+                        .map_err(located)?;
+                    tensors.push(t);
+                    (tensors.len() - 1, true, c)
+                };
+                by_entry.insert(&p.location.entry, done);
+                done
+            }
+        };
+        if !cast {
+            out.push((p.name.clone(), i, ParamChange::Unchanged));
             continue;
         }
-        let located = |e: Error| e.in_entry(p.location.entry.clone());
-        let values = view.to_f32_vec().map_err(located)?;
-        let c = check_values(&p.name, &values, dtype, allow).map_err(located)?;
         if c != ValueCounts::default() {
             counts.insert(p.name.clone(), c);
         }
-        let t = convert(view.dims().to_vec(), &values, dtype)?
-            .with_lod(view.lod().clone())
-            .map_err(located)?;
-        out.push((p.name.clone(), t, ParamChange::Cast { from: DType::Fp32 }));
+        out.push((p.name.clone(), i, ParamChange::Cast { from: DType::Fp32 }));
         if in_graph(&p.name) {
             convs.push(Conversion {
                 param: p.name.clone(),
@@ -258,6 +280,7 @@ fn build(
         source_tag: tag.name().to_string(),
         graph,
         params: out,
+        tensors,
         metadata,
         counts,
     })

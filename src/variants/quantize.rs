@@ -400,42 +400,40 @@ fn build(
     let mut convs = Vec::new();
     let mut recorded = serde_json::Map::new();
     let mut counts = HashMap::new();
-    for p in tag.params() {
+    // The distinct tensors of the new tag. Many names may list one source tensor file:
+    // each file is read once per distinct result, copied once when written unchanged
+    // and quantized once per channel axis (what the result depends on beside the file),
+    // whatever the number of names.
+    let mut tensors = Vec::new();
+    let mut unchanged: HashMap<&str, usize> = HashMap::new();
+    // (file, axis) -> (quantized tensor, scale tensor, non-finite count).
+    let mut quantized: HashMap<(&str, Option<usize>), (usize, usize, u64)> = HashMap::new();
+    for (p, h) in tag.params().iter().zip(&heads) {
         ticker.tick();
-        let data = tag.tensor(&p.location)?;
-        let view = data.view();
+        let entry: &str = &p.location.entry;
         let Some(uses) = chosen.get(&p.name) else {
-            out.push((p.name.clone(), view.to_owned(), ParamChange::Unchanged));
+            let i = match unchanged.get(entry) {
+                Some(&i) => i,
+                None => {
+                    #[cfg(test)]
+                    super::variant::work::note(&super::variant::work::CONVERTED);
+                    tensors.push(tag.tensor(&p.location)?.view().to_owned());
+                    unchanged.insert(entry, tensors.len() - 1);
+                    tensors.len() - 1
+                }
+            };
+            out.push((p.name.clone(), i, ParamChange::Unchanged));
             continue;
         };
-        let dims = view.dims().to_vec();
+        // The header's dims (those of the data: a read checks them against it).
+        let dims = h.dims.clone();
         // No `<name>@scale` exists: a tag that has one was refused above.
         let scale_name = format!("{}@scale", p.name);
-        let values = view
-            .to_f32_vec()
-            .map_err(|e| e.in_entry(p.location.entry.clone()))?;
-        let non_finite = check_non_finite(
-            &p.name,
-            &values,
-            allow,
-            "quantizing would store them as 0 and leave them out of the scale",
-            view.dtype() == DType::Fp64,
-        )
-        .map_err(|e| e.in_entry(p.location.entry.clone()))?;
-        if non_finite > 0 {
-            counts.insert(
-                p.name.clone(),
-                ValueCounts {
-                    non_finite,
-                    ..ValueCounts::default()
-                },
-            );
-        }
         let (axis, per_tensor_reason) = match channel_axis(options, uses, &dims) {
             // An empty weight gets a scale per channel as any other, up to a bound (a dim
             // of 0 leaves the others free: one of 2^61 would ask for as many scales).
             Ok(Some(a))
-                if values.is_empty()
+                if dims.contains(&0)
                     && dims
                         .get(a)
                         .is_some_and(|&n| n > quantize_math::MAX_EMPTY_CHANNELS as u64) =>
@@ -450,34 +448,72 @@ fn build(
             Ok(axis) => (axis, None),
             Err(why) => (None, Some(why)),
         };
+        let scale_dims = if is_onnx {
+            Some(onnx_scale_dims(axis, &dims))
+        } else {
+            None
+        };
+        let (qi, si, non_finite) = match quantized.get(&(entry, axis)) {
+            Some(&done) => done,
+            None => {
+                #[cfg(test)]
+                super::variant::work::note(&super::variant::work::CONVERTED);
+                let data = tag.tensor(&p.location)?;
+                let view = data.view();
+                let values = view
+                    .to_f32_vec()
+                    .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+                let non_finite = check_non_finite(
+                    &p.name,
+                    &values,
+                    allow,
+                    "quantizing would store them as 0 and leave them out of the scale",
+                    view.dtype() == DType::Fp64,
+                )
+                .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+                let q: Quantized = match axis {
+                    Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
+                        Error::new(ErrorKind::InvalidInput(format!(
+                            "cannot quantize {:?} along axis {a}: dims {dims:?} do not match its {} values",
+                            p.name,
+                            values.len()
+                        )))
+                        .in_entry(p.location.entry.clone())
+                    })?,
+                    None => quantize_math::per_tensor(&values),
+                };
+                let scale_dims = scale_dims
+                    .clone()
+                    .unwrap_or_else(|| vec![q.scales.len() as u64]);
+                let qt = Tensor::from_slice(dims.clone(), &q.values)?
+                    .with_lod(view.lod().clone())
+                    .map_err(|e| e.in_entry(p.location.entry.clone()))?;
+                let st = Tensor::from_slice(scale_dims, &q.scales)?;
+                tensors.push(qt);
+                tensors.push(st);
+                let done = (tensors.len() - 2, tensors.len() - 1, non_finite);
+                quantized.insert((entry, axis), done);
+                done
+            }
+        };
+        if non_finite > 0 {
+            counts.insert(
+                p.name.clone(),
+                ValueCounts {
+                    non_finite,
+                    ..ValueCounts::default()
+                },
+            );
+        }
         // metadata.json keeps why a weight asked per channel got one scale.
         let mut record = json!({"axis": axis, "scale": scale_name});
         if let Some(why) = &per_tensor_reason {
             record["per_tensor_reason"] = json!(why);
         }
-        let q: Quantized = match axis {
-            Some(a) => quantize_math::per_channel(&values, &dims, a).ok_or_else(|| {
-                Error::new(ErrorKind::InvalidInput(format!(
-                    "cannot quantize {:?} along axis {a}: dims {dims:?} do not match its {} values",
-                    p.name,
-                    values.len()
-                )))
-                .in_entry(p.location.entry.clone())
-            })?,
-            None => quantize_math::per_tensor(&values),
-        };
-        let scale_dims = if is_onnx {
-            onnx_scale_dims(axis, &dims)
-        } else {
-            vec![q.scales.len() as u64]
-        };
-        let qt = Tensor::from_slice(dims.clone(), &q.values)?
-            .with_lod(view.lod().clone())
-            .map_err(|e| e.in_entry(p.location.entry.clone()))?;
-        let st = Tensor::from_slice(scale_dims.clone(), &q.scales)?;
+        let scale_dims = tensors[si].dims().to_vec();
         out.push((
             p.name.clone(),
-            qt,
+            qi,
             ParamChange::Quantized {
                 axis,
                 scale: scale_name.clone(),
@@ -486,7 +522,7 @@ fn build(
         ));
         out.push((
             scale_name.clone(),
-            st,
+            si,
             ParamChange::Scale { of: p.name.clone() },
         ));
         let mul_axis = axis.map_or(Ok(-1), i32::try_from).map_err(|_| {
@@ -526,6 +562,7 @@ fn build(
         source_tag: tag.name().to_string(),
         graph,
         params: out,
+        tensors,
         metadata,
         counts,
     })

@@ -197,7 +197,11 @@ impl VariantReport {
 pub(super) struct Variant {
     pub(super) source_tag: String,
     pub(super) graph: Option<(GraphFormat, Vec<u8>)>,
-    pub(super) params: Vec<(String, Tensor, ParamChange)>,
+    /// Each parameter: its name, its tensor (an index into `tensors`) and what was done.
+    /// Names of one source tensor file share one tensor (converted once, written once).
+    pub(super) params: Vec<(String, usize, ParamChange)>,
+    /// The distinct tensors of the new tag.
+    pub(super) tensors: Vec<Tensor>,
     pub(super) metadata: serde_json::Map<String, serde_json::Value>,
     /// The counts of each converted parameter, by name (absent: all zero).
     pub(super) counts: std::collections::HashMap<String, ValueCounts>,
@@ -380,8 +384,18 @@ fn write_variant(
     if let Some((enc, bytes)) = &v.graph {
         w.graph(*enc, bytes)?;
     }
-    for (name, t, change) in &v.params {
-        w.param(name, &t.view())?;
+    // The reference each tensor of the pool got when its first name was written: its
+    // other names list it without hashing it again.
+    let mut refs = vec![None; v.tensors.len()];
+    for (name, i, change) in &v.params {
+        match &refs[*i] {
+            Some(r) => w.param_ref(name, Clone::clone(r))?,
+            None => {
+                #[cfg(test)]
+                work::note(&work::WRITTEN);
+                refs[*i] = Some(w.param_returning_ref(name, &v.tensors[*i].view())?);
+            }
+        }
         if !matches!(change, ParamChange::Scale { .. }) {
             ticker.tick();
         }
@@ -400,7 +414,8 @@ fn report_of(archive: &Archive, new_tag: &str, v: Variant) -> Result<VariantRepo
     // The tag's own files counted so far: two params of equal values (two per-tensor
     // scales, say) are one file, whose bytes the tag holds once.
     let mut counted = std::collections::HashSet::new();
-    for ((name, t, change), entry) in v.params.into_iter().zip(tag.params()) {
+    for ((name, i, change), entry) in v.params.into_iter().zip(tag.params()) {
+        let t = &v.tensors[i];
         let shared = entry.location.shared;
         let stored_bytes = if shared || !counted.insert(entry.location.entry()) {
             0
@@ -430,4 +445,143 @@ fn report_of(archive: &Archive, new_tag: &str, v: Variant) -> Result<VariantRepo
         #[cfg(feature = "remote")]
         remote: None,
     })
+}
+
+/// Test counters of a variant's work on this thread: tensors read and converted (or
+/// copied) by `build`, and tensors written (hashed) by `write_variant`.
+#[cfg(test)]
+pub(super) mod work {
+    use std::cell::Cell;
+    thread_local! {
+        /// Source tensors read and converted, quantized or copied into the pool.
+        pub(in crate::variants) static CONVERTED: Cell<u64> = const { Cell::new(0) };
+        /// Tensors given to `TagWriter::param` (each hashed).
+        pub(in crate::variants) static WRITTEN: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(in crate::variants) fn note(c: &'static std::thread::LocalKey<Cell<u64>>) {
+        c.with(|c| c.set(c.get() + 1));
+    }
+
+    /// The counts so far, reset to 0: (converted, written).
+    pub(in crate::variants) fn take() -> (u64, u64) {
+        (
+            CONVERTED.with(|c| c.replace(0)),
+            WRITTEN.with(|c| c.replace(0)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod shared_file_tests {
+    use super::work;
+    use crate::archive::{Archive, ArchiveWriter, TagBuilder, WriteOptions};
+    use crate::tensor::{DType, Tensor};
+    use crate::variants::{AllowValues, ParamChange, QuantizeOptions, cast, quantize};
+
+    const NAMES: usize = 40;
+
+    /// Tag "fp32": `NAMES` weights `w{i}` listing one tensor file (a NaN in it), a
+    /// distinct weight `b`, and three names of one INT64 file.
+    fn shared_archive(dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("m.zip");
+        let mut vals: Vec<f32> = (0..32).map(|i| i as f32 - 7.5).collect();
+        vals[3] = f32::NAN;
+        let w = Tensor::from_slice(vec![8, 4], &vals).unwrap();
+        let b = Tensor::from_slice(vec![4, 4], &[0.5f32; 16]).unwrap();
+        let ids = Tensor::from_slice(vec![3], &[1i64, 2, 3]).unwrap();
+        let mut tag = TagBuilder::new("fp32");
+        for i in 0..NAMES {
+            tag = tag.param(format!("w{i}"), w.clone());
+        }
+        tag = tag.param("b", b);
+        for i in 0..3 {
+            tag = tag.param(format!("ids{i}"), ids.clone());
+        }
+        let opts = WriteOptions {
+            fsync: false,
+            ..WriteOptions::default()
+        };
+        let mut wr = ArchiveWriter::create_with(&path, &opts).unwrap();
+        wr.add_tag(tag).unwrap();
+        wr.finish().unwrap();
+        path
+    }
+
+    fn entries(path: &std::path::Path, tag: &str) -> Vec<(String, String)> {
+        let a = Archive::open(path).unwrap();
+        let t = a.tag(tag).unwrap();
+        t.params()
+            .iter()
+            .map(|p| (p.name.clone(), p.location.entry.to_string()))
+            .collect()
+    }
+
+    /// Names listing one tensor file cost one read, one conversion and one write of
+    /// it (they cost one each per name), and each name is still reported as before.
+    #[test]
+    fn names_of_one_file_are_converted_and_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shared_archive(dir.path());
+        let allow = AllowValues {
+            non_finite: true,
+            overflow: false,
+        };
+        let opts = WriteOptions {
+            fsync: false,
+            ..WriteOptions::default()
+        };
+
+        work::take();
+        let r = cast(&path, "fp32", "fp16", DType::Fp16, &allow, &opts).unwrap();
+        // Three distinct files: read and converted (or copied) once, written once.
+        assert_eq!(work::take(), (3, 3));
+        assert_eq!(r.params.len(), NAMES + 4);
+        for p in &r.params[..NAMES] {
+            assert_eq!(p.change, ParamChange::Cast { from: DType::Fp32 });
+            assert_eq!((p.dtype, p.dims.as_slice()), (DType::Fp16, &[8u64, 4][..]));
+            assert_eq!(p.non_finite, 1, "{}", p.name);
+        }
+        assert!(r.params[NAMES].stored_bytes > 0);
+        assert!(r.params[1].stored_bytes == 0 && r.params[0].stored_bytes > 0);
+        for p in &r.params[NAMES + 1..] {
+            assert!(p.change == ParamChange::Unchanged && p.shared);
+        }
+        let e = entries(&path, "fp16");
+        assert!(e[..NAMES].iter().all(|(_, f)| *f == e[0].1));
+        assert_ne!(e[NAMES].1, e[0].1);
+        let a = Archive::open(&path).unwrap();
+        let t = a.tag("fp16").unwrap();
+        let w7 = t.param("w7").unwrap().view().to_f32_vec().unwrap();
+        assert_eq!(w7[5], -2.5);
+        assert!(w7[3].is_nan());
+        drop(a);
+
+        let per_channel = QuantizeOptions { per_channel: true };
+        let r = quantize(&path, "fp32", "int8", &per_channel, &allow, &opts).unwrap();
+        // The weights (two files) quantized once each, their tensor and scale written
+        // once; the INT64 file copied and written once.
+        assert_eq!(work::take(), (3, 5));
+        assert_eq!(r.params.len(), 2 * (NAMES + 1) + 3);
+        for (i, pair) in r.params[..2 * NAMES].chunks(2).enumerate() {
+            assert_eq!(pair[0].name, format!("w{i}"));
+            assert!(matches!(
+                &pair[0].change,
+                ParamChange::Quantized { scale, .. } if *scale == format!("w{i}@scale")
+            ));
+            assert_eq!(pair[0].non_finite, 1);
+            assert_eq!(pair[1].name, format!("w{i}@scale"));
+            assert_eq!(
+                pair[1].change,
+                ParamChange::Scale {
+                    of: format!("w{i}")
+                }
+            );
+        }
+        let e = entries(&path, "int8");
+        assert!(e[..2 * NAMES].iter().step_by(2).all(|(_, f)| *f == e[0].1));
+        assert!(e[1..2 * NAMES].iter().step_by(2).all(|(_, f)| *f == e[1].1));
+        let a = Archive::open(&path).unwrap();
+        assert!(a.verify().is_ok(), "{:?}", a.verify());
+    }
 }

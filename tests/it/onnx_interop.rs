@@ -1338,3 +1338,80 @@ fn onnx_of(g: &mut Graph) -> &mut modelzip::graph::OnnxGraph {
         other => panic!("expected an ONNX model, got {}", other.kind_name()),
     }
 }
+
+/// An ONNX export of `n` initializers that all name one deflated tensor file inflates it
+/// once (it was inflated for the size count and again for each initializer while the
+/// model and its external data were built): the export of 40 does the work of one.
+#[test]
+fn export_inflates_a_deflated_parameter_once_however_many_initializers_name_it() {
+    use modelzip::internals::work_counts;
+    let archive = |dir: &Path, n: usize| {
+        let inits = (0..n)
+            .map(|i| pb::TensorProto {
+                name: Some(format!("w{i}")),
+                data_type: Some(1),
+                dims: vec![256],
+                ..Default::default()
+            })
+            .collect();
+        let model = pb::ModelProto {
+            ir_version: Some(8),
+            graph: Some(pb::GraphProto {
+                name: Some("g".into()),
+                initializer: inits,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let g = Graph::Onnx(modelzip::graph::OnnxGraph {
+            model: model.encode_to_vec(),
+            initializers: vec![
+                modelzip::graph::OnnxInit {
+                    param: Some("w".into()),
+                    typed: false,
+                    external: Vec::new(),
+                };
+                n
+            ],
+        });
+        let plain = dir.join("plain.zip");
+        let w = modelzip::Tensor::from_slice(vec![256], &[0.75f32; 256]).unwrap();
+        let mut aw =
+            modelzip::ArchiveWriter::create_with(&plain, &crate::support::write_opts()).unwrap();
+        aw.add_tag(
+            modelzip::TagBuilder::new("t")
+                .graph(
+                    modelzip::GraphFormat::FlatBuffers,
+                    g.encode(GraphFormat::FlatBuffers).unwrap(),
+                )
+                .param("w", w),
+        )
+        .unwrap();
+        aw.finish().unwrap();
+        let zip = dir.join("deflated.zip");
+        let bytes = crate::reference_amplification::deflated_copy(&plain, |_| None);
+        std::fs::write(&zip, bytes).unwrap();
+        zip
+    };
+    for external_data in [false, true] {
+        let mut inflated = Vec::new();
+        for n in [1, 40] {
+            let dir = tempfile::tempdir().unwrap();
+            let zip = archive(dir.path(), n);
+            let a = Archive::open(&zip).unwrap();
+            let tag = a.tag("t").unwrap();
+            let before = work_counts(&a).inflated;
+            let opts = modelzip::interop::ExportOptions {
+                external_data,
+                ..export_opts()
+            };
+            let r = onnx::export_model_file(&tag, &dir.path().join("m.onnx"), &opts).unwrap();
+            inflated.push(work_counts(&a).inflated - before);
+            assert_eq!(r.params.len(), n);
+        }
+        assert_eq!(
+            inflated[0], inflated[1],
+            "external {external_data}: {inflated:?}"
+        );
+    }
+}

@@ -198,7 +198,7 @@ fn tags_sharing_a_tensorflow_graph_and_its_parameters_check_its_references_once(
 
 /// `src` rewritten by the `zip` crate: every entry deflated, and each tag's params.txt
 /// replaced by `params(tag)` when it gives one.
-fn deflated_copy(src: &Path, params: impl Fn(&str) -> Option<String>) -> Vec<u8> {
+pub(crate) fn deflated_copy(src: &Path, params: impl Fn(&str) -> Option<String>) -> Vec<u8> {
     use std::io::{Read, Write};
     let mut r = zip::ZipArchive::new(std::fs::File::open(src).unwrap()).unwrap();
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
@@ -272,4 +272,37 @@ fn a_diff_of_3000_names_on_one_pair_of_files_reads_each_file_once() {
     // The FP32 tensor, the INT8 one and its scale, once each, and each tag's
     // metadata.json (its per-channel axes) once.
     assert_eq!(work_counts(&a).inflated - before, 5);
+}
+
+/// A safetensors export of a tag whose 2,000 names list one deflated tensor file
+/// inflates that file once (it was inflated, and the copy kept, once per name): the
+/// same work as a tag listing it under one name.
+#[test]
+fn a_safetensors_export_of_2000_names_on_one_deflated_file_inflates_it_once() {
+    use modelzip::{ArchiveWriter, TagBuilder, Tensor};
+    let d = tempfile::tempdir().unwrap();
+    let plain = d.path().join("plain.zip");
+    let mut w = ArchiveWriter::create(&plain).unwrap();
+    let x = Tensor::from_slice(vec![64], &[1.5f32; 64]).unwrap();
+    let y = Tensor::from_slice(vec![64], &[2.5f32; 64]).unwrap();
+    w.add_tag(TagBuilder::new("one").param("p0", x)).unwrap();
+    w.add_tag(TagBuilder::new("many").param("p0", y)).unwrap();
+    w.finish().unwrap();
+    let n = 2000;
+    let bytes = deflated_copy(&plain, |tag| {
+        (tag == "many").then(|| (0..n).map(|i| format!("p{i} 0\n")).collect())
+    });
+    let path = d.path().join("names.zip");
+    std::fs::write(&path, bytes).unwrap();
+    let a = Archive::open(&path).unwrap();
+    let mut inflated = Vec::new();
+    for t in ["one", "many"] {
+        let tag = a.tag(t).unwrap();
+        let before = work_counts(&a).inflated;
+        let out = modelzip::interop::safetensors::export_safetensors_bytes(&tag).unwrap();
+        inflated.push(work_counts(&a).inflated - before);
+        let names = if t == "one" { 1 } else { n };
+        assert!(out.len() > names * 256, "{t}: {} bytes", out.len());
+    }
+    assert_eq!(inflated[0], inflated[1], "{inflated:?}");
 }

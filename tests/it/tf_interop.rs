@@ -749,3 +749,33 @@ fn op_graph_caps_a_graphdefs_node_to_node_edges() {
     // The same document every time (which edges are kept included).
     assert_eq!(modelzip::dump::op_graph(&g), modelzip::dump::op_graph(&g));
 }
+
+/// Exporting a graph whose constants all name one deflated tensor file inflates it once
+/// (it was inflated three times per constant: for the size bound, the size pass and the
+/// write): the export of 50 constants does the work of the export of one.
+#[test]
+fn export_inflates_a_deflated_parameter_once_however_many_constants_name_it() {
+    use modelzip::internals::work_counts;
+    let mut inflated = Vec::new();
+    for n in [1, 50] {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = alias_graph_archive(dir.path(), n, 256);
+        let bytes = crate::reference_amplification::deflated_copy(&plain, |_| None);
+        let zip = dir.path().join("deflated.zip");
+        std::fs::write(&zip, bytes).unwrap();
+        let a = Archive::open(&zip).unwrap();
+        let tag = a.tag("a").unwrap();
+        let before = work_counts(&a).inflated;
+        let out = dir.path().join("alias.pb");
+        let r = tf::export_graphdef_file(&tag, &out, &export_opts()).unwrap();
+        inflated.push(work_counts(&a).inflated - before);
+        assert_eq!(r.params.len(), n);
+        assert!(std::fs::metadata(&out).unwrap().len() > n as u64 * 1024);
+        // The GraphDef in memory too.
+        let before = work_counts(&a).inflated;
+        let (def, used, _) = tf::export_graphdef(&tag).unwrap();
+        inflated.push(work_counts(&a).inflated - before);
+        assert_eq!((def.node.len(), used.len()), (n, n));
+    }
+    assert_eq!(inflated[..2], inflated[2..], "{inflated:?}");
+}

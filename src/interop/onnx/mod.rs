@@ -768,9 +768,9 @@ internal! {
 /// Rebuilds the ModelProto from graph.fb's model and the parameters `param` gives.
 /// `place` decides where each parameter's bytes go: `None` puts them back in the form
 /// they came in; `Some` is called with the tensor and its bytes (external data).
-pub fn join_model<'p>(
+pub fn join_model<'p, D: std::borrow::Borrow<TensorData<'p>>>(
     g: &OnnxGraph,
-    mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
+    mut param: impl FnMut(&str) -> Result<D>,
     mut place: Option<&mut Place<'_>>,
 ) -> Result<pb::ModelProto> {
     let mut m = decode_stored_model(g)?;
@@ -796,7 +796,7 @@ pub fn join_model<'p>(
         };
         let here = |e: Error| gerr(format!("initializer {i} ({p:?}): {e}"));
         let data = param(p).map_err(here)?;
-        let v = data.view();
+        let v = data.borrow().view();
         check_param(t, &v, p).map_err(here)?;
         match place.as_mut() {
             Some(f) => f(t, v.data()).map_err(here)?,
@@ -889,7 +889,8 @@ internal! {
 pub fn export_model(tag: &Tag<'_>) -> Result<(pb::ModelProto, Vec<String>, Vec<String>)> {
     let g = onnx_graph(tag)?;
     let name = tag.name().to_string();
-    let m = join_model(&g, |p| tag.param(p), None)
+    let params = ParamReads::new(tag);
+    let m = join_model(&g, |p| params.data(p), None)
         .map_err(|e| e.in_entry(format!("{name}/graph.fb")))?;
     let (used, unused) = used_params(tag, &g);
     Ok((m, used, unused))
@@ -1029,14 +1030,61 @@ struct Slot {
 /// at the same place (one tensor named twice).
 type Layout = Vec<(PathBuf, Vec<Slot>, u64)>;
 
-fn imported_layout(tag: &Tag<'_>, g: &OnnxGraph, dir: &Path) -> Result<Layout> {
+/// The parameters of a tag for one export: each tensor file read at most once, however
+/// many initializers name it (a deflated file is inflated once, and its copy shared),
+/// and its size taken from its header alone where only the size is needed.
+struct ParamReads<'t, 'a> {
+    tag: &'t Tag<'a>,
+    read: std::cell::RefCell<HashMap<&'t str, std::rc::Rc<TensorData<'a>>>>,
+    lens: std::cell::RefCell<HashMap<&'t str, u64>>,
+}
+
+impl<'t, 'a> ParamReads<'t, 'a> {
+    fn new(tag: &'t Tag<'a>) -> Self {
+        ParamReads {
+            tag,
+            read: Default::default(),
+            lens: Default::default(),
+        }
+    }
+
+    fn location(&self, p: &str) -> Result<&'t crate::archive::TensorLocation> {
+        let i = self.tag.param_index(p)?;
+        Ok(&self.tag.params()[i].location)
+    }
+
+    /// Parameter `p`'s tensor (as [`Tag::param`] reads it).
+    fn data(&self, p: &str) -> Result<std::rc::Rc<TensorData<'a>>> {
+        let loc = self.location(p)?;
+        if let Some(d) = self.read.borrow().get(&*loc.entry) {
+            return Ok(d.clone());
+        }
+        let d = std::rc::Rc::new(self.tag.tensor(loc)?);
+        self.read.borrow_mut().insert(&loc.entry, d.clone());
+        Ok(d)
+    }
+
+    /// The bytes of parameter `p`'s data, from its header.
+    fn len(&self, p: &str) -> Result<u64> {
+        let loc = self.location(p)?;
+        if let Some(&n) = self.lens.borrow().get(&*loc.entry) {
+            return Ok(n);
+        }
+        let heads = self.tag.archive().tensor_heads(&[loc])?;
+        let n = heads.first().map_or(0, |h| h.data_len);
+        self.lens.borrow_mut().insert(&loc.entry, n);
+        Ok(n)
+    }
+}
+
+fn imported_layout(params: &ParamReads<'_, '_>, g: &OnnxGraph, dir: &Path) -> Result<Layout> {
     let mut files: Vec<(String, PathBuf, Vec<Slot>)> = Vec::new();
     for (i, init) in g.initializers.iter().enumerate() {
         let (Some(p), false) = (&init.param, init.external.is_empty()) else {
             continue;
         };
         let here = |e: Error| gerr(format!("initializer {i} ({p:?}): {e}"));
-        let len = tag.param(p).map_err(here)?.view().data().len() as u64;
+        let len = params.len(p).map_err(here)?;
         let (location, offset) = external_slot(init, len).map_err(here)?;
         let slot = Slot {
             offset,
@@ -1064,7 +1112,7 @@ fn imported_layout(tag: &Tag<'_>, g: &OnnxGraph, dir: &Path) -> Result<Layout> {
             if b.offset < a.offset + a.len {
                 let same = a.offset == b.offset
                     && a.len == b.len
-                    && tag.param(&a.param)?.view().data() == tag.param(&b.param)?.view().data();
+                    && params.data(&a.param)?.view().data() == params.data(&b.param)?.view().data();
                 if !same {
                     return Err(invalid(format!(
                         "the external data of {:?} and {:?} overlap in {location:?}; \
@@ -1099,10 +1147,11 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
     let name = tag.name().to_string();
     let in_fb = |e: Error| e.in_entry(format!("{name}/graph.fb"));
     let data_path = external_data_path(out);
+    let params = ParamReads::new(tag);
     let layout = if opts.external_data {
         Vec::new()
     } else {
-        imported_layout(tag, &g, &dir).map_err(in_fb)?
+        imported_layout(&params, &g, &dir).map_err(in_fb)?
     };
     let mut targets: Vec<&Path> = vec![out];
     if opts.external_data {
@@ -1138,8 +1187,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         let Some(p) = init.param.as_ref() else {
             continue;
         };
-        let data = tag.param(p).map_err(in_fb)?;
-        let len = data.view().data().len() as u64;
+        let len = params.len(p).map_err(in_fb)?;
         total = total.saturating_add(len + EXTERNAL_ALIGN);
         if !opts.external_data && (layout.is_empty() || init.external.is_empty()) {
             inline = inline.saturating_add(len);
@@ -1184,12 +1232,12 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
             offset += data.len() as u64;
             Ok(())
         };
-        let m = join_model(&g, |p| tag.param(p), Some(&mut put)).map_err(in_fb)?;
-        let params = g.initializers.iter().filter_map(|i| i.param.as_ref());
+        let m = join_model(&g, |p| params.data(p), Some(&mut put)).map_err(in_fb)?;
+        let names = g.initializers.iter().filter_map(|i| i.param.as_ref());
         let temp = write_temp(&data_path, opts.fsync, |w| {
             let mut at = 0u64;
-            for (off, p) in offsets.iter().zip(params) {
-                let data = tag.param(p).map_err(std::io::Error::other)?;
+            for (off, p) in offsets.iter().zip(names) {
+                let data = params.data(p).map_err(std::io::Error::other)?;
                 let bytes = data.view().data();
                 std::io::copy(&mut std::io::repeat(0).take(off - at), w)?;
                 w.write_all(bytes)?;
@@ -1230,7 +1278,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
             }
             Ok(())
         };
-        let m = join_model(&g, |p| tag.param(p), Some(&mut put)).map_err(in_fb)?;
+        let m = join_model(&g, |p| params.data(p), Some(&mut put)).map_err(in_fb)?;
         for (path, slots, _) in &layout {
             let temp = write_temp(path, opts.fsync, |w| {
                 let mut at = 0u64;
@@ -1238,7 +1286,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
                     if s.offset < at {
                         continue; // the same bytes as the slot before (checked)
                     }
-                    let data = tag.param(&s.param).map_err(std::io::Error::other)?;
+                    let data = params.data(&s.param).map_err(std::io::Error::other)?;
                     std::io::copy(&mut std::io::repeat(0).take(s.offset - at), w)?;
                     w.write_all(data.view().data())?;
                     at = s.offset + s.len;
@@ -1249,7 +1297,7 @@ pub fn export_model_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> Res
         }
         m
     } else {
-        join_model(&g, |p| tag.param(p), None).map_err(in_fb)?
+        join_model(&g, |p| params.data(p), None).map_err(in_fb)?
     };
     let bytes = model.encode_to_vec();
     if bytes.len() as u64 > MAX_MODEL_BYTES {

@@ -762,9 +762,9 @@ pub fn split_graphdef(mut g: pb::GraphDef) -> Result<Split> {
 
 internal! {
 /// Rebuilds the GraphDef of a [`TfGraph`], taking each parameter's values from `param`.
-pub fn join_graphdef<'p>(
+pub fn join_graphdef<'p, D: std::borrow::Borrow<TensorData<'p>>>(
     g: &TfGraph,
-    mut param: impl FnMut(&str) -> Result<TensorData<'p>>,
+    mut param: impl FnMut(&str) -> Result<D>,
 ) -> Result<pb::GraphDef> {
     let mut out = graph_fields(g)?;
     out.node.reserve(g.nodes.len());
@@ -786,10 +786,10 @@ fn graph_fields(g: &TfGraph) -> Result<pb::GraphDef> {
 }
 
 /// Node `i` of the graph, each attribute that refers to a parameter filled with its values.
-fn join_node<'p>(
+fn join_node<'p, D: std::borrow::Borrow<TensorData<'p>>>(
     i: usize,
     n: &TfNode,
-    param: &mut impl FnMut(&str) -> Result<TensorData<'p>>,
+    param: &mut impl FnMut(&str) -> Result<D>,
 ) -> Result<pb::NodeDef> {
     let place = |e: Error| gerr(format!("TensorFlow node {i} ({:?}): {e}", n.name));
     let mut node: pb::NodeDef =
@@ -816,7 +816,7 @@ fn join_node<'p>(
                 ))));
             };
             let data = param(&r.param).map_err(place)?;
-            let v = data.view();
+            let v = data.borrow().view();
             check_param(t, &v, &r.param).map_err(place)?;
             lower(t, v.data(), r.typed_count).map_err(place)?;
         }
@@ -955,9 +955,21 @@ pub fn export_graphdef(tag: &Tag<'_>) -> Result<(pb::GraphDef, Vec<String>, Vec<
     let g = tf_graph(tag)?;
     let name = tag.name().to_string();
     let mut used = Vec::new();
+    // Each tensor file read once, however many constants name it.
+    let mut read: HashMap<&str, std::rc::Rc<TensorData<'_>>> = HashMap::new();
+    let params = tag.params();
+    let mut load = |p: &str| -> Result<std::rc::Rc<TensorData<'_>>> {
+        let loc = &params[tag.param_index(p)?].location;
+        if let Some(d) = read.get(&*loc.entry) {
+            return Ok(d.clone());
+        }
+        let d = std::rc::Rc::new(tag.tensor(loc)?);
+        read.insert(&loc.entry, d.clone());
+        Ok(d)
+    };
     let def = join_graphdef(&g, |p| {
         used.push(p.to_string());
-        tag.param(p).map_err(|e| {
+        load(p).map_err(|e| {
             invalid(format!(
                 "the graph refers to parameter {p:?}, which tag {name:?} cannot give: {e}"
             ))
@@ -988,25 +1000,60 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
     let over = |what: &'static str, size: u64| {
         Err(Error::new(ErrorKind::LimitExceeded { what, size, limit }))
     };
-    // A lower bound first, from the parameters' sizes alone (no values converted): a
-    // graph naming one large parameter from many constants is refused at once.
+    // A lower bound first, from the parameters' sizes alone (their headers: no values
+    // read nor converted): a graph naming one large parameter from many constants is
+    // refused at once. Each tensor file's header is decoded once, however many
+    // attributes name it.
+    let params = tag.params();
+    let mut refs = Vec::new();
+    for n in &g.nodes {
+        for r in n.attrs.iter().filter_map(|a| a.param.as_ref()) {
+            refs.push(tag.param_index(&r.param).map_err(in_fb)?);
+        }
+    }
+    let mut head_of: HashMap<&str, usize> = HashMap::new();
+    let mut locs = Vec::new();
+    for &i in &refs {
+        let loc = &params[i].location;
+        if !head_of.contains_key(&*loc.entry) {
+            head_of.insert(&loc.entry, locs.len());
+            locs.push(loc);
+        }
+    }
+    let heads = tag.archive().tensor_heads(&locs).map_err(in_fb)?;
+    let mut refs = refs.into_iter();
     let mut least = g.rest.len() as u64;
     for n in &g.nodes {
         least = least.saturating_add(n.rest.len() as u64);
-        for r in n.attrs.iter().filter_map(|a| a.param.as_ref()) {
-            let data = tag.param(&r.param).map_err(in_fb)?;
-            least = least.saturating_add(data.view().data().len() as u64);
+        for _ in n.attrs.iter().filter(|a| a.param.is_some()) {
+            let i = refs.next().unwrap_or_default();
+            let h = &heads[head_of[&*params[i].location.entry]];
+            least = least.saturating_add(h.data_len);
         }
         if least > limit {
             return over("TensorFlow export size (at least)", least);
         }
     }
+    drop(heads);
+    // Each tensor file read once for both passes below, however many attributes name
+    // it (a deflated one is inflated once).
+    let read: std::cell::RefCell<HashMap<&str, std::rc::Rc<TensorData<'_>>>> =
+        std::cell::RefCell::default();
+    let load = |p: &str| -> Result<std::rc::Rc<TensorData<'_>>> {
+        let loc = &params[tag.param_index(p)?].location;
+        if let Some(d) = read.borrow().get(&*loc.entry) {
+            return Ok(d.clone());
+        }
+        let d = std::rc::Rc::new(tag.tensor(loc)?);
+        read.borrow_mut().insert(&loc.entry, d.clone());
+        Ok(d)
+    };
     // The exact size, node by node (each one built, measured and dropped).
     let fields = graph_fields(&g).map_err(in_fb)?;
     let mut used = Vec::new();
     let mut param = |p: &str| {
         used.push(p.to_string());
-        tag.param(p).map_err(|e| {
+        load(p).map_err(|e| {
             invalid(format!(
                 "the graph refers to parameter {p:?}, which tag {name:?} cannot give: {e}"
             ))
@@ -1021,7 +1068,7 @@ pub fn export_graphdef_file(tag: &Tag<'_>, out: &Path, opts: &ExportOptions) -> 
             return over("TensorFlow export size (at least)", total);
         }
     }
-    let mut again = |p: &str| tag.param(p);
+    let mut again = |p: &str| load(p);
     // Checked before the file is renamed into place: a mismatch leaves no output. (The
     // two passes build the same nodes from the same mapped archive, so only a bug in
     // them could make the sizes differ.)
