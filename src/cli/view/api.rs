@@ -346,26 +346,15 @@ fn sample_boxes(dims: &[u64]) -> Vec<Vec<std::ops::Range<u64>>> {
         .collect()
 }
 
-/// The tensor's values as f32: all of them, or [`SAMPLE_RUNS`] evenly spaced runs of
-/// [`MAX_VALUES`] in all (true when sampled).
+/// The tensor's values as f32: all of them, or the runs of [`sample_boxes`] (true when
+/// sampled), as a stored tensor's are read by slices.
 fn sample(view: &TensorView<'_>) -> modelzip::Result<(Vec<f32>, bool)> {
-    let numel = view.numel();
-    if numel <= MAX_VALUES {
+    if view.numel() <= MAX_VALUES {
         return Ok((view.to_f32_vec()?, false));
     }
-    let size = view.dtype().size() as u64;
-    let run = MAX_VALUES / SAMPLE_RUNS;
-    let step = numel / SAMPLE_RUNS;
-    let data = view.data();
     let mut out = Vec::with_capacity(MAX_VALUES as usize);
-    for i in 0..SAMPLE_RUNS {
-        let start = (i * step * size) as usize;
-        let end = ((i * step + run) * size) as usize;
-        let Some(bytes) = data.get(start..end) else {
-            break;
-        };
-        let part = TensorView::new(view.dtype(), vec![run], Vec::new(), bytes)?;
-        out.extend(part.to_f32_vec()?);
+    for ranges in sample_boxes(view.dims()) {
+        out.extend(view.slice(&ranges)?.view().to_f32_vec()?);
     }
     Ok((out, true))
 }
